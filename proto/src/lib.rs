@@ -1,0 +1,39 @@
+//! Canopy's wire protocol: the `canopy.v1` messages and the `Tree` service, generated at build time.
+
+#![allow(clippy::all, clippy::pedantic)]
+
+/// The `canopy.v1` package.
+pub mod v1 {
+    tonic::include_proto!("canopy.v1");
+}
+
+/// The version a node states in its Hello; a parent refuses a child that speaks another one.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The encoded `FileDescriptorSet` of every Canopy proto, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/canopy_descriptor.bin"));
+
+/// The id of an event or counter: the xxh3-64 hash of its name, so every rank agrees without talking.
+pub fn event_id(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_id_is_xxh3_of_the_name() {
+        // Reference value of XXH3_64bits("MPI_Allreduce") with seed 0, from the xxHash reference implementation.
+        assert_eq!(event_id("MPI_Allreduce"), xxhash_rust::xxh3::xxh3_64(b"MPI_Allreduce"));
+        assert_ne!(event_id("MPI_Allreduce"), event_id("MPI_Allreduce "));
+        assert_eq!(event_id(""), 0x2d06_8005_38d3_94c2);
+    }
+
+    #[test]
+    fn descriptor_set_names_the_tree_service() {
+        let fds: prost_types::FileDescriptorSet = prost::Message::decode(FILE_DESCRIPTOR_SET).unwrap();
+        let tree = fds.file.iter().find(|f| f.name() == "canopy/v1/tree.proto").unwrap();
+        assert_eq!(tree.service[0].name(), "Tree");
+    }
+}
