@@ -1,1 +1,13 @@
-//! placeholder
+//! Canopy's daemon core: configuration, telemetry, topology, the tree transport, the round engine, the filter
+//! interface and the node runtime shared by the front-end, relays and agents.
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod engine;
+pub mod filter;
+pub mod node;
+pub mod shutdown;
+pub mod telemetry;
+pub mod topology;
+pub mod transport;

@@ -1,0 +1,968 @@
+//! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+use canopy_proto::event_id;
+use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
+
+/// The application a simulator imitates.
+///
+/// - `Flash` (ToM paper, Fig. 5/6): a `main_loop` over hydro, AMR and MPI regions. Every rank reports every
+///   event every round; `MPI_Allreduce` is unevenly spread over the ranks and many times slower on every rank
+///   at round 100, and only there.
+/// - `Uintah` (ToM paper, Fig. 7): `Scheduler::execute` over MPI calls and patch events. Rank 0 regrids
+///   ("Regrid" over "Patch 1 -> 0".."Patch 1 -> 15"); every rank r > 0 works on "Patch 0 -> r"; ranks 1..=8
+///   also work on the large level-1 patches "Patch 1 -> 0".."Patch 1 -> 7". Classifying on the `Patch 1 ->`
+///   names thus gives 3 classes, on all names one class per rank, and on the `MPI_` names 13 classes (the
+///   optional MPI calls a rank makes are picked by rank % 13).
+/// - `Namd` (Charm++ paper): flat Charm++ entry methods plus "Idle". A few ranks are overloaded, and Idle
+///   fills each rank up to the busiest rank's time, so busy + idle is about the same on every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Flash,
+    Uintah,
+    Namd,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 3] = [Scenario::Flash, Scenario::Uintah, Scenario::Namd];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Flash => "flash",
+            Scenario::Uintah => "uintah",
+            Scenario::Namd => "namd",
+        }
+    }
+
+    /// Mixed into every random key so two scenarios with the same seed do not share their noise.
+    fn tag(self) -> u64 {
+        match self {
+            Scenario::Flash => 1,
+            Scenario::Uintah => 2,
+            Scenario::Namd => 3,
+        }
+    }
+}
+
+/// A scenario name that is none of the known ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseScenarioError {
+    given: String,
+}
+
+impl fmt::Display for ParseScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        write!(
+            f,
+            "unknown scenario `{}`: expected one of {}",
+            self.given,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for ParseScenarioError {}
+
+impl FromStr for Scenario {
+    type Err = ParseScenarioError;
+
+    fn from_str(s: &str) -> Result<Scenario, ParseScenarioError> {
+        Scenario::ALL
+            .into_iter()
+            .find(|sc| sc.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| ParseScenarioError { given: s.to_owned() })
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub scenario: Scenario,
+    /// How many ranks this simulator serves: global ranks `rank_offset..rank_offset + ranks`.
+    pub ranks: u32,
+    /// Flash: exactly this many events per rank (the first of the named list, then "compute_k").
+    /// Namd: this many entry methods (likewise), plus "Idle". Uintah: ignored, because its event set is
+    /// what defines its classes.
+    pub events: u32,
+    pub rank_offset: u32,
+    /// The number of ranks in the whole application (across all agents); some scenarios depend on it
+    /// (e.g. which ranks are "the rest"). If 0, or smaller than `rank_offset + ranks`, that sum is used.
+    pub total_ranks: u32,
+    pub seed: u64,
+    pub app: String,
+}
+
+/// Produces the profiles of a set of simulated ranks, round after round.
+#[derive(Debug)]
+pub struct Simulator {
+    cfg: SimConfig,
+    names: Vec<(u64, String)>,
+    /// Event layouts; flash and namd ranks share one, each uintah rank has its own.
+    plans: Vec<Vec<Slot>>,
+    ranks: Vec<RankState>,
+    counter_ids: Vec<u64>,
+    /// Namd: busy time of the busiest possible rank at workload 1, the level Idle fills up to.
+    envelope_us: f64,
+    /// Rounds `0..next_round` are in the ranks' totals.
+    next_round: u64,
+}
+
+impl Simulator {
+    pub fn new(cfg: SimConfig) -> Simulator {
+        let end = cfg.rank_offset.saturating_add(cfg.ranks);
+        let total = cfg.total_ranks.max(end);
+        let mut names = Names::default();
+        let mut plans = Vec::new();
+        let mut ranks = Vec::new();
+        let mut envelope_us = 0.0;
+        match cfg.scenario {
+            Scenario::Flash => plans.push(flash_plan(cfg.events, &mut names)),
+            Scenario::Namd => {
+                let plan = namd_plan(cfg.events, &mut names);
+                // Every agent must see the same busiest rank, so scan the whole application, not our share.
+                let max_load = (0..total)
+                    .map(|r| Statics::draw(cfg.seed, cfg.scenario, r, total).load)
+                    .fold(1.0, f64::max);
+                envelope_us = plan
+                    .iter()
+                    .map(|s| match s.kind {
+                        Kind::Entry { load } => {
+                            s.base_us * (1.0 + (max_load - 1.0) * load) * (1.0 + NAMD_JITTER)
+                        }
+                        _ => 0.0,
+                    })
+                    .sum();
+                plans.push(plan);
+            }
+            Scenario::Uintah => {}
+        }
+        for rank in cfg.rank_offset..end {
+            let statics = Statics::draw(cfg.seed, cfg.scenario, rank, total);
+            let (plan, wait_us) = match cfg.scenario {
+                Scenario::Flash => {
+                    // Ranks that finish their compute early wait longest in the Allreduce.
+                    (
+                        0,
+                        FLASH_WAIT_SPREAD_US * (SPEED_MAX - statics.speed) / (SPEED_MAX - SPEED_MIN),
+                    )
+                }
+                Scenario::Namd => (0, 0.0),
+                Scenario::Uintah => {
+                    let plan = uintah_plan(rank, total, &mut names);
+                    let busy: f64 = plan
+                        .iter()
+                        .filter(|s| matches!(s.kind, Kind::Compute))
+                        .map(|s| s.base_us)
+                        .sum();
+                    plans.push(plan);
+                    (
+                        plans.len() - 1,
+                        (uintah_envelope_us() - busy * statics.speed).max(0.0),
+                    )
+                }
+            };
+            let slots = plans[plan].len();
+            ranks.push(RankState {
+                rank,
+                plan,
+                statics,
+                wait_us,
+                totals: vec![Sample::default(); slots],
+                counter_totals: vec![0.0; COUNTERS.len()],
+            });
+        }
+        let counter_ids = COUNTERS.iter().map(|c| names.add(c)).collect();
+        Simulator {
+            cfg,
+            names: names.list,
+            plans,
+            ranks,
+            counter_ids,
+            envelope_us,
+            next_round: 0,
+        }
+    }
+
+    /// Names of every event and counter any of this simulator's ranks may report, with their ids.
+    pub fn names(&self) -> Vec<(u64, String)> {
+        self.names.clone()
+    }
+
+    /// The profiles of all this simulator's ranks (global rank numbers rank_offset..rank_offset+ranks) for
+    /// round `round` (0-based), with per-round values and cumulative totals. Rounds are meant to be asked in
+    /// order; skipped rounds are still accumulated, and asking for an earlier round than the last one
+    /// restarts the accumulation from round 0. dump_unix_ns = 0 (the caller stamps it).
+    pub fn round(&mut self, round: u64) -> Vec<RankProfile> {
+        if round < self.next_round {
+            for st in &mut self.ranks {
+                st.totals.fill(Sample::default());
+                st.counter_totals.fill(0.0);
+            }
+            self.next_round = 0;
+        }
+        while self.next_round < round {
+            for i in 0..self.ranks.len() {
+                self.accumulate(i, self.next_round);
+            }
+            self.next_round += 1;
+        }
+        let profiles = (0..self.ranks.len())
+            .map(|i| {
+                let (samples, counters) = self.accumulate(i, round);
+                self.profile(i, round, &samples, &counters)
+            })
+            .collect();
+        self.next_round = round.saturating_add(1);
+        profiles
+    }
+
+    /// Computes rank `i`'s values for `round` and adds them to its totals.
+    fn accumulate(&mut self, i: usize, round: u64) -> (Vec<Sample>, Vec<f64>) {
+        let (samples, counters) = self.sample(&self.ranks[i], round);
+        let st = &mut self.ranks[i];
+        for (t, s) in st.totals.iter_mut().zip(&samples) {
+            t.calls += s.calls;
+            t.subrs += s.subrs;
+            t.incl += s.incl;
+            t.excl += s.excl;
+        }
+        for (t, c) in st.counter_totals.iter_mut().zip(&counters) {
+            *t += c;
+        }
+        (samples, counters)
+    }
+
+    fn profile(&self, i: usize, round: u64, samples: &[Sample], counters: &[f64]) -> RankProfile {
+        let st = &self.ranks[i];
+        let events = self.plans[st.plan]
+            .iter()
+            .zip(samples.iter().zip(&st.totals))
+            .map(|(slot, (s, t))| EventSample {
+                event_id: slot.id,
+                calls: s.calls,
+                subrs: s.subrs,
+                incl_us: s.incl,
+                excl_us: s.excl,
+                calls_total: t.calls,
+                subrs_total: t.subrs,
+                incl_total_us: t.incl,
+                excl_total_us: t.excl,
+            })
+            .collect();
+        let counters = self
+            .counter_ids
+            .iter()
+            .zip(counters.iter().zip(&st.counter_totals))
+            .map(|(&counter_id, (&value, &total))| CounterSample {
+                counter_id,
+                value,
+                total,
+            })
+            .collect();
+        RankProfile {
+            app: self.cfg.app.clone(),
+            rank: st.rank,
+            round,
+            dump_unix_ns: 0,
+            events,
+            counters,
+        }
+    }
+
+    /// One rank's values for one round; a pure function of (seed, scenario, rank, round, event) and the
+    /// application size, so any agent simulating this rank computes the same.
+    fn sample(&self, st: &RankState, round: u64) -> (Vec<Sample>, Vec<f64>) {
+        let sc = self.cfg.scenario;
+        let plan = &self.plans[st.plan];
+        let w = workload(sc, round);
+        let key = |id: u64| SplitMix64::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
+        let mut out: Vec<Sample> = plan
+            .iter()
+            .map(|slot| {
+                let mut g = key(slot.id);
+                let (calls, us) = match slot.kind {
+                    Kind::Root => (slot.calls, slot.base_us * g.range(0.9, 1.1)),
+                    Kind::Compute => (
+                        slot.calls,
+                        slot.base_us * st.statics.speed * w * g.range(0.95, 1.05),
+                    ),
+                    Kind::Comm => (slot.calls, slot.base_us * st.statics.comm * w * g.range(0.8, 1.2)),
+                    Kind::Wait { spike } => {
+                        let base = (slot.base_us + st.wait_us) * w * g.range(0.85, 1.15);
+                        // The range keeps the spike >= 5x the neighbouring rounds even at opposite noise extremes.
+                        let factor = if spike && round == FLASH_SPIKE_ROUND {
+                            g.range(8.0, 12.0)
+                        } else {
+                            1.0
+                        };
+                        (slot.calls, base * factor)
+                    }
+                    Kind::Entry { load } => {
+                        let f = 1.0 + (st.statics.load - 1.0) * load;
+                        let calls = (slot.calls as f64 * f).round() as u64;
+                        (
+                            calls,
+                            slot.base_us * f * w * g.range(1.0 - NAMD_JITTER, 1.0 + NAMD_JITTER),
+                        )
+                    }
+                    // Busy + idle for now: the busy part is taken off below, once it is known.
+                    Kind::Idle => (8 + g.next_u64() % 17, self.envelope_us * w * g.range(1.01, 1.015)),
+                };
+                Sample {
+                    calls,
+                    subrs: 0,
+                    incl: us,
+                    excl: us,
+                }
+            })
+            .collect();
+        if let Some(idle) = plan.iter().position(|s| matches!(s.kind, Kind::Idle)) {
+            let busy: f64 = out
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != idle)
+                .map(|(_, s)| s.excl)
+                .sum();
+            let us = (out[idle].excl - busy).max(0.0);
+            out[idle].excl = us;
+            out[idle].incl = us;
+        }
+        // Parents precede their children, so a backward walk completes each child before adding it up.
+        for j in (0..plan.len()).rev() {
+            if let Some(p) = plan[j].parent {
+                let (incl, calls) = (out[j].incl, out[j].calls);
+                out[p].incl += incl;
+                out[p].subrs += calls;
+            }
+        }
+        let counters = self
+            .counter_ids
+            .iter()
+            .map(|&id| (st.statics.bytes * w * key(id).range(0.9, 1.1)).round())
+            .collect();
+        (out, counters)
+    }
+}
+
+/// How a region's time is made.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// The top region; its own time is loop overhead.
+    Root,
+    /// Computation: follows the rank's speed and the round's workload.
+    Compute,
+    /// Communication paid in traffic rather than waiting.
+    Comm,
+    /// Mostly waiting for slower ranks; `spike` marks FLASH's Allreduce anomaly.
+    Wait { spike: bool },
+    /// A Charm++ entry method; `load` is the share of its work that follows the rank's overload.
+    Entry { load: f64 },
+    /// Charm++ scheduler idle time.
+    Idle,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    id: u64,
+    kind: Kind,
+    /// Exclusive time per round at workload 1 (for `Wait`, the part that is not waiting).
+    base_us: f64,
+    calls: u64,
+    /// Index of the enclosing region in the same plan; always lower than the slot's own.
+    parent: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    calls: u64,
+    subrs: u64,
+    incl: f64,
+    excl: f64,
+}
+
+#[derive(Debug)]
+struct RankState {
+    rank: u32,
+    plan: usize,
+    statics: Statics,
+    /// Scenario-specific waiting time per round at workload 1 (Allreduce for flash, Waitall for uintah).
+    wait_us: f64,
+    totals: Vec<Sample>,
+    counter_totals: Vec<f64>,
+}
+
+/// What sets a rank apart for the whole run.
+#[derive(Debug, Clone, Copy)]
+struct Statics {
+    /// Compute time multiplier: most ranks are fast, a few slow.
+    speed: f64,
+    comm: f64,
+    bytes: f64,
+    /// Namd work multiplier: 1 to 1.08 for most ranks, 1.35 to 1.65 for the overloaded few.
+    load: f64,
+}
+
+impl Statics {
+    fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
+        let mut g = SplitMix64::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
+        let u = g.unit();
+        let speed = SPEED_MIN + (SPEED_MAX - SPEED_MIN) * u * u;
+        let comm = g.range(0.9, 1.1);
+        let bytes = g.range(0.5, 1.5)
+            * match sc {
+                Scenario::Flash => 24.0 * 32768.0,
+                Scenario::Uintah => 40.0 * 16384.0,
+                Scenario::Namd => 16.0 * 49152.0,
+            };
+        let (u, v) = (g.unit(), g.unit());
+        // One rank is always overloaded so that the imbalance shows even in a small run.
+        let forced = u64::from(rank) == seed % u64::from(total.max(1));
+        let load = if forced || v < 1.0 / 32.0 {
+            1.35 + 0.3 * u
+        } else {
+            1.0 + 0.08 * u * u
+        };
+        Statics {
+            speed,
+            comm,
+            bytes,
+            load,
+        }
+    }
+}
+
+const SPEED_MIN: f64 = 0.9;
+const SPEED_MAX: f64 = 1.1;
+const FLASH_WAIT_SPREAD_US: f64 = 600.0;
+const FLASH_SPIKE_ROUND: u64 = 100;
+const NAMD_JITTER: f64 = 0.02;
+const COUNTERS: [&str; 1] = ["bytes_sent"];
+
+/// The application's work in a round, relative to round 0: a slow oscillation, for FLASH a refinement
+/// that grows and saturates.
+fn workload(sc: Scenario, round: u64) -> f64 {
+    let k = round as f64;
+    match sc {
+        Scenario::Flash => 1.0 + 0.1 * (k / 40.0).sin() + 0.2 * k / (k + 500.0),
+        Scenario::Uintah => 1.0 + 0.05 * (k / 25.0).sin(),
+        Scenario::Namd => 1.0 + 0.02 * (k / 10.0).sin(),
+    }
+}
+
+/// A base time for the generated filler events, spread by their id so they are not all alike.
+fn filler_base_us(id: u64) -> f64 {
+    50.0 + (id % 450) as f64
+}
+
+#[derive(Default)]
+struct Names {
+    list: Vec<(u64, String)>,
+    seen: HashSet<String>,
+}
+
+impl Names {
+    fn add(&mut self, name: &str) -> u64 {
+        let id = event_id(name);
+        if self.seen.insert(name.to_owned()) {
+            self.list.push((id, name.to_owned()));
+        }
+        id
+    }
+
+    fn slot(&mut self, name: &str, kind: Kind, base_us: f64, calls: u64, parent: Option<usize>) -> Slot {
+        Slot {
+            id: self.add(name),
+            kind,
+            base_us,
+            calls,
+            parent,
+        }
+    }
+}
+
+/// FLASH's regions: name, parent (index in this list), kind, base time, calls per round.
+const FLASH: [(&str, Option<usize>, Kind, f64, u64); 20] = [
+    ("main_loop", None, Kind::Root, 200.0, 1),
+    ("MPI_Allreduce", Some(0), Kind::Wait { spike: true }, 40.0, 4),
+    ("hydro_sweep", Some(0), Kind::Compute, 1500.0, 3),
+    ("guardcell_fill", Some(0), Kind::Compute, 300.0, 6),
+    ("MPI_Isend", Some(3), Kind::Comm, 60.0, 24),
+    ("MPI_Irecv", Some(3), Kind::Comm, 40.0, 24),
+    ("MPI_Waitall", Some(3), Kind::Comm, 250.0, 6),
+    ("riemann", Some(2), Kind::Compute, 2200.0, 3),
+    ("eos", Some(2), Kind::Compute, 900.0, 6),
+    ("update_solution", Some(2), Kind::Compute, 700.0, 3),
+    ("timestep", Some(0), Kind::Compute, 150.0, 1),
+    ("MPI_Bcast", Some(0), Kind::Comm, 30.0, 2),
+    ("amr_refine", Some(0), Kind::Compute, 400.0, 1),
+    ("MPI_Alltoall", Some(12), Kind::Comm, 120.0, 1),
+    ("MPI_Allgather", Some(12), Kind::Comm, 60.0, 1),
+    ("flux_correct", Some(2), Kind::Compute, 350.0, 3),
+    ("MPI_Barrier", Some(0), Kind::Comm, 80.0, 1),
+    ("MPI_Reduce", Some(0), Kind::Comm, 35.0, 1),
+    ("gravity_solve", Some(0), Kind::Compute, 1200.0, 1),
+    ("io_write_stats", Some(0), Kind::Compute, 90.0, 1),
+];
+
+fn flash_plan(events: u32, names: &mut Names) -> Vec<Slot> {
+    (0..events as usize)
+        .map(|i| match FLASH.get(i) {
+            Some(&(name, parent, kind, base, calls)) => names.slot(name, kind, base, calls, parent),
+            None => {
+                let name = format!("compute_{}", i - FLASH.len());
+                let base = filler_base_us(event_id(&name));
+                names.slot(&name, Kind::Compute, base, 1, Some(0))
+            }
+        })
+        .collect()
+}
+
+/// NAMD's entry methods: name, base time, calls per round, share of the work that follows the overload.
+const NAMD: [(&str, f64, u64, f64); 18] = [
+    ("ComputeNonbonded::doWork", 6000.0, 24, 1.0),
+    ("ComputePme::ungridForces", 400.0, 2, 0.3),
+    ("Sequencer::integrate", 300.0, 1, 0.3),
+    ("PatchMgr::sendMigrationMsgs", 50.0, 1, 0.3),
+    ("ProxyPatch::receiveData", 200.0, 16, 0.3),
+    ("WorkDistrib::enqueueWork", 150.0, 24, 0.3),
+    ("ComputeHomeTuples::doWork", 800.0, 4, 1.0),
+    ("HomePatch::positionsReady", 250.0, 2, 0.3),
+    ("ProxyMgr::recvProxyData", 120.0, 8, 0.3),
+    ("ProxyMgr::recvResults", 150.0, 8, 0.3),
+    ("HomePatch::receiveResults", 180.0, 8, 0.3),
+    ("ComputePmeMgr::gridCalc2", 350.0, 1, 0.3),
+    ("PmeZPencil::fft", 200.0, 1, 0.0),
+    ("PmeYPencil::fft", 200.0, 1, 0.0),
+    ("PmeXPencil::fft", 200.0, 1, 0.0),
+    ("CollectionMgr::submitPositions", 40.0, 1, 0.0),
+    ("ReductionMgr::remoteSubmit", 20.0, 2, 0.0),
+    ("LdbCoordinator::nodeDone", 10.0, 1, 0.0),
+];
+
+fn namd_plan(events: u32, names: &mut Names) -> Vec<Slot> {
+    let mut plan: Vec<Slot> = (0..events as usize)
+        .map(|i| match NAMD.get(i) {
+            Some(&(name, base, calls, load)) => names.slot(name, Kind::Entry { load }, base, calls, None),
+            None => {
+                let name = format!("compute_{}", i - NAMD.len());
+                let base = filler_base_us(event_id(&name));
+                names.slot(&name, Kind::Entry { load: 0.5 }, base, 1, None)
+            }
+        })
+        .collect();
+    plan.push(names.slot("Idle", Kind::Idle, 0.0, 1, None));
+    plan
+}
+
+const UINTAH_PATCH0_US: f64 = 4000.0;
+const UINTAH_PATCH1_US: f64 = 300.0;
+const UINTAH_REGRID_US: f64 = 200.0;
+const UINTAH_REGRID_PATCH_US: f64 = 150.0;
+const UINTAH_L1_PATCHES: usize = 16;
+const UINTAH_LARGE_L1_PATCHES: u32 = 8;
+/// Optional MPI calls; rank % 13 picks a distinct subset, hence 13 `MPI_` classes.
+const UINTAH_OPTIONAL_MPI: [(&str, f64, u64); 4] = [
+    ("MPI_Reduce", 25.0, 1),
+    ("MPI_Bcast", 20.0, 1),
+    ("MPI_Wait", 40.0, 4),
+    ("MPI_Iprobe", 10.0, 8),
+];
+
+/// The compute time of the busiest uintah rank at workload 1: everyone else waits for it in MPI_Waitall.
+fn uintah_envelope_us() -> f64 {
+    let large = UINTAH_PATCH0_US + f64::from(UINTAH_LARGE_L1_PATCHES) * UINTAH_PATCH1_US;
+    let regrid = UINTAH_REGRID_US + UINTAH_L1_PATCHES as f64 * UINTAH_REGRID_PATCH_US;
+    large.max(regrid) * SPEED_MAX
+}
+
+fn uintah_plan(rank: u32, total: u32, names: &mut Names) -> Vec<Slot> {
+    let mut plan = vec![
+        names.slot("Scheduler::execute", Kind::Root, 300.0, 1, None),
+        names.slot("MPI_Allreduce", Kind::Comm, 30.0, 2, Some(0)),
+        names.slot("MPI_Isend", Kind::Comm, 80.0, 40, Some(0)),
+        names.slot("MPI_Irecv", Kind::Comm, 60.0, 40, Some(0)),
+        names.slot("MPI_Waitall", Kind::Wait { spike: false }, 50.0, 4, Some(0)),
+    ];
+    let mask = rank % 13;
+    for (bit, &(name, base, calls)) in UINTAH_OPTIONAL_MPI.iter().enumerate() {
+        if mask & (1 << bit) != 0 {
+            plan.push(names.slot(name, Kind::Comm, base, calls, Some(0)));
+        }
+    }
+    if rank == 0 {
+        let regrid = plan.len();
+        plan.push(names.slot("Regrid", Kind::Compute, UINTAH_REGRID_US, 1, Some(0)));
+        for i in 0..UINTAH_L1_PATCHES {
+            let name = format!("Patch 1 -> {i}");
+            plan.push(names.slot(&name, Kind::Compute, UINTAH_REGRID_PATCH_US, 1, Some(regrid)));
+        }
+    } else {
+        let name = format!("Patch 0 -> {rank}");
+        plan.push(names.slot(&name, Kind::Compute, UINTAH_PATCH0_US, 12, Some(0)));
+        if rank <= UINTAH_LARGE_L1_PATCHES && rank < total {
+            for i in 0..UINTAH_LARGE_L1_PATCHES {
+                let name = format!("Patch 1 -> {i}");
+                plan.push(names.slot(&name, Kind::Compute, UINTAH_PATCH1_US, 3, Some(0)));
+            }
+        }
+    }
+    plan
+}
+
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// splitmix64 seeded from a hashed key, so a value depends on its key alone and not on what was drawn
+/// before it.
+#[derive(Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn keyed(key: &[u64]) -> SplitMix64 {
+        SplitMix64(key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN)))
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(GOLDEN);
+        mix64(self.0)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+    fn cfg(scenario: Scenario, rank_offset: u32, ranks: u32, total_ranks: u32) -> SimConfig {
+        SimConfig {
+            scenario,
+            ranks,
+            events: 20,
+            rank_offset,
+            total_ranks,
+            seed: 42,
+            app: "app".into(),
+        }
+    }
+
+    fn run(cfg: SimConfig, rounds: u64) -> Vec<Vec<RankProfile>> {
+        let mut sim = Simulator::new(cfg);
+        (0..rounds).map(|r| sim.round(r)).collect()
+    }
+
+    fn named<'a>(sim: &Simulator, p: &'a RankProfile, name: &str) -> &'a EventSample {
+        let id = event_id(name);
+        assert!(sim.names().iter().any(|(i, n)| *i == id && n == name));
+        p.events.iter().find(|e| e.event_id == id).unwrap()
+    }
+
+    #[test]
+    fn same_config_gives_same_profiles() {
+        for sc in Scenario::ALL {
+            assert_eq!(run(cfg(sc, 0, 8, 0), 5), run(cfg(sc, 0, 8, 0), 5));
+            let other = SimConfig {
+                seed: 43,
+                ..cfg(sc, 0, 8, 0)
+            };
+            assert_ne!(run(cfg(sc, 0, 8, 0), 5), run(other, 5));
+        }
+    }
+
+    #[test]
+    fn a_rank_does_not_depend_on_the_other_ranks_simulated() {
+        for sc in Scenario::ALL {
+            let all = run(cfg(sc, 0, 16, 16), 6);
+            // total_ranks 0 stands for rank_offset + ranks = 16.
+            let upper = run(cfg(sc, 8, 8, 0), 6);
+            for (a, u) in all.iter().zip(&upper) {
+                assert_eq!(&a[8..], &u[..], "{sc}");
+            }
+        }
+    }
+
+    #[test]
+    fn skipped_rounds_are_accumulated_and_rewinding_restarts() {
+        for sc in Scenario::ALL {
+            let seq = run(cfg(sc, 0, 4, 16), 6);
+            let mut sim = Simulator::new(cfg(sc, 0, 4, 16));
+            sim.round(2);
+            assert_eq!(sim.round(5), seq[5]);
+            assert_eq!(sim.round(3), seq[3]);
+            assert_eq!(sim.round(3), seq[3]);
+        }
+    }
+
+    #[test]
+    fn totals_are_the_sum_of_per_round_values() {
+        for sc in Scenario::ALL {
+            let rounds = run(cfg(sc, 3, 5, 20), 30);
+            let mut sums: HashMap<(u32, u64), (u64, u64, f64, f64)> = HashMap::new();
+            let mut counters: HashMap<(u32, u64), f64> = HashMap::new();
+            for profiles in &rounds {
+                for p in profiles {
+                    for e in &p.events {
+                        let s = sums.entry((p.rank, e.event_id)).or_default();
+                        *s = (s.0 + e.calls, s.1 + e.subrs, s.2 + e.incl_us, s.3 + e.excl_us);
+                        assert_eq!(
+                            *s,
+                            (e.calls_total, e.subrs_total, e.incl_total_us, e.excl_total_us)
+                        );
+                    }
+                    for c in &p.counters {
+                        let s = counters.entry((p.rank, c.counter_id)).or_default();
+                        *s += c.value;
+                        assert_eq!(*s, c.total);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_sane_and_nest() {
+        for sc in Scenario::ALL {
+            let sim = Simulator::new(cfg(sc, 0, 16, 64));
+            let mut sim2 = Simulator::new(cfg(sc, 0, 16, 64));
+            for round in 0..120 {
+                for (st, p) in sim.ranks.iter().zip(sim2.round(round)) {
+                    assert_eq!(
+                        (p.app.as_str(), p.rank, p.round, p.dump_unix_ns),
+                        ("app", st.rank, round, 0)
+                    );
+                    let plan = &sim.plans[st.plan];
+                    assert_eq!(plan.len(), p.events.len());
+                    for (j, e) in p.events.iter().enumerate() {
+                        assert!(e.calls >= 1, "{sc} {e:?}");
+                        assert!(e.excl_us.is_finite() && e.incl_us.is_finite() && e.excl_us >= 0.0);
+                        assert!(
+                            e.excl_us <= e.incl_us && e.excl_total_us <= e.incl_total_us,
+                            "{sc} {e:?}"
+                        );
+                        let children: Vec<_> =
+                            (0..plan.len()).filter(|&c| plan[c].parent == Some(j)).collect();
+                        let incl: f64 = children.iter().map(|&c| p.events[c].incl_us).sum();
+                        let calls: u64 = children.iter().map(|&c| p.events[c].calls).sum();
+                        assert!(e.incl_us >= incl * (1.0 - 1e-12), "{sc} {e:?}");
+                        assert_eq!(e.subrs, calls);
+                    }
+                    for c in &p.counters {
+                        assert!(c.value.is_finite() && c.value >= 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn flash_allreduce_spikes_at_round_100_only() {
+        let sim = Simulator::new(cfg(Scenario::Flash, 0, 64, 64));
+        let rounds = run(cfg(Scenario::Flash, 0, 64, 64), 160);
+        let allreduce =
+            |round: usize, rank: usize| named(&sim, &rounds[round][rank], "MPI_Allreduce").incl_us;
+        for rank in 0..64 {
+            let spike = allreduce(100, rank);
+            assert!(spike >= 5.0 * allreduce(99, rank) && spike >= 5.0 * allreduce(101, rank));
+            let quiet: Vec<f64> = (0..160)
+                .filter(|&r| r != 100)
+                .map(|r| allreduce(r, rank))
+                .collect();
+            let min = quiet.iter().copied().fold(f64::INFINITY, f64::min);
+            assert!(quiet.iter().all(|&v| v < 2.5 * min), "rank {rank}");
+        }
+        // The baseline is spread over the ranks, not one value with a little noise.
+        let at50: Vec<f64> = (0..64).map(|rank| allreduce(50, rank)).collect();
+        let (lo, hi) = at50
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let bins: BTreeSet<u32> = at50
+            .iter()
+            .map(|v| ((v - lo) / (hi - lo) * 9.999) as u32)
+            .collect();
+        assert!(hi > 2.0 * lo && bins.len() >= 4, "{at50:?}");
+        assert!(
+            rounds[0][0]
+                .counters
+                .iter()
+                .any(|c| c.counter_id == event_id("bytes_sent") && c.value > 0.0)
+        );
+    }
+
+    #[test]
+    fn events_sets_the_count() {
+        for (sc, events, want) in [
+            (Scenario::Flash, 5, 5),
+            (Scenario::Flash, 27, 27),
+            (Scenario::Flash, 0, 0),
+            (Scenario::Namd, 3, 4),
+        ] {
+            let mut sim = Simulator::new(SimConfig {
+                events,
+                ..cfg(sc, 0, 2, 2)
+            });
+            assert!(
+                sim.round(0).iter().all(|p| p.events.len() == want),
+                "{sc} {events}"
+            );
+        }
+        let mut sim = Simulator::new(SimConfig {
+            events: 27,
+            ..cfg(Scenario::Flash, 0, 1, 1)
+        });
+        let p = &sim.round(0)[0];
+        assert_eq!(p.events[0].event_id, event_id("main_loop"));
+        assert_eq!(p.events[26].event_id, event_id("compute_6"));
+        let mut sim = Simulator::new(SimConfig {
+            events: 3,
+            ..cfg(Scenario::Flash, 0, 1, 1)
+        });
+        assert_eq!(sim.round(0)[0].events[1].event_id, event_id("MPI_Allreduce"));
+    }
+
+    /// Groups ranks by the sorted names they report that pass `keep`.
+    fn classes(sc: Scenario, n: u32, round: u64, keep: impl Fn(&str) -> bool) -> Vec<Vec<u32>> {
+        let mut sim = Simulator::new(cfg(sc, 0, n, n));
+        let names: HashMap<u64, String> = sim.names().into_iter().collect();
+        let profiles = sim.round(round);
+        let mut groups: BTreeMap<Vec<&str>, Vec<u32>> = BTreeMap::new();
+        for p in &profiles {
+            let mut key: Vec<&str> = p
+                .events
+                .iter()
+                .map(|e| names[&e.event_id].as_str())
+                .filter(|n| keep(n))
+                .collect();
+            key.sort_unstable();
+            groups.entry(key).or_default().push(p.rank);
+        }
+        let mut out: Vec<Vec<u32>> = groups.into_values().collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn uintah_level1_patches_give_three_classes() {
+        for n in [64, 16] {
+            for round in [0, 7] {
+                let got = classes(Scenario::Uintah, n, round, |s| s.starts_with("Patch 1 -> "));
+                assert_eq!(got, vec![vec![0], (1..=8).collect(), (9..n).collect()], "n={n}");
+            }
+        }
+        let got = classes(Scenario::Uintah, 5, 0, |s| s.starts_with("Patch 1 -> "));
+        assert_eq!(got, vec![vec![0], vec![1, 2, 3, 4]]);
+    }
+
+    #[test]
+    fn uintah_mpi_and_default_classes() {
+        assert_eq!(
+            classes(Scenario::Uintah, 64, 3, |s| s.starts_with("MPI_")).len(),
+            13
+        );
+        assert_eq!(classes(Scenario::Uintah, 64, 3, |_| true).len(), 64);
+        assert_eq!(classes(Scenario::Flash, 64, 3, |_| true).len(), 1);
+    }
+
+    #[test]
+    fn names_cover_every_reported_id() {
+        for sc in Scenario::ALL {
+            for (offset, ranks) in [(0, 16), (9, 3)] {
+                let mut sim = Simulator::new(SimConfig {
+                    events: 25,
+                    ..cfg(sc, offset, ranks, 64)
+                });
+                let names = sim.names();
+                let ids: HashSet<u64> = names.iter().map(|(id, _)| *id).collect();
+                assert_eq!(ids.len(), names.len(), "{sc}: duplicate ids");
+                assert!(names.iter().all(|(id, n)| *id == event_id(n)));
+                let mut used = HashSet::new();
+                for round in 0..3 {
+                    for p in sim.round(round) {
+                        used.extend(p.events.iter().map(|e| e.event_id));
+                        used.extend(p.counters.iter().map(|c| c.counter_id));
+                    }
+                }
+                assert!(used.is_subset(&ids), "{sc}");
+                // names() holds only what these ranks report.
+                assert_eq!(used, ids, "{sc}");
+            }
+        }
+    }
+
+    #[test]
+    fn namd_idle_balances_busy() {
+        let sim = Simulator::new(cfg(Scenario::Namd, 0, 64, 64));
+        let idle_id = event_id("Idle");
+        for (round, profiles) in run(cfg(Scenario::Namd, 0, 64, 64), 20).iter().enumerate() {
+            let split: Vec<(f64, f64)> = profiles
+                .iter()
+                .map(|p| {
+                    let idle = named(&sim, p, "Idle").excl_us;
+                    let busy: f64 = p
+                        .events
+                        .iter()
+                        .filter(|e| e.event_id != idle_id)
+                        .map(|e| e.excl_us)
+                        .sum();
+                    (busy, idle)
+                })
+                .collect();
+            let spread = |v: Vec<f64>| {
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                hi / v.iter().copied().fold(f64::INFINITY, f64::min)
+            };
+            assert!(
+                spread(split.iter().map(|(b, _)| *b).collect()) > 1.2,
+                "round {round}: no overload"
+            );
+            assert!(
+                spread(split.iter().map(|(b, i)| b + i).collect()) < 1.01,
+                "round {round}"
+            );
+            let busiest = (0..64)
+                .max_by(|&a, &b| split[a].0.total_cmp(&split[b].0))
+                .unwrap();
+            let least_idle = (0..64)
+                .min_by(|&a, &b| split[a].1.total_cmp(&split[b].1))
+                .unwrap();
+            assert_eq!(busiest, least_idle);
+        }
+    }
+
+    #[test]
+    fn scenario_names_round_trip() {
+        for sc in Scenario::ALL {
+            assert_eq!(sc.to_string().parse::<Scenario>(), Ok(sc));
+        }
+        assert_eq!("NAMD".parse::<Scenario>(), Ok(Scenario::Namd));
+        let err = "enzo".parse::<Scenario>().unwrap_err().to_string();
+        assert!(
+            ["enzo", "flash", "uintah", "namd"]
+                .iter()
+                .all(|n| err.contains(n)),
+            "{err}"
+        );
+    }
+}

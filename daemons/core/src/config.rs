@@ -1,0 +1,222 @@
+//! Layered configuration: built-in defaults, a TOML file, `CANOPY_<ROLE>_*` environment variables, then flags.
+//!
+//! Each daemon reads its own table of the file (`[agent]`, `[relay]`, `[frontend]`), so one file can serve a
+//! whole site. A bad value is reported with the key as written in its source and the source itself, and the
+//! daemon exits with [`EXIT_CONFIG`].
+
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The exit code for a configuration error (EX_USAGE).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// A configuration value that cannot be used, with where it came from.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("bad config value for `{key}` (from {source_name}): {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub source_name: String,
+    pub message: String,
+}
+
+/// Implemented by each daemon's configuration: what the types alone cannot check.
+pub trait CheckConfig {
+    /// Returns the offending key (as a field path, `a.b`) and what is wrong with it.
+    fn check(&self) -> Result<(), (String, String)>;
+}
+
+/// Command-line flags as a figment provider, so errors name them as flags.
+struct Flags<'a, T: Serialize>(&'a T);
+
+impl<T: Serialize> Provider for Flags<'_, T> {
+    fn metadata(&self) -> Metadata {
+        Metadata::named("command-line flags")
+            .interpolater(|_, path| format!("--{}", path.join(".").replace('_', "-")))
+    }
+
+    fn data(&self) -> figment::Result<Map<Profile, Dict>> {
+        Serialized::defaults(self.0).data()
+    }
+}
+
+/// Loads a role's configuration. `flags` holds only the values given on the command line (`None` fields are
+/// skipped when serialized).
+pub fn load<T, F>(role: &str, file: Option<&Path>, flags: &F) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default + CheckConfig,
+    F: Serialize,
+{
+    let figment = layers::<T, F>(role, file, flags)?;
+    let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
+    config.check().map_err(|(key, message)| {
+        let source_name = describe(figment.find_metadata(&key), role, &key);
+        ConfigError { key: qualify(role, figment.find_metadata(&key), &key), source_name, message }
+    })?;
+    Ok(config)
+}
+
+fn layers<T: Serialize + Default, F: Serialize>(
+    role: &str,
+    file: Option<&Path>,
+    flags: &F,
+) -> Result<Figment, ConfigError> {
+    let mut figment = Figment::from(Serialized::defaults(T::default()));
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigError {
+                key: "config".into(),
+                source_name: "command-line flags".into(),
+                message: format!("no such file: {}", path.display()),
+            });
+        }
+        let file = Figment::from(Toml::file_exact(path));
+        // A file with a syntax error fails here, before the role's table is read.
+        if let Err(e) = file.extract::<figment::value::Value>() {
+            return Err(ConfigError {
+                key: e.path.join("."),
+                source_name: format!("TOML file {}", path.display()),
+                message: e.kind.to_string(),
+            });
+        }
+        figment = figment.merge(file.focus(role));
+    }
+    let prefix = format!("CANOPY_{}_", role.to_uppercase());
+    Ok(figment.merge(Env::prefixed(&prefix)).merge(Flags(flags)))
+}
+
+fn from_figment(role: &str, figment: &Figment, err: figment::Error) -> ConfigError {
+    let key = err.path.join(".");
+    let md = err.metadata.as_ref().or_else(|| figment.find_metadata(&key));
+    ConfigError { key: qualify(role, md, &key), source_name: describe(md, role, &key), message: err.kind.to_string() }
+}
+
+/// Keys from the file are named with their table (`agent.simulate_ranks`), from the environment by variable.
+fn qualify(role: &str, md: Option<&Metadata>, key: &str) -> String {
+    match md {
+        Some(md) if md.name.contains("environment") || md.name.contains("flags") => {
+            md.interpolate(&Profile::Default, &key.split('.').collect::<Vec<_>>())
+        }
+        _ => format!("{role}.{key}"),
+    }
+}
+
+fn describe(md: Option<&Metadata>, role: &str, key: &str) -> String {
+    let Some(md) = md else { return "defaults".into() };
+    if let Some(figment::Source::File(path)) = &md.source {
+        return format!("TOML file {}", path.display());
+    }
+    if md.name.contains("environment") {
+        let var = format!("CANOPY_{}_{}", role.to_uppercase(), key.replace('.', "_").to_uppercase());
+        return format!("environment variable {var}");
+    }
+    if md.name == "Serialized" {
+        return "defaults".into();
+    }
+    md.name.to_string()
+}
+
+/// The log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Parses `host:port` (or `[v6]:port`), naming the key on failure.
+pub fn check_addr(key: &str, value: &str) -> Result<(), (String, String)> {
+    value
+        .parse::<std::net::SocketAddr>()
+        .map(|_| ())
+        .map_err(|_| (key.to_string(), format!("{value:?} is not an address of the form host:port (127.0.0.1:7400)")))
+}
+
+/// Checks an address that may name a host (`node1:7400`) rather than an IP.
+pub fn check_host_port(key: &str, value: &str) -> Result<(), (String, String)> {
+    let ok = value.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if ok { Ok(()) } else { Err((key.to_string(), format!("{value:?} is not of the form host:port"))) }
+}
+
+/// Where a daemon writes its bound address once it is ready, for launchers that start it on port 0.
+pub fn write_ready_file(path: Option<&PathBuf>, contents: &str) -> std::io::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields, default)]
+    struct Demo {
+        ranks: u32,
+        parent: String,
+    }
+
+    impl CheckConfig for Demo {
+        fn check(&self) -> Result<(), (String, String)> {
+            if self.ranks > 1000 {
+                return Err(("ranks".into(), "at most 1000".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[derive(Serialize, Default)]
+    struct DemoFlags {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ranks: Option<u32>,
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn layers_apply_in_order_and_flags_win() {
+        let f = file("[demo]\nranks = 4\nparent = \"a:1\"\n[other]\nranks = \"x\"\n");
+        let c: Demo = load("demo", Some(f.path()), &DemoFlags::default()).unwrap();
+        assert_eq!(c, Demo { ranks: 4, parent: "a:1".into() });
+        let c: Demo = load("demo", Some(f.path()), &DemoFlags { ranks: Some(9) }).unwrap();
+        assert_eq!(c.ranks, 9);
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_key_and_the_file() {
+        let f = file("[demo]\nranks = \"many\"\n");
+        let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
+        assert_eq!(e.key, "demo.ranks");
+        assert_eq!(e.source_name, format!("TOML file {}", f.path().display()));
+        assert!(e.message.contains("expected u32"), "{e}");
+    }
+
+    #[test]
+    fn a_failed_check_names_the_flag() {
+        let e = load::<Demo, _>("demo", None, &DemoFlags { ranks: Some(5000) }).unwrap_err();
+        assert_eq!(e.to_string(), "bad config value for `--ranks` (from command-line flags): at most 1000");
+    }
+
+    #[test]
+    fn unknown_keys_and_syntax_errors_are_reported() {
+        let f = file("[demo]\nrank = 3\n");
+        let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+        let f = file("[demo\nranks = 3\n");
+        let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
+        assert!(e.source_name.starts_with("TOML file"), "{e}");
+        let e = load::<Demo, _>("demo", Some(Path::new("/nonexistent/c.toml")), &DemoFlags::default());
+        assert!(e.unwrap_err().message.contains("no such file"));
+    }
+}

@@ -1,0 +1,553 @@
+//! The round engine: groups packets by (stream, round, phase) and decides when each group closes.
+//!
+//! It is synchronous and clock-agnostic (the caller passes `now`), so the coverage rules can be property-tested
+//! without a runtime. A group closes when every live source has delivered (wait-for-all), when its time-out
+//! expires, or at once (don't-wait). Every expected rank of a closed group is either covered or counted under
+//! exactly one missing reason.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use canopy_proto::v1::{Coverage, Missing, MissingReason, SyncMode};
+
+/// Identifies a source of packets: a child node, or a rank at the leaf agent.
+pub type SourceId = String;
+
+/// The key of one group of packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    pub stream: u32,
+    pub round: u64,
+    pub phase: u32,
+}
+
+/// How a stream synchronizes its rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSync {
+    pub mode: SyncMode,
+    pub timeout: Duration,
+}
+
+/// Where a source stands; decides the reason its absent ranks are counted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    Live,
+    Lost,
+    Finished,
+}
+
+#[derive(Debug, Clone)]
+struct Source {
+    ranks_below: u32,
+    state: SourceState,
+}
+
+/// One arrived packet.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub source: SourceId,
+    pub coverage: Coverage,
+    pub payload: Vec<u8>,
+    pub first_dump_unix_ns: u64,
+}
+
+#[derive(Debug)]
+struct OpenGroup {
+    arrived: Vec<Arrival>,
+    from: HashSet<SourceId>,
+    /// How many of the arrivals come from sources that are live now; compared with the live count so
+    /// completion is checked in constant time per packet.
+    live_arrived: usize,
+    deadline: Instant,
+}
+
+/// A group that closed: its inputs, in arrival order, and the merged coverage.
+#[derive(Debug)]
+pub struct Closed {
+    pub key: GroupKey,
+    pub inputs: Vec<Arrival>,
+    pub coverage: Coverage,
+    pub first_dump_unix_ns: u64,
+    /// True when some live source had not delivered (closed by time-out or by a drain).
+    pub partial: bool,
+}
+
+/// What became of an accepted packet.
+#[derive(Debug)]
+pub enum Accepted {
+    /// Waiting for more sources.
+    Pending,
+    /// The packet completed its group (or the stream does not wait).
+    Closed(Closed),
+    /// The group had closed already: the packet is handed back so the caller can forward or record it.
+    Late(Arrival),
+}
+
+/// Engine errors: a packet the engine cannot place.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EngineError {
+    #[error("packet from unknown source {0}")]
+    UnknownSource(String),
+    #[error("packet for stream {0}, which is not open")]
+    UnknownStream(u32),
+    #[error("source {source_id} sent round {round} phase {phase} of stream {stream} twice")]
+    Duplicate { source_id: String, stream: u32, round: u64, phase: u32 },
+}
+
+/// How many closed rounds per (stream, phase) are remembered exactly to tell late packets from new ones.
+const CLOSED_MEMORY: usize = 4096;
+
+#[derive(Debug, Default)]
+struct ClosedRounds {
+    exact: BTreeSet<u64>,
+    /// Every round below this is treated as closed.
+    horizon: u64,
+}
+
+impl ClosedRounds {
+    fn contains(&self, round: u64) -> bool {
+        round < self.horizon || self.exact.contains(&round)
+    }
+
+    fn insert(&mut self, round: u64) {
+        self.exact.insert(round);
+        while self.exact.len() > CLOSED_MEMORY {
+            if let Some(r) = self.exact.pop_first() {
+                self.horizon = self.horizon.max(r + 1);
+            }
+        }
+    }
+}
+
+/// Counters the node reports in its status.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EngineStats {
+    pub closed: u64,
+    pub partial: u64,
+    pub late_packets: u64,
+    pub late_ranks: u64,
+}
+
+/// The round engine of one node.
+#[derive(Debug, Default)]
+pub struct RoundEngine {
+    sources: BTreeMap<SourceId, Source>,
+    streams: HashMap<u32, StreamSync>,
+    open: BTreeMap<GroupKey, OpenGroup>,
+    closed: HashMap<(u32, u32), ClosedRounds>,
+    stats: EngineStats,
+    live: usize,
+}
+
+impl RoundEngine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// Adds a source, or revives one that was lost or finished (a restarted child re-attaches under its id).
+    pub fn add_source(&mut self, id: &str, ranks_below: u32) {
+        self.sources.insert(id.to_string(), Source { ranks_below, state: SourceState::Live });
+        self.recount();
+    }
+
+    pub fn set_ranks_below(&mut self, id: &str, ranks_below: u32) {
+        if let Some(s) = self.sources.get_mut(id) {
+            s.ranks_below = ranks_below;
+        }
+    }
+
+    pub fn source_state(&self, id: &str) -> Option<SourceState> {
+        self.sources.get(id).map(|s| s.state)
+    }
+
+    /// Ranks served below this node, live or not: the `expected` of every round.
+    pub fn ranks_expected(&self) -> u32 {
+        self.sources.values().map(|s| s.ranks_below).sum()
+    }
+
+    pub fn live_sources(&self) -> usize {
+        self.live
+    }
+
+    /// Recomputes the live counts after a source changed state (rare: attach, loss, finish).
+    fn recount(&mut self) {
+        self.live = self.sources.values().filter(|s| s.state == SourceState::Live).count();
+        for g in self.open.values_mut() {
+            g.live_arrived = g.from.iter().filter(|id| self.sources[*id].state == SourceState::Live).count();
+        }
+    }
+
+    pub fn has_sources(&self) -> bool {
+        !self.sources.is_empty()
+    }
+
+    /// Marks a source lost or finished; groups that were waiting only for it close now.
+    pub fn set_source_state(&mut self, id: &str, state: SourceState) -> Vec<Closed> {
+        if let Some(s) = self.sources.get_mut(id) {
+            s.state = state;
+        }
+        self.recount();
+        let ready: Vec<GroupKey> =
+            self.open.iter().filter(|(_, g)| self.all_live_arrived(g)).map(|(k, _)| *k).collect();
+        ready.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    pub fn open_stream(&mut self, stream: u32, sync: StreamSync) {
+        self.streams.insert(stream, sync);
+    }
+
+    /// Closes a stream; its open groups are returned closed (partial where sources were missing).
+    pub fn close_stream(&mut self, stream: u32) -> Vec<Closed> {
+        let keys: Vec<GroupKey> = self.open.keys().filter(|k| k.stream == stream).copied().collect();
+        let out = keys.into_iter().map(|k| self.close(k)).collect();
+        self.streams.remove(&stream);
+        self.closed.retain(|(s, _), _| *s != stream);
+        out
+    }
+
+    pub fn has_open_groups(&self) -> bool {
+        !self.open.is_empty()
+    }
+
+    /// The lowest round still open, if any: the bottom of the window of rounds in flight.
+    pub fn lowest_open_round(&self) -> Option<u64> {
+        self.open.keys().map(|k| k.round).min()
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.open.values().map(|g| g.deadline).min()
+    }
+
+    /// Places one packet.
+    pub fn accept(&mut self, key: GroupKey, arrival: Arrival, now: Instant) -> Result<Accepted, EngineError> {
+        if !self.sources.contains_key(&arrival.source) {
+            return Err(EngineError::UnknownSource(arrival.source));
+        }
+        let sync = *self.streams.get(&key.stream).ok_or(EngineError::UnknownStream(key.stream))?;
+        if self.closed.get(&(key.stream, key.phase)).is_some_and(|c| c.contains(key.round)) {
+            self.stats.late_packets += 1;
+            self.stats.late_ranks += u64::from(arrival.coverage.covered);
+            return Ok(Accepted::Late(arrival));
+        }
+        if sync.mode == SyncMode::DontWait {
+            // Each arrival is its own group; the round is never marked closed, so later pieces are not late.
+            self.stats.closed += 1;
+            let coverage = arrival.coverage.clone();
+            let first = arrival.first_dump_unix_ns;
+            return Ok(Accepted::Closed(Closed {
+                key,
+                inputs: vec![arrival],
+                coverage,
+                first_dump_unix_ns: first,
+                partial: false,
+            }));
+        }
+        let group = self.open.entry(key).or_insert_with(|| OpenGroup {
+            arrived: Vec::new(),
+            from: HashSet::new(),
+            live_arrived: 0,
+            deadline: now + sync.timeout,
+        });
+        if group.from.contains(&arrival.source) {
+            return Err(EngineError::Duplicate {
+                source_id: arrival.source,
+                stream: key.stream,
+                round: key.round,
+                phase: key.phase,
+            });
+        }
+        if self.sources[&arrival.source].state == SourceState::Live {
+            group.live_arrived += 1;
+        }
+        group.from.insert(arrival.source.clone());
+        group.arrived.push(arrival);
+        let group = &self.open[&key];
+        if self.all_live_arrived(group) { Ok(Accepted::Closed(self.close(key))) } else { Ok(Accepted::Pending) }
+    }
+
+    /// Closes every group whose time-out has passed.
+    pub fn expire(&mut self, now: Instant) -> Vec<Closed> {
+        let due: Vec<GroupKey> = self.open.iter().filter(|(_, g)| g.deadline <= now).map(|(k, _)| *k).collect();
+        due.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    /// Closes every open group now, as a drain does.
+    pub fn close_all(&mut self) -> Vec<Closed> {
+        let keys: Vec<GroupKey> = self.open.keys().copied().collect();
+        keys.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    fn all_live_arrived(&self, group: &OpenGroup) -> bool {
+        group.live_arrived == self.live
+    }
+
+    fn close(&mut self, key: GroupKey) -> Closed {
+        let group = self.open.remove(&key).expect("closing a group that is open");
+        self.closed.entry((key.stream, key.phase)).or_default().insert(key.round);
+        let mut coverage = Coverage::default();
+        for a in &group.arrived {
+            add_coverage(&mut coverage, &a.coverage);
+        }
+        let mut partial = false;
+        for (id, s) in &self.sources {
+            if group.from.contains(id) {
+                continue;
+            }
+            let reason = match s.state {
+                SourceState::Live => {
+                    partial = true;
+                    MissingReason::Late
+                }
+                SourceState::Lost => MissingReason::Lost,
+                SourceState::Finished => MissingReason::Stopped,
+            };
+            coverage.expected += s.ranks_below;
+            add_missing(&mut coverage, reason, s.ranks_below);
+        }
+        self.stats.closed += 1;
+        if partial {
+            self.stats.partial += 1;
+        }
+        let first_dump_unix_ns =
+            group.arrived.iter().map(|a| a.first_dump_unix_ns).filter(|t| *t > 0).min().unwrap_or(0);
+        Closed { key, inputs: group.arrived, coverage, first_dump_unix_ns, partial }
+    }
+}
+
+/// Adds `other` into `into`: covered, expected and each reason.
+pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
+    into.covered += other.covered;
+    into.expected += other.expected;
+    for m in &other.missing {
+        add_missing(into, m.reason(), m.ranks);
+    }
+}
+
+/// Counts `ranks` more under `reason`, keeping one entry per reason.
+pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
+    if ranks == 0 {
+        return;
+    }
+    match cov.missing.iter_mut().find(|m| m.reason() == reason) {
+        Some(m) => m.ranks += ranks,
+        None => cov.missing.push(Missing { reason: reason as i32, ranks }),
+    }
+}
+
+/// Moves `ranks` covered ranks to `reason` (a payload the filter rejected).
+pub fn uncover(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
+    let ranks = ranks.min(cov.covered);
+    cov.covered -= ranks;
+    add_missing(cov, reason, ranks);
+}
+
+/// The invariant every coverage keeps.
+pub fn coverage_is_exact(cov: &Coverage) -> bool {
+    u64::from(cov.covered) + cov.missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>() == u64::from(cov.expected)
+}
+
+/// Ranks missing under `reason`.
+pub fn missing_for(cov: &Coverage, reason: MissingReason) -> u32 {
+    cov.missing.iter().filter(|m| m.reason() == reason).map(|m| m.ranks).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(n: u32) -> Coverage {
+        Coverage { covered: n, expected: n, missing: vec![] }
+    }
+
+    fn arrival(src: &str, n: u32) -> Arrival {
+        Arrival { source: src.into(), coverage: full(n), payload: vec![], first_dump_unix_ns: 0 }
+    }
+
+    fn engine(sources: &[(&str, u32)], mode: SyncMode) -> RoundEngine {
+        let mut e = RoundEngine::new();
+        for (s, n) in sources {
+            e.add_source(s, *n);
+        }
+        e.open_stream(1, StreamSync { mode, timeout: Duration::from_millis(100) });
+        e
+    }
+
+    const K: GroupKey = GroupKey { stream: 1, round: 0, phase: 0 };
+
+    #[test]
+    fn wait_for_all_closes_when_every_live_source_delivered() {
+        let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        assert!(matches!(e.accept(K, arrival("a", 16), now).unwrap(), Accepted::Pending));
+        let Accepted::Closed(c) = e.accept(K, arrival("b", 16), now).unwrap() else { panic!("not closed") };
+        assert_eq!(c.coverage, full(32));
+        assert!(!c.partial);
+        assert!(!e.has_open_groups());
+    }
+
+    #[test]
+    fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
+        let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        e.accept(K, arrival("a", 16), now).unwrap();
+        assert!(e.expire(now + Duration::from_millis(50)).is_empty());
+        let closed = e.expire(now + Duration::from_millis(100));
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].coverage.covered, 16);
+        assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 16);
+        assert!(closed[0].partial);
+        assert!(matches!(e.accept(K, arrival("b", 16), now).unwrap(), Accepted::Late(_)));
+        assert_eq!(e.stats().late_ranks, 16);
+    }
+
+    #[test]
+    fn a_lost_source_is_not_waited_for_and_its_ranks_count_as_lost() {
+        let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        e.accept(K, arrival("a", 16), now).unwrap();
+        let closed = e.set_source_state("b", SourceState::Lost);
+        assert_eq!(closed.len(), 1);
+        assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 16);
+        assert_eq!(closed[0].coverage.expected, 32);
+        let next = GroupKey { round: 1, ..K };
+        let Accepted::Closed(c) = e.accept(next, arrival("a", 16), now).unwrap() else { panic!() };
+        assert_eq!((c.coverage.covered, c.coverage.expected), (16, 32));
+    }
+
+    #[test]
+    fn duplicate_and_unknown_packets_are_errors() {
+        let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        e.accept(K, arrival("a", 1), now).unwrap();
+        assert!(matches!(e.accept(K, arrival("a", 1), now), Err(EngineError::Duplicate { .. })));
+        assert_eq!(e.accept(K, arrival("z", 1), now).unwrap_err(), EngineError::UnknownSource("z".into()));
+        let other = GroupKey { stream: 9, ..K };
+        assert_eq!(e.accept(other, arrival("a", 1), now).unwrap_err(), EngineError::UnknownStream(9));
+    }
+
+    #[test]
+    fn dont_wait_passes_each_packet_at_once() {
+        let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::DontWait);
+        let now = Instant::now();
+        assert!(matches!(e.accept(K, arrival("a", 4), now).unwrap(), Accepted::Closed(_)));
+        assert!(matches!(e.accept(K, arrival("b", 4), now).unwrap(), Accepted::Closed(_)));
+        assert!(!e.has_open_groups());
+    }
+
+    #[test]
+    fn uncover_moves_ranks_to_a_reason() {
+        let mut c = full(10);
+        uncover(&mut c, MissingReason::Malformed, 4);
+        assert_eq!(c.covered, 6);
+        assert_eq!(missing_for(&c, MissingReason::Malformed), 4);
+        assert!(coverage_is_exact(&c));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Fate {
+            OnTime,
+            Late,
+            Lost,
+            Finished,
+        }
+
+        fn fate() -> impl Strategy<Value = Fate> {
+            prop_oneof![4 => Just(Fate::OnTime), 1 => Just(Fate::Late), 1 => Just(Fate::Lost), 1 => Just(Fate::Finished)]
+        }
+
+        proptest! {
+            /// Any arrival order, any mix of late, lost and finished sources, sources that are themselves
+            /// partial: every closed round accounts for every expected rank exactly once, and the covered count
+            /// equals the ranks that arrived on time.
+            #[test]
+            fn coverage_sums_stay_exact(
+                sources in proptest::collection::vec((1u32..50, fate(), 0u32..5), 1..12),
+                rounds in 1u64..6,
+                order_seed in any::<u64>(),
+            ) {
+                let mut e = RoundEngine::new();
+                for (i, (n, _, _)) in sources.iter().enumerate() {
+                    e.add_source(&format!("s{i}"), *n);
+                }
+                e.open_stream(7, StreamSync { mode: SyncMode::WaitForAll, timeout: Duration::from_millis(10) });
+                let total: u32 = sources.iter().map(|(n, _, _)| n).sum();
+                let t0 = Instant::now();
+                let mut events: Vec<(u64, usize)> = Vec::new();
+                for r in 0..rounds {
+                    for i in 0..sources.len() {
+                        events.push((r, i));
+                    }
+                }
+                // A deterministic shuffle from the seed.
+                let mut x = order_seed | 1;
+                for i in (1..events.len()).rev() {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    events.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+                let mut closed = Vec::new();
+                let mut late_packets = Vec::new();
+                let mut on_time_expected = vec![0u32; rounds as usize];
+                for (i, (_, f, _)) in sources.iter().enumerate() {
+                    match f {
+                        Fate::Lost => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Lost)),
+                        Fate::Finished => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished)),
+                        _ => {}
+                    }
+                }
+                for (r, i) in &events {
+                    let (n, f, dropped) = &sources[*i];
+                    if !matches!(f, Fate::OnTime) {
+                        continue;
+                    }
+                    let covered = n - dropped.min(n);
+                    let mut cov = Coverage { covered, expected: *n, missing: vec![] };
+                    add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
+                    on_time_expected[*r as usize] += covered;
+                    let key = GroupKey { stream: 7, round: *r, phase: 0 };
+                    let a = Arrival { source: format!("s{i}"), coverage: cov, payload: vec![], first_dump_unix_ns: 0 };
+                    match e.accept(key, a, t0).unwrap() {
+                        Accepted::Closed(c) => closed.push(c),
+                        Accepted::Late(a) => late_packets.push(a),
+                        Accepted::Pending => {}
+                    }
+                }
+                closed.extend(e.expire(t0 + Duration::from_millis(10)));
+                // Late sources deliver after the time-out: once a round has opened, their packets come back late.
+                let some_on_time = sources.iter().any(|(_, f, _)| matches!(f, Fate::OnTime));
+                for r in (0..rounds).filter(|_| some_on_time) {
+                    for (i, (n, f, _)) in sources.iter().enumerate() {
+                        if matches!(f, Fate::Late) {
+                            let key = GroupKey { stream: 7, round: r, phase: 0 };
+                            let a = Arrival { source: format!("s{i}"), coverage: full(*n), payload: vec![], first_dump_unix_ns: 0 };
+                            let late = matches!(e.accept(key, a, t0).unwrap(), Accepted::Late(_));
+                            prop_assert!(late);
+                        }
+                    }
+                }
+                prop_assert!(late_packets.is_empty());
+                if some_on_time {
+                    prop_assert_eq!(closed.len() as u64, rounds);
+                }
+                for c in &closed {
+                    prop_assert!(coverage_is_exact(&c.coverage), "{:?}", c.coverage);
+                    prop_assert_eq!(c.coverage.expected, total);
+                    prop_assert_eq!(c.coverage.covered, on_time_expected[c.key.round as usize]);
+                    let lost: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Lost)).map(|s| s.0).sum();
+                    let late: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Late)).map(|s| s.0).sum();
+                    let fin: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Finished)).map(|s| s.0).sum();
+                    prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
+                    prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
+                    prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);
+                }
+            }
+        }
+    }
+}

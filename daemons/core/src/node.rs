@@ -1,0 +1,899 @@
+//! The node runtime: one task per daemon that owns the round engine, the stream filters, the children and the
+//! way up, and reacts to every input in order (so no locks guard the tree state).
+//!
+//! The same runtime serves all three roles: the leaf agent (sources are its ranks), relays (sources are
+//! children), and the front-end (sources are children, and results go to the store instead of a parent).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use canopy_proto::v1::{
+    Control, Coverage, DownMessage, Envelope, EventName, Fin, Hello, MissingReason, NameDictionary, NodeEvent,
+    NodeKind, NodeState, NodeStatus, OpenStream, Start, StreamError, StreamSpec, SyncMode, control, down_message,
+    up_message,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::{Accepted, Arrival, Closed, GroupKey, RoundEngine, SourceState, StreamSync, uncover};
+use crate::filter::{Filter, FilterFactory, Level, Output};
+use crate::transport::{ChildSender, Refused};
+
+/// Everything a node reacts to.
+#[derive(Debug)]
+pub enum Input {
+    ChildAttached { conn: u64, hello: Hello, peer: String, tx: ChildSender },
+    ChildMessage { conn: u64, id: String, msg: up_message::Msg },
+    ChildGone { conn: u64, id: String, reason: String },
+    ParentAttached,
+    ParentLost(String),
+    ParentMessage(down_message::Msg),
+    Refused(Refused),
+    /// The leaf's ranks dumped a round: (rank, encoded one-profile `ProfileBatch`) each.
+    LocalRound { round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)> },
+    /// The leaf's ranks will dump no more rounds.
+    LocalFinished,
+    /// At the root: open a stream on the whole tree.
+    OpenStream(StreamSpec),
+}
+
+/// One result at the root.
+#[derive(Debug, Clone)]
+pub struct RoundResult {
+    pub stream: StreamSpec,
+    pub round: u64,
+    pub phase: u32,
+    pub coverage: Coverage,
+    pub first_dump_unix_ns: u64,
+    pub payload: Vec<u8>,
+    pub late: bool,
+}
+
+/// The way up: a parent link, or the front-end's store at the root.
+pub trait Up: Send + 'static {
+    /// Sends one message toward the root (at the root: records it).
+    fn send(&mut self, msg: up_message::Msg) -> impl Future<Output = ()> + Send;
+    /// At the root: one finalized result.
+    fn result(&mut self, result: RoundResult) -> impl Future<Output = ()> + Send;
+    /// At the root: a stream changed state (`open`, `closed`, `failed`).
+    fn stream_state(&mut self, _spec: &StreamSpec, _state: &str, _failure: Option<&str>) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+    /// Waits until what was sent has left this node (before exiting).
+    fn flush(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// A parent link's queue as the way up.
+pub struct ParentUp {
+    pub tx: mpsc::Sender<canopy_proto::v1::UpMessage>,
+}
+
+impl Up for ParentUp {
+    async fn send(&mut self, msg: up_message::Msg) {
+        let _ = self.tx.send(canopy_proto::v1::UpMessage { msg: Some(msg) }).await;
+    }
+
+    async fn result(&mut self, result: RoundResult) {
+        tracing::error!(stream = result.stream.stream_id, round = result.round, "result produced below the root");
+    }
+
+    async fn flush(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.tx.capacity() < self.tx.max_capacity() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The link hands the last message to the transport; give it a moment on the wire.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The root's options.
+#[derive(Debug, Clone)]
+pub struct RootOptions {
+    /// Start collection once this many ranks are attached (0: at the first child).
+    pub expect_ranks: u32,
+    /// Streams to open at start.
+    pub streams: Vec<StreamSpec>,
+    /// Finish the node once every child has sent Fin (a run that ends with its application).
+    pub exit_on_fin: bool,
+    /// How long a drain waits for the tree before closing what is left.
+    pub drain_timeout: Duration,
+}
+
+/// How a node is set up.
+pub struct NodeConfig {
+    pub node_id: String,
+    pub kind: NodeKind,
+    pub filters: Arc<dyn FilterFactory>,
+    /// Rounds that may be open at once; packets beyond wait (back pressure).
+    pub max_rounds_in_flight: u64,
+    pub root: Option<RootOptions>,
+    /// The leaf's ranks: their numbers, the names they use, and where to send them control.
+    pub local: Option<LocalRanks>,
+    pub status_interval: Duration,
+}
+
+pub struct LocalRanks {
+    pub ranks: Vec<u32>,
+    pub names: Vec<(u64, String)>,
+    pub control: mpsc::Sender<control::Action>,
+}
+
+/// Why a node stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
+
+struct StreamRt {
+    spec: StreamSpec,
+    filter: Option<Box<dyn Filter>>,
+    failed: Option<String>,
+}
+
+struct Child {
+    conn: u64,
+    tx: Option<ChildSender>,
+    finished: bool,
+}
+
+/// Counters a node reports about itself.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NodeCounters {
+    pub malformed: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub streams_failed: u64,
+}
+
+/// Round coverage remembered for packets a downstream call emits upward (the histogram's last phase).
+const COVERAGE_MEMORY: usize = 4096;
+
+pub struct Node<U: Up> {
+    id: String,
+    kind: NodeKind,
+    level: Level,
+    filters: Arc<dyn FilterFactory>,
+    up: U,
+    engine: RoundEngine,
+    streams: BTreeMap<u32, StreamRt>,
+    children: HashMap<String, Child>,
+    inputs: mpsc::Receiver<Input>,
+    window: watch::Sender<u64>,
+    max_in_flight: u64,
+    highest_closed: Option<u64>,
+    hello: Option<watch::Sender<Hello>>,
+    names: HashMap<u64, String>,
+    subtree: BTreeMap<String, NodeEvent>,
+    last_control: Option<Control>,
+    coverage_memory: HashMap<(u32, u64), (Coverage, u64)>,
+    coverage_order: VecDeque<(u32, u64)>,
+    counters: NodeCounters,
+    fin_sent: bool,
+    local: Option<LocalRanks>,
+    root: Option<RootState>,
+    status_interval: Duration,
+    finish: bool,
+}
+
+struct RootState {
+    opts: RootOptions,
+    started: bool,
+    draining_until: Option<Instant>,
+    next_stream_id: u32,
+}
+
+/// The handles a daemon keeps to feed a node and to serve its children.
+pub struct NodeHandles {
+    pub inputs: mpsc::Sender<Input>,
+    pub window: watch::Receiver<u64>,
+    /// For a node with a parent: the Hello the link sends, kept current.
+    pub hello: watch::Receiver<Hello>,
+}
+
+/// Inputs queued before the node's task applies back pressure to the transport.
+const INPUT_QUEUE: usize = 4096;
+
+impl<U: Up> Node<U> {
+    /// Builds a node and the handles to feed it.
+    pub fn new(config: NodeConfig, up: U) -> (Self, NodeHandles) {
+        let (tx, rx) = mpsc::channel(INPUT_QUEUE);
+        let (window_tx, window_rx) = watch::channel(config.max_rounds_in_flight);
+        let level = if config.root.is_some() {
+            Level::Root
+        } else if config.local.is_some() {
+            Level::Leaf
+        } else {
+            Level::Relay
+        };
+        let mut engine = RoundEngine::new();
+        let mut names = HashMap::new();
+        if let Some(local) = &config.local {
+            for r in &local.ranks {
+                engine.add_source(&rank_source(*r), 1);
+            }
+            names.extend(local.names.iter().cloned());
+        }
+        let hello = Hello {
+            node_id: config.node_id.clone(),
+            kind: config.kind as i32,
+            ranks_below: engine.ranks_expected(),
+            protocol_version: canopy_proto::PROTOCOL_VERSION,
+            listen_addr: String::new(),
+            hostname: hostname(),
+        };
+        let (hello_tx, hello_rx) = watch::channel(hello);
+        let root = config.root.map(|opts| RootState { opts, started: false, draining_until: None, next_stream_id: 1 });
+        let node = Node {
+            id: config.node_id,
+            kind: config.kind,
+            level,
+            filters: config.filters,
+            up,
+            engine,
+            streams: BTreeMap::new(),
+            children: HashMap::new(),
+            inputs: rx,
+            window: window_tx,
+            max_in_flight: config.max_rounds_in_flight.max(1),
+            highest_closed: None,
+            hello: if root.is_none() { Some(hello_tx) } else { None },
+            names,
+            subtree: BTreeMap::new(),
+            last_control: None,
+            coverage_memory: HashMap::new(),
+            coverage_order: VecDeque::new(),
+            counters: NodeCounters::default(),
+            fin_sent: false,
+            local: config.local,
+            root,
+            status_interval: config.status_interval,
+            finish: false,
+        };
+        (node, NodeHandles { inputs: tx, window: window_rx, hello: hello_rx })
+    }
+
+    /// Sets the address this node's children reach it at, sent in its Hello.
+    pub fn set_listen_addr(&mut self, addr: String) {
+        if let Some(h) = &self.hello {
+            h.send_modify(|h| h.listen_addr = addr);
+        }
+    }
+
+    /// Runs until the tree finishes (Fin/FinAck), the parent refuses this node, or `shutdown` completes
+    /// (at the root, a shutdown drains the tree first).
+    pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send) -> Result<(), NodeError> {
+        tokio::pin!(shutdown);
+        let mut shutdown_seen = false;
+        if let Some(root) = &self.root {
+            for spec in root.opts.streams.clone() {
+                self.open_stream_at_root(spec).await;
+            }
+        }
+        let mut status = tokio::time::interval(self.status_interval);
+        status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.finish {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                input = self.inputs.recv() => match input {
+                    Some(input) => self.handle(input).await?,
+                    None => break,
+                },
+                _ = sleep_until(deadline) => self.on_timer().await,
+                _ = status.tick() => self.send_status().await,
+                _ = &mut shutdown, if !shutdown_seen => {
+                    shutdown_seen = true;
+                    self.on_shutdown().await;
+                }
+            }
+            self.update_window();
+        }
+        self.up.flush().await;
+        self.close_children().await;
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let drain = self.root.as_ref().and_then(|r| r.draining_until);
+        match (self.engine.next_deadline(), drain) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    async fn handle(&mut self, input: Input) -> Result<(), NodeError> {
+        match input {
+            Input::ChildAttached { conn, hello, peer, tx } => self.on_child_attached(conn, hello, peer, tx).await,
+            Input::ChildMessage { conn, id, msg } => {
+                if self.children.get(&id).is_some_and(|c| c.conn == conn) {
+                    self.on_child_message(id, msg).await;
+                }
+            }
+            Input::ChildGone { conn, id, reason } => self.on_child_gone(conn, id, reason).await,
+            Input::ParentAttached => self.on_parent_attached().await,
+            Input::ParentLost(reason) => tracing::warn!(node = %self.id, "lost the parent: {reason}; re-attaching"),
+            Input::ParentMessage(msg) => self.on_parent_message(msg).await,
+            Input::Refused(r) => return Err(NodeError::Refused(r)),
+            Input::LocalRound { round, dump_unix_ns, profiles } => self.on_local_round(round, dump_unix_ns, profiles).await,
+            Input::LocalFinished => {
+                let ranks: Vec<u32> = self.local.as_ref().map(|l| l.ranks.clone()).unwrap_or_default();
+                for r in ranks {
+                    let closed = self.engine.set_source_state(&rank_source(r), SourceState::Finished);
+                    self.on_closed_all(closed).await;
+                }
+                self.check_fin().await;
+            }
+            Input::OpenStream(spec) => self.open_stream_at_root(spec).await,
+        }
+        Ok(())
+    }
+
+    async fn on_child_attached(&mut self, conn: u64, hello: Hello, peer: String, tx: ChildSender) {
+        let id = hello.node_id.clone();
+        for rt in self.streams.values().filter(|s| s.failed.is_none()) {
+            let open = down_message::Msg::OpenStream(OpenStream { spec: Some(rt.spec.clone()) });
+            let _ = tx.send(Ok(DownMessage { msg: Some(open) })).await;
+        }
+        if let Some(c) = &self.last_control {
+            let _ = tx.send(Ok(DownMessage { msg: Some(down_message::Msg::Control(c.clone())) })).await;
+        }
+        self.children.insert(id.clone(), Child { conn, tx: Some(tx), finished: false });
+        self.engine.add_source(&id, hello.ranks_below);
+        let address = if hello.listen_addr.is_empty() { peer } else { hello.listen_addr.clone() };
+        let ev = NodeEvent {
+            node_id: id,
+            parent_id: self.id.clone(),
+            kind: hello.kind,
+            state: NodeState::Attached as i32,
+            ranks_below: hello.ranks_below,
+            address,
+            detail: String::new(),
+        };
+        self.node_event(ev).await;
+        self.ranks_changed().await;
+        self.maybe_start().await;
+    }
+
+    async fn on_child_gone(&mut self, conn: u64, id: String, reason: String) {
+        let Some(child) = self.children.get_mut(&id) else { return };
+        if child.conn != conn {
+            return;
+        }
+        child.tx = None;
+        let finished = child.finished;
+        if !finished {
+            tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
+            let closed = self.engine.set_source_state(&id, SourceState::Lost);
+            self.on_closed_all(closed).await;
+            let mut ev = self.subtree.get(&id).cloned().unwrap_or_default();
+            ev.node_id = id.clone();
+            ev.parent_id = self.id.clone();
+            ev.state = NodeState::Lost as i32;
+            ev.detail = reason;
+            self.node_event(ev).await;
+        }
+        self.check_fin().await;
+    }
+
+    async fn on_child_message(&mut self, id: String, msg: up_message::Msg) {
+        match msg {
+            up_message::Msg::Envelope(env) => {
+                self.counters.bytes_in += env.payload.len() as u64;
+                self.on_envelope(id, env).await;
+            }
+            up_message::Msg::Names(dict) => {
+                // New names go up; a known id with another name goes up too, so the root can report the collision.
+                let mut fresh = Vec::new();
+                for n in dict.names {
+                    if self.names.get(&n.id) != Some(&n.name) {
+                        self.names.entry(n.id).or_insert_with(|| n.name.clone());
+                        fresh.push(n);
+                    }
+                }
+                if !fresh.is_empty() {
+                    self.up.send(up_message::Msg::Names(NameDictionary { names: fresh })).await;
+                }
+            }
+            up_message::Msg::NodeEvent(ev) => {
+                if ev.node_id == id {
+                    // A relay's count of ranks below changed as its own children came and went.
+                    self.engine.set_ranks_below(&id, ev.ranks_below);
+                    self.ranks_changed().await;
+                    self.maybe_start().await;
+                }
+                self.node_event(ev).await;
+            }
+            up_message::Msg::Status(st) => self.up.send(up_message::Msg::Status(st)).await,
+            up_message::Msg::Fin(_) => {
+                if let Some(c) = self.children.get_mut(&id) {
+                    c.finished = true;
+                }
+                let closed = self.engine.set_source_state(&id, SourceState::Finished);
+                self.on_closed_all(closed).await;
+                let mut ev = self.subtree.get(&id).cloned().unwrap_or_default();
+                ev.node_id = id;
+                ev.parent_id = self.id.clone();
+                ev.state = NodeState::Finished as i32;
+                self.node_event(ev).await;
+                self.check_fin().await;
+            }
+            up_message::Msg::StreamError(e) => {
+                if self.level == Level::Root {
+                    self.fail_stream(e.stream_id, format!("node {}: {}", e.node_id, e.reason)).await;
+                } else {
+                    self.up.send(up_message::Msg::StreamError(e)).await;
+                }
+            }
+            up_message::Msg::Hello(_) => {
+                tracing::warn!(node = %self.id, child = %id, "ignored a second hello from a child");
+                self.counters.malformed += 1;
+            }
+        }
+    }
+
+    async fn on_envelope(&mut self, source: String, env: Envelope) {
+        let key = GroupKey { stream: env.stream_id, round: env.round, phase: env.phase };
+        let arrival = Arrival {
+            source,
+            coverage: env.coverage.unwrap_or_default(),
+            payload: env.payload,
+            first_dump_unix_ns: env.first_dump_unix_ns,
+        };
+        if env.late {
+            self.on_late(key, arrival).await;
+            return;
+        }
+        match self.streams.get(&key.stream) {
+            Some(rt) if rt.failed.is_none() => {}
+            Some(_) => return,
+            None => {
+                tracing::warn!(node = %self.id, child = %arrival.source, stream = key.stream,
+                    "packet for a stream this node does not have");
+                self.counters.malformed += 1;
+                return;
+            }
+        }
+        match self.engine.accept(key, arrival, Instant::now()) {
+            Ok(Accepted::Pending) => {}
+            Ok(Accepted::Closed(c)) => self.on_closed(c).await,
+            Ok(Accepted::Late(a)) => self.on_late(key, a).await,
+            Err(e) => {
+                tracing::warn!(node = %self.id, "dropped a packet: {e}");
+                self.counters.malformed += 1;
+            }
+        }
+    }
+
+    async fn on_local_round(&mut self, round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)>) {
+        let streams: Vec<u32> = self.streams.iter().filter(|(_, s)| s.failed.is_none()).map(|(id, _)| *id).collect();
+        let now = Instant::now();
+        for stream in streams {
+            for (rank, payload) in &profiles {
+                let key = GroupKey { stream, round, phase: 0 };
+                let arrival = Arrival {
+                    source: rank_source(*rank),
+                    coverage: Coverage { covered: 1, expected: 1, missing: vec![] },
+                    payload: payload.clone(),
+                    first_dump_unix_ns: dump_unix_ns,
+                };
+                match self.engine.accept(key, arrival, now) {
+                    Ok(Accepted::Pending) => {}
+                    Ok(Accepted::Closed(c)) => self.on_closed(c).await,
+                    Ok(Accepted::Late(a)) => self.on_late(key, a).await,
+                    Err(e) => tracing::warn!(node = %self.id, "dropped a local profile: {e}"),
+                }
+            }
+        }
+    }
+
+    async fn on_closed_all(&mut self, closed: Vec<Closed>) {
+        for c in closed {
+            self.on_closed(c).await;
+        }
+    }
+
+    async fn on_closed(&mut self, c: Closed) {
+        self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
+        let Some(rt) = self.streams.get_mut(&c.key.stream) else { return };
+        let Some(filter) = rt.filter.as_mut() else { return };
+        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
+        let out = match filter.upstream(c.key.round, c.key.phase, &inputs) {
+            Ok(out) => out,
+            Err(e) => {
+                self.stream_error(c.key.stream, e.to_string()).await;
+                return;
+            }
+        };
+        let mut coverage = c.coverage;
+        for (i, reason) in &out.rejected {
+            let Some(input) = c.inputs.get(*i) else { continue };
+            uncover(&mut coverage, MissingReason::Malformed, input.coverage.covered);
+            self.counters.malformed += 1;
+            tracing::warn!(node = %self.id, source = %input.source, stream = c.key.stream, round = c.key.round,
+                "payload rejected by filter {}: {reason}", rt.spec.filter);
+        }
+        self.remember_coverage(c.key.stream, c.key.round, &coverage, c.first_dump_unix_ns);
+        self.emit(c.key.stream, c.key.round, out, coverage, c.first_dump_unix_ns, false).await;
+    }
+
+    async fn on_late(&mut self, key: GroupKey, a: Arrival) {
+        tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
+        if self.level == Level::Root {
+            let out = Output { up: vec![crate::filter::Packet { phase: key.phase, payload: a.payload }], ..Default::default() };
+            self.emit(key.stream, key.round, out, a.coverage, a.first_dump_unix_ns, true).await;
+        } else {
+            let env = Envelope {
+                stream_id: key.stream,
+                round: key.round,
+                phase: key.phase,
+                coverage: Some(a.coverage),
+                payload: a.payload,
+                late: true,
+                first_dump_unix_ns: a.first_dump_unix_ns,
+            };
+            self.counters.bytes_out += env.payload.len() as u64;
+            self.up.send(up_message::Msg::Envelope(env)).await;
+        }
+    }
+
+    /// Routes what a filter emitted: down to every child, up to the parent, or (at the root) into results.
+    async fn emit(&mut self, stream: u32, round: u64, out: Output, coverage: Coverage, first_dump: u64, late: bool) {
+        for p in out.down {
+            let env = Envelope { stream_id: stream, round, phase: p.phase, payload: p.payload, ..Default::default() };
+            self.broadcast(down_message::Msg::Envelope(env)).await;
+        }
+        for p in out.up {
+            if self.level == Level::Root {
+                let Some(rt) = self.streams.get_mut(&stream) else { return };
+                let Some(filter) = rt.filter.as_mut() else { return };
+                match filter.finalize(round, p.phase, &p.payload) {
+                    Ok(payload) => {
+                        let result = RoundResult {
+                            stream: rt.spec.clone(),
+                            round,
+                            phase: p.phase,
+                            coverage: coverage.clone(),
+                            first_dump_unix_ns: first_dump,
+                            payload,
+                            late,
+                        };
+                        self.up.result(result).await;
+                    }
+                    Err(e) => self.stream_error(stream, e.to_string()).await,
+                }
+            } else {
+                self.counters.bytes_out += p.payload.len() as u64;
+                let env = Envelope {
+                    stream_id: stream,
+                    round,
+                    phase: p.phase,
+                    coverage: Some(coverage.clone()),
+                    payload: p.payload,
+                    late,
+                    first_dump_unix_ns: first_dump,
+                };
+                self.up.send(up_message::Msg::Envelope(env)).await;
+            }
+        }
+    }
+
+    fn remember_coverage(&mut self, stream: u32, round: u64, cov: &Coverage, first_dump: u64) {
+        if self.coverage_memory.insert((stream, round), (cov.clone(), first_dump)).is_none() {
+            self.coverage_order.push_back((stream, round));
+            while self.coverage_order.len() > COVERAGE_MEMORY {
+                if let Some(k) = self.coverage_order.pop_front() {
+                    self.coverage_memory.remove(&k);
+                }
+            }
+        }
+    }
+
+    async fn on_parent_attached(&mut self) {
+        let mut names: Vec<EventName> =
+            self.names.iter().map(|(id, name)| EventName { id: *id, name: name.clone() }).collect();
+        names.sort_by_key(|n| n.id);
+        if !names.is_empty() {
+            self.up.send(up_message::Msg::Names(NameDictionary { names })).await;
+        }
+        let events: Vec<NodeEvent> = self.subtree.values().cloned().collect();
+        for ev in events {
+            self.up.send(up_message::Msg::NodeEvent(ev)).await;
+        }
+    }
+
+    async fn on_parent_message(&mut self, msg: down_message::Msg) {
+        match msg {
+            down_message::Msg::Welcome(_) => {}
+            down_message::Msg::OpenStream(open) => {
+                if let Some(spec) = open.spec {
+                    self.open_stream(spec.clone()).await;
+                    self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })).await;
+                }
+            }
+            down_message::Msg::CloseStream(close) => {
+                self.close_stream(close.stream_id).await;
+                self.broadcast(down_message::Msg::CloseStream(close)).await;
+            }
+            down_message::Msg::Control(c) => self.on_control(c).await,
+            down_message::Msg::Envelope(env) => self.on_downstream(env).await,
+        }
+    }
+
+    async fn on_control(&mut self, c: Control) {
+        let Some(action) = c.action.clone() else { return };
+        if matches!(action, control::Action::Start(_) | control::Action::Stop(_)) {
+            self.last_control = Some(c.clone());
+        }
+        self.broadcast(down_message::Msg::Control(c)).await;
+        if let Some(local) = &self.local {
+            let _ = local.control.send(action.clone()).await;
+        }
+        if let control::Action::FinAck(_) = action {
+            tracing::info!(node = %self.id, "finished (fin-ack from the root)");
+            self.finish = true;
+        }
+    }
+
+    async fn on_downstream(&mut self, env: Envelope) {
+        let Some(rt) = self.streams.get_mut(&env.stream_id) else { return };
+        let Some(filter) = rt.filter.as_mut() else { return };
+        match filter.downstream(env.round, env.phase, &env.payload) {
+            Ok(out) => {
+                let (cov, first) = self.coverage_memory.get(&(env.stream_id, env.round)).cloned().unwrap_or_default();
+                self.emit(env.stream_id, env.round, out, cov, first, false).await;
+            }
+            Err(e) => self.stream_error(env.stream_id, e.to_string()).await,
+        }
+    }
+
+    async fn open_stream(&mut self, spec: StreamSpec) -> bool {
+        let id = spec.stream_id;
+        if self.streams.contains_key(&id) {
+            return true;
+        }
+        match self.filters.create(&spec.filter, &spec.params, self.level) {
+            Ok(filter) => {
+                let mode = SyncMode::try_from(spec.sync_mode).unwrap_or(SyncMode::WaitForAll);
+                let mode = if mode == SyncMode::Unspecified { SyncMode::WaitForAll } else { mode };
+                let timeout = Duration::from_millis(u64::from(spec.timeout_ms.max(1)));
+                self.engine.open_stream(id, StreamSync { mode, timeout });
+                self.streams.insert(id, StreamRt { spec, filter: Some(filter), failed: None });
+                true
+            }
+            Err(e) => {
+                self.streams.insert(id, StreamRt { spec, filter: None, failed: Some(e.to_string()) });
+                self.stream_error(id, e.to_string()).await;
+                false
+            }
+        }
+    }
+
+    async fn open_stream_at_root(&mut self, mut spec: StreamSpec) {
+        let Some(root) = self.root.as_mut() else { return };
+        if spec.stream_id == 0 {
+            spec.stream_id = root.next_stream_id;
+        }
+        root.next_stream_id = root.next_stream_id.max(spec.stream_id + 1);
+        if self.open_stream(spec.clone()).await {
+            tracing::info!(stream = spec.stream_id, name = %spec.name, filter = %spec.filter, "stream open");
+            self.up.stream_state(&spec, "open", None).await;
+            self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })).await;
+        }
+    }
+
+    async fn close_stream(&mut self, id: u32) {
+        let closed = self.engine.close_stream(id);
+        self.on_closed_all(closed).await;
+        self.streams.remove(&id);
+    }
+
+    /// A filter failed on this node: the stream stops here and the root hears why.
+    async fn stream_error(&mut self, stream: u32, reason: String) {
+        tracing::error!(node = %self.id, stream, "stream failed: {reason}");
+        self.counters.streams_failed += 1;
+        if self.level == Level::Root {
+            self.fail_stream(stream, format!("node {}: {reason}", self.id)).await;
+        } else {
+            if let Some(rt) = self.streams.get_mut(&stream) {
+                rt.failed = Some(reason.clone());
+                rt.filter = None;
+            }
+            let _ = self.engine.close_stream(stream);
+            let e = StreamError { stream_id: stream, node_id: self.id.clone(), reason };
+            self.up.send(up_message::Msg::StreamError(e)).await;
+        }
+    }
+
+    async fn fail_stream(&mut self, stream: u32, reason: String) {
+        let Some(rt) = self.streams.get_mut(&stream) else { return };
+        if rt.failed.is_some() && rt.filter.is_none() && self.level != Level::Root {
+            return;
+        }
+        rt.failed = Some(reason.clone());
+        rt.filter = None;
+        let spec = rt.spec.clone();
+        let _ = self.engine.close_stream(stream);
+        self.up.stream_state(&spec, "failed", Some(&reason)).await;
+        self.broadcast(down_message::Msg::CloseStream(canopy_proto::v1::CloseStream { stream_id: stream })).await;
+    }
+
+    async fn node_event(&mut self, ev: NodeEvent) {
+        self.subtree.insert(ev.node_id.clone(), ev.clone());
+        self.up.send(up_message::Msg::NodeEvent(ev)).await;
+    }
+
+    /// Keeps the parent's view of this node's ranks current.
+    async fn ranks_changed(&mut self) {
+        let ranks = self.engine.ranks_expected();
+        let Some(hello) = &self.hello else { return };
+        let changed = hello.send_if_modified(|h| {
+            let changed = h.ranks_below != ranks;
+            h.ranks_below = ranks;
+            changed
+        });
+        if changed {
+            let h = hello.borrow().clone();
+            let ev = NodeEvent {
+                node_id: self.id.clone(),
+                kind: self.kind as i32,
+                state: NodeState::Attached as i32,
+                ranks_below: ranks,
+                address: h.listen_addr,
+                ..Default::default()
+            };
+            self.up.send(up_message::Msg::NodeEvent(ev)).await;
+        }
+    }
+
+    async fn maybe_start(&mut self) {
+        let expected = self.engine.ranks_expected();
+        let Some(root) = self.root.as_mut() else { return };
+        if root.started || root.draining_until.is_some() {
+            return;
+        }
+        let ready = if root.opts.expect_ranks == 0 { expected > 0 } else { expected >= root.opts.expect_ranks };
+        if !ready {
+            return;
+        }
+        root.started = true;
+        tracing::info!(ranks = expected, "all expected ranks attached: starting collection");
+        let start = Control { action: Some(control::Action::Start(Start { start_unix_ns: unix_ns() })) };
+        self.on_control(start).await;
+    }
+
+    async fn on_shutdown(&mut self) {
+        match self.root.as_mut() {
+            Some(root) => {
+                if root.draining_until.is_some() {
+                    return;
+                }
+                let timeout = root.opts.drain_timeout;
+                root.draining_until = Some(Instant::now() + timeout);
+                tracing::info!(timeout_ms = timeout.as_millis() as u64, "draining the tree");
+                self.on_control(Control { action: Some(control::Action::Drain(canopy_proto::v1::Drain {})) }).await;
+                self.check_fin().await;
+            }
+            None => {
+                // A leaf finishes its ranks and says so; a relay leaves its children to re-attach elsewhere.
+                if let Some(local) = &self.local {
+                    let _ = local.control.send(control::Action::Drain(canopy_proto::v1::Drain {})).await;
+                } else {
+                    self.finish = true;
+                }
+            }
+        }
+    }
+
+    async fn on_timer(&mut self) {
+        let now = Instant::now();
+        let closed = self.engine.expire(now);
+        self.on_closed_all(closed).await;
+        let drain_over = self.root.as_ref().and_then(|r| r.draining_until).is_some_and(|d| d <= now);
+        if drain_over && !self.finish {
+            tracing::warn!(live = self.engine.live_sources(), "drain time-out: closing the rounds still open");
+            let closed = self.engine.close_all();
+            self.on_closed_all(closed).await;
+            self.finish_root().await;
+        }
+    }
+
+    /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
+    async fn check_fin(&mut self) {
+        if self.fin_sent || !self.engine.has_sources() || self.engine.live_sources() > 0 || self.engine.has_open_groups() {
+            return;
+        }
+        match &self.root {
+            Some(root) if root.opts.exit_on_fin || root.draining_until.is_some() => self.finish_root().await,
+            Some(_) => {}
+            None => {
+                self.fin_sent = true;
+                tracing::info!(node = %self.id, "every rank below has finished: sending fin");
+                let fin = Fin { node_id: self.id.clone(), last_round: self.highest_closed.unwrap_or(0) };
+                self.up.send(up_message::Msg::Fin(fin)).await;
+            }
+        }
+    }
+
+    async fn finish_root(&mut self) {
+        if self.fin_sent {
+            return;
+        }
+        self.fin_sent = true;
+        self.send_status().await;
+        self.up.send(up_message::Msg::Fin(Fin { node_id: self.id.clone(), last_round: self.highest_closed.unwrap_or(0) })).await;
+        self.on_control(Control { action: Some(control::Action::FinAck(canopy_proto::v1::FinAck {})) }).await;
+    }
+
+    async fn send_status(&mut self) {
+        let s = self.engine.stats();
+        let st = NodeStatus {
+            node_id: self.id.clone(),
+            rounds_closed: s.closed,
+            rounds_partial: s.partial,
+            late_arrivals: s.late_packets,
+            malformed: self.counters.malformed,
+            bytes_in: self.counters.bytes_in,
+            bytes_out: self.counters.bytes_out,
+            streams_failed: self.counters.streams_failed,
+        };
+        self.up.send(up_message::Msg::Status(st)).await;
+    }
+
+    async fn broadcast(&mut self, msg: down_message::Msg) {
+        for child in self.children.values() {
+            if let Some(tx) = &child.tx {
+                let _ = tx.send(Ok(DownMessage { msg: Some(msg.clone()) })).await;
+            }
+        }
+    }
+
+    /// Ends every child's stream and waits briefly for the children to hang up, so Fin-Ack is not cut off.
+    async fn close_children(&mut self) {
+        let txs: Vec<ChildSender> = self.children.values_mut().filter_map(|c| c.tx.take()).collect();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for tx in txs {
+            while tx.capacity() < tx.max_capacity() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    fn update_window(&mut self) {
+        let floor = self.engine.lowest_open_round().unwrap_or_else(|| self.highest_closed.map_or(0, |h| h + 1));
+        let limit = floor.saturating_add(self.max_in_flight);
+        self.window.send_if_modified(|w| {
+            let changed = *w != limit;
+            *w = limit;
+            changed
+        });
+    }
+
+    /// Counters for tests and status.
+    pub fn counters(&self) -> NodeCounters {
+        self.counters
+    }
+}
+
+/// The engine's source id for a leaf's rank.
+pub fn rank_source(rank: u32) -> String {
+    format!("rank:{rank}")
+}
+
+pub fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,276 @@
+//! The tree transport: the parent's side of `canopy.v1.Tree/Attach` (a tonic service that turns each child's
+//! stream into node inputs) and the child's side (a link that attaches to the parent and re-attaches after a
+//! failure).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use canopy_proto::PROTOCOL_VERSION;
+use canopy_proto::v1::tree_client::TreeClient;
+use canopy_proto::v1::tree_server::Tree;
+use canopy_proto::v1::{DownMessage, Hello, UpMessage, Welcome, down_message, up_message};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::node::Input;
+
+/// Largest message either side accepts: a passthrough round of thousands of ranks is several megabytes.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long a child may take to send its Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Messages queued for one child before the node waits for that child to read them.
+const CHILD_QUEUE: usize = 1024;
+
+/// The sender half a node uses to talk to one child.
+pub type ChildSender = mpsc::Sender<Result<DownMessage, Status>>;
+
+/// The parent's side of Attach.
+#[derive(Clone)]
+pub struct TreeService {
+    node_id: String,
+    inputs: mpsc::Sender<Input>,
+    attached: Arc<Mutex<HashMap<String, u64>>>,
+    next_conn: Arc<std::sync::atomic::AtomicU64>,
+    /// Rounds below this limit may be read; a child whose next packet is at or above it waits (back pressure).
+    window: watch::Receiver<u64>,
+}
+
+impl TreeService {
+    pub fn new(node_id: String, inputs: mpsc::Sender<Input>, window: watch::Receiver<u64>) -> Self {
+        Self {
+            node_id,
+            inputs,
+            attached: Arc::default(),
+            next_conn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+            window,
+        }
+    }
+
+    /// The tonic server for this service, with Canopy's message limits.
+    pub fn into_server(self) -> canopy_proto::v1::tree_server::TreeServer<Self> {
+        canopy_proto::v1::tree_server::TreeServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn admit(&self, hello: &Hello) -> Result<u64, Status> {
+        if hello.protocol_version != PROTOCOL_VERSION {
+            let msg = format!(
+                "protocol version mismatch: child {} speaks version {}, parent {} speaks version {}",
+                hello.node_id, hello.protocol_version, self.node_id, PROTOCOL_VERSION
+            );
+            tracing::error!(child = %hello.node_id, child_version = hello.protocol_version,
+                parent_version = PROTOCOL_VERSION, "refused child: {msg}");
+            return Err(Status::failed_precondition(msg));
+        }
+        if hello.node_id.is_empty() {
+            return Err(Status::invalid_argument("hello has an empty node id"));
+        }
+        let mut attached = self.attached.lock().expect("attached registry");
+        if attached.contains_key(&hello.node_id) {
+            let msg = format!("node id {} is already attached to {}", hello.node_id, self.node_id);
+            tracing::error!(child = %hello.node_id, "refused child: {msg}");
+            return Err(Status::already_exists(msg));
+        }
+        let conn = self.next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        attached.insert(hello.node_id.clone(), conn);
+        Ok(conn)
+    }
+}
+
+#[tonic::async_trait]
+impl Tree for TreeService {
+    type AttachStream = ReceiverStream<Result<DownMessage, Status>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<UpMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let peer = request.remote_addr().map(|a| a.to_string()).unwrap_or_default();
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no hello within 10 s"))??;
+        let hello = match first.and_then(|m| m.msg) {
+            Some(up_message::Msg::Hello(h)) => h,
+            _ => return Err(Status::invalid_argument("the first message on Attach must be a Hello")),
+        };
+        let conn = self.admit(&hello)?;
+        let id = hello.node_id.clone();
+        tracing::info!(child = %id, kind = hello.kind, ranks_below = hello.ranks_below, %peer, "child attached");
+        let (tx, rx) = mpsc::channel(CHILD_QUEUE);
+        let welcome = Welcome { parent_id: self.node_id.clone(), protocol_version: PROTOCOL_VERSION };
+        let _ = tx.send(Ok(DownMessage { msg: Some(down_message::Msg::Welcome(welcome)) })).await;
+        if self.inputs.send(Input::ChildAttached { conn, hello, peer, tx }).await.is_err() {
+            self.attached.lock().expect("attached registry").remove(&id);
+            return Err(Status::unavailable("node is shutting down"));
+        }
+        let inputs = self.inputs.clone();
+        let attached = self.attached.clone();
+        let mut window = self.window.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                match inbound.message().await {
+                    Ok(Some(UpMessage { msg: Some(msg) })) => {
+                        if let up_message::Msg::Envelope(env) = &msg {
+                            let round = env.round;
+                            if !env.late && window.wait_for(|limit| round < *limit).await.is_err() {
+                                break "node stopped".to_string();
+                            }
+                        }
+                        if inputs.send(Input::ChildMessage { conn, id: id.clone(), msg }).await.is_err() {
+                            break "node stopped".to_string();
+                        }
+                    }
+                    Ok(Some(UpMessage { msg: None })) => {}
+                    Ok(None) => break "stream closed by child".to_string(),
+                    Err(status) => break format!("stream failed: {}", status.message()),
+                }
+            };
+            {
+                let mut attached = attached.lock().expect("attached registry");
+                if attached.get(&id) == Some(&conn) {
+                    attached.remove(&id);
+                }
+            }
+            let _ = inputs.send(Input::ChildGone { conn, id, reason }).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Why a link gave up for good.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("parent {parent} refused this node: {message}")]
+pub struct Refused {
+    pub parent: String,
+    pub message: String,
+}
+
+/// The child's side: keeps one Attach stream to the parent, re-attaching with back-off after failures.
+pub struct ParentLink {
+    pub parent: String,
+    /// The Hello to send; the node keeps it current (its ranks below change as children attach).
+    pub hello: watch::Receiver<Hello>,
+    pub outbound: mpsc::Receiver<UpMessage>,
+    pub inputs: mpsc::Sender<Input>,
+}
+
+impl ParentLink {
+    /// Runs until the node stops or the parent refuses this node (then `Input::Refused` is sent).
+    pub async fn run(mut self) {
+        let mut backoff = Duration::from_millis(50);
+        let mut failures = 0u32;
+        let mut pending: Option<UpMessage> = None;
+        loop {
+            match self.session(&mut pending).await {
+                Ok(()) => return,
+                Err(SessionEnd::Refused(message)) => {
+                    let refused = Refused { parent: self.parent.clone(), message };
+                    tracing::error!("{refused}");
+                    let _ = self.inputs.send(Input::Refused(refused)).await;
+                    return;
+                }
+                Err(SessionEnd::Lost { attached, reason }) => {
+                    if attached {
+                        backoff = Duration::from_millis(50);
+                        failures = 0;
+                        let _ = self.inputs.send(Input::ParentLost(reason.clone())).await;
+                    }
+                    failures += 1;
+                    if failures == 1 || failures % 20 == 0 {
+                        tracing::warn!(parent = %self.parent, attempts = failures, "cannot reach parent: {reason}");
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn session(&mut self, pending: &mut Option<UpMessage>) -> Result<(), SessionEnd> {
+        let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.parent))
+            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", self.parent)))?
+            .connect_timeout(Duration::from_secs(2))
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await.map_err(|e| lost(false, error_chain(&e)))?;
+        let mut client = TreeClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let (tx, rx) = mpsc::channel::<UpMessage>(64);
+        let hello = self.hello.borrow().clone();
+        let _ = tx.send(UpMessage { msg: Some(up_message::Msg::Hello(hello)) }).await;
+        let response = client.attach(ReceiverStream::new(rx)).await.map_err(|s| match s.code() {
+            tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists | tonic::Code::InvalidArgument => {
+                SessionEnd::Refused(s.message().to_string())
+            }
+            _ => lost(false, format!("{}: {}", s.code(), s.message())),
+        })?;
+        let mut inbound = response.into_inner();
+        match inbound.message().await {
+            Ok(Some(DownMessage { msg: Some(down_message::Msg::Welcome(w)) })) => {
+                tracing::info!(parent = %self.parent, parent_id = %w.parent_id, "attached to parent");
+            }
+            Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
+            Err(s) => {
+                return Err(match s.code() {
+                    tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists => {
+                        SessionEnd::Refused(s.message().to_string())
+                    }
+                    _ => lost(false, s.message().to_string()),
+                });
+            }
+        }
+        if self.inputs.send(Input::ParentAttached).await.is_err() {
+            return Ok(());
+        }
+        loop {
+            if let Some(msg) = pending.take() {
+                if let Err(e) = tx.send(msg).await {
+                    *pending = Some(e.0);
+                    return Err(lost(true, "parent stream closed".into()));
+                }
+            }
+            tokio::select! {
+                out = self.outbound.recv() => match out {
+                    Some(msg) => *pending = Some(msg),
+                    None => return Ok(()),
+                },
+                down = inbound.message() => match down {
+                    Ok(Some(DownMessage { msg: Some(msg) })) => {
+                        if self.inputs.send(Input::ParentMessage(msg)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(lost(true, "parent closed the stream".into())),
+                    Err(s) => return Err(lost(true, format!("{}: {}", s.code(), s.message()))),
+                }
+            }
+        }
+    }
+}
+
+enum SessionEnd {
+    Refused(String),
+    Lost { attached: bool, reason: String },
+}
+
+/// An error and its causes on one line: transport errors hide the useful part in their sources.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
