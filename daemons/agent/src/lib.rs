@@ -1,1 +1,234 @@
-//! placeholder
+//! Canopy's leaf agent: the lowest level of the tree. It serves the ranks of its node (simulated ones, for
+//! now), runs each stream's filter over them, and attaches to its parent.
+
+#![forbid(unsafe_code)]
+
+pub mod sim;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
+use canopy_core::filter::BuiltinFilters;
+use canopy_core::node::{Input, LocalRanks, Node, NodeConfig, NodeError, ParentUp, unix_ns};
+use canopy_core::transport::ParentLink;
+use canopy_proto::v1::{NodeKind, ProfileBatch, control};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::sim::{Scenario, SimConfig, Simulator};
+
+/// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, flags).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// This node's id in the tree; unique among its parent's children. Default: agent@HOST.
+    pub node_id: String,
+    /// The parent's address (a relay or the front-end), host:port.
+    pub parent: String,
+    /// Simulated ranks this agent serves.
+    pub simulate_ranks: u32,
+    /// Events per simulated rank (the scenario may fix its own set).
+    pub simulate_events: u32,
+    /// Time between two rounds of the simulated ranks.
+    pub simulate_period_ms: u64,
+    /// flash, uintah or namd.
+    pub simulate_scenario: String,
+    /// The global number of this agent's first rank.
+    pub rank_offset: u32,
+    /// Ranks in the whole application (0: rank_offset + simulate_ranks).
+    pub total_ranks: u32,
+    /// Seed of the simulated data; the same seed gives the same profiles.
+    pub seed: u64,
+    /// The application id the simulated ranks report.
+    pub app: String,
+    /// Rounds to simulate before the ranks finish (0: until stopped).
+    pub rounds: u64,
+    /// Rounds that may be open at once.
+    pub max_rounds_in_flight: u64,
+    pub log_format: LogFormat,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            node_id: String::new(),
+            parent: "127.0.0.1:7400".into(),
+            simulate_ranks: 4,
+            simulate_events: 20,
+            simulate_period_ms: 100,
+            simulate_scenario: "flash".into(),
+            rank_offset: 0,
+            total_ranks: 0,
+            seed: 1,
+            app: "sim".into(),
+            rounds: 0,
+            max_rounds_in_flight: 64,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+impl CheckConfig for AgentConfig {
+    fn check(&self) -> Result<(), (String, String)> {
+        check_host_port("parent", &self.parent)?;
+        if self.simulate_ranks == 0 {
+            return Err(("simulate_ranks".into(), "must be at least 1: an agent with no ranks has nothing to serve".into()));
+        }
+        if self.simulate_period_ms == 0 {
+            return Err(("simulate_period_ms".into(), "must be at least 1".into()));
+        }
+        if let Err(e) = self.simulate_scenario.parse::<Scenario>() {
+            return Err(("simulate_scenario".into(), e.to_string()));
+        }
+        if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
+            return Err(("total_ranks".into(), "is smaller than rank_offset + simulate_ranks".into()));
+        }
+        if self.max_rounds_in_flight == 0 {
+            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+impl canopy_core::daemon::IsRefusal for AgentError {
+    fn is_refusal(&self) -> bool {
+        matches!(self, AgentError::Node(NodeError::Refused(_)))
+    }
+}
+
+/// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
+/// refuses it.
+pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
+    let node_id =
+        if config.node_id.is_empty() { canopy_core::daemon::default_node_id("agent", "") } else { config.node_id.clone() };
+    let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
+    let simulator = Simulator::new(SimConfig {
+        scenario,
+        ranks: config.simulate_ranks,
+        events: config.simulate_events,
+        rank_offset: config.rank_offset,
+        total_ranks: config.total_ranks,
+        seed: config.seed,
+        app: config.app.clone(),
+    });
+    let ranks: Vec<u32> = (config.rank_offset..config.rank_offset + config.simulate_ranks).collect();
+    let (control_tx, control_rx) = mpsc::channel(16);
+    let (up_tx, up_rx) = mpsc::channel(256);
+    let node_config = NodeConfig {
+        node_id: node_id.clone(),
+        kind: NodeKind::Agent,
+        filters: Arc::new(BuiltinFilters),
+        max_rounds_in_flight: config.max_rounds_in_flight,
+        root: None,
+        local: Some(LocalRanks { ranks, names: simulator.names(), control: control_tx }),
+        status_interval: Duration::from_secs(1),
+    };
+    let (node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
+    let link = ParentLink {
+        parent: config.parent.clone(),
+        hello: handles.hello.clone(),
+        outbound: up_rx,
+        inputs: handles.inputs.clone(),
+    };
+    let link = tokio::spawn(link.run());
+    let schedule = Schedule { period: Duration::from_millis(config.simulate_period_ms), rounds: config.rounds };
+    let sim = tokio::spawn(simulate(simulator, schedule, control_rx, handles.inputs.clone()));
+    tracing::info!(node = %node_id, parent = %config.parent, ranks = config.simulate_ranks,
+        scenario = %scenario, "agent serving simulated ranks");
+    drop(handles);
+    let result = node.run(shutdown).await;
+    sim.abort();
+    link.abort();
+    result?;
+    Ok(())
+}
+
+/// How long after the tree's start a node counts as rejoining rather than starting late.
+const REJOIN_AFTER: Duration = Duration::from_secs(2);
+
+struct Schedule {
+    period: Duration,
+    rounds: u64,
+}
+
+/// Produces the simulated ranks' rounds on the tree's clock: round `first_round + k` is dumped at
+/// `start + k * period`, so an agent that starts late (or again) joins at the tree's current round.
+async fn simulate(
+    mut sim: Simulator,
+    schedule: Schedule,
+    mut control: mpsc::Receiver<control::Action>,
+    inputs: mpsc::Sender<Input>,
+) {
+    let period_ns = schedule.period.as_nanos() as u64;
+    let mut anchor: Option<(u64, u64)> = None;
+    let mut next_round = 0u64;
+    loop {
+        let wait = match anchor {
+            None => None,
+            Some((t0, first)) => {
+                let round = next_round;
+                let due = t0 + round.saturating_sub(first) * period_ns;
+                Some(Duration::from_nanos(due.saturating_sub(unix_ns())))
+            }
+        };
+        let action = match wait {
+            None => control.recv().await,
+            Some(d) => tokio::select! {
+                a = control.recv() => a,
+                _ = tokio::time::sleep(d) => {
+                    let round = next_round;
+                    let dump = unix_ns();
+                    let profiles = sim
+                        .round(round)
+                        .into_iter()
+                        .map(|p| (p.rank, ProfileBatch { profiles: vec![stamp(p, dump)] }.encode_to_vec()))
+                        .collect();
+                    if inputs.send(Input::LocalRound { round, dump_unix_ns: dump, profiles }).await.is_err() {
+                        return;
+                    }
+                    next_round += 1;
+                    if schedule.rounds > 0 && next_round >= schedule.rounds {
+                        tracing::info!(rounds = next_round, "simulated ranks finished");
+                        let _ = inputs.send(Input::LocalFinished).await;
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        match action {
+            Some(control::Action::Start(s)) => {
+                // Round k is every rank's k-th dump: a node that got Start a little late dumps the rounds it
+                // missed at once; one that joins long after the start (a restart) begins at the current round.
+                let since = unix_ns().saturating_sub(s.start_unix_ns);
+                next_round = if since > REJOIN_AFTER.as_nanos() as u64 {
+                    next_round.max(s.first_round + since / period_ns)
+                } else {
+                    next_round.max(s.first_round)
+                };
+                anchor = Some((s.start_unix_ns, s.first_round));
+            }
+            Some(control::Action::Stop(_)) => anchor = None,
+            Some(control::Action::Drain(_)) => {
+                tracing::info!(rounds = next_round, "drained: simulated ranks finished");
+                let _ = inputs.send(Input::LocalFinished).await;
+                return;
+            }
+            Some(control::Action::FinAck(_)) | None => return,
+        }
+    }
+}
+
+fn stamp(mut p: canopy_proto::v1::RankProfile, dump: u64) -> canopy_proto::v1::RankProfile {
+    p.dump_unix_ns = dump;
+    p
+}

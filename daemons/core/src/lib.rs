@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod daemon;
 pub mod engine;
 pub mod filter;
 pub mod node;

@@ -761,7 +761,9 @@ impl<U: Up> Node<U> {
         }
         root.started = true;
         tracing::info!(ranks = expected, "all expected ranks attached: starting collection");
-        let start = Control { action: Some(control::Action::Start(Start { start_unix_ns: unix_ns() })) };
+        let first_round = self.highest_closed.map_or(0, |h| h + 1);
+        let start = Start { start_unix_ns: unix_ns(), first_round };
+        let start = Control { action: Some(control::Action::Start(start)) };
         self.on_control(start).await;
     }
 

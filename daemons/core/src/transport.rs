@@ -182,7 +182,10 @@ impl ParentLink {
                         let _ = self.inputs.send(Input::ParentLost(reason.clone())).await;
                     }
                     failures += 1;
-                    if failures == 1 || failures % 20 == 0 {
+                    if attached {
+                        // Also the normal end of a finished tree, which stops this link right after.
+                        tracing::info!(parent = %self.parent, "parent stream ended: {reason}");
+                    } else if failures == 1 || failures % 20 == 0 {
                         tracing::warn!(parent = %self.parent, attempts = failures, "cannot reach parent: {reason}");
                     }
                 }
@@ -273,4 +276,16 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+/// Accepted connections with Nagle's algorithm off: control and small envelopes must not wait for an ACK.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        let s = s?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    })
 }

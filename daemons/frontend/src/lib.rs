@@ -1,1 +1,366 @@
-//! placeholder
+//! Canopy's front-end: the root of the tree. It opens the streams, finalizes every round, writes the results
+//! into the run's SQLite store, and serves `canopy.v1.Tree`, gRPC health and server reflection on one port.
+
+#![forbid(unsafe_code)]
+
+pub mod store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use canopy_core::config::{CheckConfig, LogFormat};
+use canopy_core::filter::{BuiltinFilters, FilterFactory};
+use canopy_core::node::{Node, NodeConfig, NodeError, RootOptions, RoundResult, Up, unix_ns};
+use canopy_core::transport::TreeService;
+use canopy_proto::v1::{MissingReason, NodeKind, StreamSpec, SyncMode, up_message};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{RoundRecord, Store, StoreError};
+
+/// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, flags).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FrontendConfig {
+    pub node_id: String,
+    /// The one port for the tree, health and reflection.
+    pub listen: String,
+    /// Directory of the run stores (one SQLite file per run, `latest.sqlite` links the newest).
+    pub out: PathBuf,
+    /// Filters to open as streams at start, one stream each.
+    pub streams: Vec<String>,
+    /// How long a round waits for missing children before it closes partial.
+    pub stream_timeout_ms: u32,
+    /// wait_for_all or dont_wait.
+    pub sync_mode: String,
+    /// Start collection once this many ranks are attached (0: as soon as any are).
+    pub expect_ranks: u32,
+    /// Exit once every child has finished (the run ends with its application).
+    pub exit_on_fin: bool,
+    /// How long a shutdown waits for the tree to deliver what it holds.
+    pub drain_timeout_ms: u64,
+    pub max_rounds_in_flight: u64,
+    pub log_format: LogFormat,
+    /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
+    pub ready_file: Option<PathBuf>,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        Self {
+            node_id: "frontend".into(),
+            listen: "0.0.0.0:7400".into(),
+            out: "canopy-out".into(),
+            streams: vec!["passthrough".into()],
+            stream_timeout_ms: 1000,
+            sync_mode: "wait_for_all".into(),
+            expect_ranks: 0,
+            exit_on_fin: false,
+            drain_timeout_ms: 3000,
+            max_rounds_in_flight: 64,
+            log_format: LogFormat::Text,
+            ready_file: None,
+        }
+    }
+}
+
+impl CheckConfig for FrontendConfig {
+    fn check(&self) -> Result<(), (String, String)> {
+        canopy_core::config::check_addr("listen", &self.listen)?;
+        let known = BuiltinFilters.names();
+        for (i, s) in self.streams.iter().enumerate() {
+            if !known.contains(s) {
+                return Err((format!("streams.{i}"), format!("unknown filter {s:?} (available: {})", known.join(", "))));
+            }
+        }
+        if self.stream_timeout_ms == 0 {
+            return Err(("stream_timeout_ms".into(), "must be at least 1".into()));
+        }
+        parse_sync_mode(&self.sync_mode).map_err(|m| ("sync_mode".to_string(), m))?;
+        if self.max_rounds_in_flight == 0 {
+            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+        }
+        if self.out.as_os_str().is_empty() {
+            return Err(("out".into(), "must name a directory".into()));
+        }
+        Ok(())
+    }
+}
+
+fn parse_sync_mode(s: &str) -> Result<SyncMode, String> {
+    match s {
+        "wait_for_all" => Ok(SyncMode::WaitForAll),
+        "dont_wait" => Ok(SyncMode::DontWait),
+        _ => Err(format!("{s:?} is not a sync mode (wait_for_all, dont_wait)")),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrontendError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("server failed: {0}")]
+    Server(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+impl canopy_core::daemon::IsRefusal for FrontendError {
+    fn is_refusal(&self) -> bool {
+        false
+    }
+}
+
+/// What the front-end has stored, for its summary and for tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    pub rounds: u64,
+    pub full_rounds: u64,
+    pub late_packets: u64,
+    pub result_bytes: u64,
+    pub store_errors: u64,
+}
+
+enum StoreOp {
+    Result(RoundResult),
+    Names(Vec<(u64, String)>),
+    Node(canopy_proto::v1::NodeEvent),
+    Stream(StreamSpec, String, Option<String>),
+    Meta(String, String),
+    Flush(tokio::sync::oneshot::Sender<RunSummary>),
+}
+
+/// The root's way up: everything goes to the store's writer thread, in order.
+struct StoreUp {
+    tx: tokio::sync::mpsc::Sender<StoreOp>,
+}
+
+impl Up for StoreUp {
+    async fn send(&mut self, msg: up_message::Msg) {
+        let op = match msg {
+            up_message::Msg::Names(d) => StoreOp::Names(d.names.into_iter().map(|n| (n.id, n.name)).collect()),
+            up_message::Msg::NodeEvent(ev) => StoreOp::Node(ev),
+            up_message::Msg::Fin(f) => StoreOp::Meta("finished_round".into(), f.last_round.to_string()),
+            up_message::Msg::Status(st) => {
+                tracing::debug!(node = %st.node_id, closed = st.rounds_closed, partial = st.rounds_partial,
+                    late = st.late_arrivals, malformed = st.malformed, "node status");
+                return;
+            }
+            up_message::Msg::StreamError(e) => {
+                tracing::error!(stream = e.stream_id, node = %e.node_id, "stream error: {}", e.reason);
+                return;
+            }
+            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) => return,
+        };
+        let _ = self.tx.send(op).await;
+    }
+
+    async fn result(&mut self, result: RoundResult) {
+        let _ = self.tx.send(StoreOp::Result(result)).await;
+    }
+
+    async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
+        let _ = self.tx.send(StoreOp::Stream(spec.clone(), state.into(), failure.map(str::to_string))).await;
+    }
+
+    async fn flush(&mut self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(StoreOp::Flush(tx)).await.is_ok()
+            && let Ok(summary) = rx.await
+        {
+            tracing::info!(rounds = summary.rounds, full = summary.full_rounds, late = summary.late_packets,
+                bytes = summary.result_bytes, errors = summary.store_errors, "store flushed");
+        }
+    }
+}
+
+/// The writer thread: SQLite calls block, so they stay off the runtime's workers.
+fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) {
+    let mut summary = RunSummary::default();
+    while let Some(op) = rx.blocking_recv() {
+        let res = match op {
+            StoreOp::Result(r) => {
+                let bytes = r.payload.len() as u64;
+                let result = if r.stream.filter == "passthrough" {
+                    store::RoundResult::Profiles(&r.payload)
+                } else {
+                    store::RoundResult::Blob { phase: r.phase, payload: &r.payload }
+                };
+                let res = if r.late {
+                    summary.late_packets += 1;
+                    store.write_late(r.stream.stream_id, r.round, r.coverage.covered, bytes, result)
+                } else {
+                    let rec = RoundRecord {
+                        stream_id: r.stream.stream_id,
+                        stream_name: r.stream.name.clone(),
+                        round: r.round,
+                        covered: r.coverage.covered,
+                        expected: r.coverage.expected,
+                        missing: r.coverage.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
+                        first_dump_unix_ns: r.first_dump_unix_ns,
+                        closed_unix_ns: unix_ns(),
+                    };
+                    store.write_round(&rec, result)
+                };
+                if res.is_ok() && !r.late {
+                    summary.rounds += 1;
+                    summary.result_bytes += bytes;
+                    if r.coverage.covered == r.coverage.expected {
+                        summary.full_rounds += 1;
+                    } else {
+                        let missing: Vec<String> = r
+                            .coverage
+                            .missing
+                            .iter()
+                            .map(|m| format!("{}: {}", reason_word(m.reason()), m.ranks))
+                            .collect();
+                        tracing::info!(stream = %r.stream.name, round = r.round, covered = r.coverage.covered,
+                            expected = r.coverage.expected, "partial round ({})", missing.join(", "));
+                    }
+                }
+                res
+            }
+            StoreOp::Names(names) => store.put_names(&names).map(|collisions| {
+                for c in collisions {
+                    tracing::error!(id = format!("{:#018x}", c.id), existing = %c.existing, new = %c.new,
+                        "event name hash collision: both names share one id");
+                }
+            }),
+            StoreOp::Node(ev) => store.put_node(&ev),
+            StoreOp::Stream(spec, state, failure) => store.put_stream(&spec, &state, failure.as_deref()),
+            StoreOp::Meta(k, v) => store.set_meta(&k, &v),
+            StoreOp::Flush(done) => {
+                let _ = done.send(summary);
+                Ok(())
+            }
+        };
+        if let Err(e) = res {
+            summary.store_errors += 1;
+            tracing::error!("store write failed: {e}");
+        }
+    }
+}
+
+fn reason_word(r: MissingReason) -> &'static str {
+    match r {
+        MissingReason::Late => "late",
+        MissingReason::Lost => "lost",
+        MissingReason::Stopped => "stopped",
+        MissingReason::SampledOut => "sampled_out",
+        MissingReason::Malformed => "malformed",
+        MissingReason::NotWaited => "not_waited",
+        MissingReason::Unspecified => "unspecified",
+    }
+}
+
+/// A front-end bound to its port with its store created, ready to run.
+pub struct Frontend {
+    config: FrontendConfig,
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    store: Store,
+}
+
+impl Frontend {
+    pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
+        let store = Store::create(&config.out)?;
+        let listener = canopy_core::daemon::bind(&config.listen).await?;
+        let addr = listener.local_addr()?;
+        Ok(Self { config, listener, addr, store })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The SQLite file this run writes.
+    pub fn store_path(&self) -> PathBuf {
+        self.store.path().to_path_buf()
+    }
+
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
+        let Frontend { config, listener, addr, mut store } = self;
+        let store_path = store.path().to_path_buf();
+        store.set_meta("frontend_addr", &addr.to_string())?;
+        store.set_meta("node_id", &config.node_id)?;
+        let sync = parse_sync_mode(&config.sync_mode).unwrap_or(SyncMode::WaitForAll);
+        let streams = config
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, filter)| StreamSpec {
+                stream_id: i as u32 + 1,
+                name: filter.clone(),
+                filter: filter.clone(),
+                params: String::new(),
+                sync_mode: sync as i32,
+                timeout_ms: config.stream_timeout_ms,
+            })
+            .collect();
+        let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
+        let writer = std::thread::Builder::new().name("canopy-store".into()).spawn(move || store_writer(store, store_rx))?;
+        let node_config = NodeConfig {
+            node_id: config.node_id.clone(),
+            kind: NodeKind::Frontend,
+            filters: Arc::new(BuiltinFilters),
+            max_rounds_in_flight: config.max_rounds_in_flight,
+            root: Some(RootOptions {
+                expect_ranks: config.expect_ranks,
+                streams,
+                exit_on_fin: config.exit_on_fin,
+                drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+            }),
+            local: None,
+            status_interval: Duration::from_secs(1),
+        };
+        let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx });
+        let tree = TreeService::new(config.node_id.clone(), handles.inputs.clone(), handles.window.clone());
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter.set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(Duration::from_secs(5)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .add_service(tree.into_server())
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(reflection_alpha)
+                .serve_with_incoming_shutdown(canopy_core::transport::incoming(listener), async {
+                    let _ = stop_rx.await;
+                }),
+        );
+        let ready = format!("addr={addr}\nstore={}\n", store_path.display());
+        canopy_core::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
+        tracing::info!(%addr, store = %store_path.display(), "front-end serving");
+        drop(handles);
+        let result = node.run(shutdown).await;
+        health_reporter.set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>().await;
+        let _ = stop_tx.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        tracing::info!(store = %store_path.display(), "front-end stopped");
+        result?;
+        Ok(())
+    }
+}
+
+/// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.
+pub async fn run(config: FrontendConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
+    Frontend::bind(config).await?.run(shutdown).await
+}

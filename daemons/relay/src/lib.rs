@@ -1,1 +1,146 @@
-//! placeholder
+//! Canopy's relay: an interior node of the tree. It attaches to its parent, serves `canopy.v1.Tree` to its
+//! children, and merges their rounds through each stream's filter.
+
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
+use canopy_core::filter::BuiltinFilters;
+use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp};
+use canopy_core::transport::{ParentLink, TreeService};
+use canopy_proto::v1::NodeKind;
+use serde::{Deserialize, Serialize};
+
+/// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, flags).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelayConfig {
+    /// This node's id in the tree; unique among its parent's children. Default: relay@HOST:PORT.
+    pub node_id: String,
+    /// The parent's address (a relay or the front-end), host:port.
+    pub parent: String,
+    /// Where children attach.
+    pub listen: String,
+    /// Rounds that may be open at once before children are made to wait.
+    pub max_rounds_in_flight: u64,
+    pub log_format: LogFormat,
+    /// Written with the bound address once the relay serves (for launchers using port 0).
+    pub ready_file: Option<PathBuf>,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            node_id: String::new(),
+            parent: "127.0.0.1:7400".into(),
+            listen: "0.0.0.0:7401".into(),
+            max_rounds_in_flight: 64,
+            log_format: LogFormat::Text,
+            ready_file: None,
+        }
+    }
+}
+
+impl CheckConfig for RelayConfig {
+    fn check(&self) -> Result<(), (String, String)> {
+        check_host_port("parent", &self.parent)?;
+        canopy_core::config::check_addr("listen", &self.listen)?;
+        if self.max_rounds_in_flight == 0 {
+            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("tree server failed: {0}")]
+    Server(#[from] tonic::transport::Error),
+}
+
+impl canopy_core::daemon::IsRefusal for RelayError {
+    fn is_refusal(&self) -> bool {
+        matches!(self, RelayError::Node(NodeError::Refused(_)))
+    }
+}
+
+/// A relay bound to its port, ready to run.
+pub struct Relay {
+    config: RelayConfig,
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl Relay {
+    pub async fn bind(config: RelayConfig) -> Result<Self, RelayError> {
+        let listener = canopy_core::daemon::bind(&config.listen).await?;
+        let addr = listener.local_addr()?;
+        Ok(Self { config, listener, addr })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
+        let Relay { config, listener, addr } = self;
+        let node_id = if config.node_id.is_empty() {
+            canopy_core::daemon::default_node_id("relay", &addr.port().to_string())
+        } else {
+            config.node_id.clone()
+        };
+        let (up_tx, up_rx) = tokio::sync::mpsc::channel(256);
+        let node_config = NodeConfig {
+            node_id: node_id.clone(),
+            kind: NodeKind::Relay,
+            filters: Arc::new(BuiltinFilters),
+            max_rounds_in_flight: config.max_rounds_in_flight,
+            root: None,
+            local: None,
+            status_interval: Duration::from_secs(1),
+        };
+        let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
+        node.set_listen_addr(addr.to_string());
+        let link = ParentLink {
+            parent: config.parent.clone(),
+            hello: handles.hello.clone(),
+            outbound: up_rx,
+            inputs: handles.inputs.clone(),
+        };
+        let link = tokio::spawn(link.run());
+        let service = TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(Duration::from_secs(5)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .add_service(service.into_server())
+                .serve_with_incoming_shutdown(canopy_core::transport::incoming(listener), async {
+                    let _ = stop_rx.await;
+                }),
+        );
+        canopy_core::config::write_ready_file(config.ready_file.as_ref(), &addr.to_string())?;
+        tracing::info!(node = %node_id, %addr, parent = %config.parent, "relay serving");
+        drop(handles);
+        let result = node.run(shutdown).await;
+        let _ = stop_tx.send(());
+        link.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        result?;
+        Ok(())
+    }
+}
+
+/// Runs a relay until `shutdown` completes or the tree finishes.
+pub async fn run(config: RelayConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
+    Relay::bind(config).await?.run(shutdown).await
+}

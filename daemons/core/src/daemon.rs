@@ -1,0 +1,65 @@
+//! What every daemon's thin `main` shares: config errors exit 64, `validate` checks and exits, logs are set
+//! up once, and `run(config, shutdown)` gets SIGINT/SIGTERM as its shutdown future.
+
+use std::future::Future;
+use std::process::ExitCode;
+
+use crate::config::{ConfigError, EXIT_CONFIG, LogFormat};
+
+/// The exit code for a node its parent refused (protocol mismatch, duplicate id): EX_PROTOCOL.
+pub const EXIT_REFUSED: u8 = 76;
+
+/// Runs a daemon's main: `loaded` is its configuration (or why not), `validate` the `validate` subcommand.
+pub fn main<C, F, Fut, E>(role: &str, loaded: Result<C, ConfigError>, validate: bool, log: LogFormat, run: F) -> ExitCode
+where
+    F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display + IsRefusal,
+{
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("canopy-{role}: {e}");
+            return ExitCode::from(EXIT_CONFIG as u8);
+        }
+    };
+    if validate {
+        println!("canopy-{role}: configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    crate::telemetry::init(log, "info");
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("canopy-{role}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(config, Box::pin(crate::shutdown::signal())));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("canopy-{role} failed: {e}");
+            eprintln!("canopy-{role}: {e}");
+            if e.is_refusal() { ExitCode::from(EXIT_REFUSED) } else { ExitCode::FAILURE }
+        }
+    }
+}
+
+/// Lets `main` pick the exit code of a refused node.
+pub trait IsRefusal {
+    fn is_refusal(&self) -> bool;
+}
+
+/// Binds a listen address, naming it in the error.
+pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, std::io::Error> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+/// A default node id: the role, the host, and a distinguishing suffix.
+pub fn default_node_id(role: &str, suffix: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    if suffix.is_empty() { format!("{role}@{host}") } else { format!("{role}@{host}:{suffix}") }
+}

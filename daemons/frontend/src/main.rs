@@ -1,0 +1,88 @@
+//! `canopy-frontend`: the root of a Canopy tree.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use canopy_core::config::LogFormat;
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "canopy-frontend", version, about = "The root of a Canopy tree: stores and serves the results")]
+struct Args {
+    /// A TOML file whose [frontend] table configures this front-end.
+    #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    flags: Flags,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
+    Validate,
+}
+
+#[derive(clap::Args, Serialize)]
+struct Flags {
+    /// This node's id.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_id: Option<String>,
+    /// The port for the tree, health and reflection, ip:port.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listen: Option<String>,
+    /// Directory of the run stores.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out: Option<PathBuf>,
+    /// Filters to open as streams at start, comma-separated.
+    #[arg(long, global = true, value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streams: Option<Vec<String>>,
+    /// Milliseconds a round waits for missing children.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_timeout_ms: Option<u32>,
+    /// wait_for_all or dont_wait.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sync_mode: Option<String>,
+    /// Start collection once this many ranks are attached.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expect_ranks: Option<u32>,
+    /// Exit once every child has finished.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_on_fin: Option<bool>,
+    /// Milliseconds a shutdown waits for the tree to deliver what it holds.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_timeout_ms: Option<u64>,
+    /// Rounds open at once.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rounds_in_flight: Option<u64>,
+    #[arg(long, global = true, value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_format: Option<LogFormat>,
+    /// Write `addr=` and `store=` lines to this file once serving.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ready_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let loaded =
+        canopy_core::config::load::<canopy_frontend::FrontendConfig, _>("frontend", args.config.as_deref(), &args.flags);
+    let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
+    let validate = matches!(args.command, Some(Command::Validate));
+    canopy_core::daemon::main("frontend", loaded, validate, log, canopy_frontend::run)
+}
