@@ -10,7 +10,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, ["."])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     // The encoded descriptor set feeds gRPC server reflection.
-    std::fs::write(out.join("canopy_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    std::fs::write(
+        out.join("canopy_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -25,7 +25,10 @@ mod tests {
     #[test]
     fn event_id_is_xxh3_of_the_name() {
         // Reference value of XXH3_64bits("MPI_Allreduce") with seed 0, from the xxHash reference implementation.
-        assert_eq!(event_id("MPI_Allreduce"), xxhash_rust::xxh3::xxh3_64(b"MPI_Allreduce"));
+        assert_eq!(
+            event_id("MPI_Allreduce"),
+            xxhash_rust::xxh3::xxh3_64(b"MPI_Allreduce")
+        );
         assert_ne!(event_id("MPI_Allreduce"), event_id("MPI_Allreduce "));
         assert_eq!(event_id(""), 0x2d06_8005_38d3_94c2);
     }
@@ -33,7 +36,11 @@ mod tests {
     #[test]
     fn descriptor_set_names_the_tree_service() {
         let fds: prost_types::FileDescriptorSet = prost::Message::decode(FILE_DESCRIPTOR_SET).unwrap();
-        let tree = fds.file.iter().find(|f| f.name() == "canopy/v1/tree.proto").unwrap();
+        let tree = fds
+            .file
+            .iter()
+            .find(|f| f.name() == "canopy/v1/tree.proto")
+            .unwrap();
         assert_eq!(tree.service[0].name(), "Tree");
     }
 }

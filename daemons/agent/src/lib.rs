@@ -75,7 +75,10 @@ impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), (String, String)> {
         check_host_port("parent", &self.parent)?;
         if self.simulate_ranks == 0 {
-            return Err(("simulate_ranks".into(), "must be at least 1: an agent with no ranks has nothing to serve".into()));
+            return Err((
+                "simulate_ranks".into(),
+                "must be at least 1: an agent with no ranks has nothing to serve".into(),
+            ));
         }
         if self.simulate_period_ms == 0 {
             return Err(("simulate_period_ms".into(), "must be at least 1".into()));
@@ -84,7 +87,10 @@ impl CheckConfig for AgentConfig {
             return Err(("simulate_scenario".into(), e.to_string()));
         }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
-            return Err(("total_ranks".into(), "is smaller than rank_offset + simulate_ranks".into()));
+            return Err((
+                "total_ranks".into(),
+                "is smaller than rank_offset + simulate_ranks".into(),
+            ));
         }
         if self.max_rounds_in_flight == 0 {
             return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
@@ -108,8 +114,11 @@ impl canopy_core::daemon::IsRefusal for AgentError {
 /// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
-    let node_id =
-        if config.node_id.is_empty() { canopy_core::daemon::default_node_id("agent", "") } else { config.node_id.clone() };
+    let node_id = if config.node_id.is_empty() {
+        canopy_core::daemon::default_node_id("agent", "")
+    } else {
+        config.node_id.clone()
+    };
     let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
     let simulator = Simulator::new(SimConfig {
         scenario,
@@ -129,7 +138,11 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         filters: Arc::new(BuiltinFilters),
         max_rounds_in_flight: config.max_rounds_in_flight,
         root: None,
-        local: Some(LocalRanks { ranks, names: simulator.names(), control: control_tx }),
+        local: Some(LocalRanks {
+            ranks,
+            names: simulator.names(),
+            control: control_tx,
+        }),
         status_interval: Duration::from_secs(1),
     };
     let (node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
@@ -140,7 +153,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         inputs: handles.inputs.clone(),
     };
     let link = tokio::spawn(link.run());
-    let schedule = Schedule { period: Duration::from_millis(config.simulate_period_ms), rounds: config.rounds };
+    let schedule = Schedule {
+        period: Duration::from_millis(config.simulate_period_ms),
+        rounds: config.rounds,
+    };
     let sim = tokio::spawn(simulate(simulator, schedule, control_rx, handles.inputs.clone()));
     tracing::info!(node = %node_id, parent = %config.parent, ranks = config.simulate_ranks,
         scenario = %scenario, "agent serving simulated ranks");

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 #[derive(Parser)]
-#[command(name = "canopy-agent", version, about = "The leaf of a Canopy tree: serves its node's ranks")]
+#[command(
+    name = "canopy-agent",
+    version,
+    about = "The leaf of a Canopy tree: serves its node's ranks"
+)]
 struct Args {
     /// A TOML file whose [agent] table configures this agent.
     #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
@@ -84,7 +88,11 @@ struct Flags {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let loaded = canopy_core::config::load::<canopy_agent::AgentConfig, _>("agent", args.config.as_deref(), &args.flags);
+    let loaded = canopy_core::config::load::<canopy_agent::AgentConfig, _>(
+        "agent",
+        args.config.as_deref(),
+        &args.flags,
+    );
     let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
     let validate = matches!(args.command, Some(Command::Validate));
     canopy_core::daemon::main("agent", loaded, validate, log, canopy_agent::run)

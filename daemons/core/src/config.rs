@@ -55,7 +55,11 @@ where
     let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
     config.check().map_err(|(key, message)| {
         let source_name = describe(figment.find_metadata(&key), role, &key);
-        ConfigError { key: qualify(role, figment.find_metadata(&key), &key), source_name, message }
+        ConfigError {
+            key: qualify(role, figment.find_metadata(&key), &key),
+            source_name,
+            message,
+        }
     })?;
     Ok(config)
 }
@@ -92,7 +96,11 @@ fn layers<T: Serialize + Default, F: Serialize>(
 fn from_figment(role: &str, figment: &Figment, err: figment::Error) -> ConfigError {
     let key = err.path.join(".");
     let md = err.metadata.as_ref().or_else(|| figment.find_metadata(&key));
-    ConfigError { key: qualify(role, md, &key), source_name: describe(md, role, &key), message: err.kind.to_string() }
+    ConfigError {
+        key: qualify(role, md, &key),
+        source_name: describe(md, role, &key),
+        message: err.kind.to_string(),
+    }
 }
 
 /// Keys from the file are named with their table (`agent.simulate_ranks`), from the environment by variable.
@@ -111,7 +119,11 @@ fn describe(md: Option<&Metadata>, role: &str, key: &str) -> String {
         return format!("TOML file {}", path.display());
     }
     if md.name.contains("environment") {
-        let var = format!("CANOPY_{}_{}", role.to_uppercase(), key.replace('.', "_").to_uppercase());
+        let var = format!(
+            "CANOPY_{}_{}",
+            role.to_uppercase(),
+            key.replace('.', "_").to_uppercase()
+        );
         return format!("environment variable {var}");
     }
     if md.name == "Serialized" {
@@ -121,7 +133,9 @@ fn describe(md: Option<&Metadata>, role: &str, key: &str) -> String {
 }
 
 /// The log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -131,16 +145,24 @@ pub enum LogFormat {
 
 /// Parses `host:port` (or `[v6]:port`), naming the key on failure.
 pub fn check_addr(key: &str, value: &str) -> Result<(), (String, String)> {
-    value
-        .parse::<std::net::SocketAddr>()
-        .map(|_| ())
-        .map_err(|_| (key.to_string(), format!("{value:?} is not an address of the form host:port (127.0.0.1:7400)")))
+    value.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| {
+        (
+            key.to_string(),
+            format!("{value:?} is not an address of the form host:port (127.0.0.1:7400)"),
+        )
+    })
 }
 
 /// Checks an address that may name a host (`node1:7400`) rather than an IP.
 pub fn check_host_port(key: &str, value: &str) -> Result<(), (String, String)> {
-    let ok = value.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-    if ok { Ok(()) } else { Err((key.to_string(), format!("{value:?} is not of the form host:port"))) }
+    let ok = value
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err((key.to_string(), format!("{value:?} is not of the form host:port")))
+    }
 }
 
 /// Where a daemon writes its bound address once it is ready, for launchers that start it on port 0.
@@ -188,7 +210,13 @@ mod tests {
     fn layers_apply_in_order_and_flags_win() {
         let f = file("[demo]\nranks = 4\nparent = \"a:1\"\n[other]\nranks = \"x\"\n");
         let c: Demo = load("demo", Some(f.path()), &DemoFlags::default()).unwrap();
-        assert_eq!(c, Demo { ranks: 4, parent: "a:1".into() });
+        assert_eq!(
+            c,
+            Demo {
+                ranks: 4,
+                parent: "a:1".into()
+            }
+        );
         let c: Demo = load("demo", Some(f.path()), &DemoFlags { ranks: Some(9) }).unwrap();
         assert_eq!(c.ranks, 9);
     }
@@ -205,7 +233,10 @@ mod tests {
     #[test]
     fn a_failed_check_names_the_flag() {
         let e = load::<Demo, _>("demo", None, &DemoFlags { ranks: Some(5000) }).unwrap_err();
-        assert_eq!(e.to_string(), "bad config value for `--ranks` (from command-line flags): at most 1000");
+        assert_eq!(
+            e.to_string(),
+            "bad config value for `--ranks` (from command-line flags): at most 1000"
+        );
     }
 
     #[test]
@@ -216,7 +247,11 @@ mod tests {
         let f = file("[demo\nranks = 3\n");
         let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
         assert!(e.source_name.starts_with("TOML file"), "{e}");
-        let e = load::<Demo, _>("demo", Some(Path::new("/nonexistent/c.toml")), &DemoFlags::default());
+        let e = load::<Demo, _>(
+            "demo",
+            Some(Path::new("/nonexistent/c.toml")),
+            &DemoFlags::default(),
+        );
         assert!(e.unwrap_err().message.contains("no such file"));
     }
 }

@@ -10,7 +10,13 @@ use crate::config::{ConfigError, EXIT_CONFIG, LogFormat};
 pub const EXIT_REFUSED: u8 = 76;
 
 /// Runs a daemon's main: `loaded` is its configuration (or why not), `validate` the `validate` subcommand.
-pub fn main<C, F, Fut, E>(role: &str, loaded: Result<C, ConfigError>, validate: bool, log: LogFormat, run: F) -> ExitCode
+pub fn main<C, F, Fut, E>(
+    role: &str,
+    loaded: Result<C, ConfigError>,
+    validate: bool,
+    log: LogFormat,
+    run: F,
+) -> ExitCode
 where
     F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
     Fut: Future<Output = Result<(), E>>,
@@ -41,7 +47,11 @@ where
         Err(e) => {
             tracing::error!("canopy-{role} failed: {e}");
             eprintln!("canopy-{role}: {e}");
-            if e.is_refusal() { ExitCode::from(EXIT_REFUSED) } else { ExitCode::FAILURE }
+            if e.is_refusal() {
+                ExitCode::from(EXIT_REFUSED)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -60,6 +70,12 @@ pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, std::io::Error>
 
 /// A default node id: the role, the host, and a distinguishing suffix.
 pub fn default_node_id(role: &str, suffix: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
-    if suffix.is_empty() { format!("{role}@{host}") } else { format!("{role}@{host}:{suffix}") }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if suffix.is_empty() {
+        format!("{role}@{host}")
+    } else {
+        format!("{role}@{host}:{suffix}")
+    }
 }

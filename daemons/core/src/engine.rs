@@ -91,7 +91,12 @@ pub enum EngineError {
     #[error("packet for stream {0}, which is not open")]
     UnknownStream(u32),
     #[error("source {source_id} sent round {round} phase {phase} of stream {stream} twice")]
-    Duplicate { source_id: String, stream: u32, round: u64, phase: u32 },
+    Duplicate {
+        source_id: String,
+        stream: u32,
+        round: u64,
+        phase: u32,
+    },
 }
 
 /// How many closed rounds per (stream, phase) are remembered exactly to tell late packets from new ones.
@@ -150,7 +155,13 @@ impl RoundEngine {
 
     /// Adds a source, or revives one that was lost or finished (a restarted child re-attaches under its id).
     pub fn add_source(&mut self, id: &str, ranks_below: u32) {
-        self.sources.insert(id.to_string(), Source { ranks_below, state: SourceState::Live });
+        self.sources.insert(
+            id.to_string(),
+            Source {
+                ranks_below,
+                state: SourceState::Live,
+            },
+        );
         self.recount();
     }
 
@@ -175,9 +186,17 @@ impl RoundEngine {
 
     /// Recomputes the live counts after a source changed state (rare: attach, loss, finish).
     fn recount(&mut self) {
-        self.live = self.sources.values().filter(|s| s.state == SourceState::Live).count();
+        self.live = self
+            .sources
+            .values()
+            .filter(|s| s.state == SourceState::Live)
+            .count();
         for g in self.open.values_mut() {
-            g.live_arrived = g.from.iter().filter(|id| self.sources[*id].state == SourceState::Live).count();
+            g.live_arrived = g
+                .from
+                .iter()
+                .filter(|id| self.sources[*id].state == SourceState::Live)
+                .count();
         }
     }
 
@@ -191,8 +210,12 @@ impl RoundEngine {
             s.state = state;
         }
         self.recount();
-        let ready: Vec<GroupKey> =
-            self.open.iter().filter(|(_, g)| self.all_live_arrived(g)).map(|(k, _)| *k).collect();
+        let ready: Vec<GroupKey> = self
+            .open
+            .iter()
+            .filter(|(_, g)| self.all_live_arrived(g))
+            .map(|(k, _)| *k)
+            .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
     }
 
@@ -227,8 +250,15 @@ impl RoundEngine {
         if !self.sources.contains_key(&arrival.source) {
             return Err(EngineError::UnknownSource(arrival.source));
         }
-        let sync = *self.streams.get(&key.stream).ok_or(EngineError::UnknownStream(key.stream))?;
-        if self.closed.get(&(key.stream, key.phase)).is_some_and(|c| c.contains(key.round)) {
+        let sync = *self
+            .streams
+            .get(&key.stream)
+            .ok_or(EngineError::UnknownStream(key.stream))?;
+        if self
+            .closed
+            .get(&(key.stream, key.phase))
+            .is_some_and(|c| c.contains(key.round))
+        {
             self.stats.late_packets += 1;
             self.stats.late_ranks += u64::from(arrival.coverage.covered);
             return Ok(Accepted::Late(arrival));
@@ -266,12 +296,21 @@ impl RoundEngine {
         group.from.insert(arrival.source.clone());
         group.arrived.push(arrival);
         let group = &self.open[&key];
-        if self.all_live_arrived(group) { Ok(Accepted::Closed(self.close(key))) } else { Ok(Accepted::Pending) }
+        if self.all_live_arrived(group) {
+            Ok(Accepted::Closed(self.close(key)))
+        } else {
+            Ok(Accepted::Pending)
+        }
     }
 
     /// Closes every group whose time-out has passed.
     pub fn expire(&mut self, now: Instant) -> Vec<Closed> {
-        let due: Vec<GroupKey> = self.open.iter().filter(|(_, g)| g.deadline <= now).map(|(k, _)| *k).collect();
+        let due: Vec<GroupKey> = self
+            .open
+            .iter()
+            .filter(|(_, g)| g.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
         due.into_iter().map(|k| self.close(k)).collect()
     }
 
@@ -287,7 +326,10 @@ impl RoundEngine {
 
     fn close(&mut self, key: GroupKey) -> Closed {
         let group = self.open.remove(&key).expect("closing a group that is open");
-        self.closed.entry((key.stream, key.phase)).or_default().insert(key.round);
+        self.closed
+            .entry((key.stream, key.phase))
+            .or_default()
+            .insert(key.round);
         let mut coverage = Coverage::default();
         for a in &group.arrived {
             add_coverage(&mut coverage, &a.coverage);
@@ -312,9 +354,20 @@ impl RoundEngine {
         if partial {
             self.stats.partial += 1;
         }
-        let first_dump_unix_ns =
-            group.arrived.iter().map(|a| a.first_dump_unix_ns).filter(|t| *t > 0).min().unwrap_or(0);
-        Closed { key, inputs: group.arrived, coverage, first_dump_unix_ns, partial }
+        let first_dump_unix_ns = group
+            .arrived
+            .iter()
+            .map(|a| a.first_dump_unix_ns)
+            .filter(|t| *t > 0)
+            .min()
+            .unwrap_or(0);
+        Closed {
+            key,
+            inputs: group.arrived,
+            coverage,
+            first_dump_unix_ns,
+            partial,
+        }
     }
 }
 
@@ -334,7 +387,10 @@ pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
     }
     match cov.missing.iter_mut().find(|m| m.reason() == reason) {
         Some(m) => m.ranks += ranks,
-        None => cov.missing.push(Missing { reason: reason as i32, ranks }),
+        None => cov.missing.push(Missing {
+            reason: reason as i32,
+            ranks,
+        }),
     }
 }
 
@@ -347,12 +403,17 @@ pub fn uncover(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
 
 /// The invariant every coverage keeps.
 pub fn coverage_is_exact(cov: &Coverage) -> bool {
-    u64::from(cov.covered) + cov.missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>() == u64::from(cov.expected)
+    u64::from(cov.covered) + cov.missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>()
+        == u64::from(cov.expected)
 }
 
 /// Ranks missing under `reason`.
 pub fn missing_for(cov: &Coverage, reason: MissingReason) -> u32 {
-    cov.missing.iter().filter(|m| m.reason() == reason).map(|m| m.ranks).sum()
+    cov.missing
+        .iter()
+        .filter(|m| m.reason() == reason)
+        .map(|m| m.ranks)
+        .sum()
 }
 
 #[cfg(test)]
@@ -360,11 +421,20 @@ mod tests {
     use super::*;
 
     fn full(n: u32) -> Coverage {
-        Coverage { covered: n, expected: n, missing: vec![] }
+        Coverage {
+            covered: n,
+            expected: n,
+            missing: vec![],
+        }
     }
 
     fn arrival(src: &str, n: u32) -> Arrival {
-        Arrival { source: src.into(), coverage: full(n), payload: vec![], first_dump_unix_ns: 0 }
+        Arrival {
+            source: src.into(),
+            coverage: full(n),
+            payload: vec![],
+            first_dump_unix_ns: 0,
+        }
     }
 
     fn engine(sources: &[(&str, u32)], mode: SyncMode) -> RoundEngine {
@@ -372,18 +442,33 @@ mod tests {
         for (s, n) in sources {
             e.add_source(s, *n);
         }
-        e.open_stream(1, StreamSync { mode, timeout: Duration::from_millis(100) });
+        e.open_stream(
+            1,
+            StreamSync {
+                mode,
+                timeout: Duration::from_millis(100),
+            },
+        );
         e
     }
 
-    const K: GroupKey = GroupKey { stream: 1, round: 0, phase: 0 };
+    const K: GroupKey = GroupKey {
+        stream: 1,
+        round: 0,
+        phase: 0,
+    };
 
     #[test]
     fn wait_for_all_closes_when_every_live_source_delivered() {
         let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
         let now = Instant::now();
-        assert!(matches!(e.accept(K, arrival("a", 16), now).unwrap(), Accepted::Pending));
-        let Accepted::Closed(c) = e.accept(K, arrival("b", 16), now).unwrap() else { panic!("not closed") };
+        assert!(matches!(
+            e.accept(K, arrival("a", 16), now).unwrap(),
+            Accepted::Pending
+        ));
+        let Accepted::Closed(c) = e.accept(K, arrival("b", 16), now).unwrap() else {
+            panic!("not closed")
+        };
         assert_eq!(c.coverage, full(32));
         assert!(!c.partial);
         assert!(!e.has_open_groups());
@@ -400,7 +485,10 @@ mod tests {
         assert_eq!(closed[0].coverage.covered, 16);
         assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 16);
         assert!(closed[0].partial);
-        assert!(matches!(e.accept(K, arrival("b", 16), now).unwrap(), Accepted::Late(_)));
+        assert!(matches!(
+            e.accept(K, arrival("b", 16), now).unwrap(),
+            Accepted::Late(_)
+        ));
         assert_eq!(e.stats().late_ranks, 16);
     }
 
@@ -414,7 +502,9 @@ mod tests {
         assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 16);
         assert_eq!(closed[0].coverage.expected, 32);
         let next = GroupKey { round: 1, ..K };
-        let Accepted::Closed(c) = e.accept(next, arrival("a", 16), now).unwrap() else { panic!() };
+        let Accepted::Closed(c) = e.accept(next, arrival("a", 16), now).unwrap() else {
+            panic!()
+        };
         assert_eq!((c.coverage.covered, c.coverage.expected), (16, 32));
     }
 
@@ -423,18 +513,33 @@ mod tests {
         let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
         let now = Instant::now();
         e.accept(K, arrival("a", 1), now).unwrap();
-        assert!(matches!(e.accept(K, arrival("a", 1), now), Err(EngineError::Duplicate { .. })));
-        assert_eq!(e.accept(K, arrival("z", 1), now).unwrap_err(), EngineError::UnknownSource("z".into()));
+        assert!(matches!(
+            e.accept(K, arrival("a", 1), now),
+            Err(EngineError::Duplicate { .. })
+        ));
+        assert_eq!(
+            e.accept(K, arrival("z", 1), now).unwrap_err(),
+            EngineError::UnknownSource("z".into())
+        );
         let other = GroupKey { stream: 9, ..K };
-        assert_eq!(e.accept(other, arrival("a", 1), now).unwrap_err(), EngineError::UnknownStream(9));
+        assert_eq!(
+            e.accept(other, arrival("a", 1), now).unwrap_err(),
+            EngineError::UnknownStream(9)
+        );
     }
 
     #[test]
     fn dont_wait_passes_each_packet_at_once() {
         let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::DontWait);
         let now = Instant::now();
-        assert!(matches!(e.accept(K, arrival("a", 4), now).unwrap(), Accepted::Closed(_)));
-        assert!(matches!(e.accept(K, arrival("b", 4), now).unwrap(), Accepted::Closed(_)));
+        assert!(matches!(
+            e.accept(K, arrival("a", 4), now).unwrap(),
+            Accepted::Closed(_)
+        ));
+        assert!(matches!(
+            e.accept(K, arrival("b", 4), now).unwrap(),
+            Accepted::Closed(_)
+        ));
         assert!(!e.has_open_groups());
     }
 

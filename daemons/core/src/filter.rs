@@ -70,7 +70,10 @@ impl FilterFactory for BuiltinFilters {
                 check_no_params(name, params)?;
                 Ok(Box::new(Passthrough))
             }
-            _ => Err(FilterError::Unknown { name: name.to_string(), available: self.names().join(", ") }),
+            _ => Err(FilterError::Unknown {
+                name: name.to_string(),
+                available: self.names().join(", "),
+            }),
         }
     }
 
@@ -88,9 +91,15 @@ fn check_no_params(filter: &str, params: &str) -> Result<(), FilterError> {
         Ok(m) if m.is_empty() => Ok(()),
         Ok(m) => Err(FilterError::BadParams {
             filter: filter.to_string(),
-            reason: format!("takes no parameters, got {}", m.keys().cloned().collect::<Vec<_>>().join(", ")),
+            reason: format!(
+                "takes no parameters, got {}",
+                m.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
         }),
-        Err(e) => Err(FilterError::BadParams { filter: filter.to_string(), reason: format!("not JSON: {e}") }),
+        Err(e) => Err(FilterError::BadParams {
+            filter: filter.to_string(),
+            reason: format!("not JSON: {e}"),
+        }),
     }
 }
 
@@ -109,12 +118,21 @@ impl Filter for Passthrough {
                 Err(e) => out.rejected.push((i, format!("not a profile batch: {e}"))),
             }
         }
-        out.up.push(Packet { phase, payload: merged });
+        out.up.push(Packet {
+            phase,
+            payload: merged,
+        });
         Ok(out)
     }
 
     fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output { down: vec![Packet { phase, payload: packet.to_vec() }], ..Output::default() })
+        Ok(Output {
+            down: vec![Packet {
+                phase,
+                payload: packet.to_vec(),
+            }],
+            ..Output::default()
+        })
     }
 
     fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
@@ -128,8 +146,16 @@ mod tests {
     use canopy_proto::v1::RankProfile;
 
     fn batch(ranks: &[u32]) -> Vec<u8> {
-        ProfileBatch { profiles: ranks.iter().map(|r| RankProfile { rank: *r, ..Default::default() }).collect() }
-            .encode_to_vec()
+        ProfileBatch {
+            profiles: ranks
+                .iter()
+                .map(|r| RankProfile {
+                    rank: *r,
+                    ..Default::default()
+                })
+                .collect(),
+        }
+        .encode_to_vec()
     }
 
     #[test]
@@ -142,15 +168,27 @@ mod tests {
         assert_eq!(out.rejected.len(), 1);
         assert_eq!(out.rejected[0].0, 1);
         let merged = ProfileBatch::decode(out.up[0].payload.as_slice()).unwrap();
-        assert_eq!(merged.profiles.iter().map(|p| p.rank).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(
+            merged.profiles.iter().map(|p| p.rank).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
     }
 
     #[test]
     fn unknown_filters_and_bad_params_are_named() {
         let err = BuiltinFilters.create("nope", "", Level::Root).err().unwrap();
-        assert_eq!(err.to_string(), "unknown filter \"nope\" (available: passthrough)");
-        let err = BuiltinFilters.create("passthrough", "{\"bins\": 3}", Level::Root).err().unwrap();
-        assert_eq!(err.to_string(), "filter passthrough: bad parameters: takes no parameters, got bins");
+        assert_eq!(
+            err.to_string(),
+            "unknown filter \"nope\" (available: passthrough)"
+        );
+        let err = BuiltinFilters
+            .create("passthrough", "{\"bins\": 3}", Level::Root)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "filter passthrough: bad parameters: takes no parameters, got bins"
+        );
         assert!(BuiltinFilters.create("passthrough", "{}", Level::Root).is_ok());
     }
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use canopy_proto::v1::{
-    Control, Coverage, DownMessage, Envelope, EventName, Fin, Hello, MissingReason, NameDictionary, NodeEvent,
-    NodeKind, NodeState, NodeStatus, OpenStream, Start, StreamError, StreamSpec, SyncMode, control, down_message,
-    up_message,
+    Control, Coverage, DownMessage, Envelope, EventName, Fin, Hello, MissingReason, NameDictionary,
+    NodeEvent, NodeKind, NodeState, NodeStatus, OpenStream, Start, StreamError, StreamSpec, SyncMode,
+    control, down_message, up_message,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -23,15 +23,32 @@ use crate::transport::{ChildSender, Refused};
 /// Everything a node reacts to.
 #[derive(Debug)]
 pub enum Input {
-    ChildAttached { conn: u64, hello: Hello, peer: String, tx: ChildSender },
-    ChildMessage { conn: u64, id: String, msg: up_message::Msg },
-    ChildGone { conn: u64, id: String, reason: String },
+    ChildAttached {
+        conn: u64,
+        hello: Hello,
+        peer: String,
+        tx: ChildSender,
+    },
+    ChildMessage {
+        conn: u64,
+        id: String,
+        msg: up_message::Msg,
+    },
+    ChildGone {
+        conn: u64,
+        id: String,
+        reason: String,
+    },
     ParentAttached,
     ParentLost(String),
     ParentMessage(down_message::Msg),
     Refused(Refused),
     /// The leaf's ranks dumped a round: (rank, encoded one-profile `ProfileBatch`) each.
-    LocalRound { round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)> },
+    LocalRound {
+        round: u64,
+        dump_unix_ns: u64,
+        profiles: Vec<(u32, Vec<u8>)>,
+    },
     /// The leaf's ranks will dump no more rounds.
     LocalFinished,
     /// At the root: open a stream on the whole tree.
@@ -57,7 +74,12 @@ pub trait Up: Send + 'static {
     /// At the root: one finalized result.
     fn result(&mut self, result: RoundResult) -> impl Future<Output = ()> + Send;
     /// At the root: a stream changed state (`open`, `closed`, `failed`).
-    fn stream_state(&mut self, _spec: &StreamSpec, _state: &str, _failure: Option<&str>) -> impl Future<Output = ()> + Send {
+    fn stream_state(
+        &mut self,
+        _spec: &StreamSpec,
+        _state: &str,
+        _failure: Option<&str>,
+    ) -> impl Future<Output = ()> + Send {
         async {}
     }
     /// Waits until what was sent has left this node (before exiting).
@@ -77,7 +99,11 @@ impl Up for ParentUp {
     }
 
     async fn result(&mut self, result: RoundResult) {
-        tracing::error!(stream = result.stream.stream_id, round = result.round, "result produced below the root");
+        tracing::error!(
+            stream = result.stream.stream_id,
+            round = result.round,
+            "result produced below the root"
+        );
     }
 
     async fn flush(&mut self) {
@@ -227,7 +253,12 @@ impl<U: Up> Node<U> {
             hostname: hostname(),
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
-        let root = config.root.map(|opts| RootState { opts, started: false, draining_until: None, next_stream_id: 1 });
+        let root = config.root.map(|opts| RootState {
+            opts,
+            started: false,
+            draining_until: None,
+            next_stream_id: 1,
+        });
         let node = Node {
             id: config.node_id,
             kind: config.kind,
@@ -254,7 +285,14 @@ impl<U: Up> Node<U> {
             status_interval: config.status_interval,
             finish: false,
         };
-        (node, NodeHandles { inputs: tx, window: window_rx, hello: hello_rx })
+        (
+            node,
+            NodeHandles {
+                inputs: tx,
+                window: window_rx,
+                hello: hello_rx,
+            },
+        )
     }
 
     /// Sets the address this node's children reach it at, sent in its Hello.
@@ -307,7 +345,12 @@ impl<U: Up> Node<U> {
 
     async fn handle(&mut self, input: Input) -> Result<(), NodeError> {
         match input {
-            Input::ChildAttached { conn, hello, peer, tx } => self.on_child_attached(conn, hello, peer, tx).await,
+            Input::ChildAttached {
+                conn,
+                hello,
+                peer,
+                tx,
+            } => self.on_child_attached(conn, hello, peer, tx).await,
             Input::ChildMessage { conn, id, msg } => {
                 if self.children.get(&id).is_some_and(|c| c.conn == conn) {
                     self.on_child_message(id, msg).await;
@@ -315,14 +358,22 @@ impl<U: Up> Node<U> {
             }
             Input::ChildGone { conn, id, reason } => self.on_child_gone(conn, id, reason).await,
             Input::ParentAttached => self.on_parent_attached().await,
-            Input::ParentLost(reason) => tracing::warn!(node = %self.id, "lost the parent: {reason}; re-attaching"),
+            Input::ParentLost(reason) => {
+                tracing::warn!(node = %self.id, "lost the parent: {reason}; re-attaching")
+            }
             Input::ParentMessage(msg) => self.on_parent_message(msg).await,
             Input::Refused(r) => return Err(NodeError::Refused(r)),
-            Input::LocalRound { round, dump_unix_ns, profiles } => self.on_local_round(round, dump_unix_ns, profiles).await,
+            Input::LocalRound {
+                round,
+                dump_unix_ns,
+                profiles,
+            } => self.on_local_round(round, dump_unix_ns, profiles).await,
             Input::LocalFinished => {
                 let ranks: Vec<u32> = self.local.as_ref().map(|l| l.ranks.clone()).unwrap_or_default();
                 for r in ranks {
-                    let closed = self.engine.set_source_state(&rank_source(r), SourceState::Finished);
+                    let closed = self
+                        .engine
+                        .set_source_state(&rank_source(r), SourceState::Finished);
                     self.on_closed_all(closed).await;
                 }
                 self.check_fin().await;
@@ -335,15 +386,32 @@ impl<U: Up> Node<U> {
     async fn on_child_attached(&mut self, conn: u64, hello: Hello, peer: String, tx: ChildSender) {
         let id = hello.node_id.clone();
         for rt in self.streams.values().filter(|s| s.failed.is_none()) {
-            let open = down_message::Msg::OpenStream(OpenStream { spec: Some(rt.spec.clone()) });
+            let open = down_message::Msg::OpenStream(OpenStream {
+                spec: Some(rt.spec.clone()),
+            });
             let _ = tx.send(Ok(DownMessage { msg: Some(open) })).await;
         }
         if let Some(c) = &self.last_control {
-            let _ = tx.send(Ok(DownMessage { msg: Some(down_message::Msg::Control(c.clone())) })).await;
+            let _ = tx
+                .send(Ok(DownMessage {
+                    msg: Some(down_message::Msg::Control(*c)),
+                }))
+                .await;
         }
-        self.children.insert(id.clone(), Child { conn, tx: Some(tx), finished: false });
+        self.children.insert(
+            id.clone(),
+            Child {
+                conn,
+                tx: Some(tx),
+                finished: false,
+            },
+        );
         self.engine.add_source(&id, hello.ranks_below);
-        let address = if hello.listen_addr.is_empty() { peer } else { hello.listen_addr.clone() };
+        let address = if hello.listen_addr.is_empty() {
+            peer
+        } else {
+            hello.listen_addr.clone()
+        };
         let ev = NodeEvent {
             node_id: id,
             parent_id: self.id.clone(),
@@ -359,7 +427,9 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_child_gone(&mut self, conn: u64, id: String, reason: String) {
-        let Some(child) = self.children.get_mut(&id) else { return };
+        let Some(child) = self.children.get_mut(&id) else {
+            return;
+        };
         if child.conn != conn {
             return;
         }
@@ -395,7 +465,9 @@ impl<U: Up> Node<U> {
                     }
                 }
                 if !fresh.is_empty() {
-                    self.up.send(up_message::Msg::Names(NameDictionary { names: fresh })).await;
+                    self.up
+                        .send(up_message::Msg::Names(NameDictionary { names: fresh }))
+                        .await;
                 }
             }
             up_message::Msg::NodeEvent(ev) => {
@@ -423,7 +495,8 @@ impl<U: Up> Node<U> {
             }
             up_message::Msg::StreamError(e) => {
                 if self.level == Level::Root {
-                    self.fail_stream(e.stream_id, format!("node {}: {}", e.node_id, e.reason)).await;
+                    self.fail_stream(e.stream_id, format!("node {}: {}", e.node_id, e.reason))
+                        .await;
                 } else {
                     self.up.send(up_message::Msg::StreamError(e)).await;
                 }
@@ -436,7 +509,11 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_envelope(&mut self, source: String, env: Envelope) {
-        let key = GroupKey { stream: env.stream_id, round: env.round, phase: env.phase };
+        let key = GroupKey {
+            stream: env.stream_id,
+            round: env.round,
+            phase: env.phase,
+        };
         let arrival = Arrival {
             source,
             coverage: env.coverage.unwrap_or_default(),
@@ -469,14 +546,27 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_local_round(&mut self, round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)>) {
-        let streams: Vec<u32> = self.streams.iter().filter(|(_, s)| s.failed.is_none()).map(|(id, _)| *id).collect();
+        let streams: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.failed.is_none())
+            .map(|(id, _)| *id)
+            .collect();
         let now = Instant::now();
         for stream in streams {
             for (rank, payload) in &profiles {
-                let key = GroupKey { stream, round, phase: 0 };
+                let key = GroupKey {
+                    stream,
+                    round,
+                    phase: 0,
+                };
                 let arrival = Arrival {
                     source: rank_source(*rank),
-                    coverage: Coverage { covered: 1, expected: 1, missing: vec![] },
+                    coverage: Coverage {
+                        covered: 1,
+                        expected: 1,
+                        missing: vec![],
+                    },
                     payload: payload.clone(),
                     first_dump_unix_ns: dump_unix_ns,
                 };
@@ -498,7 +588,9 @@ impl<U: Up> Node<U> {
 
     async fn on_closed(&mut self, c: Closed) {
         self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
-        let Some(rt) = self.streams.get_mut(&c.key.stream) else { return };
+        let Some(rt) = self.streams.get_mut(&c.key.stream) else {
+            return;
+        };
         let Some(filter) = rt.filter.as_mut() else { return };
         let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
         let out = match filter.upstream(c.key.round, c.key.phase, &inputs) {
@@ -517,14 +609,29 @@ impl<U: Up> Node<U> {
                 "payload rejected by filter {}: {reason}", rt.spec.filter);
         }
         self.remember_coverage(c.key.stream, c.key.round, &coverage, c.first_dump_unix_ns);
-        self.emit(c.key.stream, c.key.round, out, coverage, c.first_dump_unix_ns, false).await;
+        self.emit(
+            c.key.stream,
+            c.key.round,
+            out,
+            coverage,
+            c.first_dump_unix_ns,
+            false,
+        )
+        .await;
     }
 
     async fn on_late(&mut self, key: GroupKey, a: Arrival) {
         tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
         if self.level == Level::Root {
-            let out = Output { up: vec![crate::filter::Packet { phase: key.phase, payload: a.payload }], ..Default::default() };
-            self.emit(key.stream, key.round, out, a.coverage, a.first_dump_unix_ns, true).await;
+            let out = Output {
+                up: vec![crate::filter::Packet {
+                    phase: key.phase,
+                    payload: a.payload,
+                }],
+                ..Default::default()
+            };
+            self.emit(key.stream, key.round, out, a.coverage, a.first_dump_unix_ns, true)
+                .await;
         } else {
             let env = Envelope {
                 stream_id: key.stream,
@@ -541,14 +648,30 @@ impl<U: Up> Node<U> {
     }
 
     /// Routes what a filter emitted: down to every child, up to the parent, or (at the root) into results.
-    async fn emit(&mut self, stream: u32, round: u64, out: Output, coverage: Coverage, first_dump: u64, late: bool) {
+    async fn emit(
+        &mut self,
+        stream: u32,
+        round: u64,
+        out: Output,
+        coverage: Coverage,
+        first_dump: u64,
+        late: bool,
+    ) {
         for p in out.down {
-            let env = Envelope { stream_id: stream, round, phase: p.phase, payload: p.payload, ..Default::default() };
+            let env = Envelope {
+                stream_id: stream,
+                round,
+                phase: p.phase,
+                payload: p.payload,
+                ..Default::default()
+            };
             self.broadcast(down_message::Msg::Envelope(env)).await;
         }
         for p in out.up {
             if self.level == Level::Root {
-                let Some(rt) = self.streams.get_mut(&stream) else { return };
+                let Some(rt) = self.streams.get_mut(&stream) else {
+                    return;
+                };
                 let Some(filter) = rt.filter.as_mut() else { return };
                 match filter.finalize(round, p.phase, &p.payload) {
                     Ok(payload) => {
@@ -582,7 +705,11 @@ impl<U: Up> Node<U> {
     }
 
     fn remember_coverage(&mut self, stream: u32, round: u64, cov: &Coverage, first_dump: u64) {
-        if self.coverage_memory.insert((stream, round), (cov.clone(), first_dump)).is_none() {
+        if self
+            .coverage_memory
+            .insert((stream, round), (cov.clone(), first_dump))
+            .is_none()
+        {
             self.coverage_order.push_back((stream, round));
             while self.coverage_order.len() > COVERAGE_MEMORY {
                 if let Some(k) = self.coverage_order.pop_front() {
@@ -593,11 +720,19 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_parent_attached(&mut self) {
-        let mut names: Vec<EventName> =
-            self.names.iter().map(|(id, name)| EventName { id: *id, name: name.clone() }).collect();
+        let mut names: Vec<EventName> = self
+            .names
+            .iter()
+            .map(|(id, name)| EventName {
+                id: *id,
+                name: name.clone(),
+            })
+            .collect();
         names.sort_by_key(|n| n.id);
         if !names.is_empty() {
-            self.up.send(up_message::Msg::Names(NameDictionary { names })).await;
+            self.up
+                .send(up_message::Msg::Names(NameDictionary { names }))
+                .await;
         }
         let events: Vec<NodeEvent> = self.subtree.values().cloned().collect();
         for ev in events {
@@ -611,7 +746,8 @@ impl<U: Up> Node<U> {
             down_message::Msg::OpenStream(open) => {
                 if let Some(spec) = open.spec {
                     self.open_stream(spec.clone()).await;
-                    self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })).await;
+                    self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) }))
+                        .await;
                 }
             }
             down_message::Msg::CloseStream(close) => {
@@ -624,13 +760,13 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_control(&mut self, c: Control) {
-        let Some(action) = c.action.clone() else { return };
+        let Some(action) = c.action else { return };
         if matches!(action, control::Action::Start(_) | control::Action::Stop(_)) {
-            self.last_control = Some(c.clone());
+            self.last_control = Some(c);
         }
         self.broadcast(down_message::Msg::Control(c)).await;
         if let Some(local) = &self.local {
-            let _ = local.control.send(action.clone()).await;
+            let _ = local.control.send(action).await;
         }
         if let control::Action::FinAck(_) = action {
             tracing::info!(node = %self.id, "finished (fin-ack from the root)");
@@ -639,11 +775,17 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_downstream(&mut self, env: Envelope) {
-        let Some(rt) = self.streams.get_mut(&env.stream_id) else { return };
+        let Some(rt) = self.streams.get_mut(&env.stream_id) else {
+            return;
+        };
         let Some(filter) = rt.filter.as_mut() else { return };
         match filter.downstream(env.round, env.phase, &env.payload) {
             Ok(out) => {
-                let (cov, first) = self.coverage_memory.get(&(env.stream_id, env.round)).cloned().unwrap_or_default();
+                let (cov, first) = self
+                    .coverage_memory
+                    .get(&(env.stream_id, env.round))
+                    .cloned()
+                    .unwrap_or_default();
                 self.emit(env.stream_id, env.round, out, cov, first, false).await;
             }
             Err(e) => self.stream_error(env.stream_id, e.to_string()).await,
@@ -658,14 +800,32 @@ impl<U: Up> Node<U> {
         match self.filters.create(&spec.filter, &spec.params, self.level) {
             Ok(filter) => {
                 let mode = SyncMode::try_from(spec.sync_mode).unwrap_or(SyncMode::WaitForAll);
-                let mode = if mode == SyncMode::Unspecified { SyncMode::WaitForAll } else { mode };
+                let mode = if mode == SyncMode::Unspecified {
+                    SyncMode::WaitForAll
+                } else {
+                    mode
+                };
                 let timeout = Duration::from_millis(u64::from(spec.timeout_ms.max(1)));
                 self.engine.open_stream(id, StreamSync { mode, timeout });
-                self.streams.insert(id, StreamRt { spec, filter: Some(filter), failed: None });
+                self.streams.insert(
+                    id,
+                    StreamRt {
+                        spec,
+                        filter: Some(filter),
+                        failed: None,
+                    },
+                );
                 true
             }
             Err(e) => {
-                self.streams.insert(id, StreamRt { spec, filter: None, failed: Some(e.to_string()) });
+                self.streams.insert(
+                    id,
+                    StreamRt {
+                        spec,
+                        filter: None,
+                        failed: Some(e.to_string()),
+                    },
+                );
                 self.stream_error(id, e.to_string()).await;
                 false
             }
@@ -681,7 +841,8 @@ impl<U: Up> Node<U> {
         if self.open_stream(spec.clone()).await {
             tracing::info!(stream = spec.stream_id, name = %spec.name, filter = %spec.filter, "stream open");
             self.up.stream_state(&spec, "open", None).await;
-            self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })).await;
+            self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) }))
+                .await;
         }
     }
 
@@ -696,20 +857,27 @@ impl<U: Up> Node<U> {
         tracing::error!(node = %self.id, stream, "stream failed: {reason}");
         self.counters.streams_failed += 1;
         if self.level == Level::Root {
-            self.fail_stream(stream, format!("node {}: {reason}", self.id)).await;
+            self.fail_stream(stream, format!("node {}: {reason}", self.id))
+                .await;
         } else {
             if let Some(rt) = self.streams.get_mut(&stream) {
                 rt.failed = Some(reason.clone());
                 rt.filter = None;
             }
             let _ = self.engine.close_stream(stream);
-            let e = StreamError { stream_id: stream, node_id: self.id.clone(), reason };
+            let e = StreamError {
+                stream_id: stream,
+                node_id: self.id.clone(),
+                reason,
+            };
             self.up.send(up_message::Msg::StreamError(e)).await;
         }
     }
 
     async fn fail_stream(&mut self, stream: u32, reason: String) {
-        let Some(rt) = self.streams.get_mut(&stream) else { return };
+        let Some(rt) = self.streams.get_mut(&stream) else {
+            return;
+        };
         if rt.failed.is_some() && rt.filter.is_none() && self.level != Level::Root {
             return;
         }
@@ -718,7 +886,10 @@ impl<U: Up> Node<U> {
         let spec = rt.spec.clone();
         let _ = self.engine.close_stream(stream);
         self.up.stream_state(&spec, "failed", Some(&reason)).await;
-        self.broadcast(down_message::Msg::CloseStream(canopy_proto::v1::CloseStream { stream_id: stream })).await;
+        self.broadcast(down_message::Msg::CloseStream(canopy_proto::v1::CloseStream {
+            stream_id: stream,
+        }))
+        .await;
     }
 
     async fn node_event(&mut self, ev: NodeEvent) {
@@ -755,15 +926,27 @@ impl<U: Up> Node<U> {
         if root.started || root.draining_until.is_some() {
             return;
         }
-        let ready = if root.opts.expect_ranks == 0 { expected > 0 } else { expected >= root.opts.expect_ranks };
+        let ready = if root.opts.expect_ranks == 0 {
+            expected > 0
+        } else {
+            expected >= root.opts.expect_ranks
+        };
         if !ready {
             return;
         }
         root.started = true;
-        tracing::info!(ranks = expected, "all expected ranks attached: starting collection");
+        tracing::info!(
+            ranks = expected,
+            "all expected ranks attached: starting collection"
+        );
         let first_round = self.highest_closed.map_or(0, |h| h + 1);
-        let start = Start { start_unix_ns: unix_ns(), first_round };
-        let start = Control { action: Some(control::Action::Start(start)) };
+        let start = Start {
+            start_unix_ns: unix_ns(),
+            first_round,
+        };
+        let start = Control {
+            action: Some(control::Action::Start(start)),
+        };
         self.on_control(start).await;
     }
 
@@ -776,13 +959,19 @@ impl<U: Up> Node<U> {
                 let timeout = root.opts.drain_timeout;
                 root.draining_until = Some(Instant::now() + timeout);
                 tracing::info!(timeout_ms = timeout.as_millis() as u64, "draining the tree");
-                self.on_control(Control { action: Some(control::Action::Drain(canopy_proto::v1::Drain {})) }).await;
+                self.on_control(Control {
+                    action: Some(control::Action::Drain(canopy_proto::v1::Drain {})),
+                })
+                .await;
                 self.check_fin().await;
             }
             None => {
                 // A leaf finishes its ranks and says so; a relay leaves its children to re-attach elsewhere.
                 if let Some(local) = &self.local {
-                    let _ = local.control.send(control::Action::Drain(canopy_proto::v1::Drain {})).await;
+                    let _ = local
+                        .control
+                        .send(control::Action::Drain(canopy_proto::v1::Drain {}))
+                        .await;
                 } else {
                     self.finish = true;
                 }
@@ -794,9 +983,16 @@ impl<U: Up> Node<U> {
         let now = Instant::now();
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
-        let drain_over = self.root.as_ref().and_then(|r| r.draining_until).is_some_and(|d| d <= now);
+        let drain_over = self
+            .root
+            .as_ref()
+            .and_then(|r| r.draining_until)
+            .is_some_and(|d| d <= now);
         if drain_over && !self.finish {
-            tracing::warn!(live = self.engine.live_sources(), "drain time-out: closing the rounds still open");
+            tracing::warn!(
+                live = self.engine.live_sources(),
+                "drain time-out: closing the rounds still open"
+            );
             let closed = self.engine.close_all();
             self.on_closed_all(closed).await;
             self.finish_root().await;
@@ -805,7 +1001,11 @@ impl<U: Up> Node<U> {
 
     /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
     async fn check_fin(&mut self) {
-        if self.fin_sent || !self.engine.has_sources() || self.engine.live_sources() > 0 || self.engine.has_open_groups() {
+        if self.fin_sent
+            || !self.engine.has_sources()
+            || self.engine.live_sources() > 0
+            || self.engine.has_open_groups()
+        {
             return;
         }
         match &self.root {
@@ -814,7 +1014,10 @@ impl<U: Up> Node<U> {
             None => {
                 self.fin_sent = true;
                 tracing::info!(node = %self.id, "every rank below has finished: sending fin");
-                let fin = Fin { node_id: self.id.clone(), last_round: self.highest_closed.unwrap_or(0) };
+                let fin = Fin {
+                    node_id: self.id.clone(),
+                    last_round: self.highest_closed.unwrap_or(0),
+                };
                 self.up.send(up_message::Msg::Fin(fin)).await;
             }
         }
@@ -826,8 +1029,16 @@ impl<U: Up> Node<U> {
         }
         self.fin_sent = true;
         self.send_status().await;
-        self.up.send(up_message::Msg::Fin(Fin { node_id: self.id.clone(), last_round: self.highest_closed.unwrap_or(0) })).await;
-        self.on_control(Control { action: Some(control::Action::FinAck(canopy_proto::v1::FinAck {})) }).await;
+        self.up
+            .send(up_message::Msg::Fin(Fin {
+                node_id: self.id.clone(),
+                last_round: self.highest_closed.unwrap_or(0),
+            }))
+            .await;
+        self.on_control(Control {
+            action: Some(control::Action::FinAck(canopy_proto::v1::FinAck {})),
+        })
+        .await;
     }
 
     async fn send_status(&mut self) {
@@ -848,7 +1059,11 @@ impl<U: Up> Node<U> {
     async fn broadcast(&mut self, msg: down_message::Msg) {
         for child in self.children.values() {
             if let Some(tx) = &child.tx {
-                let _ = tx.send(Ok(DownMessage { msg: Some(msg.clone()) })).await;
+                let _ = tx
+                    .send(Ok(DownMessage {
+                        msg: Some(msg.clone()),
+                    }))
+                    .await;
             }
         }
     }
@@ -865,7 +1080,10 @@ impl<U: Up> Node<U> {
     }
 
     fn update_window(&mut self) {
-        let floor = self.engine.lowest_open_round().unwrap_or_else(|| self.highest_closed.map_or(0, |h| h + 1));
+        let floor = self
+            .engine
+            .lowest_open_round()
+            .unwrap_or_else(|| self.highest_closed.map_or(0, |h| h + 1));
         let limit = floor.saturating_add(self.max_in_flight);
         self.window.send_if_modified(|w| {
             let changed = *w != limit;
@@ -886,11 +1104,16 @@ pub fn rank_source(rank: u32) -> String {
 }
 
 pub fn unix_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

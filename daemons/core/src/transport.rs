@@ -72,7 +72,10 @@ impl TreeService {
         }
         let mut attached = self.attached.lock().expect("attached registry");
         if attached.contains_key(&hello.node_id) {
-            let msg = format!("node id {} is already attached to {}", hello.node_id, self.node_id);
+            let msg = format!(
+                "node id {} is already attached to {}",
+                hello.node_id, self.node_id
+            );
             tracing::error!(child = %hello.node_id, "refused child: {msg}");
             return Err(Status::already_exists(msg));
         }
@@ -97,15 +100,36 @@ impl Tree for TreeService {
             .map_err(|_| Status::deadline_exceeded("no hello within 10 s"))??;
         let hello = match first.and_then(|m| m.msg) {
             Some(up_message::Msg::Hello(h)) => h,
-            _ => return Err(Status::invalid_argument("the first message on Attach must be a Hello")),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message on Attach must be a Hello",
+                ));
+            }
         };
         let conn = self.admit(&hello)?;
         let id = hello.node_id.clone();
         tracing::info!(child = %id, kind = hello.kind, ranks_below = hello.ranks_below, %peer, "child attached");
         let (tx, rx) = mpsc::channel(CHILD_QUEUE);
-        let welcome = Welcome { parent_id: self.node_id.clone(), protocol_version: PROTOCOL_VERSION };
-        let _ = tx.send(Ok(DownMessage { msg: Some(down_message::Msg::Welcome(welcome)) })).await;
-        if self.inputs.send(Input::ChildAttached { conn, hello, peer, tx }).await.is_err() {
+        let welcome = Welcome {
+            parent_id: self.node_id.clone(),
+            protocol_version: PROTOCOL_VERSION,
+        };
+        let _ = tx
+            .send(Ok(DownMessage {
+                msg: Some(down_message::Msg::Welcome(welcome)),
+            }))
+            .await;
+        if self
+            .inputs
+            .send(Input::ChildAttached {
+                conn,
+                hello,
+                peer,
+                tx,
+            })
+            .await
+            .is_err()
+        {
             self.attached.lock().expect("attached registry").remove(&id);
             return Err(Status::unavailable("node is shutting down"));
         }
@@ -122,7 +146,15 @@ impl Tree for TreeService {
                                 break "node stopped".to_string();
                             }
                         }
-                        if inputs.send(Input::ChildMessage { conn, id: id.clone(), msg }).await.is_err() {
+                        if inputs
+                            .send(Input::ChildMessage {
+                                conn,
+                                id: id.clone(),
+                                msg,
+                            })
+                            .await
+                            .is_err()
+                        {
                             break "node stopped".to_string();
                         }
                     }
@@ -170,7 +202,10 @@ impl ParentLink {
             match self.session(&mut pending).await {
                 Ok(()) => return,
                 Err(SessionEnd::Refused(message)) => {
-                    let refused = Refused { parent: self.parent.clone(), message };
+                    let refused = Refused {
+                        parent: self.parent.clone(),
+                        message,
+                    };
                     tracing::error!("{refused}");
                     let _ = self.inputs.send(Input::Refused(refused)).await;
                     return;
@@ -185,7 +220,7 @@ impl ParentLink {
                     if attached {
                         // Also the normal end of a finished tree, which stops this link right after.
                         tracing::info!(parent = %self.parent, "parent stream ended: {reason}");
-                    } else if failures == 1 || failures % 20 == 0 {
+                    } else if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(parent = %self.parent, attempts = failures, "cannot reach parent: {reason}");
                     }
                 }
@@ -203,22 +238,34 @@ impl ParentLink {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
-        let channel = endpoint.connect().await.map_err(|e| lost(false, error_chain(&e)))?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| lost(false, error_chain(&e)))?;
         let mut client = TreeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel::<UpMessage>(64);
         let hello = self.hello.borrow().clone();
-        let _ = tx.send(UpMessage { msg: Some(up_message::Msg::Hello(hello)) }).await;
-        let response = client.attach(ReceiverStream::new(rx)).await.map_err(|s| match s.code() {
-            tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists | tonic::Code::InvalidArgument => {
-                SessionEnd::Refused(s.message().to_string())
-            }
-            _ => lost(false, format!("{}: {}", s.code(), s.message())),
-        })?;
+        let _ = tx
+            .send(UpMessage {
+                msg: Some(up_message::Msg::Hello(hello)),
+            })
+            .await;
+        let response = client
+            .attach(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::FailedPrecondition
+                | tonic::Code::AlreadyExists
+                | tonic::Code::InvalidArgument => SessionEnd::Refused(s.message().to_string()),
+                _ => lost(false, format!("{}: {}", s.code(), s.message())),
+            })?;
         let mut inbound = response.into_inner();
         match inbound.message().await {
-            Ok(Some(DownMessage { msg: Some(down_message::Msg::Welcome(w)) })) => {
+            Ok(Some(DownMessage {
+                msg: Some(down_message::Msg::Welcome(w)),
+            })) => {
                 tracing::info!(parent = %self.parent, parent_id = %w.parent_id, "attached to parent");
             }
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
@@ -235,11 +282,11 @@ impl ParentLink {
             return Ok(());
         }
         loop {
-            if let Some(msg) = pending.take() {
-                if let Err(e) = tx.send(msg).await {
-                    *pending = Some(e.0);
-                    return Err(lost(true, "parent stream closed".into()));
-                }
+            if let Some(msg) = pending.take()
+                && let Err(e) = tx.send(msg).await
+            {
+                *pending = Some(e.0);
+                return Err(lost(true, "parent stream closed".into()));
             }
             tokio::select! {
                 out = self.outbound.recv() => match out {

@@ -72,7 +72,10 @@ impl CheckConfig for FrontendConfig {
         let known = BuiltinFilters.names();
         for (i, s) in self.streams.iter().enumerate() {
             if !known.contains(s) {
-                return Err((format!("streams.{i}"), format!("unknown filter {s:?} (available: {})", known.join(", "))));
+                return Err((
+                    format!("streams.{i}"),
+                    format!("unknown filter {s:?} (available: {})", known.join(", ")),
+                ));
             }
         }
         if self.stream_timeout_ms == 0 {
@@ -144,7 +147,9 @@ struct StoreUp {
 impl Up for StoreUp {
     async fn send(&mut self, msg: up_message::Msg) {
         let op = match msg {
-            up_message::Msg::Names(d) => StoreOp::Names(d.names.into_iter().map(|n| (n.id, n.name)).collect()),
+            up_message::Msg::Names(d) => {
+                StoreOp::Names(d.names.into_iter().map(|n| (n.id, n.name)).collect())
+            }
             up_message::Msg::NodeEvent(ev) => StoreOp::Node(ev),
             up_message::Msg::Fin(f) => StoreOp::Meta("finished_round".into(), f.last_round.to_string()),
             up_message::Msg::Status(st) => {
@@ -166,7 +171,14 @@ impl Up for StoreUp {
     }
 
     async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
-        let _ = self.tx.send(StoreOp::Stream(spec.clone(), state.into(), failure.map(str::to_string))).await;
+        let _ = self
+            .tx
+            .send(StoreOp::Stream(
+                spec.clone(),
+                state.into(),
+                failure.map(str::to_string),
+            ))
+            .await;
     }
 
     async fn flush(&mut self) {
@@ -174,8 +186,14 @@ impl Up for StoreUp {
         if self.tx.send(StoreOp::Flush(tx)).await.is_ok()
             && let Ok(summary) = rx.await
         {
-            tracing::info!(rounds = summary.rounds, full = summary.full_rounds, late = summary.late_packets,
-                bytes = summary.result_bytes, errors = summary.store_errors, "store flushed");
+            tracing::info!(
+                rounds = summary.rounds,
+                full = summary.full_rounds,
+                late = summary.late_packets,
+                bytes = summary.result_bytes,
+                errors = summary.store_errors,
+                "store flushed"
+            );
         }
     }
 }
@@ -190,7 +208,10 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
                 let result = if r.stream.filter == "passthrough" {
                     store::RoundResult::Profiles(&r.payload)
                 } else {
-                    store::RoundResult::Blob { phase: r.phase, payload: &r.payload }
+                    store::RoundResult::Blob {
+                        phase: r.phase,
+                        payload: &r.payload,
+                    }
                 };
                 let res = if r.late {
                     summary.late_packets += 1;
@@ -272,7 +293,12 @@ impl Frontend {
         let store = Store::create(&config.out)?;
         let listener = canopy_core::daemon::bind(&config.listen).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { config, listener, addr, store })
+        Ok(Self {
+            config,
+            listener,
+            addr,
+            store,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -285,7 +311,12 @@ impl Frontend {
     }
 
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
-        let Frontend { config, listener, addr, mut store } = self;
+        let Frontend {
+            config,
+            listener,
+            addr,
+            mut store,
+        } = self;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
         store.set_meta("node_id", &config.node_id)?;
@@ -304,7 +335,9 @@ impl Frontend {
             })
             .collect();
         let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
-        let writer = std::thread::Builder::new().name("canopy-store".into()).spawn(move || store_writer(store, store_rx))?;
+        let writer = std::thread::Builder::new()
+            .name("canopy-store".into())
+            .spawn(move || store_writer(store, store_rx))?;
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
@@ -320,9 +353,15 @@ impl Frontend {
             status_interval: Duration::from_secs(1),
         };
         let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx });
-        let tree = TreeService::new(config.node_id.clone(), handles.inputs.clone(), handles.window.clone());
+        let tree = TreeService::new(
+            config.node_id.clone(),
+            handles.inputs.clone(),
+            handles.window.clone(),
+        );
         let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter.set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>().await;
+        health_reporter
+            .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
+            .await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -349,7 +388,9 @@ impl Frontend {
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         drop(handles);
         let result = node.run(shutdown).await;
-        health_reporter.set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>().await;
+        health_reporter
+            .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
+            .await;
         let _ = stop_tx.send(());
         let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
@@ -361,6 +402,9 @@ impl Frontend {
 }
 
 /// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.
-pub async fn run(config: FrontendConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
+pub async fn run(
+    config: FrontendConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), FrontendError> {
     Frontend::bind(config).await?.run(shutdown).await
 }

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 #[derive(Parser)]
-#[command(name = "canopy-frontend", version, about = "The root of a Canopy tree: stores and serves the results")]
+#[command(
+    name = "canopy-frontend",
+    version,
+    about = "The root of a Canopy tree: stores and serves the results"
+)]
 struct Args {
     /// A TOML file whose [frontend] table configures this front-end.
     #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
@@ -80,8 +84,11 @@ struct Flags {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let loaded =
-        canopy_core::config::load::<canopy_frontend::FrontendConfig, _>("frontend", args.config.as_deref(), &args.flags);
+    let loaded = canopy_core::config::load::<canopy_frontend::FrontendConfig, _>(
+        "frontend",
+        args.config.as_deref(),
+        &args.flags,
+    );
     let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
     let validate = matches!(args.command, Some(Command::Validate));
     canopy_core::daemon::main("frontend", loaded, validate, log, canopy_frontend::run)

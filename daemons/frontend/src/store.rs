@@ -274,8 +274,9 @@ impl Store {
         let stem = format!("run-{}-{}", started.as_secs(), std::process::id());
         let mut path = dir.join(format!("{stem}.sqlite"));
         let mut n = 2;
-        // The pid in the name already separates processes; the suffix only separates runs of one process.
-        while path.try_exists().unwrap_or(true) {
+        // The pid in the name already separates processes; the suffix only separates runs of one process. An
+        // unreadable directory ends the loop, and opening the file reports why.
+        while path.try_exists().unwrap_or(false) {
             path = dir.join(format!("{stem}-{n}.sqlite"));
             n += 1;
         }

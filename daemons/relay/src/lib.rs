@@ -84,7 +84,11 @@ impl Relay {
     pub async fn bind(config: RelayConfig) -> Result<Self, RelayError> {
         let listener = canopy_core::daemon::bind(&config.listen).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { config, listener, addr })
+        Ok(Self {
+            config,
+            listener,
+            addr,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -92,7 +96,11 @@ impl Relay {
     }
 
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
-        let Relay { config, listener, addr } = self;
+        let Relay {
+            config,
+            listener,
+            addr,
+        } = self;
         let node_id = if config.node_id.is_empty() {
             canopy_core::daemon::default_node_id("relay", &addr.port().to_string())
         } else {

@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 #[derive(Parser)]
-#[command(name = "canopy-relay", version, about = "An interior node of a Canopy tree: merges its children's rounds")]
+#[command(
+    name = "canopy-relay",
+    version,
+    about = "An interior node of a Canopy tree: merges its children's rounds"
+)]
 struct Args {
     /// A TOML file whose [relay] table configures this relay.
     #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
@@ -56,7 +60,11 @@ struct Flags {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let loaded = canopy_core::config::load::<canopy_relay::RelayConfig, _>("relay", args.config.as_deref(), &args.flags);
+    let loaded = canopy_core::config::load::<canopy_relay::RelayConfig, _>(
+        "relay",
+        args.config.as_deref(),
+        &args.flags,
+    );
     let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
     let validate = matches!(args.command, Some(Command::Validate));
     canopy_core::daemon::main("relay", loaded, validate, log, canopy_relay::run)

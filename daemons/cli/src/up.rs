@@ -1,0 +1,465 @@
+//! `canopy up`: a complete local tree of real processes on loopback, with simulated ranks, watched live.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use canopy_core::topology::{NodeName, Topology};
+use tokio::process::{Child, Command};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpArgs {
+    /// Simulated ranks in all.
+    #[arg(long, default_value_t = 64)]
+    ranks: u32,
+    /// Leaf agents; the ranks are split evenly among them.
+    #[arg(long, default_value_t = 4)]
+    agents: usize,
+    /// Most children per node; relays are added as needed.
+    #[arg(long, default_value_t = 8)]
+    fanout: usize,
+    /// A shape instead of --agents/--fanout: an MRNet topology file, or a spec (`kary:F`, `b:F^D`) laid over
+    /// loopback. The root is the front-end, inner nodes are relays, leaves are agents.
+    #[arg(long, conflicts_with_all = ["agents", "fanout"])]
+    topology: Option<String>,
+    /// Rounds every rank dumps before finishing.
+    #[arg(long, default_value_t = 100)]
+    rounds: u64,
+    /// Milliseconds between two rounds.
+    #[arg(long, default_value_t = 100)]
+    period_ms: u64,
+    /// Directory for the run's SQLite store and the daemons' logs.
+    #[arg(long, default_value = "canopy-out")]
+    out: PathBuf,
+    /// Filters to run as streams over the same ranks, comma-separated.
+    #[arg(long, default_value = "passthrough", value_delimiter = ',')]
+    filters: Vec<String>,
+    /// flash, uintah or namd.
+    #[arg(long, default_value = "flash")]
+    scenario: String,
+    /// Events per simulated rank.
+    #[arg(long, default_value_t = 20)]
+    events: u32,
+    /// Milliseconds a round waits for a missing child.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u32,
+    /// Seed of the simulated data.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print only the summary.
+    #[arg(long)]
+    quiet: bool,
+}
+
+struct Daemon {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(up(args))
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let topology = match &args.topology {
+        Some(t) if Path::new(t).is_file() => crate::topology_cmd::read_mrnet(Path::new(t))?,
+        Some(spec) => Topology::from_spec(spec, &["127.0.0.1".to_string()])?,
+        None => Topology::for_leaves(args.agents, args.fanout)?,
+    };
+    let leaves: Vec<NodeName> = topology.leaves().into_iter().cloned().collect();
+    if topology.len() < 2 {
+        bail!("the tree needs at least one agent below the front-end");
+    }
+    if (args.ranks as usize) < leaves.len() {
+        bail!(
+            "--ranks {} is fewer than the {} agents: every agent needs at least one rank",
+            args.ranks,
+            leaves.len()
+        );
+    }
+    let bin_dir = binaries_dir()?;
+    let logs = args.out.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
+    std::fs::create_dir_all(&ready_dir)?;
+
+    let mut daemons: Vec<Daemon> = Vec::new();
+    let result = launch_and_watch(
+        &args,
+        &topology,
+        &leaves,
+        &bin_dir,
+        &logs,
+        &ready_dir,
+        &mut daemons,
+    )
+    .await;
+    // Whatever happened, leave no process behind.
+    stop_all(&mut daemons).await;
+    let _ = std::fs::remove_dir_all(&ready_dir);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn launch_and_watch(
+    args: &UpArgs,
+    topology: &Topology,
+    leaves: &[NodeName],
+    bin_dir: &Path,
+    logs: &Path,
+    ready_dir: &Path,
+    daemons: &mut Vec<Daemon>,
+) -> anyhow::Result<ExitCode> {
+    let root = topology.root().clone();
+    let fe_ready = ready_dir.join("frontend");
+    let mut fe = Command::new(bin_dir.join("canopy-frontend"));
+    fe.args([
+        "--node-id",
+        &root.to_string(),
+        "--listen",
+        "127.0.0.1:0",
+        "--exit-on-fin",
+        "true",
+    ])
+    .arg("--out")
+    .arg(&args.out)
+    .args(["--streams", &args.filters.join(",")])
+    .args([
+        "--expect-ranks",
+        &args.ranks.to_string(),
+        "--stream-timeout-ms",
+        &args.timeout_ms.to_string(),
+    ])
+    .arg("--ready-file")
+    .arg(&fe_ready);
+    daemons.push(spawn("frontend", fe, logs)?);
+    let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
+    let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
+    let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
+
+    let mut addr_of: HashMap<NodeName, String> = HashMap::new();
+    addr_of.insert(root.clone(), fe_addr.clone());
+    let relays: Vec<NodeName> = topology
+        .nodes()
+        .filter(|n| **n != root && !topology.children(n).is_empty())
+        .cloned()
+        .collect();
+    for relay in &relays {
+        let parent = topology.parent(relay).context("relay without parent")?;
+        let ready_file = ready_dir.join(format!("relay-{}", daemons.len()));
+        let mut cmd = Command::new(bin_dir.join("canopy-relay"));
+        cmd.args([
+            "--node-id",
+            &relay.to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--parent",
+            &addr_of[parent],
+        ])
+        .arg("--ready-file")
+        .arg(&ready_file);
+        daemons.push(spawn(&relay.to_string(), cmd, logs)?);
+        let n = daemons.len() - 1;
+        let addr = wait_ready(&ready_file, &mut daemons[n]).await?;
+        addr_of.insert(relay.clone(), addr.trim().to_string());
+    }
+    let per = args.ranks / leaves.len() as u32;
+    let extra = args.ranks % leaves.len() as u32;
+    let mut offset = 0u32;
+    for (i, agent) in leaves.iter().enumerate() {
+        let n = per + u32::from((i as u32) < extra);
+        let parent = topology.parent(agent).context("agent without parent")?;
+        let mut cmd = Command::new(bin_dir.join("canopy-agent"));
+        cmd.args(["--node-id", &agent.to_string(), "--parent", &addr_of[parent]])
+            .args([
+                "--simulate-ranks",
+                &n.to_string(),
+                "--rank-offset",
+                &offset.to_string(),
+            ])
+            .args([
+                "--total-ranks",
+                &args.ranks.to_string(),
+                "--rounds",
+                &args.rounds.to_string(),
+            ])
+            .args([
+                "--simulate-period-ms",
+                &args.period_ms.to_string(),
+                "--simulate-scenario",
+                &args.scenario,
+            ])
+            .args([
+                "--simulate-events",
+                &args.events.to_string(),
+                "--seed",
+                &args.seed.to_string(),
+            ]);
+        daemons.push(spawn(&agent.to_string(), cmd, logs)?);
+        offset += n;
+    }
+    if !args.quiet {
+        println!(
+            "canopy up: front-end {fe_addr}, {} relays, {} agents, {} ranks ({} scenario), filters {}",
+            relays.len(),
+            leaves.len(),
+            args.ranks,
+            args.scenario,
+            args.filters.join(",")
+        );
+        println!("  store {}", store.display());
+        println!("  logs  {}", logs.display());
+        println!("  Ctrl-C stops the run cleanly (the tree drains first)");
+    }
+
+    let mut watcher = StoreWatcher::new(store.clone());
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let interrupted;
+    loop {
+        tokio::select! {
+            status = daemons[0].child.wait() => {
+                let status = status?;
+                watcher.show_new(args.quiet);
+                if !status.success() {
+                    bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
+                }
+                interrupted = false;
+                break;
+            }
+            _ = tick.tick() => {
+                watcher.show_new(args.quiet);
+                for d in daemons.iter_mut().skip(1) {
+                    if let Ok(Some(status)) = d.child.try_wait()
+                        && !status.success() {
+                        eprintln!("canopy up: {} exited with {status}; see {}", d.name, d.log.display());
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("canopy up: interrupted, draining the tree");
+                signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
+                let _ = tokio::time::timeout(Duration::from_secs(10), daemons[0].child.wait()).await;
+                watcher.show_new(args.quiet);
+                interrupted = true;
+                break;
+            }
+        }
+    }
+    // Agents and relays leave after the front-end's fin-ack.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for d in daemons.iter_mut().skip(1) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, d.child.wait()).await;
+    }
+    let summary = summarize(&store)?;
+    println!(
+        "canopy up: {} rounds stored ({} streams), {} at full coverage, {:.1}% of rank-rounds covered, {} bytes of results, {} late packets{}",
+        summary.rounds,
+        summary.streams,
+        summary.full,
+        summary.coverage_pct(),
+        summary.bytes,
+        summary.late,
+        if interrupted { " (interrupted)" } else { "" }
+    );
+    println!("  results: {}", store.display());
+    println!(
+        "  try: sqlite3 {} 'SELECT stream_name, round, covered, expected FROM rounds'",
+        store.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn binaries_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the canopy executable")?;
+    let dir = exe
+        .parent()
+        .context("the canopy executable has no directory")?
+        .to_path_buf();
+    for name in ["canopy-frontend", "canopy-relay", "canopy-agent"] {
+        if !dir.join(name).is_file() {
+            bail!(
+                "{name} not found beside {}: build the whole workspace (cargo build --release --workspace)",
+                exe.display()
+            );
+        }
+    }
+    Ok(dir)
+}
+
+fn spawn(name: &str, mut cmd: Command, logs: &Path) -> anyhow::Result<Daemon> {
+    let log = logs.join(format!("{}.log", name.replace([':', '/'], "-")));
+    let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    cmd.stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .kill_on_drop(true);
+    // Keep the daemons out of the terminal's process group: Ctrl-C reaches `canopy up`, which drains them.
+    cmd.process_group(0);
+    let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+    Ok(Daemon {
+        name: name.to_string(),
+        child,
+        log,
+    })
+}
+
+async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return Ok(s);
+        }
+        if let Some(status) = daemon.child.try_wait()? {
+            let log = std::fs::read_to_string(&daemon.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "{} exited with {status} before it was ready:\n{}",
+                daemon.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} was not ready after 20 s; see {}",
+                daemon.name,
+                daemon.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn field(ready: &str, key: &str) -> Option<String> {
+    ready
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+}
+
+async fn stop_all(daemons: &mut [Daemon]) {
+    for d in daemons.iter_mut() {
+        if let Ok(None) = d.child.try_wait() {
+            signal(&d.child, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for d in daemons.iter_mut() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, d.child.wait()).await.is_err() {
+            let _ = d.child.kill().await;
+        }
+    }
+}
+
+/// rowid, stream, round, covered, expected, missing reasons, result bytes.
+type RoundRow = (i64, String, i64, i64, i64, Option<String>, i64);
+
+/// Follows the store as rounds land and prints one line per round.
+struct StoreWatcher {
+    path: PathBuf,
+    last_rowid: i64,
+    conn: Option<rusqlite::Connection>,
+}
+
+impl StoreWatcher {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            last_rowid: 0,
+            conn: None,
+        }
+    }
+
+    fn show_new(&mut self, quiet: bool) {
+        if self.conn.is_none() {
+            self.conn =
+                rusqlite::Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .ok();
+        }
+        let Some(conn) = &self.conn else { return };
+        let rows: Vec<RoundRow> = conn
+            .prepare_cached(
+                "SELECT rowid, stream_name, round, covered, expected, missing_reason, COALESCE(result_bytes, 0)
+                 FROM rounds WHERE rowid > ?1 ORDER BY rowid",
+            )
+            .and_then(|mut st| {
+                st.query_map([self.last_rowid], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                })?
+                .collect()
+            })
+            .unwrap_or_default();
+        for (rowid, stream, round, covered, expected, missing, bytes) in rows {
+            self.last_rowid = rowid;
+            if quiet {
+                continue;
+            }
+            let pct = if expected > 0 {
+                100.0 * covered as f64 / expected as f64
+            } else {
+                0.0
+            };
+            let missing = missing.map(|m| format!("  missing {m}")).unwrap_or_default();
+            println!(
+                "  {stream:<12} round {round:>5}  coverage {covered:>5}/{expected:<5} {pct:>5.1}%  {bytes:>9} B{missing}"
+            );
+        }
+    }
+}
+
+struct Summary {
+    rounds: i64,
+    streams: i64,
+    full: i64,
+    covered: i64,
+    expected: i64,
+    bytes: i64,
+    late: i64,
+}
+
+impl Summary {
+    fn coverage_pct(&self) -> f64 {
+        if self.expected == 0 {
+            0.0
+        } else {
+            100.0 * self.covered as f64 / self.expected as f64
+        }
+    }
+}
+
+fn summarize(store: &Path) -> anyhow::Result<Summary> {
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("cannot open {}", store.display()))?;
+    let summary = conn.query_row(
+        "SELECT COUNT(*), COUNT(DISTINCT stream_id), COALESCE(SUM(covered = expected), 0), COALESCE(SUM(covered), 0),
+                COALESCE(SUM(expected), 0), COALESCE(SUM(result_bytes), 0),
+                (SELECT COUNT(*) FROM late_arrivals)
+         FROM rounds",
+        [],
+        |r| {
+            Ok(Summary {
+                rounds: r.get(0)?,
+                streams: r.get(1)?,
+                full: r.get(2)?,
+                covered: r.get(3)?,
+                expected: r.get(4)?,
+                bytes: r.get(5)?,
+                late: r.get(6)?,
+            })
+        },
+    )?;
+    Ok(summary)
+}
