@@ -1,1 +1,366 @@
-//! placeholder
+//! Test support for end-to-end tests of Canopy trees: a `TreeSandbox` that starts a front-end, relays and
+//! agents in-process on loopback port 0, helpers to run the real binaries, and `assert_eventually!`.
+
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use canopy_agent::AgentConfig;
+use canopy_core::topology::Topology;
+use canopy_frontend::{Frontend, FrontendConfig};
+use canopy_relay::{Relay, RelayConfig};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
+#[macro_export]
+macro_rules! assert_eventually {
+    ($cond:expr, $timeout:expr, $($msg:tt)+) => {{
+        let deadline = std::time::Instant::now() + $timeout;
+        loop {
+            if $cond {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!($($msg)+);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }};
+}
+
+/// How a sandbox tree is shaped and what its ranks do.
+#[derive(Debug, Clone)]
+pub struct TreeBuilder {
+    pub agents: usize,
+    pub fanout: usize,
+    pub ranks: u32,
+    pub rounds: u64,
+    pub period_ms: u64,
+    pub timeout_ms: u32,
+    pub scenario: String,
+    pub events: u32,
+    pub exit_on_fin: bool,
+    /// Ranks the root waits for before it starts collection (0: `ranks`).
+    pub expect_ranks: u32,
+}
+
+impl Default for TreeBuilder {
+    fn default() -> Self {
+        Self {
+            agents: 4,
+            fanout: 2,
+            ranks: 64,
+            rounds: 20,
+            period_ms: 10,
+            timeout_ms: 1000,
+            scenario: "flash".into(),
+            events: 20,
+            exit_on_fin: true,
+            expect_ranks: 0,
+        }
+    }
+}
+
+struct NodeTask {
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), String>>,
+}
+
+/// A running in-process tree.
+pub struct TreeSandbox {
+    pub frontend_addr: String,
+    pub store: PathBuf,
+    /// Every relay's address, by node id.
+    pub relay_addrs: HashMap<String, String>,
+    /// Every agent's parent address, by node id.
+    pub agent_parents: HashMap<String, String>,
+    nodes: HashMap<String, NodeTask>,
+    frontend_id: String,
+    _out: tempfile::TempDir,
+}
+
+fn spawn_node<F>(run: impl FnOnce(oneshot::Receiver<()>) -> F) -> NodeTask
+where
+    F: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    NodeTask { shutdown: Some(tx), task: tokio::spawn(run(rx)) }
+}
+
+impl TreeBuilder {
+    /// Starts the tree: front-end first, then relays top-down, then agents; returns once all are started.
+    pub async fn start(self) -> TreeSandbox {
+        canopy_core::telemetry::trace_init();
+        let out = tempfile::tempdir().expect("temp dir");
+        let topology = Topology::for_leaves(self.agents, self.fanout).expect("topology");
+        let fe_config = FrontendConfig {
+            listen: "127.0.0.1:0".into(),
+            out: out.path().to_path_buf(),
+            expect_ranks: if self.expect_ranks == 0 { self.ranks } else { self.expect_ranks },
+            exit_on_fin: self.exit_on_fin,
+            stream_timeout_ms: self.timeout_ms,
+            node_id: topology.root().to_string(),
+            ..FrontendConfig::default()
+        };
+        let fe = Frontend::bind(fe_config).await.expect("front-end binds");
+        let frontend_addr = fe.local_addr().to_string();
+        let store = fe.store_path();
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            topology.root().to_string(),
+            spawn_node(|rx| async move { fe.run(async { let _ = rx.await; }).await.map_err(|e| e.to_string()) }),
+        );
+        let mut addr_of: HashMap<String, String> = HashMap::new();
+        addr_of.insert(topology.root().to_string(), frontend_addr.clone());
+        let mut relay_addrs = HashMap::new();
+        let root = topology.root().clone();
+        let relays: Vec<_> = topology.nodes().filter(|n| **n != root && !topology.children(n).is_empty()).cloned().collect();
+        for r in relays {
+            let parent = topology.parent(&r).unwrap().to_string();
+            let config = RelayConfig {
+                node_id: r.to_string(),
+                parent: addr_of[&parent].clone(),
+                listen: "127.0.0.1:0".into(),
+                ..RelayConfig::default()
+            };
+            let relay = Relay::bind(config).await.expect("relay binds");
+            let addr = relay.local_addr().to_string();
+            addr_of.insert(r.to_string(), addr.clone());
+            relay_addrs.insert(r.to_string(), addr);
+            nodes.insert(
+                r.to_string(),
+                spawn_node(|rx| async move { relay.run(async { let _ = rx.await; }).await.map_err(|e| e.to_string()) }),
+            );
+        }
+        let leaves: Vec<_> = topology.leaves().into_iter().cloned().collect();
+        let per = self.ranks / leaves.len() as u32;
+        let mut agent_parents = HashMap::new();
+        for (i, a) in leaves.iter().enumerate() {
+            let parent = addr_of[&topology.parent(a).unwrap().to_string()].clone();
+            let config = self.agent_config(&a.to_string(), &parent, per, i as u32 * per);
+            agent_parents.insert(a.to_string(), parent);
+            nodes.insert(a.to_string(), spawn_agent(config));
+        }
+        TreeSandbox {
+            frontend_addr,
+            store,
+            relay_addrs,
+            agent_parents,
+            nodes,
+            frontend_id: topology.root().to_string(),
+            _out: out,
+        }
+    }
+
+    /// The configuration of one sandbox agent.
+    pub fn agent_config(&self, id: &str, parent: &str, ranks: u32, offset: u32) -> AgentConfig {
+        AgentConfig {
+            node_id: id.to_string(),
+            parent: parent.to_string(),
+            simulate_ranks: ranks,
+            simulate_events: self.events,
+            simulate_period_ms: self.period_ms,
+            simulate_scenario: self.scenario.clone(),
+            rank_offset: offset,
+            total_ranks: self.ranks,
+            rounds: self.rounds,
+            ..AgentConfig::default()
+        }
+    }
+}
+
+fn spawn_agent(config: AgentConfig) -> NodeTask {
+    spawn_node(|rx| async move { canopy_agent::run(config, async { let _ = rx.await; }).await.map_err(|e| e.to_string()) })
+}
+
+impl TreeSandbox {
+    /// Waits for the front-end to finish (the run ended with every child's Fin) and returns its result.
+    pub async fn wait_frontend(&mut self, timeout: Duration) -> Result<(), String> {
+        let node = self.nodes.get_mut(&self.frontend_id).expect("front-end task");
+        match tokio::time::timeout(timeout, &mut node.task).await {
+            Ok(joined) => joined.map_err(|e| e.to_string())?,
+            Err(_) => Err(format!("front-end did not finish within {timeout:?}")),
+        }
+    }
+
+    /// Sends a node its shutdown (at the front-end: a drain).
+    pub fn shutdown(&mut self, id: &str) {
+        if let Some(tx) = self.nodes.get_mut(id).and_then(|n| n.shutdown.take()) {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Ends a node abruptly, as a crash would: its connections drop without a word.
+    pub fn kill(&mut self, id: &str) {
+        if let Some(n) = self.nodes.remove(id) {
+            n.task.abort();
+        }
+    }
+
+    /// Starts another agent in the tree (for duplicate ids, late joiners).
+    pub fn add_agent(&mut self, key: &str, config: AgentConfig) {
+        self.nodes.insert(key.to_string(), spawn_agent(config));
+    }
+
+    /// Waits for a node's task to end and returns its result.
+    pub async fn wait_node(&mut self, key: &str, timeout: Duration) -> Result<(), String> {
+        let node = self.nodes.get_mut(key).expect("node task");
+        match tokio::time::timeout(timeout, &mut node.task).await {
+            Ok(joined) => joined.map_err(|e| e.to_string())?,
+            Err(_) => Err(format!("{key} did not finish within {timeout:?}")),
+        }
+    }
+
+    pub fn rounds(&self) -> Vec<RoundRow> {
+        read_rounds(&self.store)
+    }
+}
+
+impl Drop for TreeSandbox {
+    fn drop(&mut self) {
+        for n in self.nodes.values() {
+            n.task.abort();
+        }
+    }
+}
+
+/// One row of the store's `rounds` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundRow {
+    pub stream: String,
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing_lost: u32,
+    pub missing_late: u32,
+    pub missing_malformed: u32,
+    pub missing_reason: Option<String>,
+}
+
+/// Reads every round of a store, in round order.
+pub fn read_rounds(store: &Path) -> Vec<RoundRow> {
+    let Ok(conn) = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let Ok(mut st) = conn.prepare(
+        "SELECT stream_name, round, covered, expected, missing_lost, missing_late, missing_malformed, missing_reason
+         FROM rounds ORDER BY stream_id, round",
+    ) else {
+        return Vec::new();
+    };
+    st.query_map([], |r| {
+        Ok(RoundRow {
+            stream: r.get(0)?,
+            round: r.get::<_, i64>(1)? as u64,
+            covered: r.get(2)?,
+            expected: r.get(3)?,
+            missing_lost: r.get(4)?,
+            missing_late: r.get(5)?,
+            missing_malformed: r.get(6)?,
+            missing_reason: r.get(7)?,
+        })
+    })
+    .map(|rows| rows.filter_map(Result::ok).collect())
+    .unwrap_or_default()
+}
+
+/// One scalar from a store.
+pub fn query_i64(store: &Path, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open store");
+    conn.query_row(sql, [], |r| r.get(0)).expect("query")
+}
+
+/// One text value from a store.
+pub fn query_text(store: &Path, sql: &str) -> Option<String> {
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open store");
+    conn.query_row(sql, [], |r| r.get(0)).ok()
+}
+
+/// The directory of the built daemons (`target/debug` beside the test executable).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+    for name in ["canopy", "canopy-frontend", "canopy-relay", "canopy-agent"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{name} is not built in {}: run `cargo build --workspace` before the tests (README's test command does)",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// A real daemon process; killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `bin_dir()/name args...`, stdout and stderr into a log file in `dir`.
+    pub fn start(dir: &Path, name: &str, label: &str, args: &[&str]) -> Proc {
+        let log = dir.join(format!("{label}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = std::process::Command::new(bin_dir().join(name))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file)
+            .spawn()
+            .expect("daemon starts");
+        Proc { name: label.to_string(), child, log }
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    /// Waits for the process to exit; `None` if it is still running after `timeout`.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for a ready file a daemon writes once it serves, and returns its contents.
+pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return s;
+        }
+        if let Ok(Some(status)) = proc_.child.try_wait() {
+            panic!("{} exited with {status} before ready:\n{}", proc_.name, proc_.log_text());
+        }
+        assert!(Instant::now() < deadline, "{} not ready in 20 s:\n{}", proc_.name, proc_.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The value of a `key=value` line.
+pub fn ready_field(ready: &str, key: &str) -> String {
+    ready.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string).unwrap_or_else(|| ready.trim().to_string())
+}

@@ -45,8 +45,8 @@ pub enum FilterError {
     Failed { filter: String, reason: String },
 }
 
-/// The calls a filter answers. `Send` because the node's task owns it.
-pub trait Filter: Send {
+/// The calls a filter answers. `Send + Sync` so the node's task can hold it across awaits on any worker.
+pub trait Filter: Send + Sync {
     fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError>;
     fn downstream(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError>;
     /// At the root: turns a packet the filter emitted upward into the stored result.
