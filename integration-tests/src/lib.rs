@@ -45,6 +45,7 @@ pub struct TreeBuilder {
     pub exit_on_fin: bool,
     /// Ranks the root waits for before it starts collection (0: `ranks`).
     pub expect_ranks: u32,
+    pub max_rounds_in_flight: u64,
 }
 
 impl Default for TreeBuilder {
@@ -60,6 +61,7 @@ impl Default for TreeBuilder {
             events: 20,
             exit_on_fin: true,
             expect_ranks: 0,
+            max_rounds_in_flight: 64,
         }
     }
 }
@@ -95,7 +97,8 @@ impl TreeBuilder {
     pub async fn start(self) -> TreeSandbox {
         canopy_core::telemetry::trace_init();
         let out = tempfile::tempdir().expect("temp dir");
-        let topology = Topology::for_leaves(self.agents, self.fanout).expect("topology");
+        // With no agents the sandbox is a lone front-end, for tests that attach hand-made children.
+        let topology = Topology::for_leaves(self.agents.max(1), self.fanout).expect("topology");
         let fe_config = FrontendConfig {
             listen: "127.0.0.1:0".into(),
             out: out.path().to_path_buf(),
@@ -103,6 +106,7 @@ impl TreeBuilder {
             exit_on_fin: self.exit_on_fin,
             stream_timeout_ms: self.timeout_ms,
             node_id: topology.root().to_string(),
+            max_rounds_in_flight: self.max_rounds_in_flight,
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");
@@ -117,7 +121,11 @@ impl TreeBuilder {
         addr_of.insert(topology.root().to_string(), frontend_addr.clone());
         let mut relay_addrs = HashMap::new();
         let root = topology.root().clone();
-        let relays: Vec<_> = topology.nodes().filter(|n| **n != root && !topology.children(n).is_empty()).cloned().collect();
+        let relays: Vec<_> = topology
+            .nodes()
+            .filter(|n| self.agents > 0 && **n != root && !topology.children(n).is_empty())
+            .cloned()
+            .collect();
         for r in relays {
             let parent = topology.parent(&r).unwrap().to_string();
             let config = RelayConfig {
@@ -135,8 +143,8 @@ impl TreeBuilder {
                 spawn_node(|rx| async move { relay.run(async { let _ = rx.await; }).await.map_err(|e| e.to_string()) }),
             );
         }
-        let leaves: Vec<_> = topology.leaves().into_iter().cloned().collect();
-        let per = self.ranks / leaves.len() as u32;
+        let leaves: Vec<_> = topology.leaves().into_iter().filter(|_| self.agents > 0).cloned().collect();
+        let per = self.ranks / leaves.len().max(1) as u32;
         let mut agent_parents = HashMap::new();
         for (i, a) in leaves.iter().enumerate() {
             let parent = addr_of[&topology.parent(a).unwrap().to_string()].clone();

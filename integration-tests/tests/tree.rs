@@ -199,3 +199,106 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
     }
     assert_eq!(query_i64(&tree.store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE rank >= 100"), 4);
 }
+
+/// Waits on a hand-made child's down stream until the root's Start.
+async fn wait_start(down: &mut tonic::Streaming<DownMessage>) {
+    while let Ok(Some(m)) = down.message().await {
+        if let Some(down_message::Msg::Control(c)) = m.msg
+            && matches!(c.action, Some(canopy_proto::v1::control::Action::Start(_)))
+        {
+            return;
+        }
+    }
+    panic!("no start");
+}
+
+fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
+    let n = ranks.len() as u32;
+    let payload = ProfileBatch {
+        profiles: ranks
+            .map(|rank| RankProfile {
+                rank,
+                round,
+                events: vec![EventSample { event_id: 7, calls: 1, incl_us: 1.0, excl_us: 1.0, ..Default::default() }],
+                ..Default::default()
+            })
+            .collect(),
+    }
+    .encode_to_vec();
+    let env = Envelope {
+        stream_id: 1,
+        round,
+        coverage: Some(Coverage { covered: n, expected: n, missing: vec![] }),
+        payload,
+        ..Envelope::default()
+    };
+    UpMessage { msg: Some(up_message::Msg::Envelope(env)) }
+}
+
+fn fin(id: &str) -> UpMessage {
+    UpMessage { msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin { node_id: id.into(), last_round: 0 })) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorded_late() {
+    // Only hand-made children: "prompt" delivers at once, "slow" after the 200 ms time-out.
+    let builder = TreeBuilder { agents: 0, expect_ranks: 8, timeout_ms: 200, ..TreeBuilder::default() };
+    let mut tree = builder.start().await;
+    let (fast, resp) = raw_attach(&tree.frontend_addr, hello("prompt", PROTOCOL_VERSION, 4)).await;
+    let mut fast_down = resp.expect("admitted");
+    let (slow, resp) = raw_attach(&tree.frontend_addr, hello("slow", PROTOCOL_VERSION, 4)).await;
+    let _slow_down = resp.expect("admitted");
+    wait_start(&mut fast_down).await;
+    for round in 0..3 {
+        fast.send(batch_envelope(round, 0..4)).await.unwrap();
+    }
+    let store = tree.store.clone();
+    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") == 3, Duration::from_secs(10), "rounds never closed");
+    for round in 0..3 {
+        slow.send(batch_envelope(round, 4..8)).await.unwrap();
+    }
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM late_arrivals") == 3,
+        Duration::from_secs(10),
+        "late packets were not recorded"
+    );
+    fast.send(fin("prompt")).await.unwrap();
+    slow.send(fin("slow")).await.unwrap();
+    tree.wait_frontend(Duration::from_secs(10)).await.expect("front-end finishes");
+    let rounds = tree.rounds();
+    assert_eq!(rounds.len(), 3);
+    for r in &rounds {
+        assert_eq!((r.covered, r.missing_late, r.expected), (4, 4, 8), "{r:?}");
+    }
+    assert_eq!(query_i64(&store, "SELECT SUM(late_ranks) FROM rounds"), 12);
+    // Late data is kept, flagged, not dropped.
+    assert_eq!(query_i64(&store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE late = 1"), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
+    // At most 4 rounds open at the root; a silent child holds each window until the 300 ms time-out.
+    let builder =
+        TreeBuilder { agents: 0, expect_ranks: 8, timeout_ms: 300, max_rounds_in_flight: 4, ..TreeBuilder::default() };
+    let mut tree = builder.start().await;
+    let (fast, resp) = raw_attach(&tree.frontend_addr, hello("eager", PROTOCOL_VERSION, 4)).await;
+    let mut fast_down = resp.expect("admitted");
+    let (silent, resp) = raw_attach(&tree.frontend_addr, hello("silent", PROTOCOL_VERSION, 4)).await;
+    let _silent_down = resp.expect("admitted");
+    wait_start(&mut fast_down).await;
+    let sender = tokio::spawn(async move {
+        for round in 0..12 {
+            fast.send(batch_envelope(round, 0..4)).await.unwrap();
+        }
+        fast
+    });
+    let store = tree.store.clone();
+    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") == 12, Duration::from_secs(20), "rounds missing");
+    let fast = sender.await.unwrap();
+    let span_ms = query_i64(&store, "SELECT (MAX(closed_unix_ns) - MIN(closed_unix_ns)) / 1000000 FROM rounds");
+    // Three windows of 4 rounds, each closed by its own time-out: the last closes two time-outs after the first.
+    assert!(span_ms >= 500, "rounds were not held back: all 12 closed within {span_ms} ms");
+    fast.send(fin("eager")).await.unwrap();
+    silent.send(fin("silent")).await.unwrap();
+    tree.wait_frontend(Duration::from_secs(10)).await.expect("front-end finishes");
+}
