@@ -89,7 +89,10 @@ where
     F: std::future::Future<Output = Result<(), String>> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    NodeTask { shutdown: Some(tx), task: tokio::spawn(run(rx)) }
+    NodeTask {
+        shutdown: Some(tx),
+        task: tokio::spawn(run(rx)),
+    }
 }
 
 impl TreeBuilder {
@@ -102,7 +105,11 @@ impl TreeBuilder {
         let fe_config = FrontendConfig {
             listen: "127.0.0.1:0".into(),
             out: out.path().to_path_buf(),
-            expect_ranks: if self.expect_ranks == 0 { self.ranks } else { self.expect_ranks },
+            expect_ranks: if self.expect_ranks == 0 {
+                self.ranks
+            } else {
+                self.expect_ranks
+            },
             exit_on_fin: self.exit_on_fin,
             stream_timeout_ms: self.timeout_ms,
             node_id: topology.root().to_string(),
@@ -115,7 +122,13 @@ impl TreeBuilder {
         let mut nodes = HashMap::new();
         nodes.insert(
             topology.root().to_string(),
-            spawn_node(|rx| async move { fe.run(async { let _ = rx.await; }).await.map_err(|e| e.to_string()) }),
+            spawn_node(|rx| async move {
+                fe.run(async {
+                    let _ = rx.await;
+                })
+                .await
+                .map_err(|e| e.to_string())
+            }),
         );
         let mut addr_of: HashMap<String, String> = HashMap::new();
         addr_of.insert(topology.root().to_string(), frontend_addr.clone());
@@ -140,10 +153,22 @@ impl TreeBuilder {
             relay_addrs.insert(r.to_string(), addr);
             nodes.insert(
                 r.to_string(),
-                spawn_node(|rx| async move { relay.run(async { let _ = rx.await; }).await.map_err(|e| e.to_string()) }),
+                spawn_node(|rx| async move {
+                    relay
+                        .run(async {
+                            let _ = rx.await;
+                        })
+                        .await
+                        .map_err(|e| e.to_string())
+                }),
             );
         }
-        let leaves: Vec<_> = topology.leaves().into_iter().filter(|_| self.agents > 0).cloned().collect();
+        let leaves: Vec<_> = topology
+            .leaves()
+            .into_iter()
+            .filter(|_| self.agents > 0)
+            .cloned()
+            .collect();
         let per = self.ranks / leaves.len().max(1) as u32;
         let mut agent_parents = HashMap::new();
         for (i, a) in leaves.iter().enumerate() {
@@ -181,7 +206,13 @@ impl TreeBuilder {
 }
 
 fn spawn_agent(config: AgentConfig) -> NodeTask {
-    spawn_node(|rx| async move { canopy_agent::run(config, async { let _ = rx.await; }).await.map_err(|e| e.to_string()) })
+    spawn_node(|rx| async move {
+        canopy_agent::run(config, async {
+            let _ = rx.await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
 }
 
 impl TreeSandbox {
@@ -250,7 +281,8 @@ pub struct RoundRow {
 
 /// Reads every round of a store, in round order.
 pub fn read_rounds(store: &Path) -> Vec<RoundRow> {
-    let Ok(conn) = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+    let Ok(conn) = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
         return Vec::new();
     };
     let Ok(mut st) = conn.prepare(
@@ -277,20 +309,26 @@ pub fn read_rounds(store: &Path) -> Vec<RoundRow> {
 
 /// One scalar from a store.
 pub fn query_i64(store: &Path, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open store");
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open store");
     conn.query_row(sql, [], |r| r.get(0)).expect("query")
 }
 
 /// One text value from a store.
 pub fn query_text(store: &Path, sql: &str) -> Option<String> {
-    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open store");
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open store");
     conn.query_row(sql, [], |r| r.get(0)).ok()
 }
 
 /// The directory of the built daemons (`target/debug` beside the test executable).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
     for name in ["canopy", "canopy-frontend", "canopy-relay", "canopy-agent"] {
         assert!(
             dir.join(name).is_file(),
@@ -320,7 +358,11 @@ impl Proc {
             .stderr(file)
             .spawn()
             .expect("daemon starts");
-        Proc { name: label.to_string(), child, log }
+        Proc {
+            name: label.to_string(),
+            child,
+            log,
+        }
     }
 
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -361,14 +403,27 @@ pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
             return s;
         }
         if let Ok(Some(status)) = proc_.child.try_wait() {
-            panic!("{} exited with {status} before ready:\n{}", proc_.name, proc_.log_text());
+            panic!(
+                "{} exited with {status} before ready:\n{}",
+                proc_.name,
+                proc_.log_text()
+            );
         }
-        assert!(Instant::now() < deadline, "{} not ready in 20 s:\n{}", proc_.name, proc_.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "{} not ready in 20 s:\n{}",
+            proc_.name,
+            proc_.log_text()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// The value of a `key=value` line.
 pub fn ready_field(ready: &str, key: &str) -> String {
-    ready.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string).unwrap_or_else(|| ready.trim().to_string())
+    ready
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+        .unwrap_or_else(|| ready.trim().to_string())
 }

@@ -6,7 +6,8 @@ use canopy_integration_tests::{TreeBuilder, assert_eventually, query_i64, query_
 use canopy_proto::PROTOCOL_VERSION;
 use canopy_proto::v1::tree_client::TreeClient;
 use canopy_proto::v1::{
-    Coverage, DownMessage, Envelope, EventSample, Hello, NodeKind, ProfileBatch, RankProfile, UpMessage, down_message, up_message,
+    Coverage, DownMessage, Envelope, EventSample, Hello, NodeKind, ProfileBatch, RankProfile, UpMessage,
+    down_message, up_message,
 };
 use prost::Message;
 use tokio::sync::mpsc;
@@ -14,33 +15,72 @@ use tokio_stream::wrappers::ReceiverStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_level_tree_delivers_every_rank_of_every_round() {
-    let builder = TreeBuilder { agents: 4, fanout: 2, ranks: 64, rounds: 20, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 64,
+        rounds: 20,
+        ..TreeBuilder::default()
+    };
     let events = builder.events as i64;
     let mut tree = builder.start().await;
     assert_eq!(tree.relay_addrs.len(), 2, "4 agents at fanout 2 need 2 relays");
-    tree.wait_frontend(Duration::from_secs(30)).await.expect("front-end finishes cleanly");
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("front-end finishes cleanly");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 20, "{rounds:#?}");
     for (i, r) in rounds.iter().enumerate() {
         assert_eq!(r.round, i as u64);
-        assert_eq!((r.covered, r.expected), (64, 64), "round {}: {:?}", r.round, r.missing_reason);
+        assert_eq!(
+            (r.covered, r.expected),
+            (64, 64),
+            "round {}: {:?}",
+            r.round,
+            r.missing_reason
+        );
         assert_eq!(r.missing_reason, None);
     }
-    assert_eq!(query_i64(&tree.store, "SELECT COUNT(*) FROM samples"), 64 * events * 20);
-    assert_eq!(query_i64(&tree.store, "SELECT COUNT(DISTINCT rank) FROM samples"), 64);
+    assert_eq!(
+        query_i64(&tree.store, "SELECT COUNT(*) FROM samples"),
+        64 * events * 20
+    );
+    assert_eq!(
+        query_i64(&tree.store, "SELECT COUNT(DISTINCT rank) FROM samples"),
+        64
+    );
     // Every event's name reached the root's dictionary.
     assert_eq!(
-        query_i64(&tree.store, "SELECT COUNT(DISTINCT event_id) FROM samples WHERE event_id NOT IN (SELECT id FROM names)"),
+        query_i64(
+            &tree.store,
+            "SELECT COUNT(DISTINCT event_id) FROM samples WHERE event_id NOT IN (SELECT id FROM names)"
+        ),
         0
     );
     // The root sees the whole tree: 2 relays and 4 agents, all finished.
-    assert_eq!(query_i64(&tree.store, "SELECT COUNT(*) FROM nodes WHERE kind = 'relay'"), 2);
-    assert_eq!(query_i64(&tree.store, "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"), 4);
+    assert_eq!(
+        query_i64(&tree.store, "SELECT COUNT(*) FROM nodes WHERE kind = 'relay'"),
+        2
+    );
+    assert_eq!(
+        query_i64(
+            &tree.store,
+            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
+        ),
+        4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
-    let builder = TreeBuilder { agents: 4, fanout: 2, ranks: 64, rounds: 60, period_ms: 20, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 64,
+        rounds: 60,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let store = tree.store.clone();
     assert_eventually!(
@@ -49,45 +89,105 @@ async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
         "rounds never reached the store"
     );
     tree.kill("agent:1");
-    tree.wait_frontend(Duration::from_secs(30)).await.expect("front-end finishes");
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("front-end finishes");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 60, "every round is stored, partial ones too");
     let lost: Vec<_> = rounds.iter().filter(|r| r.covered == 48).collect();
     assert!(lost.len() >= 20, "later rounds cover 48 of 64: {rounds:#?}");
     for r in &rounds {
         assert_eq!(r.expected, 64);
-        assert!(r.covered == 64 || r.covered == 48 && r.missing_lost == 16, "round {}: {r:?}", r.round);
+        assert!(
+            r.covered == 64 || r.covered == 48 && r.missing_lost == 16,
+            "round {}: {r:?}",
+            r.round
+        );
     }
     let first_lost = lost[0].round;
-    assert!(rounds.iter().filter(|r| r.round > first_lost).all(|r| r.covered == 48), "no round after the loss is whole");
-    assert_eq!(query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(), Some("lost"));
-    assert_eq!(query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"), 3);
+    assert!(
+        rounds
+            .iter()
+            .filter(|r| r.round > first_lost)
+            .all(|r| r.covered == 48),
+        "no round after the loss is whole"
+    );
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
+        Some("lost")
+    );
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
+        ),
+        3
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_stores_every_round_already_dumped() {
-    let builder = TreeBuilder { agents: 2, fanout: 2, ranks: 16, rounds: 0, period_ms: 10, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 2,
+        fanout: 2,
+        ranks: 16,
+        rounds: 0,
+        period_ms: 10,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let store = tree.store.clone();
-    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 5, Duration::from_secs(20), "no rounds");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 5,
+        Duration::from_secs(20),
+        "no rounds"
+    );
     let root = "frontend:0".to_string();
     tree.shutdown(&root);
-    tree.wait_frontend(Duration::from_secs(5)).await.expect("drain ends cleanly");
+    tree.wait_frontend(Duration::from_secs(5))
+        .await
+        .expect("drain ends cleanly");
     let rounds = tree.rounds();
     for (i, r) in rounds.iter().enumerate() {
         assert_eq!(r.round, i as u64, "rounds are contiguous");
-        assert_eq!((r.covered, r.expected), (16, 16), "round {} lost ranks in the drain", r.round);
+        assert_eq!(
+            (r.covered, r.expected),
+            (16, 16),
+            "round {} lost ranks in the drain",
+            r.round
+        );
     }
     // The agents finished on the drain (their Fin reached the root), so the last rounds were waited for.
-    assert_eq!(query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"), 2);
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
+        ),
+        2
+    );
 }
 
 /// Attaches by hand, as a misbehaving child would; returns the first answer or the error.
-async fn raw_attach(addr: &str, hello: Hello) -> (mpsc::Sender<UpMessage>, Result<tonic::Streaming<DownMessage>, tonic::Status>) {
-    let mut client = TreeClient::connect(format!("http://{addr}")).await.expect("connect");
+async fn raw_attach(
+    addr: &str,
+    hello: Hello,
+) -> (
+    mpsc::Sender<UpMessage>,
+    Result<tonic::Streaming<DownMessage>, tonic::Status>,
+) {
+    let mut client = TreeClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
     let (tx, rx) = mpsc::channel(16);
-    tx.send(UpMessage { msg: Some(up_message::Msg::Hello(hello)) }).await.unwrap();
-    let resp = client.attach(ReceiverStream::new(rx)).await.map(|r| r.into_inner());
+    tx.send(UpMessage {
+        msg: Some(up_message::Msg::Hello(hello)),
+    })
+    .await
+    .unwrap();
+    let resp = client
+        .attach(ReceiverStream::new(rx))
+        .await
+        .map(|r| r.into_inner());
     (tx, resp)
 }
 
@@ -103,7 +203,13 @@ fn hello(id: &str, version: u32, ranks: u32) -> Hello {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_speaking_another_protocol_version_is_refused_by_name() {
-    let builder = TreeBuilder { agents: 2, fanout: 2, ranks: 8, rounds: 10, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 2,
+        fanout: 2,
+        ranks: 8,
+        rounds: 10,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let (_tx, resp) = raw_attach(&tree.frontend_addr, hello("stranger", PROTOCOL_VERSION + 1, 4)).await;
     let status = resp.err().expect("refused");
@@ -116,33 +222,66 @@ async fn a_child_speaking_another_protocol_version_is_refused_by_name() {
             PROTOCOL_VERSION
         )
     );
-    tree.wait_frontend(Duration::from_secs(30)).await.expect("the tree goes on");
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("the tree goes on");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 10);
-    assert!(rounds.iter().all(|r| r.covered == 8 && r.expected == 8), "{rounds:#?}");
+    assert!(
+        rounds.iter().all(|r| r.covered == 8 && r.expected == 8),
+        "{rounds:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_with_a_duplicate_node_id_is_refused_and_the_first_keeps_going() {
-    let builder = TreeBuilder { agents: 2, fanout: 2, ranks: 8, rounds: 30, period_ms: 20, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 2,
+        fanout: 2,
+        ranks: 8,
+        rounds: 30,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.clone().start().await;
     let store = tree.store.clone();
-    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 2, Duration::from_secs(20), "no rounds");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 2,
+        Duration::from_secs(20),
+        "no rounds"
+    );
     let parent = tree.agent_parents["agent:0"].clone();
     tree.add_agent("impostor", builder.agent_config("agent:0", &parent, 4, 100));
-    let err = tree.wait_node("impostor", Duration::from_secs(10)).await.expect_err("refused");
-    assert!(err.contains("node id agent:0 is already attached to frontend:0"), "{err}");
-    tree.wait_frontend(Duration::from_secs(30)).await.expect("the tree goes on");
+    let err = tree
+        .wait_node("impostor", Duration::from_secs(10))
+        .await
+        .expect_err("refused");
+    assert!(
+        err.contains("node id agent:0 is already attached to frontend:0"),
+        "{err}"
+    );
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("the tree goes on");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 30);
-    assert!(rounds.iter().all(|r| r.covered == 8 && r.expected == 8), "{rounds:#?}");
+    assert!(
+        rounds.iter().all(|r| r.covered == 8 && r.expected == 8),
+        "{rounds:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
     // One real agent with 8 ranks, and a hand-made child that claims 4 ranks and sends garbage.
-    let builder =
-        TreeBuilder { agents: 1, ranks: 8, expect_ranks: 12, rounds: 15, period_ms: 20, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 1,
+        ranks: 8,
+        expect_ranks: 12,
+        rounds: 15,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let (tx, resp) = raw_attach(&tree.frontend_addr, hello("garbler", PROTOCOL_VERSION, 4)).await;
     let mut down = resp.expect("admitted");
@@ -166,38 +305,70 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
                     .map(|rank| RankProfile {
                         rank,
                         round,
-                        events: vec![EventSample { event_id: 42, calls: 1, incl_us: 2.0, excl_us: 1.0, ..Default::default() }],
+                        events: vec![EventSample {
+                            event_id: 42,
+                            calls: 1,
+                            incl_us: 2.0,
+                            excl_us: 1.0,
+                            ..Default::default()
+                        }],
                         ..Default::default()
                     })
                     .collect(),
             }
-                .encode_to_vec()
+            .encode_to_vec()
         };
         let env = Envelope {
             stream_id: 1,
             round,
             phase: 0,
-            coverage: Some(Coverage { covered: 4, expected: 4, missing: vec![] }),
+            coverage: Some(Coverage {
+                covered: 4,
+                expected: 4,
+                missing: vec![],
+            }),
             payload,
             ..Envelope::default()
         };
-        tx.send(UpMessage { msg: Some(up_message::Msg::Envelope(env)) }).await.unwrap();
-    }
-    tx.send(UpMessage { msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin { node_id: "garbler".into(), last_round: 14 })) })
+        tx.send(UpMessage {
+            msg: Some(up_message::Msg::Envelope(env)),
+        })
         .await
         .unwrap();
-    tree.wait_frontend(Duration::from_secs(30)).await.expect("the tree goes on");
+    }
+    tx.send(UpMessage {
+        msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
+            node_id: "garbler".into(),
+            last_round: 14,
+        })),
+    })
+    .await
+    .unwrap();
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("the tree goes on");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 15);
     for r in &rounds {
         assert_eq!(r.expected, 12);
         if r.round % 2 == 0 {
-            assert_eq!((r.covered, r.missing_malformed), (8, 4), "round {}: {r:?}", r.round);
+            assert_eq!(
+                (r.covered, r.missing_malformed),
+                (8, 4),
+                "round {}: {r:?}",
+                r.round
+            );
         } else {
             assert_eq!(r.covered, 12, "round {}: {r:?}", r.round);
         }
     }
-    assert_eq!(query_i64(&tree.store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE rank >= 100"), 4);
+    assert_eq!(
+        query_i64(
+            &tree.store,
+            "SELECT COUNT(DISTINCT rank) FROM samples WHERE rank >= 100"
+        ),
+        4
+    );
 }
 
 /// Waits on a hand-made child's down stream until the root's Start.
@@ -219,7 +390,13 @@ fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
             .map(|rank| RankProfile {
                 rank,
                 round,
-                events: vec![EventSample { event_id: 7, calls: 1, incl_us: 1.0, excl_us: 1.0, ..Default::default() }],
+                events: vec![EventSample {
+                    event_id: 7,
+                    calls: 1,
+                    incl_us: 1.0,
+                    excl_us: 1.0,
+                    ..Default::default()
+                }],
                 ..Default::default()
             })
             .collect(),
@@ -228,21 +405,37 @@ fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
     let env = Envelope {
         stream_id: 1,
         round,
-        coverage: Some(Coverage { covered: n, expected: n, missing: vec![] }),
+        coverage: Some(Coverage {
+            covered: n,
+            expected: n,
+            missing: vec![],
+        }),
         payload,
         ..Envelope::default()
     };
-    UpMessage { msg: Some(up_message::Msg::Envelope(env)) }
+    UpMessage {
+        msg: Some(up_message::Msg::Envelope(env)),
+    }
 }
 
 fn fin(id: &str) -> UpMessage {
-    UpMessage { msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin { node_id: id.into(), last_round: 0 })) }
+    UpMessage {
+        msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
+            node_id: id.into(),
+            last_round: 0,
+        })),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorded_late() {
     // Only hand-made children: "prompt" delivers at once, "slow" after the 200 ms time-out.
-    let builder = TreeBuilder { agents: 0, expect_ranks: 8, timeout_ms: 200, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 0,
+        expect_ranks: 8,
+        timeout_ms: 200,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let (fast, resp) = raw_attach(&tree.frontend_addr, hello("prompt", PROTOCOL_VERSION, 4)).await;
     let mut fast_down = resp.expect("admitted");
@@ -253,7 +446,11 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
         fast.send(batch_envelope(round, 0..4)).await.unwrap();
     }
     let store = tree.store.clone();
-    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") == 3, Duration::from_secs(10), "rounds never closed");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") == 3,
+        Duration::from_secs(10),
+        "rounds never closed"
+    );
     for round in 0..3 {
         slow.send(batch_envelope(round, 4..8)).await.unwrap();
     }
@@ -264,7 +461,9 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
     );
     fast.send(fin("prompt")).await.unwrap();
     slow.send(fin("slow")).await.unwrap();
-    tree.wait_frontend(Duration::from_secs(10)).await.expect("front-end finishes");
+    tree.wait_frontend(Duration::from_secs(10))
+        .await
+        .expect("front-end finishes");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 3);
     for r in &rounds {
@@ -272,14 +471,22 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
     }
     assert_eq!(query_i64(&store, "SELECT SUM(late_ranks) FROM rounds"), 12);
     // Late data is kept, flagged, not dropped.
-    assert_eq!(query_i64(&store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE late = 1"), 4);
+    assert_eq!(
+        query_i64(&store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE late = 1"),
+        4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
     // At most 4 rounds open at the root; a silent child holds each window until the 300 ms time-out.
-    let builder =
-        TreeBuilder { agents: 0, expect_ranks: 8, timeout_ms: 300, max_rounds_in_flight: 4, ..TreeBuilder::default() };
+    let builder = TreeBuilder {
+        agents: 0,
+        expect_ranks: 8,
+        timeout_ms: 300,
+        max_rounds_in_flight: 4,
+        ..TreeBuilder::default()
+    };
     let mut tree = builder.start().await;
     let (fast, resp) = raw_attach(&tree.frontend_addr, hello("eager", PROTOCOL_VERSION, 4)).await;
     let mut fast_down = resp.expect("admitted");
@@ -293,12 +500,24 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
         fast
     });
     let store = tree.store.clone();
-    assert_eventually!(query_i64(&store, "SELECT COUNT(*) FROM rounds") == 12, Duration::from_secs(20), "rounds missing");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") == 12,
+        Duration::from_secs(20),
+        "rounds missing"
+    );
     let fast = sender.await.unwrap();
-    let span_ms = query_i64(&store, "SELECT (MAX(closed_unix_ns) - MIN(closed_unix_ns)) / 1000000 FROM rounds");
+    let span_ms = query_i64(
+        &store,
+        "SELECT (MAX(closed_unix_ns) - MIN(closed_unix_ns)) / 1000000 FROM rounds",
+    );
     // Three windows of 4 rounds, each closed by its own time-out: the last closes two time-outs after the first.
-    assert!(span_ms >= 500, "rounds were not held back: all 12 closed within {span_ms} ms");
+    assert!(
+        span_ms >= 500,
+        "rounds were not held back: all 12 closed within {span_ms} ms"
+    );
     fast.send(fin("eager")).await.unwrap();
     silent.send(fin("silent")).await.unwrap();
-    tree.wait_frontend(Duration::from_secs(10)).await.expect("front-end finishes");
+    tree.wait_frontend(Duration::from_secs(10))
+        .await
+        .expect("front-end finishes");
 }

@@ -54,10 +54,10 @@ where
     let figment = layers::<T, F>(role, file, flags)?;
     let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
     config.check().map_err(|(key, message)| {
-        let source_name = describe(figment.find_metadata(&key), role, &key);
+        let md = find_metadata(&figment, &key);
         ConfigError {
-            key: qualify(role, figment.find_metadata(&key), &key),
-            source_name,
+            key: qualify(role, md, &key),
+            source_name: describe(md, role, &key),
             message,
         }
     })?;
@@ -93,9 +93,20 @@ fn layers<T: Serialize + Default, F: Serialize>(
     Ok(figment.merge(Env::prefixed(&prefix)).merge(Flags(flags)))
 }
 
+/// The source of a key; an element of a list (`streams.0`) comes from wherever its list came from.
+fn find_metadata<'a>(figment: &'a Figment, key: &str) -> Option<&'a Metadata> {
+    let mut k = key;
+    loop {
+        if let Some(md) = figment.find_metadata(k) {
+            return Some(md);
+        }
+        k = k.rsplit_once('.')?.0;
+    }
+}
+
 fn from_figment(role: &str, figment: &Figment, err: figment::Error) -> ConfigError {
     let key = err.path.join(".");
-    let md = err.metadata.as_ref().or_else(|| figment.find_metadata(&key));
+    let md = err.metadata.as_ref().or_else(|| find_metadata(figment, &key));
     ConfigError {
         key: qualify(role, md, &key),
         source_name: describe(md, role, &key),
@@ -237,6 +248,34 @@ mod tests {
             e.to_string(),
             "bad config value for `--ranks` (from command-line flags): at most 1000"
         );
+    }
+
+    #[test]
+    fn an_element_of_a_list_is_named_by_its_list_source() {
+        #[derive(Debug, Default, Serialize, Deserialize)]
+        #[serde(default)]
+        struct L {
+            streams: Vec<String>,
+        }
+        impl CheckConfig for L {
+            fn check(&self) -> Result<(), (String, String)> {
+                Err(("streams.0".into(), "bad".into()))
+            }
+        }
+        #[derive(Serialize)]
+        struct F {
+            streams: Vec<String>,
+        }
+        let e = load::<L, F>(
+            "x",
+            None,
+            &F {
+                streams: vec!["nope".into()],
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.source_name, "command-line flags");
+        assert_eq!(e.key, "--streams.0");
     }
 
     #[test]

@@ -1,0 +1,347 @@
+//! End-to-end tests that run the real binaries: signals, exit codes, config errors, and `canopy up`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use canopy_integration_tests::{
+    Proc, bin_dir, query_i64, query_text, read_rounds, ready_field, wait_ready_file,
+};
+use nix::sys::signal::Signal;
+
+/// A front-end on port 0 with `extra` flags; returns it, its address and its store.
+fn start_frontend(dir: &Path, extra: &[&str]) -> (Proc, String, std::path::PathBuf) {
+    let ready = dir.join("frontend.ready");
+    let out = dir.join("out");
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        out.to_str().unwrap(),
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut fe = Proc::start(dir, "canopy-frontend", "frontend", &args);
+    let contents = wait_ready_file(&ready, &mut fe);
+    (
+        fe,
+        ready_field(&contents, "addr"),
+        ready_field(&contents, "store").into(),
+    )
+}
+
+fn start_relay(dir: &Path, id: &str, parent: &str) -> (Proc, String) {
+    let ready = dir.join(format!("{id}.ready"));
+    let args = [
+        "--node-id",
+        id,
+        "--parent",
+        parent,
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    let mut relay = Proc::start(dir, "canopy-relay", id, &args);
+    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
+    (relay, addr)
+}
+
+fn start_agent(dir: &Path, id: &str, parent: &str, ranks: u32, offset: u32, rounds: u64) -> Proc {
+    let (ranks, offset, rounds) = (ranks.to_string(), offset.to_string(), rounds.to_string());
+    let args = [
+        "--node-id",
+        id,
+        "--parent",
+        parent,
+        "--simulate-ranks",
+        &ranks,
+        "--rank-offset",
+        &offset,
+        "--rounds",
+        &rounds,
+        "--simulate-period-ms",
+        "20",
+    ];
+    Proc::start(dir, "canopy-agent", id, &args)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn rounds_in(store: &Path) -> i64 {
+    if store.exists() {
+        query_i64(store, "SELECT COUNT(*) FROM rounds")
+    } else {
+        0
+    }
+}
+
+#[test]
+fn an_agent_killed_with_sigkill_is_marked_lost_and_the_tree_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) =
+        start_frontend(dir.path(), &["--expect-ranks", "64", "--exit-on-fin", "true"]);
+    let (_r0, r0) = start_relay(dir.path(), "relay:0", &fe_addr);
+    let (_r1, r1) = start_relay(dir.path(), "relay:1", &fe_addr);
+    let _a0 = start_agent(dir.path(), "agent:0", &r0, 16, 0, 80);
+    let a1 = start_agent(dir.path(), "agent:1", &r0, 16, 16, 80);
+    let _a2 = start_agent(dir.path(), "agent:2", &r1, 16, 32, 80);
+    let _a3 = start_agent(dir.path(), "agent:3", &r1, 16, 48, 80);
+    wait_for("10 rounds", Duration::from_secs(30), || rounds_in(&store) >= 10);
+    a1.signal(Signal::SIGKILL);
+    let status = fe
+        .wait_timeout(Duration::from_secs(30))
+        .expect("front-end finishes after the others");
+    assert!(status.success(), "{}", fe.log_text());
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds.len(), 80);
+    let after: Vec<_> = rounds.iter().skip_while(|r| r.covered == 64).collect();
+    assert!(after.len() >= 30, "rounds after the kill: {}", after.len());
+    for r in after {
+        assert_eq!(
+            (r.covered, r.expected, r.missing_lost),
+            (48, 64, 16),
+            "round {}: {r:?}",
+            r.round
+        );
+        assert_eq!(r.missing_reason.as_deref(), Some("lost: 16"));
+    }
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
+        Some("lost")
+    );
+    assert_eq!(
+        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'agent:1'").as_deref(),
+        Some("relay:0")
+    );
+}
+
+#[test]
+fn sigterm_to_the_front_end_drains_and_exits_zero_within_five_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) =
+        start_frontend(dir.path(), &["--expect-ranks", "16", "--log-format", "json"]);
+    let (_relay, relay_addr) = start_relay(dir.path(), "relay:0", &fe_addr);
+    let mut a0 = start_agent(dir.path(), "agent:0", &relay_addr, 8, 0, 0);
+    let mut a1 = start_agent(dir.path(), "agent:1", &relay_addr, 8, 8, 0);
+    wait_for("10 rounds", Duration::from_secs(30), || rounds_in(&store) >= 10);
+    fe.signal(Signal::SIGTERM);
+    let sent = Instant::now();
+    let status = fe
+        .wait_timeout(Duration::from_secs(5))
+        .expect("front-end exits within 5 s");
+    assert!(status.success(), "exit {status}: {}", fe.log_text());
+    assert!(sent.elapsed() < Duration::from_secs(5));
+    let rounds = read_rounds(&store);
+    assert!(rounds.len() >= 10);
+    for (i, r) in rounds.iter().enumerate() {
+        assert_eq!(r.round, i as u64, "rounds are contiguous");
+        assert_eq!((r.covered, r.expected), (16, 16), "round {}: {r:?}", r.round);
+    }
+    // The agents finished on the drain and left after the root's fin-ack.
+    assert!(
+        a0.wait_timeout(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+    assert!(
+        a1.wait_timeout(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+    // --log-format json: every log line is one JSON object.
+    let log = fe.log_text();
+    assert!(log.lines().count() > 3);
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v.get("level").is_some() && v.get("timestamp").is_some(), "{line}");
+    }
+}
+
+#[test]
+fn a_config_value_of_the_wrong_type_exits_64_naming_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("canopy.toml");
+    std::fs::write(
+        &config,
+        "[agent]\nparent = \"127.0.0.1:7400\"\nsimulate_ranks = \"lots\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin_dir().join("canopy-agent"))
+        .arg("validate")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`agent.simulate_ranks`"), "{err}");
+    assert!(err.contains(&format!("TOML file {}", config.display())), "{err}");
+    assert!(err.contains("expected u32"), "{err}");
+
+    // The same key from the environment names the variable; a valid file passes.
+    std::fs::write(&config, "[agent]\nparent = \"127.0.0.1:7400\"\n").unwrap();
+    let out = Command::new(bin_dir().join("canopy-agent"))
+        .args(["validate", "--config"])
+        .arg(&config)
+        .env("CANOPY_AGENT_SIMULATE_PERIOD_MS", "-5")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CANOPY_AGENT_SIMULATE_PERIOD_MS"), "{err}");
+    let out = Command::new(bin_dir().join("canopy-agent"))
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A semantic error from a flag names the flag; an unknown stream filter names the filter.
+    let out = Command::new(bin_dir().join("canopy-frontend"))
+        .args(["validate", "--streams", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--streams.0") && err.contains("unknown filter \"nope\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_malformed_mrnet_topology_file_is_reported_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tree.top");
+    std::fs::write(
+        &file,
+        "# a tree\nfe:0 => r:0 r:1 ;\nr:0 => a:0 a:1\nr:1 => a:2 ;\n",
+    )
+    .unwrap();
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(["topology", "--file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("topology line 4, column 1"), "{err}");
+    // The fixed file prints every node's parent.
+    std::fs::write(
+        &file,
+        "# a tree\nfe:0 => r:0 r:1 ;\nr:0 => a:0 a:1 ;\nr:1 => a:2 ;\n",
+    )
+    .unwrap();
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(["topology", "--file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "fe:0 <= -\nr:0 <= fe:0\nr:1 <= fe:0\na:0 <= r:0\na:1 <= r:0\na:2 <= r:1\n"
+    );
+}
+
+#[test]
+fn canopy_up_runs_a_whole_tree_to_full_coverage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new(bin_dir().join("canopy"))
+        .args([
+            "up",
+            "--ranks",
+            "64",
+            "--agents",
+            "4",
+            "--fanout",
+            "2",
+            "--rounds",
+            "50",
+            "--period-ms",
+            "20",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("50 rounds stored (1 streams), 50 at full coverage, 100.0% of rank-rounds covered"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("coverage    64/64")).count(),
+        50,
+        "{stdout}"
+    );
+    let store = out_dir.join("latest.sqlite");
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds.len(), 50);
+    assert!(rounds.iter().all(|r| r.covered == 64 && r.expected == 64));
+    assert_eq!(
+        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'relay'"),
+        2
+    );
+}
+
+#[test]
+fn ctrl_c_stops_canopy_up_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let mut up = Proc::start(
+        dir.path(),
+        "canopy",
+        "up",
+        &[
+            "up",
+            "--ranks",
+            "8",
+            "--agents",
+            "2",
+            "--rounds",
+            "0",
+            "--period-ms",
+            "20",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    let store = out_dir.join("latest.sqlite");
+    wait_for("rounds", Duration::from_secs(30), || rounds_in(&store) >= 5);
+    up.signal(Signal::SIGINT);
+    let status = up.wait_timeout(Duration::from_secs(15)).expect("canopy up stops");
+    let log = up.log_text();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("(interrupted)"), "{log}");
+    let rounds = read_rounds(&store);
+    assert!(rounds.iter().all(|r| r.covered == 8), "{rounds:#?}");
+    // No daemon is left behind.
+    let leftover = Command::new("pgrep")
+        .args(["-f", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        leftover.stdout.is_empty(),
+        "processes left: {}",
+        String::from_utf8_lossy(&leftover.stdout)
+    );
+}
