@@ -334,14 +334,34 @@ fn ctrl_c_stops_canopy_up_cleanly() {
     assert!(log.contains("(interrupted)"), "{log}");
     let rounds = read_rounds(&store);
     assert!(rounds.iter().all(|r| r.covered == 8), "{rounds:#?}");
-    // No daemon is left behind.
-    let leftover = Command::new("pgrep")
-        .args(["-f", out_dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        leftover.stdout.is_empty(),
-        "processes left: {}",
-        String::from_utf8_lossy(&leftover.stdout)
-    );
+    // No daemon is left behind: no process still writes its output into the run's log directory.
+    let logs = out_dir.join("logs");
+    let leftover: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let proc_dir = e.ok()?.path();
+            let out = std::fs::read_link(proc_dir.join("fd/2")).ok()?;
+            out.starts_with(&logs)
+                .then(|| format!("{}: {}", proc_dir.display(), out.display()))
+        })
+        .collect();
+    assert!(leftover.is_empty(), "processes left: {leftover:?}");
+}
+
+#[test]
+fn the_example_site_config_validates_for_every_daemon() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/canopy.toml");
+    for daemon in ["canopy-frontend", "canopy-relay", "canopy-agent"] {
+        let out = Command::new(bin_dir().join(daemon))
+            .arg("validate")
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{daemon}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
