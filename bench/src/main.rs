@@ -1,1 +1,208 @@
-fn main() {}
+//! `canopy-bench`: measures Canopy and prints tables (median of repeats, min and max beside it, and a
+//! ratio against a baseline run in the same process). Never a pass/fail test: docs/benchmarks.md keeps the
+//! latest tables and the commands that made them.
+
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use canopy_core::engine::{Accepted, Arrival, GroupKey, RoundEngine, StreamSync};
+use canopy_core::filter::{Filter, Passthrough};
+use canopy_integration_tests::TreeBuilder;
+use canopy_proto::v1::{Coverage, EventSample, ProfileBatch, RankProfile, SyncMode};
+use clap::{Parser, Subcommand};
+use prost::Message;
+
+#[derive(Parser)]
+#[command(name = "canopy-bench", about = "Canopy's benchmarks: print tables, never pass or fail")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+    /// Repeats of each measurement; the table shows their median, min and max.
+    #[arg(long, default_value_t = 5, global = true)]
+    repeats: usize,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One node's round engine and passthrough merge, in-process, against concatenating the same bytes.
+    Engine {
+        /// Sources (children or ranks) per node, comma-separated.
+        #[arg(long, default_value = "8,64,1024", value_delimiter = ',')]
+        sources: Vec<usize>,
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        /// Events per rank profile.
+        #[arg(long, default_value_t = 100)]
+        events: usize,
+    },
+    /// A whole tree on loopback (gRPC, the store): sustained rounds per second and latency from the first
+    /// rank's dump to the stored result.
+    Tree {
+        #[arg(long, default_value_t = 256)]
+        ranks: u32,
+        #[arg(long, default_value_t = 8)]
+        agents: usize,
+        #[arg(long, default_value_t = 8)]
+        fanout: usize,
+        #[arg(long, default_value_t = 20)]
+        events: u32,
+        #[arg(long, default_value_t = 20)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 100)]
+        rounds: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    println!("# canopy-bench on {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+    match args.command {
+        Command::Engine { sources, rounds, events } => engine(&sources, rounds, events, args.repeats),
+        Command::Tree { ranks, agents, fanout, events, period_ms, rounds } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(tree(ranks, agents, fanout, events, period_ms, rounds, args.repeats))
+        }
+    }
+}
+
+/// Median, min and max.
+fn stats(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    xs[((xs.len() - 1) as f64 * p).round() as usize]
+}
+
+fn profile(rank: u32, events: usize) -> Vec<u8> {
+    let events = (0..events as u64)
+        .map(|e| EventSample {
+            event_id: e * 0x9e37_79b9_7f4a_7c15,
+            calls: 10,
+            subrs: 2,
+            incl_us: 100.0 + e as f64,
+            excl_us: 50.0,
+            calls_total: 1000,
+            subrs_total: 200,
+            incl_total_us: 1e4,
+            excl_total_us: 5e3,
+        })
+        .collect();
+    ProfileBatch { profiles: vec![RankProfile { rank, events, ..Default::default() }] }.encode_to_vec()
+}
+
+fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyhow::Result<()> {
+    println!("\n## engine: rounds per second through one node (wait-for-all, passthrough), {events} events per rank");
+    println!("| sources | bytes/round | engine rounds/s (median) | min | max | baseline rounds/s | engine/baseline |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for &n in sources {
+        let payloads: Vec<Vec<u8>> = (0..n as u32).map(|r| profile(r, events)).collect();
+        let ids: Vec<String> = (0..n).map(|i| format!("rank:{i}")).collect();
+        let bytes: usize = payloads.iter().map(Vec::len).sum();
+        let mut with_engine = Vec::new();
+        let mut baseline = Vec::new();
+        for _ in 0..repeats {
+            let mut e = RoundEngine::new();
+            for id in &ids {
+                e.add_source(id, 1);
+            }
+            e.open_stream(1, StreamSync { mode: SyncMode::WaitForAll, timeout: Duration::from_secs(60) });
+            let mut filter = Passthrough;
+            let t = Instant::now();
+            let now = Instant::now();
+            for round in 0..rounds {
+                for (id, p) in ids.iter().zip(&payloads) {
+                    let a = Arrival {
+                        source: id.clone(),
+                        coverage: Coverage { covered: 1, expected: 1, missing: vec![] },
+                        payload: p.clone(),
+                        first_dump_unix_ns: 0,
+                    };
+                    if let Accepted::Closed(c) = e.accept(GroupKey { stream: 1, round, phase: 0 }, a, now)? {
+                        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
+                        std::hint::black_box(filter.upstream(round, 0, &inputs)?);
+                    }
+                }
+            }
+            with_engine.push(rounds as f64 / t.elapsed().as_secs_f64());
+            // The least any node must do: copy each payload once and append it to the round's packet.
+            let t = Instant::now();
+            for _ in 0..rounds {
+                let mut merged = Vec::with_capacity(bytes);
+                for p in &payloads {
+                    let owned = p.clone();
+                    merged.extend_from_slice(&owned);
+                }
+                std::hint::black_box(merged);
+            }
+            baseline.push(rounds as f64 / t.elapsed().as_secs_f64());
+        }
+        let (m, lo, hi) = stats(with_engine);
+        let (b, _, _) = stats(baseline);
+        println!("| {n} | {bytes} | {m:.0} | {lo:.0} | {hi:.0} | {b:.0} | {:.3} |", m / b);
+    }
+    Ok(())
+}
+
+async fn tree(
+    ranks: u32,
+    agents: usize,
+    fanout: usize,
+    events: u32,
+    period_ms: u64,
+    rounds: u64,
+    repeats: usize,
+) -> anyhow::Result<()> {
+    println!(
+        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, passthrough, in-process daemons over loopback gRPC"
+    );
+    let offered = 1000.0 / period_ms as f64;
+    let mut rates = Vec::new();
+    let mut p50s = Vec::new();
+    let mut p99s = Vec::new();
+    let mut coverage = Vec::new();
+    for _ in 0..repeats {
+        let builder = TreeBuilder {
+            agents,
+            fanout,
+            ranks,
+            rounds,
+            period_ms,
+            events,
+            timeout_ms: 5000,
+            ..TreeBuilder::default()
+        };
+        let mut sandbox = builder.start().await;
+        sandbox.wait_frontend(Duration::from_secs(600)).await.map_err(anyhow::Error::msg)?;
+        let conn = rusqlite::Connection::open(&sandbox.store)?;
+        let rows: Vec<(i64, i64, i64, i64)> = conn
+            .prepare("SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<Result<_, _>>()?;
+        let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
+        let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
+        rates.push((rows.len().saturating_sub(1)) as f64 / span.max(1e-9));
+        p50s.push(percentile(lat.clone(), 0.5));
+        p99s.push(percentile(lat, 0.99));
+        let (cov, exp) = rows.iter().fold((0i64, 0i64), |(a, b), r| (a + r.2, b + r.3));
+        coverage.push(100.0 * cov as f64 / exp.max(1) as f64);
+    }
+    let (r, rlo, rhi) = stats(rates);
+    let (p50, _, _) = stats(p50s);
+    let (p99, p99lo, p99hi) = stats(p99s);
+    let (c, _, _) = stats(coverage);
+    println!("| offered rounds/s | stored rounds/s (median) | min | max | stored/offered | latency p50 ms | latency p99 ms (median) | p99 min | p99 max | coverage % |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {offered:.1} | {r:.1} | {rlo:.1} | {rhi:.1} | {:.3} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {c:.1} |",
+        r / offered
+    );
+    Ok(())
+}
