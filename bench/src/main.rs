@@ -14,7 +14,10 @@ use clap::{Parser, Subcommand};
 use prost::Message;
 
 #[derive(Parser)]
-#[command(name = "canopy-bench", about = "Canopy's benchmarks: print tables, never pass or fail")]
+#[command(
+    name = "canopy-bench",
+    about = "Canopy's benchmarks: print tables, never pass or fail"
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -56,13 +59,35 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    println!("# canopy-bench on {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "# canopy-bench on {} cores",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
     match args.command {
-        Command::Engine { sources, rounds, events } => engine(&sources, rounds, events, args.repeats),
-        Command::Tree { ranks, agents, fanout, events, period_ms, rounds } => {
+        Command::Engine {
+            sources,
+            rounds,
+            events,
+        } => engine(&sources, rounds, events, args.repeats),
+        Command::Tree {
+            ranks,
+            agents,
+            fanout,
+            events,
+            period_ms,
+            rounds,
+        } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            rt.block_on(tree(ranks, agents, fanout, events, period_ms, rounds, args.repeats))
+            rt.block_on(tree(
+                ranks,
+                agents,
+                fanout,
+                events,
+                period_ms,
+                rounds,
+                args.repeats,
+            ))
         }
     }
 }
@@ -95,12 +120,23 @@ fn profile(rank: u32, events: usize) -> Vec<u8> {
             excl_total_us: 5e3,
         })
         .collect();
-    ProfileBatch { profiles: vec![RankProfile { rank, events, ..Default::default() }] }.encode_to_vec()
+    ProfileBatch {
+        profiles: vec![RankProfile {
+            rank,
+            events,
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
 }
 
 fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyhow::Result<()> {
-    println!("\n## engine: rounds per second through one node (wait-for-all, passthrough), {events} events per rank");
-    println!("| sources | bytes/round | engine rounds/s (median) | min | max | baseline rounds/s | engine/baseline |");
+    println!(
+        "\n## engine: rounds per second through one node (wait-for-all, passthrough), {events} events per rank"
+    );
+    println!(
+        "| sources | bytes/round | engine rounds/s (median) | min | max | baseline rounds/s | engine/baseline |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in sources {
         let payloads: Vec<Vec<u8>> = (0..n as u32).map(|r| profile(r, events)).collect();
@@ -113,7 +149,13 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
             for id in &ids {
                 e.add_source(id, 1);
             }
-            e.open_stream(1, StreamSync { mode: SyncMode::WaitForAll, timeout: Duration::from_secs(60) });
+            e.open_stream(
+                1,
+                StreamSync {
+                    mode: SyncMode::WaitForAll,
+                    timeout: Duration::from_secs(60),
+                },
+            );
             let mut filter = Passthrough;
             let t = Instant::now();
             let now = Instant::now();
@@ -121,11 +163,23 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                 for (id, p) in ids.iter().zip(&payloads) {
                     let a = Arrival {
                         source: id.clone(),
-                        coverage: Coverage { covered: 1, expected: 1, missing: vec![] },
+                        coverage: Coverage {
+                            covered: 1,
+                            expected: 1,
+                            missing: vec![],
+                        },
                         payload: p.clone(),
                         first_dump_unix_ns: 0,
                     };
-                    if let Accepted::Closed(c) = e.accept(GroupKey { stream: 1, round, phase: 0 }, a, now)? {
+                    if let Accepted::Closed(c) = e.accept(
+                        GroupKey {
+                            stream: 1,
+                            round,
+                            phase: 0,
+                        },
+                        a,
+                        now,
+                    )? {
                         let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
                         std::hint::black_box(filter.upstream(round, 0, &inputs)?);
                     }
@@ -146,7 +200,10 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
         }
         let (m, lo, hi) = stats(with_engine);
         let (b, _, _) = stats(baseline);
-        println!("| {n} | {bytes} | {m:.0} | {lo:.0} | {hi:.0} | {b:.0} | {:.3} |", m / b);
+        println!(
+            "| {n} | {bytes} | {m:.0} | {lo:.0} | {hi:.0} | {b:.0} | {:.3} |",
+            m / b
+        );
     }
     Ok(())
 }
@@ -180,14 +237,20 @@ async fn tree(
             ..TreeBuilder::default()
         };
         let mut sandbox = builder.start().await;
-        sandbox.wait_frontend(Duration::from_secs(600)).await.map_err(anyhow::Error::msg)?;
+        sandbox
+            .wait_frontend(Duration::from_secs(600))
+            .await
+            .map_err(anyhow::Error::msg)?;
         let conn = rusqlite::Connection::open(&sandbox.store)?;
         let rows: Vec<(i64, i64, i64, i64)> = conn
-            .prepare("SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round")?
+            .prepare(
+                "SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round",
+            )?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
             .collect::<Result<_, _>>()?;
         let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
-        let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
+        let span =
+            (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
         rates.push((rows.len().saturating_sub(1)) as f64 / span.max(1e-9));
         p50s.push(percentile(lat.clone(), 0.5));
         p99s.push(percentile(lat, 0.99));
@@ -198,7 +261,9 @@ async fn tree(
     let (p50, _, _) = stats(p50s);
     let (p99, p99lo, p99hi) = stats(p99s);
     let (c, _, _) = stats(coverage);
-    println!("| offered rounds/s | stored rounds/s (median) | min | max | stored/offered | latency p50 ms | latency p99 ms (median) | p99 min | p99 max | coverage % |");
+    println!(
+        "| offered rounds/s | stored rounds/s (median) | min | max | stored/offered | latency p50 ms | latency p99 ms (median) | p99 min | p99 max | coverage % |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {offered:.1} | {r:.1} | {rlo:.1} | {rhi:.1} | {:.3} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {c:.1} |",

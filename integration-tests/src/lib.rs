@@ -46,6 +46,9 @@ pub struct TreeBuilder {
     /// Ranks the root waits for before it starts collection (0: `ranks`).
     pub expect_ranks: u32,
     pub max_rounds_in_flight: u64,
+    /// wait_for_all or dont_wait.
+    pub sync_mode: String,
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for TreeBuilder {
@@ -62,6 +65,8 @@ impl Default for TreeBuilder {
             exit_on_fin: true,
             expect_ranks: 0,
             max_rounds_in_flight: 64,
+            sync_mode: "wait_for_all".into(),
+            drain_timeout_ms: 3000,
         }
     }
 }
@@ -114,6 +119,8 @@ impl TreeBuilder {
             stream_timeout_ms: self.timeout_ms,
             node_id: topology.root().to_string(),
             max_rounds_in_flight: self.max_rounds_in_flight,
+            sync_mode: self.sync_mode.clone(),
+            drain_timeout_ms: self.drain_timeout_ms,
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");

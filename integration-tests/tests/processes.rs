@@ -365,3 +365,34 @@ fn the_example_site_config_validates_for_every_daemon() {
         );
     }
 }
+
+#[test]
+fn sigterm_to_an_agent_finishes_its_ranks_and_it_exits_while_the_tree_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "16"]);
+    let mut a0 = start_agent(dir.path(), "agent:0", &fe_addr, 8, 0, 0);
+    let _a1 = start_agent(dir.path(), "agent:1", &fe_addr, 8, 8, 0);
+    wait_for("5 rounds", Duration::from_secs(30), || rounds_in(&store) >= 5);
+    a0.signal(Signal::SIGTERM);
+    let status = a0
+        .wait_timeout(Duration::from_secs(5))
+        .expect("the agent exits on its own");
+    assert!(status.success(), "{}", a0.log_text());
+    let finished_at = rounds_in(&store);
+    wait_for("more rounds", Duration::from_secs(30), || {
+        rounds_in(&store) >= finished_at + 5
+    });
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:0'").as_deref(),
+        Some("finished")
+    );
+    let rounds = read_rounds(&store);
+    let last = rounds.last().unwrap();
+    assert_eq!((last.covered, last.expected), (8, 16), "{last:?}");
+    assert_eq!(last.missing_reason.as_deref(), Some("stopped: 8"));
+    fe.signal(Signal::SIGTERM);
+    assert!(
+        fe.wait_timeout(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+}

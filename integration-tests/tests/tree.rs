@@ -521,3 +521,124 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
         .await
         .expect("front-end finishes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dont_wait_stream_stores_every_piece_and_its_coverage_adds_up() {
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 32,
+        rounds: 10,
+        sync_mode: "dont_wait".into(),
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("front-end finishes");
+    let rounds = tree.rounds();
+    assert_eq!(rounds.len(), 10);
+    for r in &rounds {
+        // Every rank's piece arrived on its own; together they cover the round, nothing is left not-waited.
+        assert_eq!((r.covered, r.expected), (32, 32), "{r:?}");
+    }
+    assert_eq!(
+        query_i64(&tree.store, "SELECT MIN(pieces) FROM rounds"),
+        32,
+        "one piece per rank, merged at the root"
+    );
+    assert_eq!(
+        query_i64(&tree.store, "SELECT COUNT(*) FROM samples"),
+        32 * 20 * 10
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_children_are_all_lost_does_not_claim_they_finished() {
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 32,
+        rounds: 0,
+        period_ms: 20,
+        drain_timeout_ms: 500,
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 5,
+        Duration::from_secs(20),
+        "no rounds"
+    );
+    tree.kill("agent:0");
+    tree.kill("agent:1");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE state = 'lost'") == 2,
+        Duration::from_secs(10),
+        "the agents were not marked lost"
+    );
+    tree.shutdown("frontend:0");
+    tree.wait_frontend(Duration::from_secs(5))
+        .await
+        .expect("drain ends by its time-out");
+    // relay:0 held agent:0 and agent:1: both lost, so it never said Fin; relay:1's agents finished on the drain.
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'relay:0'").as_deref(),
+        Some("attached")
+    );
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'relay:1'").as_deref(),
+        Some("finished")
+    );
+    assert_eq!(
+        query_i64(&store, "SELECT COALESCE(SUM(missing_stopped), 0) FROM rounds"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() {
+    let builder = TreeBuilder {
+        agents: 2,
+        fanout: 2,
+        ranks: 16,
+        rounds: 150,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.clone().start().await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 40,
+        Duration::from_secs(20),
+        "no rounds"
+    );
+    let parent = tree.agent_parents["agent:1"].clone();
+    tree.kill("agent:1");
+    assert_eventually!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref() == Some("lost"),
+        Duration::from_secs(10),
+        "agent:1 never marked lost"
+    );
+    let lost_at = query_i64(&store, "SELECT MAX(round) FROM rounds");
+    tree.add_agent("agent:1 again", builder.agent_config("agent:1", &parent, 8, 8));
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("front-end finishes");
+    let rounds = tree.rounds();
+    assert_eq!(rounds.len(), 150);
+    assert!(
+        rounds.iter().any(|r| r.round as i64 <= lost_at && r.covered == 8),
+        "no round missed the lost agent"
+    );
+    let healed: Vec<_> = rounds.iter().rev().take_while(|r| r.covered == 16).collect();
+    assert!(
+        healed.len() >= 20,
+        "the restarted agent's ranks did not report again: {rounds:#?}"
+    );
+    assert_eq!(
+        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
+        Some("finished")
+    );
+}

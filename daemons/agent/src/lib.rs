@@ -46,8 +46,6 @@ pub struct AgentConfig {
     pub app: String,
     /// Rounds to simulate before the ranks finish (0: until stopped).
     pub rounds: u64,
-    /// Rounds that may be open at once.
-    pub max_rounds_in_flight: u64,
     pub log_format: LogFormat,
 }
 
@@ -65,7 +63,6 @@ impl Default for AgentConfig {
             seed: 1,
             app: "sim".into(),
             rounds: 0,
-            max_rounds_in_flight: 64,
             log_format: LogFormat::Text,
         }
     }
@@ -91,9 +88,6 @@ impl CheckConfig for AgentConfig {
                 "total_ranks".into(),
                 "is smaller than rank_offset + simulate_ranks".into(),
             ));
-        }
-        if self.max_rounds_in_flight == 0 {
-            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
         }
         Ok(())
     }
@@ -136,7 +130,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         node_id: node_id.clone(),
         kind: NodeKind::Agent,
         filters: Arc::new(BuiltinFilters),
-        max_rounds_in_flight: config.max_rounds_in_flight,
+        // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
+        max_rounds_in_flight: 64,
         root: None,
         local: Some(LocalRanks {
             ranks,
@@ -168,8 +163,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     Ok(())
 }
 
-/// How long after the tree's start a node counts as rejoining rather than starting late.
-const REJOIN_AFTER: Duration = Duration::from_secs(2);
+/// How long after the tree's start (at least; ten periods if longer) a node counts as rejoining rather than
+/// starting late.
+const REJOIN_AFTER: Duration = Duration::from_millis(500);
 
 struct Schedule {
     period: Duration,
@@ -226,7 +222,8 @@ async fn simulate(
                 // Round k is every rank's k-th dump: a node that got Start a little late dumps the rounds it
                 // missed at once; one that joins long after the start (a restart) begins at the current round.
                 let since = unix_ns().saturating_sub(s.start_unix_ns);
-                next_round = if since > REJOIN_AFTER.as_nanos() as u64 {
+                let rejoin_after = (REJOIN_AFTER.as_nanos() as u64).max(10 * period_ns);
+                next_round = if since > rejoin_after {
                     next_round.max(s.first_round + since / period_ns)
                 } else {
                     next_round.max(s.first_round)

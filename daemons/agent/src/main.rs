@@ -77,10 +77,6 @@ struct Flags {
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     rounds: Option<u64>,
-    /// Rounds open at once.
-    #[arg(long, global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_rounds_in_flight: Option<u64>,
     #[arg(long, global = true, value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     log_format: Option<LogFormat>,

@@ -20,8 +20,8 @@ pub struct UpArgs {
     /// Most children per node; relays are added as needed.
     #[arg(long, default_value_t = 8)]
     fanout: usize,
-    /// A shape instead of --agents/--fanout: an MRNet topology file, or a spec (`kary:F`, `b:F^D`) laid over
-    /// loopback. The root is the front-end, inner nodes are relays, leaves are agents.
+    /// A shape instead of --agents/--fanout: an MRNet topology file, or a balanced spec (`b:F^D`, `b:F1xF2`)
+    /// laid over loopback. The root is the front-end, inner nodes are relays, leaves are agents.
     #[arg(long, conflicts_with_all = ["agents", "fanout"])]
     topology: Option<String>,
     /// Rounds every rank dumps before finishing.
@@ -69,6 +69,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let topology = match &args.topology {
         Some(t) if Path::new(t).is_file() => crate::topology_cmd::read_mrnet(Path::new(t))?,
+        Some(spec) if spec.starts_with("kary:") => {
+            bail!("--topology {spec}: a kary spec needs a hosts list; use --agents N --fanout F instead")
+        }
         Some(spec) => Topology::from_spec(spec, &["127.0.0.1".to_string()])?,
         None => Topology::for_leaves(args.agents, args.fanout)?,
     };

@@ -73,8 +73,8 @@ fn layers<T: Serialize + Default, F: Serialize>(
     if let Some(path) = file {
         if !path.is_file() {
             return Err(ConfigError {
-                key: "config".into(),
-                source_name: "command-line flags".into(),
+                key: "--config".into(),
+                source_name: "--config or CANOPY_CONFIG".into(),
                 message: format!("no such file: {}", path.display()),
             });
         }
@@ -117,7 +117,8 @@ fn from_figment(role: &str, figment: &Figment, err: figment::Error) -> ConfigErr
 /// Keys from the file are named with their table (`agent.simulate_ranks`), from the environment by variable.
 fn qualify(role: &str, md: Option<&Metadata>, key: &str) -> String {
     match md {
-        Some(md) if md.name.contains("environment") || md.name.contains("flags") => {
+        Some(md) if md.name.contains("environment") => env_var(role, key),
+        Some(md) if md.name.contains("flags") => {
             md.interpolate(&Profile::Default, &key.split('.').collect::<Vec<_>>())
         }
         _ => format!("{role}.{key}"),
@@ -130,12 +131,7 @@ fn describe(md: Option<&Metadata>, role: &str, key: &str) -> String {
         return format!("TOML file {}", path.display());
     }
     if md.name.contains("environment") {
-        let var = format!(
-            "CANOPY_{}_{}",
-            role.to_uppercase(),
-            key.replace('.', "_").to_uppercase()
-        );
-        return format!("environment variable {var}");
+        return format!("environment variable {}", env_var(role, key));
     }
     if md.name == "Serialized" {
         return "defaults".into();
@@ -182,6 +178,15 @@ pub fn write_ready_file(path: Option<&PathBuf>, contents: &str) -> std::io::Resu
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents)?;
     std::fs::rename(tmp, path)
+}
+
+/// The environment variable that sets `key` of `role`.
+fn env_var(role: &str, key: &str) -> String {
+    format!(
+        "CANOPY_{}_{}",
+        role.to_uppercase(),
+        key.replace('.', "_").to_uppercase()
+    )
 }
 
 #[cfg(test)]

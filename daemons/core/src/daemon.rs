@@ -9,6 +9,9 @@ use crate::config::{ConfigError, EXIT_CONFIG, LogFormat};
 /// The exit code for a node its parent refused (protocol mismatch, duplicate id): EX_PROTOCOL.
 pub const EXIT_REFUSED: u8 = 76;
 
+/// How long a clean shutdown may take after the first signal before the process exits without it.
+pub const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Runs a daemon's main: `loaded` is its configuration (or why not), `validate` the `validate` subcommand.
 pub fn main<C, F, Fut, E>(
     role: &str,
@@ -41,7 +44,40 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(config, Box::pin(crate::shutdown::signal())));
+    let result = runtime.block_on(async {
+        // Signals are counted: the first starts a clean shutdown; a second one, or a shutdown still running
+        // after FORCE_AFTER (a parent that never comes back, say), ends the process without waiting.
+        let (count_tx, count_rx) = tokio::sync::watch::channel(0u32);
+        tokio::spawn(async move {
+            loop {
+                crate::shutdown::signal().await;
+                count_tx.send_modify(|n| *n += 1);
+            }
+        });
+        let mut first = count_rx.clone();
+        let shutdown = Box::pin(async move {
+            let _ = first.wait_for(|n| *n >= 1).await;
+        });
+        let mut forced = count_rx;
+        let force = async move {
+            let _ = forced.wait_for(|n| *n >= 1).await;
+            tokio::select! {
+                _ = forced.wait_for(|n| *n >= 2) => "a second signal",
+                _ = tokio::time::sleep(FORCE_AFTER) => "the clean shutdown took too long",
+            }
+        };
+        tokio::select! {
+            r = run(config, shutdown) => Some(r),
+            why = force => {
+                tracing::warn!("exiting at once: {why}");
+                eprintln!("canopy-{role}: exiting at once: {why}");
+                None
+            }
+        }
+    });
+    let Some(result) = result else {
+        return ExitCode::FAILURE;
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -204,6 +204,11 @@ impl RoundEngine {
         !self.sources.is_empty()
     }
 
+    /// Whether some source has finished (rather than every absent one being lost).
+    pub fn any_finished(&self) -> bool {
+        self.sources.values().any(|s| s.state == SourceState::Finished)
+    }
+
     /// Marks a source lost or finished; groups that were waiting only for it close now.
     pub fn set_source_state(&mut self, id: &str, state: SourceState) -> Vec<Closed> {
         if let Some(s) = self.sources.get_mut(id) {
@@ -265,8 +270,12 @@ impl RoundEngine {
         }
         if sync.mode == SyncMode::DontWait {
             // Each arrival is its own group; the round is never marked closed, so later pieces are not late.
+            // The piece accounts for every rank below this node: the other sources' ranks were not waited for.
             self.stats.closed += 1;
-            let coverage = arrival.coverage.clone();
+            let mut coverage = arrival.coverage.clone();
+            let others = self.ranks_expected().saturating_sub(coverage.expected);
+            coverage.expected += others;
+            add_missing(&mut coverage, MissingReason::NotWaited, others);
             let first = arrival.first_dump_unix_ns;
             return Ok(Accepted::Closed(Closed {
                 key,
@@ -532,6 +541,14 @@ mod tests {
     fn dont_wait_passes_each_packet_at_once() {
         let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::DontWait);
         let now = Instant::now();
+        let Accepted::Closed(c) = e
+            .accept(GroupKey { round: 9, ..K }, arrival("a", 4), now)
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((c.coverage.covered, c.coverage.expected), (4, 8));
+        assert_eq!(missing_for(&c.coverage, MissingReason::NotWaited), 4);
         assert!(matches!(
             e.accept(K, arrival("a", 4), now).unwrap(),
             Accepted::Closed(_)

@@ -53,6 +53,10 @@ pub enum Input {
     LocalFinished,
     /// At the root: open a stream on the whole tree.
     OpenStream(StreamSpec),
+    /// A child's packet for `round` waits for the window of rounds in flight to reach it.
+    WindowWait {
+        round: u64,
+    },
 }
 
 /// One result at the root.
@@ -95,7 +99,13 @@ pub struct ParentUp {
 
 impl Up for ParentUp {
     async fn send(&mut self, msg: up_message::Msg) {
-        let _ = self.tx.send(canopy_proto::v1::UpMessage { msg: Some(msg) }).await;
+        let msg = canopy_proto::v1::UpMessage { msg: Some(msg) };
+        if matches!(msg.msg, Some(up_message::Msg::Status(_))) {
+            // Status is periodic and replaced by the next one: it never waits for a parent that is away.
+            let _ = self.tx.try_send(msg);
+        } else {
+            let _ = self.tx.send(msg).await;
+        }
     }
 
     async fn result(&mut self, result: RoundResult) {
@@ -204,6 +214,12 @@ pub struct Node<U: Up> {
     root: Option<RootState>,
     status_interval: Duration,
     finish: bool,
+    /// A leaf told to shut down leaves once its Fin is sent.
+    exit_after_fin: bool,
+    /// A drain is under way: children that attach now are told to drain too.
+    draining: bool,
+    /// The highest round a child waited for while no round was open.
+    wait_hint: u64,
 }
 
 struct RootState {
@@ -284,6 +300,9 @@ impl<U: Up> Node<U> {
             root,
             status_interval: config.status_interval,
             finish: false,
+            exit_after_fin: false,
+            draining: false,
+            wait_hint: 0,
         };
         (
             node,
@@ -379,6 +398,11 @@ impl<U: Up> Node<U> {
                 self.check_fin().await;
             }
             Input::OpenStream(spec) => self.open_stream_at_root(spec).await,
+            Input::WindowWait { round } => {
+                if !self.engine.has_open_groups() {
+                    self.wait_hint = self.wait_hint.max(round);
+                }
+            }
         }
         Ok(())
     }
@@ -387,7 +411,7 @@ impl<U: Up> Node<U> {
         let id = hello.node_id.clone();
         for rt in self.streams.values().filter(|s| s.failed.is_none()) {
             let open = down_message::Msg::OpenStream(OpenStream {
-                spec: Some(rt.spec.clone()),
+                spec: Some(for_children(&rt.spec)),
             });
             let _ = tx.send(Ok(DownMessage { msg: Some(open) })).await;
         }
@@ -395,6 +419,16 @@ impl<U: Up> Node<U> {
             let _ = tx
                 .send(Ok(DownMessage {
                     msg: Some(down_message::Msg::Control(*c)),
+                }))
+                .await;
+        }
+        if self.draining {
+            let drain = Control {
+                action: Some(control::Action::Drain(canopy_proto::v1::Drain {})),
+            };
+            let _ = tx
+                .send(Ok(DownMessage {
+                    msg: Some(down_message::Msg::Control(drain)),
                 }))
                 .await;
         }
@@ -746,8 +780,10 @@ impl<U: Up> Node<U> {
             down_message::Msg::OpenStream(open) => {
                 if let Some(spec) = open.spec {
                     self.open_stream(spec.clone()).await;
-                    self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) }))
-                        .await;
+                    self.broadcast(down_message::Msg::OpenStream(OpenStream {
+                        spec: Some(for_children(&spec)),
+                    }))
+                    .await;
                 }
             }
             down_message::Msg::CloseStream(close) => {
@@ -761,8 +797,10 @@ impl<U: Up> Node<U> {
 
     async fn on_control(&mut self, c: Control) {
         let Some(action) = c.action else { return };
-        if matches!(action, control::Action::Start(_) | control::Action::Stop(_)) {
-            self.last_control = Some(c);
+        match action {
+            control::Action::Start(_) | control::Action::Stop(_) => self.last_control = Some(c),
+            control::Action::Drain(_) => self.draining = true,
+            control::Action::FinAck(_) => {}
         }
         self.broadcast(down_message::Msg::Control(c)).await;
         if let Some(local) = &self.local {
@@ -818,12 +856,13 @@ impl<U: Up> Node<U> {
                 true
             }
             Err(e) => {
+                // Marked failed by stream_error, which also tells the root (or, at the root, the store).
                 self.streams.insert(
                     id,
                     StreamRt {
                         spec,
                         filter: None,
-                        failed: Some(e.to_string()),
+                        failed: None,
                     },
                 );
                 self.stream_error(id, e.to_string()).await;
@@ -841,8 +880,10 @@ impl<U: Up> Node<U> {
         if self.open_stream(spec.clone()).await {
             tracing::info!(stream = spec.stream_id, name = %spec.name, filter = %spec.filter, "stream open");
             self.up.stream_state(&spec, "open", None).await;
-            self.broadcast(down_message::Msg::OpenStream(OpenStream { spec: Some(spec) }))
-                .await;
+            self.broadcast(down_message::Msg::OpenStream(OpenStream {
+                spec: Some(for_children(&spec)),
+            }))
+            .await;
         }
     }
 
@@ -878,7 +919,7 @@ impl<U: Up> Node<U> {
         let Some(rt) = self.streams.get_mut(&stream) else {
             return;
         };
-        if rt.failed.is_some() && rt.filter.is_none() && self.level != Level::Root {
+        if rt.failed.is_some() {
             return;
         }
         rt.failed = Some(reason.clone());
@@ -966,12 +1007,17 @@ impl<U: Up> Node<U> {
                 self.check_fin().await;
             }
             None => {
-                // A leaf finishes its ranks and says so; a relay leaves its children to re-attach elsewhere.
+                // A leaf finishes its ranks, says so with Fin and leaves; a relay leaves at once, and its
+                // children re-attach when a relay comes back at the same address.
                 if let Some(local) = &self.local {
+                    self.exit_after_fin = true;
                     let _ = local
                         .control
                         .send(control::Action::Drain(canopy_proto::v1::Drain {}))
                         .await;
+                    if self.fin_sent {
+                        self.finish = true;
+                    }
                 } else {
                     self.finish = true;
                 }
@@ -1001,11 +1047,13 @@ impl<U: Up> Node<U> {
 
     /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
     async fn check_fin(&mut self) {
-        if self.fin_sent
-            || !self.engine.has_sources()
-            || self.engine.live_sources() > 0
-            || self.engine.has_open_groups()
-        {
+        // Every source must be finished or lost, at least one finished: when all are lost the ranks below did
+        // not finish, and a Fin would report them as stopped.
+        let done = self.engine.has_sources()
+            && self.engine.live_sources() == 0
+            && self.engine.any_finished()
+            && !self.engine.has_open_groups();
+        if self.fin_sent || !done {
             return;
         }
         match &self.root {
@@ -1019,6 +1067,9 @@ impl<U: Up> Node<U> {
                     last_round: self.highest_closed.unwrap_or(0),
                 };
                 self.up.send(up_message::Msg::Fin(fin)).await;
+                if self.exit_after_fin {
+                    self.finish = true;
+                }
             }
         }
     }
@@ -1080,10 +1131,12 @@ impl<U: Up> Node<U> {
     }
 
     fn update_window(&mut self) {
-        let floor = self
-            .engine
-            .lowest_open_round()
-            .unwrap_or_else(|| self.highest_closed.map_or(0, |h| h + 1));
+        // With no round open, the window starts after the last closed round, or at the round a waiting child
+        // asked for (a child rejoining far ahead while no other child is delivering).
+        let floor = match self.engine.lowest_open_round() {
+            Some(floor) => floor,
+            None => self.highest_closed.map_or(0, |h| h + 1).max(self.wait_hint),
+        };
         let limit = floor.saturating_add(self.max_in_flight);
         self.window.send_if_modified(|w| {
             let changed = *w != limit;
@@ -1095,6 +1148,16 @@ impl<U: Up> Node<U> {
     /// Counters for tests and status.
     pub fn counters(&self) -> NodeCounters {
         self.counters
+    }
+}
+
+/// The stream as a node's children run it: each level down waits three quarters as long, so a partial result
+/// from below still reaches its parent before the parent's own time-out (the time-out counts from the first
+/// arrival at each node).
+pub fn for_children(spec: &StreamSpec) -> StreamSpec {
+    StreamSpec {
+        timeout_ms: (spec.timeout_ms / 4 * 3).max(1),
+        ..spec.clone()
     }
 }
 

@@ -33,7 +33,8 @@ pub type ChildSender = mpsc::Sender<Result<DownMessage, Status>>;
 pub struct TreeService {
     node_id: String,
     inputs: mpsc::Sender<Input>,
-    attached: Arc<Mutex<HashMap<String, u64>>>,
+    /// Attached children by id: their connection number and the sender of their down stream.
+    attached: Arc<Mutex<HashMap<String, (u64, ChildSender)>>>,
     next_conn: Arc<std::sync::atomic::AtomicU64>,
     /// Rounds below this limit may be read; a child whose next packet is at or above it waits (back pressure).
     window: watch::Receiver<u64>,
@@ -57,7 +58,7 @@ impl TreeService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn admit(&self, hello: &Hello) -> Result<u64, Status> {
+    fn admit(&self, hello: &Hello, tx: &ChildSender) -> Result<u64, Status> {
         if hello.protocol_version != PROTOCOL_VERSION {
             let msg = format!(
                 "protocol version mismatch: child {} speaks version {}, parent {} speaks version {}",
@@ -71,6 +72,8 @@ impl TreeService {
             return Err(Status::invalid_argument("hello has an empty node id"));
         }
         let mut attached = self.attached.lock().expect("attached registry");
+        // A registration whose stream is already gone (a child restarted before its old reader noticed) is stale.
+        attached.retain(|_, (_, tx)| !tx.is_closed());
         if attached.contains_key(&hello.node_id) {
             let msg = format!(
                 "node id {} is already attached to {}",
@@ -80,7 +83,7 @@ impl TreeService {
             return Err(Status::already_exists(msg));
         }
         let conn = self.next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        attached.insert(hello.node_id.clone(), conn);
+        attached.insert(hello.node_id.clone(), (conn, tx.clone()));
         Ok(conn)
     }
 }
@@ -106,10 +109,10 @@ impl Tree for TreeService {
                 ));
             }
         };
-        let conn = self.admit(&hello)?;
+        let (tx, rx) = mpsc::channel(CHILD_QUEUE);
+        let conn = self.admit(&hello, &tx)?;
         let id = hello.node_id.clone();
         tracing::info!(child = %id, kind = hello.kind, ranks_below = hello.ranks_below, %peer, "child attached");
-        let (tx, rx) = mpsc::channel(CHILD_QUEUE);
         let welcome = Welcome {
             parent_id: self.node_id.clone(),
             protocol_version: PROTOCOL_VERSION,
@@ -142,8 +145,12 @@ impl Tree for TreeService {
                     Ok(Some(UpMessage { msg: Some(msg) })) => {
                         if let up_message::Msg::Envelope(env) = &msg {
                             let round = env.round;
-                            if !env.late && window.wait_for(|limit| round < *limit).await.is_err() {
-                                break "node stopped".to_string();
+                            if !env.late && round >= *window.borrow() {
+                                // Tell the node what is waiting: with no round open it moves the window here.
+                                let _ = inputs.send(Input::WindowWait { round }).await;
+                                if window.wait_for(|limit| round < *limit).await.is_err() {
+                                    break "node stopped".to_string();
+                                }
                             }
                         }
                         if inputs
@@ -165,7 +172,7 @@ impl Tree for TreeService {
             };
             {
                 let mut attached = attached.lock().expect("attached registry");
-                if attached.get(&id) == Some(&conn) {
+                if attached.get(&id).is_some_and(|(c, _)| *c == conn) {
                     attached.remove(&id);
                 }
             }
@@ -245,7 +252,8 @@ impl ParentLink {
         let mut client = TreeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let (tx, rx) = mpsc::channel::<UpMessage>(64);
+        // One slot: what the transport has not taken yet is lost if the stream breaks, so keep it small.
+        let (tx, rx) = mpsc::channel::<UpMessage>(1);
         let hello = self.hello.borrow().clone();
         let _ = tx
             .send(UpMessage {
@@ -271,9 +279,9 @@ impl ParentLink {
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
             Err(s) => {
                 return Err(match s.code() {
-                    tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists => {
-                        SessionEnd::Refused(s.message().to_string())
-                    }
+                    tonic::Code::FailedPrecondition
+                    | tonic::Code::AlreadyExists
+                    | tonic::Code::InvalidArgument => SessionEnd::Refused(s.message().to_string()),
                     _ => lost(false, s.message().to_string()),
                 });
             }

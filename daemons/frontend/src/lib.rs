@@ -290,8 +290,9 @@ pub struct Frontend {
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
-        let store = Store::create(&config.out)?;
+        // The port first: a front-end that cannot serve leaves no empty run behind.
         let listener = canopy_core::daemon::bind(&config.listen).await?;
+        let store = Store::create(&config.out)?;
         let addr = listener.local_addr()?;
         Ok(Self {
             config,
@@ -320,6 +321,13 @@ impl Frontend {
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
         store.set_meta("node_id", &config.node_id)?;
+        store.put_node(&canopy_proto::v1::NodeEvent {
+            node_id: config.node_id.clone(),
+            kind: NodeKind::Frontend as i32,
+            state: canopy_proto::v1::NodeState::Attached as i32,
+            address: addr.to_string(),
+            ..Default::default()
+        })?;
         let sync = parse_sync_mode(&config.sync_mode).unwrap_or(SyncMode::WaitForAll);
         let streams = config
             .streams

@@ -117,7 +117,7 @@ impl Relay {
             status_interval: Duration::from_secs(1),
         };
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
-        node.set_listen_addr(addr.to_string());
+        node.set_listen_addr(advertised(addr));
         let link = ParentLink {
             parent: config.parent.clone(),
             hello: handles.hello.clone(),
@@ -151,4 +151,16 @@ impl Relay {
 /// Runs a relay until `shutdown` completes or the tree finishes.
 pub async fn run(config: RelayConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
     Relay::bind(config).await?.run(shutdown).await
+}
+
+/// The address children and the topology view should use: a wildcard bind is named by the host.
+fn advertised(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        format!("{host}:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
 }
