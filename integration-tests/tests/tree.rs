@@ -212,7 +212,7 @@ async fn a_child_speaking_another_protocol_version_is_refused_by_name() {
     };
     let mut tree = builder.start().await;
     let (_tx, resp) = raw_attach(&tree.frontend_addr, hello("stranger", PROTOCOL_VERSION + 1, 4)).await;
-    let status = resp.err().expect("refused");
+    let status = resp.expect_err("refused");
     assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
         status.message(),
