@@ -49,6 +49,8 @@ pub struct TreeBuilder {
     /// wait_for_all or dont_wait.
     pub sync_mode: String,
     pub drain_timeout_ms: u64,
+    /// Filters opened as streams at start.
+    pub streams: Vec<String>,
 }
 
 impl Default for TreeBuilder {
@@ -67,6 +69,7 @@ impl Default for TreeBuilder {
             max_rounds_in_flight: 64,
             sync_mode: "wait_for_all".into(),
             drain_timeout_ms: 3000,
+            streams: vec!["passthrough".into()],
         }
     }
 }
@@ -78,6 +81,8 @@ struct NodeTask {
 
 /// A running in-process tree.
 pub struct TreeSandbox {
+    /// Control of the tree at its root.
+    pub root: canopy_core::node::RootHandle,
     pub frontend_addr: String,
     pub store: PathBuf,
     /// Every relay's address, by node id.
@@ -121,10 +126,12 @@ impl TreeBuilder {
             max_rounds_in_flight: self.max_rounds_in_flight,
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
+            streams: self.streams.clone(),
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");
         let frontend_addr = fe.local_addr().to_string();
+        let root_handle = fe.handle();
         let store = fe.store_path();
         let mut nodes = HashMap::new();
         nodes.insert(
@@ -185,6 +192,7 @@ impl TreeBuilder {
             nodes.insert(a.to_string(), spawn_agent(config));
         }
         TreeSandbox {
+            root: root_handle,
             frontend_addr,
             store,
             relay_addrs,

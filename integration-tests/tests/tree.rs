@@ -642,3 +642,81 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
         Some("finished")
     );
 }
+
+fn count(store: &std::path::Path, stream: u32) -> i64 {
+    query_i64(
+        store,
+        &format!("SELECT COUNT(*) FROM rounds WHERE stream_id = {stream}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_from_the_root_stops_and_starts_collection_and_closes_a_stream() {
+    use canopy_core::node::Collection;
+    let builder = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["passthrough".into(), "passthrough".into()],
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        count(&store, 2) >= 5,
+        Duration::from_secs(20),
+        "stream 2 never delivered"
+    );
+
+    // Closing stream 2 stops its rounds everywhere; stream 1 goes on over the same ranks.
+    assert!(tree.root.close_stream(2).await);
+    assert_eventually!(
+        query_text(&store, "SELECT state FROM streams WHERE stream_id = 2").as_deref() == Some("closed"),
+        Duration::from_secs(5),
+        "stream 2 not marked closed"
+    );
+    let closed_at = count(&store, 2);
+    let one = count(&store, 1);
+    assert_eventually!(
+        count(&store, 1) >= one + 10,
+        Duration::from_secs(20),
+        "stream 1 stopped too"
+    );
+    assert!(
+        count(&store, 2) <= closed_at + 1,
+        "stream 2 kept delivering after its close"
+    );
+
+    // Stop: no new rounds. Start: they come back, numbered on without a gap.
+    assert!(tree.root.collection(Collection::Stop).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = count(&store, 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        count(&store, 1),
+        stopped,
+        "rounds went on while collection was stopped"
+    );
+    assert!(tree.root.collection(Collection::Start).await);
+    assert_eventually!(
+        count(&store, 1) >= stopped + 10,
+        Duration::from_secs(20),
+        "collection did not resume"
+    );
+    tree.shutdown("frontend:0");
+    tree.wait_frontend(Duration::from_secs(5)).await.expect("drain");
+    let stored = query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 1");
+    let span = query_i64(
+        &store,
+        "SELECT MAX(round) - MIN(round) + 1 FROM rounds WHERE stream_id = 1",
+    );
+    assert_eq!(span, stored, "stream 1's rounds have a gap");
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT COUNT(*) FROM rounds WHERE stream_id = 1 AND covered != 8"
+        ),
+        0
+    );
+}

@@ -57,6 +57,10 @@ pub enum Input {
     WindowWait {
         round: u64,
     },
+    /// At the root: close a stream on the whole tree.
+    CloseStream(u32),
+    /// At the root: start or stop collection.
+    Collection(Collection),
 }
 
 /// One result at the root.
@@ -398,6 +402,8 @@ impl<U: Up> Node<U> {
                 self.check_fin().await;
             }
             Input::OpenStream(spec) => self.open_stream_at_root(spec).await,
+            Input::CloseStream(id) => self.close_stream_at_root(id).await,
+            Input::Collection(c) => self.collection_at_root(c).await,
             Input::WindowWait { round } => {
                 if !self.engine.has_open_groups() {
                     self.wait_hint = self.wait_hint.max(round);
@@ -887,6 +893,42 @@ impl<U: Up> Node<U> {
         }
     }
 
+    async fn close_stream_at_root(&mut self, id: u32) {
+        if self.root.is_none() {
+            return;
+        }
+        let Some(spec) = self.streams.get(&id).map(|rt| rt.spec.clone()) else {
+            tracing::warn!(stream = id, "close of a stream that is not open");
+            return;
+        };
+        self.close_stream(id).await;
+        tracing::info!(stream = id, name = %spec.name, "stream closed");
+        self.up.stream_state(&spec, "closed", None).await;
+        self.broadcast(down_message::Msg::CloseStream(canopy_proto::v1::CloseStream {
+            stream_id: id,
+        }))
+        .await;
+    }
+
+    /// Stop pauses every rank; Start resumes them, numbering on from the last round closed.
+    async fn collection_at_root(&mut self, c: Collection) {
+        let Some(root) = self.root.as_mut() else { return };
+        let action = match c {
+            // `started` stays set: a child attaching while collection is stopped must not restart it.
+            Collection::Stop => control::Action::Stop(canopy_proto::v1::Stop {}),
+            Collection::Start => {
+                root.started = true;
+                let first_round = self.highest_closed.map_or(0, |h| h + 1);
+                control::Action::Start(Start {
+                    start_unix_ns: unix_ns(),
+                    first_round,
+                })
+            }
+        };
+        tracing::info!(?c, "collection control");
+        self.on_control(Control { action: Some(action) }).await;
+    }
+
     async fn close_stream(&mut self, id: u32) {
         let closed = self.engine.close_stream(id);
         self.on_closed_all(closed).await;
@@ -1183,5 +1225,38 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Start or stop collection, from the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collection {
+    Start,
+    Stop,
+}
+
+/// Drives a tree from its root (the front-end's API uses it; so do tests).
+#[derive(Clone)]
+pub struct RootHandle {
+    inputs: mpsc::Sender<Input>,
+}
+
+impl RootHandle {
+    pub fn new(inputs: mpsc::Sender<Input>) -> Self {
+        Self { inputs }
+    }
+
+    /// Opens a stream on every node; a stream id of 0 gets the next free id.
+    pub async fn open_stream(&self, spec: StreamSpec) -> bool {
+        self.inputs.send(Input::OpenStream(spec)).await.is_ok()
+    }
+
+    /// Closes a stream on every node; its open rounds close with what they hold.
+    pub async fn close_stream(&self, stream_id: u32) -> bool {
+        self.inputs.send(Input::CloseStream(stream_id)).await.is_ok()
+    }
+
+    pub async fn collection(&self, c: Collection) -> bool {
+        self.inputs.send(Input::Collection(c)).await.is_ok()
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat};
 use canopy_core::filter::{BuiltinFilters, FilterFactory};
-use canopy_core::node::{Node, NodeConfig, NodeError, RootOptions, RoundResult, Up, unix_ns};
+use canopy_core::node::{Node, NodeConfig, NodeError, RootHandle, RootOptions, RoundResult, Up, unix_ns};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{MissingReason, NodeKind, StreamSpec, SyncMode, up_message};
 use serde::{Deserialize, Serialize};
@@ -280,44 +280,23 @@ fn reason_word(r: MissingReason) -> &'static str {
     }
 }
 
-/// A front-end bound to its port with its store created, ready to run.
+/// A front-end bound to its port, its store created and its root node built, ready to run.
 pub struct Frontend {
     config: FrontendConfig,
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
-    store: Store,
+    store_path: PathBuf,
+    node: Node<StoreUp>,
+    handles: canopy_core::node::NodeHandles,
+    writer: std::thread::JoinHandle<()>,
 }
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
         // The port first: a front-end that cannot serve leaves no empty run behind.
         let listener = canopy_core::daemon::bind(&config.listen).await?;
-        let store = Store::create(&config.out)?;
+        let mut store = Store::create(&config.out)?;
         let addr = listener.local_addr()?;
-        Ok(Self {
-            config,
-            listener,
-            addr,
-            store,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The SQLite file this run writes.
-    pub fn store_path(&self) -> PathBuf {
-        self.store.path().to_path_buf()
-    }
-
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
-        let Frontend {
-            config,
-            listener,
-            addr,
-            mut store,
-        } = self;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
         store.set_meta("node_id", &config.node_id)?;
@@ -361,6 +340,41 @@ impl Frontend {
             status_interval: Duration::from_secs(1),
         };
         let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx });
+        Ok(Self {
+            config,
+            listener,
+            addr,
+            store_path,
+            node,
+            handles,
+            writer,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The SQLite file this run writes.
+    pub fn store_path(&self) -> PathBuf {
+        self.store_path.clone()
+    }
+
+    /// Controls the tree from the root: start, stop, open and close streams.
+    pub fn handle(&self) -> RootHandle {
+        RootHandle::new(self.handles.inputs.clone())
+    }
+
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
+        let Frontend {
+            config,
+            listener,
+            addr,
+            store_path,
+            node,
+            handles,
+            writer,
+        } = self;
         let tree = TreeService::new(
             config.node_id.clone(),
             handles.inputs.clone(),
