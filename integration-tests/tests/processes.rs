@@ -396,3 +396,55 @@ fn sigterm_to_an_agent_finishes_its_ranks_and_it_exits_while_the_tree_goes_on() 
             .is_some_and(|s| s.success())
     );
 }
+
+#[test]
+fn canopy_up_lays_a_tree_from_an_mrnet_topology_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tree.top");
+    std::fs::write(
+        &file,
+        "# front-end, two relays, three agents\nfe:0 => r:0 r:1 ;\nr:0 => a:0 a:1 ;\nr:1 => a:2 ;\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new(bin_dir().join("canopy"))
+        .args([
+            "up",
+            "--ranks",
+            "12",
+            "--rounds",
+            "10",
+            "--period-ms",
+            "20",
+            "--quiet",
+            "--topology",
+        ])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("10 rounds stored (1 streams), 10 at full coverage"),
+        "{stdout}"
+    );
+    let store = out_dir.join("latest.sqlite");
+    assert_eq!(
+        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'a:2'").as_deref(),
+        Some("r:1")
+    );
+    assert_eq!(
+        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'r:0'").as_deref(),
+        Some("fe:0")
+    );
+    assert_eq!(
+        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'agent'"),
+        3
+    );
+}
