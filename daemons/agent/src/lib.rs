@@ -68,6 +68,12 @@ impl Default for AgentConfig {
     }
 }
 
+impl canopy_core::daemon::DaemonConfig for AgentConfig {
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+}
+
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), (String, String)> {
         check_host_port("parent", &self.parent)?;

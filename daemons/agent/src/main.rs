@@ -2,34 +2,10 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use canopy_core::config::LogFormat;
-use clap::{Parser, Subcommand};
 use serde::Serialize;
-
-#[derive(Parser)]
-#[command(
-    name = "canopy-agent",
-    version,
-    about = "The leaf of a Canopy tree: serves its node's ranks"
-)]
-struct Args {
-    /// A TOML file whose [agent] table configures this agent.
-    #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
-    config: Option<PathBuf>,
-    #[command(flatten)]
-    flags: Flags,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
-    Validate,
-}
 
 #[derive(clap::Args, Serialize)]
 struct Flags {
@@ -83,13 +59,10 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let loaded = canopy_core::config::load::<canopy_agent::AgentConfig, _>(
+    canopy_core::daemon::run_main::<canopy_agent::AgentConfig, Flags, _, _, _>(
         "agent",
-        args.config.as_deref(),
-        &args.flags,
-    );
-    let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
-    let validate = matches!(args.command, Some(Command::Validate));
-    canopy_core::daemon::main("agent", loaded, validate, log, canopy_agent::run)
+        "canopy-agent",
+        "The leaf of a Canopy tree: serves its node's ranks",
+        canopy_agent::run,
+    )
 }

@@ -115,3 +115,51 @@ pub fn default_node_id(role: &str, suffix: &str) -> String {
         format!("{role}@{host}:{suffix}")
     }
 }
+
+/// The command line every daemon shares: `--config`, its own flags, and the `validate` subcommand.
+#[derive(clap::Parser)]
+pub struct DaemonArgs<F: clap::Args> {
+    /// A TOML file whose table for this daemon ([frontend], [relay] or [agent]) configures it.
+    #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub flags: F,
+    #[command(subcommand)]
+    pub command: Option<DaemonCommand>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum DaemonCommand {
+    /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
+    Validate,
+}
+
+/// A daemon's configuration as `main` needs it.
+pub trait DaemonConfig:
+    serde::de::DeserializeOwned + serde::Serialize + Default + crate::config::CheckConfig
+{
+    fn log_format(&self) -> LogFormat;
+}
+
+/// The whole `main` of a daemon: parse the command line, load and check the configuration, then validate or run.
+pub fn run_main<C, F, R, Fut, E>(role: &str, name: &'static str, about: &'static str, run: R) -> ExitCode
+where
+    C: DaemonConfig,
+    F: clap::Args + serde::Serialize,
+    R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display + IsRefusal,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = DaemonArgs::<F>::command()
+        .name(name)
+        .bin_name(name)
+        .about(about)
+        .version(env!("CARGO_PKG_VERSION"))
+        .get_matches();
+    let args = DaemonArgs::<F>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let loaded = crate::config::load::<C, F>(role, args.config.as_deref(), &args.flags);
+    let log = loaded.as_ref().map(DaemonConfig::log_format).unwrap_or_default();
+    let validate = matches!(args.command, Some(DaemonCommand::Validate));
+    main(role, loaded, validate, log, run)
+}

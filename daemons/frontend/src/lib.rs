@@ -66,6 +66,12 @@ impl Default for FrontendConfig {
     }
 }
 
+impl canopy_core::daemon::DaemonConfig for FrontendConfig {
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+}
+
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), (String, String)> {
         canopy_core::config::check_addr("listen", &self.listen)?;
@@ -384,14 +390,8 @@ impl Frontend {
         health_reporter
             .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()?;
-        let reflection_alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()?;
+        let reflection = reflection_builder().build_v1()?;
+        let reflection_alpha = reflection_builder().build_v1alpha()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
@@ -421,6 +421,13 @@ impl Frontend {
         result?;
         Ok(())
     }
+}
+
+/// Server reflection knows every service on the port, so `grpcurl list` and `describe` need no proto files.
+fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
 
 /// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.

@@ -6,30 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use canopy_core::config::LogFormat;
-use clap::{Parser, Subcommand};
 use serde::Serialize;
-
-#[derive(Parser)]
-#[command(
-    name = "canopy-frontend",
-    version,
-    about = "The root of a Canopy tree: stores and serves the results"
-)]
-struct Args {
-    /// A TOML file whose [frontend] table configures this front-end.
-    #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
-    config: Option<PathBuf>,
-    #[command(flatten)]
-    flags: Flags,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
-    Validate,
-}
 
 #[derive(clap::Args, Serialize)]
 struct Flags {
@@ -83,13 +60,10 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let loaded = canopy_core::config::load::<canopy_frontend::FrontendConfig, _>(
+    canopy_core::daemon::run_main::<canopy_frontend::FrontendConfig, Flags, _, _, _>(
         "frontend",
-        args.config.as_deref(),
-        &args.flags,
-    );
-    let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
-    let validate = matches!(args.command, Some(Command::Validate));
-    canopy_core::daemon::main("frontend", loaded, validate, log, canopy_frontend::run)
+        "canopy-frontend",
+        "The root of a Canopy tree: stores and serves the results",
+        canopy_frontend::run,
+    )
 }

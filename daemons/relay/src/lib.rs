@@ -46,6 +46,12 @@ impl Default for RelayConfig {
     }
 }
 
+impl canopy_core::daemon::DaemonConfig for RelayConfig {
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+}
+
 impl CheckConfig for RelayConfig {
     fn check(&self) -> Result<(), (String, String)> {
         check_host_port("parent", &self.parent)?;

@@ -6,30 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use canopy_core::config::LogFormat;
-use clap::{Parser, Subcommand};
 use serde::Serialize;
-
-#[derive(Parser)]
-#[command(
-    name = "canopy-relay",
-    version,
-    about = "An interior node of a Canopy tree: merges its children's rounds"
-)]
-struct Args {
-    /// A TOML file whose [relay] table configures this relay.
-    #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
-    config: Option<PathBuf>,
-    #[command(flatten)]
-    flags: Flags,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
-    Validate,
-}
 
 #[derive(clap::Args, Serialize)]
 struct Flags {
@@ -59,13 +36,10 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let loaded = canopy_core::config::load::<canopy_relay::RelayConfig, _>(
+    canopy_core::daemon::run_main::<canopy_relay::RelayConfig, Flags, _, _, _>(
         "relay",
-        args.config.as_deref(),
-        &args.flags,
-    );
-    let log = loaded.as_ref().map(|c| c.log_format).unwrap_or_default();
-    let validate = matches!(args.command, Some(Command::Validate));
-    canopy_core::daemon::main("relay", loaded, validate, log, canopy_relay::run)
+        "canopy-relay",
+        "An interior node of a Canopy tree: merges its children's rounds",
+        canopy_relay::run,
+    )
 }
