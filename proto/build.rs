@@ -3,7 +3,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["canopy/v1/profile.proto", "canopy/v1/tree.proto"];
+    let files = [
+        "canopy/v1/profile.proto",
+        "canopy/v1/tree.proto",
+        "canopy/filters/v1/filters.proto",
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
     }

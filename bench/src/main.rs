@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use canopy_core::engine::{Accepted, Arrival, GroupKey, RoundEngine, StreamSync};
-use canopy_core::filter::{Filter, Passthrough};
+use canopy_core::filter::{FilterFactory, Level};
 use canopy_integration_tests::TreeBuilder;
 use canopy_proto::v1::{Coverage, EventSample, ProfileBatch, RankProfile, SyncMode};
 use clap::{Parser, Subcommand};
@@ -138,6 +138,7 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
         "| sources | bytes/round | engine rounds/s (median) | min | max | baseline rounds/s | engine/baseline |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let plugins = canopy_core::plugin::filters_from(&[]);
     for &n in sources {
         let payloads: Vec<Vec<u8>> = (0..n as u32).map(|r| profile(r, events)).collect();
         let ids: Vec<String> = (0..n).map(|i| format!("rank:{i}")).collect();
@@ -156,7 +157,8 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                     timeout: Duration::from_secs(60),
                 },
             );
-            let mut filter = Passthrough;
+            // The real plugin, loaded from beside this executable as the daemons load it.
+            let mut filter = plugins.create("passthrough", "", Level::Relay)?;
             let t = Instant::now();
             let now = Instant::now();
             for round in 0..rounds {

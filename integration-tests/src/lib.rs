@@ -124,6 +124,7 @@ impl TreeBuilder {
             stream_timeout_ms: self.timeout_ms,
             node_id: topology.root().to_string(),
             max_rounds_in_flight: self.max_rounds_in_flight,
+            filter_path: vec![plugin_dir()],
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
@@ -159,6 +160,7 @@ impl TreeBuilder {
                 node_id: r.to_string(),
                 parent: addr_of[&parent].clone(),
                 listen: "127.0.0.1:0".into(),
+                filter_path: vec![plugin_dir()],
                 ..RelayConfig::default()
             };
             let relay = Relay::bind(config).await.expect("relay binds");
@@ -215,6 +217,7 @@ impl TreeBuilder {
             rank_offset: offset,
             total_ranks: self.ranks,
             rounds: self.rounds,
+            filter_path: vec![plugin_dir()],
             ..AgentConfig::default()
         }
     }
@@ -334,6 +337,22 @@ pub fn query_text(store: &Path, sql: &str) -> Option<String> {
     let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .expect("open store");
     conn.query_row(sql, [], |r| r.get(0)).ok()
+}
+
+/// The directory of the built filter plugins (`target/debug`, beside the daemons).
+pub fn plugin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    assert!(
+        dir.join("libcanopy_filter_passthrough.so").is_file(),
+        "filter plugins are not built in {}: run `cargo build --workspace` before the tests",
+        dir.display()
+    );
+    dir
 }
 
 /// The directory of the built daemons (`target/debug` beside the test executable).

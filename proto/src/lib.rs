@@ -7,6 +7,13 @@ pub mod v1 {
     tonic::include_proto!("canopy.v1");
 }
 
+/// The results and packets of the standard filters (`canopy.filters.v1`).
+pub mod filters {
+    pub mod v1 {
+        tonic::include_proto!("canopy.filters.v1");
+    }
+}
+
 /// The version a node states in its Hello; a parent refuses a child that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
 

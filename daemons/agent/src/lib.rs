@@ -6,11 +6,10 @@
 pub mod sim;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
-use canopy_core::filter::BuiltinFilters;
 use canopy_core::node::{Input, LocalRanks, Node, NodeConfig, NodeError, ParentUp, unix_ns};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, ProfileBatch, control};
@@ -47,6 +46,9 @@ pub struct AgentConfig {
     /// Rounds to simulate before the ranks finish (0: until stopped).
     pub rounds: u64,
     pub log_format: LogFormat,
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
+    /// of the running executable, then /usr/lib/canopy/filters.
+    pub filter_path: Vec<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -64,6 +66,7 @@ impl Default for AgentConfig {
             app: "sim".into(),
             rounds: 0,
             log_format: LogFormat::Text,
+            filter_path: Vec::new(),
         }
     }
 }
@@ -135,7 +138,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     let node_config = NodeConfig {
         node_id: node_id.clone(),
         kind: NodeKind::Agent,
-        filters: Arc::new(BuiltinFilters),
+        filters: canopy_core::plugin::filters_from(&config.filter_path),
         // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
         max_rounds_in_flight: 64,
         root: None,

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use canopy_core::config::LogFormat;
@@ -56,6 +57,11 @@ struct Flags {
     #[arg(long, global = true, value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     log_format: Option<LogFormat>,
+    /// Directories searched for filter plugins, colon-separated (default: beside the executable, then
+    /// /usr/lib/canopy/filters).
+    #[arg(long, global = true, value_delimiter = ':')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter_path: Option<Vec<PathBuf>>,
 }
 
 fn main() -> ExitCode {

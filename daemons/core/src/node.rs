@@ -505,6 +505,12 @@ impl<U: Up> Node<U> {
                     }
                 }
                 if !fresh.is_empty() {
+                    let pairs: Vec<(u64, String)> = fresh.iter().map(|n| (n.id, n.name.clone())).collect();
+                    for rt in self.streams.values_mut() {
+                        if let Some(f) = rt.filter.as_mut() {
+                            f.names(&pairs);
+                        }
+                    }
                     self.up
                         .send(up_message::Msg::Names(NameDictionary { names: fresh }))
                         .await;
@@ -842,7 +848,12 @@ impl<U: Up> Node<U> {
             return true;
         }
         match self.filters.create(&spec.filter, &spec.params, self.level) {
-            Ok(filter) => {
+            Ok(mut filter) => {
+                // A filter that classifies by name needs the names before the first round.
+                let names: Vec<(u64, String)> = self.names.iter().map(|(id, n)| (*id, n.clone())).collect();
+                if !names.is_empty() {
+                    filter.names(&names);
+                }
                 let mode = SyncMode::try_from(spec.sync_mode).unwrap_or(SyncMode::WaitForAll);
                 let mode = if mode == SyncMode::Unspecified {
                     SyncMode::WaitForAll

@@ -8,11 +8,9 @@ pub mod store;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat};
-use canopy_core::filter::{BuiltinFilters, FilterFactory};
 use canopy_core::node::{Node, NodeConfig, NodeError, RootHandle, RootOptions, RoundResult, Up, unix_ns};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{MissingReason, NodeKind, StreamSpec, SyncMode, up_message};
@@ -43,6 +41,9 @@ pub struct FrontendConfig {
     pub drain_timeout_ms: u64,
     pub max_rounds_in_flight: u64,
     pub log_format: LogFormat,
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
+    /// of the running executable, then /usr/lib/canopy/filters.
+    pub filter_path: Vec<PathBuf>,
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
     pub ready_file: Option<PathBuf>,
 }
@@ -61,6 +62,7 @@ impl Default for FrontendConfig {
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             log_format: LogFormat::Text,
+            filter_path: Vec::new(),
             ready_file: None,
         }
     }
@@ -75,13 +77,11 @@ impl canopy_core::daemon::DaemonConfig for FrontendConfig {
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), (String, String)> {
         canopy_core::config::check_addr("listen", &self.listen)?;
-        let known = BuiltinFilters.names();
-        for (i, s) in self.streams.iter().enumerate() {
-            if !known.contains(s) {
-                return Err((
-                    format!("streams.{i}"),
-                    format!("unknown filter {s:?} (available: {})", known.join(", ")),
-                ));
+        // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
+        let filters = canopy_core::plugin::filters_from(&self.filter_path);
+        for (i, name) in self.streams.iter().enumerate() {
+            if let Err(e) = filters.info(name) {
+                return Err((format!("streams.{i}"), e.to_string()));
             }
         }
         if self.stream_timeout_ms == 0 {
@@ -334,7 +334,7 @@ impl Frontend {
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
-            filters: Arc::new(BuiltinFilters),
+            filters: canopy_core::plugin::filters_from(&config.filter_path),
             max_rounds_in_flight: config.max_rounds_in_flight,
             root: Some(RootOptions {
                 expect_ranks: config.expect_ranks,

@@ -53,6 +53,11 @@ struct Flags {
     #[arg(long, global = true, value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     log_format: Option<LogFormat>,
+    /// Directories searched for filter plugins, colon-separated (default: beside the executable, then
+    /// /usr/lib/canopy/filters).
+    #[arg(long, global = true, value_delimiter = ':')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter_path: Option<Vec<PathBuf>>,
     /// Write `addr=` and `store=` lines to this file once serving.
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]

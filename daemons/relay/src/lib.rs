@@ -6,11 +6,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
-use canopy_core::filter::BuiltinFilters;
 use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp};
 use canopy_core::transport::{ParentLink, TreeService};
 use canopy_proto::v1::NodeKind;
@@ -29,6 +27,9 @@ pub struct RelayConfig {
     /// Rounds that may be open at once before children are made to wait.
     pub max_rounds_in_flight: u64,
     pub log_format: LogFormat,
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
+    /// of the running executable, then /usr/lib/canopy/filters.
+    pub filter_path: Vec<PathBuf>,
     /// Written with the bound address once the relay serves (for launchers using port 0).
     pub ready_file: Option<PathBuf>,
 }
@@ -41,6 +42,7 @@ impl Default for RelayConfig {
             listen: "0.0.0.0:7401".into(),
             max_rounds_in_flight: 64,
             log_format: LogFormat::Text,
+            filter_path: Vec::new(),
             ready_file: None,
         }
     }
@@ -116,7 +118,7 @@ impl Relay {
         let node_config = NodeConfig {
             node_id: node_id.clone(),
             kind: NodeKind::Relay,
-            filters: Arc::new(BuiltinFilters),
+            filters: canopy_core::plugin::filters_from(&config.filter_path),
             max_rounds_in_flight: config.max_rounds_in_flight,
             root: None,
             local: None,

@@ -1,0 +1,389 @@
+//! The filter host: loads `libcanopy_filter_<name>.so` from the configured search path, checks its ABI, and
+//! wraps each instance as a [`Filter`]. Only a filter's name ever reaches this module from the network; the
+//! directories searched come from the daemon's own configuration.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use canopy_filter_abi as abi;
+
+use crate::filter::{Filter, FilterError, FilterFactory, Level, Output, Packet};
+
+/// Where the daemons look for plugins when the configuration names no directory: beside the running
+/// executable, then the system directory.
+pub fn default_search_path() -> Vec<PathBuf> {
+    let mut path = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        path.push(dir);
+    }
+    path.push(PathBuf::from("/usr/lib/canopy/filters"));
+    path
+}
+
+/// The factory a daemon uses: its configured directories, or the defaults when it names none.
+pub fn filters_from(configured: &[PathBuf]) -> std::sync::Arc<PluginFilters> {
+    let path = if configured.is_empty() {
+        default_search_path()
+    } else {
+        configured.to_vec()
+    };
+    std::sync::Arc::new(PluginFilters::new(path))
+}
+
+/// A loaded plugin: the library stays open as long as any instance or the factory holds it.
+struct Plugin {
+    // Declared before `_lib` so the pointer is never used after the library is unloaded.
+    vtable: *const abi::FilterVtable,
+    path: PathBuf,
+    descriptors: Vec<u8>,
+    result_type: String,
+    _lib: libloading::Library,
+}
+
+// SAFETY: the vtable is immutable static data inside the library, which `Plugin` keeps loaded.
+unsafe impl Send for Plugin {}
+// SAFETY: as above; the vtable's functions are called with per-instance state only.
+unsafe impl Sync for Plugin {}
+
+/// Loads filters by name from a search path.
+pub struct PluginFilters {
+    search_path: Vec<PathBuf>,
+    loaded: Mutex<HashMap<String, Arc<Plugin>>>,
+}
+
+impl std::fmt::Debug for PluginFilters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginFilters")
+            .field("search_path", &self.search_path)
+            .finish()
+    }
+}
+
+/// What the front-end needs to know of a plugin to decode its results.
+#[derive(Debug, Clone)]
+pub struct PluginInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub result_type: String,
+    pub descriptors: Vec<u8>,
+}
+
+impl PluginFilters {
+    pub fn new(search_path: Vec<PathBuf>) -> Self {
+        Self {
+            search_path,
+            loaded: Mutex::default(),
+        }
+    }
+
+    pub fn search_path(&self) -> &[PathBuf] {
+        &self.search_path
+    }
+
+    /// Loads (once) and checks a plugin; its descriptors and result type.
+    pub fn info(&self, name: &str) -> Result<PluginInfo, FilterError> {
+        let p = self.load(name)?;
+        Ok(PluginInfo {
+            name: name.to_string(),
+            path: p.path.clone(),
+            result_type: p.result_type.clone(),
+            descriptors: p.descriptors.clone(),
+        })
+    }
+
+    fn find(&self, name: &str) -> Option<PathBuf> {
+        let file = format!("libcanopy_filter_{name}.so");
+        self.search_path
+            .iter()
+            .map(|d| d.join(&file))
+            .find(|p| p.is_file())
+    }
+
+    fn load(&self, name: &str) -> Result<Arc<Plugin>, FilterError> {
+        // A name is a word, never a path: nothing that arrives over the network can point elsewhere.
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(FilterError::Unknown {
+                name: name.to_string(),
+                available: self.names().join(", "),
+            });
+        }
+        let mut loaded = self.loaded.lock().expect("plugin registry");
+        if let Some(p) = loaded.get(name) {
+            return Ok(p.clone());
+        }
+        let Some(path) = self.find(name) else {
+            return Err(FilterError::Unknown {
+                name: name.to_string(),
+                available: self.names().join(", "),
+            });
+        };
+        let failed = |reason: String| FilterError::Load {
+            name: name.to_string(),
+            path: path.clone(),
+            reason,
+        };
+        // SAFETY: loading a library runs its initializers; plugins come only from the operator's search path.
+        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| failed(e.to_string()))?;
+        // SAFETY: the symbol's type is the ABI's entry type; a plugin that exports something else under this
+        // name breaks the ABI contract, which the version check below catches for builds of other versions.
+        let entry: libloading::Symbol<'_, abi::EntryFn> = unsafe { lib.get(abi::ENTRY_SYMBOL) }
+            .map_err(|_| failed("no canopy_filter_entry symbol: not a Canopy filter".to_string()))?;
+        // SAFETY: calling the entry point is its documented use; it returns a pointer to static data.
+        let vtable = unsafe { entry() };
+        if vtable.is_null() {
+            return Err(failed("canopy_filter_entry returned null".into()));
+        }
+        // SAFETY: non-null, and valid while `lib` stays loaded (it moves into `Plugin` with the pointer).
+        let vt = unsafe { &*vtable };
+        if vt.abi_version != abi::ABI_VERSION {
+            return Err(failed(format!(
+                "ABI version {} but this daemon speaks version {}",
+                vt.abi_version,
+                abi::ABI_VERSION
+            )));
+        }
+        // SAFETY: the vtable's strings and bytes are static data of the loaded library.
+        let (plugin_name, result_type, descriptors) = unsafe {
+            (
+                c_str(vt.name),
+                c_str(vt.result_type),
+                vt.descriptors.as_slice().to_vec(),
+            )
+        };
+        if plugin_name != name {
+            return Err(failed(format!("the library calls itself {plugin_name:?}")));
+        }
+        drop(entry);
+        tracing::info!(filter = name, path = %path.display(), "filter plugin loaded");
+        let plugin = Arc::new(Plugin {
+            vtable,
+            path,
+            descriptors,
+            result_type,
+            _lib: lib,
+        });
+        loaded.insert(name.to_string(), plugin.clone());
+        Ok(plugin)
+    }
+}
+
+impl FilterFactory for PluginFilters {
+    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn Filter>, FilterError> {
+        let plugin = self.load(name)?;
+        let level = match level {
+            Level::Leaf => abi::LEVEL_LEAF,
+            Level::Relay => abi::LEVEL_RELAY,
+            Level::Root => abi::LEVEL_ROOT,
+        };
+        let mut sink = Sink::default();
+        let emitter = sink.emitter();
+        // SAFETY: the vtable is valid (plugin loaded); params and the emitter live across the call.
+        let instance = unsafe { ((*plugin.vtable).create)(params.as_ptr(), params.len(), level, &emitter) };
+        if instance.is_null() {
+            let reason = sink
+                .fail
+                .unwrap_or_else(|| "create failed without a reason".into());
+            return Err(FilterError::BadParams {
+                filter: name.to_string(),
+                reason,
+            });
+        }
+        Ok(Box::new(PluginFilter {
+            plugin,
+            instance,
+            name: name.to_string(),
+        }))
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .search_path
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flatten()
+            .filter_map(|e| {
+                let f = e.ok()?.file_name().into_string().ok()?;
+                Some(
+                    f.strip_prefix("libcanopy_filter_")?
+                        .strip_suffix(".so")?
+                        .to_string(),
+                )
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// # Safety
+/// `p` must be null or a NUL-terminated string that lives for the call.
+unsafe fn c_str(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// One instance of a plugin filter.
+struct PluginFilter {
+    plugin: Arc<Plugin>,
+    instance: *mut c_void,
+    name: String,
+}
+
+// SAFETY: the instance is only ever used through `&mut self` (one call at a time) by the node that owns it.
+unsafe impl Send for PluginFilter {}
+// SAFETY: no method takes `&self` into the plugin; shared references never reach the instance.
+unsafe impl Sync for PluginFilter {}
+
+impl Drop for PluginFilter {
+    fn drop(&mut self) {
+        // SAFETY: created by this plugin's `create`, destroyed once.
+        unsafe { ((*self.plugin.vtable).destroy)(self.instance) }
+    }
+}
+
+/// Collects what a call emits.
+#[derive(Default)]
+struct Sink {
+    out: Output,
+    fail: Option<String>,
+}
+
+impl Sink {
+    fn emitter(&mut self) -> abi::Emitter {
+        abi::Emitter {
+            ctx: self as *mut Sink as *mut c_void,
+            emit: sink_emit,
+            reject: sink_reject,
+            fail: sink_fail,
+        }
+    }
+}
+
+unsafe extern "C" fn sink_emit(ctx: *mut c_void, direction: u32, phase: u32, ptr: *const u8, len: usize) {
+    // SAFETY: ctx is the `Sink` of the ongoing call; the bytes are readable for the call.
+    let (sink, bytes) = unsafe { (&mut *(ctx as *mut Sink), abi::Bytes { ptr, len }.as_slice()) };
+    let packet = Packet {
+        phase,
+        payload: bytes.to_vec(),
+    };
+    if direction == abi::DOWN {
+        sink.out.down.push(packet)
+    } else {
+        sink.out.up.push(packet)
+    }
+}
+
+unsafe extern "C" fn sink_reject(ctx: *mut c_void, input: usize, reason: *const c_char) {
+    // SAFETY: as in `sink_emit`; the reason is a C string valid for the call.
+    let (sink, reason) = unsafe { (&mut *(ctx as *mut Sink), c_str(reason)) };
+    sink.out.rejected.push((input, reason));
+}
+
+unsafe extern "C" fn sink_fail(ctx: *mut c_void, reason: *const c_char) {
+    // SAFETY: as in `sink_reject`.
+    let (sink, reason) = unsafe { (&mut *(ctx as *mut Sink), c_str(reason)) };
+    sink.fail = Some(reason);
+}
+
+impl PluginFilter {
+    fn finish(&self, sink: Sink, code: i32, call: &str) -> Result<Output, FilterError> {
+        if code == abi::OK {
+            return Ok(sink.out);
+        }
+        let reason = sink
+            .fail
+            .unwrap_or_else(|| format!("{call} returned {code} without a reason"));
+        Err(FilterError::Failed {
+            filter: self.name.clone(),
+            reason,
+        })
+    }
+}
+
+impl Filter for PluginFilter {
+    fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let descs: Vec<abi::Bytes> = inputs.iter().map(|i| abi::Bytes::from_slice(i)).collect();
+        let mut sink = Sink::default();
+        let emitter = sink.emitter();
+        // SAFETY: instance and vtable are valid; inputs and the emitter live across the call.
+        let code = unsafe {
+            ((*self.plugin.vtable).upstream)(
+                self.instance,
+                round,
+                phase,
+                descs.as_ptr(),
+                descs.len(),
+                &emitter,
+            )
+        };
+        self.finish(sink, code, "upstream")
+    }
+
+    fn downstream(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
+        let mut sink = Sink::default();
+        let emitter = sink.emitter();
+        // SAFETY: as in `upstream`.
+        let code = unsafe {
+            ((*self.plugin.vtable).downstream)(
+                self.instance,
+                round,
+                phase,
+                abi::Bytes::from_slice(packet),
+                &emitter,
+            )
+        };
+        self.finish(sink, code, "downstream")
+    }
+
+    fn finalize(&mut self, round: u64, phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        let mut sink = Sink::default();
+        let emitter = sink.emitter();
+        // SAFETY: as in `upstream`.
+        let code = unsafe {
+            ((*self.plugin.vtable).finalize)(
+                self.instance,
+                round,
+                phase,
+                abi::Bytes::from_slice(payload),
+                &emitter,
+            )
+        };
+        let mut out = self.finish(sink, code, "finalize")?;
+        match out.up.pop() {
+            Some(p) => Ok(p.payload),
+            None => Err(FilterError::Failed {
+                filter: self.name.clone(),
+                reason: "finalize emitted no result".into(),
+            }),
+        }
+    }
+
+    fn names(&mut self, names: &[(u64, String)]) {
+        // SAFETY: the vtable is valid while the plugin is loaded.
+        let Some(f) = (unsafe { (*self.plugin.vtable).names }) else {
+            return;
+        };
+        let descs: Vec<abi::Name> = names
+            .iter()
+            .map(|(id, n)| abi::Name {
+                id: *id,
+                name: abi::Bytes::from_slice(n.as_bytes()),
+            })
+            .collect();
+        // SAFETY: the names live across the call.
+        unsafe { f(self.instance, descs.as_ptr(), descs.len()) }
+    }
+}
