@@ -51,6 +51,10 @@ pub struct TreeBuilder {
     pub drain_timeout_ms: u64,
     /// Filters opened as streams at start.
     pub streams: Vec<String>,
+    /// Parameters by filter name (JSON).
+    pub stream_params: Vec<(String, String)>,
+    /// More directories on every node's filter path, after the build's own.
+    pub extra_filter_dirs: Vec<PathBuf>,
 }
 
 impl Default for TreeBuilder {
@@ -70,6 +74,8 @@ impl Default for TreeBuilder {
             sync_mode: "wait_for_all".into(),
             drain_timeout_ms: 3000,
             streams: vec!["passthrough".into()],
+            stream_params: Vec::new(),
+            extra_filter_dirs: Vec::new(),
         }
     }
 }
@@ -124,10 +130,11 @@ impl TreeBuilder {
             stream_timeout_ms: self.timeout_ms,
             node_id: topology.root().to_string(),
             max_rounds_in_flight: self.max_rounds_in_flight,
-            filter_path: vec![plugin_dir()],
+            filter_path: self.filter_path(),
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
+            stream_params: self.stream_params.iter().cloned().collect(),
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");
@@ -160,7 +167,7 @@ impl TreeBuilder {
                 node_id: r.to_string(),
                 parent: addr_of[&parent].clone(),
                 listen: "127.0.0.1:0".into(),
-                filter_path: vec![plugin_dir()],
+                filter_path: self.filter_path(),
                 ..RelayConfig::default()
             };
             let relay = Relay::bind(config).await.expect("relay binds");
@@ -205,6 +212,13 @@ impl TreeBuilder {
         }
     }
 
+    /// Every node's filter path: the build's plugins, then the extra directories.
+    pub fn filter_path(&self) -> Vec<PathBuf> {
+        let mut path = vec![plugin_dir()];
+        path.extend(self.extra_filter_dirs.iter().cloned());
+        path
+    }
+
     /// The configuration of one sandbox agent.
     pub fn agent_config(&self, id: &str, parent: &str, ranks: u32, offset: u32) -> AgentConfig {
         AgentConfig {
@@ -217,7 +231,7 @@ impl TreeBuilder {
             rank_offset: offset,
             total_ranks: self.ranks,
             rounds: self.rounds,
-            filter_path: vec![plugin_dir()],
+            filter_path: self.filter_path(),
             ..AgentConfig::default()
         }
     }

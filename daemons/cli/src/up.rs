@@ -36,6 +36,9 @@ pub struct UpArgs {
     /// Filters to run as streams over the same ranks, comma-separated.
     #[arg(long, default_value = "passthrough", value_delimiter = ',')]
     filters: Vec<String>,
+    /// A filter's parameters, NAME=JSON, e.g. classify='{"scheme":"pattern","pattern":"^MPI_"}' (repeatable).
+    #[arg(long = "filter-params", value_name = "NAME=JSON")]
+    filter_params: Vec<String>,
     /// flash, uintah or namd.
     #[arg(long, default_value = "flash")]
     scenario: String,

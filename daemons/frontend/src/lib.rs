@@ -3,11 +3,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod results;
 pub mod store;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat};
@@ -29,6 +31,8 @@ pub struct FrontendConfig {
     pub out: PathBuf,
     /// Filters to open as streams at start, one stream each.
     pub streams: Vec<String>,
+    /// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`).
+    pub stream_params: std::collections::BTreeMap<String, String>,
     /// How long a round waits for missing children before it closes partial.
     pub stream_timeout_ms: u32,
     /// wait_for_all or dont_wait.
@@ -55,6 +59,7 @@ impl Default for FrontendConfig {
             listen: "0.0.0.0:7400".into(),
             out: "canopy-out".into(),
             streams: vec!["passthrough".into()],
+            stream_params: Default::default(),
             stream_timeout_ms: 1000,
             sync_mode: "wait_for_all".into(),
             expect_ranks: 0,
@@ -82,6 +87,16 @@ impl CheckConfig for FrontendConfig {
         for (i, name) in self.streams.iter().enumerate() {
             if let Err(e) = filters.info(name) {
                 return Err((format!("streams.{i}"), e.to_string()));
+            }
+            // Parameters are checked by the filter itself, as the root will create it.
+            let params = self.stream_params.get(name).map(String::as_str).unwrap_or("");
+            if let Err(e) = canopy_core::filter::FilterFactory::create(&*filters, name, params, canopy_core::filter::Level::Root) {
+                return Err((format!("stream_params.{name}"), e.to_string()));
+            }
+        }
+        for name in self.stream_params.keys() {
+            if !self.streams.contains(name) {
+                return Err((format!("stream_params.{name}"), format!("no stream runs filter {name:?}")));
             }
         }
         if self.stream_timeout_ms == 0 {
@@ -142,12 +157,15 @@ enum StoreOp {
     Node(canopy_proto::v1::NodeEvent),
     Stream(StreamSpec, String, Option<String>),
     Meta(String, String),
+    ResultType(u32, String),
     Flush(tokio::sync::oneshot::Sender<RunSummary>),
 }
 
 /// The root's way up: everything goes to the store's writer thread, in order.
 struct StoreUp {
     tx: tokio::sync::mpsc::Sender<StoreOp>,
+    /// Tells the writer what each stream's results are, so standard results become tables.
+    filters: Arc<canopy_core::plugin::PluginFilters>,
 }
 
 impl Up for StoreUp {
@@ -179,12 +197,13 @@ impl Up for StoreUp {
     async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
         let _ = self
             .tx
-            .send(StoreOp::Stream(
-                spec.clone(),
-                state.into(),
-                failure.map(str::to_string),
-            ))
+            .send(StoreOp::Stream(spec.clone(), state.into(), failure.map(str::to_string)))
             .await;
+        if state == "open"
+            && let Ok(info) = self.filters.info(&spec.filter)
+        {
+            let _ = self.tx.send(StoreOp::ResultType(spec.stream_id, info.result_type)).await;
+        }
     }
 
     async fn flush(&mut self) {
@@ -207,11 +226,13 @@ impl Up for StoreUp {
 /// The writer thread: SQLite calls block, so they stay off the runtime's workers.
 fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) {
     let mut summary = RunSummary::default();
+    let mut result_types: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
     while let Some(op) = rx.blocking_recv() {
         let res = match op {
             StoreOp::Result(r) => {
                 let bytes = r.payload.len() as u64;
-                let result = if r.stream.filter == "passthrough" {
+                let result_type = result_types.get(&r.stream.stream_id).map(String::as_str).unwrap_or_default();
+                let result = if result_type == "canopy.v1.ProfileBatch" {
                     store::RoundResult::Profiles(&r.payload)
                 } else {
                     store::RoundResult::Blob {
@@ -234,6 +255,12 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
                         closed_unix_ns: unix_ns(),
                     };
                     store.write_round(&rec, result)
+                };
+                let res = match res {
+                    Ok(()) if results::is_tabulated(result_type) => {
+                        store.write_filter_tables(r.stream.stream_id, r.round, result_type, &r.payload, r.late)
+                    }
+                    other => other,
                 };
                 if res.is_ok() && !r.late {
                     summary.rounds += 1;
@@ -262,6 +289,10 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
             StoreOp::Node(ev) => store.put_node(&ev),
             StoreOp::Stream(spec, state, failure) => store.put_stream(&spec, &state, failure.as_deref()),
             StoreOp::Meta(k, v) => store.set_meta(&k, &v),
+            StoreOp::ResultType(stream, t) => {
+                result_types.insert(stream, t);
+                Ok(())
+            }
             StoreOp::Flush(done) => {
                 let _ = done.send(summary);
                 Ok(())
@@ -322,11 +353,12 @@ impl Frontend {
                 stream_id: i as u32 + 1,
                 name: filter.clone(),
                 filter: filter.clone(),
-                params: String::new(),
+                params: config.stream_params.get(filter).cloned().unwrap_or_default(),
                 sync_mode: sync as i32,
                 timeout_ms: config.stream_timeout_ms,
             })
             .collect();
+        let filters = canopy_core::plugin::filters_from(&config.filter_path);
         let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
         let writer = std::thread::Builder::new()
             .name("canopy-store".into())
@@ -334,7 +366,7 @@ impl Frontend {
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
-            filters: canopy_core::plugin::filters_from(&config.filter_path),
+            filters: filters.clone(),
             max_rounds_in_flight: config.max_rounds_in_flight,
             root: Some(RootOptions {
                 expect_ranks: config.expect_ranks,
@@ -345,7 +377,7 @@ impl Frontend {
             local: None,
             status_interval: Duration::from_secs(1),
         };
-        let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx });
+        let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx, filters });
         Ok(Self {
             config,
             listener,

@@ -26,6 +26,10 @@ struct Flags {
     #[arg(long, global = true, value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     streams: Option<Vec<String>>,
+    /// A filter's parameters, NAME=JSON (repeat for several filters).
+    #[arg(long = "stream-params", global = true, value_name = "NAME=JSON")]
+    #[serde(serialize_with = "key_values", skip_serializing_if = "Vec::is_empty")]
+    stream_params: Vec<String>,
     /// Milliseconds a round waits for missing children.
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +66,17 @@ struct Flags {
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     ready_file: Option<PathBuf>,
+}
+
+/// `NAME=JSON` flags as the map the configuration holds.
+fn key_values<S: serde::Serializer>(pairs: &[String], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for p in pairs {
+        let (k, v) = p.split_once('=').unwrap_or((p.as_str(), ""));
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 fn main() -> ExitCode {

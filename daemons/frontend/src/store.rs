@@ -149,6 +149,8 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: io::Error },
     #[error("sqlite error on {path}: {source}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("cannot store the result of stream {stream_id} round {round}: {reason}")]
+    Result { stream_id: u32, round: u64, reason: String },
     #[error("cannot decode the profiles of stream {stream_id} round {round}: {source}")]
     Decode {
         stream_id: u32,
@@ -412,6 +414,29 @@ impl Store {
         Ok(())
     }
 
+    /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `reductions`).
+    pub fn write_filter_tables(
+        &mut self,
+        stream_id: u32,
+        round: u64,
+        result_type: &str,
+        payload: &[u8],
+        late: bool,
+    ) -> Result<(), StoreError> {
+        let mut failure = None;
+        let written = self.in_transaction(|tx| {
+            crate::results::write(tx, stream_id, round, result_type, payload, late).map_err(|e| {
+                failure = Some(e);
+                // Any error rolls the transaction back: a result is stored whole or not at all.
+                rusqlite::Error::InvalidQuery
+            })
+        });
+        match (written, failure) {
+            (_, Some(reason)) => Err(StoreError::Result { stream_id, round, reason }),
+            (written, None) => written,
+        }
+    }
+
     /// Upserts names; returns the collisions (same id, a different name already stored), which are also
     /// recorded in `name_collisions`. The name stored first keeps the id, so results already written keep
     /// their meaning.
@@ -521,6 +546,7 @@ impl Store {
         let pid = std::process::id().to_string();
         let tx = self.conn.transaction()?;
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(crate::results::SCHEMA)?;
         let mut st = tx.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?;
         st.execute(params!["schema_version", SCHEMA_VERSION.to_string()])?;
         st.execute(params!["started_unix_ns", started])?;

@@ -1,0 +1,66 @@
+//! A deliberately broken filter for the host's tests: it fails in the way its `fault` parameter says
+//! (`panic_create`, `panic_upstream`, `panic_finalize`, `error_upstream`, `garbage`), and otherwise passes
+//! profiles through. Built with the workspace, never installed.
+
+#![deny(unsafe_code)]
+
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
+use canopy_proto::v1::ProfileBatch;
+use prost::Message;
+
+pub struct Faulty {
+    fault: String,
+    level: Level,
+}
+
+impl Filter for Faulty {
+    const NAME: &'static str = "faulty";
+    const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
+
+    fn descriptors() -> &'static [u8] {
+        canopy_proto::FILE_DESCRIPTOR_SET
+    }
+
+    fn create(params: &str, level: Level) -> Result<Self, String> {
+        let v: serde_json::Value = serde_json::from_str(params).map_err(|e| format!("params: {e}"))?;
+        let fault = v.get("fault").and_then(|f| f.as_str()).unwrap_or("none").to_string();
+        if fault == "panic_create" {
+            panic!("faulty: told to panic in create");
+        }
+        Ok(Faulty { fault, level })
+    }
+
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]], out: &mut dyn Emit) -> Result<(), String> {
+        match self.fault.as_str() {
+            "panic_upstream" => panic!("faulty: told to panic in upstream"),
+            "error_upstream" => return Err("told to fail in upstream".into()),
+            // The leaf emits bytes no level above can read.
+            "garbage" if self.level == Level::Leaf => {
+                out.up(phase, &[0xff, 0xff, 0xff, 0x01]);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let mut merged = Vec::new();
+        for input in inputs {
+            ProfileBatch::decode(*input).map_err(|e| format!("packet from below does not decode: {e}"))?;
+            merged.extend_from_slice(input);
+        }
+        out.up(phase, &merged);
+        Ok(())
+    }
+
+    fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8], out: &mut dyn Emit) -> Result<(), String> {
+        out.down(phase, packet);
+        Ok(())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
+        if self.fault == "panic_finalize" {
+            panic!("faulty: told to panic in finalize");
+        }
+        Ok(packet.to_vec())
+    }
+}
+
+export_filter!(Faulty);
