@@ -136,6 +136,7 @@ async fn launch_and_watch(
     .arg("--out")
     .arg(&args.out)
     .args(["--streams", &args.filters.join(",")])
+    .args(args.filter_params.iter().flat_map(|p| ["--stream-params", p.as_str()]))
     .args([
         "--expect-ranks",
         &args.ranks.to_string(),

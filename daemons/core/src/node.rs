@@ -669,15 +669,29 @@ impl<U: Up> Node<U> {
     async fn on_late(&mut self, key: GroupKey, a: Arrival) {
         tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
         if self.level == Level::Root {
-            let out = Output {
-                up: vec![crate::filter::Packet {
-                    phase: key.phase,
-                    payload: a.payload,
-                }],
-                ..Default::default()
+            // A late packet is recorded whatever its phase. The filter finalizes it if it can (a late
+            // passthrough batch is still every rank's profile); one it cannot read (a multi-phase filter's
+            // early phase) is kept as a late arrival without a result, and never fails the stream.
+            let Some(rt) = self.streams.get_mut(&key.stream) else { return };
+            let Some(filter) = rt.filter.as_mut() else { return };
+            let payload = match filter.finalize(key.round, key.phase, &a.payload) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(stream = key.stream, round = key.round, phase = key.phase,
+                        "late packet kept without a result: {e}");
+                    Vec::new()
+                }
             };
-            self.emit(key.stream, key.round, out, a.coverage, a.first_dump_unix_ns, true)
-                .await;
+            let result = RoundResult {
+                stream: rt.spec.clone(),
+                round: key.round,
+                phase: key.phase,
+                coverage: a.coverage,
+                first_dump_unix_ns: a.first_dump_unix_ns,
+                payload,
+                late: true,
+            };
+            self.up.result(result).await;
         } else {
             let env = Envelope {
                 stream_id: key.stream,

@@ -290,8 +290,9 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
             StoreOp::Stream(spec, state, failure) => store.put_stream(&spec, &state, failure.as_deref()),
             StoreOp::Meta(k, v) => store.set_meta(&k, &v),
             StoreOp::ResultType(stream, t) => {
+                let res = store.set_result_type(stream, &t);
                 result_types.insert(stream, t);
-                Ok(())
+                res
             }
             StoreOp::Flush(done) => {
                 let _ = done.send(summary);

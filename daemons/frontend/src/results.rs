@@ -135,16 +135,26 @@ pub fn write(
     }
 }
 
-/// Rank ranges as text: `app:0-7,9,12-15` (the app prefix only when there is one).
+/// Rank ranges as text: `app:0-7,9,12-15`, the app named once for each run of its ranges.
 pub fn ranges_text(ranges: &[RankRange]) -> String {
-    ranges
-        .iter()
-        .map(|r| {
-            let span = if r.first == r.last { r.first.to_string() } else { format!("{}-{}", r.first, r.last) };
-            if r.app.is_empty() { span } else { format!("{}:{span}", r.app) }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut out = String::new();
+    let mut app: Option<&str> = None;
+    for r in ranges {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if app != Some(r.app.as_str()) && !r.app.is_empty() {
+            out.push_str(&r.app);
+            out.push(':');
+        }
+        app = Some(r.app.as_str());
+        if r.first == r.last {
+            out.push_str(&r.first.to_string());
+        } else {
+            out.push_str(&format!("{}-{}", r.first, r.last));
+        }
+    }
+    out
 }
 
 fn write_stats(
@@ -254,6 +264,7 @@ mod tests {
         let r = |app: &str, first, last| RankRange { app: app.into(), first, last };
         assert_eq!(ranges_text(&[r("", 0, 0), r("", 2, 9)]), "0,2-9");
         assert_eq!(ranges_text(&[r("lulesh", 4, 7)]), "lulesh:4-7");
+        assert_eq!(ranges_text(&[r("a", 0, 7), r("a", 9, 9), r("b", 0, 1)]), "a:0-7,9,b:0-1");
     }
 
     #[test]

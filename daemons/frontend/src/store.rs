@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS streams (
     state TEXT,
     failure TEXT,
     opened_unix_ns INTEGER,
-    closed_unix_ns INTEGER
+    closed_unix_ns INTEGER,
+    result_type TEXT
 );
 CREATE TABLE IF NOT EXISTS rounds (
     stream_id INTEGER NOT NULL,
@@ -412,6 +413,15 @@ impl Store {
             );
         }
         Ok(())
+    }
+
+    /// Records the protobuf type of a stream's results (how to read its `results` blobs).
+    pub fn set_result_type(&mut self, stream_id: u32, result_type: &str) -> Result<(), StoreError> {
+        self.in_transaction(|tx| {
+            tx.prepare_cached("UPDATE streams SET result_type = ?2 WHERE stream_id = ?1")?
+                .execute(params![stream_id, result_type])?;
+            Ok(())
+        })
     }
 
     /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `reductions`).

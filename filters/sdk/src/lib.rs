@@ -46,8 +46,9 @@ pub trait Emit {
     fn reject(&mut self, index: usize, reason: &str);
 }
 
-/// A filter, as its author writes it. One value per stream per node; calls come one at a time.
-pub trait Filter: Sized + 'static {
+/// A filter, as its author writes it. One value per stream per node; calls come one at a time, from any of
+/// the daemon's threads (hence `Send`).
+pub trait Filter: Sized + Send + 'static {
     /// As in `libcanopy_filter_<NAME>.so`.
     const NAME: &'static str;
     /// The full protobuf name of the result message.
