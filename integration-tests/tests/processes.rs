@@ -448,3 +448,45 @@ fn canopy_up_lays_a_tree_from_an_mrnet_topology_file() {
         3
     );
 }
+
+#[test]
+fn canopy_up_runs_stats_histogram_and_classify_at_once_over_the_same_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = Command::new(bin_dir().join("canopy"))
+        .args([
+            "up",
+            "--ranks",
+            "32",
+            "--agents",
+            "4",
+            "--fanout",
+            "2",
+            "--rounds",
+            "20",
+            "--period-ms",
+            "20",
+        ])
+        .args(["--filters", "stats,histogram,classify", "--quiet", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("60 rounds stored (3 streams), 60 at full coverage"),
+        "{stdout}"
+    );
+    let store = out_dir.join("latest.sqlite");
+    for (table, stream) in [("stats", 1), ("histograms", 2), ("classes", 3)] {
+        let rows = query_i64(
+            &store,
+            &format!("SELECT COUNT(DISTINCT round) FROM {table} WHERE stream_id = {stream}"),
+        );
+        assert_eq!(rows, 20, "{table}");
+    }
+}

@@ -339,7 +339,7 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
     tx.send(UpMessage {
         msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
             node_id: "garbler".into(),
-            last_round: 14,
+            rounds_end: 15,
         })),
     })
     .await
@@ -422,7 +422,7 @@ fn fin(id: &str) -> UpMessage {
     UpMessage {
         msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
             node_id: id.into(),
-            last_round: 0,
+            rounds_end: 0,
         })),
     }
 }

@@ -91,8 +91,9 @@ pub struct SimConfig {
     /// How many ranks this simulator serves: global ranks `rank_offset..rank_offset + ranks`.
     pub ranks: u32,
     /// Flash: exactly this many events per rank (the first of the named list, then "compute_k").
-    /// Namd: this many entry methods (likewise), plus "Idle". Uintah: ignored, because its event set is
-    /// what defines its classes.
+    /// Namd: this many entry methods (likewise), plus "Idle". Uintah: this many framework tasks that every
+    /// rank runs (named after Uintah's ICE/MPM tasks, then "Task k"), besides the MPI and patch events that
+    /// define its classes.
     pub events: u32,
     pub rank_offset: u32,
     /// The number of ranks in the whole application (across all agents); some scenarios depend on it
@@ -158,7 +159,7 @@ impl Simulator {
                 }
                 Scenario::Namd => (0, 0.0),
                 Scenario::Uintah => {
-                    let plan = uintah_plan(rank, total, &mut names);
+                    let plan = uintah_plan(rank, total, cfg.events, &mut names);
                     let busy: f64 = plan
                         .iter()
                         .filter(|s| matches!(s.kind, Kind::Compute))
@@ -167,7 +168,7 @@ impl Simulator {
                     plans.push(plan);
                     (
                         plans.len() - 1,
-                        (uintah_envelope_us() - busy * statics.speed).max(0.0),
+                        (uintah_envelope_us(cfg.events) - busy * statics.speed).max(0.0),
                     )
                 }
             };
@@ -579,13 +580,35 @@ const UINTAH_OPTIONAL_MPI: [(&str, f64, u64); 4] = [
 ];
 
 /// The compute time of the busiest uintah rank at workload 1: everyone else waits for it in MPI_Waitall.
-fn uintah_envelope_us() -> f64 {
+fn uintah_envelope_us(tasks: u32) -> f64 {
     let large = UINTAH_PATCH0_US + f64::from(UINTAH_LARGE_L1_PATCHES) * UINTAH_PATCH1_US;
     let regrid = UINTAH_REGRID_US + UINTAH_L1_PATCHES as f64 * UINTAH_REGRID_PATCH_US;
-    large.max(regrid) * SPEED_MAX
+    (large.max(regrid) + f64::from(tasks) * UINTAH_TASK_US) * SPEED_MAX
 }
 
-fn uintah_plan(rank: u32, total: u32, names: &mut Names) -> Vec<Slot> {
+/// Uintah framework tasks that every rank runs each timestep.
+const UINTAH_TASKS: [&str; 16] = [
+    "ICE::computeEquilibrationPressure",
+    "ICE::computeVel_FC",
+    "ICE::addExchangeToMomentumAndEnergy",
+    "ICE::computeDelPressAndUpdatePressCC",
+    "ICE::computePressFC",
+    "ICE::accumulateMomentumSourceSinks",
+    "ICE::accumulateEnergySourceSinks",
+    "ICE::computeLagrangianValues",
+    "ICE::advectAndAdvanceInTime",
+    "ICE::conservedtoPrimitive_Vars",
+    "MPM::interpolateParticlesToGrid",
+    "MPM::computeStressTensor",
+    "MPM::interpolateToParticlesAndUpdate",
+    "Relocate::relocateParticles",
+    "DataArchiver::output",
+    "SchedulerCommon::copyDataToNewGrid",
+];
+
+const UINTAH_TASK_US: f64 = 20.0;
+
+fn uintah_plan(rank: u32, total: u32, tasks: u32, names: &mut Names) -> Vec<Slot> {
     let mut plan = vec![
         names.slot("Scheduler::execute", Kind::Root, 300.0, 1, None),
         names.slot("MPI_Allreduce", Kind::Comm, 30.0, 2, Some(0)),
@@ -593,6 +616,12 @@ fn uintah_plan(rank: u32, total: u32, names: &mut Names) -> Vec<Slot> {
         names.slot("MPI_Irecv", Kind::Comm, 60.0, 40, Some(0)),
         names.slot("MPI_Waitall", Kind::Wait { spike: false }, 50.0, 4, Some(0)),
     ];
+    for k in 0..tasks as usize {
+        let name = UINTAH_TASKS
+            .get(k)
+            .map_or_else(|| format!("Task {k}"), |n| n.to_string());
+        plan.push(names.slot(&name, Kind::Compute, UINTAH_TASK_US, 1, Some(0)));
+    }
     let mask = rank % 13;
     for (bit, &(name, base, calls)) in UINTAH_OPTIONAL_MPI.iter().enumerate() {
         if mask & (1 << bit) != 0 {

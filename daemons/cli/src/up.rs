@@ -34,7 +34,7 @@ pub struct UpArgs {
     #[arg(long, default_value = "canopy-out")]
     out: PathBuf,
     /// Filters to run as streams over the same ranks, comma-separated.
-    #[arg(long, default_value = "passthrough", value_delimiter = ',')]
+    #[arg(long, default_value = "stats", value_delimiter = ',')]
     filters: Vec<String>,
     /// A filter's parameters, NAME=JSON, e.g. classify='{"scheme":"pattern","pattern":"^MPI_"}' (repeatable).
     #[arg(long = "filter-params", value_name = "NAME=JSON")]
@@ -136,7 +136,11 @@ async fn launch_and_watch(
     .arg("--out")
     .arg(&args.out)
     .args(["--streams", &args.filters.join(",")])
-    .args(args.filter_params.iter().flat_map(|p| ["--stream-params", p.as_str()]))
+    .args(
+        args.filter_params
+            .iter()
+            .flat_map(|p| ["--stream-params", p.as_str()]),
+    )
     .args([
         "--expect-ranks",
         &args.ranks.to_string(),

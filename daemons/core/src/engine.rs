@@ -33,7 +33,21 @@ pub struct StreamSync {
 pub enum SourceState {
     Live,
     Lost,
-    Finished,
+    /// Finished: still expected in the rounds below `end` (their later phases), stopped from `end` on.
+    Finished {
+        end: u64,
+    },
+}
+
+impl SourceState {
+    /// Whether a group of `round` waits for a source in this state.
+    fn expected_in(self, round: u64) -> bool {
+        match self {
+            SourceState::Live => true,
+            SourceState::Lost => false,
+            SourceState::Finished { end } => round < end,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -55,8 +69,8 @@ pub struct Arrival {
 struct OpenGroup {
     arrived: Vec<Arrival>,
     from: HashSet<SourceId>,
-    /// How many of the arrivals come from sources that are live now; compared with the live count so
-    /// completion is checked in constant time per packet.
+    /// How many of the arrivals come from sources this group waits for; compared with the number of such
+    /// sources, so completion is checked without walking the sources per packet.
     live_arrived: usize,
     deadline: Instant,
 }
@@ -142,6 +156,8 @@ pub struct RoundEngine {
     closed: HashMap<(u32, u32), ClosedRounds>,
     stats: EngineStats,
     live: usize,
+    /// Finished sources by the end of their rounds: those still waited for in earlier rounds.
+    finished_ends: BTreeMap<u64, usize>,
 }
 
 impl RoundEngine {
@@ -191,11 +207,17 @@ impl RoundEngine {
             .values()
             .filter(|s| s.state == SourceState::Live)
             .count();
-        for g in self.open.values_mut() {
+        self.finished_ends.clear();
+        for s in self.sources.values() {
+            if let SourceState::Finished { end } = s.state {
+                *self.finished_ends.entry(end).or_default() += 1;
+            }
+        }
+        for (key, g) in self.open.iter_mut() {
             g.live_arrived = g
                 .from
                 .iter()
-                .filter(|id| self.sources[*id].state == SourceState::Live)
+                .filter(|id| self.sources[*id].state.expected_in(key.round))
                 .count();
         }
     }
@@ -206,7 +228,9 @@ impl RoundEngine {
 
     /// Whether some source has finished (rather than every absent one being lost).
     pub fn any_finished(&self) -> bool {
-        self.sources.values().any(|s| s.state == SourceState::Finished)
+        self.sources
+            .values()
+            .any(|s| matches!(s.state, SourceState::Finished { .. }))
     }
 
     /// Marks a source lost or finished; groups that were waiting only for it close now.
@@ -218,7 +242,7 @@ impl RoundEngine {
         let ready: Vec<GroupKey> = self
             .open
             .iter()
-            .filter(|(_, g)| self.all_live_arrived(g))
+            .filter(|(k, g)| self.all_live_arrived(k.round, g))
             .map(|(k, _)| *k)
             .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
@@ -299,13 +323,13 @@ impl RoundEngine {
                 phase: key.phase,
             });
         }
-        if self.sources[&arrival.source].state == SourceState::Live {
+        if self.sources[&arrival.source].state.expected_in(key.round) {
             group.live_arrived += 1;
         }
         group.from.insert(arrival.source.clone());
         group.arrived.push(arrival);
         let group = &self.open[&key];
-        if self.all_live_arrived(group) {
+        if self.all_live_arrived(key.round, group) {
             Ok(Accepted::Closed(self.close(key)))
         } else {
             Ok(Accepted::Pending)
@@ -329,8 +353,9 @@ impl RoundEngine {
         keys.into_iter().map(|k| self.close(k)).collect()
     }
 
-    fn all_live_arrived(&self, group: &OpenGroup) -> bool {
-        group.live_arrived == self.live
+    fn all_live_arrived(&self, round: u64, group: &OpenGroup) -> bool {
+        let finished_waited: usize = self.finished_ends.range(round + 1..).map(|(_, n)| n).sum();
+        group.live_arrived == self.live + finished_waited
     }
 
     fn close(&mut self, key: GroupKey) -> Closed {
@@ -349,12 +374,12 @@ impl RoundEngine {
                 continue;
             }
             let reason = match s.state {
-                SourceState::Live => {
+                s if s.expected_in(key.round) => {
                     partial = true;
                     MissingReason::Late
                 }
                 SourceState::Lost => MissingReason::Lost,
-                SourceState::Finished => MissingReason::Stopped,
+                _ => MissingReason::Stopped,
             };
             coverage.expected += s.ranks_below;
             add_missing(&mut coverage, reason, s.ranks_below);
@@ -620,7 +645,7 @@ mod tests {
                 for (i, (_, f, _)) in sources.iter().enumerate() {
                     match f {
                         Fate::Lost => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Lost)),
-                        Fate::Finished => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished)),
+                        Fate::Finished => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished { end: 0 })),
                         _ => {}
                     }
                 }

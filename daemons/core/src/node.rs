@@ -224,6 +224,11 @@ pub struct Node<U: Up> {
     draining: bool,
     /// The highest round a child waited for while no round was open.
     wait_hint: u64,
+    /// At a leaf: every round below this was dumped by the local ranks.
+    local_end: u64,
+    /// At the root: rounds whose packets went down (a multi-phase filter's range) and whose result has not come
+    /// back up yet; the run does not finish while one is awaited (up to its deadline).
+    awaiting: HashMap<(u32, u64), Instant>,
 }
 
 struct RootState {
@@ -307,6 +312,8 @@ impl<U: Up> Node<U> {
             exit_after_fin: false,
             draining: false,
             wait_hint: 0,
+            local_end: 0,
+            awaiting: HashMap::new(),
         };
         (
             node,
@@ -351,6 +358,8 @@ impl<U: Up> Node<U> {
                     self.on_shutdown().await;
                 }
             }
+            // Cheap, and catches every way the tree can become finished (a result coming back, a child's Fin).
+            self.check_fin().await;
             self.update_window();
         }
         self.up.flush().await;
@@ -359,7 +368,12 @@ impl<U: Up> Node<U> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        let awaited = self.awaiting.values().min().copied();
         let drain = self.root.as_ref().and_then(|r| r.draining_until);
+        let drain = match (drain, awaited) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (self.engine.next_deadline(), drain) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -394,9 +408,11 @@ impl<U: Up> Node<U> {
             Input::LocalFinished => {
                 let ranks: Vec<u32> = self.local.as_ref().map(|l| l.ranks.clone()).unwrap_or_default();
                 for r in ranks {
+                    // The ranks dumped every round below local_end; they are stopped from there on.
+                    let end = self.local_end;
                     let closed = self
                         .engine
-                        .set_source_state(&rank_source(r), SourceState::Finished);
+                        .set_source_state(&rank_source(r), SourceState::Finished { end });
                     self.on_closed_all(closed).await;
                 }
                 self.check_fin().await;
@@ -526,11 +542,12 @@ impl<U: Up> Node<U> {
                 self.node_event(ev).await;
             }
             up_message::Msg::Status(st) => self.up.send(up_message::Msg::Status(st)).await,
-            up_message::Msg::Fin(_) => {
+            up_message::Msg::Fin(fin) => {
                 if let Some(c) = self.children.get_mut(&id) {
                     c.finished = true;
                 }
-                let closed = self.engine.set_source_state(&id, SourceState::Finished);
+                let end = fin.rounds_end;
+                let closed = self.engine.set_source_state(&id, SourceState::Finished { end });
                 self.on_closed_all(closed).await;
                 let mut ev = self.subtree.get(&id).cloned().unwrap_or_default();
                 ev.node_id = id;
@@ -592,6 +609,7 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_local_round(&mut self, round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)>) {
+        self.local_end = self.local_end.max(round + 1);
         let streams: Vec<u32> = self
             .streams
             .iter()
@@ -672,13 +690,19 @@ impl<U: Up> Node<U> {
             // A late packet is recorded whatever its phase. The filter finalizes it if it can (a late
             // passthrough batch is still every rank's profile); one it cannot read (a multi-phase filter's
             // early phase) is kept as a late arrival without a result, and never fails the stream.
-            let Some(rt) = self.streams.get_mut(&key.stream) else { return };
+            let Some(rt) = self.streams.get_mut(&key.stream) else {
+                return;
+            };
             let Some(filter) = rt.filter.as_mut() else { return };
             let payload = match filter.finalize(key.round, key.phase, &a.payload) {
                 Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!(stream = key.stream, round = key.round, phase = key.phase,
-                        "late packet kept without a result: {e}");
+                    tracing::warn!(
+                        stream = key.stream,
+                        round = key.round,
+                        phase = key.phase,
+                        "late packet kept without a result: {e}"
+                    );
                     Vec::new()
                 }
             };
@@ -717,6 +741,17 @@ impl<U: Up> Node<U> {
         first_dump: u64,
         late: bool,
     ) {
+        if self.level == Level::Root && !out.down.is_empty() {
+            let timeout = self
+                .streams
+                .get(&stream)
+                .map_or(1000, |rt| u64::from(rt.spec.timeout_ms));
+            let deadline = Instant::now() + Duration::from_millis(2 * timeout + 1000);
+            self.awaiting.insert((stream, round), deadline);
+        }
+        if self.level == Level::Root && !out.up.is_empty() {
+            self.awaiting.remove(&(stream, round));
+        }
         for p in out.down {
             let env = Envelope {
                 stream_id: stream,
@@ -1096,6 +1131,21 @@ impl<U: Up> Node<U> {
         let now = Instant::now();
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
+        let before = self.awaiting.len();
+        self.awaiting.retain(|(stream, round), deadline| {
+            let waiting = *deadline > now;
+            if !waiting {
+                tracing::warn!(
+                    stream,
+                    round,
+                    "no result came back for a round whose packets went down"
+                );
+            }
+            waiting
+        });
+        if self.awaiting.len() < before {
+            self.check_fin().await;
+        }
         let drain_over = self
             .root
             .as_ref()
@@ -1119,7 +1169,8 @@ impl<U: Up> Node<U> {
         let done = self.engine.has_sources()
             && self.engine.live_sources() == 0
             && self.engine.any_finished()
-            && !self.engine.has_open_groups();
+            && !self.engine.has_open_groups()
+            && self.awaiting.is_empty();
         if self.fin_sent || !done {
             return;
         }
@@ -1131,7 +1182,7 @@ impl<U: Up> Node<U> {
                 tracing::info!(node = %self.id, "every rank below has finished: sending fin");
                 let fin = Fin {
                     node_id: self.id.clone(),
-                    last_round: self.highest_closed.unwrap_or(0),
+                    rounds_end: self.highest_closed.map_or(0, |h| h + 1),
                 };
                 self.up.send(up_message::Msg::Fin(fin)).await;
                 if self.exit_after_fin {
@@ -1150,7 +1201,7 @@ impl<U: Up> Node<U> {
         self.up
             .send(up_message::Msg::Fin(Fin {
                 node_id: self.id.clone(),
-                last_round: self.highest_closed.unwrap_or(0),
+                rounds_end: self.highest_closed.map_or(0, |h| h + 1),
             }))
             .await;
         self.on_control(Control {

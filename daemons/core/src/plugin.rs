@@ -135,9 +135,10 @@ impl PluginFilters {
         let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| failed(e.to_string()))?;
         // SAFETY: the symbol's type is the ABI's entry type; a plugin that exports something else under this
         // name breaks the ABI contract, which the version check below catches for builds of other versions.
-        let entry: libloading::Symbol<'_, abi::EntryFn> = unsafe { lib.get(abi::ENTRY_SYMBOL) }
+        let entry: abi::EntryFn = *unsafe { lib.get::<abi::EntryFn>(abi::ENTRY_SYMBOL) }
             .map_err(|_| failed("no canopy_filter_entry symbol: not a Canopy filter".to_string()))?;
-        // SAFETY: calling the entry point is its documented use; it returns a pointer to static data.
+        // SAFETY: calling the entry point is its documented use; it returns a pointer to static data. The
+        // function pointer stays valid because `lib` moves into `Plugin` with it and is never unloaded first.
         let vtable = unsafe { entry() };
         if vtable.is_null() {
             return Err(failed("canopy_filter_entry returned null".into()));
@@ -162,7 +163,6 @@ impl PluginFilters {
         if plugin_name != name {
             return Err(failed(format!("the library calls itself {plugin_name:?}")));
         }
-        drop(entry);
         tracing::info!(filter = name, path = %path.display(), "filter plugin loaded");
         let plugin = Arc::new(Plugin {
             vtable,

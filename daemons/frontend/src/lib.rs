@@ -58,7 +58,7 @@ impl Default for FrontendConfig {
             node_id: "frontend".into(),
             listen: "0.0.0.0:7400".into(),
             out: "canopy-out".into(),
-            streams: vec!["passthrough".into()],
+            streams: vec!["stats".into()],
             stream_params: Default::default(),
             stream_timeout_ms: 1000,
             sync_mode: "wait_for_all".into(),
@@ -90,13 +90,21 @@ impl CheckConfig for FrontendConfig {
             }
             // Parameters are checked by the filter itself, as the root will create it.
             let params = self.stream_params.get(name).map(String::as_str).unwrap_or("");
-            if let Err(e) = canopy_core::filter::FilterFactory::create(&*filters, name, params, canopy_core::filter::Level::Root) {
+            if let Err(e) = canopy_core::filter::FilterFactory::create(
+                &*filters,
+                name,
+                params,
+                canopy_core::filter::Level::Root,
+            ) {
                 return Err((format!("stream_params.{name}"), e.to_string()));
             }
         }
         for name in self.stream_params.keys() {
             if !self.streams.contains(name) {
-                return Err((format!("stream_params.{name}"), format!("no stream runs filter {name:?}")));
+                return Err((
+                    format!("stream_params.{name}"),
+                    format!("no stream runs filter {name:?}"),
+                ));
             }
         }
         if self.stream_timeout_ms == 0 {
@@ -175,7 +183,7 @@ impl Up for StoreUp {
                 StoreOp::Names(d.names.into_iter().map(|n| (n.id, n.name)).collect())
             }
             up_message::Msg::NodeEvent(ev) => StoreOp::Node(ev),
-            up_message::Msg::Fin(f) => StoreOp::Meta("finished_round".into(), f.last_round.to_string()),
+            up_message::Msg::Fin(f) => StoreOp::Meta("rounds_end".into(), f.rounds_end.to_string()),
             up_message::Msg::Status(st) => {
                 tracing::debug!(node = %st.node_id, closed = st.rounds_closed, partial = st.rounds_partial,
                     late = st.late_arrivals, malformed = st.malformed, "node status");
@@ -197,12 +205,19 @@ impl Up for StoreUp {
     async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
         let _ = self
             .tx
-            .send(StoreOp::Stream(spec.clone(), state.into(), failure.map(str::to_string)))
+            .send(StoreOp::Stream(
+                spec.clone(),
+                state.into(),
+                failure.map(str::to_string),
+            ))
             .await;
         if state == "open"
             && let Ok(info) = self.filters.info(&spec.filter)
         {
-            let _ = self.tx.send(StoreOp::ResultType(spec.stream_id, info.result_type)).await;
+            let _ = self
+                .tx
+                .send(StoreOp::ResultType(spec.stream_id, info.result_type))
+                .await;
         }
     }
 
@@ -231,7 +246,10 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
         let res = match op {
             StoreOp::Result(r) => {
                 let bytes = r.payload.len() as u64;
-                let result_type = result_types.get(&r.stream.stream_id).map(String::as_str).unwrap_or_default();
+                let result_type = result_types
+                    .get(&r.stream.stream_id)
+                    .map(String::as_str)
+                    .unwrap_or_default();
                 let result = if result_type == "canopy.v1.ProfileBatch" {
                     store::RoundResult::Profiles(&r.payload)
                 } else {
@@ -257,9 +275,13 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
                     store.write_round(&rec, result)
                 };
                 let res = match res {
-                    Ok(()) if results::is_tabulated(result_type) => {
-                        store.write_filter_tables(r.stream.stream_id, r.round, result_type, &r.payload, r.late)
-                    }
+                    Ok(()) if results::is_tabulated(result_type) => store.write_filter_tables(
+                        r.stream.stream_id,
+                        r.round,
+                        result_type,
+                        &r.payload,
+                        r.late,
+                    ),
                     other => other,
                 };
                 if res.is_ok() && !r.late {
@@ -378,7 +400,13 @@ impl Frontend {
             local: None,
             status_interval: Duration::from_secs(1),
         };
-        let (node, handles) = Node::new(node_config, StoreUp { tx: store_tx, filters });
+        let (node, handles) = Node::new(
+            node_config,
+            StoreUp {
+                tx: store_tx,
+                filters,
+            },
+        );
         Ok(Self {
             config,
             listener,

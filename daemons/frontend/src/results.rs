@@ -67,7 +67,9 @@ CREATE INDEX IF NOT EXISTS reductions_by_round ON reductions (stream_id, round);
 pub fn is_tabulated(result_type: &str) -> bool {
     matches!(
         result_type,
-        "canopy.filters.v1.StatsResult" | "canopy.filters.v1.HistogramResult" | "canopy.filters.v1.ClassResult"
+        "canopy.filters.v1.StatsResult"
+            | "canopy.filters.v1.HistogramResult"
+            | "canopy.filters.v1.ClassResult"
     )
 }
 
@@ -97,13 +99,31 @@ pub fn write(
         "canopy.filters.v1.StatsResult" => {
             let r = StatsResult::decode(payload).map_err(|e| format!("not a StatsResult: {e}"))?;
             write_stats(tx, stream_id, round, None, &r.stats, late).map_err(sql)?;
-            write_reduction(tx, stream_id, round, r.raw_bytes, payload.len() as u64, None, late).map_err(sql)
+            write_reduction(
+                tx,
+                stream_id,
+                round,
+                r.raw_bytes,
+                payload.len() as u64,
+                None,
+                late,
+            )
+            .map_err(sql)
         }
         "canopy.filters.v1.HistogramResult" => {
             let r = HistogramResult::decode(payload).map_err(|e| format!("not a HistogramResult: {e}"))?;
             write_stats(tx, stream_id, round, None, &r.stats, late).map_err(sql)?;
             write_histograms(tx, stream_id, round, None, &r.histograms, late).map_err(sql)?;
-            write_reduction(tx, stream_id, round, r.raw_bytes, payload.len() as u64, None, late).map_err(sql)
+            write_reduction(
+                tx,
+                stream_id,
+                round,
+                r.raw_bytes,
+                payload.len() as u64,
+                None,
+                late,
+            )
+            .map_err(sql)
         }
         "canopy.filters.v1.ClassResult" => {
             let r = ClassResult::decode(payload).map_err(|e| format!("not a ClassResult: {e}"))?;
@@ -211,7 +231,11 @@ fn write_histograms(
         let width = (h.hi - h.lo) / bins;
         for (b, count) in h.counts.iter().enumerate() {
             let lo = h.lo + width * b as f64;
-            let hi = if b + 1 == h.counts.len() { h.hi } else { h.lo + width * (b + 1) as f64 };
+            let hi = if b + 1 == h.counts.len() {
+                h.hi
+            } else {
+                h.lo + width * (b + 1) as f64
+            };
             st.execute(params![
                 stream_id,
                 round,
@@ -238,7 +262,11 @@ fn write_reduction(
     classes: Option<i64>,
     late: i64,
 ) -> rusqlite::Result<()> {
-    let factor = if result_bytes == 0 { None } else { Some(raw_bytes as f64 / result_bytes as f64) };
+    let factor = if result_bytes == 0 {
+        None
+    } else {
+        Some(raw_bytes as f64 / result_bytes as f64)
+    };
     tx.prepare_cached(
         "INSERT INTO reductions (stream_id, round, raw_bytes, result_bytes, reduction_factor, classes, late)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -261,10 +289,17 @@ mod tests {
 
     #[test]
     fn ranges_read_as_text() {
-        let r = |app: &str, first, last| RankRange { app: app.into(), first, last };
+        let r = |app: &str, first, last| RankRange {
+            app: app.into(),
+            first,
+            last,
+        };
         assert_eq!(ranges_text(&[r("", 0, 0), r("", 2, 9)]), "0,2-9");
         assert_eq!(ranges_text(&[r("lulesh", 4, 7)]), "lulesh:4-7");
-        assert_eq!(ranges_text(&[r("a", 0, 7), r("a", 9, 9), r("b", 0, 1)]), "a:0-7,9,b:0-1");
+        assert_eq!(
+            ranges_text(&[r("a", 0, 7), r("a", 9, 9), r("b", 0, 1)]),
+            "a:0-7,9,b:0-1"
+        );
     }
 
     #[test]
@@ -279,24 +314,49 @@ mod tests {
             std: 1.118,
             min: 1.0,
             max: 4.0,
-            min_rank: Some(RankRef { app: "a".into(), rank: 0 }),
-            max_rank: Some(RankRef { app: "a".into(), rank: 3 }),
+            min_rank: Some(RankRef {
+                app: "a".into(),
+                rank: 0,
+            }),
+            max_rank: Some(RankRef {
+                app: "a".into(),
+                rank: 3,
+            }),
         };
         let r = StatsResult {
-            stats: vec![EventStats { id: u64::MAX, metric: Metric::Exclusive as i32, summary: Some(summary) }],
+            stats: vec![EventStats {
+                id: u64::MAX,
+                metric: Metric::Exclusive as i32,
+                summary: Some(summary),
+            }],
             raw_bytes: 1000,
         };
         let tx = conn.transaction().unwrap();
-        write(&tx, 1, 7, "canopy.filters.v1.StatsResult", &r.encode_to_vec(), false).unwrap();
+        write(
+            &tx,
+            1,
+            7,
+            "canopy.filters.v1.StatsResult",
+            &r.encode_to_vec(),
+            false,
+        )
+        .unwrap();
         assert!(write(&tx, 1, 8, "canopy.filters.v1.StatsResult", &[0xff, 0xff], false).is_err());
         tx.commit().unwrap();
         let (id, metric, count, max_rank): (i64, String, i64, i64) = conn
-            .query_row("SELECT id, metric, count, max_rank FROM stats WHERE round = 7", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
+            .query_row(
+                "SELECT id, metric, count, max_rank FROM stats WHERE round = 7",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
             .unwrap();
-        assert_eq!((id as u64, metric.as_str(), count, max_rank), (u64::MAX, "exclusive", 4, 3));
-        let factor: f64 = conn.query_row("SELECT reduction_factor FROM reductions", [], |r| r.get(0)).unwrap();
+        assert_eq!(
+            (id as u64, metric.as_str(), count, max_rank),
+            (u64::MAX, "exclusive", 4, 3)
+        );
+        let factor: f64 = conn
+            .query_row("SELECT reduction_factor FROM reductions", [], |r| r.get(0))
+            .unwrap();
         assert!(factor > 1.0);
     }
 }

@@ -151,7 +151,11 @@ pub enum StoreError {
     #[error("sqlite error on {path}: {source}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error("cannot store the result of stream {stream_id} round {round}: {reason}")]
-    Result { stream_id: u32, round: u64, reason: String },
+    Result {
+        stream_id: u32,
+        round: u64,
+        reason: String,
+    },
     #[error("cannot decode the profiles of stream {stream_id} round {round}: {source}")]
     Decode {
         stream_id: u32,
@@ -442,7 +446,11 @@ impl Store {
             })
         });
         match (written, failure) {
-            (_, Some(reason)) => Err(StoreError::Result { stream_id, round, reason }),
+            (_, Some(reason)) => Err(StoreError::Result {
+                stream_id,
+                round,
+                reason,
+            }),
             (written, None) => written,
         }
     }

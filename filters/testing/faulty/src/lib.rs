@@ -23,14 +23,24 @@ impl Filter for Faulty {
 
     fn create(params: &str, level: Level) -> Result<Self, String> {
         let v: serde_json::Value = serde_json::from_str(params).map_err(|e| format!("params: {e}"))?;
-        let fault = v.get("fault").and_then(|f| f.as_str()).unwrap_or("none").to_string();
+        let fault = v
+            .get("fault")
+            .and_then(|f| f.as_str())
+            .unwrap_or("none")
+            .to_string();
         if fault == "panic_create" {
             panic!("faulty: told to panic in create");
         }
         Ok(Faulty { fault, level })
     }
 
-    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]], out: &mut dyn Emit) -> Result<(), String> {
+    fn upstream(
+        &mut self,
+        _round: u64,
+        phase: u32,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
         match self.fault.as_str() {
             "panic_upstream" => panic!("faulty: told to panic in upstream"),
             "error_upstream" => return Err("told to fail in upstream".into()),
@@ -50,7 +60,13 @@ impl Filter for Faulty {
         Ok(())
     }
 
-    fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8], out: &mut dyn Emit) -> Result<(), String> {
+    fn downstream(
+        &mut self,
+        _round: u64,
+        phase: u32,
+        packet: &[u8],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
         out.down(phase, packet);
         Ok(())
     }

@@ -1,0 +1,125 @@
+//! Decoding a call's inputs: a bad input is rejected through the emitter and the others go on, and the good
+//! ones come back in a canonical order so that merging does not depend on arrival order.
+
+use canopy_filter_sdk::Emit;
+use canopy_proto::v1::{ProfileBatch, RankProfile};
+use prost::Message;
+
+/// The rank profiles of a leaf's inputs (each an encoded `ProfileBatch`), sorted by (app, rank), and the
+/// summed length of the inputs that decoded: the raw bytes the result stands for. An input that does not
+/// decode is rejected and adds nothing.
+pub fn profiles(inputs: &[&[u8]], out: &mut dyn Emit) -> (Vec<RankProfile>, u64) {
+    let mut raw_bytes = 0u64;
+    let mut profiles = Vec::new();
+    for i in canonical_order(inputs) {
+        match ProfileBatch::decode(inputs[i]) {
+            Ok(batch) => {
+                raw_bytes += inputs[i].len() as u64;
+                profiles.extend(batch.profiles);
+            }
+            Err(e) => out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}")),
+        }
+    }
+    // Stable: two profiles of the same rank keep the canonical order of their inputs.
+    profiles.sort_by(|a, b| (a.app.as_str(), a.rank).cmp(&(b.app.as_str(), b.rank)));
+    (profiles, raw_bytes)
+}
+
+/// The packets of a relay's or root's inputs, decoded as `M` (named `what` in a rejection) and ordered by
+/// their bytes. `check` may refuse a packet that decodes but is unusable; it is rejected like a bad encoding.
+pub fn packets<M: Message + Default>(
+    inputs: &[&[u8]],
+    what: &str,
+    out: &mut dyn Emit,
+    check: impl Fn(&M) -> Result<(), String>,
+) -> Vec<M> {
+    let mut good = Vec::with_capacity(inputs.len());
+    for i in canonical_order(inputs) {
+        match M::decode(inputs[i])
+            .map_err(|e| e.to_string())
+            .and_then(|m| check(&m).map(|()| m))
+        {
+            Ok(m) => good.push(m),
+            Err(e) => out.reject(i, &format!("input is not a {what}: {e}")),
+        }
+    }
+    good
+}
+
+/// Input indices sorted by the inputs' bytes: floating-point merging is not associative, so a fixed order
+/// makes a node's output the same whatever order its children's packets came in.
+fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by(|&a, &b| inputs[a].cmp(inputs[b]).then(a.cmp(&b)));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Collect;
+    use canopy_proto::filters::v1::StatsResult;
+
+    fn batch(app: &str, rank: u32) -> Vec<u8> {
+        ProfileBatch {
+            profiles: vec![RankProfile {
+                app: app.into(),
+                rank,
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn rejects_bad_profiles_and_sorts_the_rest() {
+        let a = batch("x", 5);
+        let b = batch("x", 1);
+        let bad = vec![0x0a, 0x05, 0x01];
+        let mut out = Collect::default();
+        let (got, raw) = profiles(&[&a, &bad, &b], &mut out);
+        assert_eq!(got.iter().map(|p| p.rank).collect::<Vec<_>>(), vec![1, 5]);
+        assert_eq!(raw, (a.len() + b.len()) as u64);
+        assert_eq!(out.rejects.len(), 1);
+        assert_eq!(out.rejects[0].0, 1);
+        assert!(
+            out.rejects[0]
+                .1
+                .starts_with("input is not a canopy.v1.ProfileBatch: "),
+            "{}",
+            out.rejects[0].1
+        );
+    }
+
+    #[test]
+    fn packets_are_checked_and_ordered_by_bytes() {
+        let p1 = StatsResult {
+            raw_bytes: 1,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let p2 = StatsResult {
+            raw_bytes: 2,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let p3 = StatsResult {
+            raw_bytes: 3,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut out = Collect::default();
+        let got: Vec<StatsResult> = packets(&[&p3, &p2, &p1], "StatsResult", &mut out, |m: &StatsResult| {
+            if m.raw_bytes == 2 {
+                Err("two is bad".into())
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(got.iter().map(|m| m.raw_bytes).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            out.rejects,
+            vec![(1, "input is not a StatsResult: two is bad".to_string())]
+        );
+    }
+}

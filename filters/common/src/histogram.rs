@@ -1,0 +1,198 @@
+//! Histograms over ranks, built in ToM's three phases: the global range goes down, the leaf bins the values it
+//! buffered, and the counts add up the tree.
+//!
+//! Bins are equal-width between lo and hi, the global min and max: a value `v` goes to bin
+//! `floor((v - lo) / (hi - lo) * bins)`, computed exactly as written, clamped to `bins - 1` so the maximum
+//! lands in the last bin; when `lo == hi` every value goes to bin 0. The index depends only on `v`, lo, hi and
+//! bins, so counts made at different leaves add up to exactly what binning all ranks at once gives.
+
+use std::collections::BTreeMap;
+
+use canopy_proto::filters::v1::{Histogram, Range};
+
+use crate::metrics::Key;
+use crate::summary::StatsMap;
+
+/// The bin of `v` among `bins` equal bins between `lo` and `hi` (see the module documentation).
+pub fn bin_index(v: f64, lo: f64, hi: f64, bins: usize) -> usize {
+    if bins == 0 {
+        return 0;
+    }
+    if lo == hi {
+        return 0;
+    }
+    let x = ((v - lo) / (hi - lo) * bins as f64).floor();
+    // `as` saturates and maps NaN to 0: a value outside [lo, hi] (not produced by a global min/max) still
+    // lands in a bin rather than panicking.
+    (x as usize).min(bins - 1)
+}
+
+/// The global ranges for binning: one per (id, metric), lo = min and hi = max of its summary, sorted by key.
+pub fn ranges_of(stats: &StatsMap) -> Vec<Range> {
+    stats
+        .iter()
+        .filter(|(_, s)| s.count > 0)
+        .map(|(&(id, metric), s)| Range {
+            id,
+            metric,
+            lo: s.min,
+            hi: s.max,
+        })
+        .collect()
+}
+
+/// The raw values a leaf keeps for a round between phase 0 and phase 1.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples {
+    map: BTreeMap<Key, Vec<f64>>,
+}
+
+impl Samples {
+    pub fn new() -> Samples {
+        Samples::default()
+    }
+
+    pub fn add(&mut self, key: Key, v: f64) {
+        self.map.entry(key).or_default().push(v);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Bins the buffered values with the global `ranges`: one histogram per buffered key that has a range,
+    /// sorted by key. A key without a range (the root never saw it, which a correct tree cannot produce)
+    /// is left out rather than binned against a guess.
+    pub fn bin(&self, ranges: &[Range], bins: usize) -> Vec<Histogram> {
+        let by_key: BTreeMap<Key, &Range> = ranges.iter().map(|r| ((r.id, r.metric), r)).collect();
+        let mut out = Vec::with_capacity(self.map.len());
+        for (key, values) in &self.map {
+            let Some(range) = by_key.get(key) else { continue };
+            let mut counts = vec![0u64; bins];
+            for &v in values {
+                counts[bin_index(v, range.lo, range.hi, bins)] += 1;
+            }
+            out.push(Histogram {
+                id: key.0,
+                metric: key.1,
+                lo: range.lo,
+                hi: range.hi,
+                counts,
+            });
+        }
+        out
+    }
+}
+
+/// Histograms keyed by (id, metric), merged by adding counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistMap {
+    map: BTreeMap<Key, Histogram>,
+}
+
+impl HistMap {
+    pub fn new() -> HistMap {
+        HistMap::default()
+    }
+
+    /// Checks that every histogram has `bins` counts, so a bad packet can be rejected before any of it merges.
+    pub fn check(histograms: &[Histogram], bins: usize) -> Result<(), String> {
+        match histograms.iter().find(|h| h.counts.len() != bins) {
+            Some(h) => Err(format!(
+                "histogram of event {:016x} metric {} has {} bins, expected {bins}",
+                h.id,
+                h.metric,
+                h.counts.len()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds the counts of `histograms` (checked with [`HistMap::check`]) to this map.
+    pub fn merge(&mut self, histograms: &[Histogram]) {
+        for h in histograms {
+            match self.map.get_mut(&(h.id, h.metric)) {
+                Some(mine) => {
+                    for (c, add) in mine.counts.iter_mut().zip(&h.counts) {
+                        *c += add;
+                    }
+                }
+                None => {
+                    self.map.insert((h.id, h.metric), h.clone());
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The histograms sorted by (id, metric).
+    pub fn to_vec(&self) -> Vec<Histogram> {
+        self.map.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::filters::v1::RankRef;
+
+    #[test]
+    fn bin_edges() {
+        assert_eq!(bin_index(0.0, 0.0, 10.0, 10), 0);
+        assert_eq!(bin_index(0.999, 0.0, 10.0, 10), 0);
+        assert_eq!(bin_index(1.0, 0.0, 10.0, 10), 1);
+        assert_eq!(bin_index(9.99, 0.0, 10.0, 10), 9);
+        // The maximum lands in the last bin.
+        assert_eq!(bin_index(10.0, 0.0, 10.0, 10), 9);
+        assert_eq!(bin_index(1e15, 1e-12, 1e15, 5), 4);
+        // A degenerate range puts everything in bin 0.
+        assert_eq!(bin_index(3.0, 3.0, 3.0, 4), 0);
+        // Out of range and NaN are clamped, never a panic.
+        assert_eq!(bin_index(-1.0, 0.0, 1.0, 4), 0);
+        assert_eq!(bin_index(7.0, 0.0, 1.0, 4), 3);
+        assert_eq!(bin_index(f64::NAN, 0.0, 1.0, 4), 0);
+        assert_eq!(bin_index(1.0, 0.0, 1.0, 1), 0);
+    }
+
+    #[test]
+    fn bins_then_merges_by_adding() {
+        let rank = RankRef {
+            app: "a".into(),
+            rank: 0,
+        };
+        let mut stats = StatsMap::new();
+        let mut left = Samples::new();
+        let mut right = Samples::new();
+        for (i, v) in [0.0, 1.0, 2.0, 3.0, 4.0].into_iter().enumerate() {
+            stats.add((1, 2), v, &rank);
+            if i % 2 == 0 {
+                left.add((1, 2), v)
+            } else {
+                right.add((1, 2), v)
+            }
+        }
+        right.add((5, 1), 7.0);
+        stats.add((5, 1), 7.0, &rank);
+        let ranges = ranges_of(&stats);
+        let mut m = HistMap::new();
+        for h in [left.bin(&ranges, 2), right.bin(&ranges, 2)] {
+            HistMap::check(&h, 2).unwrap();
+            m.merge(&h);
+        }
+        let out = m.to_vec();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0].id, out[0].lo, out[0].hi, out[0].counts.clone()),
+            (1, 0.0, 4.0, vec![2, 3])
+        );
+        assert_eq!((out[1].id, out[1].counts.clone()), (5, vec![1, 0]));
+        assert!(
+            HistMap::check(&out, 3)
+                .unwrap_err()
+                .contains("has 2 bins, expected 3")
+        );
+    }
+}

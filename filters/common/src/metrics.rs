@@ -1,0 +1,100 @@
+//! Which numbers a filter reduces: per event calls, inclusive and exclusive time, and per counter its value.
+
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::RankProfile;
+
+/// What a statistic or histogram is about: the event's (or counter's) id and the metric (`Metric as i32`).
+/// Ordered by id, then metric: the order of every repeated output.
+pub type Key = (u64, i32);
+
+/// Which of a profile's numbers to reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Values {
+    /// This round's share: calls, incl_us, excl_us, a counter's value.
+    #[default]
+    Round,
+    /// Since the rank started: calls_total, incl_total_us, excl_total_us, a counter's total.
+    Cumulative,
+}
+
+impl Values {
+    /// The name the `values` parameter uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Values::Round => "round",
+            Values::Cumulative => "cumulative",
+        }
+    }
+}
+
+/// The samples one rank contributes: for each event it reports, `(id, CALLS, calls)`, `(id, INCLUSIVE, incl)`,
+/// `(id, EXCLUSIVE, excl)`; for each counter, `(counter_id, COUNTER, value)`, in the profile's order.
+///
+/// A rank contributes only for the events and counters it reports. A value that is not finite (NaN or
+/// infinite) is left out: one would make the mean, the deviation and every histogram range meaningless.
+pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
+    let mut out = Vec::with_capacity(profile.events.len() * 3 + profile.counters.len());
+    for e in &profile.events {
+        let (calls, incl, excl) = match values {
+            Values::Round => (e.calls as f64, e.incl_us, e.excl_us),
+            Values::Cumulative => (e.calls_total as f64, e.incl_total_us, e.excl_total_us),
+        };
+        out.push(((e.event_id, Metric::Calls as i32), calls));
+        out.push(((e.event_id, Metric::Inclusive as i32), incl));
+        out.push(((e.event_id, Metric::Exclusive as i32), excl));
+    }
+    for c in &profile.counters {
+        let v = match values {
+            Values::Round => c.value,
+            Values::Cumulative => c.total,
+        };
+        out.push(((c.counter_id, Metric::Counter as i32), v));
+    }
+    out.retain(|(_, v)| v.is_finite());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::{CounterSample, EventSample};
+
+    fn profile() -> RankProfile {
+        RankProfile {
+            app: "a".into(),
+            rank: 3,
+            events: vec![EventSample {
+                event_id: 7,
+                calls: 2,
+                incl_us: 5.0,
+                excl_us: 4.0,
+                calls_total: 20,
+                incl_total_us: 50.0,
+                excl_total_us: f64::NAN,
+                ..Default::default()
+            }],
+            counters: vec![CounterSample {
+                counter_id: 9,
+                value: 1.5,
+                total: 15.0,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn round_values() {
+        assert_eq!(
+            extract(&profile(), Values::Round),
+            vec![((7, 1), 2.0), ((7, 2), 5.0), ((7, 3), 4.0), ((9, 4), 1.5)]
+        );
+    }
+
+    #[test]
+    fn cumulative_values_leave_out_non_finite() {
+        assert_eq!(
+            extract(&profile(), Values::Cumulative),
+            vec![((7, 1), 20.0), ((7, 2), 50.0), ((9, 4), 15.0)]
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! Filter parameters: a JSON object whose keys the filter lists, so a misspelt key is an error, not a silent default.
+
+use serde_json::{Map, Value};
+
+use crate::metrics::Values;
+
+/// The parsed parameters of one filter instance.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    map: Map<String, Value>,
+}
+
+impl Params {
+    /// Parses `text` (empty or blank for none) and refuses any key not in `known`.
+    pub fn parse(text: &str, known: &[&str]) -> Result<Params, String> {
+        if text.trim().is_empty() {
+            return Ok(Params::default());
+        }
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("parameters are not valid JSON: {e}"))?;
+        let Value::Object(map) = value else {
+            return Err(format!("parameters must be a JSON object, got {}", kind(&value)));
+        };
+        // Sorted keys: the first unknown key reported does not depend on how the JSON was written.
+        let mut keys: Vec<&String> = map.keys().collect();
+        keys.sort();
+        if let Some(bad) = keys.into_iter().find(|k| !known.contains(&k.as_str())) {
+            let known = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return Err(format!("unknown parameter \"{bad}\" (known: {known})"));
+        }
+        Ok(Params { map })
+    }
+
+    /// Whether `key` was given.
+    pub fn has(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// An integer parameter in `lo..=hi`, `default` when absent.
+    pub fn u32_between(&self, key: &str, default: u32, lo: u32, hi: u32) -> Result<u32, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(default);
+        };
+        let out_of_range = || format!("{key} must be between {lo} and {hi}, got {value}");
+        match value {
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    u32::try_from(i)
+                        .ok()
+                        .filter(|v| (lo..=hi).contains(v))
+                        .ok_or_else(out_of_range)
+                } else if n.as_u64().is_some() {
+                    Err(out_of_range())
+                } else {
+                    Err(format!(
+                        "{key} must be an integer between {lo} and {hi}, got {value}"
+                    ))
+                }
+            }
+            other => Err(format!(
+                "{key} must be an integer between {lo} and {hi}, got {}",
+                kind(other)
+            )),
+        }
+    }
+
+    /// A string parameter, `None` when absent.
+    pub fn string(&self, key: &str) -> Result<Option<&str>, String> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(format!("{key} must be a string, got {}", kind(other))),
+        }
+    }
+
+    /// A string parameter that must be one of `choices`; `default` when absent.
+    pub fn choice<'a>(&'a self, key: &str, choices: &[&str], default: &'a str) -> Result<&'a str, String> {
+        match self.string(key)? {
+            None => Ok(default),
+            Some(s) if choices.contains(&s) => Ok(s),
+            Some(s) => {
+                let quoted: Vec<String> = choices.iter().map(|c| format!("\"{c}\"")).collect();
+                Err(format!("{key} must be one of {}, got \"{s}\"", quoted.join(", ")))
+            }
+        }
+    }
+
+    /// The `values` parameter: `"round"` (the default) or `"cumulative"`.
+    pub fn values(&self) -> Result<Values, String> {
+        match self.choice("values", &["round", "cumulative"], "round")? {
+            "cumulative" => Ok(Values::Cumulative),
+            _ => Ok(Values::Round),
+        }
+    }
+}
+
+/// How a JSON value is named in an error: its type, with the value when short.
+fn kind(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("\"{s}\""),
+        Value::Array(_) => "an array".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_and_empty_object_give_defaults() {
+        for text in ["", "  \n", "{}"] {
+            let p = Params::parse(text, &["bins", "values"]).unwrap();
+            assert_eq!(p.u32_between("bins", 10, 1, 10000).unwrap(), 10);
+            assert_eq!(p.values().unwrap(), Values::Round);
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Params::parse(r#"{"bins": 3, "binz": 4}"#, &["bins", "values"]).unwrap_err();
+        assert_eq!(e, "unknown parameter \"binz\" (known: bins, values)");
+        let e = Params::parse(r#"{"x": 1}"#, &[]).unwrap_err();
+        assert_eq!(e, "unknown parameter \"x\" (known: none)");
+    }
+
+    #[test]
+    fn bad_json_and_non_objects_are_refused() {
+        assert!(
+            Params::parse("{", &[])
+                .unwrap_err()
+                .starts_with("parameters are not valid JSON: ")
+        );
+        assert_eq!(
+            Params::parse("[1]", &[]).unwrap_err(),
+            "parameters must be a JSON object, got an array"
+        );
+        assert_eq!(
+            Params::parse("3", &[]).unwrap_err(),
+            "parameters must be a JSON object, got 3"
+        );
+    }
+
+    #[test]
+    fn integers_are_range_checked() {
+        let get = |text: &str| {
+            Params::parse(text, &["bins"])
+                .unwrap()
+                .u32_between("bins", 10, 1, 10000)
+        };
+        assert_eq!(get(r#"{"bins": 7}"#).unwrap(), 7);
+        assert_eq!(get(r#"{"bins": 10000}"#).unwrap(), 10000);
+        assert_eq!(
+            get(r#"{"bins": 0}"#).unwrap_err(),
+            "bins must be between 1 and 10000, got 0"
+        );
+        assert_eq!(
+            get(r#"{"bins": -2}"#).unwrap_err(),
+            "bins must be between 1 and 10000, got -2"
+        );
+        assert_eq!(
+            get(r#"{"bins": 10001}"#).unwrap_err(),
+            "bins must be between 1 and 10000, got 10001"
+        );
+        assert_eq!(
+            get(r#"{"bins": 18446744073709551615}"#).unwrap_err(),
+            "bins must be between 1 and 10000, got 18446744073709551615"
+        );
+        assert_eq!(
+            get(r#"{"bins": 2.5}"#).unwrap_err(),
+            "bins must be an integer between 1 and 10000, got 2.5"
+        );
+        assert_eq!(
+            get(r#"{"bins": "5"}"#).unwrap_err(),
+            "bins must be an integer between 1 and 10000, got \"5\""
+        );
+        assert_eq!(
+            get(r#"{"bins": null}"#).unwrap_err(),
+            "bins must be an integer between 1 and 10000, got null"
+        );
+    }
+
+    #[test]
+    fn values_choice() {
+        let get = |text: &str| Params::parse(text, &["values"]).unwrap().values();
+        assert_eq!(get(r#"{"values": "round"}"#).unwrap(), Values::Round);
+        assert_eq!(get(r#"{"values": "cumulative"}"#).unwrap(), Values::Cumulative);
+        assert_eq!(
+            get(r#"{"values": "total"}"#).unwrap_err(),
+            "values must be one of \"round\", \"cumulative\", got \"total\""
+        );
+        assert_eq!(
+            get(r#"{"values": 1}"#).unwrap_err(),
+            "values must be a string, got 1"
+        );
+    }
+}

@@ -1,0 +1,468 @@
+//! The histogram filter (ToM's HistFilter): per event and metric, the summary statistics and a histogram over
+//! ranks, built in three phases so that the leaves bin their own ranks' values against the global range.
+//!
+//! Phase 0 (up): each leaf sends per-(id, metric) summaries, which carry min and max, and buffers its ranks'
+//! values for the round; relays merge. The root merges, keeps the round's summaries and sends the global ranges
+//! down as phase 1; relays pass it on. Phase 2 (up): each leaf bins its buffered values against those ranges
+//! and sends the histograms; relays and the root add the counts; finalize stores a `HistogramResult`.
+//! Rounds pipeline: every phase of every round is keyed by its round number.
+
+#![deny(unsafe_code)]
+
+use canopy_filter_common::histogram::{self, HistMap, Samples};
+use canopy_filter_common::rounds::Rounds;
+use canopy_filter_common::summary::{self, StatsMap};
+use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
+use canopy_proto::filters::v1::{HistogramPacket, HistogramResult, RankRef};
+use prost::Message;
+
+/// The default number of bins, as ToM's Fig. 6.
+pub const DEFAULT_BINS: u32 = 10;
+/// The most bins a stream may ask for: a histogram per event and metric must stay small next to the profiles.
+pub const MAX_BINS: u32 = 10_000;
+
+const PACKET: &str = "canopy.filters.v1.HistogramPacket";
+
+/// A leaf's values for a round, kept from phase 0 until the ranges arrive.
+#[derive(Debug, Default)]
+struct Buffer {
+    samples: Samples,
+    raw_bytes: u64,
+}
+
+/// One instance per stream per node.
+#[derive(Debug)]
+pub struct HistogramFilter {
+    level: Level,
+    values: Values,
+    bins: u32,
+    /// Leaf: the values of each open round.
+    buffers: Rounds<Buffer>,
+    /// Root: the merged summaries of each round between phase 0 and phase 2.
+    stats: Rounds<StatsMap>,
+}
+
+impl HistogramFilter {
+    /// Phase 0 at a leaf: summaries up, values buffered.
+    fn leaf_phase0(&mut self, round: u64, inputs: &[&[u8]], out: &mut dyn Emit) {
+        let (profiles, raw_bytes) = decode::profiles(inputs, out);
+        let mut stats = StatsMap::new();
+        let mut samples = Samples::new();
+        for p in &profiles {
+            let rank = RankRef {
+                app: p.app.clone(),
+                rank: p.rank,
+            };
+            for (key, v) in metrics::extract(p, self.values) {
+                stats.add(key, v, &rank);
+                samples.add(key, v);
+            }
+        }
+        // Buffered even when empty: phase 2 must still answer, or the parent would wait for this leaf forever.
+        self.buffers.insert(round, Buffer { samples, raw_bytes });
+        out.up(
+            0,
+            &HistogramPacket {
+                stats: stats.to_stats(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        );
+    }
+
+    /// Phase 0 at a relay or the root: the children's summaries merged.
+    fn merge_phase0(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsMap {
+        let packets: Vec<HistogramPacket> =
+            decode::packets(inputs, PACKET, out, |_: &HistogramPacket| Ok(()));
+        let mut stats = StatsMap::new();
+        for p in &packets {
+            stats.merge_stats(&p.stats);
+        }
+        stats
+    }
+
+    /// Phase 2 at a relay or the root: the children's histograms added up.
+    fn merge_phase2(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> HistogramPacket {
+        let bins = self.bins as usize;
+        let packets: Vec<HistogramPacket> = decode::packets(inputs, PACKET, out, |p: &HistogramPacket| {
+            HistMap::check(&p.histograms, bins)
+        });
+        let mut hists = HistMap::new();
+        let mut raw_bytes = 0u64;
+        for p in &packets {
+            hists.merge(&p.histograms);
+            raw_bytes = raw_bytes.saturating_add(p.raw_bytes);
+        }
+        HistogramPacket {
+            histograms: hists.to_vec(),
+            raw_bytes,
+            ..Default::default()
+        }
+    }
+}
+
+impl Filter for HistogramFilter {
+    const NAME: &'static str = "histogram";
+    const RESULT_TYPE: &'static str = "canopy.filters.v1.HistogramResult";
+
+    fn descriptors() -> &'static [u8] {
+        canopy_proto::FILE_DESCRIPTOR_SET
+    }
+
+    /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative"}`.
+    fn create(params: &str, level: Level) -> Result<Self, String> {
+        let params = Params::parse(params, &["bins", "values"])?;
+        Ok(HistogramFilter {
+            level,
+            values: params.values()?,
+            bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
+            buffers: Rounds::new(),
+            stats: Rounds::new(),
+        })
+    }
+
+    fn upstream(
+        &mut self,
+        round: u64,
+        phase: u32,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
+        match (self.level, phase) {
+            (Level::Leaf, 0) => self.leaf_phase0(round, inputs, out),
+            (Level::Relay, 0) => {
+                let stats = self.merge_phase0(inputs, out);
+                out.up(
+                    0,
+                    &HistogramPacket {
+                        stats: stats.to_stats(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                );
+            }
+            (Level::Root, 0) => {
+                let stats = self.merge_phase0(inputs, out);
+                let ranges = histogram::ranges_of(&stats);
+                self.stats.insert(round, stats);
+                out.down(
+                    1,
+                    &HistogramPacket {
+                        ranges,
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                );
+            }
+            (Level::Relay, 2) => {
+                let packet = self.merge_phase2(inputs, out);
+                out.up(2, &packet.encode_to_vec());
+            }
+            (Level::Root, 2) => {
+                let mut packet = self.merge_phase2(inputs, out);
+                let stats = self.stats.remove(round).ok_or_else(|| {
+                    format!("round {round}: phase 2 came without the round's phase 0 (more than 1024 rounds open?)")
+                })?;
+                // The result needs the summaries: they travel with the root's own packet to finalize.
+                packet.stats = stats.to_stats();
+                out.up(2, &packet.encode_to_vec());
+            }
+            (level, phase) => {
+                return Err(format!(
+                    "histogram at the {level:?} level gets no phase {phase} upstream"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn downstream(
+        &mut self,
+        round: u64,
+        phase: u32,
+        packet: &[u8],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
+        match (self.level, phase) {
+            (Level::Relay, 1) => out.down(1, packet),
+            (Level::Leaf, 1) => {
+                // No buffer: the round was never seen here or was dropped as too old; nothing to bin.
+                let Some(buffer) = self.buffers.remove(round) else {
+                    return Ok(());
+                };
+                let ranges = HistogramPacket::decode(packet)
+                    .map_err(|e| format!("round {round}: the phase 1 packet is not a {PACKET}: {e}"))?
+                    .ranges;
+                let histograms = buffer.samples.bin(&ranges, self.bins as usize);
+                let up = HistogramPacket {
+                    histograms,
+                    raw_bytes: buffer.raw_bytes,
+                    ..Default::default()
+                };
+                out.up(2, &up.encode_to_vec());
+            }
+            (level, phase) => {
+                return Err(format!(
+                    "histogram at the {level:?} level gets no phase {phase} downstream"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
+        if phase != 2 {
+            return Err(format!("histogram results come from phase 2, got phase {phase}"));
+        }
+        let packet = HistogramPacket::decode(packet)
+            .map_err(|e| format!("round {round}: the root's packet is not a {PACKET}: {e}"))?;
+        let mut stats = packet.stats;
+        summary::finish_all(&mut stats);
+        let result = HistogramResult {
+            stats,
+            histograms: packet.histograms,
+            raw_bytes: packet.raw_bytes,
+            bins: self.bins,
+        };
+        Ok(result.encode_to_vec())
+    }
+}
+
+export_filter!(HistogramFilter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_filter_common::testing::{Collect, encode_one};
+    use canopy_proto::filters::v1::{Histogram, Metric};
+    use canopy_proto::v1::{EventSample, RankProfile};
+
+    fn profile(rank: u32, incl: f64) -> Vec<u8> {
+        encode_one(&RankProfile {
+            app: "a".into(),
+            rank,
+            events: vec![EventSample {
+                event_id: 1,
+                calls: 1,
+                incl_us: incl,
+                excl_us: incl,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn inclusive(h: &[Histogram]) -> Vec<u64> {
+        h.iter()
+            .find(|h| h.metric == Metric::Inclusive as i32)
+            .unwrap()
+            .counts
+            .clone()
+    }
+
+    #[test]
+    fn params_errors() {
+        let err = |p: &str| HistogramFilter::create(p, Level::Leaf).unwrap_err();
+        assert_eq!(err(r#"{"bins": 0}"#), "bins must be between 1 and 10000, got 0");
+        assert_eq!(
+            err(r#"{"bins": 10001}"#),
+            "bins must be between 1 and 10000, got 10001"
+        );
+        assert_eq!(
+            err(r#"{"bin": 4}"#),
+            "unknown parameter \"bin\" (known: bins, values)"
+        );
+        assert_eq!(
+            err(r#"{"values": "total"}"#),
+            "values must be one of \"round\", \"cumulative\", got \"total\""
+        );
+        assert_eq!(HistogramFilter::create("", Level::Leaf).unwrap().bins, 10);
+    }
+
+    /// Drives a root over two leaves by hand: both rounds' phase 0 first, then round `first_down` through
+    /// phases 1 and 2, then the other.
+    fn two_rounds(first_down: u64) -> Vec<HistogramResult> {
+        let mut leaves = [
+            HistogramFilter::create(r#"{"bins": 2}"#, Level::Leaf).unwrap(),
+            HistogramFilter::create(r#"{"bins": 2}"#, Level::Leaf).unwrap(),
+        ];
+        let mut root = HistogramFilter::create(r#"{"bins": 2}"#, Level::Root).unwrap();
+        // Inclusive times (leaf 0 | leaf 1), 2 bins. Round 0: 0, 1 | 10, counts 2, 1; round 1: 5 | 6, 7, counts 1, 2.
+        let data = [
+            [vec![profile(0, 0.0), profile(1, 1.0)], vec![profile(2, 10.0)]],
+            [vec![profile(0, 5.0)], vec![profile(1, 6.0), profile(2, 7.0)]],
+        ];
+        // Phase 0 of both rounds at both leaves before any phase 1: the leaves hold two buffers.
+        let mut up0: [Vec<Vec<u8>>; 2] = Default::default();
+        for round in 0..2 {
+            for (leaf, f) in leaves.iter_mut().enumerate() {
+                let inputs: Vec<&[u8]> = data[round][leaf].iter().map(Vec::as_slice).collect();
+                let mut out = Collect::default();
+                f.upstream(round as u64, 0, &inputs, &mut out).unwrap();
+                up0[round].push(out.up.remove(0).1);
+            }
+        }
+        let order = if first_down == 0 { [0usize, 1] } else { [1, 0] };
+        // The root sees round `order[0]`'s phase 0 first, and so on.
+        let mut down = [Vec::new(), Vec::new()];
+        for &round in &order {
+            let inputs: Vec<&[u8]> = up0[round].iter().map(Vec::as_slice).collect();
+            let mut out = Collect::default();
+            root.upstream(round as u64, 0, &inputs, &mut out).unwrap();
+            assert!(out.up.is_empty());
+            assert_eq!(out.down[0].0, 1);
+            down[round] = out.down.remove(0).1;
+        }
+        let mut results = vec![HistogramResult::default(), HistogramResult::default()];
+        for &round in &order {
+            let mut up2 = Vec::new();
+            for f in &mut leaves {
+                let mut out = Collect::default();
+                f.downstream(round as u64, 1, &down[round], &mut out).unwrap();
+                assert_eq!(out.up[0].0, 2);
+                up2.push(out.up.remove(0).1);
+            }
+            let inputs: Vec<&[u8]> = up2.iter().map(Vec::as_slice).collect();
+            let mut out = Collect::default();
+            root.upstream(round as u64, 2, &inputs, &mut out).unwrap();
+            let bytes = root.finalize(round as u64, 2, &out.up[0].1).unwrap();
+            results[round] = HistogramResult::decode(bytes.as_slice()).unwrap();
+        }
+        assert!(
+            leaves.iter().all(|l| l.buffers.is_empty()) && root.stats.is_empty(),
+            "state dropped"
+        );
+        results
+    }
+
+    #[test]
+    fn pipelined_rounds_keep_their_own_values() {
+        for first in [0, 1] {
+            let r = two_rounds(first);
+            assert_eq!(inclusive(&r[0].histograms), vec![2, 1]);
+            assert_eq!(inclusive(&r[1].histograms), vec![1, 2]);
+            let h1 = r[1]
+                .histograms
+                .iter()
+                .find(|h| h.metric == Metric::Inclusive as i32)
+                .unwrap();
+            assert_eq!((h1.lo, h1.hi), (5.0, 7.0));
+            assert_eq!(r[0].bins, 2);
+            let s = r[1]
+                .stats
+                .iter()
+                .find(|s| s.metric == Metric::Inclusive as i32)
+                .unwrap();
+            let s = s.summary.as_ref().unwrap();
+            assert_eq!((s.count, s.mean, s.min, s.max), (3, 6.0, 5.0, 7.0));
+            assert!(s.std > 0.8 && s.std < 0.9, "{}", s.std);
+        }
+    }
+
+    #[test]
+    fn a_rejected_input_is_reported_and_the_rest_merges() {
+        let mut leaf = HistogramFilter::create(r#"{"bins": 4}"#, Level::Leaf).unwrap();
+        let (a, b) = (profile(0, 1.0), profile(1, 3.0));
+        let bad = vec![0x0a, 0x05, 0x01];
+        let mut out = Collect::default();
+        leaf.upstream(7, 0, &[&a, &bad, &b], &mut out).unwrap();
+        assert_eq!(out.rejects.len(), 1);
+        assert_eq!(out.rejects[0].0, 1);
+        let p0 = HistogramPacket::decode(out.up[0].1.as_slice()).unwrap();
+        let s = p0
+            .stats
+            .iter()
+            .find(|s| s.metric == Metric::Inclusive as i32)
+            .unwrap()
+            .summary
+            .clone()
+            .unwrap();
+        assert_eq!((s.count, s.min, s.max), (2, 1.0, 3.0));
+
+        // A relay rejects an undecodable packet in phase 0 and one with the wrong number of bins in phase 2.
+        let mut relay = HistogramFilter::create(r#"{"bins": 4}"#, Level::Relay).unwrap();
+        let mut out0 = Collect::default();
+        relay.upstream(7, 0, &[&out.up[0].1, &bad], &mut out0).unwrap();
+        assert_eq!(out0.rejects.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(HistogramPacket::decode(out0.up[0].1.as_slice()).unwrap(), p0);
+
+        let ranges = HistogramPacket {
+            ranges: histogram::ranges_of(&{
+                let mut m = StatsMap::new();
+                m.merge_stats(&p0.stats);
+                m
+            }),
+            ..Default::default()
+        };
+        let mut out1 = Collect::default();
+        leaf.downstream(7, 1, &ranges.encode_to_vec(), &mut out1).unwrap();
+        let good = out1.up[0].1.clone();
+        let wrong = HistogramPacket {
+            histograms: vec![Histogram {
+                id: 1,
+                metric: 2,
+                lo: 0.0,
+                hi: 1.0,
+                counts: vec![1, 2],
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut out2 = Collect::default();
+        relay.upstream(7, 2, &[&wrong, &good], &mut out2).unwrap();
+        assert_eq!(out2.rejects.len(), 1);
+        assert_eq!(out2.rejects[0].0, 0);
+        assert!(
+            out2.rejects[0].1.contains("has 2 bins, expected 4"),
+            "{}",
+            out2.rejects[0].1
+        );
+        let p2 = HistogramPacket::decode(out2.up[0].1.as_slice()).unwrap();
+        assert_eq!(inclusive(&p2.histograms), vec![1, 0, 0, 1]);
+        assert_eq!(p2.raw_bytes, (a.len() + b.len()) as u64);
+    }
+
+    #[test]
+    fn all_rejected_still_answers_every_phase() {
+        let mut leaf = HistogramFilter::create("{}", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &[&[0xff, 0xff]], &mut out).unwrap();
+        assert_eq!((out.rejects.len(), out.up.len()), (1, 1));
+        let mut out = Collect::default();
+        leaf.downstream(0, 1, &[], &mut out).unwrap();
+        assert_eq!(
+            out.up.len(),
+            1,
+            "a leaf that had a round answers phase 1 even with nothing to bin"
+        );
+    }
+
+    #[test]
+    fn phase_1_for_an_unknown_round_emits_nothing() {
+        let mut leaf = HistogramFilter::create("{}", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.downstream(42, 1, &[], &mut out).unwrap();
+        assert!(out.up.is_empty() && out.down.is_empty());
+    }
+
+    #[test]
+    fn relays_pass_phase_1_down_unchanged() {
+        let mut relay = HistogramFilter::create("{}", Level::Relay).unwrap();
+        let mut out = Collect::default();
+        relay.downstream(3, 1, b"\x01\x02", &mut out).unwrap();
+        assert_eq!(out.down, vec![(1, b"\x01\x02".to_vec())]);
+        assert!(relay.downstream(3, 0, b"", &mut out).is_err());
+    }
+
+    #[test]
+    fn descriptors_define_the_result_type() {
+        let fds = prost_types::FileDescriptorSet::decode(HistogramFilter::descriptors()).unwrap();
+        let (pkg, name) = HistogramFilter::RESULT_TYPE.rsplit_once('.').unwrap();
+        assert!(
+            fds.file
+                .iter()
+                .any(|f| f.package() == pkg && f.message_type.iter().any(|m| m.name() == name))
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The histogram filter over random trees equals a brute-force count over all ranks at once.
+
+use canopy_filter_common::testing::reference::{self, Key};
+use canopy_filter_common::testing::{Case, DataSpec};
+use canopy_filter_histogram::HistogramFilter;
+use canopy_proto::filters::v1::HistogramResult;
+use proptest::prelude::*;
+use prost::Message;
+
+fn check(c: &Case, params: &str, seed: u64, bins: usize, cumulative: bool) -> Result<usize, TestCaseError> {
+    let out = c
+        .run::<HistogramFilter>(params, seed)
+        .map_err(TestCaseError::fail)?;
+    prop_assert!(out.rejects.is_empty());
+    prop_assert_eq!(
+        out.results.len(),
+        c.profiles.len(),
+        "one result per round, from phase 2"
+    );
+    for r in 0..c.profiles.len() {
+        let bytes = out
+            .results
+            .get(&(r as u64, 2))
+            .ok_or_else(|| TestCaseError::fail("no phase 2 result"))?;
+        let result = HistogramResult::decode(bytes.as_slice()).unwrap();
+        let want = reference::samples(&c.profiles[r], cumulative);
+        let keys: Vec<Key> = want.keys().copied().collect();
+        prop_assert_eq!(result.bins as usize, bins);
+        prop_assert_eq!(result.raw_bytes, c.raw_bytes(r));
+        prop_assert_eq!(
+            &result.stats.iter().map(|s| (s.id, s.metric)).collect::<Vec<_>>(),
+            &keys
+        );
+        prop_assert_eq!(
+            &result
+                .histograms
+                .iter()
+                .map(|h| (h.id, h.metric))
+                .collect::<Vec<_>>(),
+            &keys
+        );
+        for (es, h) in result.stats.iter().zip(&result.histograms) {
+            let what = format!("round {r} {:016x}/{} ({})", es.id, es.metric, c.tree.describe());
+            let values = &want[&(es.id, es.metric)];
+            reference::check_summary(&what, es.summary.as_ref().unwrap(), values)
+                .map_err(TestCaseError::fail)?;
+            reference::check_histogram(&what, h, values, bins).map_err(TestCaseError::fail)?;
+        }
+    }
+    Ok(out.max_open_rounds)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn tree_equals_brute_force(
+        seed in any::<u64>(),
+        ranks in 0usize..120,
+        rounds in 1usize..5,
+        bins in 1usize..=20,
+        cumulative in any::<bool>(),
+    ) {
+        let c = Case::random(seed, ranks, rounds, &DataSpec::default());
+        let values = if cumulative { "cumulative" } else { "round" };
+        let params = format!(r#"{{"bins": {bins}, "values": "{values}"}}"#);
+        check(&c, &params, seed ^ 0xa11, bins, cumulative)?;
+    }
+
+    #[test]
+    fn arrival_order_does_not_change_a_byte(seed in any::<u64>(), ranks in 0usize..80) {
+        let c = Case::random(seed, ranks, 3, &DataSpec::default());
+        let a = c.run::<HistogramFilter>("{}", seed).unwrap().results;
+        let b = c.run::<HistogramFilter>("{}", seed.wrapping_add(1)).unwrap().results;
+        prop_assert_eq!(a, b);
+    }
+}
+
+/// The simulator really interleaves rounds here (round r + 1 starts before round r's phase 2), and the
+/// results are still exact.
+#[test]
+fn pipelined_rounds_over_a_tree() {
+    let mut pipelined = 0;
+    for seed in 0..8u64 {
+        let c = Case::random(seed, 60, 6, &DataSpec::default());
+        let open = check(&c, r#"{"bins": 7}"#, seed, 7, false).unwrap();
+        if open > 1 {
+            pipelined += 1;
+        }
+    }
+    assert!(pipelined >= 4, "only {pipelined} of 8 runs pipelined");
+}

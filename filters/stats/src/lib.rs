@@ -1,0 +1,224 @@
+//! The stats filter (ToM's StatsFilter): per event and metric, count, mean, standard deviation, min and max
+//! with the ranks holding them, merged up the tree in one phase.
+
+#![deny(unsafe_code)]
+
+use canopy_filter_common::summary::StatsMap;
+use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
+use canopy_proto::filters::v1::{RankRef, StatsResult};
+use prost::Message;
+
+/// One instance per stream per node. It keeps no state between calls: each round is one phase.
+#[derive(Debug)]
+pub struct StatsFilter {
+    level: Level,
+    values: Values,
+}
+
+impl StatsFilter {
+    /// Leaf: summarizes its ranks' profiles into one packet.
+    fn leaf(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
+        let (profiles, raw_bytes) = decode::profiles(inputs, out);
+        let mut stats = StatsMap::new();
+        for p in &profiles {
+            let rank = RankRef {
+                app: p.app.clone(),
+                rank: p.rank,
+            };
+            for (key, v) in metrics::extract(p, self.values) {
+                stats.add(key, v, &rank);
+            }
+        }
+        StatsResult {
+            stats: stats.to_stats(),
+            raw_bytes,
+        }
+    }
+
+    /// Relay and root: merges the children's packets.
+    fn merge(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
+        let packets: Vec<StatsResult> =
+            decode::packets(inputs, "canopy.filters.v1.StatsResult", out, |_: &StatsResult| {
+                Ok(())
+            });
+        let mut stats = StatsMap::new();
+        let mut raw_bytes = 0u64;
+        for p in &packets {
+            stats.merge_stats(&p.stats);
+            raw_bytes = raw_bytes.saturating_add(p.raw_bytes);
+        }
+        StatsResult {
+            stats: stats.to_stats(),
+            raw_bytes,
+        }
+    }
+}
+
+impl Filter for StatsFilter {
+    const NAME: &'static str = "stats";
+    const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
+
+    fn descriptors() -> &'static [u8] {
+        canopy_proto::FILE_DESCRIPTOR_SET
+    }
+
+    /// Params: `{"values": "round" | "cumulative"}`.
+    fn create(params: &str, level: Level) -> Result<Self, String> {
+        let params = Params::parse(params, &["values"])?;
+        Ok(StatsFilter {
+            level,
+            values: params.values()?,
+        })
+    }
+
+    fn upstream(
+        &mut self,
+        _round: u64,
+        phase: u32,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
+        if phase != 0 {
+            return Err(format!("stats has one phase (0), got phase {phase}"));
+        }
+        let packet = match self.level {
+            Level::Leaf => self.leaf(inputs, out),
+            Level::Relay | Level::Root => self.merge(inputs, out),
+        };
+        out.up(0, &packet.encode_to_vec());
+        Ok(())
+    }
+
+    fn downstream(
+        &mut self,
+        _round: u64,
+        phase: u32,
+        _packet: &[u8],
+        _out: &mut dyn Emit,
+    ) -> Result<(), String> {
+        Err(format!("stats sends nothing down, got a phase {phase} packet"))
+    }
+
+    /// The merged packet with every `std` filled.
+    fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
+        if phase != 0 {
+            return Err(format!("stats has one phase (0), got phase {phase}"));
+        }
+        let mut result = StatsResult::decode(packet)
+            .map_err(|e| format!("round {round}: the root's packet is not a StatsResult: {e}"))?;
+        canopy_filter_common::summary::finish_all(&mut result.stats);
+        Ok(result.encode_to_vec())
+    }
+}
+
+export_filter!(StatsFilter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_filter_common::testing::{Collect, encode_one};
+    use canopy_proto::filters::v1::Metric;
+    use canopy_proto::v1::{EventSample, RankProfile};
+
+    fn profile(rank: u32, incl: f64) -> Vec<u8> {
+        encode_one(&RankProfile {
+            app: "a".into(),
+            rank,
+            events: vec![EventSample {
+                event_id: 1,
+                calls: 1,
+                incl_us: incl,
+                excl_us: incl,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn params_errors() {
+        assert_eq!(
+            StatsFilter::create(r#"{"bins": 3}"#, Level::Leaf).unwrap_err(),
+            "unknown parameter \"bins\" (known: values)"
+        );
+        assert_eq!(
+            StatsFilter::create(r#"{"values": "all"}"#, Level::Leaf).unwrap_err(),
+            "values must be one of \"round\", \"cumulative\", got \"all\""
+        );
+        assert!(StatsFilter::create("", Level::Root).is_ok());
+    }
+
+    #[test]
+    fn a_rejected_input_is_reported_and_the_rest_merges() {
+        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let (a, b) = (profile(0, 2.0), profile(1, 4.0));
+        let bad = vec![0x0a, 0x05, 0x01];
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &[&a, &bad, &b], &mut out).unwrap();
+        assert_eq!(out.rejects.len(), 1);
+        assert_eq!(out.rejects[0].0, 1);
+        let packet = StatsResult::decode(out.up[0].1.as_slice()).unwrap();
+        assert_eq!(packet.raw_bytes, (a.len() + b.len()) as u64);
+        let incl = packet
+            .stats
+            .iter()
+            .find(|s| s.metric == Metric::Inclusive as i32)
+            .unwrap();
+        let s = incl.summary.as_ref().unwrap();
+        assert_eq!((s.count, s.mean), (2, 3.0));
+
+        // A relay rejects a bad child packet and merges the good one.
+        let mut relay = StatsFilter::create("{}", Level::Relay).unwrap();
+        let mut out2 = Collect::default();
+        relay.upstream(0, 0, &[&bad, &out.up[0].1], &mut out2).unwrap();
+        assert_eq!(out2.rejects.len(), 1);
+        assert_eq!(out2.rejects[0].0, 0);
+        assert_eq!(StatsResult::decode(out2.up[0].1.as_slice()).unwrap(), packet);
+    }
+
+    #[test]
+    fn all_inputs_rejected_still_emits() {
+        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.upstream(3, 0, &[&[0xff, 0xff]], &mut out).unwrap();
+        assert_eq!(out.rejects.len(), 1);
+        assert_eq!(out.up.len(), 1);
+        assert_eq!(
+            StatsResult::decode(out.up[0].1.as_slice()).unwrap(),
+            StatsResult::default()
+        );
+        // And with no inputs at all (a leaf without ranks).
+        let mut out = Collect::default();
+        leaf.upstream(4, 0, &[], &mut out).unwrap();
+        assert_eq!(out.up.len(), 1);
+    }
+
+    #[test]
+    fn finalize_fills_std() {
+        let mut root = StatsFilter::create("{}", Level::Root).unwrap();
+        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let (a, b) = (profile(0, 2.0), profile(1, 4.0));
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &[&a, &b], &mut out).unwrap();
+        let result = StatsResult::decode(root.finalize(0, 0, &out.up[0].1).unwrap().as_slice()).unwrap();
+        let incl = result
+            .stats
+            .iter()
+            .find(|s| s.metric == Metric::Inclusive as i32)
+            .unwrap();
+        assert_eq!(incl.summary.as_ref().unwrap().std, 1.0);
+        assert!(root.finalize(0, 1, &out.up[0].1).is_err());
+    }
+
+    #[test]
+    fn descriptors_define_the_result_type() {
+        let fds = prost_types::FileDescriptorSet::decode(StatsFilter::descriptors()).unwrap();
+        let (pkg, name) = StatsFilter::RESULT_TYPE.rsplit_once('.').unwrap();
+        assert!(
+            fds.file
+                .iter()
+                .any(|f| f.package() == pkg && f.message_type.iter().any(|m| m.name() == name))
+        );
+    }
+}

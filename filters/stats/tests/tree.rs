@@ -1,0 +1,48 @@
+//! The stats filter over random trees equals the same statistics computed directly over all ranks at once.
+
+use std::collections::BTreeMap;
+
+use canopy_filter_common::testing::reference::{self, Key};
+use canopy_filter_common::testing::{Case, DataSpec};
+use canopy_filter_stats::StatsFilter;
+use canopy_proto::filters::v1::StatsResult;
+use proptest::prelude::*;
+use prost::Message;
+
+fn run(c: &Case, params: &str, seed: u64) -> BTreeMap<(u64, u32), Vec<u8>> {
+    let out = c.run::<StatsFilter>(params, seed).unwrap();
+    assert!(out.rejects.is_empty());
+    out.results
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn tree_equals_direct(seed in any::<u64>(), ranks in 0usize..120, rounds in 1usize..4, cumulative in any::<bool>()) {
+        let c = Case::random(seed, ranks, rounds, &DataSpec::default());
+        let params = if cumulative { r#"{"values": "cumulative"}"# } else { "{}" };
+        let results = run(&c, params, seed ^ 0x5eed);
+        prop_assert_eq!(results.len(), rounds, "one result per round");
+        for r in 0..rounds {
+            let result = StatsResult::decode(results[&(r as u64, 0)].as_slice()).unwrap();
+            let want = reference::samples(&c.profiles[r], cumulative);
+            prop_assert_eq!(result.raw_bytes, c.raw_bytes(r));
+            let keys: Vec<Key> = result.stats.iter().map(|s| (s.id, s.metric)).collect();
+            prop_assert_eq!(&keys, &want.keys().copied().collect::<Vec<_>>(), "keys, sorted ({})", c.tree.describe());
+            for es in &result.stats {
+                let what = format!("round {r} {:016x}/{}", es.id, es.metric);
+                reference::check_summary(&what, es.summary.as_ref().unwrap(), &want[&(es.id, es.metric)])
+                    .map_err(TestCaseError::fail)?;
+            }
+        }
+    }
+
+    #[test]
+    fn arrival_order_does_not_change_a_byte(seed in any::<u64>(), ranks in 0usize..80) {
+        let c = Case::random(seed, ranks, 3, &DataSpec::default());
+        let a = run(&c, "{}", seed);
+        let b = run(&c, "{}", seed.wrapping_add(1));
+        prop_assert_eq!(a, b);
+    }
+}
