@@ -54,6 +54,9 @@ enum Command {
         period_ms: u64,
         #[arg(long, default_value_t = 100)]
         rounds: u64,
+        /// The stream's filter: passthrough, stats, histogram or classify.
+        #[arg(long, default_value = "passthrough")]
+        filter: String,
     },
 }
 
@@ -70,24 +73,10 @@ fn main() -> anyhow::Result<()> {
             rounds,
             events,
         } => engine(&sources, rounds, events, args.repeats),
-        Command::Tree {
-            ranks,
-            agents,
-            fanout,
-            events,
-            period_ms,
-            rounds,
-        } => {
+        Command::Tree { ranks, agents, fanout, events, period_ms, rounds, filter } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            rt.block_on(tree(
-                ranks,
-                agents,
-                fanout,
-                events,
-                period_ms,
-                rounds,
-                args.repeats,
-            ))
+            let shape = Shape { ranks, agents, fanout, events, period_ms, rounds, filter };
+            rt.block_on(tree(&shape, args.repeats))
         }
     }
 }
@@ -210,17 +199,21 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
     Ok(())
 }
 
-async fn tree(
+/// A tree benchmark's shape.
+struct Shape {
     ranks: u32,
     agents: usize,
     fanout: usize,
     events: u32,
     period_ms: u64,
     rounds: u64,
-    repeats: usize,
-) -> anyhow::Result<()> {
+    filter: String,
+}
+
+async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
+    let Shape { ranks, agents, fanout, events, period_ms, rounds, ref filter } = *shape;
     println!(
-        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, passthrough, in-process daemons over loopback gRPC"
+        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, in-process daemons over loopback gRPC"
     );
     let offered = 1000.0 / period_ms as f64;
     let mut rates = Vec::new();
@@ -236,6 +229,7 @@ async fn tree(
             period_ms,
             events,
             timeout_ms: 5000,
+            streams: vec![filter.clone()],
             ..TreeBuilder::default()
         };
         let mut sandbox = builder.start().await;

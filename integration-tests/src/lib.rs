@@ -353,20 +353,18 @@ pub fn query_text(store: &Path, sql: &str) -> Option<String> {
     conn.query_row(sql, [], |r| r.get(0)).ok()
 }
 
-/// The directory of the built filter plugins (`target/debug`, beside the daemons).
+/// The directory of the built filter plugins: beside the running executable (a binary such as the bench), or
+/// one up from it (a test executable in `target/debug/deps`).
 pub fn plugin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
-    assert!(
-        dir.join("libcanopy_filter_passthrough.so").is_file(),
-        "filter plugins are not built in {}: run `cargo build --workspace` before the tests",
-        dir.display()
-    );
-    dir
+    let here = exe.parent().expect("executable dir").to_path_buf();
+    let candidates = [here.clone(), here.parent().map(Path::to_path_buf).unwrap_or_default()];
+    candidates
+        .into_iter()
+        .find(|d| d.join("libcanopy_filter_passthrough.so").is_file())
+        .unwrap_or_else(|| {
+            panic!("filter plugins are not built near {}: run `cargo build --workspace` first", here.display())
+        })
 }
 
 /// The directory of the built daemons (`target/debug` beside the test executable).
