@@ -73,9 +73,25 @@ fn main() -> anyhow::Result<()> {
             rounds,
             events,
         } => engine(&sources, rounds, events, args.repeats),
-        Command::Tree { ranks, agents, fanout, events, period_ms, rounds, filter } => {
+        Command::Tree {
+            ranks,
+            agents,
+            fanout,
+            events,
+            period_ms,
+            rounds,
+            filter,
+        } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            let shape = Shape { ranks, agents, fanout, events, period_ms, rounds, filter };
+            let shape = Shape {
+                ranks,
+                agents,
+                fanout,
+                events,
+                period_ms,
+                rounds,
+                filter,
+            };
             rt.block_on(tree(&shape, args.repeats))
         }
     }
@@ -211,7 +227,15 @@ struct Shape {
 }
 
 async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
-    let Shape { ranks, agents, fanout, events, period_ms, rounds, ref filter } = *shape;
+    let Shape {
+        ranks,
+        agents,
+        fanout,
+        events,
+        period_ms,
+        rounds,
+        ref filter,
+    } = *shape;
     println!(
         "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, in-process daemons over loopback gRPC"
     );

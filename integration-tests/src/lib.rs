@@ -358,12 +358,18 @@ pub fn query_text(store: &Path, sql: &str) -> Option<String> {
 pub fn plugin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let here = exe.parent().expect("executable dir").to_path_buf();
-    let candidates = [here.clone(), here.parent().map(Path::to_path_buf).unwrap_or_default()];
+    let candidates = [
+        here.clone(),
+        here.parent().map(Path::to_path_buf).unwrap_or_default(),
+    ];
     candidates
         .into_iter()
         .find(|d| d.join("libcanopy_filter_passthrough.so").is_file())
         .unwrap_or_else(|| {
-            panic!("filter plugins are not built near {}: run `cargo build --workspace` first", here.display())
+            panic!(
+                "filter plugins are not built near {}: run `cargo build --workspace` first",
+                here.display()
+            )
         })
 }
 
