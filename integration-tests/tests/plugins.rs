@@ -111,7 +111,7 @@ int canopy_filter_something_else(void) { return 1; }
 
 const OLD_ABI: &str = r#"
 #include "canopy_filter.h"
-static const canopy_filter_vtable VTABLE = { .abi_version = 999u, .name = "oldabi" };
+static const canopy_filter_vtable VTABLE = { .abi_version = 999u, .name = "oldabi", .phases = 1 };
 const canopy_filter_vtable *canopy_filter_entry(void) { return &VTABLE; }
 "#;
 
@@ -153,7 +153,7 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
     );
     let why = failure_of(&tree, "oldabi", "oldabi", "").await;
     assert!(
-        why.contains("ABI version 999 but this daemon speaks version 1"),
+        why.contains("ABI version 999 but this daemon speaks version 2"),
         "{why}"
     );
     let why = failure_of(&tree, "badparams", "passthrough", r#"{"bins": 4}"#).await;

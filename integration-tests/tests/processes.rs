@@ -143,7 +143,16 @@ fn sigterm_to_the_front_end_drains_and_exits_zero_within_five_seconds() {
     assert!(rounds.len() >= 10);
     for (i, r) in rounds.iter().enumerate() {
         assert_eq!(r.round, i as u64, "rounds are contiguous");
-        assert_eq!((r.covered, r.expected), (16, 16), "round {}: {r:?}", r.round);
+        if i + 1 < rounds.len() {
+            assert_eq!((r.covered, r.expected), (16, 16), "round {}: {r:?}", r.round);
+        } else {
+            // One agent may have dumped a last round after the other had stopped: that agent's ranks are
+            // stored, the other's are counted as stopped.
+            assert!(
+                r.covered == 16 || r.missing_reason.as_deref() == Some("stopped: 8"),
+                "{r:?}"
+            );
+        }
     }
     // The agents finished on the drain and left after the root's fin-ack.
     assert!(

@@ -150,12 +150,20 @@ async fn a_drain_stores_every_round_already_dumped() {
     let rounds = tree.rounds();
     for (i, r) in rounds.iter().enumerate() {
         assert_eq!(r.round, i as u64, "rounds are contiguous");
-        assert_eq!(
-            (r.covered, r.expected),
-            (16, 16),
-            "round {} lost ranks in the drain",
-            r.round
-        );
+        if i + 1 < rounds.len() {
+            assert_eq!(
+                (r.covered, r.expected),
+                (16, 16),
+                "round {} lost ranks in the drain",
+                r.round
+            );
+        } else {
+            // One agent may have dumped a last round after the other had stopped: its ranks count as stopped.
+            assert!(
+                r.covered == 16 || r.missing_reason.as_deref() == Some("stopped: 8"),
+                "{r:?}"
+            );
+        }
     }
     // The agents finished on the drain (their Fin reached the root), so the last rounds were waited for.
     assert_eq!(

@@ -158,6 +158,10 @@ pub struct RoundEngine {
     live: usize,
     /// Finished sources by the end of their rounds: those still waited for in earlier rounds.
     finished_ends: BTreeMap<u64, usize>,
+    /// The sources whose phase-0 packet made each round: the later phases of a round (a histogram's counts)
+    /// wait for these only, so every phase of a round describes the same ranks.
+    participants: HashMap<(u32, u64), HashSet<SourceId>>,
+    participants_order: std::collections::VecDeque<(u32, u64)>,
 }
 
 impl RoundEngine {
@@ -213,12 +217,15 @@ impl RoundEngine {
                 *self.finished_ends.entry(end).or_default() += 1;
             }
         }
-        for (key, g) in self.open.iter_mut() {
-            g.live_arrived = g
-                .from
-                .iter()
-                .filter(|id| self.sources[*id].state.expected_in(key.round))
-                .count();
+        let counts: Vec<(GroupKey, usize)> = self
+            .open
+            .iter()
+            .map(|(key, g)| (*key, g.from.iter().filter(|id| self.waits_for(*key, id)).count()))
+            .collect();
+        for (key, n) in counts {
+            if let Some(g) = self.open.get_mut(&key) {
+                g.live_arrived = n;
+            }
         }
     }
 
@@ -242,7 +249,7 @@ impl RoundEngine {
         let ready: Vec<GroupKey> = self
             .open
             .iter()
-            .filter(|(k, g)| self.all_live_arrived(k.round, g))
+            .filter(|(k, g)| self.all_live_arrived(**k, g))
             .map(|(k, _)| *k)
             .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
@@ -309,6 +316,17 @@ impl RoundEngine {
                 partial: false,
             }));
         }
+        if self
+            .later_phase_participants(key)
+            .is_some_and(|p| !p.contains(&arrival.source))
+        {
+            // Its phase 0 missed the round here, so the round's result does not count its ranks: later
+            // phases from it are late too, or the phases would describe different ranks.
+            self.stats.late_packets += 1;
+            self.stats.late_ranks += u64::from(arrival.coverage.covered);
+            return Ok(Accepted::Late(arrival));
+        }
+        let waits = self.waits_for(key, &arrival.source);
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {
             arrived: Vec::new(),
             from: HashSet::new(),
@@ -323,13 +341,13 @@ impl RoundEngine {
                 phase: key.phase,
             });
         }
-        if self.sources[&arrival.source].state.expected_in(key.round) {
+        if waits {
             group.live_arrived += 1;
         }
         group.from.insert(arrival.source.clone());
         group.arrived.push(arrival);
         let group = &self.open[&key];
-        if self.all_live_arrived(key.round, group) {
+        if self.all_live_arrived(key, group) {
             Ok(Accepted::Closed(self.close(key)))
         } else {
             Ok(Accepted::Pending)
@@ -353,13 +371,54 @@ impl RoundEngine {
         keys.into_iter().map(|k| self.close(k)).collect()
     }
 
-    fn all_live_arrived(&self, round: u64, group: &OpenGroup) -> bool {
-        let finished_waited: usize = self.finished_ends.range(round + 1..).map(|(_, n)| n).sum();
+    fn all_live_arrived(&self, key: GroupKey, group: &OpenGroup) -> bool {
+        if let Some(p) = self.later_phase_participants(key) {
+            let expected = p.iter().filter(|id| {
+                self.sources
+                    .get(*id)
+                    .is_some_and(|s| s.state.expected_in(key.round))
+            });
+            return group.live_arrived == expected.count();
+        }
+        let finished_waited: usize = self.finished_ends.range(key.round + 1..).map(|(_, n)| n).sum();
         group.live_arrived == self.live + finished_waited
+    }
+
+    /// For a later phase of a round whose phase 0 closed here: the sources that took part in it.
+    fn later_phase_participants(&self, key: GroupKey) -> Option<&HashSet<SourceId>> {
+        if key.phase == 0 {
+            return None;
+        }
+        self.participants.get(&(key.stream, key.round))
+    }
+
+    /// Whether the group `key` waits for `id`.
+    fn waits_for(&self, key: GroupKey, id: &str) -> bool {
+        let in_round = self
+            .sources
+            .get(id)
+            .is_some_and(|s| s.state.expected_in(key.round));
+        in_round && self.later_phase_participants(key).is_none_or(|p| p.contains(id))
+    }
+
+    /// The sources that took part in phase 0 of a round, if it closed here (a node sends a round's later
+    /// packets down to these only).
+    pub fn participants(&self, stream: u32, round: u64) -> Option<&HashSet<SourceId>> {
+        self.participants.get(&(stream, round))
     }
 
     fn close(&mut self, key: GroupKey) -> Closed {
         let group = self.open.remove(&key).expect("closing a group that is open");
+        if key.phase == 0 {
+            self.participants
+                .insert((key.stream, key.round), group.from.clone());
+            self.participants_order.push_back((key.stream, key.round));
+            while self.participants_order.len() > CLOSED_MEMORY {
+                if let Some(k) = self.participants_order.pop_front() {
+                    self.participants.remove(&k);
+                }
+            }
+        }
         self.closed
             .entry((key.stream, key.phase))
             .or_default()
@@ -586,6 +645,49 @@ mod tests {
     }
 
     #[test]
+    fn later_phases_wait_only_for_the_sources_of_phase_0() {
+        let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        e.accept(K, arrival("a", 4), now).unwrap();
+        e.accept(K, arrival("b", 4), now).unwrap();
+        // c misses phase 0: the round closes by time-out without it.
+        let closed = e.expire(now + Duration::from_millis(100));
+        assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 4);
+        assert_eq!(e.participants(1, 0).unwrap().len(), 2);
+        // Phase 2 closes as soon as a and b deliver; c's phase 2 is late, not merged.
+        let p2 = GroupKey { phase: 2, ..K };
+        assert!(matches!(
+            e.accept(p2, arrival("c", 4), now).unwrap(),
+            Accepted::Late(_)
+        ));
+        assert!(matches!(
+            e.accept(p2, arrival("a", 4), now).unwrap(),
+            Accepted::Pending
+        ));
+        let Accepted::Closed(c) = e.accept(p2, arrival("b", 4), now).unwrap() else {
+            panic!("not closed")
+        };
+        assert_eq!((c.coverage.covered, c.coverage.expected), (8, 12));
+        assert_eq!(missing_for(&c.coverage, MissingReason::Late), 4);
+        // A participant lost between the phases is not waited for.
+        let p2r1 = GroupKey {
+            phase: 0,
+            round: 1,
+            ..K
+        };
+        for s in ["a", "b", "c"] {
+            e.accept(p2r1, arrival(s, 4), now).unwrap();
+        }
+        let p2r1 = GroupKey { phase: 2, ..p2r1 };
+        e.accept(p2r1, arrival("a", 4), now).unwrap();
+        e.set_source_state("c", SourceState::Lost);
+        let Accepted::Closed(c) = e.accept(p2r1, arrival("b", 4), now).unwrap() else {
+            panic!("not closed")
+        };
+        assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 4);
+    }
+
+    #[test]
     fn uncover_moves_ranks_to_a_reason() {
         let mut c = full(10);
         uncover(&mut c, MissingReason::Malformed, 4);
@@ -603,11 +705,17 @@ mod tests {
             OnTime,
             Late,
             Lost,
-            Finished,
+            /// Finished after round `end - 1`: still waited for (and late, as it sends nothing) below `end`.
+            Finished(u64),
         }
 
         fn fate() -> impl Strategy<Value = Fate> {
-            prop_oneof![4 => Just(Fate::OnTime), 1 => Just(Fate::Late), 1 => Just(Fate::Lost), 1 => Just(Fate::Finished)]
+            prop_oneof![
+                4 => Just(Fate::OnTime),
+                1 => Just(Fate::Late),
+                1 => Just(Fate::Lost),
+                1 => (0u64..7).prop_map(Fate::Finished),
+            ]
         }
 
         proptest! {
@@ -645,7 +753,9 @@ mod tests {
                 for (i, (_, f, _)) in sources.iter().enumerate() {
                     match f {
                         Fate::Lost => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Lost)),
-                        Fate::Finished => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished { end: 0 })),
+                        Fate::Finished(end) => {
+                            closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished { end: *end }))
+                        }
                         _ => {}
                     }
                 }
@@ -688,8 +798,15 @@ mod tests {
                     prop_assert_eq!(c.coverage.expected, total);
                     prop_assert_eq!(c.coverage.covered, on_time_expected[c.key.round as usize]);
                     let lost: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Lost)).map(|s| s.0).sum();
-                    let late: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Late)).map(|s| s.0).sum();
-                    let fin: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Finished)).map(|s| s.0).sum();
+                    let r = c.key.round;
+                    // A finished source is still waited for in rounds below its end: it sends nothing, so late.
+                    let late: u32 = sources
+                        .iter()
+                        .filter(|s| matches!(s.1, Fate::Late) || matches!(s.1, Fate::Finished(end) if r < end))
+                        .map(|s| s.0)
+                        .sum();
+                    let fin: u32 =
+                        sources.iter().filter(|s| matches!(s.1, Fate::Finished(end) if r >= end)).map(|s| s.0).sum();
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);

@@ -54,6 +54,10 @@ pub trait Filter: Send + Sync {
     fn finalize(&mut self, round: u64, phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError>;
     /// Event and counter names as the node learns them (a classification by name needs them at the leaf).
     fn names(&mut self, _names: &[(u64, String)]) {}
+    /// Phases of a round: a round is done at a node when it sends up a packet of phase `phases() - 1`.
+    fn phases(&self) -> u32 {
+        1
+    }
 }
 
 /// Creates filter instances by name.

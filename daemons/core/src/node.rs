@@ -226,6 +226,8 @@ pub struct Node<U: Up> {
     wait_hint: u64,
     /// At a leaf: every round below this was dumped by the local ranks.
     local_end: u64,
+    /// Streams closed here: their packets still in flight are dropped quietly.
+    closed_streams: std::collections::HashSet<u32>,
     /// At the root: rounds whose packets went down (a multi-phase filter's range) and whose result has not come
     /// back up yet; the run does not finish while one is awaited (up to its deadline).
     awaiting: HashMap<(u32, u64), Instant>,
@@ -313,6 +315,7 @@ impl<U: Up> Node<U> {
             draining: false,
             wait_hint: 0,
             local_end: 0,
+            closed_streams: std::collections::HashSet::new(),
             awaiting: HashMap::new(),
         };
         (
@@ -590,6 +593,7 @@ impl<U: Up> Node<U> {
         match self.streams.get(&key.stream) {
             Some(rt) if rt.failed.is_none() => {}
             Some(_) => return,
+            None if self.closed_streams.contains(&key.stream) => return,
             None => {
                 tracing::warn!(node = %self.id, child = %arrival.source, stream = key.stream,
                     "packet for a stream this node does not have");
@@ -694,7 +698,12 @@ impl<U: Up> Node<U> {
                 return;
             };
             let Some(filter) = rt.filter.as_mut() else { return };
-            let payload = match filter.finalize(key.round, key.phase, &a.payload) {
+            let finalized = if a.payload.is_empty() {
+                Ok(Vec::new())
+            } else {
+                filter.finalize(key.round, key.phase, &a.payload)
+            };
+            let payload = match finalized {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(
@@ -717,17 +726,42 @@ impl<U: Up> Node<U> {
             };
             self.up.result(result).await;
         } else {
+            let mut payload = a.payload;
+            if self.level == Level::Leaf {
+                // A late rank's raw profile is not the filter's packet: a single-phase filter turns it into
+                // one; a multi-phase round has moved on, so only its coverage goes up.
+                payload = self.late_leaf_packet(key, &payload);
+            }
             let env = Envelope {
                 stream_id: key.stream,
                 round: key.round,
                 phase: key.phase,
                 coverage: Some(a.coverage),
-                payload: a.payload,
+                payload,
                 late: true,
                 first_dump_unix_ns: a.first_dump_unix_ns,
             };
             self.counters.bytes_out += env.payload.len() as u64;
             self.up.send(up_message::Msg::Envelope(env)).await;
+        }
+    }
+
+    fn late_leaf_packet(&mut self, key: GroupKey, raw: &[u8]) -> Vec<u8> {
+        let Some(filter) = self
+            .streams
+            .get_mut(&key.stream)
+            .and_then(|rt| rt.filter.as_mut())
+        else {
+            return Vec::new();
+        };
+        if filter.phases() > 1 {
+            return Vec::new();
+        }
+        match filter.upstream(key.round, key.phase, &[raw]) {
+            Ok(out) if out.rejected.is_empty() => {
+                out.up.into_iter().next().map(|p| p.payload).unwrap_or_default()
+            }
+            Ok(_) | Err(_) => Vec::new(),
         }
     }
 
@@ -741,26 +775,47 @@ impl<U: Up> Node<U> {
         first_dump: u64,
         late: bool,
     ) {
-        if self.level == Level::Root && !out.down.is_empty() {
-            let timeout = self
-                .streams
-                .get(&stream)
-                .map_or(1000, |rt| u64::from(rt.spec.timeout_ms));
-            let deadline = Instant::now() + Duration::from_millis(2 * timeout + 1000);
-            self.awaiting.insert((stream, round), deadline);
+        // A multi-phase round is under way here from its first packet until this node sends up its last phase.
+        let (phases, timeout) = self.streams.get(&stream).map_or((1, 1000), |rt| {
+            (
+                rt.filter.as_ref().map_or(1, |f| f.phases()),
+                u64::from(rt.spec.timeout_ms),
+            )
+        });
+        if phases > 1 && !late {
+            let last = phases - 1;
+            if out.up.iter().any(|p| p.phase == last) {
+                self.awaiting.remove(&(stream, round));
+            } else if out.up.iter().chain(out.down.iter()).any(|p| p.phase < last) {
+                let deadline = Instant::now() + Duration::from_millis(2 * timeout + 1000);
+                self.awaiting.entry((stream, round)).or_insert(deadline);
+            }
         }
-        if self.level == Level::Root && !out.up.is_empty() {
-            self.awaiting.remove(&(stream, round));
-        }
-        for p in out.down {
-            let env = Envelope {
-                stream_id: stream,
-                round,
-                phase: p.phase,
-                payload: p.payload,
-                ..Default::default()
-            };
-            self.broadcast(down_message::Msg::Envelope(env)).await;
+        if !out.down.is_empty() {
+            // Later phases go only to the children whose first phase made the round here.
+            let to: Vec<ChildSender> = self
+                .children
+                .iter()
+                .filter(|(id, _)| {
+                    self.engine
+                        .participants(stream, round)
+                        .is_none_or(|p| p.contains(*id))
+                })
+                .filter_map(|(_, c)| c.tx.clone())
+                .collect();
+            for p in out.down {
+                let env = Envelope {
+                    stream_id: stream,
+                    round,
+                    phase: p.phase,
+                    payload: p.payload,
+                    ..Default::default()
+                };
+                for tx in &to {
+                    let msg = down_message::Msg::Envelope(env.clone());
+                    let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
+                }
+            }
         }
         for p in out.up {
             if self.level == Level::Root {
@@ -909,6 +964,24 @@ impl<U: Up> Node<U> {
                 } else {
                     mode
                 };
+                if mode == SyncMode::DontWait && filter.phases() > 1 {
+                    // Its later phases need every packet of the round's first phase merged first.
+                    let reason = format!(
+                        "filter {} has {} phases and runs only in wait_for_all streams",
+                        spec.filter,
+                        filter.phases()
+                    );
+                    self.streams.insert(
+                        id,
+                        StreamRt {
+                            spec,
+                            filter: None,
+                            failed: None,
+                        },
+                    );
+                    self.stream_error(id, reason).await;
+                    return false;
+                }
                 let timeout = Duration::from_millis(u64::from(spec.timeout_ms.max(1)));
                 self.engine.open_stream(id, StreamSync { mode, timeout });
                 self.streams.insert(
@@ -993,6 +1066,9 @@ impl<U: Up> Node<U> {
         let closed = self.engine.close_stream(id);
         self.on_closed_all(closed).await;
         self.streams.remove(&id);
+        // Rounds cut short by the close will not finish; packets still on their way are expected, not malformed.
+        self.awaiting.retain(|(s, _), _| *s != id);
+        self.closed_streams.insert(id);
     }
 
     /// A filter failed on this node: the stream stops here and the root hears why.
@@ -1131,20 +1207,18 @@ impl<U: Up> Node<U> {
         let now = Instant::now();
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
-        let before = self.awaiting.len();
-        self.awaiting.retain(|(stream, round), deadline| {
-            let waiting = *deadline > now;
-            if !waiting {
-                tracing::warn!(
-                    stream,
-                    round,
-                    "no result came back for a round whose packets went down"
-                );
+        let expired: Vec<(u32, u64)> = self
+            .awaiting
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (stream, round) in expired {
+            self.awaiting.remove(&(stream, round));
+            tracing::warn!(node = %self.id, stream, round, "the round's last phase never came back");
+            if self.level == Level::Root {
+                self.store_unfinished_round(stream, round).await;
             }
-            waiting
-        });
-        if self.awaiting.len() < before {
-            self.check_fin().await;
         }
         let drain_over = self
             .root
@@ -1160,6 +1234,32 @@ impl<U: Up> Node<U> {
             self.on_closed_all(closed).await;
             self.finish_root().await;
         }
+    }
+
+    /// A multi-phase round whose last phase never reached the root still gets its row: no result, and every
+    /// rank of its first phase counted late, so no rank-round disappears.
+    async fn store_unfinished_round(&mut self, stream: u32, round: u64) {
+        let Some(rt) = self.streams.get(&stream) else {
+            return;
+        };
+        let (mut coverage, first_dump) = self
+            .coverage_memory
+            .get(&(stream, round))
+            .cloned()
+            .unwrap_or_default();
+        let covered = coverage.covered;
+        uncover(&mut coverage, MissingReason::Late, covered);
+        let phase = rt.filter.as_ref().map_or(0, |f| f.phases().saturating_sub(1));
+        let result = RoundResult {
+            stream: rt.spec.clone(),
+            round,
+            phase,
+            coverage,
+            first_dump_unix_ns: first_dump,
+            payload: Vec::new(),
+            late: false,
+        };
+        self.up.result(result).await;
     }
 
     /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.

@@ -42,6 +42,7 @@ struct Plugin {
     path: PathBuf,
     descriptors: Vec<u8>,
     result_type: String,
+    phases: u32,
     _lib: libloading::Library,
 }
 
@@ -70,6 +71,8 @@ pub struct PluginInfo {
     pub name: String,
     pub path: PathBuf,
     pub result_type: String,
+    /// Phases of a round (more than one needs wait-for-all streams).
+    pub phases: u32,
     pub descriptors: Vec<u8>,
 }
 
@@ -92,6 +95,7 @@ impl PluginFilters {
             name: name.to_string(),
             path: p.path.clone(),
             result_type: p.result_type.clone(),
+            phases: p.phases,
             descriptors: p.descriptors.clone(),
         })
     }
@@ -164,11 +168,16 @@ impl PluginFilters {
             return Err(failed(format!("the library calls itself {plugin_name:?}")));
         }
         tracing::info!(filter = name, path = %path.display(), "filter plugin loaded");
+        if vt.phases == 0 {
+            return Err(failed("declares 0 phases".into()));
+        }
+        let phases = vt.phases;
         let plugin = Arc::new(Plugin {
             vtable,
             path,
             descriptors,
             result_type,
+            phases,
             _lib: lib,
         });
         loaded.insert(name.to_string(), plugin.clone());
@@ -362,13 +371,21 @@ impl Filter for PluginFilter {
             )
         };
         let mut out = self.finish(sink, code, "finalize")?;
-        match out.up.pop() {
-            Some(p) => Ok(p.payload),
-            None => Err(FilterError::Failed {
+        match (out.up.pop(), out.up.is_empty()) {
+            (Some(p), true) => Ok(p.payload),
+            (Some(_), false) => Err(FilterError::Failed {
+                filter: self.name.clone(),
+                reason: format!("finalize emitted {} results, not one", out.up.len() + 1),
+            }),
+            (None, _) => Err(FilterError::Failed {
                 filter: self.name.clone(),
                 reason: "finalize emitted no result".into(),
             }),
         }
+    }
+
+    fn phases(&self) -> u32 {
+        self.plugin.phases
     }
 
     fn names(&mut self, names: &[(u64, String)]) {

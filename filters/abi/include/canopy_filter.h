@@ -6,7 +6,11 @@
  *
  * Every call receives a canopy_emitter through which it may emit packets up (toward the root) and down
  * (toward the leaves), reject an input it cannot read, or fail with a reason. Byte ranges passed in are only
- * valid for the duration of the call; bytes passed to the emitter are copied before it returns.
+ * valid for the duration of the call; bytes passed to the emitter are copied before it returns. The emitter
+ * itself is valid only during the call and only on the calling thread: keep no copy of it. Calls on one
+ * instance never overlap, but successive calls may come from different threads.
+ *
+ * At the root, finalize must emit exactly one packet up: the stored result.
  *
  * Level: where the instance runs. At the leaf, upstream inputs are single-rank canopy.v1.ProfileBatch
  * encodings; elsewhere they are packets emitted by the same filter one level down. At the root, every packet
@@ -22,7 +26,7 @@
 extern "C" {
 #endif
 
-#define CANOPY_FILTER_ABI_VERSION 1u
+#define CANOPY_FILTER_ABI_VERSION 2u
 
 #define CANOPY_LEVEL_LEAF 0u
 #define CANOPY_LEVEL_RELAY 1u
@@ -59,7 +63,11 @@ typedef struct canopy_filter_vtable {
     uint32_t abi_version;          /* CANOPY_FILTER_ABI_VERSION */
     const char *name;              /* as in libcanopy_filter_<name>.so */
     canopy_bytes descriptors;      /* an encoded google.protobuf.FileDescriptorSet of the result messages */
-    const char *result_type;       /* full name of the result message, e.g. "canopy.v1.filters.StatsResult" */
+    const char *result_type;       /* full name of the result message, e.g. "canopy.filters.v1.StatsResult" */
+    /* Phases of a round: 1 for a filter that merges on the way up only; 3 for min/max up, range down, counts up.
+     * A round is done at a node when it sends up a packet of phase (phases - 1). A filter with more than one
+     * phase runs only in wait-for-all streams. */
+    uint32_t phases;
     /* params: JSON text ("" or "{}" for none). Returns NULL and calls errors->fail on bad parameters. */
     void *(*create)(const uint8_t *params, size_t params_len, uint32_t level, const canopy_emitter *errors);
     int (*upstream)(void *instance, uint64_t round, uint32_t phase, const canopy_bytes *inputs, size_t n_inputs,

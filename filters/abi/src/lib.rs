@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 /// Bumped on any change to the types below; the host refuses a plugin built against another version.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// The symbol every plugin exports.
 pub const ENTRY_SYMBOL: &[u8] = b"canopy_filter_entry";
@@ -75,6 +75,7 @@ pub struct FilterVtable {
     pub name: *const c_char,
     pub descriptors: Bytes,
     pub result_type: *const c_char,
+    pub phases: u32,
     pub create: unsafe extern "C" fn(
         params: *const u8,
         params_len: usize,

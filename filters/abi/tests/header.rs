@@ -12,9 +12,10 @@ const PROBE: &str = r#"
 int main(void) {
     printf("%zu %zu %zu %zu\n", sizeof(canopy_bytes), sizeof(canopy_emitter), sizeof(canopy_name),
            sizeof(canopy_filter_vtable));
-    printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n",
+    printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n",
            offsetof(canopy_filter_vtable, abi_version), offsetof(canopy_filter_vtable, name),
            offsetof(canopy_filter_vtable, descriptors), offsetof(canopy_filter_vtable, result_type),
+           offsetof(canopy_filter_vtable, phases),
            offsetof(canopy_filter_vtable, create), offsetof(canopy_filter_vtable, upstream),
            offsetof(canopy_filter_vtable, downstream), offsetof(canopy_filter_vtable, finalize),
            offsetof(canopy_filter_vtable, names), offsetof(canopy_filter_vtable, destroy));
@@ -60,6 +61,7 @@ fn the_c_header_and_the_rust_types_agree() {
         offset_of!(V, name),
         offset_of!(V, descriptors),
         offset_of!(V, result_type),
+        offset_of!(V, phases),
         offset_of!(V, create),
         offset_of!(V, upstream),
         offset_of!(V, downstream),

@@ -232,6 +232,7 @@ fn to_class(id: u64, m: &Merged) -> Class {
 impl Filter for ClassifyFilter {
     const NAME: &'static str = "classify";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.ClassResult";
+    const PHASES: u32 = 3;
 
     fn descriptors() -> &'static [u8] {
         canopy_proto::FILE_DESCRIPTOR_SET

@@ -21,10 +21,28 @@ pub fn bin_index(v: f64, lo: f64, hi: f64, bins: usize) -> usize {
     if lo == hi {
         return 0;
     }
-    let x = ((v - lo) / (hi - lo) * bins as f64).floor();
+    let x = if (hi - lo).is_finite() {
+        ((v - lo) / (hi - lo) * bins as f64).floor()
+    } else {
+        // The span overflows (values near f64::MAX): halving every term keeps the ratio and stays in range.
+        ((v / 2.0 - lo / 2.0) / (hi / 2.0 - lo / 2.0) * bins as f64).floor()
+    };
     // `as` saturates and maps NaN to 0: a value outside [lo, hi] (not produced by a global min/max) still
     // lands in a bin rather than panicking.
     (x as usize).min(bins - 1)
+}
+
+#[cfg(test)]
+mod overflow_tests {
+    use super::*;
+
+    #[test]
+    fn a_span_that_overflows_still_bins_by_position() {
+        let (lo, hi) = (-f64::MAX, f64::MAX);
+        assert_eq!(bin_index(lo, lo, hi, 10), 0);
+        assert_eq!(bin_index(0.0, lo, hi, 10), 5);
+        assert_eq!(bin_index(hi, lo, hi, 10), 9);
+    }
 }
 
 /// The global ranges for binning: one per (id, metric), lo = min and hi = max of its summary, sorted by key.
@@ -112,6 +130,9 @@ impl HistMap {
     pub fn merge(&mut self, histograms: &[Histogram]) {
         for h in histograms {
             match self.map.get_mut(&(h.id, h.metric)) {
+                // Counts binned against another range cannot add up; such a packet is a protocol error
+                // upstream (the phases exist to prevent it), so it is left out rather than merged wrongly.
+                Some(mine) if mine.lo != h.lo || mine.hi != h.hi || mine.counts.len() != h.counts.len() => {}
                 Some(mine) => {
                     for (c, add) in mine.counts.iter_mut().zip(&h.counts) {
                         *c += add;

@@ -141,6 +141,7 @@ static const canopy_filter_vtable VTABLE = {
     .name = "rankcount",
     .descriptors = {NULL, 0}, /* RankCount is described by the daemons' own descriptors */
     .result_type = "canopy.filters.v1.RankCount",
+    .phases = 1,
     .create = rc_create,
     .upstream = rc_upstream,
     .downstream = rc_downstream,

@@ -105,6 +105,7 @@ impl HistogramFilter {
 impl Filter for HistogramFilter {
     const NAME: &'static str = "histogram";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.HistogramResult";
+    const PHASES: u32 = 3;
 
     fn descriptors() -> &'static [u8] {
         canopy_proto::FILE_DESCRIPTOR_SET

@@ -53,6 +53,9 @@ pub trait Filter: Sized + Send + 'static {
     const NAME: &'static str;
     /// The full protobuf name of the result message.
     const RESULT_TYPE: &'static str;
+    /// Phases of a round (1: merge on the way up; 3: ToM's histogram scheme). A round is done at a node when
+    /// it sends up a packet of phase `PHASES - 1`.
+    const PHASES: u32 = 1;
     /// An encoded `google.protobuf.FileDescriptorSet` that defines `RESULT_TYPE`.
     fn descriptors() -> &'static [u8];
     /// `params` is JSON text (empty for none); an error names the bad parameter.
@@ -100,6 +103,7 @@ pub fn vtable<F: Filter>() -> abi::FilterVtable {
         name: name.as_ptr(),
         descriptors: abi::Bytes::from_slice(F::descriptors()),
         result_type: result_type.as_ptr(),
+        phases: F::PHASES,
         create: create::<F>,
         upstream: upstream::<F>,
         downstream: downstream::<F>,
