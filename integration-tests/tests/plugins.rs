@@ -221,3 +221,35 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
         .await
         .expect("the front-end drains and exits cleanly");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_phase_filter_refuses_a_dont_wait_stream() {
+    let tree = start(vec![]).await;
+    let mut s = spec("hist-nowait", "histogram", "");
+    s.sync_mode = SyncMode::DontWait as i32;
+    assert!(tree.root.open_stream(s).await);
+    let store = tree.store.clone();
+    assert_eventually!(
+        stream_state(&store, "hist-nowait").is_some_and(|(state, _)| state == "failed"),
+        Duration::from_secs(10),
+        "not failed"
+    );
+    let why = stream_state(&store, "hist-nowait").unwrap().1.unwrap();
+    assert!(
+        why.contains("filter histogram has 3 phases and runs only in wait_for_all streams"),
+        "{why}"
+    );
+    // The front-end's own validation says the same before anything starts.
+    let out = std::process::Command::new(canopy_integration_tests::bin_dir().join("canopy-frontend"))
+        .args([
+            "validate",
+            "--streams",
+            "stats,histogram",
+            "--sync-mode",
+            "dont_wait",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("filter histogram has 3 phases"));
+}

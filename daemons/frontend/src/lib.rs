@@ -84,9 +84,19 @@ impl CheckConfig for FrontendConfig {
         canopy_core::config::check_addr("listen", &self.listen)?;
         // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
         let filters = canopy_core::plugin::filters_from(&self.filter_path);
+        let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
         for (i, name) in self.streams.iter().enumerate() {
-            if let Err(e) = filters.info(name) {
-                return Err((format!("streams.{i}"), e.to_string()));
+            let info = filters
+                .info(name)
+                .map_err(|e| (format!("streams.{i}"), e.to_string()))?;
+            if dont_wait && info.phases > 1 {
+                return Err((
+                    "sync_mode".into(),
+                    format!(
+                        "filter {name} has {} phases and runs only in wait_for_all streams",
+                        info.phases
+                    ),
+                ));
             }
             // Parameters are checked by the filter itself, as the root will create it.
             let params = self.stream_params.get(name).map(String::as_str).unwrap_or("");
