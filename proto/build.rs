@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "canopy/v1/profile.proto",
         "canopy/v1/tree.proto",
         "canopy/filters/v1/filters.proto",
+        "canopy/v1/frontend.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

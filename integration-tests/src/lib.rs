@@ -55,6 +55,8 @@ pub struct TreeBuilder {
     pub stream_params: Vec<(String, String)>,
     /// More directories on every node's filter path, after the build's own.
     pub extra_filter_dirs: Vec<PathBuf>,
+    /// Results a Subscribe client may fall behind by.
+    pub subscriber_buffer: usize,
 }
 
 impl Default for TreeBuilder {
@@ -76,6 +78,7 @@ impl Default for TreeBuilder {
             streams: vec!["passthrough".into()],
             stream_params: Vec::new(),
             extra_filter_dirs: Vec::new(),
+            subscriber_buffer: 1024,
         }
     }
 }
@@ -135,6 +138,7 @@ impl TreeBuilder {
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
             stream_params: self.stream_params.iter().cloned().collect(),
+            subscriber_buffer: self.subscriber_buffer,
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");

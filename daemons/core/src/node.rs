@@ -51,8 +51,8 @@ pub enum Input {
     },
     /// The leaf's ranks will dump no more rounds.
     LocalFinished,
-    /// At the root: open a stream on the whole tree.
-    OpenStream(StreamSpec),
+    /// At the root: open a stream on the whole tree; the reply gets its id.
+    OpenStream(StreamSpec, Option<tokio::sync::oneshot::Sender<u32>>),
     /// A child's packet for `round` waits for the window of rounds in flight to reach it.
     WindowWait {
         round: u64,
@@ -420,7 +420,12 @@ impl<U: Up> Node<U> {
                 }
                 self.check_fin().await;
             }
-            Input::OpenStream(spec) => self.open_stream_at_root(spec).await,
+            Input::OpenStream(spec, reply) => {
+                let id = self.open_stream_at_root(spec).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(id);
+                }
+            }
             Input::CloseStream(id) => self.close_stream_at_root(id).await,
             Input::Collection(c) => self.collection_at_root(c).await,
             Input::WindowWait { round } => {
@@ -1010,12 +1015,15 @@ impl<U: Up> Node<U> {
         }
     }
 
-    async fn open_stream_at_root(&mut self, mut spec: StreamSpec) {
-        let Some(root) = self.root.as_mut() else { return };
+    /// Opens a stream at the root and on the tree; returns its id (the stream may have failed at the root,
+    /// which its recorded state says).
+    async fn open_stream_at_root(&mut self, mut spec: StreamSpec) -> u32 {
+        let Some(root) = self.root.as_mut() else { return 0 };
         if spec.stream_id == 0 {
             spec.stream_id = root.next_stream_id;
         }
         root.next_stream_id = root.next_stream_id.max(spec.stream_id + 1);
+        let id = spec.stream_id;
         if self.open_stream(spec.clone()).await {
             tracing::info!(stream = spec.stream_id, name = %spec.name, filter = %spec.filter, "stream open");
             self.up.stream_state(&spec, "open", None).await;
@@ -1024,6 +1032,7 @@ impl<U: Up> Node<U> {
             }))
             .await;
         }
+        id
     }
 
     async fn close_stream_at_root(&mut self, id: u32) {
@@ -1424,7 +1433,16 @@ impl RootHandle {
 
     /// Opens a stream on every node; a stream id of 0 gets the next free id.
     pub async fn open_stream(&self, spec: StreamSpec) -> bool {
-        self.inputs.send(Input::OpenStream(spec)).await.is_ok()
+        self.inputs.send(Input::OpenStream(spec, None)).await.is_ok()
+    }
+
+    /// Opens a stream and returns the id it got (0 if the node has stopped).
+    pub async fn open_stream_id(&self, spec: StreamSpec) -> u32 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.inputs.send(Input::OpenStream(spec, Some(tx))).await.is_err() {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
     }
 
     /// Closes a stream on every node; its open rounds close with what they hold.

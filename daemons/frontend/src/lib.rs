@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod results;
 pub mod store;
 
@@ -44,6 +45,8 @@ pub struct FrontendConfig {
     /// How long a shutdown waits for the tree to deliver what it holds.
     pub drain_timeout_ms: u64,
     pub max_rounds_in_flight: u64,
+    /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
+    pub subscriber_buffer: usize,
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
     /// of the running executable, then /usr/lib/canopy/filters.
@@ -66,6 +69,7 @@ impl Default for FrontendConfig {
             exit_on_fin: false,
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
+            subscriber_buffer: 1024,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             ready_file: None,
@@ -123,6 +127,9 @@ impl CheckConfig for FrontendConfig {
         parse_sync_mode(&self.sync_mode).map_err(|m| ("sync_mode".to_string(), m))?;
         if self.max_rounds_in_flight == 0 {
             return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+        }
+        if self.subscriber_buffer == 0 {
+            return Err(("subscriber_buffer".into(), "must be at least 1".into()));
         }
         if self.out.as_os_str().is_empty() {
             return Err(("out".into(), "must name a directory".into()));
@@ -184,6 +191,8 @@ struct StoreUp {
     tx: tokio::sync::mpsc::Sender<StoreOp>,
     /// Tells the writer what each stream's results are, so standard results become tables.
     filters: Arc<canopy_core::plugin::PluginFilters>,
+    /// What the API serves live: results, node status, result types.
+    shared: Arc<api::Shared>,
 }
 
 impl Up for StoreUp {
@@ -197,6 +206,11 @@ impl Up for StoreUp {
             up_message::Msg::Status(st) => {
                 tracing::debug!(node = %st.node_id, closed = st.rounds_closed, partial = st.rounds_partial,
                     late = st.late_arrivals, malformed = st.malformed, "node status");
+                self.shared
+                    .status
+                    .lock()
+                    .expect("status")
+                    .insert(st.node_id.clone(), st);
                 return;
             }
             up_message::Msg::StreamError(e) => {
@@ -209,6 +223,8 @@ impl Up for StoreUp {
     }
 
     async fn result(&mut self, result: RoundResult) {
+        // Subscribers get it as it is handed to the store; one that reads too slowly misses the oldest.
+        let _ = self.shared.live.send(Arc::new(result.clone()));
         let _ = self.tx.send(StoreOp::Result(result)).await;
     }
 
@@ -224,6 +240,11 @@ impl Up for StoreUp {
         if state == "open"
             && let Ok(info) = self.filters.info(&spec.filter)
         {
+            self.shared
+                .result_types
+                .lock()
+                .expect("result types")
+                .insert(spec.stream_id, info.result_type.clone());
             let _ = self
                 .tx
                 .send(StoreOp::ResultType(spec.stream_id, info.result_type))
@@ -358,6 +379,8 @@ pub struct Frontend {
     store_path: PathBuf,
     node: Node<StoreUp>,
     handles: canopy_core::node::NodeHandles,
+    shared: Arc<api::Shared>,
+    filters: Arc<canopy_core::plugin::PluginFilters>,
     writer: std::thread::JoinHandle<()>,
 }
 
@@ -392,6 +415,7 @@ impl Frontend {
             })
             .collect();
         let filters = canopy_core::plugin::filters_from(&config.filter_path);
+        let shared = api::Shared::new(config.subscriber_buffer);
         let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
         let writer = std::thread::Builder::new()
             .name("canopy-store".into())
@@ -414,7 +438,8 @@ impl Frontend {
             node_config,
             StoreUp {
                 tx: store_tx,
-                filters,
+                filters: filters.clone(),
+                shared: shared.clone(),
             },
         );
         Ok(Self {
@@ -424,6 +449,8 @@ impl Frontend {
             store_path,
             node,
             handles,
+            shared,
+            filters,
             writer,
         })
     }
@@ -450,8 +477,18 @@ impl Frontend {
             store_path,
             node,
             handles,
+            shared,
+            filters,
             writer,
         } = self;
+        let api = api::FrontendApi {
+            root: RootHandle::new(handles.inputs.clone()),
+            shared,
+            filters: filters.clone(),
+            store: store_path.clone(),
+        };
+        let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
+            .max_encoding_message_size(canopy_core::transport::MAX_MESSAGE_BYTES);
         let tree = TreeService::new(
             config.node_id.clone(),
             handles.inputs.clone(),
@@ -461,14 +498,16 @@ impl Frontend {
         health_reporter
             .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
-        let reflection = reflection_builder().build_v1()?;
-        let reflection_alpha = reflection_builder().build_v1alpha()?;
+        let plugin_files = plugin_descriptors(&filters);
+        let reflection = reflection_builder(&plugin_files).build_v1()?;
+        let reflection_alpha = reflection_builder(&plugin_files).build_v1alpha()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(Duration::from_secs(5)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(10)))
                 .add_service(tree.into_server())
+                .add_service(api)
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(reflection_alpha)
@@ -494,11 +533,45 @@ impl Frontend {
     }
 }
 
-/// Server reflection knows every service on the port, so `grpcurl list` and `describe` need no proto files.
-fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
-    tonic_reflection::server::Builder::configure()
+/// Server reflection knows every service on the port and every filter's result type, so `grpcurl list`,
+/// `describe` and typed JSON of any result need no proto files.
+fn reflection_builder(plugin_files: &[u8]) -> tonic_reflection::server::Builder<'_> {
+    let b = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    if plugin_files.is_empty() {
+        b
+    } else {
+        b.register_encoded_file_descriptor_set(plugin_files)
+    }
+}
+
+/// The descriptors every plugin on the filter path exports, less the files Canopy already registers (the
+/// standard filters export Canopy's own), as one encoded set.
+fn plugin_descriptors(filters: &canopy_core::plugin::PluginFilters) -> Vec<u8> {
+    use canopy_core::filter::FilterFactory;
+    use prost::Message;
+    let own = prost_types::FileDescriptorSet::decode(canopy_proto::FILE_DESCRIPTOR_SET).unwrap_or_default();
+    let mut seen: std::collections::HashSet<String> = own.file.iter().map(|f| f.name().to_string()).collect();
+    seen.insert("grpc/health/v1/health.proto".into());
+    let mut extra = prost_types::FileDescriptorSet::default();
+    for name in filters.names() {
+        let Ok(info) = filters.info(&name) else { continue };
+        let Ok(set) = prost_types::FileDescriptorSet::decode(info.descriptors.as_slice()) else {
+            tracing::warn!(filter = %name, "the filter's descriptors do not decode; its results stay untyped");
+            continue;
+        };
+        for f in set.file {
+            if seen.insert(f.name().to_string()) {
+                extra.file.push(f);
+            }
+        }
+    }
+    if extra.file.is_empty() {
+        Vec::new()
+    } else {
+        extra.encode_to_vec()
+    }
 }
 
 /// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.

@@ -1,0 +1,328 @@
+//! The front-end's `canopy.v1.Frontend` API on a running tree: streams, subscriptions, control, topology.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use canopy_integration_tests::{TreeBuilder, TreeSandbox, assert_eventually, query_i64};
+use canopy_proto::v1::frontend_client::FrontendClient;
+use canopy_proto::v1::{
+    CloseStreamRequest, ControlRequest, CreateStreamRequest, EventNamesRequest, ListStreamsRequest, NodeKind,
+    NodeState, SubscribeRequest, SyncMode, TopologyRequest, control_request, subscribe_request,
+};
+use prost::Message;
+use tonic::transport::Channel;
+
+async fn client(tree: &TreeSandbox) -> FrontendClient<Channel> {
+    FrontendClient::connect(format!("http://{}", tree.frontend_addr))
+        .await
+        .expect("connect")
+}
+
+fn create(filter: &str, params: &str) -> CreateStreamRequest {
+    CreateStreamRequest {
+        filter: filter.into(),
+        params_json: params.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_stream_requests_get_precise_codes_and_messages() {
+    let tree = TreeBuilder {
+        agents: 1,
+        ranks: 4,
+        rounds: 0,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let e = api.create_stream(create("nosuch", "")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(
+        e.message().starts_with("unknown filter \"nosuch\" (available: "),
+        "{}",
+        e.message()
+    );
+    let e = api
+        .create_stream(create("histogram", r#"{"bins": 0}"#))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("bins must be between 1 and 10000, got 0"),
+        "{}",
+        e.message()
+    );
+    let e = api.create_stream(create("stats", "not json")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let mut r = create("stats", "");
+    r.timeout_ms = 3_600_000;
+    let e = api.create_stream(r).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        e.message(),
+        "timeout_ms 3600000 is over the limit of 600000 (10 minutes)"
+    );
+    let mut r = create("classify", "");
+    r.sync_mode = SyncMode::DontWait as i32;
+    let e = api.create_stream(r).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("filter classify has 3 phases"),
+        "{}",
+        e.message()
+    );
+    let e = api
+        .close_stream(CloseStreamRequest { stream_id: 99 })
+        .await
+        .unwrap_err();
+    assert_eq!((e.code(), e.message()), (tonic::Code::NotFound, "no stream 99"));
+    let e = api.control(ControlRequest { action: None }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_over_the_api_delivers_typed_results_and_closes() {
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let info = api
+        .create_stream(create("stats", r#"{"values": "cumulative"}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (info.stream_id, info.state.as_str(), info.result_type.as_str()),
+        (2, "open", "canopy.filters.v1.StatsResult")
+    );
+    let mut updates = api
+        .subscribe(SubscribeRequest {
+            stream_ids: vec![info.stream_id],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..3 {
+        let u = tokio::time::timeout(Duration::from_secs(10), updates.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(u.stream_id, 2);
+        let cov = u.coverage.unwrap();
+        assert_eq!((cov.covered, cov.expected), (8, 8));
+        let any = u.result.unwrap();
+        assert_eq!(any.type_url, "type.googleapis.com/canopy.filters.v1.StatsResult");
+        let stats = canopy_proto::filters::v1::StatsResult::decode(any.value.as_slice()).unwrap();
+        assert!(stats.stats.iter().all(|s| s.summary.as_ref().unwrap().count == 8));
+    }
+    let listed = api
+        .list_streams(ListStreamsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .streams;
+    let two = listed.iter().find(|s| s.stream_id == 2).unwrap();
+    assert_eq!(
+        (two.filter.as_str(), two.params_json.as_str()),
+        ("stats", r#"{"values": "cumulative"}"#)
+    );
+    assert!(two.rounds >= 3 && two.full_rounds == two.rounds, "{two:?}");
+    let closed = api
+        .close_stream(CloseStreamRequest { stream_id: 2 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(closed.state, "closed");
+    let store = tree.store.clone();
+    assert_eventually!(
+        api.list_streams(ListStreamsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .streams
+            .iter()
+            .any(|s| s.stream_id == 2 && s.state == "closed"),
+        Duration::from_secs(5),
+        "not closed in the list"
+    );
+    let e = api
+        .close_stream(CloseStreamRequest { stream_id: 2 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(query_i64(&store, "SELECT COUNT(*) FROM stats WHERE stream_id = 2") > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_told_what_it_missed_and_never_stalls_the_tree() {
+    let builder = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 10,
+        subscriber_buffer: 4,
+        ..TreeBuilder::default()
+    };
+    let tree = builder.start().await;
+    let mut api = client(&tree).await;
+    let mut slow = api
+        .subscribe(SubscribeRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let store = tree.store.clone();
+    let before = query_i64(&store, "SELECT COUNT(*) FROM rounds");
+    // Read nothing while the tree runs on: 300 more rounds must be stored all the same.
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= before + 300,
+        Duration::from_secs(20),
+        "the tree stalled behind a slow subscriber"
+    );
+    let mut missed = 0;
+    for _ in 0..400 {
+        let u = slow.message().await.unwrap().unwrap();
+        missed += u.missed;
+        if missed > 0 {
+            break;
+        }
+    }
+    assert!(
+        missed >= 10,
+        "the subscriber was not told what it missed: {missed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_subscribers_each_receive_every_round() {
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 30,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let url = format!("http://{}", tree.frontend_addr);
+    let channel = tonic::transport::Endpoint::from_shared(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let mut api = FrontendClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            // Replay first, so a subscriber that connects after the first rounds still gets them all.
+            let req = SubscribeRequest {
+                start: Some(subscribe_request::Start::Replay(true)),
+                ..Default::default()
+            };
+            let mut s = api.subscribe(req).await.unwrap().into_inner();
+            let mut rounds = BTreeSet::new();
+            while rounds.len() < 30 {
+                let Ok(Ok(Some(u))) = tokio::time::timeout(Duration::from_secs(20), s.message()).await else {
+                    break;
+                };
+                assert_eq!(u.coverage.unwrap().covered, 8);
+                rounds.insert(u.round);
+            }
+            rounds
+        }));
+    }
+    for t in tasks {
+        let rounds = t.await.unwrap();
+        assert_eq!(rounds, (0..30).collect::<BTreeSet<u64>>());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_names_and_control_describe_and_drive_the_tree() {
+    let tree = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 16,
+        rounds: 0,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 3,
+        Duration::from_secs(20),
+        "no rounds"
+    );
+    let nodes = api.topology(TopologyRequest {}).await.unwrap().into_inner().nodes;
+    let fe = nodes.iter().find(|n| n.node_id == "frontend:0").unwrap();
+    assert_eq!(fe.kind, NodeKind::Frontend as i32);
+    assert_eq!(fe.children.len(), 2);
+    let relays: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Relay as i32)
+        .collect();
+    assert_eq!(relays.len(), 2);
+    assert!(
+        relays
+            .iter()
+            .all(|r| r.children.len() == 2 && r.ranks_below == 8 && r.parent_id == "frontend:0")
+    );
+    assert!(
+        nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Agent as i32)
+            .all(|a| a.state == NodeState::Attached as i32)
+    );
+    assert_eventually!(
+        api.topology(TopologyRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .nodes
+            .iter()
+            .any(|n| n.node_id == "relay:0" && n.rounds_closed > 0),
+        Duration::from_secs(5),
+        "no status counters from the relays"
+    );
+    let names = api
+        .event_names(EventNamesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .names;
+    let allreduce = names
+        .iter()
+        .find(|n| n.name == "MPI_Allreduce")
+        .expect("MPI_Allreduce named");
+    assert_eq!(allreduce.id, canopy_proto::event_id("MPI_Allreduce"));
+
+    let stop = ControlRequest {
+        action: Some(control_request::Action::Stop(true)),
+    };
+    assert_eq!(api.control(stop).await.unwrap().into_inner().applied, "stop");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = query_i64(&store, "SELECT COUNT(*) FROM rounds");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(query_i64(&store, "SELECT COUNT(*) FROM rounds"), stopped);
+    let start = ControlRequest {
+        action: Some(control_request::Action::Start(true)),
+    };
+    assert_eq!(api.control(start).await.unwrap().into_inner().applied, "start");
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= stopped + 5,
+        Duration::from_secs(10),
+        "collection did not resume"
+    );
+}
