@@ -14,10 +14,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(files, ["."])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    // The encoded descriptor set feeds gRPC server reflection.
+    // The encoded descriptor set feeds gRPC server reflection; it carries the imported well-known types
+    // (google/protobuf/any.proto) too, so a client can resolve every type from the server alone.
+    let mut compiler = protox::Compiler::new(["."])?;
+    compiler.include_imports(true);
+    compiler.open_files(files)?;
     std::fs::write(
         out.join("canopy_descriptor.bin"),
-        prost::Message::encode_to_vec(&fds),
+        prost::Message::encode_to_vec(&compiler.file_descriptor_set()),
     )?;
     tonic_prost_build::configure()
         .build_client(true)
