@@ -499,3 +499,149 @@ fn canopy_up_runs_stats_histogram_and_classify_at_once_over_the_same_ranks() {
         assert_eq!(rows, 20, "{table}");
     }
 }
+
+/// Runs `canopy ARGS` and returns its stdout, asserting success.
+fn canopy(args: &[&str]) -> String {
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "canopy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_canopy_client_commands_drive_a_running_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "8"]);
+    let (_relay, relay_addr) = start_relay(dir.path(), "relay:0", &fe_addr);
+    let _a0 = start_agent(dir.path(), "agent:0", &relay_addr, 4, 0, 0);
+    let _a1 = start_agent(dir.path(), "agent:1", &relay_addr, 4, 4, 0);
+    wait_for("rounds", Duration::from_secs(30), || rounds_in(&store) >= 3);
+    let target = ["--frontend", fe_addr.as_str()];
+
+    let opened = canopy(
+        &[
+            &[
+                "streams",
+                "open",
+                "histogram",
+                "--params",
+                r#"{"bins": 4}"#,
+                "--json",
+            ][..],
+            &target,
+        ]
+        .concat(),
+    );
+    let opened: serde_json::Value = serde_json::from_str(opened.trim()).unwrap();
+    assert_eq!(opened["filter"], "histogram");
+    assert_eq!(opened["state"], "open");
+    let id = opened["streamId"].as_u64().unwrap().to_string();
+
+    let listed = canopy(&[&["streams", "list", "--json"][..], &target].concat());
+    let listed: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
+    assert_eq!(listed["streams"].as_array().unwrap().len(), 2, "{listed}");
+    let text = canopy(&[&["streams", "list"][..], &target].concat());
+    assert!(text.contains("histogram") && text.contains("stats"), "{text}");
+
+    let tree = canopy(&[&["topology"][..], &target].concat());
+    assert!(tree.contains("front-end frontend [attached]"), "{tree}");
+    assert!(tree.contains("  relay relay:0 [attached] 8 ranks"), "{tree}");
+    assert!(tree.contains("    agent agent:1 [attached] 4 ranks"), "{tree}");
+    let json = canopy(&[&["topology", "--json"][..], &target].concat());
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(json["nodes"].as_array().unwrap().len(), 4, "{json}");
+
+    // Three updates of the histogram stream, as JSON lines.
+    let watched = canopy(
+        &[
+            &["watch", "--stream", "histogram", "--updates", "3", "--json"][..],
+            &target,
+        ]
+        .concat(),
+    );
+    let lines: Vec<serde_json::Value> = watched
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["result"]["@type"] == "type.googleapis.com/canopy.filters.v1.HistogramResult")
+    );
+    assert!(lines.iter().all(|l| l["result"]["bins"] == 4));
+
+    assert_eq!(
+        canopy(&[&["ctl", "stop"][..], &target].concat()).trim(),
+        "stop: applied"
+    );
+    assert_eq!(
+        canopy(&[&["ctl", "start"][..], &target].concat()).trim(),
+        "start: applied"
+    );
+    let closed = canopy(&[&["streams", "close", id.as_str()][..], &target].concat());
+    assert!(closed.contains("closed"), "{closed}");
+
+    // A front-end that is not there gets a clear error.
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(["streams", "list", "--frontend", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the front-end at 127.0.0.1:1"));
+    fe.signal(Signal::SIGTERM);
+    assert!(
+        fe.wait_timeout(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+}
+
+#[test]
+fn canopy_watch_draws_a_live_table_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &["--expect-ranks", "8", "--streams", "stats,classify"],
+    );
+    let _a0 = start_agent(dir.path(), "agent:0", &fe_addr, 4, 0, 0);
+    let _a1 = start_agent(dir.path(), "agent:1", &fe_addr, 4, 4, 0);
+    wait_for("rounds", Duration::from_secs(30), || rounds_in(&store) >= 3);
+    // `script` gives the command a pseudo-terminal and keeps what it wrote, as a user's screen.
+    let screen = dir.path().join("screen");
+    let cmd = format!(
+        "{} watch --frontend {fe_addr} --updates 6",
+        bin_dir().join("canopy").display()
+    );
+    let status = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd])
+        .arg(&screen)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("script runs");
+    assert!(status.success());
+    let text = String::from_utf8_lossy(&std::fs::read(&screen).unwrap()).into_owned();
+    let last = text.rsplit("\x1b[2J\x1b[H").next().unwrap();
+    assert!(
+        last.contains("stats [stats] round") && last.contains("coverage 8/8"),
+        "{last}"
+    );
+    assert!(
+        last.contains("event (exclusive us)") && last.contains("MPI_Allreduce"),
+        "{last}"
+    );
+    assert!(
+        last.contains("classify [classify] round") && last.contains("reduction factor"),
+        "{last}"
+    );
+    fe.signal(Signal::SIGTERM);
+    assert!(
+        fe.wait_timeout(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+}

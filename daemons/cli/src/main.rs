@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod client;
 mod topology_cmd;
 mod up;
 
@@ -25,8 +26,38 @@ struct Args {
 enum Command {
     /// Start a local tree (front-end, relays, agents with simulated ranks) on loopback and watch its rounds.
     Up(up::UpArgs),
-    /// Print the parent of every node of a tree: from a fanout over a hosts file, a spec, or an MRNet file.
+    /// The running tree with the state of every node; or, with --fanout/--spec/--file, the parent of every
+    /// node of a tree shape.
     Topology(topology_cmd::TopologyArgs),
+    /// List, open and close streams on a running tree.
+    Streams {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        cmd: client::StreamsCmd,
+    },
+    /// Start or stop collection on a running tree.
+    Ctl {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(subcommand)]
+        cmd: client::CtlCmd,
+    },
+    /// A live table per stream: top events, histograms, classes.
+    Watch {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(flatten)]
+        args: client::WatchArgs,
+    },
+}
+
+fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -34,6 +65,9 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Up(a) => up::run(a),
         Command::Topology(a) => topology_cmd::run(a),
+        Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
+        Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
+        Command::Watch { target, args } => block_on(client::watch(target, args)),
     };
     match result {
         Ok(code) => code,

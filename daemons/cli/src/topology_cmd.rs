@@ -8,6 +8,8 @@ use canopy_core::topology::Topology;
 
 #[derive(clap::Args)]
 pub struct TopologyArgs {
+    #[command(flatten)]
+    target: crate::client::Target,
     /// Every node has up to F children, filled breadth-first over the hosts (same as --spec kary:F).
     #[arg(long, conflicts_with_all = ["spec", "file"])]
     fanout: Option<usize>,
@@ -26,6 +28,14 @@ pub struct TopologyArgs {
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
+    if args.fanout.is_none() && args.spec.is_none() && args.file.is_none() {
+        // No shape asked for: show the running tree.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(crate::client::topology(args.target))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let topology = load(&args)?;
     match args.format.as_str() {
         "mrnet" => print!("{}", topology.to_mrnet()),

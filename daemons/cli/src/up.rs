@@ -226,6 +226,13 @@ async fn launch_and_watch(
         );
         println!("  store {}", store.display());
         println!("  logs  {}", logs.display());
+        let first = args.filters.first().map(String::as_str).unwrap_or("stats");
+        println!("  API   grpcurl -plaintext {fe_addr} list");
+        println!(
+            "        grpcurl -plaintext -d '{{\"streamNames\": [\"{first}\"]}}' {fe_addr} canopy.v1.Frontend/Subscribe"
+        );
+        println!("        grpcurl -plaintext {fe_addr} canopy.v1.Frontend/Topology");
+        println!("        canopy watch --frontend {fe_addr}");
         println!("  Ctrl-C stops the run cleanly (the tree drains first)");
     }
 

@@ -1,0 +1,432 @@
+//! The `canopy` commands that talk to a running front-end: `streams`, `ctl`, `topology` (live) and `watch`.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::Context;
+use canopy_proto::filters::v1::{ClassResult, EventStats, HistogramResult, Metric, StatsResult};
+use canopy_proto::v1::frontend_client::FrontendClient;
+use canopy_proto::v1::{
+    CloseStreamRequest, ControlRequest, CreateStreamRequest, EventNamesRequest, ListStreamsRequest, NodeKind,
+    NodeState, RoundUpdate, StreamInfo, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest,
+    control_request,
+};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage};
+use tonic::transport::Channel;
+
+/// Where the front-end listens.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Target {
+    /// The front-end's address.
+    #[arg(
+        long,
+        env = "CANOPY_FRONTEND",
+        default_value = "127.0.0.1:7400",
+        global = true
+    )]
+    pub frontend: String,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum StreamsCmd {
+    /// Every stream with its state, filter and counts.
+    List,
+    /// Open a stream on the whole tree.
+    Open {
+        /// The filter plugin's name (stats, histogram, classify, passthrough, ...).
+        filter: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// The filter's parameters as JSON.
+        #[arg(long, default_value = "")]
+        params: String,
+        /// Milliseconds a round waits for missing children (default 1000).
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u32,
+        /// Merge each arrival at once instead of waiting for every child.
+        #[arg(long)]
+        dont_wait: bool,
+    },
+    /// Close a stream.
+    Close { stream_id: u32 },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CtlCmd {
+    /// Start (or resume) collection on every rank.
+    Start,
+    /// Pause collection on every rank.
+    Stop,
+}
+
+pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>> {
+    let url = format!("http://{}", target.frontend);
+    let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+        .connect()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the front-end at {} (is it running? --frontend ADDR)",
+                target.frontend
+            )
+        })?;
+    Ok(FrontendClient::new(channel).max_decoding_message_size(canopy_core::transport::MAX_MESSAGE_BYTES))
+}
+
+/// Any Canopy message as proto3 JSON, the way grpcurl prints it.
+fn json_of<M: Message>(full_name: &str, msg: &M) -> String {
+    static POOL: std::sync::OnceLock<DescriptorPool> = std::sync::OnceLock::new();
+    let pool =
+        POOL.get_or_init(|| DescriptorPool::decode(canopy_proto::FILE_DESCRIPTOR_SET).unwrap_or_default());
+    let Some(desc) = pool.get_message_by_name(full_name) else {
+        return format!("{{\"error\": \"no type {full_name}\"}}");
+    };
+    match DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()) {
+        Ok(m) => serde_json::to_string(&m).unwrap_or_default(),
+        Err(e) => format!("{{\"error\": \"{e}\"}}"),
+    }
+}
+
+fn status_error(e: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{:?}: {}", e.code(), e.message())
+}
+
+fn print_stream(s: &StreamInfo) {
+    let failure = if s.failure.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", s.failure)
+    };
+    println!(
+        "{:>3}  {:<16} {:<12} {:<7} {:>7} rounds  {:>7} full  {:>5} late{failure}",
+        s.stream_id, s.name, s.filter, s.state, s.rounds, s.full_rounds, s.late_packets
+    );
+}
+
+pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
+    let mut api = connect(&target).await?;
+    match cmd {
+        StreamsCmd::List => {
+            let list = api
+                .list_streams(ListStreamsRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if target.json {
+                println!("{}", json_of("canopy.v1.ListStreamsResponse", &list));
+            } else {
+                println!(
+                    " id  {:<16} {:<12} {:<7} {:>14}  {:>12}  {:>10}",
+                    "name", "filter", "state", "", "", ""
+                );
+                list.streams.iter().for_each(print_stream);
+            }
+        }
+        StreamsCmd::Open {
+            filter,
+            name,
+            params,
+            timeout_ms,
+            dont_wait,
+        } => {
+            let sync = if dont_wait {
+                SyncMode::DontWait
+            } else {
+                SyncMode::WaitForAll
+            };
+            let req = CreateStreamRequest {
+                filter,
+                name: name.unwrap_or_default(),
+                params_json: params,
+                sync_mode: sync as i32,
+                timeout_ms,
+            };
+            let info = api.create_stream(req).await.map_err(status_error)?.into_inner();
+            if target.json {
+                println!("{}", json_of("canopy.v1.StreamInfo", &info))
+            } else {
+                print_stream(&info)
+            }
+        }
+        StreamsCmd::Close { stream_id } => {
+            let info = api
+                .close_stream(CloseStreamRequest { stream_id })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if target.json {
+                println!("{}", json_of("canopy.v1.StreamInfo", &info))
+            } else {
+                print_stream(&info)
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
+    let mut api = connect(&target).await?;
+    let action = match cmd {
+        CtlCmd::Start => control_request::Action::Start(true),
+        CtlCmd::Stop => control_request::Action::Stop(true),
+    };
+    let r = api
+        .control(ControlRequest { action: Some(action) })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if target.json {
+        println!("{}", json_of("canopy.v1.ControlResponse", &r))
+    } else {
+        println!("{}: applied", r.applied)
+    }
+    Ok(())
+}
+
+fn kind_word(k: i32) -> &'static str {
+    match NodeKind::try_from(k).unwrap_or(NodeKind::Unspecified) {
+        NodeKind::Agent => "agent",
+        NodeKind::Relay => "relay",
+        NodeKind::Frontend => "front-end",
+        NodeKind::Unspecified => "?",
+    }
+}
+
+fn state_word(s: i32) -> &'static str {
+    match NodeState::try_from(s).unwrap_or(NodeState::Unspecified) {
+        NodeState::Attached => "attached",
+        NodeState::Lost => "LOST",
+        NodeState::Finished => "finished",
+        NodeState::Unspecified => "?",
+    }
+}
+
+/// The live tree, drawn from its root.
+pub async fn topology(target: Target) -> anyhow::Result<()> {
+    let mut api = connect(&target).await?;
+    let topo = api
+        .topology(TopologyRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if target.json {
+        println!("{}", json_of("canopy.v1.TopologyResponse", &topo));
+        return Ok(());
+    }
+    let by_id: HashMap<&str, &TopologyNode> = topo.nodes.iter().map(|n| (n.node_id.as_str(), n)).collect();
+    let roots: Vec<&TopologyNode> = topo
+        .nodes
+        .iter()
+        .filter(|n| n.parent_id.is_empty() || !by_id.contains_key(n.parent_id.as_str()))
+        .collect();
+    fn draw(n: &TopologyNode, by_id: &HashMap<&str, &TopologyNode>, depth: usize) {
+        let detail = if n.detail.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", n.detail)
+        };
+        println!(
+            "{:indent$}{} {} [{}] {} ranks, {} rounds ({} partial), {} B in, {} B out{detail}",
+            "",
+            kind_word(n.kind),
+            n.node_id,
+            state_word(n.state),
+            n.ranks_below,
+            n.rounds_closed,
+            n.rounds_partial,
+            n.bytes_in,
+            n.bytes_out,
+            indent = depth * 2
+        );
+        let mut kids: Vec<&&TopologyNode> = n.children.iter().filter_map(|c| by_id.get(c.as_str())).collect();
+        kids.sort_by_key(|k| k.node_id.clone());
+        for k in kids {
+            draw(k, by_id, depth + 1);
+        }
+    }
+    for r in roots {
+        draw(r, &by_id, 0);
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WatchArgs {
+    /// Only these streams, by name (repeatable).
+    #[arg(long = "stream")]
+    streams: Vec<String>,
+    /// Rows per table.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Stop after this many updates (0: until interrupted).
+    #[arg(long, default_value_t = 0)]
+    updates: u64,
+}
+
+fn metric_word(m: i32) -> &'static str {
+    match Metric::try_from(m).unwrap_or(Metric::Unspecified) {
+        Metric::Calls => "calls",
+        Metric::Inclusive => "incl",
+        Metric::Exclusive => "excl",
+        Metric::Counter => "counter",
+        Metric::Unspecified => "?",
+    }
+}
+
+/// A live table per stream: the top events by mean, histograms as bars, classes with their sizes.
+pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
+    let mut api = connect(&target).await?;
+    let mut names: HashMap<u64, String> = HashMap::new();
+    let req = SubscribeRequest {
+        stream_names: args.streams.clone(),
+        ..Default::default()
+    };
+    let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
+    let mut screens: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let mut seen = 0u64;
+    while let Some(u) = updates.message().await.map_err(status_error)? {
+        seen += 1;
+        if target.json {
+            println!("{}", json_of("canopy.v1.RoundUpdate", &u));
+        } else {
+            if names.len() < 8 || u.missed > 0 || seen % 50 == 0 {
+                let list = api
+                    .event_names(EventNamesRequest {})
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
+                names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
+            }
+            screens.insert(u.stream.clone(), render(&u, &names, args.top));
+            let mut out = std::io::stdout().lock();
+            // Clear the screen and draw every stream's latest table.
+            let _ = write!(out, "\x1b[2J\x1b[H");
+            for screen in screens.values() {
+                let _ = writeln!(out, "{screen}");
+            }
+            let _ = out.flush();
+        }
+        if args.updates > 0 && seen >= args.updates {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn name_of(names: &HashMap<u64, String>, id: u64) -> String {
+    names.get(&id).cloned().unwrap_or_else(|| format!("{id:016x}"))
+}
+
+fn stats_table(stats: &[EventStats], names: &HashMap<u64, String>, top: usize) -> String {
+    let mut rows: Vec<&EventStats> = stats
+        .iter()
+        .filter(|s| s.metric == Metric::Exclusive as i32)
+        .collect();
+    rows.sort_by(|a, b| {
+        let (x, y) = (
+            a.summary.as_ref().map_or(0.0, |s| s.mean),
+            b.summary.as_ref().map_or(0.0, |s| s.mean),
+        );
+        y.total_cmp(&x)
+    });
+    let mut out = format!(
+        "  {:<36} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8}\n",
+        "event (exclusive us)", "ranks", "mean", "min", "max", "std", "max@rank"
+    );
+    for s in rows.into_iter().take(top) {
+        let sum = s.summary.clone().unwrap_or_default();
+        let at = sum.max_rank.map(|r| r.rank.to_string()).unwrap_or_default();
+        out.push_str(&format!(
+            "  {:<36} {:>6} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>8}\n",
+            name_of(names, s.id),
+            sum.count,
+            sum.mean,
+            sum.min,
+            sum.max,
+            sum.std,
+            at
+        ));
+    }
+    out
+}
+
+fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) -> String {
+    let cov = u.coverage.clone().unwrap_or_default();
+    let missed = if u.missed > 0 {
+        format!("  (missed {} updates)", u.missed)
+    } else {
+        String::new()
+    };
+    let mut out = format!(
+        "{} [{}] round {}  coverage {}/{}{missed}\n",
+        u.stream, u.filter, u.round, cov.covered, cov.expected
+    );
+    let payload = u.result.as_ref().map(|a| a.value.as_slice()).unwrap_or_default();
+    let type_url = u.result.as_ref().map(|a| a.type_url.as_str()).unwrap_or_default();
+    if type_url.ends_with("StatsResult") {
+        if let Ok(r) = StatsResult::decode(payload) {
+            out.push_str(&stats_table(&r.stats, names, top));
+        }
+    } else if type_url.ends_with("HistogramResult") {
+        if let Ok(r) = HistogramResult::decode(payload) {
+            out.push_str(&stats_table(&r.stats, names, top.min(3)));
+            let mut hists: Vec<_> = r
+                .histograms
+                .iter()
+                .filter(|h| h.metric == Metric::Exclusive as i32)
+                .collect();
+            hists.sort_by_key(|h| std::cmp::Reverse(h.hi.to_bits()));
+            for h in hists.into_iter().take(top.min(3)) {
+                out.push_str(&format!(
+                    "  {} ({}, {:.1}..{:.1} us)\n",
+                    name_of(names, h.id),
+                    metric_word(h.metric),
+                    h.lo,
+                    h.hi
+                ));
+                let most = h.counts.iter().copied().max().unwrap_or(1).max(1);
+                for (b, c) in h.counts.iter().enumerate() {
+                    let bar = "#".repeat((*c as usize * 40).div_ceil(most as usize));
+                    out.push_str(&format!("    bin {b:>2} {c:>6} {bar}\n"));
+                }
+            }
+        }
+    } else if type_url.ends_with("ClassResult") {
+        if let Ok(r) = ClassResult::decode(payload) {
+            out.push_str(&format!(
+                "  {} classes, reduction factor {:.2} ({} B of profiles -> {} B)\n",
+                r.classes.len(),
+                r.reduction_factor,
+                r.raw_bytes,
+                r.result_bytes
+            ));
+            for c in r.classes.iter().take(top) {
+                let ranks = c.ranks.iter().map(|g| {
+                    if g.first == g.last {
+                        g.first.to_string()
+                    } else {
+                        format!("{}-{}", g.first, g.last)
+                    }
+                });
+                out.push_str(&format!(
+                    "  class {:016x}  {:>5} ranks  {}  e.g. {}\n",
+                    c.class_id,
+                    c.size,
+                    ranks.collect::<Vec<_>>().join(","),
+                    c.example_event
+                ));
+            }
+        }
+    } else {
+        out.push_str(&format!(
+            "  {} bytes of {}\n",
+            payload.len(),
+            type_url.rsplit('/').next().unwrap_or("")
+        ));
+    }
+    out
+}
