@@ -293,7 +293,7 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
         if target.json {
             println!("{}", json_of("canopy.v1.RoundUpdate", &u));
         } else {
-            if names.len() < 8 || u.missed > 0 || seen % 50 == 0 {
+            if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
                 let list = api
                     .event_names(EventNamesRequest {})
                     .await
