@@ -326,3 +326,114 @@ async fn topology_names_and_control_describe_and_drive_the_tree() {
         "collection did not resume"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measurement_options_change_the_next_rounds() {
+    use canopy_proto::v1::Options;
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 2,
+        Duration::from_secs(20),
+        "no rounds"
+    );
+    let set = |o: Options| ControlRequest {
+        action: Some(control_request::Action::Options(o)),
+    };
+    let mpi_only = Options {
+        include: vec!["^MPI_".into()],
+        exclude: vec!["^MPI_Barrier$".into()],
+        metrics: vec!["exclusive".into()],
+        sample_below: 4,
+        ..Default::default()
+    };
+    assert_eq!(
+        api.control(set(mpi_only)).await.unwrap().into_inner().applied,
+        "options"
+    );
+    let mark = query_i64(&store, "SELECT MAX(round) FROM rounds") + 2;
+    assert_eventually!(
+        query_i64(
+            &store,
+            &format!("SELECT COUNT(*) FROM rounds WHERE round > {mark}")
+        ) >= 5,
+        Duration::from_secs(20),
+        "rounds stopped"
+    );
+    // Only ranks 0..3 report, the others are sampled out; only MPI events but MPI_Barrier; only exclusive time.
+    let partial = format!(
+        "SELECT COUNT(*) FROM rounds WHERE round > {mark} AND (covered != 4 OR missing_sampled_out != 4)"
+    );
+    assert_eq!(query_i64(&store, &partial), 0);
+    let conn = rusqlite::Connection::open(&store).unwrap();
+    let later: Vec<(String, String)> = conn
+        .prepare(&format!(
+            "SELECT n.name, s.metric FROM stats s JOIN names n ON n.id = s.id WHERE s.round > {mark}"
+        ))
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!later.is_empty(), "no stats after the options");
+    assert!(
+        later
+            .iter()
+            .all(|(n, m)| n.starts_with("MPI_") && n != "MPI_Barrier" && m == "exclusive"),
+        "{later:?}"
+    );
+    assert!(later.iter().all(|(_, m)| m != "counter"));
+
+    // Bad options are refused with what is wrong; the empty set restores everything, including the period.
+    let bad = Options {
+        include: vec!["(".into()],
+        ..Default::default()
+    };
+    let e = api.control(set(bad)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().starts_with("bad pattern \"(\""), "{}", e.message());
+    let back = Options {
+        period_ms: 60,
+        ..Default::default()
+    };
+    api.control(set(back)).await.unwrap();
+    let mark = query_i64(&store, "SELECT MAX(round) FROM rounds") + 2;
+    assert_eventually!(
+        query_i64(
+            &store,
+            &format!("SELECT COUNT(*) FROM rounds WHERE round > {mark}")
+        ) >= 4,
+        Duration::from_secs(20),
+        "rounds stopped after the reset"
+    );
+    assert_eq!(
+        query_i64(
+            &store,
+            &format!("SELECT MIN(covered) FROM rounds WHERE round > {mark}")
+        ),
+        8
+    );
+    // The dumps now come 60 ms apart.
+    let gap_ms = query_i64(
+        &store,
+        &format!(
+            "SELECT (MAX(first_dump_unix_ns) - MIN(first_dump_unix_ns)) / (COUNT(*) - 1) / 1000000 FROM rounds WHERE round > {mark}"
+        ),
+    );
+    assert!((50..=80).contains(&gap_ms), "period {gap_ms} ms");
+    let metrics = query_i64(
+        &store,
+        &format!("SELECT COUNT(DISTINCT metric) FROM stats WHERE round > {mark}"),
+    );
+    assert_eq!(metrics, 4, "every metric reported again");
+}

@@ -189,9 +189,11 @@ async fn simulate(
     mut control: mpsc::Receiver<control::Action>,
     inputs: mpsc::Sender<Input>,
 ) {
-    let period_ns = schedule.period.as_nanos() as u64;
+    let mut period_ns = schedule.period.as_nanos() as u64;
     let mut anchor: Option<(u64, u64)> = None;
     let mut next_round = 0u64;
+    let names: std::collections::HashMap<u64, String> = sim.names().into_iter().collect();
+    let mut options = canopy_core::options::Measure::default();
     loop {
         let wait = match anchor {
             None => None,
@@ -208,12 +210,18 @@ async fn simulate(
                 _ = tokio::time::sleep(d) => {
                     let round = next_round;
                     let dump = unix_ns();
-                    let profiles = sim
-                        .round(round)
-                        .into_iter()
-                        .map(|p| (p.rank, ProfileBatch { profiles: vec![stamp(p, dump)] }.encode_to_vec()))
-                        .collect();
-                    if inputs.send(Input::LocalRound { round, dump_unix_ns: dump, profiles }).await.is_err() {
+                    let mut profiles = Vec::new();
+                    let mut sampled_out = Vec::new();
+                    for p in sim.round(round) {
+                        if options.samples_out(p.rank) {
+                            sampled_out.push(p.rank);
+                            continue;
+                        }
+                        let p = options.apply(stamp(p, dump), &names);
+                        profiles.push((p.rank, ProfileBatch { profiles: vec![p] }.encode_to_vec()));
+                    }
+                    let local = Input::LocalRound { round, dump_unix_ns: dump, profiles, sampled_out };
+                    if inputs.send(local).await.is_err() {
                         return;
                     }
                     next_round += 1;
@@ -240,6 +248,22 @@ async fn simulate(
                 anchor = Some((s.start_unix_ns, s.first_round));
             }
             Some(control::Action::Stop(_)) => anchor = None,
+            Some(control::Action::Options(o)) => {
+                match canopy_core::options::Measure::from_options(&o) {
+                    Ok(m) => {
+                        tracing::info!(?o, "measurement options changed");
+                        options = m;
+                    }
+                    Err(e) => tracing::error!("measurement options ignored: {e}"),
+                }
+                if o.period_ms > 0 && anchor.is_some() {
+                    // The new period counts from now, from the next round on.
+                    period_ns = o.period_ms * 1_000_000;
+                    anchor = Some((unix_ns(), next_round));
+                } else if o.period_ms > 0 {
+                    period_ns = o.period_ms * 1_000_000;
+                }
+            }
             Some(control::Action::Drain(_)) => {
                 tracing::info!(rounds = next_round, "drained: simulated ranks finished");
                 let _ = inputs.send(Input::LocalFinished).await;

@@ -271,6 +271,7 @@ impl Simulator {
             })
             .collect();
         RankProfile {
+            metrics: 0,
             app: self.cfg.app.clone(),
             rank: st.rank,
             round,

@@ -61,6 +61,24 @@ pub enum CtlCmd {
     Start,
     /// Pause collection on every rank.
     Stop,
+    /// Replace what every rank measures, from its next dump on (no option: the defaults).
+    Set {
+        /// Report only the events whose name matches (a regular expression; repeatable).
+        #[arg(long)]
+        include: Vec<String>,
+        /// Leave out the events whose name matches (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+        /// Report only these metrics: calls, inclusive, exclusive, counters (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        metrics: Vec<String>,
+        /// A new dump period for ranks that dump on a timer.
+        #[arg(long, default_value_t = 0)]
+        period_ms: u64,
+        /// Only ranks below this number report; the others count as sampled out.
+        #[arg(long, default_value_t = 0)]
+        sample_below: u32,
+    },
 }
 
 pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>> {
@@ -173,6 +191,19 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
     let action = match cmd {
         CtlCmd::Start => control_request::Action::Start(true),
         CtlCmd::Stop => control_request::Action::Stop(true),
+        CtlCmd::Set {
+            include,
+            exclude,
+            metrics,
+            period_ms,
+            sample_below,
+        } => control_request::Action::Options(canopy_proto::v1::Options {
+            include,
+            exclude,
+            metrics,
+            period_ms,
+            sample_below,
+        }),
     };
     let r = api
         .control(ControlRequest { action: Some(action) })

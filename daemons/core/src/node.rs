@@ -43,11 +43,13 @@ pub enum Input {
     ParentLost(String),
     ParentMessage(down_message::Msg),
     Refused(Refused),
-    /// The leaf's ranks dumped a round: (rank, encoded one-profile `ProfileBatch`) each.
+    /// The leaf's ranks dumped a round: (rank, encoded one-profile `ProfileBatch`) each, and the ranks rank
+    /// sampling left out of it.
     LocalRound {
         round: u64,
         dump_unix_ns: u64,
         profiles: Vec<(u32, Vec<u8>)>,
+        sampled_out: Vec<u32>,
     },
     /// The leaf's ranks will dump no more rounds.
     LocalFinished,
@@ -61,6 +63,8 @@ pub enum Input {
     CloseStream(u32),
     /// At the root: start or stop collection.
     Collection(Collection),
+    /// At the root: new measurement options for every rank.
+    Options(canopy_proto::v1::Options),
 }
 
 /// One result at the root.
@@ -210,6 +214,8 @@ pub struct Node<U: Up> {
     names: HashMap<u64, String>,
     subtree: BTreeMap<String, NodeEvent>,
     last_control: Option<Control>,
+    /// The measurement options in force, replayed to children that attach later.
+    last_options: Option<Control>,
     coverage_memory: HashMap<(u32, u64), (Coverage, u64)>,
     coverage_order: VecDeque<(u32, u64)>,
     counters: NodeCounters,
@@ -303,6 +309,7 @@ impl<U: Up> Node<U> {
             names,
             subtree: BTreeMap::new(),
             last_control: None,
+            last_options: None,
             coverage_memory: HashMap::new(),
             coverage_order: VecDeque::new(),
             counters: NodeCounters::default(),
@@ -407,7 +414,11 @@ impl<U: Up> Node<U> {
                 round,
                 dump_unix_ns,
                 profiles,
-            } => self.on_local_round(round, dump_unix_ns, profiles).await,
+                sampled_out,
+            } => {
+                self.on_local_round(round, dump_unix_ns, profiles, sampled_out)
+                    .await
+            }
             Input::LocalFinished => {
                 let ranks: Vec<u32> = self.local.as_ref().map(|l| l.ranks.clone()).unwrap_or_default();
                 for r in ranks {
@@ -428,6 +439,15 @@ impl<U: Up> Node<U> {
             }
             Input::CloseStream(id) => self.close_stream_at_root(id).await,
             Input::Collection(c) => self.collection_at_root(c).await,
+            Input::Options(o) => {
+                if self.root.is_some() {
+                    tracing::info!(?o, "measurement options");
+                    self.on_control(Control {
+                        action: Some(control::Action::Options(o)),
+                    })
+                    .await;
+                }
+            }
             Input::WindowWait { round } => {
                 if !self.engine.has_open_groups() {
                     self.wait_hint = self.wait_hint.max(round);
@@ -445,10 +465,10 @@ impl<U: Up> Node<U> {
             });
             let _ = tx.send(Ok(DownMessage { msg: Some(open) })).await;
         }
-        if let Some(c) = &self.last_control {
+        for c in self.last_control.iter().chain(self.last_options.iter()) {
             let _ = tx
                 .send(Ok(DownMessage {
-                    msg: Some(down_message::Msg::Control(*c)),
+                    msg: Some(down_message::Msg::Control(c.clone())),
                 }))
                 .await;
         }
@@ -617,7 +637,38 @@ impl<U: Up> Node<U> {
         }
     }
 
-    async fn on_local_round(&mut self, round: u64, dump_unix_ns: u64, profiles: Vec<(u32, Vec<u8>)>) {
+    async fn on_local_round(
+        &mut self,
+        round: u64,
+        dump_unix_ns: u64,
+        profiles: Vec<(u32, Vec<u8>)>,
+        sampled_out: Vec<u32>,
+    ) {
+        // A sampled-out rank still answers for its round, with no profile: the round does not wait for it, and
+        // its coverage says why it is absent.
+        let absent = Coverage {
+            covered: 0,
+            expected: 1,
+            missing: vec![canopy_proto::v1::Missing {
+                reason: MissingReason::SampledOut as i32,
+                ranks: 1,
+            }],
+        };
+        let profiles: Vec<(u32, Vec<u8>, Coverage)> = profiles
+            .into_iter()
+            .map(|(r, p)| {
+                (
+                    r,
+                    p,
+                    Coverage {
+                        covered: 1,
+                        expected: 1,
+                        missing: vec![],
+                    },
+                )
+            })
+            .chain(sampled_out.into_iter().map(|r| (r, Vec::new(), absent.clone())))
+            .collect();
         self.local_end = self.local_end.max(round + 1);
         let streams: Vec<u32> = self
             .streams
@@ -627,7 +678,7 @@ impl<U: Up> Node<U> {
             .collect();
         let now = Instant::now();
         for stream in streams {
-            for (rank, payload) in &profiles {
+            for (rank, payload, coverage) in &profiles {
                 let key = GroupKey {
                     stream,
                     round,
@@ -635,11 +686,7 @@ impl<U: Up> Node<U> {
                 };
                 let arrival = Arrival {
                     source: rank_source(*rank),
-                    coverage: Coverage {
-                        covered: 1,
-                        expected: 1,
-                        missing: vec![],
-                    },
+                    coverage: coverage.clone(),
                     payload: payload.clone(),
                     first_dump_unix_ns: dump_unix_ns,
                 };
@@ -665,7 +712,11 @@ impl<U: Up> Node<U> {
             return;
         };
         let Some(filter) = rt.filter.as_mut() else { return };
-        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
+        // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs.
+        let used: Vec<usize> = (0..c.inputs.len())
+            .filter(|i| !(c.inputs[*i].payload.is_empty() && c.inputs[*i].coverage.covered == 0))
+            .collect();
+        let inputs: Vec<&[u8]> = used.iter().map(|i| c.inputs[*i].payload.as_slice()).collect();
         let out = match filter.upstream(c.key.round, c.key.phase, &inputs) {
             Ok(out) => out,
             Err(e) => {
@@ -675,7 +726,9 @@ impl<U: Up> Node<U> {
         };
         let mut coverage = c.coverage;
         for (i, reason) in &out.rejected {
-            let Some(input) = c.inputs.get(*i) else { continue };
+            let Some(input) = used.get(*i).and_then(|i| c.inputs.get(*i)) else {
+                continue;
+            };
             uncover(&mut coverage, MissingReason::Malformed, input.coverage.covered);
             self.counters.malformed += 1;
             tracing::warn!(node = %self.id, source = %input.source, stream = c.key.stream, round = c.key.round,
@@ -917,15 +970,16 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_control(&mut self, c: Control) {
-        let Some(action) = c.action else { return };
+        let Some(action) = c.action.clone() else { return };
         match action {
-            control::Action::Start(_) | control::Action::Stop(_) => self.last_control = Some(c),
+            control::Action::Start(_) | control::Action::Stop(_) => self.last_control = Some(c.clone()),
+            control::Action::Options(_) => self.last_options = Some(c.clone()),
             control::Action::Drain(_) => self.draining = true,
             control::Action::FinAck(_) => {}
         }
         self.broadcast(down_message::Msg::Control(c)).await;
         if let Some(local) = &self.local {
-            let _ = local.control.send(action).await;
+            let _ = local.control.send(action.clone()).await;
         }
         if let control::Action::FinAck(_) = action {
             tracing::info!(node = %self.id, "finished (fin-ack from the root)");
@@ -1452,5 +1506,11 @@ impl RootHandle {
 
     pub async fn collection(&self, c: Collection) -> bool {
         self.inputs.send(Input::Collection(c)).await.is_ok()
+    }
+
+    /// Replaces every rank's measurement options from its next dump on (check them first with
+    /// `options::Measure::from_options`).
+    pub async fn options(&self, o: canopy_proto::v1::Options) -> bool {
+        self.inputs.send(Input::Options(o)).await.is_ok()
     }
 }

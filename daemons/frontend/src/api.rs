@@ -458,7 +458,16 @@ impl Frontend for FrontendApi {
         let (c, word) = match request.into_inner().action {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
-            _ => return Err(Status::invalid_argument("give an action: start or stop")),
+            Some(control_request::Action::Options(o)) => {
+                canopy_core::options::Measure::from_options(&o).map_err(Status::invalid_argument)?;
+                if !self.root.options(o).await {
+                    return Err(Status::unavailable("the front-end is shutting down"));
+                }
+                return Ok(Response::new(ControlResponse {
+                    applied: "options".into(),
+                }));
+            }
+            _ => return Err(Status::invalid_argument("give an action: start, stop or options")),
         };
         if !self.root.collection(c).await {
             return Err(Status::unavailable("the front-end is shutting down"));

@@ -980,6 +980,7 @@ mod tests {
                         total: 9.0,
                     })
                     .collect(),
+                metrics: 0,
             })
             .collect();
         ProfileBatch { profiles }.encode_to_vec()

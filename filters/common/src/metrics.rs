@@ -30,20 +30,28 @@ impl Values {
 /// The samples one rank contributes: for each event it reports, `(id, CALLS, calls)`, `(id, INCLUSIVE, incl)`,
 /// `(id, EXCLUSIVE, excl)`; for each counter, `(counter_id, COUNTER, value)`, in the profile's order.
 ///
-/// A rank contributes only for the events and counters it reports. A value that is not finite (NaN or
-/// infinite) is left out: one would make the mean, the deviation and every histogram range meaningless.
+/// A rank contributes only for the events and counters it reports, and only the metrics its profile says it
+/// reports (`RankProfile.metrics`, when control narrowed them). A value that is not finite (NaN or infinite) is
+/// left out: one would make the mean, the deviation and every histogram range meaningless.
 pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
     let mut out = Vec::with_capacity(profile.events.len() * 3 + profile.counters.len());
+    let reports = |bit: u32| profile.metrics == 0 || profile.metrics & (1 << bit) != 0;
     for e in &profile.events {
         let (calls, incl, excl) = match values {
             Values::Round => (e.calls as f64, e.incl_us, e.excl_us),
             Values::Cumulative => (e.calls_total as f64, e.incl_total_us, e.excl_total_us),
         };
-        out.push(((e.event_id, Metric::Calls as i32), calls));
-        out.push(((e.event_id, Metric::Inclusive as i32), incl));
-        out.push(((e.event_id, Metric::Exclusive as i32), excl));
+        if reports(0) {
+            out.push(((e.event_id, Metric::Calls as i32), calls));
+        }
+        if reports(1) {
+            out.push(((e.event_id, Metric::Inclusive as i32), incl));
+        }
+        if reports(2) {
+            out.push(((e.event_id, Metric::Exclusive as i32), excl));
+        }
     }
-    for c in &profile.counters {
+    for c in profile.counters.iter().filter(|_| reports(3)) {
         let v = match values {
             Values::Round => c.value,
             Values::Cumulative => c.total,
@@ -57,6 +65,33 @@ pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metrics_mask_keeps_only_the_metrics_reported() {
+        use canopy_proto::v1::{CounterSample, EventSample};
+        let p = RankProfile {
+            events: vec![EventSample {
+                event_id: 1,
+                calls: 2,
+                incl_us: 3.0,
+                excl_us: 4.0,
+                ..Default::default()
+            }],
+            counters: vec![CounterSample {
+                counter_id: 9,
+                value: 5.0,
+                total: 5.0,
+            }],
+            metrics: 0b0100,
+            ..Default::default()
+        };
+        assert_eq!(
+            extract(&p, Values::Round),
+            vec![((1, Metric::Exclusive as i32), 4.0)]
+        );
+        let all = RankProfile { metrics: 0, ..p };
+        assert_eq!(extract(&all, Values::Round).len(), 4);
+    }
     use canopy_proto::v1::{CounterSample, EventSample};
 
     fn profile() -> RankProfile {

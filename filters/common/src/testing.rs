@@ -556,6 +556,7 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
                 dump_unix_ns: 0,
                 events,
                 counters,
+                metrics: 0,
             }
         })
         .collect()

@@ -1,0 +1,122 @@
+//! Measurement options (events to include or exclude, a metric subset, rank sampling): checked where they
+//! enter the tree and applied to each rank's profile at its next dump.
+
+/// The measurement options a leaf applies to its ranks' profiles at each dump.
+#[derive(Debug, Default)]
+pub struct Measure {
+    include: Vec<regex_lite::Regex>,
+    exclude: Vec<regex_lite::Regex>,
+    /// Bits as in `RankProfile.metrics`; 0: all.
+    metrics: u32,
+    sample_below: u32,
+}
+
+impl Measure {
+    /// Checks and compiles options; the error names the bad pattern or metric.
+    pub fn from_options(o: &canopy_proto::v1::Options) -> Result<Measure, String> {
+        let compile = |p: &String| regex_lite::Regex::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"));
+        let mut metrics = 0;
+        for m in &o.metrics {
+            metrics |= match m.as_str() {
+                "calls" => 1,
+                "inclusive" => 2,
+                "exclusive" => 4,
+                "counters" => 8,
+                _ => {
+                    return Err(format!(
+                        "unknown metric {m:?} (calls, inclusive, exclusive, counters)"
+                    ));
+                }
+            };
+        }
+        Ok(Measure {
+            include: o.include.iter().map(compile).collect::<Result<_, _>>()?,
+            exclude: o.exclude.iter().map(compile).collect::<Result<_, _>>()?,
+            metrics,
+            sample_below: o.sample_below,
+        })
+    }
+
+    /// Whether rank sampling leaves this rank out.
+    pub fn samples_out(&self, rank: u32) -> bool {
+        self.sample_below > 0 && rank >= self.sample_below
+    }
+
+    /// One rank's profile as the options say it is reported.
+    pub fn apply(
+        &self,
+        mut p: canopy_proto::v1::RankProfile,
+        names: &std::collections::HashMap<u64, String>,
+    ) -> canopy_proto::v1::RankProfile {
+        if !self.include.is_empty() || !self.exclude.is_empty() {
+            p.events.retain(|e| {
+                let name = names.get(&e.event_id).map(String::as_str).unwrap_or("");
+                (self.include.is_empty() || self.include.iter().any(|r| r.is_match(name)))
+                    && !self.exclude.iter().any(|r| r.is_match(name))
+            });
+        }
+        p.metrics = self.metrics;
+        if self.metrics != 0 && self.metrics & 8 == 0 {
+            p.counters.clear();
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::{CounterSample, EventSample, Options, RankProfile};
+
+    #[test]
+    fn options_filter_events_and_mark_metrics() {
+        let names: std::collections::HashMap<u64, String> = [
+            (1, "MPI_Send".to_string()),
+            (2, "MPI_Barrier".to_string()),
+            (3, "hydro".to_string()),
+        ]
+        .into();
+        let o = Options {
+            include: vec!["^MPI_".into()],
+            exclude: vec!["Barrier".into()],
+            metrics: vec!["exclusive".into()],
+            ..Default::default()
+        };
+        let m = Measure::from_options(&o).unwrap();
+        let p = RankProfile {
+            events: (1..=3)
+                .map(|id| EventSample {
+                    event_id: id,
+                    ..Default::default()
+                })
+                .collect(),
+            counters: vec![CounterSample::default()],
+            ..Default::default()
+        };
+        let p = m.apply(p, &names);
+        assert_eq!(p.events.iter().map(|e| e.event_id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(p.metrics, 4);
+        assert!(p.counters.is_empty());
+    }
+
+    #[test]
+    fn bad_options_name_what_is_wrong() {
+        let bad = Options {
+            include: vec!["(".into()],
+            ..Default::default()
+        };
+        assert!(
+            Measure::from_options(&bad)
+                .unwrap_err()
+                .starts_with("bad pattern \"(\"")
+        );
+        let bad = Options {
+            metrics: vec!["speed".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            Measure::from_options(&bad).unwrap_err(),
+            "unknown metric \"speed\" (calls, inclusive, exclusive, counters)"
+        );
+    }
+}
