@@ -296,6 +296,25 @@ async fn topology_names_and_control_describe_and_drive_the_tree() {
         Duration::from_secs(5),
         "no status counters from the relays"
     );
+    // Each node reports the time its filters take, per stream, and how far behind it is.
+    assert_eventually!(
+        api.topology(TopologyRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .nodes
+            .iter()
+            .any(|n| n.node_id == "relay:0" && n.filter_time.iter().any(|f| f.stream_id == 1 && f.calls > 0)),
+        Duration::from_secs(5),
+        "no filter time from the relays"
+    );
+    let relay = api.topology(TopologyRequest {}).await.unwrap().into_inner().nodes;
+    let relay = relay.iter().find(|n| n.node_id == "relay:0").unwrap();
+    assert!(
+        relay.lag_rounds <= 2,
+        "a relay of a healthy tree lags {} rounds",
+        relay.lag_rounds
+    );
     let names = api
         .event_names(EventNamesRequest {})
         .await

@@ -260,6 +260,11 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
         } else {
             format!("  ({})", n.detail)
         };
+        let filter_ms: f64 = n.filter_time.iter().map(|f| f.micros as f64 / 1000.0).sum();
+        let detail = format!(
+            ", lag {} rounds, {filter_ms:.1} ms in filters{detail}",
+            n.lag_rounds
+        );
         println!(
             "{:indent$}{} {} [{}] {} ranks, {} rounds ({} partial), {} B in, {} B out{detail}",
             "",

@@ -232,6 +232,10 @@ pub struct Node<U: Up> {
     wait_hint: u64,
     /// At a leaf: every round below this was dumped by the local ranks.
     local_end: u64,
+    /// Calls into each stream's filter and the time they took (microseconds).
+    filter_time: BTreeMap<u32, (u64, u64)>,
+    /// The highest round any packet or local dump brought here.
+    highest_seen: u64,
     /// Streams closed here: their packets still in flight are dropped quietly.
     closed_streams: std::collections::HashSet<u32>,
     /// At the root: rounds whose packets went down (a multi-phase filter's range) and whose result has not come
@@ -323,6 +327,8 @@ impl<U: Up> Node<U> {
             wait_hint: 0,
             local_end: 0,
             closed_streams: std::collections::HashSet::new(),
+            filter_time: BTreeMap::new(),
+            highest_seen: 0,
             awaiting: HashMap::new(),
         };
         (
@@ -600,6 +606,7 @@ impl<U: Up> Node<U> {
     }
 
     async fn on_envelope(&mut self, source: String, env: Envelope) {
+        self.highest_seen = self.highest_seen.max(env.round);
         let key = GroupKey {
             stream: env.stream_id,
             round: env.round,
@@ -670,6 +677,7 @@ impl<U: Up> Node<U> {
             .chain(sampled_out.into_iter().map(|r| (r, Vec::new(), absent.clone())))
             .collect();
         self.local_end = self.local_end.max(round + 1);
+        self.highest_seen = self.highest_seen.max(round);
         let streams: Vec<u32> = self
             .streams
             .iter()
@@ -717,7 +725,10 @@ impl<U: Up> Node<U> {
             .filter(|i| !(c.inputs[*i].payload.is_empty() && c.inputs[*i].coverage.covered == 0))
             .collect();
         let inputs: Vec<&[u8]> = used.iter().map(|i| c.inputs[*i].payload.as_slice()).collect();
-        let out = match filter.upstream(c.key.round, c.key.phase, &inputs) {
+        let started = Instant::now();
+        let out = filter.upstream(c.key.round, c.key.phase, &inputs);
+        time_filter(&mut self.filter_time, c.key.stream, started);
+        let out = match out {
             Ok(out) => out,
             Err(e) => {
                 self.stream_error(c.key.stream, e.to_string()).await;
@@ -881,7 +892,10 @@ impl<U: Up> Node<U> {
                     return;
                 };
                 let Some(filter) = rt.filter.as_mut() else { return };
-                match filter.finalize(round, p.phase, &p.payload) {
+                let started = Instant::now();
+                let finalized = filter.finalize(round, p.phase, &p.payload);
+                time_filter(&mut self.filter_time, stream, started);
+                match finalized {
                     Ok(payload) => {
                         let result = RoundResult {
                             stream: rt.spec.clone(),
@@ -992,7 +1006,10 @@ impl<U: Up> Node<U> {
             return;
         };
         let Some(filter) = rt.filter.as_mut() else { return };
-        match filter.downstream(env.round, env.phase, &env.payload) {
+        let started = Instant::now();
+        let out = filter.downstream(env.round, env.phase, &env.payload);
+        time_filter(&mut self.filter_time, env.stream_id, started);
+        match out {
             Ok(out) => {
                 let (cov, first) = self
                     .coverage_memory
@@ -1384,6 +1401,19 @@ impl<U: Up> Node<U> {
             bytes_in: self.counters.bytes_in,
             bytes_out: self.counters.bytes_out,
             streams_failed: self.counters.streams_failed,
+            lag_rounds: self
+                .engine
+                .lowest_open_round()
+                .map_or(0, |low| self.highest_seen.saturating_sub(low) + 1),
+            filter_time: self
+                .filter_time
+                .iter()
+                .map(|(id, (calls, micros))| canopy_proto::v1::FilterTime {
+                    stream_id: *id,
+                    calls: *calls,
+                    micros: *micros,
+                })
+                .collect(),
         };
         self.up.send(up_message::Msg::Status(st)).await;
     }
@@ -1440,6 +1470,12 @@ pub fn for_children(spec: &StreamSpec) -> StreamSpec {
         timeout_ms: (spec.timeout_ms / 4 * 3).max(1),
         ..spec.clone()
     }
+}
+
+fn time_filter(times: &mut BTreeMap<u32, (u64, u64)>, stream: u32, started: Instant) {
+    let t = times.entry(stream).or_default();
+    t.0 += 1;
+    t.1 += started.elapsed().as_micros() as u64;
 }
 
 /// The engine's source id for a leaf's rank.

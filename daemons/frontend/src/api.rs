@@ -516,6 +516,9 @@ impl Frontend for FrontendApi {
                 n.malformed = s.malformed;
                 n.bytes_in = s.bytes_in;
                 n.bytes_out = s.bytes_out;
+                n.lag_rounds = s.lag_rounds;
+                n.filter_time = s.filter_time.clone();
+                n.streams_failed = s.streams_failed;
             }
         }
         Ok(Response::new(TopologyResponse { nodes }))
