@@ -456,3 +456,78 @@ async fn measurement_options_change_the_next_rounds() {
     );
     assert_eq!(metrics, 4, "every metric reported again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
+    use canopy_proto::v1::DetailRequest;
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let detail = ControlRequest {
+        action: Some(control_request::Action::Detail(DetailRequest {
+            ranks: "1,5-6".into(),
+            name: String::new(),
+        })),
+    };
+    let r = api.control(detail).await.unwrap().into_inner();
+    assert_eq!((r.applied.as_str(), r.stream_id), ("detail", 2));
+    let store = tree.store.clone();
+    assert_eventually!(
+        query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 2") >= 5,
+        Duration::from_secs(20),
+        "no detail rounds"
+    );
+    // Raw profiles of ranks 1, 5 and 6 only; the other five count as sampled out, not as missing data.
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT COUNT(DISTINCT rank) FROM samples WHERE stream_id = 2"
+        ),
+        3
+    );
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT SUM(rank) / COUNT(DISTINCT round) FROM (SELECT DISTINCT round, rank FROM samples WHERE stream_id = 2)"
+        ),
+        12
+    );
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT COUNT(*) FROM rounds WHERE stream_id = 2 AND NOT (covered = 3 AND missing_sampled_out = 5)"
+        ),
+        0
+    );
+    // The stats stream still covers every rank.
+    assert_eq!(
+        query_i64(&store, "SELECT MIN(covered) FROM rounds WHERE stream_id = 1"),
+        8
+    );
+    let listed = api
+        .list_streams(ListStreamsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .streams;
+    assert_eq!(listed.iter().find(|s| s.stream_id == 2).unwrap().ranks, "1,5-6");
+    let e = api
+        .control(ControlRequest {
+            action: Some(control_request::Action::Detail(DetailRequest {
+                ranks: "9-2".into(),
+                name: String::new(),
+            })),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.message(), "bad rank range \"9-2\": 9 is above 2");
+}

@@ -34,6 +34,7 @@ fn spec(name: &str, filter: &str, params: &str) -> StreamSpec {
         params: params.into(),
         sync_mode: SyncMode::WaitForAll as i32,
         timeout_ms: 1000,
+        ranks: String::new(),
     }
 }
 

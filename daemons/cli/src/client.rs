@@ -50,6 +50,9 @@ pub enum StreamsCmd {
         /// Merge each arrival at once instead of waiting for every child.
         #[arg(long)]
         dont_wait: bool,
+        /// Only these ranks feed the stream ("0-7,17"); the others count as sampled out.
+        #[arg(long, default_value = "")]
+        ranks: String,
     },
     /// Close a stream.
     Close { stream_id: u32 },
@@ -78,6 +81,13 @@ pub enum CtlCmd {
         /// Only ranks below this number report; the others count as sampled out.
         #[arg(long, default_value_t = 0)]
         sample_below: u32,
+    },
+    /// Full detail (raw profiles) from chosen ranks, in a stream of its own; close it to end the detail.
+    Detail {
+        /// The ranks, as ranges: 0,17,40-43.
+        ranks: String,
+        #[arg(long, default_value = "")]
+        name: String,
     },
 }
 
@@ -150,6 +160,7 @@ pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
             params,
             timeout_ms,
             dont_wait,
+            ranks,
         } => {
             let sync = if dont_wait {
                 SyncMode::DontWait
@@ -162,6 +173,7 @@ pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
                 params_json: params,
                 sync_mode: sync as i32,
                 timeout_ms,
+                ranks,
             };
             let info = api.create_stream(req).await.map_err(status_error)?.into_inner();
             if target.json {
@@ -204,6 +216,9 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             period_ms,
             sample_below,
         }),
+        CtlCmd::Detail { ranks, name } => {
+            control_request::Action::Detail(canopy_proto::v1::DetailRequest { ranks, name })
+        }
     };
     let r = api
         .control(ControlRequest { action: Some(action) })
@@ -211,9 +226,11 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
         .map_err(status_error)?
         .into_inner();
     if target.json {
-        println!("{}", json_of("canopy.v1.ControlResponse", &r))
+        println!("{}", json_of("canopy.v1.ControlResponse", &r));
+    } else if r.stream_id > 0 {
+        println!("{}: applied (stream {})", r.applied, r.stream_id);
     } else {
-        println!("{}: applied", r.applied)
+        println!("{}: applied", r.applied);
     }
     Ok(())
 }

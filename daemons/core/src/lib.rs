@@ -12,6 +12,7 @@ pub mod node;
 pub mod options;
 #[allow(unsafe_code)]
 pub mod plugin;
+pub mod ranks;
 pub mod shutdown;
 pub mod telemetry;
 pub mod topology;

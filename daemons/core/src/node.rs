@@ -678,15 +678,26 @@ impl<U: Up> Node<U> {
             .collect();
         self.local_end = self.local_end.max(round + 1);
         self.highest_seen = self.highest_seen.max(round);
-        let streams: Vec<u32> = self
+        let streams: Vec<(u32, crate::ranks::RankSet)> = self
             .streams
             .iter()
             .filter(|(_, s)| s.failed.is_none())
-            .map(|(id, _)| *id)
+            .map(|(id, s)| {
+                (
+                    *id,
+                    crate::ranks::RankSet::parse(&s.spec.ranks).unwrap_or_default(),
+                )
+            })
             .collect();
         let now = Instant::now();
-        for stream in streams {
+        for (stream, chosen) in streams {
             for (rank, payload, coverage) in &profiles {
+                // A stream fed by chosen ranks only (detail) counts the others as sampled out.
+                let (payload, coverage) = if chosen.contains(*rank) {
+                    (payload, coverage)
+                } else {
+                    (&Vec::new(), &absent)
+                };
                 let key = GroupKey {
                     stream,
                     round,
@@ -1028,6 +1039,21 @@ impl<U: Up> Node<U> {
             return true;
         }
         match self.filters.create(&spec.filter, &spec.params, self.level) {
+            Ok(_) if crate::ranks::RankSet::parse(&spec.ranks).is_err() => {
+                let reason = crate::ranks::RankSet::parse(&spec.ranks)
+                    .err()
+                    .unwrap_or_default();
+                self.streams.insert(
+                    id,
+                    StreamRt {
+                        spec,
+                        filter: None,
+                        failed: None,
+                    },
+                );
+                self.stream_error(id, reason).await;
+                false
+            }
             Ok(mut filter) => {
                 // A filter that classifies by name needs the names before the first round.
                 let names: Vec<(u64, String)> = self.names.iter().map(|(id, n)| (*id, n.clone())).collect();

@@ -107,7 +107,8 @@ fn streams(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<StreamInfo>> {
                 COALESCE(s.result_type, ''),
                 (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id),
                 (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id AND r.covered = r.expected),
-                (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id)
+                (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id),
+                COALESCE(s.ranks, '')
          FROM streams s ORDER BY s.stream_id",
     )?;
     st.query_map([], |r| {
@@ -124,6 +125,7 @@ fn streams(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<StreamInfo>> {
             rounds: r.get::<_, i64>(9)? as u64,
             full_rounds: r.get::<_, i64>(10)? as u64,
             late_packets: r.get::<_, i64>(11)? as u64,
+            ranks: r.get(12)?,
         })
     })?
     .collect()
@@ -277,6 +279,76 @@ fn word_kind(s: &str) -> NodeKind {
     }
 }
 
+impl FrontendApi {
+    /// Checks a stream request and opens the stream on the tree.
+    async fn open(&self, req: CreateStreamRequest) -> Result<StreamInfo, Status> {
+        let info = self
+            .filters
+            .info(&req.filter)
+            .map_err(|e| Status::not_found(e.to_string()))?;
+        let timeout_ms = match req.timeout_ms {
+            0 => 1000,
+            t if t > MAX_TIMEOUT_MS => {
+                return Err(Status::invalid_argument(format!(
+                    "timeout_ms {t} is over the limit of {MAX_TIMEOUT_MS} (10 minutes)"
+                )));
+            }
+            t => t,
+        };
+        let sync = match SyncMode::try_from(req.sync_mode) {
+            Ok(SyncMode::Unspecified) | Ok(SyncMode::WaitForAll) => SyncMode::WaitForAll,
+            Ok(SyncMode::DontWait) if info.phases > 1 => {
+                return Err(Status::invalid_argument(format!(
+                    "filter {} has {} phases and runs only in wait_for_all streams",
+                    req.filter, info.phases
+                )));
+            }
+            Ok(SyncMode::DontWait) => SyncMode::DontWait,
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown sync_mode {}",
+                    req.sync_mode
+                )));
+            }
+        };
+        // The parameters are checked by the filter itself, as the root will create it.
+        self.filters
+            .create(&req.filter, &req.params_json, Level::Root)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let name = if req.name.is_empty() {
+            req.filter.clone()
+        } else {
+            req.name.clone()
+        };
+        canopy_core::ranks::RankSet::parse(&req.ranks).map_err(Status::invalid_argument)?;
+        let spec = StreamSpec {
+            stream_id: 0,
+            name: name.clone(),
+            filter: req.filter.clone(),
+            params: req.params_json.clone(),
+            sync_mode: sync as i32,
+            timeout_ms,
+            ranks: req.ranks.clone(),
+        };
+        let id = self.root.open_stream_id(spec).await;
+        if id == 0 {
+            return Err(Status::unavailable("the front-end is shutting down"));
+        }
+        Ok(StreamInfo {
+            stream_id: id,
+            name,
+            filter: req.filter,
+            params_json: req.params_json,
+            sync_mode: sync as i32,
+            timeout_ms,
+            state: "open".into(),
+            result_type: info.result_type,
+            ranks: req.ranks,
+            ..StreamInfo::default()
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Frontend for FrontendApi {
     type SubscribeStream = UpdateStream;
@@ -362,68 +434,7 @@ impl Frontend for FrontendApi {
         &self,
         request: Request<CreateStreamRequest>,
     ) -> Result<Response<StreamInfo>, Status> {
-        let req = request.into_inner();
-        let info = self
-            .filters
-            .info(&req.filter)
-            .map_err(|e| Status::not_found(e.to_string()))?;
-        let timeout_ms = match req.timeout_ms {
-            0 => 1000,
-            t if t > MAX_TIMEOUT_MS => {
-                return Err(Status::invalid_argument(format!(
-                    "timeout_ms {t} is over the limit of {MAX_TIMEOUT_MS} (10 minutes)"
-                )));
-            }
-            t => t,
-        };
-        let sync = match SyncMode::try_from(req.sync_mode) {
-            Ok(SyncMode::Unspecified) | Ok(SyncMode::WaitForAll) => SyncMode::WaitForAll,
-            Ok(SyncMode::DontWait) if info.phases > 1 => {
-                return Err(Status::invalid_argument(format!(
-                    "filter {} has {} phases and runs only in wait_for_all streams",
-                    req.filter, info.phases
-                )));
-            }
-            Ok(SyncMode::DontWait) => SyncMode::DontWait,
-            Err(_) => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown sync_mode {}",
-                    req.sync_mode
-                )));
-            }
-        };
-        // The parameters are checked by the filter itself, as the root will create it.
-        self.filters
-            .create(&req.filter, &req.params_json, Level::Root)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let name = if req.name.is_empty() {
-            req.filter.clone()
-        } else {
-            req.name.clone()
-        };
-        let spec = StreamSpec {
-            stream_id: 0,
-            name: name.clone(),
-            filter: req.filter.clone(),
-            params: req.params_json.clone(),
-            sync_mode: sync as i32,
-            timeout_ms,
-        };
-        let id = self.root.open_stream_id(spec).await;
-        if id == 0 {
-            return Err(Status::unavailable("the front-end is shutting down"));
-        }
-        Ok(Response::new(StreamInfo {
-            stream_id: id,
-            name,
-            filter: req.filter,
-            params_json: req.params_json,
-            sync_mode: sync as i32,
-            timeout_ms,
-            state: "open".into(),
-            result_type: info.result_type,
-            ..StreamInfo::default()
-        }))
+        self.open(request.into_inner()).await.map(Response::new)
     }
 
     async fn close_stream(
@@ -458,21 +469,52 @@ impl Frontend for FrontendApi {
         let (c, word) = match request.into_inner().action {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
+            Some(control_request::Action::Detail(d)) => {
+                if d.ranks.trim().is_empty() {
+                    return Err(Status::invalid_argument(
+                        "a detail request names the ranks (\"0,17,40-43\")",
+                    ));
+                }
+                let name = if d.name.is_empty() {
+                    "detail".to_string()
+                } else {
+                    d.name
+                };
+                let req = CreateStreamRequest {
+                    filter: "passthrough".into(),
+                    name,
+                    ranks: d.ranks,
+                    ..CreateStreamRequest::default()
+                };
+                let info = self.open(req).await?;
+                return Ok(Response::new(ControlResponse {
+                    applied: "detail".into(),
+                    stream_id: info.stream_id,
+                }));
+            }
             Some(control_request::Action::Options(o)) => {
                 canopy_core::options::Measure::from_options(&o).map_err(Status::invalid_argument)?;
                 if !self.root.options(o).await {
                     return Err(Status::unavailable("the front-end is shutting down"));
                 }
                 return Ok(Response::new(ControlResponse {
+                    stream_id: 0,
                     applied: "options".into(),
                 }));
             }
-            _ => return Err(Status::invalid_argument("give an action: start, stop or options")),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "give an action: start, stop, options or detail",
+                ));
+            }
         };
         if !self.root.collection(c).await {
             return Err(Status::unavailable("the front-end is shutting down"));
         }
-        Ok(Response::new(ControlResponse { applied: word.into() }))
+        Ok(Response::new(ControlResponse {
+            applied: word.into(),
+            stream_id: 0,
+        }))
     }
 
     async fn topology(&self, _: Request<TopologyRequest>) -> Result<Response<TopologyResponse>, Status> {

@@ -410,6 +410,7 @@ impl Frontend {
                 name: filter.clone(),
                 filter: filter.clone(),
                 params: config.stream_params.get(filter).cloned().unwrap_or_default(),
+                ranks: String::new(),
                 sync_mode: sync as i32,
                 timeout_ms: config.stream_timeout_ms,
             })

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS streams (
     failure TEXT,
     opened_unix_ns INTEGER,
     closed_unix_ns INTEGER,
-    result_type TEXT
+    result_type TEXT,
+    ranks TEXT
 );
 CREATE TABLE IF NOT EXISTS rounds (
     stream_id INTEGER NOT NULL,
@@ -330,10 +331,11 @@ impl Store {
         self.conn
             .prepare_cached(
                 "INSERT INTO streams (stream_id, name, filter, params, sync_mode, timeout_ms, state, failure,
-                                      opened_unix_ns, closed_unix_ns)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                                      opened_unix_ns, closed_unix_ns, ranks)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (stream_id) DO UPDATE SET
                      name = excluded.name, filter = excluded.filter, params = excluded.params,
+                     ranks = excluded.ranks,
                      sync_mode = excluded.sync_mode, timeout_ms = excluded.timeout_ms, state = excluded.state,
                      failure = excluded.failure,
                      closed_unix_ns = CASE WHEN excluded.closed_unix_ns IS NULL THEN NULL
@@ -351,6 +353,7 @@ impl Store {
                     failure,
                     now,
                     closed,
+                    spec.ranks,
                 ])
             })
             .map(drop)
@@ -1013,6 +1016,7 @@ mod tests {
             params: "{}".into(),
             sync_mode: SyncMode::WaitForAll as i32,
             timeout_ms: 500,
+            ranks: String::new(),
         }
     }
 

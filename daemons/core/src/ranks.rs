@@ -1,0 +1,62 @@
+//! Rank selections as users write them: comma-separated ranks and inclusive ranges, `0-7,17,40-43`.
+
+/// A set of ranks parsed from ranges; empty means every rank.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RankSet {
+    ranges: Vec<(u32, u32)>,
+}
+
+impl RankSet {
+    /// Parses `0-7,17`; the error names the part that is wrong.
+    pub fn parse(text: &str) -> Result<RankSet, String> {
+        let mut ranges = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || format!("bad rank range {part:?}: expected N or N-M");
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                ),
+                None => {
+                    let n = part.parse().map_err(|_| bad())?;
+                    (n, n)
+                }
+            };
+            if a > b {
+                return Err(format!("bad rank range {part:?}: {a} is above {b}"));
+            }
+            ranges.push((a, b));
+        }
+        Ok(RankSet { ranges })
+    }
+
+    /// Whether the selection names every rank (it was empty).
+    pub fn is_all(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    pub fn contains(&self, rank: u32) -> bool {
+        self.is_all() || self.ranges.iter().any(|(a, b)| (*a..=*b).contains(&rank))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_and_match() {
+        let s = RankSet::parse("0-3, 17,40-41").unwrap();
+        assert!(s.contains(0) && s.contains(3) && s.contains(17) && s.contains(41));
+        assert!(!s.contains(4) && !s.contains(39));
+        assert!(RankSet::parse("").unwrap().contains(12345));
+        assert_eq!(
+            RankSet::parse("4-2").unwrap_err(),
+            "bad rank range \"4-2\": 4 is above 2"
+        );
+        assert_eq!(
+            RankSet::parse("a").unwrap_err(),
+            "bad rank range \"a\": expected N or N-M"
+        );
+    }
+}
