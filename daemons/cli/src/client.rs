@@ -174,6 +174,7 @@ pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
                 sync_mode: sync as i32,
                 timeout_ms,
                 ranks,
+                params: None,
             };
             let info = api.create_stream(req).await.map_err(status_error)?.into_inner();
             if target.json {

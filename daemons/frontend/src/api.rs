@@ -60,6 +60,31 @@ fn any_of(result_type: &str, payload: Vec<u8>) -> prost_types::Any {
     }
 }
 
+/// A typed `google.protobuf.Struct` as the JSON text filters read.
+fn json_of_struct(s: &prost_types::Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), json_of_value(v)))
+            .collect(),
+    )
+}
+
+fn json_of_value(v: &prost_types::Value) -> serde_json::Value {
+    use prost_types::value::Kind;
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9e15 => {
+            serde_json::Value::from(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => serde_json::Value::from(*n),
+        Some(Kind::StringValue(s)) => serde_json::Value::from(s.clone()),
+        Some(Kind::BoolValue(b)) => serde_json::Value::from(*b),
+        Some(Kind::StructValue(s)) => json_of_struct(s),
+        Some(Kind::ListValue(l)) => serde_json::Value::Array(l.values.iter().map(json_of_value).collect()),
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
 }
@@ -281,7 +306,13 @@ fn word_kind(s: &str) -> NodeKind {
 
 impl FrontendApi {
     /// Checks a stream request and opens the stream on the tree.
-    async fn open(&self, req: CreateStreamRequest) -> Result<StreamInfo, Status> {
+    async fn open(&self, mut req: CreateStreamRequest) -> Result<StreamInfo, Status> {
+        if let Some(params) = req.params.take() {
+            if !req.params_json.is_empty() {
+                return Err(Status::invalid_argument("give params or params_json, not both"));
+            }
+            req.params_json = json_of_struct(&params).to_string();
+        }
         let info = self
             .filters
             .info(&req.filter)
