@@ -530,4 +530,15 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert_eq!(e.message(), "bad rank range \"9-2\": 9 is above 2");
+    // A selection that names no rank would be every rank's raw profile: refused.
+    let e = api
+        .control(ControlRequest {
+            action: Some(control_request::Action::Detail(DetailRequest {
+                ranks: " , ".into(),
+                name: String::new(),
+            })),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
 }

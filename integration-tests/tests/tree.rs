@@ -797,3 +797,35 @@ async fn the_front_end_port_serves_health_and_reflection() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_before_the_ranks_attach_is_not_undone_by_them() {
+    use canopy_core::node::Collection;
+    let tree = TreeBuilder {
+        agents: 0,
+        expect_ranks: 4,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    assert!(tree.root.collection(Collection::Stop).await);
+    let (_tx, resp) = raw_attach(&tree.frontend_addr, hello("late", PROTOCOL_VERSION, 4)).await;
+    let mut down = resp.expect("admitted");
+    let starts = |m: &DownMessage| matches!(&m.msg, Some(down_message::Msg::Control(c)) if matches!(c.action, Some(canopy_proto::v1::control::Action::Start(_))));
+    // Everything the child hears in the first moments: no Start, though its 4 ranks are all that was expected.
+    let mut heard = Vec::new();
+    while let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_millis(300), down.message()).await {
+        heard.push(m);
+    }
+    assert!(
+        !heard.iter().any(starts),
+        "collection started though it was stopped: {heard:?}"
+    );
+    assert!(tree.root.collection(Collection::Start).await);
+    let m = tokio::time::timeout(Duration::from_secs(5), down.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(starts(&m), "{m:?}");
+}

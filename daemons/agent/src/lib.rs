@@ -258,10 +258,10 @@ async fn simulate(
                 }
                 if o.period_ms > 0 && anchor.is_some() {
                     // The new period counts from now, from the next round on.
-                    period_ns = o.period_ms * 1_000_000;
+                    period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
                     anchor = Some((unix_ns(), next_round));
                 } else if o.period_ms > 0 {
-                    period_ns = o.period_ms * 1_000_000;
+                    period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
                 }
             }
             Some(control::Action::Drain(_)) => {

@@ -59,8 +59,8 @@ pub enum Input {
     WindowWait {
         round: u64,
     },
-    /// At the root: close a stream on the whole tree.
-    CloseStream(u32),
+    /// At the root: close a stream on the whole tree; the reply says whether it was open.
+    CloseStream(u32, Option<tokio::sync::oneshot::Sender<bool>>),
     /// At the root: start or stop collection.
     Collection(Collection),
     /// At the root: new measurement options for every rank.
@@ -443,7 +443,12 @@ impl<U: Up> Node<U> {
                     let _ = reply.send(id);
                 }
             }
-            Input::CloseStream(id) => self.close_stream_at_root(id).await,
+            Input::CloseStream(id, reply) => {
+                let closed = self.close_stream_at_root(id).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(closed);
+                }
+            }
             Input::Collection(c) => self.collection_at_root(c).await,
             Input::Options(o) => {
                 if self.root.is_some() {
@@ -471,7 +476,8 @@ impl<U: Up> Node<U> {
             });
             let _ = tx.send(Ok(DownMessage { msg: Some(open) })).await;
         }
-        for c in self.last_control.iter().chain(self.last_options.iter()) {
+        // Options first: the Start that follows may make the child dump at once.
+        for c in self.last_options.iter().chain(self.last_control.iter()) {
             let _ = tx
                 .send(Ok(DownMessage {
                     msg: Some(down_message::Msg::Control(c.clone())),
@@ -998,7 +1004,19 @@ impl<U: Up> Node<U> {
         let Some(action) = c.action.clone() else { return };
         match action {
             control::Action::Start(_) | control::Action::Stop(_) => self.last_control = Some(c.clone()),
-            control::Action::Options(_) => self.last_options = Some(c.clone()),
+            control::Action::Options(ref o) => {
+                // A period of 0 keeps the one in force: children that attach later must learn it too.
+                let mut o = o.clone();
+                if o.period_ms == 0
+                    && let Some(control::Action::Options(prev)) =
+                        self.last_options.as_ref().and_then(|p| p.action.clone())
+                {
+                    o.period_ms = prev.period_ms;
+                }
+                self.last_options = Some(Control {
+                    action: Some(control::Action::Options(o)),
+                });
+            }
             control::Action::Drain(_) => self.draining = true,
             control::Action::FinAck(_) => {}
         }
@@ -1132,13 +1150,18 @@ impl<U: Up> Node<U> {
         id
     }
 
-    async fn close_stream_at_root(&mut self, id: u32) {
+    async fn close_stream_at_root(&mut self, id: u32) -> bool {
         if self.root.is_none() {
-            return;
+            return false;
         }
-        let Some(spec) = self.streams.get(&id).map(|rt| rt.spec.clone()) else {
+        let Some(spec) = self
+            .streams
+            .get(&id)
+            .filter(|rt| rt.failed.is_none())
+            .map(|rt| rt.spec.clone())
+        else {
             tracing::warn!(stream = id, "close of a stream that is not open");
-            return;
+            return false;
         };
         self.close_stream(id).await;
         tracing::info!(stream = id, name = %spec.name, "stream closed");
@@ -1147,14 +1170,18 @@ impl<U: Up> Node<U> {
             stream_id: id,
         }))
         .await;
+        true
     }
 
     /// Stop pauses every rank; Start resumes them, numbering on from the last round closed.
     async fn collection_at_root(&mut self, c: Collection) {
         let Some(root) = self.root.as_mut() else { return };
         let action = match c {
-            // `started` stays set: a child attaching while collection is stopped must not restart it.
-            Collection::Stop => control::Action::Stop(canopy_proto::v1::Stop {}),
+            // Marked started: a child attaching while collection is stopped must not start it.
+            Collection::Stop => {
+                root.started = true;
+                control::Action::Stop(canopy_proto::v1::Stop {})
+            }
             Collection::Start => {
                 root.started = true;
                 let first_round = self.highest_closed.map_or(0, |h| h + 1);
@@ -1563,7 +1590,20 @@ impl RootHandle {
 
     /// Closes a stream on every node; its open rounds close with what they hold.
     pub async fn close_stream(&self, stream_id: u32) -> bool {
-        self.inputs.send(Input::CloseStream(stream_id)).await.is_ok()
+        self.inputs
+            .send(Input::CloseStream(stream_id, None))
+            .await
+            .is_ok()
+    }
+
+    /// Closes a stream and says whether it was open at the root (`None`: the node has stopped).
+    pub async fn close_stream_checked(&self, stream_id: u32) -> Option<bool> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inputs
+            .send(Input::CloseStream(stream_id, Some(tx)))
+            .await
+            .ok()?;
+        rx.await.ok()
     }
 
     pub async fn collection(&self, c: Collection) -> bool {

@@ -1,6 +1,9 @@
 //! Measurement options (events to include or exclude, a metric subset, rank sampling): checked where they
 //! enter the tree and applied to each rank's profile at its next dump.
 
+/// The longest dump period options may set.
+pub const MAX_PERIOD_MS: u64 = 3_600_000;
+
 /// The measurement options a leaf applies to its ranks' profiles at each dump.
 #[derive(Debug, Default)]
 pub struct Measure {
@@ -28,6 +31,12 @@ impl Measure {
                     ));
                 }
             };
+        }
+        if o.period_ms != 0 && !(1..=MAX_PERIOD_MS).contains(&o.period_ms) {
+            return Err(format!(
+                "period_ms {} is over the limit of {MAX_PERIOD_MS} (one hour)",
+                o.period_ms
+            ));
         }
         Ok(Measure {
             include: o.include.iter().map(compile).collect::<Result<_, _>>()?,

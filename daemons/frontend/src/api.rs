@@ -167,7 +167,7 @@ fn stored_updates(
     for s in streams.iter().filter(|s| wanted(s.stream_id, &s.name)) {
         let mut rounds = conn.prepare_cached(
             "SELECT round, covered, expected, missing_late, missing_lost, missing_stopped, missing_sampled_out,
-                    missing_malformed, missing_not_waited
+                    missing_malformed, missing_not_waited, missing_unspecified
              FROM rounds WHERE stream_id = ?1 AND round >= ?2 ORDER BY round",
         )?;
         let rows: Vec<(u64, Coverage)> = rounds
@@ -180,6 +180,7 @@ fn stored_updates(
                     "sampled_out",
                     "malformed",
                     "not_waited",
+                    "unspecified",
                 ]
                 .iter()
                 .enumerate()
@@ -254,12 +255,13 @@ fn profiles_of(conn: &rusqlite::Connection, stream: u32, round: u64) -> rusqlite
             event_id: r.get::<_, i64>(2)? as u64,
             calls: r.get::<_, i64>(3)? as u64,
             subrs: r.get::<_, i64>(4)? as u64,
-            incl_us: r.get(5)?,
-            excl_us: r.get(6)?,
+            // A NaN was stored as NULL.
+            incl_us: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
+            excl_us: r.get::<_, Option<f64>>(6)?.unwrap_or(f64::NAN),
             calls_total: r.get::<_, i64>(7)? as u64,
             subrs_total: r.get::<_, i64>(8)? as u64,
-            incl_total_us: r.get(9)?,
-            excl_total_us: r.get(10)?,
+            incl_total_us: r.get::<_, Option<f64>>(9)?.unwrap_or(f64::NAN),
+            excl_total_us: r.get::<_, Option<f64>>(10)?.unwrap_or(f64::NAN),
         });
     }
     let mut st = conn.prepare_cached(
@@ -276,8 +278,8 @@ fn profiles_of(conn: &rusqlite::Connection, stream: u32, round: u64) -> rusqlite
         });
         p.counters.push(CounterSample {
             counter_id: r.get::<_, i64>(2)? as u64,
-            value: r.get(3)?,
-            total: r.get(4)?,
+            value: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
+            total: r.get::<_, Option<f64>>(4)?.unwrap_or(f64::NAN),
         });
     }
     Ok(ProfileBatch {
@@ -408,7 +410,26 @@ impl Frontend for FrontendApi {
             }
             None => Vec::new(),
         };
-        let seen: HashSet<(u32, u64)> = stored.iter().map(|u| (u.stream_id, u.round)).collect();
+        // A round stored whole (wait-for-all) and also arriving live is sent once; don't-wait pieces are each
+        // their own update.
+        let dont_wait: HashSet<u32> = match from {
+            Some(_) => {
+                read(self.store.clone(), |conn| {
+                    Ok(streams(conn)?
+                        .into_iter()
+                        .filter(|s| s.sync_mode == SyncMode::DontWait as i32)
+                        .map(|s| s.stream_id)
+                        .collect())
+                })
+                .await?
+            }
+            None => HashSet::new(),
+        };
+        let seen: HashSet<(u32, u64)> = stored
+            .iter()
+            .filter(|u| !dont_wait.contains(&u.stream_id))
+            .map(|u| (u.stream_id, u.round))
+            .collect();
         let shared = self.shared.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RoundUpdate, Status>>(16);
         tokio::spawn(async move {
@@ -419,7 +440,12 @@ impl Frontend for FrontendApi {
             }
             let mut missed = 0u64;
             loop {
-                match live.recv().await {
+                // The client hanging up ends the task even while its streams are quiet.
+                let received = tokio::select! {
+                    _ = tx.closed() => return,
+                    r = live.recv() => r,
+                };
+                match received {
                     Ok(r) => {
                         if !wanted(r.stream.stream_id, &r.stream.name)
                             || (!r.late && seen.contains(&(r.stream.stream_id, r.round)))
@@ -473,19 +499,26 @@ impl Frontend for FrontendApi {
         request: Request<CloseStreamRequest>,
     ) -> Result<Response<StreamInfo>, Status> {
         let id = request.into_inner().stream_id;
+        // The root decides: the store may not have caught up with a stream opened a moment ago.
+        let closed = self.root.close_stream_checked(id).await;
         let known = read(self.store.clone(), streams).await?;
-        let Some(mut info) = known.into_iter().find(|s| s.stream_id == id) else {
-            return Err(Status::not_found(format!("no stream {id}")));
-        };
-        if info.state != "open" {
-            return Err(Status::failed_precondition(format!(
+        let info = known.into_iter().find(|s| s.stream_id == id);
+        match (closed, info) {
+            (None, _) => Err(Status::unavailable("the front-end is shutting down")),
+            (Some(true), info) => {
+                let mut info = info.unwrap_or(StreamInfo {
+                    stream_id: id,
+                    ..StreamInfo::default()
+                });
+                info.state = "closed".into();
+                Ok(Response::new(info))
+            }
+            (Some(false), Some(info)) => Err(Status::failed_precondition(format!(
                 "stream {id} is already {}",
                 info.state
-            )));
+            ))),
+            (Some(false), None) => Err(Status::not_found(format!("no stream {id}"))),
         }
-        self.root.close_stream(id).await;
-        info.state = "closed".into();
-        Ok(Response::new(info))
     }
 
     async fn list_streams(
@@ -501,7 +534,9 @@ impl Frontend for FrontendApi {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
             Some(control_request::Action::Detail(d)) => {
-                if d.ranks.trim().is_empty() {
+                let chosen =
+                    canopy_core::ranks::RankSet::parse(&d.ranks).map_err(Status::invalid_argument)?;
+                if chosen.is_all() {
                     return Err(Status::invalid_argument(
                         "a detail request names the ranks (\"0,17,40-43\")",
                     ));

@@ -223,8 +223,6 @@ impl Up for StoreUp {
     }
 
     async fn result(&mut self, result: RoundResult) {
-        // Subscribers get it as it is handed to the store; one that reads too slowly misses the oldest.
-        let _ = self.shared.live.send(Arc::new(result.clone()));
         let _ = self.tx.send(StoreOp::Result(result)).await;
     }
 
@@ -270,7 +268,7 @@ impl Up for StoreUp {
 }
 
 /// The writer thread: SQLite calls block, so they stay off the runtime's workers.
-fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) {
+fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>, shared: Arc<api::Shared>) {
     let mut summary = RunSummary::default();
     let mut result_types: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
     while let Some(op) = rx.blocking_recv() {
@@ -315,6 +313,11 @@ fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>) 
                     ),
                     other => other,
                 };
+                if res.is_ok() {
+                    // Subscribers see a result once it is committed: one that reads the store and then follows
+                    // the live results misses nothing in between.
+                    let _ = shared.live.send(Arc::new(r.clone()));
+                }
                 if res.is_ok() && !r.late {
                     summary.rounds += 1;
                     summary.result_bytes += bytes;
@@ -418,9 +421,10 @@ impl Frontend {
         let filters = canopy_core::plugin::filters_from(&config.filter_path);
         let shared = api::Shared::new(config.subscriber_buffer);
         let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
-        let writer = std::thread::Builder::new()
-            .name("canopy-store".into())
-            .spawn(move || store_writer(store, store_rx))?;
+        let writer = std::thread::Builder::new().name("canopy-store".into()).spawn({
+            let shared = shared.clone();
+            move || store_writer(store, store_rx, shared)
+        })?;
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
