@@ -292,6 +292,19 @@ impl TreeSandbox {
     pub fn rounds(&self) -> Vec<RoundRow> {
         read_rounds(&self.store)
     }
+
+    /// Waits for the run to end and asserts that the store holds `rounds` rounds, each covering all `ranks`.
+    pub async fn assert_finished_full(&mut self, rounds: usize, ranks: u32) {
+        self.wait_frontend(Duration::from_secs(30))
+            .await
+            .expect("the tree goes on and finishes");
+        let stored = self.rounds();
+        assert_eq!(stored.len(), rounds, "{stored:#?}");
+        assert!(
+            stored.iter().all(|r| r.covered == ranks && r.expected == ranks),
+            "{stored:#?}"
+        );
+    }
 }
 
 impl Drop for TreeSandbox {

@@ -230,15 +230,7 @@ async fn a_child_speaking_another_protocol_version_is_refused_by_name() {
             PROTOCOL_VERSION
         )
     );
-    tree.wait_frontend(Duration::from_secs(30))
-        .await
-        .expect("the tree goes on");
-    let rounds = tree.rounds();
-    assert_eq!(rounds.len(), 10);
-    assert!(
-        rounds.iter().all(|r| r.covered == 8 && r.expected == 8),
-        "{rounds:#?}"
-    );
+    tree.assert_finished_full(10, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,15 +260,7 @@ async fn a_child_with_a_duplicate_node_id_is_refused_and_the_first_keeps_going()
         err.contains("node id agent:0 is already attached to frontend:0"),
         "{err}"
     );
-    tree.wait_frontend(Duration::from_secs(30))
-        .await
-        .expect("the tree goes on");
-    let rounds = tree.rounds();
-    assert_eq!(rounds.len(), 30);
-    assert!(
-        rounds.iter().all(|r| r.covered == 8 && r.expected == 8),
-        "{rounds:#?}"
-    );
+    tree.assert_finished_full(30, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -562,6 +562,22 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
         .collect()
 }
 
+/// One rank's leaf input with a single event (id 1, one call) whose inclusive and exclusive time are `time_us`.
+pub fn one_event_profile(rank: u32, time_us: f64) -> Vec<u8> {
+    encode_one(&RankProfile {
+        app: "a".into(),
+        rank,
+        events: vec![EventSample {
+            event_id: 1,
+            calls: 1,
+            incl_us: time_us,
+            excl_us: time_us,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
 /// One rank's profile as a leaf input: a `ProfileBatch` holding it alone.
 pub fn encode_one(profile: &RankProfile) -> Vec<u8> {
     ProfileBatch {

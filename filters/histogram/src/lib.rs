@@ -235,23 +235,11 @@ export_filter!(HistogramFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, encode_one};
+    use canopy_filter_common::testing::{Collect, one_event_profile};
     use canopy_proto::filters::v1::{Histogram, Metric};
-    use canopy_proto::v1::{EventSample, RankProfile};
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
-        encode_one(&RankProfile {
-            app: "a".into(),
-            rank,
-            events: vec![EventSample {
-                event_id: 1,
-                calls: 1,
-                incl_us: incl,
-                excl_us: incl,
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
+        one_event_profile(rank, incl)
     }
 
     fn inclusive(h: &[Histogram]) -> Vec<u64> {
