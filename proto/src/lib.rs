@@ -5,6 +5,7 @@
 /// The `canopy.v1` package.
 pub mod v1 {
     tonic::include_proto!("canopy.v1");
+    pub use canopy_wire::v1::{CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile};
 }
 
 /// The results and packets of the standard filters (`canopy.filters.v1`).
@@ -20,10 +21,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The encoded `FileDescriptorSet` of every Canopy proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/canopy_descriptor.bin"));
 
-/// The id of an event or counter: the xxh3-64 hash of its name, so every rank agrees without talking.
-pub fn event_id(name: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
-}
+pub use canopy_wire::event_id;
 
 #[cfg(test)]
 mod tests {

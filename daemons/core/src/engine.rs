@@ -37,6 +37,11 @@ pub enum SourceState {
     Finished {
         end: u64,
     },
+    /// Collection stopped at the source (a rank told to stop at its dump): expected below `end`, counted as
+    /// stopped from there on, and not finished: it reports again when collection restarts.
+    Stopped {
+        end: u64,
+    },
 }
 
 impl SourceState {
@@ -45,7 +50,15 @@ impl SourceState {
         match self {
             SourceState::Live => true,
             SourceState::Lost => false,
-            SourceState::Finished { end } => round < end,
+            SourceState::Finished { end } | SourceState::Stopped { end } => round < end,
+        }
+    }
+
+    /// The end of a finished or stopped source's rounds.
+    fn end(self) -> Option<u64> {
+        match self {
+            SourceState::Finished { end } | SourceState::Stopped { end } => Some(end),
+            _ => None,
         }
     }
 }
@@ -54,6 +67,15 @@ impl SourceState {
 struct Source {
     ranks_below: u32,
     state: SourceState,
+    /// The first round the source takes part in: a rank that attached (or came back) at its k-th dump is not
+    /// waited for in the rounds below k.
+    from: u64,
+}
+
+impl Source {
+    fn expected_in(&self, round: u64) -> bool {
+        round >= self.from && self.state.expected_in(round)
+    }
 }
 
 /// One arrived packet.
@@ -156,8 +178,12 @@ pub struct RoundEngine {
     closed: HashMap<(u32, u32), ClosedRounds>,
     stats: EngineStats,
     live: usize,
-    /// Finished sources by the end of their rounds: those still waited for in earlier rounds.
+    /// Live sources by their first round (almost always 0).
+    live_from: BTreeMap<u64, usize>,
+    /// Finished and stopped sources by the end of their rounds: those still waited for in earlier rounds.
     finished_ends: BTreeMap<u64, usize>,
+    /// Finished and stopped sources that joined late: (from, end), rarely any.
+    finished_spans: Vec<(u64, u64)>,
     /// The sources whose phase-0 packet made each round: the later phases of a round (a histogram's counts)
     /// wait for these only, so every phase of a round describes the same ranks.
     participants: HashMap<(u32, u64), HashSet<SourceId>>,
@@ -175,11 +201,17 @@ impl RoundEngine {
 
     /// Adds a source, or revives one that was lost or finished (a restarted child re-attaches under its id).
     pub fn add_source(&mut self, id: &str, ranks_below: u32) {
+        self.add_source_from(id, ranks_below, 0);
+    }
+
+    /// Adds or revives a source that takes part from round `from` on: rounds below it do not wait for it.
+    pub fn add_source_from(&mut self, id: &str, ranks_below: u32, from: u64) {
         self.sources.insert(
             id.to_string(),
             Source {
                 ranks_below,
                 state: SourceState::Live,
+                from,
             },
         );
         self.recount();
@@ -211,10 +243,15 @@ impl RoundEngine {
             .values()
             .filter(|s| s.state == SourceState::Live)
             .count();
+        self.live_from.clear();
         self.finished_ends.clear();
+        self.finished_spans.clear();
         for s in self.sources.values() {
-            if let SourceState::Finished { end } = s.state {
-                *self.finished_ends.entry(end).or_default() += 1;
+            match s.state.end() {
+                Some(end) if s.from == 0 => *self.finished_ends.entry(end).or_default() += 1,
+                Some(end) => self.finished_spans.push((s.from, end)),
+                None if s.state == SourceState::Live => *self.live_from.entry(s.from).or_default() += 1,
+                None => {}
             }
         }
         let counts: Vec<(GroupKey, usize)> = self
@@ -234,6 +271,14 @@ impl RoundEngine {
     }
 
     /// Whether some source has finished (rather than every absent one being lost).
+    /// Sources that are stopped by collection control: attached, but reporting nothing for now.
+    pub fn stopped_sources(&self) -> usize {
+        self.sources
+            .values()
+            .filter(|s| matches!(s.state, SourceState::Stopped { .. }))
+            .count()
+    }
+
     pub fn any_finished(&self) -> bool {
         self.sources
             .values()
@@ -373,15 +418,24 @@ impl RoundEngine {
 
     fn all_live_arrived(&self, key: GroupKey, group: &OpenGroup) -> bool {
         if let Some(p) = self.later_phase_participants(key) {
-            let expected = p.iter().filter(|id| {
-                self.sources
-                    .get(*id)
-                    .is_some_and(|s| s.state.expected_in(key.round))
-            });
+            let expected = p
+                .iter()
+                .filter(|id| self.sources.get(*id).is_some_and(|s| s.expected_in(key.round)));
             return group.live_arrived == expected.count();
         }
-        let finished_waited: usize = self.finished_ends.range(key.round + 1..).map(|(_, n)| n).sum();
-        group.live_arrived == self.live + finished_waited
+        group.live_arrived == self.waited_in(key.round)
+    }
+
+    /// How many sources a phase-0 group of `round` waits for (those `expected_in` it).
+    fn waited_in(&self, round: u64) -> usize {
+        let live: usize = self.live_from.range(..=round).map(|(_, n)| n).sum();
+        let finished: usize = self.finished_ends.range(round + 1..).map(|(_, n)| n).sum();
+        let spans = self
+            .finished_spans
+            .iter()
+            .filter(|(from, end)| *from <= round && round < *end)
+            .count();
+        live + finished + spans
     }
 
     /// For a later phase of a round whose phase 0 closed here: the sources that took part in it.
@@ -394,10 +448,7 @@ impl RoundEngine {
 
     /// Whether the group `key` waits for `id`.
     fn waits_for(&self, key: GroupKey, id: &str) -> bool {
-        let in_round = self
-            .sources
-            .get(id)
-            .is_some_and(|s| s.state.expected_in(key.round));
+        let in_round = self.sources.get(id).is_some_and(|s| s.expected_in(key.round));
         in_round && self.later_phase_participants(key).is_none_or(|p| p.contains(id))
     }
 
@@ -433,10 +484,12 @@ impl RoundEngine {
                 continue;
             }
             let reason = match s.state {
-                s if s.expected_in(key.round) => {
+                _ if s.expected_in(key.round) => {
                     partial = true;
                     MissingReason::Late
                 }
+                // Not attached yet in this round (a rank that came back after it was lost).
+                _ if key.round < s.from => MissingReason::Lost,
                 SourceState::Lost => MissingReason::Lost,
                 _ => MissingReason::Stopped,
             };
@@ -707,6 +760,20 @@ mod tests {
             Lost,
             /// Finished after round `end - 1`: still waited for (and late, as it sends nothing) below `end`.
             Finished(u64),
+            /// Stopped by collection control from round `end`: as finished, but counted stopped, not finished.
+            Stopped(u64),
+            /// Attached at round `from` (a rank that came back): on time from there, not waited for below.
+            JoinsAt(u64),
+        }
+
+        impl Fate {
+            fn delivers(&self, round: u64) -> bool {
+                match self {
+                    Fate::OnTime => true,
+                    Fate::JoinsAt(from) => round >= *from,
+                    _ => false,
+                }
+            }
         }
 
         fn fate() -> impl Strategy<Value = Fate> {
@@ -715,6 +782,8 @@ mod tests {
                 1 => Just(Fate::Late),
                 1 => Just(Fate::Lost),
                 1 => (0u64..7).prop_map(Fate::Finished),
+                1 => (0u64..7).prop_map(Fate::Stopped),
+                1 => (0u64..7).prop_map(Fate::JoinsAt),
             ]
         }
 
@@ -729,8 +798,11 @@ mod tests {
                 order_seed in any::<u64>(),
             ) {
                 let mut e = RoundEngine::new();
-                for (i, (n, _, _)) in sources.iter().enumerate() {
-                    e.add_source(&format!("s{i}"), *n);
+                for (i, (n, f, _)) in sources.iter().enumerate() {
+                    match f {
+                        Fate::JoinsAt(from) => e.add_source_from(&format!("s{i}"), *n, *from),
+                        _ => e.add_source(&format!("s{i}"), *n),
+                    }
                 }
                 e.open_stream(7, StreamSync { mode: SyncMode::WaitForAll, timeout: Duration::from_millis(10) });
                 let total: u32 = sources.iter().map(|(n, _, _)| n).sum();
@@ -756,12 +828,15 @@ mod tests {
                         Fate::Finished(end) => {
                             closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished { end: *end }))
                         }
+                        Fate::Stopped(end) => {
+                            closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Stopped { end: *end }))
+                        }
                         _ => {}
                     }
                 }
                 for (r, i) in &events {
                     let (n, f, dropped) = &sources[*i];
-                    if !matches!(f, Fate::OnTime) {
+                    if !f.delivers(*r) {
                         continue;
                     }
                     let covered = n - dropped.min(n);
@@ -778,8 +853,8 @@ mod tests {
                 }
                 closed.extend(e.expire(t0 + Duration::from_millis(10)));
                 // Late sources deliver after the time-out: once a round has opened, their packets come back late.
-                let some_on_time = sources.iter().any(|(_, f, _)| matches!(f, Fate::OnTime));
-                for r in (0..rounds).filter(|_| some_on_time) {
+                let opened = |r: u64| sources.iter().any(|(_, f, _)| f.delivers(r));
+                for r in (0..rounds).filter(|r| opened(*r)) {
                     for (i, (n, f, _)) in sources.iter().enumerate() {
                         if matches!(f, Fate::Late) {
                             let key = GroupKey { stream: 7, round: r, phase: 0 };
@@ -790,23 +865,33 @@ mod tests {
                     }
                 }
                 prop_assert!(late_packets.is_empty());
-                if some_on_time {
-                    prop_assert_eq!(closed.len() as u64, rounds);
-                }
+                prop_assert_eq!(closed.len() as u64, (0..rounds).filter(|r| opened(*r)).count() as u64);
                 for c in &closed {
                     prop_assert!(coverage_is_exact(&c.coverage), "{:?}", c.coverage);
                     prop_assert_eq!(c.coverage.expected, total);
                     prop_assert_eq!(c.coverage.covered, on_time_expected[c.key.round as usize]);
-                    let lost: u32 = sources.iter().filter(|s| matches!(s.1, Fate::Lost)).map(|s| s.0).sum();
                     let r = c.key.round;
-                    // A finished source is still waited for in rounds below its end: it sends nothing, so late.
-                    let late: u32 = sources
+                    // A source that joined later counts as lost in the rounds before it.
+                    let lost: u32 = sources
                         .iter()
-                        .filter(|s| matches!(s.1, Fate::Late) || matches!(s.1, Fate::Finished(end) if r < end))
+                        .filter(|s| matches!(s.1, Fate::Lost) || matches!(s.1, Fate::JoinsAt(from) if r < from))
                         .map(|s| s.0)
                         .sum();
-                    let fin: u32 =
-                        sources.iter().filter(|s| matches!(s.1, Fate::Finished(end) if r >= end)).map(|s| s.0).sum();
+                    // A finished (or stopped) source is still waited for in rounds below its end: it sends
+                    // nothing, so late.
+                    let late: u32 = sources
+                        .iter()
+                        .filter(|s| {
+                            matches!(s.1, Fate::Late)
+                                || matches!(s.1, Fate::Finished(end) | Fate::Stopped(end) if r < end)
+                        })
+                        .map(|s| s.0)
+                        .sum();
+                    let fin: u32 = sources
+                        .iter()
+                        .filter(|s| matches!(s.1, Fate::Finished(end) | Fate::Stopped(end) if r >= end))
+                        .map(|s| s.0)
+                        .sum();
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);

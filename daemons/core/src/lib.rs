@@ -9,7 +9,7 @@ pub mod daemon;
 pub mod engine;
 pub mod filter;
 pub mod node;
-pub mod options;
+pub use canopy_wire::options;
 #[allow(unsafe_code)]
 pub mod plugin;
 pub mod ranks;

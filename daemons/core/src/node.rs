@@ -53,6 +53,31 @@ pub enum Input {
     },
     /// The leaf's ranks will dump no more rounds.
     LocalFinished,
+    /// A rank attached through the agent's socket (or came back): it takes part from round `from` on, and its
+    /// application has `announced` ranks in all (0: unknown).
+    RankAttached {
+        source: String,
+        from: u64,
+        announced: u32,
+    },
+    /// One dump of a socket rank: its profile (an encoded one-profile ProfileBatch), or why it has none
+    /// (sampled out; stopped: collection stopped at this round).
+    RankRound {
+        source: String,
+        rank: u32,
+        round: u64,
+        dump_unix_ns: u64,
+        profile: Result<Vec<u8>, MissingReason>,
+    },
+    /// Names of events and counters the socket ranks use.
+    RankNames(Vec<(u64, String)>),
+    /// A socket rank left: finished after its rounds below `finished_end`, or lost (`None`).
+    RankDetached {
+        source: String,
+        finished_end: Option<u64>,
+    },
+    /// Dumps the leaf's ranks could not deliver (as they reported them) or the agent could not place.
+    RankDumpsDropped(u64),
     /// At the root: open a stream on the whole tree; the reply gets its id.
     OpenStream(StreamSpec, Option<tokio::sync::oneshot::Sender<u32>>),
     /// A child's packet for `round` waits for the window of rounds in flight to reach it.
@@ -192,6 +217,7 @@ pub struct NodeCounters {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub streams_failed: u64,
+    pub rank_dumps_dropped: u64,
 }
 
 /// Round coverage remembered for packets a downstream call emits upward (the histogram's last phase).
@@ -238,6 +264,10 @@ pub struct Node<U: Up> {
     highest_seen: u64,
     /// Streams closed here: their packets still in flight are dropped quietly.
     closed_streams: std::collections::HashSet<u32>,
+    /// The largest application size announced by ranks below: this node's own (a leaf's socket ranks) and each
+    /// child's.
+    announced_local: u32,
+    announced: HashMap<String, u32>,
     /// At the root: rounds whose packets went down (a multi-phase filter's range) and whose result has not come
     /// back up yet; the run does not finish while one is awaited (up to its deadline).
     awaiting: HashMap<(u32, u64), Instant>,
@@ -288,6 +318,7 @@ impl<U: Up> Node<U> {
             protocol_version: canopy_proto::PROTOCOL_VERSION,
             listen_addr: String::new(),
             hostname: hostname(),
+            ranks_announced: 0,
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
         let root = config.root.map(|opts| RootState {
@@ -330,6 +361,8 @@ impl<U: Up> Node<U> {
             filter_time: BTreeMap::new(),
             highest_seen: 0,
             awaiting: HashMap::new(),
+            announced_local: 0,
+            announced: HashMap::new(),
         };
         (
             node,
@@ -459,6 +492,45 @@ impl<U: Up> Node<U> {
                     .await;
                 }
             }
+            Input::RankAttached {
+                source,
+                from,
+                announced,
+            } => {
+                self.engine.add_source_from(&source, 1, from);
+                self.announced_local = self.announced_local.max(announced);
+                self.ranks_changed().await;
+                self.maybe_start().await;
+            }
+            Input::RankRound {
+                source,
+                rank,
+                round,
+                dump_unix_ns,
+                profile,
+            } => {
+                self.on_rank_round(source, rank, round, dump_unix_ns, profile)
+                    .await
+            }
+            Input::RankNames(names) => {
+                self.on_names(
+                    names
+                        .into_iter()
+                        .map(|(id, name)| EventName { id, name })
+                        .collect(),
+                )
+                .await
+            }
+            Input::RankDetached { source, finished_end } => {
+                let state = match finished_end {
+                    Some(end) => SourceState::Finished { end },
+                    None => SourceState::Lost,
+                };
+                let closed = self.engine.set_source_state(&source, state);
+                self.on_closed_all(closed).await;
+                self.check_fin().await;
+            }
+            Input::RankDumpsDropped(n) => self.counters.rank_dumps_dropped += n,
             Input::WindowWait { round } => {
                 if !self.engine.has_open_groups() {
                     self.wait_hint = self.wait_hint.max(round);
@@ -503,6 +575,7 @@ impl<U: Up> Node<U> {
             },
         );
         self.engine.add_source(&id, hello.ranks_below);
+        self.announced.insert(id.clone(), hello.ranks_announced);
         let address = if hello.listen_addr.is_empty() {
             peer
         } else {
@@ -516,6 +589,7 @@ impl<U: Up> Node<U> {
             ranks_below: hello.ranks_below,
             address,
             detail: String::new(),
+            ranks_announced: hello.ranks_announced,
         };
         self.node_event(ev).await;
         self.ranks_changed().await;
@@ -551,31 +625,12 @@ impl<U: Up> Node<U> {
                 self.counters.bytes_in += env.payload.len() as u64;
                 self.on_envelope(id, env).await;
             }
-            up_message::Msg::Names(dict) => {
-                // New names go up; a known id with another name goes up too, so the root can report the collision.
-                let mut fresh = Vec::new();
-                for n in dict.names {
-                    if self.names.get(&n.id) != Some(&n.name) {
-                        self.names.entry(n.id).or_insert_with(|| n.name.clone());
-                        fresh.push(n);
-                    }
-                }
-                if !fresh.is_empty() {
-                    let pairs: Vec<(u64, String)> = fresh.iter().map(|n| (n.id, n.name.clone())).collect();
-                    for rt in self.streams.values_mut() {
-                        if let Some(f) = rt.filter.as_mut() {
-                            f.names(&pairs);
-                        }
-                    }
-                    self.up
-                        .send(up_message::Msg::Names(NameDictionary { names: fresh }))
-                        .await;
-                }
-            }
+            up_message::Msg::Names(dict) => self.on_names(dict.names).await,
             up_message::Msg::NodeEvent(ev) => {
                 if ev.node_id == id {
                     // A relay's count of ranks below changed as its own children came and went.
                     self.engine.set_ranks_below(&id, ev.ranks_below);
+                    self.announced.insert(id.clone(), ev.ranks_announced);
                     self.ranks_changed().await;
                     self.maybe_start().await;
                 }
@@ -607,6 +662,144 @@ impl<U: Up> Node<U> {
             up_message::Msg::Hello(_) => {
                 tracing::warn!(node = %self.id, child = %id, "ignored a second hello from a child");
                 self.counters.malformed += 1;
+            }
+        }
+    }
+
+    /// New names go up; a known id with another name goes up too, so the root can report the collision.
+    async fn on_names(&mut self, names: Vec<EventName>) {
+        let mut fresh = Vec::new();
+        for n in names {
+            if self.names.get(&n.id) != Some(&n.name) {
+                self.names.entry(n.id).or_insert_with(|| n.name.clone());
+                fresh.push(n);
+            }
+        }
+        if !fresh.is_empty() {
+            let pairs: Vec<(u64, String)> = fresh.iter().map(|n| (n.id, n.name.clone())).collect();
+            for rt in self.streams.values_mut() {
+                if let Some(f) = rt.filter.as_mut() {
+                    f.names(&pairs);
+                }
+            }
+            self.up
+                .send(up_message::Msg::Names(NameDictionary { names: fresh }))
+                .await;
+        }
+    }
+
+    /// One dump of a socket rank. A rank told to stop says so once, at its first stopped dump: it counts as
+    /// stopped from that round on until it reports again.
+    async fn on_rank_round(
+        &mut self,
+        source: String,
+        rank: u32,
+        round: u64,
+        dump_unix_ns: u64,
+        profile: Result<Vec<u8>, MissingReason>,
+    ) {
+        self.local_end = self.local_end.max(round + 1);
+        self.highest_seen = self.highest_seen.max(round);
+        match self.engine.source_state(&source) {
+            None => {
+                tracing::warn!(node = %self.id, %source, round, "dump from a rank that is not attached");
+                return;
+            }
+            Some(SourceState::Stopped { .. }) | Some(SourceState::Lost)
+                if profile != Err(MissingReason::Stopped) =>
+            {
+                self.engine.add_source_from(&source, 1, round);
+            }
+            _ => {}
+        }
+        let (payload, coverage) = match profile {
+            Ok(p) => (
+                p,
+                Coverage {
+                    covered: 1,
+                    expected: 1,
+                    missing: vec![],
+                },
+            ),
+            Err(MissingReason::Stopped) => {
+                let closed = self
+                    .engine
+                    .set_source_state(&source, SourceState::Stopped { end: round });
+                self.on_closed_all(closed).await;
+                return;
+            }
+            Err(reason) => (
+                Vec::new(),
+                Coverage {
+                    covered: 0,
+                    expected: 1,
+                    missing: vec![canopy_proto::v1::Missing {
+                        reason: reason as i32,
+                        ranks: 1,
+                    }],
+                },
+            ),
+        };
+        self.accept_local(source, rank, round, dump_unix_ns, payload, coverage)
+            .await;
+    }
+
+    /// Places one local rank's dump in every stream's round.
+    async fn accept_local(
+        &mut self,
+        source: String,
+        rank: u32,
+        round: u64,
+        dump_unix_ns: u64,
+        payload: Vec<u8>,
+        coverage: Coverage,
+    ) {
+        let absent = Coverage {
+            covered: 0,
+            expected: 1,
+            missing: vec![canopy_proto::v1::Missing {
+                reason: MissingReason::SampledOut as i32,
+                ranks: 1,
+            }],
+        };
+        let streams: Vec<(u32, crate::ranks::RankSet)> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.failed.is_none())
+            .map(|(id, s)| {
+                (
+                    *id,
+                    crate::ranks::RankSet::parse(&s.spec.ranks).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let now = Instant::now();
+        for (stream, chosen) in streams {
+            // A stream fed by chosen ranks only (detail) counts the others as sampled out.
+            let (payload, coverage) = if chosen.contains(rank) {
+                (payload.clone(), coverage.clone())
+            } else {
+                (Vec::new(), absent.clone())
+            };
+            let key = GroupKey {
+                stream,
+                round,
+                phase: 0,
+            };
+            let arrival = Arrival {
+                source: source.clone(),
+                coverage,
+                payload,
+                first_dump_unix_ns: dump_unix_ns,
+            };
+            match self.engine.accept(key, arrival, now) {
+                Ok(Accepted::Pending) => {}
+                Ok(Accepted::Closed(c)) => self.on_closed(c).await,
+                Ok(Accepted::Late(a)) => self.on_late(key, a).await,
+                Err(e) => {
+                    self.counters.malformed += 1;
+                    tracing::warn!(node = %self.id, "dropped a local profile: {e}")
+                }
             }
         }
     }
@@ -684,44 +877,9 @@ impl<U: Up> Node<U> {
             .collect();
         self.local_end = self.local_end.max(round + 1);
         self.highest_seen = self.highest_seen.max(round);
-        let streams: Vec<(u32, crate::ranks::RankSet)> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| s.failed.is_none())
-            .map(|(id, s)| {
-                (
-                    *id,
-                    crate::ranks::RankSet::parse(&s.spec.ranks).unwrap_or_default(),
-                )
-            })
-            .collect();
-        let now = Instant::now();
-        for (stream, chosen) in streams {
-            for (rank, payload, coverage) in &profiles {
-                // A stream fed by chosen ranks only (detail) counts the others as sampled out.
-                let (payload, coverage) = if chosen.contains(*rank) {
-                    (payload, coverage)
-                } else {
-                    (&Vec::new(), &absent)
-                };
-                let key = GroupKey {
-                    stream,
-                    round,
-                    phase: 0,
-                };
-                let arrival = Arrival {
-                    source: rank_source(*rank),
-                    coverage: coverage.clone(),
-                    payload: payload.clone(),
-                    first_dump_unix_ns: dump_unix_ns,
-                };
-                match self.engine.accept(key, arrival, now) {
-                    Ok(Accepted::Pending) => {}
-                    Ok(Accepted::Closed(c)) => self.on_closed(c).await,
-                    Ok(Accepted::Late(a)) => self.on_late(key, a).await,
-                    Err(e) => tracing::warn!(node = %self.id, "dropped a local profile: {e}"),
-                }
-            }
+        for (rank, payload, coverage) in profiles {
+            self.accept_local(rank_source(rank), rank, round, dump_unix_ns, payload, coverage)
+                .await;
         }
     }
 
@@ -1252,10 +1410,12 @@ impl<U: Up> Node<U> {
     /// Keeps the parent's view of this node's ranks current.
     async fn ranks_changed(&mut self) {
         let ranks = self.engine.ranks_expected();
+        let announced = self.announced_below();
         let Some(hello) = &self.hello else { return };
         let changed = hello.send_if_modified(|h| {
-            let changed = h.ranks_below != ranks;
+            let changed = h.ranks_below != ranks || h.ranks_announced != announced;
             h.ranks_below = ranks;
+            h.ranks_announced = announced;
             changed
         });
         if changed {
@@ -1266,24 +1426,39 @@ impl<U: Up> Node<U> {
                 state: NodeState::Attached as i32,
                 ranks_below: ranks,
                 address: h.listen_addr,
+                ranks_announced: announced,
                 ..Default::default()
             };
             self.up.send(up_message::Msg::NodeEvent(ev)).await;
         }
     }
 
+    /// The largest application size announced below this node.
+    fn announced_below(&self) -> u32 {
+        self.announced
+            .values()
+            .copied()
+            .fold(self.announced_local, u32::max)
+    }
+
     async fn maybe_start(&mut self) {
         let expected = self.engine.ranks_expected();
+        let announced = self.announced_below();
         let Some(root) = self.root.as_mut() else { return };
         if root.started || root.draining_until.is_some() {
             return;
         }
-        let ready = if root.opts.expect_ranks == 0 {
-            expected > 0
-        } else {
-            expected >= root.opts.expect_ranks
-        };
-        if !ready {
+        // Ranks that announce their application's size hold the start until all of them are attached, so the
+        // first rounds do not close before the last rank's first dump.
+        let target = root.opts.expect_ranks.max(announced);
+        if expected == 0 || expected < target {
+            if announced > 0 && expected > 0 {
+                tracing::info!(
+                    attached = expected,
+                    waiting_for = target,
+                    "waiting for ranks to attach"
+                );
+            }
             return;
         }
         root.started = true;
@@ -1401,6 +1576,7 @@ impl<U: Up> Node<U> {
         // not finish, and a Fin would report them as stopped.
         let done = self.engine.has_sources()
             && self.engine.live_sources() == 0
+            && self.engine.stopped_sources() == 0
             && self.engine.any_finished()
             && !self.engine.has_open_groups()
             && self.awaiting.is_empty();
@@ -1454,6 +1630,7 @@ impl<U: Up> Node<U> {
             bytes_in: self.counters.bytes_in,
             bytes_out: self.counters.bytes_out,
             streams_failed: self.counters.streams_failed,
+            rank_dumps_dropped: self.counters.rank_dumps_dropped,
             lag_rounds: self
                 .engine
                 .lowest_open_round()

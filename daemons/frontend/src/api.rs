@@ -627,6 +627,7 @@ impl Frontend for FrontendApi {
                 n.lag_rounds = s.lag_rounds;
                 n.filter_time = s.filter_time.clone();
                 n.streams_failed = s.streams_failed;
+                n.rank_dumps_dropped = s.rank_dumps_dropped;
             }
         }
         Ok(Response::new(TopologyResponse { nodes }))

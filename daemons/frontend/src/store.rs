@@ -812,6 +812,9 @@ fn write_result(
         )?;
         for p in &batch.profiles {
             let dump = (p.dump_unix_ns > 0).then(|| sat(p.dump_unix_ns));
+            // A metric the rank's options left out is stored as NULL, not as a zero it never measured.
+            let has = |bit: u32| p.metrics == 0 || p.metrics & bit != 0;
+            let (calls, incl, excl) = (has(1), has(2), has(4));
             for e in &p.events {
                 sample.execute(params![
                     stream_id,
@@ -819,14 +822,14 @@ fn write_result(
                     p.app,
                     p.rank,
                     id_bits(e.event_id),
-                    sat(e.calls),
-                    sat(e.subrs),
-                    e.incl_us,
-                    e.excl_us,
-                    sat(e.calls_total),
-                    sat(e.subrs_total),
-                    e.incl_total_us,
-                    e.excl_total_us,
+                    calls.then(|| sat(e.calls)),
+                    calls.then(|| sat(e.subrs)),
+                    incl.then_some(e.incl_us),
+                    excl.then_some(e.excl_us),
+                    calls.then(|| sat(e.calls_total)),
+                    calls.then(|| sat(e.subrs_total)),
+                    incl.then_some(e.incl_total_us),
+                    excl.then_some(e.excl_total_us),
                     dump,
                     late,
                 ])?;
@@ -1048,6 +1051,7 @@ mod tests {
             ranks_below: 4,
             address: "10.0.0.1:7401".into(),
             detail: String::new(),
+            ranks_announced: 0,
         };
         store.put_node(&node).unwrap();
         let path = store.path().to_path_buf();
@@ -1326,6 +1330,7 @@ mod tests {
             ranks_below: 32,
             address: "10.0.0.2:7402".into(),
             detail: String::new(),
+            ranks_announced: 0,
         };
         store.put_node(&attached).unwrap();
         let lost = NodeEvent {

@@ -16,7 +16,7 @@ pub struct Measure {
 
 impl Measure {
     /// Checks and compiles options; the error names the bad pattern or metric.
-    pub fn from_options(o: &canopy_proto::v1::Options) -> Result<Measure, String> {
+    pub fn from_options(o: &crate::v1::Options) -> Result<Measure, String> {
         let compile = |p: &String| regex_lite::Regex::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"));
         let mut metrics = 0;
         for m in &o.metrics {
@@ -46,6 +46,17 @@ impl Measure {
         })
     }
 
+    /// Whether the options report the event (or counter) of this name.
+    pub fn reports(&self, name: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(name)))
+            && !self.exclude.iter().any(|r| r.is_match(name))
+    }
+
+    /// The metrics reported, as bits of `RankProfile.metrics` (0: all).
+    pub fn metrics(&self) -> u32 {
+        self.metrics
+    }
+
     /// Whether rank sampling leaves this rank out.
     pub fn samples_out(&self, rank: u32) -> bool {
         self.sample_below > 0 && rank >= self.sample_below
@@ -54,15 +65,12 @@ impl Measure {
     /// One rank's profile as the options say it is reported.
     pub fn apply(
         &self,
-        mut p: canopy_proto::v1::RankProfile,
+        mut p: crate::v1::RankProfile,
         names: &std::collections::HashMap<u64, String>,
-    ) -> canopy_proto::v1::RankProfile {
+    ) -> crate::v1::RankProfile {
         if !self.include.is_empty() || !self.exclude.is_empty() {
-            p.events.retain(|e| {
-                let name = names.get(&e.event_id).map(String::as_str).unwrap_or("");
-                (self.include.is_empty() || self.include.iter().any(|r| r.is_match(name)))
-                    && !self.exclude.iter().any(|r| r.is_match(name))
-            });
+            p.events
+                .retain(|e| self.reports(names.get(&e.event_id).map(String::as_str).unwrap_or("")));
         }
         p.metrics = self.metrics;
         if self.metrics != 0 && self.metrics & 8 == 0 {
@@ -75,7 +83,7 @@ impl Measure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::v1::{CounterSample, EventSample, Options, RankProfile};
+    use crate::v1::{CounterSample, EventSample, Options, RankProfile};
 
     #[test]
     fn options_filter_events_and_mark_metrics() {

@@ -1,0 +1,166 @@
+//! What a rank sends: the profile messages of `canopy.v1` and the protocol between the application SDK and its
+//! node's leaf agent (canopy/v1/rank.proto), generated with prost alone so the SDK links no gRPC stack.
+//! `canopy-proto` uses these same types for the tree.
+
+#![forbid(unsafe_code)]
+
+pub mod options;
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+
+use prost::Message;
+
+/// The `canopy.v1` messages a rank sends and receives.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod v1 {
+    include!(concat!(env!("OUT_DIR"), "/canopy.v1.rs"));
+}
+
+/// The version a rank states in its RankHello; an agent refuses another one.
+pub const RANK_PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame either side accepts: a profile of some 100,000 events.
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// The id of an event or counter: the xxh3-64 hash of its name, so every rank agrees without talking.
+pub fn event_id(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+}
+
+/// Appends `msg` to `out` as one frame: its length (4 bytes, little-endian), then its encoding.
+pub fn encode_frame(msg: &impl Message, out: &mut Vec<u8>) {
+    let len = msg.encoded_len();
+    out.reserve(4 + len);
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    msg.encode(out).expect("a Vec grows as needed");
+}
+
+/// Writes one frame.
+pub fn write_frame(w: &mut impl Write, msg: &impl Message) -> io::Result<()> {
+    let mut buf = Vec::new();
+    encode_frame(msg, &mut buf);
+    w.write_all(&buf)
+}
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The peer closed the connection between frames.
+    Closed,
+    Io(io::Error),
+    /// A length over MAX_FRAME: the stream is not Canopy's, or is corrupt.
+    TooLong(usize),
+    /// The bytes are not the message expected.
+    Decode(prost::DecodeError),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Closed => write!(f, "connection closed"),
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::TooLong(n) => write!(f, "frame of {n} bytes is over the limit of {MAX_FRAME}"),
+            FrameError::Decode(e) => write!(f, "undecodable message: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Decodes a frame's length prefix, checking it against MAX_FRAME.
+pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLong(len));
+    }
+    Ok(len)
+}
+
+/// Reads one frame (blocking).
+pub fn read_frame<M: Message + Default>(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<M, FrameError> {
+    let mut prefix = [0u8; 4];
+    match r.read_exact(&mut prefix) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(FrameError::Io(e)),
+    }
+    let len = frame_len(prefix)?;
+    buf.resize(len, 0);
+    r.read_exact(buf).map_err(FrameError::Io)?;
+    M::decode(buf.as_slice()).map_err(FrameError::Decode)
+}
+
+/// Wraps one encoded RankProfile as an encoded one-profile ProfileBatch, without decoding it.
+pub fn batch_of_one(profile: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(profile.len() + 6);
+    // Field 1 (profiles), wire type 2 (length-delimited).
+    out.push(0x0a);
+    prost::encoding::encode_varint(profile.len() as u64, &mut out);
+    out.extend_from_slice(profile);
+    out
+}
+
+/// Where a leaf agent listens and the SDK looks for it when `CANOPY_AGENT_SOCKET` is not set:
+/// /run/canopy/agent.sock where /run/canopy exists (the system service's runtime directory), else
+/// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
+pub fn default_socket_path() -> PathBuf {
+    let system = PathBuf::from("/run/canopy");
+    if system.is_dir() {
+        return system.join("agent.sock");
+    }
+    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("canopy").join("agent.sock");
+    }
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    PathBuf::from(format!("/tmp/canopy-{}", uid.unwrap_or(0))).join("agent.sock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use v1::{ProfileBatch, RankDump, RankMessage, RankProfile, rank_message};
+
+    #[test]
+    fn frames_round_trip_and_bad_ones_are_named() {
+        let msg = RankMessage {
+            msg: Some(rank_message::Msg::Dump(RankDump {
+                round: 7,
+                ..Default::default()
+            })),
+        };
+        let mut bytes = Vec::new();
+        encode_frame(&msg, &mut bytes);
+        encode_frame(&msg, &mut bytes);
+        let mut r = bytes.as_slice();
+        let mut buf = Vec::new();
+        assert_eq!(read_frame::<RankMessage>(&mut r, &mut buf).unwrap(), msg);
+        assert_eq!(read_frame::<RankMessage>(&mut r, &mut buf).unwrap(), msg);
+        assert!(matches!(
+            read_frame::<RankMessage>(&mut r, &mut buf),
+            Err(FrameError::Closed)
+        ));
+
+        let huge = (u32::MAX).to_le_bytes();
+        let err = read_frame::<RankMessage>(&mut huge.as_slice(), &mut buf).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "frame of 4294967295 bytes is over the limit of 16777216"
+        );
+        let garbage = [3u8, 0, 0, 0, 0xff, 0xff, 0xff];
+        let err = read_frame::<RankMessage>(&mut garbage.as_slice(), &mut buf).unwrap_err();
+        assert!(err.to_string().starts_with("undecodable message"), "{err}");
+    }
+
+    #[test]
+    fn a_batch_of_one_decodes_to_the_profile() {
+        let p = RankProfile {
+            app: "a".into(),
+            rank: 3,
+            round: 9,
+            ..Default::default()
+        };
+        let batch = ProfileBatch::decode(batch_of_one(&p.encode_to_vec()).as_slice()).unwrap();
+        assert_eq!(batch.profiles, vec![p]);
+    }
+}
