@@ -1,0 +1,465 @@
+//! Canopy's application SDK: time regions and count things in a parallel application, and offload a profile
+//! to the node's leaf agent at every dump (ToM's `TAU_DB_DUMP`), while the application runs.
+//!
+//! ```no_run
+//! canopy_sdk::init("stencil", None, None).unwrap(); // rank and size from PMI, Open MPI or Slurm
+//! let step = canopy_sdk::timer("step").unwrap();
+//! for _ in 0..100 {
+//!     step.start();
+//!     // ... compute ...
+//!     step.stop();
+//!     canopy_sdk::counter("bytes sent", 4096.0);
+//!     let _ = canopy_sdk::dump(); // never blocks: the profile is queued and shipped by a background thread
+//! }
+//! canopy_sdk::finalize().unwrap();
+//! ```
+//!
+//! Inclusive and exclusive times come from a per-thread stack of running timers; the timers of several
+//! threads add up into the rank's profile. No call blocks on I/O or aborts: a dump copies a snapshot into a
+//! bounded queue and returns; when the agent is absent, dead or slow, the SDK counts the dumps it drops,
+//! reconnects when the agent is back, and reports the count in the next profile that gets through. Control
+//! from the tree (start, stop, events to include or exclude, a metric subset, the dump period, rank sampling)
+//! takes effect at the next dump.
+
+#![deny(unsafe_code)]
+
+mod config;
+mod measure;
+mod ship;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use canopy_wire::event_id;
+use canopy_wire::options::Measure;
+use canopy_wire::v1::RankControl;
+pub use config::Config;
+pub use measure::{MAX_NAMES, Scope, Timer};
+use measure::{Totals, registry};
+
+/// What went wrong; `code()` gives the C library's return code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A bad argument, named.
+    Invalid(String),
+    /// A bad value in an environment variable, named with the variable.
+    BadEnv {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    NotInitialized,
+    AlreadyInitialized,
+    Finalized,
+    TooManyNames {
+        kind: &'static str,
+    },
+    /// The dump could not be queued: the queue is full (the agent is absent or slow). It is counted.
+    Dropped {
+        round: u64,
+        queue: usize,
+        agent: String,
+    },
+    /// Finalize could not deliver everything: `dropped` dumps never reached an agent.
+    Undelivered {
+        dropped: u64,
+        agent: String,
+    },
+    /// Finalize sent its FIN but no FINACK came back in time.
+    Timeout(Duration),
+    /// The SDK's background thread could not be started.
+    Thread(String),
+}
+
+impl Error {
+    /// The C library's return code for this error (see canopy.h).
+    pub fn code(&self) -> i32 {
+        match self {
+            Error::Invalid(_) | Error::BadEnv { .. } | Error::TooManyNames { .. } => -1,
+            Error::NotInitialized | Error::AlreadyInitialized | Error::Finalized | Error::Thread(_) => -2,
+            Error::Dropped { .. } => -3,
+            Error::Undelivered { .. } => -4,
+            Error::Timeout(_) => -5,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Invalid(m) => write!(f, "{m}"),
+            Error::BadEnv { var, value, reason } => write!(f, "bad value {value:?} in {var}: {reason}"),
+            Error::NotInitialized => write!(f, "canopy is not initialized (call canopy_init first)"),
+            Error::AlreadyInitialized => write!(f, "canopy is already initialized"),
+            Error::Finalized => write!(f, "canopy was finalized"),
+            Error::TooManyNames { kind } => write!(f, "too many {kind}: the limit is {MAX_NAMES}"),
+            Error::Dropped { round, queue, agent } => write!(
+                f,
+                "dump of round {round} dropped: the queue of {queue} dumps is full ({agent})"
+            ),
+            Error::Undelivered { dropped, agent } => {
+                write!(f, "{dropped} dumps were not delivered ({agent})")
+            }
+            Error::Timeout(t) => write!(f, "no FINACK from the agent within {} ms", t.as_millis()),
+            Error::Thread(e) => write!(f, "could not start the SDK's thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The handle of the timer `name`, made on first use; the same name always gives the same handle. Timers
+/// work before `init` (their values are in the first dump).
+pub fn timer(name: &str) -> Result<&'static Timer, Error> {
+    if name.is_empty() {
+        return Err(Error::Invalid("a timer needs a name".into()));
+    }
+    registry().timer(name)
+}
+
+/// Adds `value` to the counter `name` (bytes sent, cache misses...) on the calling thread.
+pub fn counter(name: &str, value: f64) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::Invalid("a counter needs a name".into()));
+    }
+    if !value.is_finite() {
+        return Err(Error::Invalid(format!(
+            "counter {name:?}: {value} is not a finite number"
+        )));
+    }
+    measure::counter(name, value)
+}
+
+/// Why a dump carries no profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Profile,
+    SampledOut,
+    Stopped,
+}
+
+/// One dump, copied on the application thread and shipped by the background thread.
+#[derive(Debug)]
+struct Snapshot {
+    round: u64,
+    dump_unix_ns: u64,
+    kind: Kind,
+    /// (timer index, this round's share, totals since the start).
+    timers: Vec<(u32, measure::TimerTotals, measure::TimerTotals)>,
+    /// (counter index, this round's sum, total).
+    counters: Vec<(u32, f64, f64)>,
+    measure: Arc<Measure>,
+}
+
+impl Snapshot {
+    fn new() -> Snapshot {
+        Snapshot {
+            round: 0,
+            dump_unix_ns: 0,
+            kind: Kind::Profile,
+            timers: Vec::with_capacity(128),
+            counters: Vec::with_capacity(16),
+            measure: Arc::new(Measure::default()),
+        }
+    }
+}
+
+/// Counts a process can read about its SDK.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Dumps taken (the next round's number).
+    pub dumps: u64,
+    /// Dumps that were never delivered (queue full while the agent was absent or slow).
+    pub dropped: u64,
+    /// Dumps written to an agent.
+    pub delivered: u64,
+    /// Whether a connection to an agent is up.
+    pub connected: bool,
+    /// Whether collection is on (false after a Stop from the tree).
+    pub collecting: bool,
+    /// Stops that did not match the timer running last on their thread (ignored).
+    pub mismatched_stops: u64,
+}
+
+struct State {
+    next_round: u64,
+    totals: Totals,
+    prev: Totals,
+    collecting: bool,
+    stop_sent: bool,
+    measure: Arc<Measure>,
+    sampled_out: bool,
+    period: Option<Duration>,
+    control_seen: u64,
+    ready: VecDeque<Snapshot>,
+    free: Vec<Snapshot>,
+    dropped: u64,
+    finalized: bool,
+}
+
+/// What the application threads and the background thread share.
+struct Sdk {
+    config: Config,
+    state: Mutex<State>,
+    /// The latest control from the agent and its generation; a dump applies it when the generation moved.
+    control: Mutex<Option<RankControl>>,
+    control_gen: AtomicU64,
+    shipper: OnceLock<std::thread::Thread>,
+    link: ship::Link,
+    period_thread: AtomicBool,
+}
+
+static SDK: OnceLock<Sdk> = OnceLock::new();
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Starts the SDK for this process: `app` names the application (empty: the program's name); `rank` and
+/// `nranks` default to the launcher's environment (CANOPY_RANK, PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK,
+/// MV2_COMM_WORLD_RANK, SLURM_PROCID, and the matching sizes). It returns at once: the agent is reached from a
+/// background thread.
+pub fn init(app: &str, rank: Option<u32>, nranks: Option<u32>) -> Result<(), Error> {
+    init_with(Config::from_env(app, rank, nranks)?)
+}
+
+/// Starts the SDK with an explicit configuration.
+pub fn init_with(config: Config) -> Result<(), Error> {
+    if SDK.get().is_some() {
+        return Err(Error::AlreadyInitialized);
+    }
+    let state = State {
+        next_round: 0,
+        totals: Totals::default(),
+        prev: Totals::default(),
+        collecting: true,
+        stop_sent: false,
+        measure: Arc::new(Measure::default()),
+        sampled_out: false,
+        period: config.period,
+        control_seen: 0,
+        ready: VecDeque::with_capacity(config.queue_dumps),
+        free: (0..config.queue_dumps).map(|_| Snapshot::new()).collect(),
+        dropped: 0,
+        finalized: false,
+    };
+    let sdk = Sdk {
+        config,
+        state: Mutex::new(state),
+        control: Mutex::new(None),
+        control_gen: AtomicU64::new(0),
+        shipper: OnceLock::new(),
+        link: ship::Link::default(),
+        period_thread: AtomicBool::new(false),
+    };
+    if SDK.set(sdk).is_err() {
+        return Err(Error::AlreadyInitialized);
+    }
+    let sdk = SDK.get().expect("set above");
+    let handle = std::thread::Builder::new()
+        .name("canopy-ship".into())
+        .spawn(move || ship::run(sdk))
+        .map_err(|e| Error::Thread(e.to_string()))?;
+    let _ = sdk.shipper.set(handle.thread().clone());
+    if sdk.config.period.is_some() {
+        sdk.start_period_thread()?;
+    }
+    Ok(())
+}
+
+/// Offloads this round's profile: copies every timer's and counter's values into the queue and returns; the
+/// background thread ships it. Control that arrived since the last dump applies from this one. While a dump
+/// period is in force the SDK dumps on its own and this call does nothing.
+pub fn dump() -> Result<(), Error> {
+    let sdk = SDK.get().ok_or(Error::NotInitialized)?;
+    sdk.dump(false)
+}
+
+/// Finishes: ships what is queued, sends FIN and waits for the agent's FINACK, up to the configured time-out
+/// (CANOPY_FINALIZE_TIMEOUT_MS, default 5000). Without an agent it returns at once with the count of dumps
+/// that were not delivered.
+pub fn finalize() -> Result<(), Error> {
+    let sdk = SDK.get().ok_or(Error::NotInitialized)?;
+    {
+        let mut st = lock(&sdk.state);
+        if st.finalized {
+            return Err(Error::Finalized);
+        }
+        st.finalized = true;
+    }
+    sdk.link.finish(sdk, sdk.config.finalize_timeout)
+}
+
+/// The SDK's counts (all zero before `init`).
+pub fn stats() -> Stats {
+    let Some(sdk) = SDK.get() else {
+        return Stats {
+            mismatched_stops: registry().mismatched_stops(),
+            ..Stats::default()
+        };
+    };
+    let st = lock(&sdk.state);
+    Stats {
+        dumps: st.next_round,
+        dropped: st.dropped,
+        delivered: sdk.link.delivered(),
+        connected: sdk.link.connected(),
+        collecting: st.collecting,
+        mismatched_stops: registry().mismatched_stops(),
+    }
+}
+
+impl Sdk {
+    fn wake_shipper(&self) {
+        if let Some(t) = self.shipper.get() {
+            t.unpark();
+        }
+    }
+
+    fn dump(&'static self, from_period: bool) -> Result<(), Error> {
+        let mut st = lock(&self.state);
+        if st.finalized {
+            return Err(Error::Finalized);
+        }
+        let generation = self.control_gen.load(Ordering::Acquire);
+        if generation != st.control_seen {
+            st.control_seen = generation;
+            let control = lock(&self.control).clone();
+            if let Some(c) = control {
+                self.apply(&mut st, c);
+            }
+        }
+        if st.period.is_some() != from_period {
+            // An explicit dump while the SDK dumps by period (or a period tick left over after it ended).
+            return Ok(());
+        }
+        let round = st.next_round;
+        st.next_round += 1;
+        let kind = if !st.collecting {
+            if st.stop_sent {
+                return Ok(());
+            }
+            st.stop_sent = true;
+            Kind::Stopped
+        } else if st.sampled_out {
+            Kind::SampledOut
+        } else {
+            Kind::Profile
+        };
+        if kind != Kind::Stopped {
+            st.stop_sent = false;
+        }
+        let st = &mut *st;
+        if kind == Kind::Profile {
+            registry().totals(&mut st.totals);
+        }
+        let Some(mut snap) = st.free.pop() else {
+            // Full: the values still move on, so the next round's share is its own.
+            if kind == Kind::Profile {
+                std::mem::swap(&mut st.prev, &mut st.totals);
+            }
+            st.dropped += 1;
+            return Err(Error::Dropped {
+                round,
+                queue: self.config.queue_dumps,
+                agent: self.link.describe(&self.config.socket),
+            });
+        };
+        snap.round = round;
+        snap.dump_unix_ns = unix_ns();
+        snap.kind = kind;
+        snap.timers.clear();
+        snap.counters.clear();
+        if kind == Kind::Profile {
+            snap.measure = st.measure.clone();
+            for (i, t) in st.totals.timers.iter().enumerate() {
+                if t.calls == 0 {
+                    continue;
+                }
+                let p = st.prev.timers.get(i).copied().unwrap_or_default();
+                let share = measure::TimerTotals {
+                    calls: t.calls.saturating_sub(p.calls),
+                    subrs: t.subrs.saturating_sub(p.subrs),
+                    incl_ns: t.incl_ns.saturating_sub(p.incl_ns),
+                    excl_ns: t.excl_ns.saturating_sub(p.excl_ns),
+                };
+                snap.timers.push((i as u32, share, *t));
+            }
+            for (i, c) in st.totals.counters.iter().enumerate() {
+                let p = st.prev.counters.get(i).copied().unwrap_or_default();
+                snap.counters.push((i as u32, c - p, *c));
+            }
+            std::mem::swap(&mut st.prev, &mut st.totals);
+        }
+        st.ready.push_back(snap);
+        self.wake_shipper();
+        Ok(())
+    }
+
+    /// Applies the agent's control at a dump.
+    fn apply(&'static self, st: &mut State, c: RankControl) {
+        st.collecting = c.collecting;
+        let options = c.options.unwrap_or_default();
+        match Measure::from_options(&options) {
+            Ok(m) => {
+                st.sampled_out = m.samples_out(self.config.rank);
+                st.measure = Arc::new(m);
+            }
+            // The tree checks options before it sends them; an SDK that disagrees keeps the ones in force.
+            Err(e) => self.link.note(format!("measurement options ignored: {e}")),
+        }
+        if options.period_ms > 0 {
+            st.period = Some(Duration::from_millis(options.period_ms));
+            if let Err(e) = self.start_period_thread() {
+                self.link.note(e.to_string());
+            }
+        }
+    }
+
+    fn start_period_thread(&'static self) -> Result<(), Error> {
+        if self.period_thread.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        std::thread::Builder::new()
+            .name("canopy-period".into())
+            .spawn(move || {
+                let mut next = Instant::now();
+                loop {
+                    let period = match lock(&self.state) {
+                        st if st.finalized => return,
+                        st => st.period.unwrap_or(Duration::from_millis(100)),
+                    };
+                    next += period;
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    } else {
+                        next = now;
+                    }
+                    if let Err(Error::Finalized) = self.dump(true) {
+                        return;
+                    }
+                }
+            })
+            .map(|_| ())
+            .map_err(|e| {
+                self.period_thread.store(false, Ordering::Release);
+                Error::Thread(e.to_string())
+            })
+    }
+
+    /// Called by the link when the agent sends control.
+    fn set_control(&self, c: RankControl) {
+        *lock(&self.control) = Some(c);
+        self.control_gen.fetch_add(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,398 @@
+//! Where timers and counters keep their values: a process-wide registry of names and, per thread, a table of
+//! accumulators that only its own thread writes and any dump reads.
+//!
+//! Start and stop touch only the calling thread's table and stack: no lock, no allocation once the thread has
+//! used the timer, two clock reads. A dump sums every thread's table, so timers from several threads of one
+//! rank add up into the rank's profile; the tables of threads that ended still count.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// Accumulators per table chunk, and chunks per table: up to 65,536 timers and as many counters.
+const CHUNK: usize = 256;
+const CHUNKS: usize = 256;
+/// The most timers (and, apart, counters) a process can name.
+pub const MAX_NAMES: usize = CHUNK * CHUNKS;
+/// Nesting depth the stack of running timers holds without growing.
+const STACK_DEPTH: usize = 256;
+
+/// A named timer. Handles live as long as the process; the same name always gives the same handle.
+#[derive(Debug)]
+pub struct Timer {
+    index: u32,
+    id: u64,
+    name: String,
+}
+
+impl Timer {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Starts the timer on the calling thread.
+    #[inline]
+    pub fn start(&'static self) {
+        let now = Instant::now();
+        // A thread being torn down has no table left: its timers are not counted.
+        let _ = LOCAL.try_with(|l| l.start(self.index, now));
+    }
+
+    /// Stops the timer on the calling thread; it must be the one that started last and is still running
+    /// there. Any other stop is ignored and counted (see `mismatched_stops`).
+    #[inline]
+    pub fn stop(&'static self) {
+        let now = Instant::now();
+        let _ = LOCAL.try_with(|l| l.stop(self.index, now));
+    }
+
+    /// Starts the timer and stops it when the guard is dropped.
+    pub fn scope(&'static self) -> Scope {
+        self.start();
+        Scope { timer: self }
+    }
+}
+
+/// Stops its timer when dropped.
+#[derive(Debug)]
+pub struct Scope {
+    timer: &'static Timer,
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        self.timer.stop();
+    }
+}
+
+/// One timer's values in one thread. Only the owning thread writes (a load and a store, not a locked
+/// read-modify-write); the inclusive time is stored before the exclusive one, with release order, so a reader
+/// that loads the exclusive time first (acquire) never sees more exclusive than inclusive time.
+#[derive(Debug, Default)]
+struct TimerSlot {
+    calls: AtomicU64,
+    subrs: AtomicU64,
+    incl_ns: AtomicU64,
+    excl_ns: AtomicU64,
+    /// Instances running on this thread: inclusive time counts once, for the outermost (recursion).
+    active: AtomicU32,
+}
+
+/// A counter's sum in one thread (f64 bits).
+#[derive(Debug, Default)]
+struct CounterSlot {
+    sum: AtomicU64,
+}
+
+/// A table that grows by whole chunks, so a slot never moves while a reader holds it.
+#[derive(Debug)]
+struct Table<T> {
+    chunks: [OnceLock<Box<[T]>>; CHUNKS],
+}
+
+impl<T: Default> Table<T> {
+    fn new() -> Self {
+        Table {
+            chunks: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// The slot, made on first use (one allocation per chunk, by the owning thread).
+    #[inline]
+    fn slot(&self, index: u32) -> &T {
+        let (c, i) = (index as usize / CHUNK, index as usize % CHUNK);
+        &self.chunks[c].get_or_init(|| (0..CHUNK).map(|_| T::default()).collect())[i]
+    }
+
+    /// The slot if its chunk exists (readers never allocate).
+    #[inline]
+    fn get(&self, index: u32) -> Option<&T> {
+        let (c, i) = (index as usize / CHUNK, index as usize % CHUNK);
+        self.chunks[c].get().map(|chunk| &chunk[i])
+    }
+}
+
+/// One thread's accumulators.
+#[derive(Debug)]
+pub(crate) struct ThreadTable {
+    timers: Table<TimerSlot>,
+    counters: Table<CounterSlot>,
+}
+
+/// A running timer on a thread's stack.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    timer: u32,
+    started: Instant,
+    /// Inclusive time of the timers that ran inside this one (their stop already counted it).
+    children_ns: u64,
+}
+
+struct Local {
+    table: Arc<ThreadTable>,
+    stack: RefCell<Vec<Frame>>,
+    /// Counter name hash to index, so a counter update takes no lock once the thread has seen the name.
+    counters: RefCell<HashMap<u64, u32, IdHash>>,
+}
+
+thread_local! {
+    static LOCAL: Local = Local::new();
+}
+
+impl Local {
+    fn new() -> Self {
+        let table = Arc::new(ThreadTable {
+            timers: Table::new(),
+            counters: Table::new(),
+        });
+        registry()
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(table.clone());
+        Local {
+            table,
+            stack: RefCell::new(Vec::with_capacity(STACK_DEPTH)),
+            counters: RefCell::new(HashMap::default()),
+        }
+    }
+
+    #[inline]
+    fn start(&self, timer: u32, now: Instant) {
+        let slot = self.table.timers.slot(timer);
+        slot.active
+            .store(slot.active.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.stack.borrow_mut().push(Frame {
+            timer,
+            started: now,
+            children_ns: 0,
+        });
+    }
+
+    #[inline]
+    fn stop(&self, timer: u32, now: Instant) {
+        let mut stack = self.stack.borrow_mut();
+        if stack.last().is_none_or(|f| f.timer != timer) {
+            registry().mismatched.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let frame = stack.pop().expect("checked above");
+        let incl = now.saturating_duration_since(frame.started).as_nanos() as u64;
+        let excl = incl.saturating_sub(frame.children_ns);
+        let slot = self.table.timers.slot(timer);
+        let active = slot.active.load(Ordering::Relaxed).saturating_sub(1);
+        slot.active.store(active, Ordering::Relaxed);
+        if active == 0 {
+            add(&slot.incl_ns, incl, Ordering::Relaxed);
+        }
+        add(&slot.calls, 1, Ordering::Relaxed);
+        add(&slot.excl_ns, excl, Ordering::Release);
+        if let Some(parent) = stack.last_mut() {
+            parent.children_ns += incl;
+            add(&self.table.timers.slot(parent.timer).subrs, 1, Ordering::Relaxed);
+        }
+    }
+
+    fn counter(&self, name: &str, value: f64) -> Result<(), crate::Error> {
+        let hash = crate::event_id(name);
+        let known = self.counters.borrow().get(&hash).copied();
+        let index = match known {
+            Some(i) => i,
+            None => {
+                let i = registry().counter_index(name)?;
+                self.counters.borrow_mut().insert(hash, i);
+                i
+            }
+        };
+        let slot = self.table.counters.slot(index);
+        let sum = f64::from_bits(slot.sum.load(Ordering::Relaxed)) + value;
+        slot.sum.store(sum.to_bits(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[inline]
+fn add(a: &AtomicU64, v: u64, order: Ordering) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(v), order);
+}
+
+/// Hashes a key that is already a hash.
+#[derive(Default, Clone, Copy)]
+struct IdHash(u64);
+
+impl std::hash::Hasher for IdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHash;
+    fn build_hasher(&self) -> IdHash {
+        IdHash(0)
+    }
+}
+
+/// The names of the process's timers and counters, and every thread's table.
+pub(crate) struct Registry {
+    timers_by_name: Mutex<HashMap<String, &'static Timer>>,
+    timers: Mutex<Vec<&'static Timer>>,
+    timer_count: AtomicUsize,
+    counters_by_name: Mutex<HashMap<String, u32>>,
+    counter_names: Mutex<Vec<String>>,
+    counter_count: AtomicUsize,
+    threads: Mutex<Vec<Arc<ThreadTable>>>,
+    mismatched: AtomicU64,
+}
+
+pub(crate) fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Registry {
+        timers_by_name: Mutex::new(HashMap::new()),
+        timers: Mutex::new(Vec::new()),
+        timer_count: AtomicUsize::new(0),
+        counters_by_name: Mutex::new(HashMap::new()),
+        counter_names: Mutex::new(Vec::new()),
+        counter_count: AtomicUsize::new(0),
+        threads: Mutex::new(Vec::new()),
+        mismatched: AtomicU64::new(0),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Registry {
+    pub(crate) fn timer(&self, name: &str) -> Result<&'static Timer, crate::Error> {
+        let mut by_name = lock(&self.timers_by_name);
+        if let Some(t) = by_name.get(name) {
+            return Ok(t);
+        }
+        let mut timers = lock(&self.timers);
+        if timers.len() >= MAX_NAMES {
+            return Err(crate::Error::TooManyNames { kind: "timers" });
+        }
+        let timer: &'static Timer = Box::leak(Box::new(Timer {
+            index: timers.len() as u32,
+            id: crate::event_id(name),
+            name: name.to_string(),
+        }));
+        timers.push(timer);
+        by_name.insert(name.to_string(), timer);
+        self.timer_count.store(timers.len(), Ordering::Release);
+        Ok(timer)
+    }
+
+    fn counter_index(&self, name: &str) -> Result<u32, crate::Error> {
+        let mut by_name = lock(&self.counters_by_name);
+        if let Some(i) = by_name.get(name) {
+            return Ok(*i);
+        }
+        let mut names = lock(&self.counter_names);
+        if names.len() >= MAX_NAMES {
+            return Err(crate::Error::TooManyNames { kind: "counters" });
+        }
+        let i = names.len() as u32;
+        names.push(name.to_string());
+        by_name.insert(name.to_string(), i);
+        self.counter_count.store(names.len(), Ordering::Release);
+        Ok(i)
+    }
+
+    /// (id, name) of the timers from index `from` on, and of the counters from `counters_from` on.
+    pub(crate) fn names_since(
+        &self,
+        from: usize,
+        counters_from: usize,
+    ) -> (Vec<(u64, String)>, usize, usize) {
+        let timers = lock(&self.timers);
+        let counters = lock(&self.counter_names);
+        let mut out: Vec<(u64, String)> = timers.iter().skip(from).map(|t| (t.id, t.name.clone())).collect();
+        out.extend(
+            counters
+                .iter()
+                .skip(counters_from)
+                .map(|n| (crate::event_id(n), n.clone())),
+        );
+        (out, timers.len(), counters.len())
+    }
+
+    pub(crate) fn mismatched_stops(&self) -> u64 {
+        self.mismatched.load(Ordering::Relaxed)
+    }
+
+    /// Sums every thread's values into `out`, by index: timers, then counters.
+    pub(crate) fn totals(&self, out: &mut Totals) {
+        let timers = self.timer_count.load(Ordering::Acquire);
+        let counters = self.counter_count.load(Ordering::Acquire);
+        out.timers.clear();
+        out.timers.resize(timers, TimerTotals::default());
+        out.counters.clear();
+        out.counters.resize(counters, 0.0);
+        let threads = lock(&self.threads);
+        for t in threads.iter() {
+            for (i, total) in out.timers.iter_mut().enumerate() {
+                let Some(s) = t.timers.get(i as u32) else {
+                    continue;
+                };
+                // Exclusive first (acquire): the inclusive time it was stored after is then visible too.
+                let excl = s.excl_ns.load(Ordering::Acquire);
+                total.excl_ns += excl;
+                total.incl_ns += s.incl_ns.load(Ordering::Relaxed);
+                total.calls += s.calls.load(Ordering::Relaxed);
+                total.subrs += s.subrs.load(Ordering::Relaxed);
+            }
+            for (i, total) in out.counters.iter_mut().enumerate() {
+                if let Some(s) = t.counters.get(i as u32) {
+                    *total += f64::from_bits(s.sum.load(Ordering::Relaxed));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn timer_ids(&self, out: &mut Vec<u64>) {
+        let timers = lock(&self.timers);
+        out.extend(timers.iter().skip(out.len()).map(|t| t.id));
+    }
+
+    pub(crate) fn counter_ids(&self, out: &mut Vec<u64>) {
+        let names = lock(&self.counter_names);
+        out.extend(names.iter().skip(out.len()).map(|n| crate::event_id(n)));
+    }
+}
+
+/// One timer's values summed over the threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct TimerTotals {
+    pub calls: u64,
+    pub subrs: u64,
+    pub incl_ns: u64,
+    pub excl_ns: u64,
+}
+
+/// Every timer's and counter's values summed over the threads, by index.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Totals {
+    pub timers: Vec<TimerTotals>,
+    pub counters: Vec<f64>,
+}
+
+/// Adds `value` to the counter `name` on the calling thread.
+pub(crate) fn counter(name: &str, value: f64) -> Result<(), crate::Error> {
+    LOCAL.try_with(|l| l.counter(name, value)).unwrap_or(Ok(()))
+}
