@@ -228,6 +228,7 @@ impl TreeBuilder {
         AgentConfig {
             node_id: id.to_string(),
             parent: parent.to_string(),
+            socket: "none".into(),
             simulate_ranks: ranks,
             simulate_events: self.events,
             simulate_period_ms: self.period_ms,
@@ -495,4 +496,69 @@ pub fn ready_field(ready: &str, key: &str) -> String {
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .map(str::to_string)
         .unwrap_or_else(|| ready.trim().to_string())
+}
+
+/// A front-end on port 0 with `extra` flags; returns it, its address and its store.
+pub fn start_frontend(dir: &Path, extra: &[&str]) -> (Proc, String, std::path::PathBuf) {
+    let ready = dir.join("frontend.ready");
+    let out = dir.join("out");
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        out.to_str().unwrap(),
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut fe = Proc::start(dir, "canopy-frontend", "frontend", &args);
+    let contents = wait_ready_file(&ready, &mut fe);
+    (
+        fe,
+        ready_field(&contents, "addr"),
+        ready_field(&contents, "store").into(),
+    )
+}
+
+/// A leaf agent process serving real ranks on `socket` (and no simulated ones).
+pub fn start_socket_agent(dir: &Path, id: &str, parent: &str, socket: &Path) -> Proc {
+    let args = [
+        "--node-id",
+        id,
+        "--parent",
+        parent,
+        "--socket",
+        socket.to_str().expect("socket path"),
+    ];
+    Proc::start(dir, "canopy-agent", id, &args)
+}
+
+/// Compiles the SDK's C example (sdk/examples/c/stencil.c) into `dir` with the system's C compiler, against
+/// the libcanopy built beside the daemons; `plain` builds it without instrumentation.
+pub fn build_c_example(dir: &Path, plain: bool) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = dir.join(if plain { "stencil-plain" } else { "stencil" });
+    let mut cc = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.arg("-O2")
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("sdk/examples/c/stencil.c"));
+    if plain {
+        cc.arg("-DCANOPY_DISABLE");
+    } else {
+        let lib = bin_dir();
+        assert!(
+            lib.join("libcanopy.so").is_file(),
+            "libcanopy.so is not built in {}: run `cargo build --workspace` first",
+            lib.display()
+        );
+        cc.arg("-I")
+            .arg(root.join("sdk/c/include"))
+            .arg(format!("-L{}", lib.display()))
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lcanopy");
+    }
+    let status = cc.status().expect("a C compiler (cc) is installed");
+    assert!(status.success(), "compiling stencil.c failed");
+    out
 }

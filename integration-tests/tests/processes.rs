@@ -5,31 +5,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, bin_dir, query_i64, query_text, read_rounds, ready_field, wait_ready_file,
+    Proc, bin_dir, query_i64, query_text, read_rounds, start_frontend, wait_ready_file,
 };
 use nix::sys::signal::Signal;
-
-/// A front-end on port 0 with `extra` flags; returns it, its address and its store.
-fn start_frontend(dir: &Path, extra: &[&str]) -> (Proc, String, std::path::PathBuf) {
-    let ready = dir.join("frontend.ready");
-    let out = dir.join("out");
-    let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--out",
-        out.to_str().unwrap(),
-        "--ready-file",
-        ready.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let mut fe = Proc::start(dir, "canopy-frontend", "frontend", &args);
-    let contents = wait_ready_file(&ready, &mut fe);
-    (
-        fe,
-        ready_field(&contents, "addr"),
-        ready_field(&contents, "store").into(),
-    )
-}
 
 fn start_relay(dir: &Path, id: &str, parent: &str) -> (Proc, String) {
     let ready = dir.join(format!("{id}.ready"));
@@ -55,6 +33,8 @@ fn start_agent(dir: &Path, id: &str, parent: &str, ranks: u32, offset: u32, roun
         id,
         "--parent",
         parent,
+        "--socket",
+        "none",
         "--simulate-ranks",
         &ranks,
         "--rank-offset",

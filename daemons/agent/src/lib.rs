@@ -1,9 +1,11 @@
-//! Canopy's leaf agent: the lowest level of the tree. It serves the ranks of its node (simulated ones, for
-//! now), runs each stream's filter over them, and attaches to its parent.
+//! Canopy's leaf agent: the lowest level of the tree. It serves the ranks of its node (real ones through its
+//! Unix socket and the application SDK, simulated ones, or both), runs each stream's filter over them, and
+//! attaches to its parent.
 
 #![forbid(unsafe_code)]
 
 pub mod sim;
+pub mod socket;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -27,7 +29,14 @@ pub struct AgentConfig {
     pub node_id: String,
     /// The parent's address (a relay or the front-end), host:port.
     pub parent: String,
-    /// Simulated ranks this agent serves.
+    /// The Unix socket real ranks attach to through the SDK (CANOPY_AGENT_SOCKET on their side); "none" to
+    /// serve simulated ranks only. Default: /run/canopy/agent.sock where /run/canopy exists, else
+    /// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
+    pub socket: String,
+    /// Dumps held per rank until the tree starts collection (it waits for every rank the application
+    /// announced); beyond it the oldest are dropped and counted.
+    pub hold_dumps: usize,
+    /// Simulated ranks this agent serves (0: none).
     pub simulate_ranks: u32,
     /// Events per simulated rank (the scenario may fix its own set).
     pub simulate_events: u32,
@@ -56,7 +65,9 @@ impl Default for AgentConfig {
         Self {
             node_id: String::new(),
             parent: "127.0.0.1:7400".into(),
-            simulate_ranks: 4,
+            socket: canopy_wire::default_socket_path().display().to_string(),
+            hold_dumps: 256,
+            simulate_ranks: 0,
             simulate_events: 20,
             simulate_period_ms: 100,
             simulate_scenario: "flash".into(),
@@ -80,11 +91,17 @@ impl canopy_core::daemon::DaemonConfig for AgentConfig {
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), (String, String)> {
         check_host_port("parent", &self.parent)?;
-        if self.simulate_ranks == 0 {
+        if self.simulate_ranks == 0 && self.socket == "none" {
             return Err((
-                "simulate_ranks".into(),
-                "must be at least 1: an agent with no ranks has nothing to serve".into(),
+                "socket".into(),
+                "is none and simulate_ranks is 0: the agent would serve no ranks".into(),
             ));
+        }
+        if self.socket.is_empty() {
+            return Err(("socket".into(), "is empty (a path, or none)".into()));
+        }
+        if self.hold_dumps == 0 {
+            return Err(("hold_dumps".into(), "must be at least 1".into()));
         }
         if self.simulate_period_ms == 0 {
             return Err(("simulate_period_ms".into(), "must be at least 1".into()));
@@ -106,11 +123,16 @@ impl CheckConfig for AgentConfig {
 pub enum AgentError {
     #[error(transparent)]
     Node(#[from] NodeError),
+    #[error("agent socket: {0}")]
+    Socket(String),
 }
 
 impl canopy_core::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
-        matches!(self, AgentError::Node(NodeError::Refused(_)))
+        matches!(
+            self,
+            AgentError::Node(NodeError::Refused(_)) | AgentError::Socket(_)
+        )
     }
 }
 
@@ -133,7 +155,15 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         app: config.app.clone(),
     });
     let ranks: Vec<u32> = (config.rank_offset..config.rank_offset + config.simulate_ranks).collect();
-    let (control_tx, control_rx) = mpsc::channel(16);
+    let socket = match config.socket.as_str() {
+        "none" => None,
+        path => {
+            let path = PathBuf::from(path);
+            let listener = socket::bind(&path).map_err(AgentError::Socket)?;
+            Some((listener, socket::SocketFile(path)))
+        }
+    };
+    let (control_tx, mut control_rx) = mpsc::channel::<control::Action>(16);
     let (up_tx, up_rx) = mpsc::channel(256);
     let node_config = NodeConfig {
         node_id: node_id.clone(),
@@ -161,13 +191,36 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         period: Duration::from_millis(config.simulate_period_ms),
         rounds: config.rounds,
     };
-    let sim = tokio::spawn(simulate(simulator, schedule, control_rx, handles.inputs.clone()));
-    tracing::info!(node = %node_id, parent = %config.parent, ranks = config.simulate_ranks,
-        scenario = %scenario, "agent serving simulated ranks");
+    // Control from the tree goes to the simulated ranks and to the socket's ranks alike.
+    let (sim_tx, sim_rx) = mpsc::channel(16);
+    let (sock_tx, sock_rx) = mpsc::channel(16);
+    let fanout = tokio::spawn(async move {
+        while let Some(action) = control_rx.recv().await {
+            let _ = sim_tx.send(action.clone()).await;
+            let _ = sock_tx.send(action).await;
+        }
+    });
+    let sim = (config.simulate_ranks > 0).then(|| {
+        tracing::info!(ranks = config.simulate_ranks, scenario = %scenario, "serving simulated ranks");
+        tokio::spawn(simulate(simulator, schedule, sim_rx, handles.inputs.clone()))
+    });
+    let (serve, socket_file) = match socket {
+        Some((listener, file)) => {
+            tracing::info!(socket = %file.0.display(), "serving ranks on the socket");
+            let serve = socket::serve(listener, handles.inputs.clone(), sock_rx, config.hold_dumps);
+            (Some(tokio::spawn(serve)), Some(file))
+        }
+        None => (None, None),
+    };
+    tracing::info!(node = %node_id, parent = %config.parent, "agent attaching");
     drop(handles);
     let result = node.run(shutdown).await;
-    sim.abort();
+    for task in sim.iter().chain(serve.iter()) {
+        task.abort();
+    }
+    fanout.abort();
     link.abort();
+    drop(socket_file);
     result?;
     Ok(())
 }

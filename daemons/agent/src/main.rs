@@ -18,6 +18,14 @@ struct Flags {
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<String>,
+    /// The Unix socket ranks attach to through the SDK ("none": simulated ranks only).
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    socket: Option<String>,
+    /// Dumps held per rank until the tree starts collection.
+    #[arg(long, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold_dumps: Option<usize>,
     /// Simulated ranks to serve.
     #[arg(long, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]

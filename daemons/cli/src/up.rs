@@ -54,6 +54,10 @@ pub struct UpArgs {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    /// Let real ranks attach too: the first agent serves this Unix socket (run the application with
+    /// CANOPY_AGENT_SOCKET set to it). The other agents serve simulated ranks only.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
 }
 
 struct Daemon {
@@ -187,7 +191,12 @@ async fn launch_and_watch(
         let n = per + u32::from((i as u32) < extra);
         let parent = topology.parent(agent).context("agent without parent")?;
         let mut cmd = Command::new(bin_dir.join("canopy-agent"));
+        let socket = match (&args.socket, i) {
+            (Some(path), 0) => path.display().to_string(),
+            _ => "none".to_string(),
+        };
         cmd.args(["--node-id", &agent.to_string(), "--parent", &addr_of[parent]])
+            .args(["--socket", &socket])
             .args([
                 "--simulate-ranks",
                 &n.to_string(),

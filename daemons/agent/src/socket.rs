@@ -1,0 +1,516 @@
+//! The agent's Unix socket: real ranks attach through the application SDK, one connection per rank
+//! (canopy/v1/rank.proto). Each rank is a source of the leaf's round engine; its dumps become its rounds, its
+//! hang-up without FIN makes it lost, its FIN finishes it. Control from the tree reaches every rank, which
+//! applies it at its next dump.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use canopy_core::node::Input;
+use canopy_proto::v1::{MissingReason, control};
+use canopy_wire::v1::{
+    AgentMessage, Options, RankAbsence, RankControl, RankFinAck, RankHello, RankMessage, RankRefused,
+    agent_message, rank_message,
+};
+use canopy_wire::{MAX_FRAME, RANK_PROTOCOL_VERSION, batch_of_one, encode_frame};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// Messages queued for one rank before it counts as not reading.
+const RANK_QUEUE: usize = 64;
+/// Events from all connections queued for the socket's task; beyond it, connections stop being read (the
+/// SDK then queues, and drops and counts what it cannot queue).
+const EVENT_QUEUE: usize = 1024;
+
+/// Binds the socket at `path`: makes its directory, replaces a stale socket no agent listens on, and lets
+/// every local user connect (ranks run as the job's user, the agent often as its own).
+pub fn bind(path: &Path) -> Result<UnixListener, String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let listener = match UnixListener::bind(path) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            use std::os::unix::fs::FileTypeExt;
+            let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if !meta.file_type().is_socket() {
+                return Err(format!("{} exists and is not a socket", path.display()));
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!("another agent is listening on {}", path.display()));
+            }
+            std::fs::remove_file(path).map_err(|e| format!("cannot remove stale {}: {e}", path.display()))?;
+            UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?
+        }
+        Err(e) => return Err(format!("cannot listen on {}: {e}", path.display())),
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot open {} to every user: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Removes the socket file when the agent stops.
+pub struct SocketFile(pub PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+enum Event {
+    Message(u64, RankMessage),
+    Closed(u64, String),
+}
+
+struct Conn {
+    tx: Option<mpsc::Sender<AgentMessage>>,
+    rank: Option<Attached>,
+}
+
+struct Attached {
+    app: String,
+    rank: u32,
+    pid: u32,
+    source: String,
+    /// The round after the last one the rank dumped.
+    next_round: u64,
+    /// The running total of dumps the rank reported it dropped.
+    dropped: u64,
+    finished: bool,
+    /// Inputs held until the tree starts collection.
+    held: VecDeque<Input>,
+}
+
+impl Attached {
+    fn who(&self) -> String {
+        format!("rank {} of {} (pid {})", self.rank, self.app, self.pid)
+    }
+}
+
+/// The ranks attached through the socket, and the control they get.
+struct Ranks {
+    inputs: mpsc::Sender<Input>,
+    conns: HashMap<u64, Conn>,
+    /// Collection has started: dumps go to the engine (before, each rank's are held, up to `hold`).
+    started: bool,
+    collecting: bool,
+    options: Options,
+    draining: bool,
+    hold: usize,
+}
+
+/// Serves the socket until the control channel closes (the node ended).
+pub async fn serve(
+    listener: UnixListener,
+    inputs: mpsc::Sender<Input>,
+    mut control: mpsc::Receiver<control::Action>,
+    hold: usize,
+) {
+    let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
+    let mut ranks = Ranks {
+        inputs,
+        conns: HashMap::new(),
+        started: false,
+        collecting: true,
+        options: Options::default(),
+        draining: false,
+        hold,
+    };
+    let mut next_conn = 0u64;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    next_conn += 1;
+                    let (tx, rx) = mpsc::channel(RANK_QUEUE);
+                    ranks.conns.insert(next_conn, Conn { tx: Some(tx), rank: None });
+                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx));
+                }
+                Err(e) => {
+                    tracing::warn!("agent socket: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(event) = events.recv() => match event {
+                Event::Message(conn, msg) => ranks.on_message(conn, msg).await,
+                Event::Closed(conn, reason) => ranks.on_closed(conn, reason).await,
+            },
+            action = control.recv() => match action {
+                Some(a) => ranks.on_control(a).await,
+                None => return,
+            },
+        }
+    }
+}
+
+/// Reads frames from one rank and writes what the agent sends it.
+async fn connection(
+    id: u64,
+    stream: UnixStream,
+    events: mpsc::Sender<Event>,
+    mut outbound: mpsc::Receiver<AgentMessage>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        let mut frame = Vec::new();
+        while let Some(msg) = outbound.recv().await {
+            frame.clear();
+            encode_frame(&msg, &mut frame);
+            if wr.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut buf = Vec::new();
+    let reason = loop {
+        let mut prefix = [0u8; 4];
+        match rd.read_exact(&mut prefix).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break "connection closed".to_string(),
+            Err(e) => break format!("read failed: {e}"),
+        }
+        let len = match canopy_wire::frame_len(prefix) {
+            Ok(len) => len,
+            Err(e) => break format!("bad frame: {e}"),
+        };
+        debug_assert!(len <= MAX_FRAME);
+        buf.resize(len, 0);
+        if let Err(e) = rd.read_exact(&mut buf).await {
+            break format!("connection closed inside a frame: {e}");
+        }
+        match RankMessage::decode(buf.as_slice()) {
+            Ok(msg) if msg.msg.is_some() => {
+                if events.send(Event::Message(id, msg)).await.is_err() {
+                    break "the agent is stopping".into();
+                }
+            }
+            Ok(_) => break "bad message: empty".into(),
+            Err(e) => break format!("bad message: {e}"),
+        }
+    };
+    let _ = events.send(Event::Closed(id, reason)).await;
+    // The writer ends when the socket's task drops this rank's sender.
+    let _ = writer.await;
+}
+
+impl Ranks {
+    fn control_message(&self) -> AgentMessage {
+        AgentMessage {
+            msg: Some(agent_message::Msg::Control(RankControl {
+                collecting: self.collecting,
+                options: Some(self.options.clone()),
+            })),
+        }
+    }
+
+    async fn send(&mut self, input: Input) {
+        let _ = self.inputs.send(input).await;
+    }
+
+    /// Refuses a connection: the rank is told why, the connection closes.
+    fn refuse(&mut self, conn: u64, reason: String) {
+        tracing::warn!("agent socket: refused a rank: {reason}");
+        if let Some(c) = self.conns.get_mut(&conn)
+            && let Some(tx) = c.tx.take()
+        {
+            let _ = tx.try_send(AgentMessage {
+                msg: Some(agent_message::Msg::Refused(RankRefused { reason })),
+            });
+        }
+    }
+
+    /// Closes a connection that broke the protocol; its rank, if attached, is lost.
+    async fn drop_conn(&mut self, conn: u64, reason: String) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.tx = None;
+        }
+        self.on_closed(conn, reason).await;
+    }
+
+    async fn on_message(&mut self, conn: u64, msg: RankMessage) {
+        let attached = self.conns.get(&conn).is_some_and(|c| c.rank.is_some());
+        match msg.msg {
+            Some(rank_message::Msg::Hello(h)) if !attached => self.on_hello(conn, h).await,
+            Some(rank_message::Msg::Hello(_)) => {
+                self.drop_conn(conn, "bad message: a second hello".into()).await
+            }
+            _ if !attached => {
+                let reason = "bad message: a dump or fin before the hello".to_string();
+                tracing::warn!("agent socket: {reason}; closing the connection");
+                self.conns.remove(&conn);
+            }
+            Some(rank_message::Msg::Dump(d)) => self.on_dump(conn, d).await,
+            Some(rank_message::Msg::Fin(f)) => {
+                let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+                    return;
+                };
+                a.finished = true;
+                tracing::info!(rounds = f.rounds_end, dropped = f.dropped, "{} finished", a.who());
+                let detached = Input::RankDetached {
+                    source: a.source.clone(),
+                    finished_end: Some(f.rounds_end.max(a.next_round)),
+                };
+                self.place(conn, detached).await;
+                if let Some(tx) = self.conns.get(&conn).and_then(|c| c.tx.as_ref()) {
+                    let _ = tx.try_send(AgentMessage {
+                        msg: Some(agent_message::Msg::FinAck(RankFinAck {})),
+                    });
+                }
+            }
+            None => {}
+        }
+    }
+
+    async fn on_hello(&mut self, conn: u64, h: RankHello) {
+        if h.protocol_version != RANK_PROTOCOL_VERSION {
+            let reason = format!(
+                "rank {} of {} (pid {}) speaks rank protocol {}, this agent {RANK_PROTOCOL_VERSION}",
+                h.rank, h.app, h.pid, h.protocol_version
+            );
+            return self.refuse(conn, reason);
+        }
+        if h.app.is_empty() {
+            return self.refuse(
+                conn,
+                format!("rank {} (pid {}) names no application", h.rank, h.pid),
+            );
+        }
+        let twin = self
+            .conns
+            .values()
+            .filter_map(|c| c.rank.as_ref())
+            .find(|a| a.app == h.app && a.rank == h.rank && !a.finished);
+        if let Some(twin) = twin {
+            let reason = format!(
+                "rank {} of {} (pid {}) is already attached (pid {})",
+                h.rank, h.app, h.pid, twin.pid
+            );
+            return self.refuse(conn, reason);
+        }
+        let source = format!("rank:{}:{}", h.app, h.rank);
+        tracing::info!(
+            from_round = h.next_round,
+            nranks = h.nranks,
+            "rank {} of {} (pid {}) attached",
+            h.rank,
+            h.app,
+            h.pid
+        );
+        let control = self.control_message();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let Some(tx) = &c.tx {
+            let _ = tx.try_send(control);
+        }
+        c.rank = Some(Attached {
+            app: h.app,
+            rank: h.rank,
+            pid: h.pid,
+            source: source.clone(),
+            next_round: h.next_round,
+            dropped: 0,
+            finished: false,
+            held: VecDeque::new(),
+        });
+        self.send(Input::RankAttached {
+            source,
+            from: h.next_round,
+            announced: h.nranks,
+        })
+        .await;
+    }
+
+    async fn on_dump(&mut self, conn: u64, d: canopy_wire::v1::RankDump) {
+        if !d.names.is_empty() {
+            let names = d.names.into_iter().map(|n| (n.id, n.name)).collect();
+            self.send(Input::RankNames(names)).await;
+        }
+        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+            return;
+        };
+        if d.dropped > a.dropped {
+            let fresh = d.dropped - a.dropped;
+            a.dropped = d.dropped;
+            tracing::warn!(
+                dropped = fresh,
+                total = d.dropped,
+                "{} reports dumps it could not deliver",
+                a.who()
+            );
+            let _ = self.inputs.send(Input::RankDumpsDropped(fresh)).await;
+        }
+        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+            return;
+        };
+        if self.draining || a.finished {
+            return;
+        }
+        let profile = match RankAbsence::try_from(d.absence) {
+            Ok(RankAbsence::Unspecified) => Ok(batch_of_one(&d.profile)),
+            Ok(RankAbsence::SampledOut) => Err(MissingReason::SampledOut),
+            Ok(RankAbsence::Stopped) => Err(MissingReason::Stopped),
+            Err(_) => {
+                let reason = format!("bad message: unknown absence {} in round {}", d.absence, d.round);
+                return self.drop_conn(conn, reason).await;
+            }
+        };
+        if d.round < a.next_round && d.round + 1 != a.next_round.max(1) {
+            tracing::debug!(
+                round = d.round,
+                expected = a.next_round,
+                "{} sent an earlier round",
+                a.who()
+            );
+        }
+        a.next_round = a.next_round.max(d.round + 1);
+        let input = Input::RankRound {
+            source: a.source.clone(),
+            rank: a.rank,
+            round: d.round,
+            dump_unix_ns: d.dump_unix_ns,
+            profile,
+        };
+        self.place(conn, input).await;
+    }
+
+    /// Sends a rank's input to the node, or holds it until collection starts (dropping and counting the
+    /// oldest beyond the limit).
+    async fn place(&mut self, conn: u64, input: Input) {
+        if self.started {
+            return self.send(input).await;
+        }
+        let hold = self.hold;
+        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+            return;
+        };
+        a.held.push_back(input);
+        if a.held.len() > hold {
+            a.held.pop_front();
+            tracing::warn!(
+                limit = hold,
+                "{}: collection has not started; its oldest held dump is dropped",
+                a.who()
+            );
+            let _ = self.inputs.send(Input::RankDumpsDropped(1)).await;
+        }
+    }
+
+    async fn on_closed(&mut self, conn: u64, reason: String) {
+        let Some(c) = self.conns.remove(&conn) else { return };
+        let Some(mut a) = c.rank else { return };
+        let held: Vec<Input> = a.held.drain(..).collect();
+        if a.finished {
+            for input in held {
+                self.send(input).await;
+            }
+            return;
+        }
+        tracing::warn!("{} vanished ({reason}): its rounds close as lost", a.who());
+        let lost = Input::RankDetached {
+            source: a.source.clone(),
+            finished_end: None,
+        };
+        if self.started {
+            self.send(lost).await;
+        } else {
+            // Held with the rest, so its dumps before it vanished still count when collection starts.
+            self.conns.insert(
+                conn,
+                Conn {
+                    tx: None,
+                    rank: Some(Attached {
+                        finished: true,
+                        held: held.into_iter().chain(std::iter::once(lost)).collect(),
+                        ..a
+                    }),
+                },
+            );
+        }
+    }
+
+    async fn on_control(&mut self, action: control::Action) {
+        match action {
+            control::Action::Start(_) => {
+                self.collecting = true;
+                if !self.started {
+                    self.started = true;
+                    let mut held = Vec::new();
+                    let mut gone = Vec::new();
+                    for (id, c) in &mut self.conns {
+                        if let Some(a) = c.rank.as_mut() {
+                            held.extend(a.held.drain(..));
+                            if c.tx.is_none() {
+                                gone.push(*id);
+                            }
+                        }
+                    }
+                    for id in gone {
+                        self.conns.remove(&id);
+                    }
+                    // A rank that vanished and came back before the start is not lost.
+                    let back: std::collections::HashSet<String> = self
+                        .conns
+                        .values()
+                        .filter_map(|c| c.rank.as_ref().filter(|a| !a.finished))
+                        .map(|a| a.source.clone())
+                        .collect();
+                    for input in held {
+                        if let Input::RankDetached {
+                            source,
+                            finished_end: None,
+                        } = &input
+                            && back.contains(source)
+                        {
+                            continue;
+                        }
+                        self.send(input).await;
+                    }
+                }
+            }
+            control::Action::Stop(_) => self.collecting = false,
+            control::Action::Options(o) => {
+                let period = if o.period_ms == 0 {
+                    self.options.period_ms
+                } else {
+                    o.period_ms
+                };
+                self.options = Options {
+                    period_ms: period,
+                    ..o
+                };
+            }
+            control::Action::Drain(_) => {
+                self.draining = true;
+                let mut finished = Vec::new();
+                for c in self.conns.values_mut() {
+                    if let Some(a) = c.rank.as_mut().filter(|a| !a.finished) {
+                        a.finished = true;
+                        finished.push(Input::RankDetached {
+                            source: a.source.clone(),
+                            finished_end: Some(a.next_round),
+                        });
+                    }
+                }
+                for input in finished {
+                    self.send(input).await;
+                }
+                return;
+            }
+            control::Action::FinAck(_) => return,
+        }
+        let msg = self.control_message();
+        for c in self.conns.values() {
+            if let (Some(tx), Some(a)) = (&c.tx, &c.rank)
+                && tx.try_send(msg.clone()).is_err()
+            {
+                tracing::warn!("{} is not reading control; it gets the next change", a.who());
+            }
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! The application SDK end to end: the C and Rust examples as real processes against a real tree on
+//! loopback, an agent killed under a running application, control applied at the dump, and ranks that
+//! misbehave on the agent's socket.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use canopy_integration_tests::{
+    Proc, bin_dir, build_c_example, query_i64, read_rounds, start_frontend, start_socket_agent,
+};
+use canopy_wire::v1::{
+    AgentMessage, EventSample, RankDump, RankHello, RankMessage, RankProfile, agent_message, rank_message,
+};
+use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
+use nix::sys::signal::Signal;
+use prost::Message;
+
+/// Starts `n` ranks of `exe` against `socket`, each with its own output file in `dir`.
+fn start_ranks(
+    dir: &Path,
+    exe: &Path,
+    socket: &Path,
+    n: u32,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<Child> {
+    (0..n)
+        .map(|r| {
+            let out = std::fs::File::create(dir.join(format!("rank{r}.log"))).unwrap();
+            Command::new(exe)
+                .args(args)
+                .env("CANOPY_AGENT_SOCKET", socket)
+                .env("CANOPY_RANK", r.to_string())
+                .env("CANOPY_NRANKS", n.to_string())
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .spawn()
+                .expect("rank starts")
+        })
+        .collect()
+}
+
+fn wait_ranks(dir: &Path, ranks: &mut [Child], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    for (r, child) in ranks.iter_mut().enumerate() {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join(format!("rank{r}.log"))).unwrap_or_default();
+                assert!(status.success(), "rank {r} exited with {status}:\n{log}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rank {r} still running after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_socket(path: &Path, agent: &mut Proc) {
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        if let Ok(Some(status)) = agent.child.try_wait() {
+            panic!("agent exited with {status}:\n{}", agent.log_text());
+        }
+        path.exists()
+    });
+}
+
+fn rows(store: &Path, sql: &str) -> Vec<Vec<rusqlite::types::Value>> {
+    let conn =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut st = conn.prepare(sql).unwrap();
+    let n = st.column_count();
+    st.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn int(v: &rusqlite::types::Value) -> i64 {
+    match v {
+        rusqlite::types::Value::Integer(i) => *i,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// Runs `ranks` processes of an example against a fresh tree (stats and passthrough streams) to the end, and
+/// checks the store: every round of both streams at full coverage, and per rank and timer, calls that add up
+/// to exactly `iterations * calls_per_iteration`, exclusive time never above inclusive.
+fn run_example(exe: &Path, timers: &[(&str, i64)], ranks: u32, iterations: i64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &["--streams", "stats,passthrough", "--exit-on-fin", "true"],
+    );
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let iters = iterations.to_string();
+    let mut procs = start_ranks(dir.path(), exe, &socket, ranks, &[&iters, "64", "0"], &[]);
+    wait_ranks(dir.path(), &mut procs, Duration::from_secs(60));
+    let status = fe.wait_timeout(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "front-end did not finish:\n{}",
+        fe.log_text()
+    );
+
+    let rounds = read_rounds(&store);
+    for stream in ["stats", "passthrough"] {
+        let of: Vec<_> = rounds.iter().filter(|r| r.stream == stream).collect();
+        assert_eq!(of.len() as i64, iterations, "{stream}: {of:?}");
+        for (k, r) in of.iter().enumerate() {
+            assert_eq!(r.round, k as u64);
+            assert_eq!(
+                (r.covered, r.expected),
+                (ranks, ranks),
+                "{stream} round {}: {r:?}",
+                r.round
+            );
+        }
+    }
+    for (timer, per_iteration) in timers {
+        let per_rank = rows(
+            &store,
+            &format!(
+                "SELECT s.rank, sum(s.calls), max(s.calls_total), count(*) FROM samples s JOIN names n ON n.id = s.event_id
+                 WHERE n.name = '{timer}' GROUP BY s.rank ORDER BY s.rank"
+            ),
+        );
+        assert_eq!(per_rank.len() as u32, ranks, "{timer}: {per_rank:?}");
+        for row in &per_rank {
+            let expect = iterations * per_iteration;
+            assert_eq!(
+                (int(&row[1]), int(&row[2])),
+                (expect, expect),
+                "{timer}, rank {}",
+                int(&row[0])
+            );
+            assert_eq!(int(&row[3]), iterations, "{timer}: one sample per round");
+        }
+        // The stats stream saw every rank in every round.
+        let counts = query_i64(
+            &store,
+            &format!(
+                "SELECT count(*) FROM stats s JOIN names n ON n.id = s.id WHERE n.name = '{timer}'
+                 AND s.metric = 'calls' AND s.count = {ranks}"
+            ),
+        );
+        assert_eq!(counts, iterations, "{timer}: stats count");
+    }
+    let bad = query_i64(
+        &store,
+        "SELECT count(*) FROM samples WHERE excl_us > incl_us + 1e-9 OR excl_total_us > incl_total_us + 1e-9",
+    );
+    assert_eq!(bad, 0, "exclusive time above inclusive");
+    let bytes = query_i64(
+        &store,
+        &format!(
+            "SELECT count(*) FROM counters c JOIN names n ON n.id = c.counter_id WHERE n.name = 'bytes_exchanged'
+             AND c.round = {} AND c.total = {}",
+            iterations - 1,
+            iterations * 2 * 64 * 8
+        ),
+    );
+    assert_eq!(bytes, i64::from(ranks), "every rank's bytes_exchanged total");
+}
+
+#[test]
+fn the_c_example_on_8_processes_reports_every_timer_with_exact_call_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let timers = [
+        ("iteration", 1),
+        ("halo_exchange", 1),
+        ("sweep", 1),
+        ("residual", 1),
+    ];
+    run_example(&exe, &timers, 8, 40);
+}
+
+#[test]
+fn the_rust_example_on_8_processes_adds_up_the_timers_of_its_threads() {
+    let exe = bin_dir().join("canopy-stencil");
+    // sweep_half runs in two threads per iteration: both count in the rank's profile.
+    let timers = [
+        ("iteration", 1),
+        ("halo_exchange", 1),
+        ("sweep", 1),
+        ("sweep_half", 2),
+        ("residual", 1),
+    ];
+    run_example(&exe, &timers, 8, 40);
+}
+
+/// The seconds an example run reports ("... in X s").
+fn reported_seconds(out: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(out);
+    let line = text
+        .lines()
+        .find(|l| l.contains(" iterations of "))
+        .expect("the summary line");
+    let secs = line
+        .split(" in ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .expect("a time");
+    secs.parse().expect("seconds")
+}
+
+#[test]
+fn without_an_agent_the_example_exits_0_without_stalling() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let plain = build_c_example(dir.path(), true);
+    let missing = dir.path().join("no-agent.sock");
+    let run = |exe: &Path| {
+        let started = Instant::now();
+        let out = Command::new(exe)
+            .args(["400", "128", "0"])
+            .env("CANOPY_AGENT_SOCKET", &missing)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (reported_seconds(&out.stdout), started.elapsed(), out.stderr)
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        with.push(run(&exe));
+        without.push(run(&plain));
+    }
+    // Finalize says what was lost and why, and returns at once.
+    let err = String::from_utf8_lossy(&with[0].2);
+    assert!(err.contains("400 dumps were not delivered"), "{err}");
+    assert!(err.contains("no-agent.sock: cannot connect"), "{err}");
+    // No stall: a dump that waited on the absent agent would cost milliseconds per iteration. (The overhead
+    // itself is measured by the bench, not here.)
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut w: Vec<f64> = with.iter().map(|r| r.0).collect();
+    let mut p: Vec<f64> = without.iter().map(|r| r.0).collect();
+    let (w, p) = (median(&mut w), median(&mut p));
+    assert!(w < p * 2.0 + 0.05, "instrumented {w} s against plain {p} s");
+    assert!(
+        with.iter().all(|r| r.1 < Duration::from_secs(5)),
+        "a run took too long"
+    );
+}
+
+/// `canopy` against the front-end at `addr`.
+fn canopy(addr: &str, args: &[&str]) -> String {
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(args)
+        .args(["--frontend", addr])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "canopy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_agent_killed_and_restarted_under_a_running_application() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    // 150 iterations of at least 20 ms: 3 s of sleeping, whatever happens to the agent.
+    let env = [("CANOPY_QUEUE_DUMPS", "4")];
+    let mut ranks = start_ranks(dir.path(), &exe, &socket, 2, &["150", "32", "20000"], &env);
+    wait_for("10 rounds", Duration::from_secs(20), || {
+        read_rounds(&store).len() >= 10
+    });
+    agent.signal(Signal::SIGKILL);
+    let _ = agent.wait_timeout(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(700));
+    // Restarted as systemd's Restart= would: same id, same socket (left stale by the kill).
+    let agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_ranks(dir.path(), &mut ranks, Duration::from_secs(30));
+    for r in 0..2 {
+        let out = std::fs::read(dir.path().join(format!("rank{r}.log"))).unwrap();
+        let secs = reported_seconds(&out);
+        assert!(
+            secs < 3.0 + 1.5,
+            "rank {r} took {secs} s: the application stalled"
+        );
+    }
+    // Later rounds arrive again, complete.
+    wait_for("the last round", Duration::from_secs(20), || {
+        read_rounds(&store)
+            .iter()
+            .any(|r| r.round == 149 && r.covered == 2)
+    });
+    let rounds = read_rounds(&store);
+    let full_after: Vec<_> = rounds.iter().filter(|r| r.round >= 120).collect();
+    assert!(
+        full_after.len() >= 25 && full_after.iter().all(|r| r.covered == 2),
+        "{full_after:?}"
+    );
+    // The ranks counted what they dropped while the agent was away, and the tree shows it.
+    let log = agent.log_text();
+    assert!(log.contains("reports dumps it could not deliver"), "{log}");
+    let topology = canopy(&addr, &["topology", "--json"]);
+    let dropped: u64 = topology
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| v["nodes"].as_array().cloned().unwrap_or_default())
+        .filter(|n| n["nodeId"] == "agent-0")
+        .filter_map(|n| n["rankDumpsDropped"].as_str().and_then(|s| s.parse::<u64>().ok()))
+        .sum();
+    assert!(dropped >= 2, "rank_dumps_dropped {dropped} in {topology}");
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+    drop(agent);
+}
+
+/// The distinct event names in rounds at or above `from`, per rank, from the passthrough samples.
+fn events_since(store: &Path, from: i64) -> Vec<String> {
+    rows(
+        store,
+        &format!(
+            "SELECT DISTINCT n.name FROM samples s JOIN names n ON n.id = s.event_id WHERE s.round >= {from} ORDER BY 1"
+        ),
+    )
+    .into_iter()
+    .map(|r| match &r[0] {
+        rusqlite::types::Value::Text(t) => t.clone(),
+        other => panic!("{other:?}"),
+    })
+    .collect()
+}
+
+fn max_round(store: &Path) -> i64 {
+    query_i64(store, "SELECT coalesce(max(round), -1) FROM rounds")
+}
+
+#[test]
+fn control_changes_the_next_dumps_of_real_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &[]);
+    wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
+    // Each change applies from some round on; the checks look at rounds well after it was sent.
+    let settle = |store: &Path| {
+        let sent = max_round(store);
+        wait_for("rounds after the change", Duration::from_secs(20), || {
+            max_round(store) >= sent + 15
+        });
+        sent + 8
+    };
+
+    canopy(&addr, &["ctl", "set", "--include", "^halo"]);
+    let from = settle(&store);
+    assert_eq!(events_since(&store, from), vec!["halo_exchange"]);
+
+    canopy(&addr, &["ctl", "set", "--metrics", "exclusive"]);
+    let from = settle(&store);
+    assert_eq!(events_since(&store, from).len(), 4, "the include is replaced");
+    let with_calls = query_i64(
+        &store,
+        &format!(
+            "SELECT count(*) FROM samples WHERE round >= {from} AND (calls IS NOT NULL OR incl_us IS NOT NULL)"
+        ),
+    );
+    let with_excl = query_i64(
+        &store,
+        &format!("SELECT count(*) FROM samples WHERE round >= {from} AND excl_us IS NOT NULL"),
+    );
+    assert_eq!(with_calls, 0, "only exclusive time is reported");
+    assert!(with_excl > 0);
+
+    canopy(&addr, &["ctl", "set", "--sample-below", "2"]);
+    let from = settle(&store);
+    let sampled = rows(
+        &store,
+        &format!("SELECT covered, expected, missing_sampled_out FROM rounds WHERE round >= {from}"),
+    );
+    assert!(!sampled.is_empty());
+    for r in &sampled {
+        assert_eq!(
+            (int(&r[0]), int(&r[1]), int(&r[2])),
+            (2, 4, 2),
+            "ranks 2 and 3 sampled out"
+        );
+    }
+
+    // A period: the SDK dumps on its own every 50 ms (the application's own dumps, every 5 ms, then do nothing).
+    canopy(&addr, &["ctl", "set", "--period-ms", "50"]);
+    let sent = max_round(&store);
+    wait_for("period rounds", Duration::from_secs(20), || {
+        max_round(&store) >= sent + 12
+    });
+    let dumps: Vec<i64> = rows(
+        &store,
+        &format!(
+            "SELECT DISTINCT dump_unix_ns FROM samples WHERE rank = 0 AND round >= {} ORDER BY round",
+            sent + 4
+        ),
+    )
+    .iter()
+    .map(|r| int(&r[0]))
+    .collect();
+    let mut gaps: Vec<i64> = dumps.windows(2).map(|w| (w[1] - w[0]) / 1_000_000).collect();
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2];
+    assert!(
+        (40..=80).contains(&median),
+        "median ms between dumps {median}: {gaps:?}"
+    );
+
+    canopy(&addr, &["ctl", "stop"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped_at = max_round(&store);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(max_round(&store) <= stopped_at + 1, "rounds went on after stop");
+    canopy(&addr, &["ctl", "start"]);
+    wait_for("rounds after start", Duration::from_secs(20), || {
+        max_round(&store) >= stopped_at + 5
+    });
+
+    for r in &mut ranks {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
+
+/// A rank speaking the socket protocol by hand.
+struct RawRank {
+    stream: UnixStream,
+}
+
+impl RawRank {
+    fn connect(socket: &Path, rank: u32, nranks: u32) -> RawRank {
+        let mut stream = UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let hello = RankMessage {
+            msg: Some(rank_message::Msg::Hello(RankHello {
+                protocol_version: RANK_PROTOCOL_VERSION,
+                app: "raw".into(),
+                rank,
+                nranks,
+                pid: std::process::id(),
+                next_round: 0,
+            })),
+        };
+        let mut frame = Vec::new();
+        encode_frame(&hello, &mut frame);
+        stream.write_all(&frame).unwrap();
+        RawRank { stream }
+    }
+
+    fn read(&mut self) -> AgentMessage {
+        read_frame(&mut self.stream, &mut Vec::new()).unwrap()
+    }
+
+    fn dump(&mut self, rank: u32, round: u64) {
+        let profile = RankProfile {
+            app: "raw".into(),
+            rank,
+            round,
+            events: vec![EventSample {
+                event_id: canopy_wire::event_id("work"),
+                calls: 1,
+                calls_total: round + 1,
+                incl_us: 10.0,
+                excl_us: 10.0,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let dump = RankMessage {
+            msg: Some(rank_message::Msg::Dump(RankDump {
+                round,
+                dump_unix_ns: 1,
+                profile: profile.encode_to_vec(),
+                ..Default::default()
+            })),
+        };
+        let mut frame = Vec::new();
+        encode_frame(&dump, &mut frame);
+        self.stream.write_all(&frame).unwrap();
+    }
+}
+
+#[test]
+fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let mut ranks: Vec<RawRank> = (0..3).map(|r| RawRank::connect(&socket, r, 3)).collect();
+    for r in &mut ranks {
+        assert!(matches!(r.read().msg, Some(agent_message::Msg::Control(c)) if c.collecting));
+    }
+    // The same rank again: refused with the reason, the first connection untouched.
+    let mut twin = RawRank::connect(&socket, 1, 3);
+    match twin.read().msg {
+        Some(agent_message::Msg::Refused(r)) => {
+            assert!(r.reason.starts_with("rank 1 of raw"), "{}", r.reason);
+            assert!(r.reason.contains("is already attached"), "{}", r.reason);
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    assert_eq!(
+        twin.stream.read(&mut [0u8; 8]).unwrap(),
+        0,
+        "the refused connection is closed"
+    );
+
+    let dump_rounds = |ranks: &mut [RawRank], which: &[usize], rounds: std::ops::Range<u64>| {
+        for round in rounds {
+            for &i in which {
+                ranks[i].dump(i as u32, round);
+            }
+        }
+    };
+    dump_rounds(&mut ranks, &[0, 1, 2], 0..5);
+    wait_for("rounds 0-4", Duration::from_secs(10), || {
+        read_rounds(&store).len() >= 5
+    });
+    // Rank 2 sends garbage: its connection is closed, its rounds close as lost.
+    ranks[2]
+        .stream
+        .write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff])
+        .unwrap();
+    // Rank 1 vanishes.
+    ranks[1].stream.shutdown(std::net::Shutdown::Both).unwrap();
+    wait_for("the agent to drop both", Duration::from_secs(10), || {
+        agent.log_text().matches("vanished").count() >= 2
+    });
+    dump_rounds(&mut ranks, &[0], 5..10);
+    wait_for("rounds 5-9", Duration::from_secs(10), || {
+        read_rounds(&store).len() >= 10
+    });
+    let rounds = read_rounds(&store);
+    for r in &rounds[..5] {
+        assert_eq!((r.covered, r.expected), (3, 3), "{r:?}");
+    }
+    for r in &rounds[5..10] {
+        assert_eq!((r.covered, r.expected, r.missing_lost), (1, 3, 2), "{r:?}");
+    }
+    let log = agent.log_text();
+    assert!(log.contains("refused a rank: rank 1 of raw"), "{log}");
+    assert!(
+        log.contains("rank 2 of raw") && log.contains("bad message"),
+        "{log}"
+    );
+    assert!(
+        log.contains("rank 1 of raw") && log.contains("connection closed"),
+        "{log}"
+    );
+    assert!(log.contains("its rounds close as lost"), "{log}");
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
