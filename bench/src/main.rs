@@ -2,7 +2,14 @@
 //! ratio against a baseline run in the same process). Never a pass/fail test: docs/benchmarks.md keeps the
 //! latest tables and the commands that made them.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in the counting allocator of the SDK benchmark.
+#![deny(unsafe_code)]
+
+mod perturbation;
+mod sdk;
+
+#[global_allocator]
+static ALLOCATOR: sdk::Counting = sdk::Counting;
 
 use std::time::{Duration, Instant};
 
@@ -58,6 +65,30 @@ enum Command {
         #[arg(long, default_value = "passthrough")]
         filter: String,
     },
+    /// What online monitoring costs an application: the C stencil without the SDK, with it and no agent,
+    /// and dumping through a real tree.
+    Perturbation {
+        /// Milliseconds of work per iteration (one dump each).
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 300)]
+        iterations: u64,
+    },
+    /// The application SDK on the application's thread: timer pairs, dumps, allocations.
+    Sdk {
+        /// Timers in the dumped profile.
+        #[arg(long, default_value_t = 100)]
+        events: usize,
+        /// Timer pairs per repeat.
+        #[arg(long, default_value_t = 1_000_000)]
+        pairs: u64,
+        /// Dumps per repeat.
+        #[arg(long, default_value_t = 2000)]
+        dumps: usize,
+        /// Microseconds between two dumps (the application's iteration).
+        #[arg(long, default_value_t = 200)]
+        gap_us: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,6 +125,16 @@ fn main() -> anyhow::Result<()> {
             };
             rt.block_on(tree(&shape, args.repeats))
         }
+        Command::Perturbation {
+            period_ms,
+            iterations,
+        } => perturbation::run_all(period_ms, iterations, args.repeats),
+        Command::Sdk {
+            events,
+            pairs,
+            dumps,
+            gap_us,
+        } => sdk::run(events, pairs, dumps, gap_us, args.repeats),
     }
 }
 

@@ -391,14 +391,16 @@ pub fn plugin_dir() -> PathBuf {
         })
 }
 
-/// The directory of the built daemons (`target/debug` beside the test executable).
+/// The directory of the built daemons: beside the running executable (a binary such as the bench), or one up
+/// from it (`target/debug` for a test executable in `target/debug/deps`).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
+    let here = exe.parent().expect("executable dir").to_path_buf();
+    let dir = if here.join("canopy-agent").is_file() {
+        here
+    } else {
+        here.parent().expect("target dir").to_path_buf()
+    };
     for name in ["canopy", "canopy-frontend", "canopy-relay", "canopy-agent"] {
         assert!(
             dir.join(name).is_file(),

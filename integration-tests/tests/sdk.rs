@@ -581,3 +581,122 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }
+
+#[test]
+fn the_c_api_returns_codes_and_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("errors.c");
+    std::fs::write(
+        &src,
+        r#"#include <canopy.h>
+#include <stdio.h>
+int main(void) {
+    int rc = canopy_dump();
+    printf("dump before init: %d %s\n", rc, canopy_last_error());
+    canopy_timer *t = canopy_timer_get(NULL);
+    printf("null timer: %p %s\n", (void *)t, canopy_last_error());
+    canopy_start(NULL); canopy_stop(NULL);
+    rc = canopy_init("errors", 3, 2);
+    printf("bad rank: %d %s\n", rc, canopy_last_error());
+    rc = canopy_init(NULL, -1, -1);
+    printf("init: %d\n", rc);
+    if (rc != 0) printf("init error: %s\n", canopy_last_error());
+    rc = canopy_init("errors", 0, 1);
+    printf("init again: %d %s\n", rc, canopy_last_error());
+    printf("finalize: %d\n", canopy_finalize());
+    rc = canopy_finalize();
+    printf("finalize again: %d %s\n", rc, canopy_last_error());
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("errors");
+    let lib = bin_dir();
+    let status = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/c/include"))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lcanopy")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let run = |env: &[(&str, &str)]| {
+        let out = Command::new(&exe)
+            .env("CANOPY_AGENT_SOCKET", dir.path().join("none.sock"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run(&[]);
+    assert!(
+        out.contains("dump before init: -2 canopy is not initialized"),
+        "{out}"
+    );
+    assert!(
+        out.contains("null timer: (nil) canopy_timer_get: the name is NULL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bad rank: -1 rank 3 is not below the size 2"),
+        "{out}"
+    );
+    assert!(out.contains("init: 0\n"), "{out}");
+    assert!(
+        out.contains("init again: -2 canopy is already initialized"),
+        "{out}"
+    );
+    // No dump was taken: nothing was lost.
+    assert!(out.contains("finalize: 0\n"), "{out}");
+    assert!(out.contains("finalize again: -2 canopy was finalized"), "{out}");
+    // A bad environment variable is named.
+    let out = run(&[("CANOPY_QUEUE_DUMPS", "0")]);
+    assert!(
+        out.contains("init error: bad value \"0\" in CANOPY_QUEUE_DUMPS: must be between 1 and 65536"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_agent_refuses_a_socket_another_agent_serves_and_one_that_would_serve_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut first = start_socket_agent(dir.path(), "agent-0", "127.0.0.1:9", &socket);
+    wait_socket(&socket, &mut first);
+    let out = Command::new(bin_dir().join("canopy-agent"))
+        .args(["--parent", "127.0.0.1:9", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(76),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("another agent is listening on {}", socket.display())),
+        "{err}"
+    );
+    // The first one still serves: a rank attaches and gets its control.
+    let mut rank = RawRank::connect(&socket, 0, 1);
+    assert!(matches!(rank.read().msg, Some(agent_message::Msg::Control(_))));
+
+    let out = Command::new(bin_dir().join("canopy-agent"))
+        .args(["validate", "--socket", "none"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`--socket` (from command-line flags): is none and simulate_ranks is 0"),
+        "{err}"
+    );
+}

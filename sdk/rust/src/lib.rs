@@ -326,7 +326,24 @@ impl Sdk {
     }
 
     fn dump(&'static self, from_period: bool) -> Result<(), Error> {
-        let mut st = lock(&self.state);
+        let backlog = {
+            let mut st = lock(&self.state);
+            if !self.dump_locked(&mut st, from_period)? {
+                return Ok(());
+            }
+            st.ready.len()
+        };
+        // The shipper polls the queue at about half the interval between dumps, so a dump makes no system
+        // call (a wake-up would also let the shipper preempt the application on a busy node); only a queue
+        // filling up wakes it at once.
+        if backlog * 2 >= self.config.queue_dumps {
+            self.wake_shipper();
+        }
+        Ok(())
+    }
+
+    /// Takes a dump under the state's lock; true if a snapshot was queued.
+    fn dump_locked(&'static self, st: &mut State, from_period: bool) -> Result<bool, Error> {
         if st.finalized {
             return Err(Error::Finalized);
         }
@@ -335,18 +352,18 @@ impl Sdk {
             st.control_seen = generation;
             let control = lock(&self.control).clone();
             if let Some(c) = control {
-                self.apply(&mut st, c);
+                self.apply(st, c);
             }
         }
         if st.period.is_some() != from_period {
             // An explicit dump while the SDK dumps by period (or a period tick left over after it ended).
-            return Ok(());
+            return Ok(false);
         }
         let round = st.next_round;
         st.next_round += 1;
         let kind = if !st.collecting {
             if st.stop_sent {
-                return Ok(());
+                return Ok(false);
             }
             st.stop_sent = true;
             Kind::Stopped
@@ -358,7 +375,6 @@ impl Sdk {
         if kind != Kind::Stopped {
             st.stop_sent = false;
         }
-        let st = &mut *st;
         if kind == Kind::Profile {
             registry().totals(&mut st.totals);
         }
@@ -401,8 +417,7 @@ impl Sdk {
             std::mem::swap(&mut st.prev, &mut st.totals);
         }
         st.ready.push_back(snap);
-        self.wake_shipper();
-        Ok(())
+        Ok(true)
     }
 
     /// Applies the agent's control at a dump.

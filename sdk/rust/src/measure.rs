@@ -396,3 +396,104 @@ pub(crate) struct Totals {
 pub(crate) fn counter(name: &str, value: f64) -> Result<(), crate::Error> {
     LOCAL.try_with(|l| l.counter(name, value)).unwrap_or(Ok(()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The totals of one timer, summed over the threads.
+    fn totals_of(t: &Timer) -> TimerTotals {
+        let mut all = Totals::default();
+        registry().totals(&mut all);
+        all.timers[t.index as usize]
+    }
+
+    fn timer(name: &str) -> &'static Timer {
+        registry().timer(name).unwrap()
+    }
+
+    #[test]
+    fn the_same_name_gives_the_same_handle() {
+        assert!(std::ptr::eq(timer("same"), timer("same")));
+        assert!(!std::ptr::eq(timer("same"), timer("other")));
+        assert_eq!(timer("same").id(), crate::event_id("same"));
+    }
+
+    #[test]
+    fn nested_timers_split_inclusive_and_exclusive_time() {
+        let (outer, inner) = (timer("nest outer"), timer("nest inner"));
+        outer.start();
+        std::thread::sleep(Duration::from_millis(2));
+        inner.start();
+        std::thread::sleep(Duration::from_millis(4));
+        inner.stop();
+        outer.stop();
+        let (o, i) = (totals_of(outer), totals_of(inner));
+        assert_eq!((o.calls, o.subrs, i.calls, i.subrs), (1, 1, 1, 0));
+        assert!(i.incl_ns >= 4_000_000 && i.excl_ns == i.incl_ns, "{i:?}");
+        assert!(o.incl_ns >= 6_000_000, "{o:?}");
+        assert_eq!(o.excl_ns, o.incl_ns - i.incl_ns);
+    }
+
+    #[test]
+    fn a_recursive_timer_counts_its_inclusive_time_once() {
+        let t = timer("recursive");
+        t.start();
+        std::thread::sleep(Duration::from_millis(2));
+        t.start();
+        std::thread::sleep(Duration::from_millis(2));
+        t.stop();
+        t.stop();
+        let v = totals_of(t);
+        assert_eq!(v.calls, 2);
+        // Inclusive: the outer call only (about 4 ms), not outer plus inner (about 6 ms).
+        assert!(v.incl_ns >= 4_000_000 && v.incl_ns < 6_000_000, "{v:?}");
+        assert!(v.excl_ns <= v.incl_ns, "{v:?}");
+    }
+
+    #[test]
+    fn timers_of_several_threads_add_up() {
+        let t = timer("threads");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10 {
+                        t.start();
+                        t.stop();
+                    }
+                });
+            }
+        });
+        // The threads have ended: their tables still count.
+        assert_eq!(totals_of(t).calls, 40);
+    }
+
+    #[test]
+    fn a_stop_that_does_not_match_is_ignored_and_counted() {
+        let (a, b) = (timer("mismatch a"), timer("mismatch b"));
+        let before = registry().mismatched_stops();
+        b.stop();
+        a.start();
+        b.stop();
+        a.stop();
+        assert_eq!(registry().mismatched_stops() - before, 2);
+        assert_eq!((totals_of(a).calls, totals_of(b).calls), (1, 0));
+    }
+
+    #[test]
+    fn counters_add_up_over_threads() {
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    counter("bytes", 1.5).unwrap();
+                    counter("bytes", 2.5).unwrap();
+                });
+            }
+        });
+        let mut all = Totals::default();
+        registry().totals(&mut all);
+        let index = registry().counter_index("bytes").unwrap();
+        assert_eq!(all.counters[index as usize], 12.0);
+    }
+}

@@ -22,6 +22,9 @@ use crate::{Error, Kind, Sdk, Snapshot, lock, registry};
 /// First and longest wait between two attempts to reach the agent.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The shortest and longest wait between two looks at the queue.
+const MIN_POLL: Duration = Duration::from_millis(1);
+const MAX_POLL: Duration = Duration::from_millis(20);
 /// A write the agent does not take within this time ends the connection; the dump is sent again on the next.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -169,6 +172,8 @@ pub(crate) fn run(sdk: &'static Sdk) {
     let mut next_try = Instant::now();
     let mut names = Names::default();
     let mut frame = Vec::new();
+    let mut poll = MAX_POLL;
+    let mut last_dump = 0u64;
     loop {
         if conn.as_ref().is_some_and(|c| c.dead.load(Ordering::Acquire)) {
             conn = None;
@@ -226,9 +231,15 @@ pub(crate) fn run(sdk: &'static Sdk) {
                 // The reader concludes on the agent's FINACK (or its hang-up).
                 return;
             }
-            std::thread::park_timeout(Duration::from_millis(200));
+            std::thread::park_timeout(poll);
             continue;
         };
+        // Poll at half the time between two dumps, within bounds.
+        if last_dump > 0 && snap.dump_unix_ns > last_dump {
+            let half = Duration::from_nanos((snap.dump_unix_ns - last_dump) / 2);
+            poll = half.clamp(MIN_POLL, MAX_POLL);
+        }
+        last_dump = snap.dump_unix_ns;
         let dropped = lock(&sdk.state).dropped;
         frame.clear();
         encode_dump(sdk, &snap, dropped, &mut names, &mut c.sent, &mut frame);

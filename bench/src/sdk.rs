@@ -1,0 +1,169 @@
+//! `canopy-bench sdk`: what the application SDK costs on the application's thread. A timer start+stop pair
+//! against two clock reads (the floor of any timer), a dump of a 100-event profile against copying the same
+//! values, and the heap allocations start and stop make once a timer exists (counted by a global allocator
+//! that wraps the system's). The dumps go to a sink that plays the agent: it accepts the SDK's connection
+//! and reads everything, so the queue drains as it would with a live agent.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Read;
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::stats;
+
+/// Counts every allocation, then lets the system allocator do it.
+pub struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Allocations made by this thread (the SDK's own threads allocate as they ship; the application thread's
+    /// count is what start and stop cost).
+    static MINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count() {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    let _ = MINE.try_with(|m| m.set(m.get() + 1));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter has no effect on memory.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Allocations by the calling thread so far.
+fn allocations() -> u64 {
+    MINE.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
+/// A stand-in agent: reads and discards whatever each connection sends.
+fn sink(path: &std::path::Path) -> anyhow::Result<()> {
+    let listener = UnixListener::bind(path)?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = vec![0u8; 1 << 16];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    Ok(())
+}
+
+pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("canopy-bench-sdk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("agent.sock");
+    sink(&socket)?;
+    let mut config = canopy_sdk::Config::from_env("bench", Some(0), Some(1))?;
+    config.socket = socket.clone();
+    canopy_sdk::init_with(config)?;
+
+    // Timer pairs, and the clock reads they cannot do without.
+    let t = canopy_sdk::timer("pair")?;
+    t.start();
+    t.stop();
+    let (mut pair_ns, mut clock_ns, mut allocs) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let before = allocations();
+        let start = Instant::now();
+        for _ in 0..pairs {
+            t.start();
+            t.stop();
+        }
+        let elapsed = start.elapsed();
+        let made = allocations() - before;
+        pair_ns.push(elapsed.as_nanos() as f64 / pairs as f64);
+        allocs.push(made as f64);
+        let start = Instant::now();
+        let mut sink = 0u64;
+        for _ in 0..pairs {
+            let a = Instant::now();
+            let b = Instant::now();
+            sink = sink.wrapping_add((b - a).as_nanos() as u64);
+        }
+        std::hint::black_box(sink);
+        clock_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64);
+    }
+
+    // Dumps of `events` timers, each run once per round, and the copy of as many values.
+    let timers: Vec<_> = (0..events)
+        .map(|i| canopy_sdk::timer(&format!("event {i:03}")))
+        .collect::<Result<_, _>>()?;
+    let (mut dump_us, mut dump_p99, mut copy_us, mut dropped) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
+    let values: Vec<[u64; 8]> = (0..events as u64).map(|i| [i; 8]).collect();
+    let mut copy: Vec<[u64; 8]> = Vec::with_capacity(events);
+    for _ in 0..repeats {
+        let mut times = Vec::with_capacity(dumps);
+        for _ in 0..dumps {
+            for t in &timers {
+                t.start();
+                t.stop();
+            }
+            let start = Instant::now();
+            if canopy_sdk::dump().is_err() {
+                dropped += 1;
+            }
+            times.push(start.elapsed().as_nanos() as f64 / 1000.0);
+            // An application's iteration takes time; the shipper runs meanwhile.
+            std::thread::sleep(std::time::Duration::from_micros(gap_us));
+        }
+        dump_p99.push(crate::percentile(times.clone(), 0.99));
+        dump_us.push(stats(times).0);
+        let start = Instant::now();
+        for _ in 0..dumps {
+            copy.clear();
+            copy.extend_from_slice(std::hint::black_box(&values));
+            std::hint::black_box(&copy);
+        }
+        copy_us.push(start.elapsed().as_nanos() as f64 / 1000.0 / dumps as f64);
+    }
+    let _ = canopy_sdk::finalize();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!(
+        "\n## sdk: timer pairs ({pairs} per repeat), dumps of {events} events ({dumps} per repeat, {gap_us} us apart), to a sink agent"
+    );
+    println!("\n| measurement | median | min | max | baseline (median) | median/baseline |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let (m, lo, hi) = stats(pair_ns);
+    let (b, _, _) = stats(clock_ns);
+    println!(
+        "| timer start+stop, ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
+        m / b
+    );
+    let (m, lo, hi) = stats(dump_us);
+    let (b, _, _) = stats(copy_us);
+    println!(
+        "| dump of {events} events, us (per dump, median over the run) | {m:.2} | {lo:.2} | {hi:.2} | copy of {events}x64 bytes: {b:.3} | {:.1} |",
+        m / b
+    );
+    let (m, lo, hi) = stats(dump_p99);
+    println!("| dump of {events} events, p99 us | {m:.2} | {lo:.2} | {hi:.2} | | |");
+    let (m, lo, hi) = stats(allocs);
+    println!(
+        "| heap allocations on the timing thread in {pairs} start+stop pairs | {m:.0} | {lo:.0} | {hi:.0} | | |"
+    );
+    println!(
+        "\ndumps dropped (queue full): {dropped}; SDK stats: {:?}",
+        canopy_sdk::stats()
+    );
+    Ok(())
+}
