@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 mod perturbation;
+mod reduction;
 mod sdk;
 
 #[global_allocator]
@@ -74,6 +75,18 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         iterations: u64,
     },
+    /// Bytes per round at the front-end for each standard filter against passthrough (ToM's Fig. 7).
+    Reduction {
+        #[arg(long, default_value = "64,256,1024", value_delimiter = ',')]
+        ranks: Vec<u32>,
+        #[arg(long, default_value = "uintah,flash", value_delimiter = ',')]
+        scenarios: Vec<String>,
+        /// Events per rank (flash; uintah fixes its own).
+        #[arg(long, default_value_t = 100)]
+        events: u32,
+        #[arg(long, default_value_t = 10)]
+        rounds: u64,
+    },
     /// The application SDK on the application's thread: timer pairs, dumps, allocations.
     Sdk {
         /// Timers in the dumped profile.
@@ -124,6 +137,15 @@ fn main() -> anyhow::Result<()> {
                 filter,
             };
             rt.block_on(tree(&shape, args.repeats))
+        }
+        Command::Reduction {
+            ranks,
+            scenarios,
+            events,
+            rounds,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(reduction::run(&ranks, &scenarios, events, rounds))
         }
         Command::Perturbation {
             period_ms,

@@ -191,13 +191,14 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         period: Duration::from_millis(config.simulate_period_ms),
         rounds: config.rounds,
     };
-    // Control from the tree goes to the simulated ranks and to the socket's ranks alike.
-    let (sim_tx, sim_rx) = mpsc::channel(16);
-    let (sock_tx, sock_rx) = mpsc::channel(16);
+    // Control from the tree goes to the simulated ranks and to the socket's ranks alike. Unbounded (control is
+    // rare and small): the node waits on this hand-off, and the socket's task may be waiting on the node.
+    let (sim_tx, sim_rx) = mpsc::unbounded_channel();
+    let (sock_tx, sock_rx) = mpsc::unbounded_channel();
     let fanout = tokio::spawn(async move {
         while let Some(action) = control_rx.recv().await {
-            let _ = sim_tx.send(action.clone()).await;
-            let _ = sock_tx.send(action).await;
+            let _ = sim_tx.send(action.clone());
+            let _ = sock_tx.send(action);
         }
     });
     let sim = (config.simulate_ranks > 0).then(|| {
@@ -213,6 +214,11 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         None => (None, None),
     };
     tracing::info!(node = %node_id, parent = %config.parent, "agent attaching");
+    // Ready once the socket accepts ranks: they queue there until the parent is reached.
+    canopy_core::notify::ready(&format!(
+        "serving ranks on {}, parent {}",
+        config.socket, config.parent
+    ));
     drop(handles);
     let result = node.run(shutdown).await;
     for task in sim.iter().chain(serve.iter()) {
@@ -239,7 +245,7 @@ struct Schedule {
 async fn simulate(
     mut sim: Simulator,
     schedule: Schedule,
-    mut control: mpsc::Receiver<control::Action>,
+    mut control: mpsc::UnboundedReceiver<control::Action>,
     inputs: mpsc::Sender<Input>,
 ) {
     let mut period_ns = schedule.period.as_nanos() as u64;

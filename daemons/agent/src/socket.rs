@@ -78,8 +78,7 @@ struct Attached {
     source: String,
     /// The round after the last one the rank dumped.
     next_round: u64,
-    /// The running total of dumps the rank reported it dropped.
-    dropped: u64,
+
     finished: bool,
     /// Inputs held until the tree starts collection.
     held: VecDeque<Input>,
@@ -101,13 +100,15 @@ struct Ranks {
     options: Options,
     draining: bool,
     hold: usize,
+    /// The running total of dumps each rank reported dropped, across its reconnections.
+    dropped: HashMap<String, u64>,
 }
 
 /// Serves the socket until the control channel closes (the node ended).
 pub async fn serve(
     listener: UnixListener,
     inputs: mpsc::Sender<Input>,
-    mut control: mpsc::Receiver<control::Action>,
+    mut control: mpsc::UnboundedReceiver<control::Action>,
     hold: usize,
 ) {
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
@@ -119,6 +120,7 @@ pub async fn serve(
         options: Options::default(),
         draining: false,
         hold,
+        dropped: HashMap::new(),
     };
     let mut next_conn = 0u64;
     loop {
@@ -155,7 +157,7 @@ async fn connection(
     mut outbound: mpsc::Receiver<AgentMessage>,
 ) {
     let (mut rd, mut wr) = stream.into_split();
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         let mut frame = Vec::new();
         while let Some(msg) = outbound.recv().await {
             frame.clear();
@@ -169,7 +171,15 @@ async fn connection(
     let mut buf = Vec::new();
     let reason = loop {
         let mut prefix = [0u8; 4];
-        match rd.read_exact(&mut prefix).await {
+        // The agent closing the connection (a refusal, a protocol error) ends the writer, and the reading.
+        let read = tokio::select! {
+            r = rd.read_exact(&mut prefix) => r,
+                        _ = &mut writer => {
+                let _ = events.send(Event::Closed(id, "closed by the agent".into())).await;
+                return;
+            }
+        };
+        match read {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break "connection closed".to_string(),
             Err(e) => break format!("read failed: {e}"),
@@ -249,6 +259,15 @@ impl Ranks {
                 let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
                     return;
                 };
+                if a.finished {
+                    // A second FIN, or one after a drain: the rank's end stands.
+                    if let Some(tx) = self.conns.get(&conn).and_then(|c| c.tx.as_ref()) {
+                        let _ = tx.try_send(AgentMessage {
+                            msg: Some(agent_message::Msg::FinAck(RankFinAck {})),
+                        });
+                    }
+                    return;
+                }
                 a.finished = true;
                 tracing::info!(rounds = f.rounds_end, dropped = f.dropped, "{} finished", a.who());
                 let detached = Input::RankDetached {
@@ -314,7 +333,6 @@ impl Ranks {
             pid: h.pid,
             source: source.clone(),
             next_round: h.next_round,
-            dropped: 0,
             finished: false,
             held: VecDeque::new(),
         });
@@ -334,9 +352,10 @@ impl Ranks {
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
-        if d.dropped > a.dropped {
-            let fresh = d.dropped - a.dropped;
-            a.dropped = d.dropped;
+        let known = self.dropped.entry(a.source.clone()).or_default();
+        if d.dropped > *known {
+            let fresh = d.dropped - *known;
+            *known = d.dropped;
             tracing::warn!(
                 dropped = fresh,
                 total = d.dropped,
@@ -360,15 +379,7 @@ impl Ranks {
                 return self.drop_conn(conn, reason).await;
             }
         };
-        if d.round < a.next_round && d.round + 1 != a.next_round.max(1) {
-            tracing::debug!(
-                round = d.round,
-                expected = a.next_round,
-                "{} sent an earlier round",
-                a.who()
-            );
-        }
-        a.next_round = a.next_round.max(d.round + 1);
+        a.next_round = a.next_round.max(d.round.saturating_add(1));
         let input = Input::RankRound {
             source: a.source.clone(),
             rank: a.rank,
@@ -404,6 +415,17 @@ impl Ranks {
     async fn on_closed(&mut self, conn: u64, reason: String) {
         let Some(c) = self.conns.remove(&conn) else { return };
         let Some(mut a) = c.rank else { return };
+        if a.finished && !self.started {
+            // Its rounds wait for the start with the others'.
+            self.conns.insert(
+                conn,
+                Conn {
+                    tx: None,
+                    rank: Some(a),
+                },
+            );
+            return;
+        }
         let held: Vec<Input> = a.held.drain(..).collect();
         if a.finished {
             for input in held {
@@ -442,11 +464,18 @@ impl Ranks {
                     self.started = true;
                     let mut held = Vec::new();
                     let mut gone = Vec::new();
-                    for (id, c) in &mut self.conns {
+                    // In connection order: an earlier connection's inputs (a rank that vanished) come before a
+                    // later one's for the same rank.
+                    let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+                    ids.sort_unstable();
+                    for id in ids {
+                        let Some(c) = self.conns.get_mut(&id) else {
+                            continue;
+                        };
                         if let Some(a) = c.rank.as_mut() {
                             held.extend(a.held.drain(..));
                             if c.tx.is_none() {
-                                gone.push(*id);
+                                gone.push(id);
                             }
                         }
                     }

@@ -22,6 +22,10 @@ pub struct TopologyArgs {
     /// An MRNet topology file (`host:N => child:N child:N ;`).
     #[arg(long)]
     file: Option<PathBuf>,
+    /// A tree for N agents with --fanout F: the front-end, the relays the fanout calls for, the agents
+    /// (named frontend:0, relay:K, agent:K; what `canopy up` and the Slurm launcher lay out).
+    #[arg(long, value_name = "N", requires = "fanout", conflicts_with_all = ["hosts", "spec", "file"])]
+    leaves: Option<usize>,
     /// parents (NODE <= PARENT, one per line) or mrnet (a topology file).
     #[arg(long, default_value = "parents", value_parser = ["parents", "mrnet"])]
     format: String,
@@ -47,6 +51,9 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
 fn load(args: &TopologyArgs) -> anyhow::Result<Topology> {
     if let Some(file) = &args.file {
         return read_mrnet(file);
+    }
+    if let (Some(leaves), Some(fanout)) = (args.leaves, args.fanout) {
+        return Ok(Topology::for_leaves(leaves, fanout)?);
     }
     let hosts = match &args.hosts {
         Some(path) => {

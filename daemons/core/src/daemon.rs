@@ -57,6 +57,7 @@ where
         let mut first = count_rx.clone();
         let shutdown = Box::pin(async move {
             let _ = first.wait_for(|n| *n >= 1).await;
+            crate::notify::stopping("draining after a signal");
         });
         let mut forced = count_rx;
         let force = async move {

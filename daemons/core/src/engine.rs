@@ -70,6 +70,8 @@ struct Source {
     /// The first round the source takes part in: a rank that attached (or came back) at its k-th dump is not
     /// waited for in the rounds below k.
     from: u64,
+    /// Why the rounds below `from` lack it: it was stopped (resumed after a Stop), or not attached (lost).
+    stopped_before: bool,
 }
 
 impl Source {
@@ -212,8 +214,19 @@ impl RoundEngine {
                 ranks_below,
                 state: SourceState::Live,
                 from,
+                stopped_before: false,
             },
         );
+        self.recount();
+    }
+
+    /// Makes a stopped source live again from round `from` on: the rounds it skipped count it as stopped.
+    pub fn resume_source(&mut self, id: &str, from: u64) {
+        if let Some(s) = self.sources.get_mut(id) {
+            s.state = SourceState::Live;
+            s.from = from;
+            s.stopped_before = true;
+        }
         self.recount();
     }
 
@@ -429,7 +442,11 @@ impl RoundEngine {
     /// How many sources a phase-0 group of `round` waits for (those `expected_in` it).
     fn waited_in(&self, round: u64) -> usize {
         let live: usize = self.live_from.range(..=round).map(|(_, n)| n).sum();
-        let finished: usize = self.finished_ends.range(round + 1..).map(|(_, n)| n).sum();
+        let finished: usize = self
+            .finished_ends
+            .range(round.saturating_add(1)..)
+            .map(|(_, n)| n)
+            .sum();
         let spans = self
             .finished_spans
             .iter()
@@ -488,7 +505,8 @@ impl RoundEngine {
                     partial = true;
                     MissingReason::Late
                 }
-                // Not attached yet in this round (a rank that came back after it was lost).
+                // Not attached yet in this round (a rank that came back after it was lost), or stopped then.
+                _ if key.round < s.from && s.stopped_before => MissingReason::Stopped,
                 _ if key.round < s.from => MissingReason::Lost,
                 SourceState::Lost => MissingReason::Lost,
                 _ => MissingReason::Stopped,

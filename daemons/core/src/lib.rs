@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod engine;
 pub mod filter;
 pub mod node;
+pub mod notify;
 pub use canopy_wire::options;
 #[allow(unsafe_code)]
 pub mod plugin;

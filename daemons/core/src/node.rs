@@ -698,17 +698,15 @@ impl<U: Up> Node<U> {
         dump_unix_ns: u64,
         profile: Result<Vec<u8>, MissingReason>,
     ) {
-        self.local_end = self.local_end.max(round + 1);
+        self.local_end = self.local_end.max(round.saturating_add(1));
         self.highest_seen = self.highest_seen.max(round);
         match self.engine.source_state(&source) {
             None => {
                 tracing::warn!(node = %self.id, %source, round, "dump from a rank that is not attached");
                 return;
             }
-            Some(SourceState::Stopped { .. }) | Some(SourceState::Lost)
-                if profile != Err(MissingReason::Stopped) =>
-            {
-                self.engine.add_source_from(&source, 1, round);
+            Some(SourceState::Stopped { .. }) if profile != Err(MissingReason::Stopped) => {
+                self.engine.resume_source(&source, round);
             }
             _ => {}
         }

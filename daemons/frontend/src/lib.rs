@@ -523,6 +523,7 @@ impl Frontend {
         let ready = format!("addr={addr}\nstore={}\n", store_path.display());
         canopy_core::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
+        canopy_core::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
         let result = node.run(shutdown).await;
         health_reporter

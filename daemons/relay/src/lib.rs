@@ -146,6 +146,7 @@ impl Relay {
         );
         canopy_core::config::write_ready_file(config.ready_file.as_ref(), &addr.to_string())?;
         tracing::info!(node = %node_id, %addr, parent = %config.parent, "relay serving");
+        canopy_core::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
         drop(handles);
         let result = node.run(shutdown).await;
         let _ = stop_tx.send(());

@@ -84,7 +84,7 @@ impl Config {
         };
         let nranks = match nranks {
             Some(n) => n,
-            None => first_of(&SIZE_VARS)?.unwrap_or(rank + 1),
+            None => first_of(&SIZE_VARS)?.unwrap_or(rank.saturating_add(1)),
         };
         if nranks != 0 && rank >= nranks {
             return Err(Error::Invalid(format!(
@@ -123,7 +123,8 @@ impl Config {
         };
         let finalize_timeout = match var("CANOPY_FINALIZE_TIMEOUT_MS") {
             None => Duration::from_secs(5),
-            Some(v) => Duration::from_millis(parse("CANOPY_FINALIZE_TIMEOUT_MS", &v)?),
+            // At most a day: the application's exit must not hang on it.
+            Some(v) => Duration::from_millis(parse::<u64>("CANOPY_FINALIZE_TIMEOUT_MS", &v)?.min(86_400_000)),
         };
         Ok(Config {
             app: if app.is_empty() {

@@ -151,6 +151,8 @@ struct Snapshot {
     /// (counter index, this round's sum, total).
     counters: Vec<(u32, f64, f64)>,
     measure: Arc<Measure>,
+    /// Which options `measure` is (they change at most once per dump).
+    measure_gen: u64,
 }
 
 impl Snapshot {
@@ -162,6 +164,7 @@ impl Snapshot {
             timers: Vec::with_capacity(128),
             counters: Vec::with_capacity(16),
             measure: Arc::new(Measure::default()),
+            measure_gen: 0,
         }
     }
 }
@@ -190,6 +193,7 @@ struct State {
     collecting: bool,
     stop_sent: bool,
     measure: Arc<Measure>,
+    measure_gen: u64,
     sampled_out: bool,
     period: Option<Duration>,
     control_seen: u64,
@@ -244,6 +248,7 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         collecting: true,
         stop_sent: false,
         measure: Arc::new(Measure::default()),
+        measure_gen: 0,
         sampled_out: false,
         period: config.period,
         control_seen: 0,
@@ -361,28 +366,22 @@ impl Sdk {
         }
         let round = st.next_round;
         st.next_round += 1;
+        // Every round moves the values on, reported or not, so the next profile's share is its own round's.
+        registry().totals(&mut st.totals);
         let kind = if !st.collecting {
             if st.stop_sent {
+                std::mem::swap(&mut st.prev, &mut st.totals);
                 return Ok(false);
             }
-            st.stop_sent = true;
             Kind::Stopped
         } else if st.sampled_out {
             Kind::SampledOut
         } else {
             Kind::Profile
         };
-        if kind != Kind::Stopped {
-            st.stop_sent = false;
-        }
-        if kind == Kind::Profile {
-            registry().totals(&mut st.totals);
-        }
         let Some(mut snap) = st.free.pop() else {
-            // Full: the values still move on, so the next round's share is its own.
-            if kind == Kind::Profile {
-                std::mem::swap(&mut st.prev, &mut st.totals);
-            }
+            // Full. A stop notice not queued is tried again at the next dump.
+            std::mem::swap(&mut st.prev, &mut st.totals);
             st.dropped += 1;
             return Err(Error::Dropped {
                 round,
@@ -390,6 +389,7 @@ impl Sdk {
                 agent: self.link.describe(&self.config.socket),
             });
         };
+        st.stop_sent = kind == Kind::Stopped;
         snap.round = round;
         snap.dump_unix_ns = unix_ns();
         snap.kind = kind;
@@ -397,6 +397,7 @@ impl Sdk {
         snap.counters.clear();
         if kind == Kind::Profile {
             snap.measure = st.measure.clone();
+            snap.measure_gen = st.measure_gen;
             for (i, t) in st.totals.timers.iter().enumerate() {
                 if t.calls == 0 {
                     continue;
@@ -414,8 +415,8 @@ impl Sdk {
                 let p = st.prev.counters.get(i).copied().unwrap_or_default();
                 snap.counters.push((i as u32, c - p, *c));
             }
-            std::mem::swap(&mut st.prev, &mut st.totals);
         }
+        std::mem::swap(&mut st.prev, &mut st.totals);
         st.ready.push_back(snap);
         Ok(true)
     }
@@ -428,6 +429,7 @@ impl Sdk {
             Ok(m) => {
                 st.sampled_out = m.samples_out(self.config.rank);
                 st.measure = Arc::new(m);
+                st.measure_gen += 1;
             }
             // The tree checks options before it sends them; an SDK that disagrees keeps the ones in force.
             Err(e) => self.link.note(format!("measurement options ignored: {e}")),

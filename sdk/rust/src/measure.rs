@@ -82,6 +82,9 @@ struct TimerSlot {
     excl_ns: AtomicU64,
     /// Instances running on this thread: inclusive time counts once, for the outermost (recursion).
     active: AtomicU32,
+    /// Exclusive time of inner recursive instances, added with the outermost one's inclusive time so a reader
+    /// never sees more exclusive than inclusive time.
+    pending_excl_ns: AtomicU64,
 }
 
 /// A counter's sum in one thread (f64 bits).
@@ -145,6 +148,47 @@ thread_local! {
     static LOCAL: Local = Local::new();
 }
 
+impl Drop for Local {
+    /// A thread that ends folds its values into the registry's retired totals and leaves the list of tables,
+    /// so threads that come and go cost neither memory nor dump time.
+    fn drop(&mut self) {
+        let reg = registry();
+        let mut threads = lock(&reg.threads);
+        let mut retired = lock(&reg.retired);
+        let (timers, counters) = (
+            reg.timer_count.load(Ordering::Acquire),
+            reg.counter_count.load(Ordering::Acquire),
+        );
+        add_table(&self.table, timers, counters, &mut retired);
+        threads.retain(|t| !Arc::ptr_eq(t, &self.table));
+    }
+}
+
+/// Adds one thread's values into `out`, growing it to `timers` and `counters` entries.
+fn add_table(t: &ThreadTable, timers: usize, counters: usize, out: &mut Totals) {
+    if out.timers.len() < timers {
+        out.timers.resize(timers, TimerTotals::default());
+    }
+    if out.counters.len() < counters {
+        out.counters.resize(counters, 0.0);
+    }
+    for (i, total) in out.timers.iter_mut().enumerate().take(timers) {
+        let Some(s) = t.timers.get(i as u32) else {
+            continue;
+        };
+        // Exclusive first (acquire): the inclusive time it was stored after is then visible too.
+        total.excl_ns += s.excl_ns.load(Ordering::Acquire);
+        total.incl_ns += s.incl_ns.load(Ordering::Relaxed);
+        total.calls += s.calls.load(Ordering::Relaxed);
+        total.subrs += s.subrs.load(Ordering::Relaxed);
+    }
+    for (i, total) in out.counters.iter_mut().enumerate().take(counters) {
+        if let Some(s) = t.counters.get(i as u32) {
+            *total += f64::from_bits(s.sum.load(Ordering::Relaxed));
+        }
+    }
+}
+
 impl Local {
     fn new() -> Self {
         let table = Arc::new(ThreadTable {
@@ -188,11 +232,15 @@ impl Local {
         let slot = self.table.timers.slot(timer);
         let active = slot.active.load(Ordering::Relaxed).saturating_sub(1);
         slot.active.store(active, Ordering::Relaxed);
-        if active == 0 {
-            add(&slot.incl_ns, incl, Ordering::Relaxed);
-        }
         add(&slot.calls, 1, Ordering::Relaxed);
-        add(&slot.excl_ns, excl, Ordering::Release);
+        if active == 0 {
+            let pending = slot.pending_excl_ns.load(Ordering::Relaxed);
+            slot.pending_excl_ns.store(0, Ordering::Relaxed);
+            add(&slot.incl_ns, incl, Ordering::Relaxed);
+            add(&slot.excl_ns, excl + pending, Ordering::Release);
+        } else {
+            add(&slot.pending_excl_ns, excl, Ordering::Relaxed);
+        }
         if let Some(parent) = stack.last_mut() {
             parent.children_ns += incl;
             add(&self.table.timers.slot(parent.timer).subrs, 1, Ordering::Relaxed);
@@ -256,6 +304,8 @@ pub(crate) struct Registry {
     counter_names: Mutex<Vec<String>>,
     counter_count: AtomicUsize,
     threads: Mutex<Vec<Arc<ThreadTable>>>,
+    /// The values of the threads that ended.
+    retired: Mutex<Totals>,
     mismatched: AtomicU64,
 }
 
@@ -269,6 +319,7 @@ pub(crate) fn registry() -> &'static Registry {
         counter_names: Mutex::new(Vec::new()),
         counter_count: AtomicUsize::new(0),
         threads: Mutex::new(Vec::new()),
+        retired: Mutex::new(Totals::default()),
         mismatched: AtomicU64::new(0),
     })
 }
@@ -314,22 +365,22 @@ impl Registry {
         Ok(i)
     }
 
-    /// (id, name) of the timers from index `from` on, and of the counters from `counters_from` on.
-    pub(crate) fn names_since(
-        &self,
-        from: usize,
-        counters_from: usize,
-    ) -> (Vec<(u64, String)>, usize, usize) {
+    /// (id, name) of the timers from index `timers_from` on, and of the counters from `counters_from` on, in
+    /// index order, read under one lock.
+    pub(crate) fn names_since(&self, timers_from: usize, counters_from: usize) -> (Vec<IdName>, Vec<IdName>) {
         let timers = lock(&self.timers);
         let counters = lock(&self.counter_names);
-        let mut out: Vec<(u64, String)> = timers.iter().skip(from).map(|t| (t.id, t.name.clone())).collect();
-        out.extend(
-            counters
-                .iter()
-                .skip(counters_from)
-                .map(|n| (crate::event_id(n), n.clone())),
-        );
-        (out, timers.len(), counters.len())
+        let t = timers
+            .iter()
+            .skip(timers_from)
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
+        let c = counters
+            .iter()
+            .skip(counters_from)
+            .map(|n| (crate::event_id(n), n.clone()))
+            .collect();
+        (t, c)
     }
 
     pub(crate) fn mismatched_stops(&self) -> u64 {
@@ -346,35 +397,23 @@ impl Registry {
         out.counters.resize(counters, 0.0);
         let threads = lock(&self.threads);
         for t in threads.iter() {
-            for (i, total) in out.timers.iter_mut().enumerate() {
-                let Some(s) = t.timers.get(i as u32) else {
-                    continue;
-                };
-                // Exclusive first (acquire): the inclusive time it was stored after is then visible too.
-                let excl = s.excl_ns.load(Ordering::Acquire);
-                total.excl_ns += excl;
-                total.incl_ns += s.incl_ns.load(Ordering::Relaxed);
-                total.calls += s.calls.load(Ordering::Relaxed);
-                total.subrs += s.subrs.load(Ordering::Relaxed);
-            }
-            for (i, total) in out.counters.iter_mut().enumerate() {
-                if let Some(s) = t.counters.get(i as u32) {
-                    *total += f64::from_bits(s.sum.load(Ordering::Relaxed));
-                }
-            }
+            add_table(t, timers, counters, out);
+        }
+        let retired = lock(&self.retired);
+        for (total, r) in out.timers.iter_mut().zip(&retired.timers) {
+            total.calls += r.calls;
+            total.subrs += r.subrs;
+            total.incl_ns += r.incl_ns;
+            total.excl_ns += r.excl_ns;
+        }
+        for (total, r) in out.counters.iter_mut().zip(&retired.counters) {
+            *total += r;
         }
     }
-
-    pub(crate) fn timer_ids(&self, out: &mut Vec<u64>) {
-        let timers = lock(&self.timers);
-        out.extend(timers.iter().skip(out.len()).map(|t| t.id));
-    }
-
-    pub(crate) fn counter_ids(&self, out: &mut Vec<u64>) {
-        let names = lock(&self.counter_names);
-        out.extend(names.iter().skip(out.len()).map(|n| crate::event_id(n)));
-    }
 }
+
+/// An event's or counter's id and name.
+pub(crate) type IdName = (u64, String);
 
 /// One timer's values summed over the threads.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -455,6 +494,7 @@ mod tests {
     #[test]
     fn timers_of_several_threads_add_up() {
         let t = timer("threads");
+
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
@@ -465,8 +505,10 @@ mod tests {
                 });
             }
         });
-        // The threads have ended: their tables still count.
+        // The threads have ended: their values still count (folded into the retired totals).
         assert_eq!(totals_of(t).calls, 40);
+        let retired = lock(&registry().retired);
+        assert_eq!(retired.timers[t.index as usize].calls, 40);
     }
 
     #[test]

@@ -86,7 +86,9 @@ impl Link {
     pub(crate) fn finish(&self, sdk: &Sdk, timeout: Duration) -> Result<(), Error> {
         lock(&self.state).finishing = true;
         sdk.wake_shipper();
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
         let mut st = lock(&self.state);
         loop {
             if let Some(outcome) = st.outcome.clone() {
@@ -109,6 +111,8 @@ impl Link {
 struct Conn {
     stream: UnixStream,
     dead: Arc<AtomicBool>,
+    /// The agent sent its first RankControl: it accepted the hello, dumps may go.
+    welcomed: Arc<AtomicBool>,
     /// Names this connection has carried.
     sent: HashSet<u64>,
 }
@@ -117,23 +121,24 @@ struct Conn {
 #[derive(Default)]
 struct Names {
     by_id: HashMap<u64, String>,
-    timers_known: usize,
-    counters_known: usize,
     timer_ids: Vec<u64>,
     counter_ids: Vec<u64>,
     /// Whether the options in force report each id; cleared when the options change.
     reports: HashMap<u64, bool>,
-    reports_for: usize,
+    reports_for: u64,
 }
 
 impl Names {
     fn refresh(&mut self) {
-        let (fresh, t, c) = registry().names_since(self.timers_known, self.counters_known);
-        self.by_id.extend(fresh);
-        self.timers_known = t;
-        self.counters_known = c;
-        registry().timer_ids(&mut self.timer_ids);
-        registry().counter_ids(&mut self.counter_ids);
+        let (timers, counters) = registry().names_since(self.timer_ids.len(), self.counter_ids.len());
+        for (id, name) in timers {
+            self.timer_ids.push(id);
+            self.by_id.insert(id, name);
+        }
+        for (id, name) in counters {
+            self.counter_ids.push(id);
+            self.by_id.insert(id, name);
+        }
     }
 
     fn timer_id(&mut self, index: u32) -> u64 {
@@ -150,11 +155,10 @@ impl Names {
         self.counter_ids[index as usize]
     }
 
-    fn reports(&mut self, measure: &Arc<Measure>, id: u64) -> bool {
-        let key = Arc::as_ptr(measure) as usize;
-        if key != self.reports_for {
+    fn reports(&mut self, measure: &Measure, generation: u64, id: u64) -> bool {
+        if generation != self.reports_for {
             self.reports.clear();
-            self.reports_for = key;
+            self.reports_for = generation;
         }
         if let Some(r) = self.reports.get(&id) {
             return *r;
@@ -175,16 +179,20 @@ pub(crate) fn run(sdk: &'static Sdk) {
     let mut poll = MAX_POLL;
     let mut last_dump = 0u64;
     loop {
-        if conn.as_ref().is_some_and(|c| c.dead.load(Ordering::Acquire)) {
+        if let Some(c) = conn.as_ref().filter(|c| c.dead.load(Ordering::Acquire)) {
+            // Both halves: the agent must see the hang-up, or it keeps the rank attached and refuses it back.
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
             conn = None;
             sdk.link.connected.store(false, Ordering::Relaxed);
+            // A refusal or a broken connection backs off like a failed connect.
+            next_try = Instant::now() + backoff;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
         let finishing = sdk.link.finishing();
         if conn.is_none() && (Instant::now() >= next_try || finishing) {
             match connect(sdk) {
                 Ok(c) => {
                     conn = Some(c);
-                    backoff = MIN_BACKOFF;
                     sdk.link.connected.store(true, Ordering::Relaxed);
                 }
                 Err(e) => {
@@ -212,6 +220,11 @@ pub(crate) fn run(sdk: &'static Sdk) {
             std::thread::park_timeout(next_try.saturating_duration_since(Instant::now()));
             continue;
         };
+        if !c.welcomed.load(Ordering::Acquire) {
+            // Nothing goes before the agent accepts the hello, so a refusal loses no dump.
+            std::thread::park_timeout(Duration::from_millis(5));
+            continue;
+        }
         let snap = lock(&sdk.state).ready.pop_front();
         let Some(snap) = snap else {
             if finishing {
@@ -243,8 +256,20 @@ pub(crate) fn run(sdk: &'static Sdk) {
         let dropped = lock(&sdk.state).dropped;
         frame.clear();
         encode_dump(sdk, &snap, dropped, &mut names, &mut c.sent, &mut frame);
+        if frame.len() - 4 > canopy_wire::MAX_FRAME {
+            // The agent would close the connection over it, and it would be sent again first every time.
+            sdk.link.note(format!(
+                "a dump of {} bytes is over the frame limit; dropped",
+                frame.len()
+            ));
+            let mut st = lock(&sdk.state);
+            st.dropped += 1;
+            st.free.push(snap);
+            continue;
+        }
         match c.stream.write_all(&frame) {
             Ok(()) => {
+                backoff = MIN_BACKOFF;
                 sdk.link.delivered.fetch_add(1, Ordering::Relaxed);
                 lock(&sdk.state).free.push(snap);
             }
@@ -284,31 +309,46 @@ fn connect(sdk: &'static Sdk) -> Result<Conn, String> {
         .write_all(&frame)
         .map_err(|e| format!("hello not sent: {e}"))?;
     let dead = Arc::new(AtomicBool::new(false));
+    let welcomed = Arc::new(AtomicBool::new(false));
     let reader = stream.try_clone().map_err(|e| e.to_string())?;
-    let reader_dead = dead.clone();
+    let (reader_dead, reader_welcomed) = (dead.clone(), welcomed.clone());
     std::thread::Builder::new()
         .name("canopy-control".into())
-        .spawn(move || read_control(sdk, reader, reader_dead))
+        .spawn(move || read_control(sdk, reader, reader_dead, reader_welcomed))
         .map_err(|e| format!("no reader thread: {e}"))?;
     Ok(Conn {
         stream,
         dead,
+        welcomed,
         sent: HashSet::new(),
     })
 }
 
 /// Reads what the agent sends: control (applied at the next dump), FINACK, or a refusal.
-fn read_control(sdk: &'static Sdk, mut stream: UnixStream, dead: Arc<AtomicBool>) {
+fn read_control(sdk: &'static Sdk, mut stream: UnixStream, dead: Arc<AtomicBool>, welcomed: Arc<AtomicBool>) {
     let mut buf = Vec::new();
     loop {
         match read_frame::<AgentMessage>(&mut stream, &mut buf) {
             Ok(AgentMessage {
                 msg: Some(agent_message::Msg::Control(c)),
-            }) => sdk.set_control(c),
+            }) => {
+                sdk.set_control(c);
+                welcomed.store(true, Ordering::Release);
+                sdk.wake_shipper();
+            }
             Ok(AgentMessage {
                 msg: Some(agent_message::Msg::FinAck(_)),
             }) => {
-                sdk.link.conclude(Ok(()));
+                // Everything queued was delivered; dumps dropped earlier were not.
+                let dropped = lock(&sdk.state).dropped;
+                sdk.link.conclude(if dropped == 0 {
+                    Ok(())
+                } else {
+                    Err(Error::Undelivered {
+                        dropped,
+                        agent: "the agent acknowledged the rest".into(),
+                    })
+                });
             }
             Ok(AgentMessage {
                 msg: Some(agent_message::Msg::Refused(r)),
@@ -380,7 +420,7 @@ fn encode_dump(
         let us = |ns: u64| ns as f64 / 1000.0;
         for (index, share, total) in &snap.timers {
             let id = names.timer_id(*index);
-            if !names.reports(&snap.measure, id) {
+            if !names.reports(&snap.measure, snap.measure_gen, id) {
                 continue;
             }
             let mut e = EventSample {
@@ -402,7 +442,7 @@ fn encode_dump(
         if has(8) {
             for (index, value, total) in &snap.counters {
                 let id = names.counter_id(*index);
-                if names.reports(&snap.measure, id) {
+                if names.reports(&snap.measure, snap.measure_gen, id) {
                     profile.counters.push(CounterSample {
                         counter_id: id,
                         value: *value,

@@ -1,0 +1,71 @@
+//! `canopy-bench reduction`: the data reduction each filter buys (the ToM paper's Fig. 7). One in-process tree
+//! (fanout 8, loopback gRPC, the store on disk) runs every standard filter as a stream over the same simulated
+//! ranks; the bytes of each round's result at the front-end are compared with `passthrough`'s, which carries
+//! every rank's profile whole.
+
+use std::time::Duration;
+
+use canopy_integration_tests::TreeBuilder;
+
+pub async fn run(sizes: &[u32], scenarios: &[String], events: u32, rounds: u64) -> anyhow::Result<()> {
+    let filters = ["passthrough", "stats", "histogram", "classify"];
+    println!(
+        "\n## reduction: bytes per round at the front-end, per filter, {rounds} rounds, {events} events (flash), fanout 8"
+    );
+    println!(
+        "\n| scenario | ranks | passthrough B/round | stats B/round | passthrough/stats | histogram B/round | passthrough/histogram | classify B/round | passthrough/classify |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for scenario in scenarios {
+        for &ranks in sizes {
+            let agents = (ranks as usize / 32).clamp(2, 32);
+            let builder = TreeBuilder {
+                agents,
+                fanout: 8,
+                ranks,
+                rounds,
+                period_ms: 100 + u64::from(ranks) / 4,
+                events,
+                scenario: scenario.clone(),
+                timeout_ms: 30_000,
+                streams: filters.iter().map(|f| f.to_string()).collect(),
+                ..TreeBuilder::default()
+            };
+            let mut sandbox = builder.start().await;
+            sandbox
+                .wait_frontend(Duration::from_secs(900))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let conn = rusqlite::Connection::open(&sandbox.store)?;
+            let mut bytes = Vec::new();
+            for f in filters {
+                let (avg, full): (f64, i64) = conn.query_row(
+                    "SELECT avg(result_bytes), sum(covered = expected) FROM rounds WHERE stream_name = ?1",
+                    [f],
+                    |r| {
+                        Ok((
+                            r.get::<_, Option<f64>>(0)?.unwrap_or(0.0),
+                            r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+                        ))
+                    },
+                )?;
+                anyhow::ensure!(
+                    full as u64 == rounds,
+                    "{f}: {full} of {rounds} rounds at full coverage"
+                );
+                bytes.push(avg);
+            }
+            let p = bytes[0];
+            println!(
+                "| {scenario} | {ranks} | {p:.0} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} |",
+                bytes[1],
+                p / bytes[1],
+                bytes[2],
+                p / bytes[2],
+                bytes[3],
+                p / bytes[3]
+            );
+        }
+    }
+    Ok(())
+}
