@@ -2,7 +2,7 @@
 # Installs a Canopy build: the daemons and the canopy command, the filter plugins, the application SDK (library,
 # header, pkg-config file), the systemd units and the example configuration.
 #
-#   deploy/install.sh [--prefix /usr] [--destdir DIR] [--profile release]
+#   deploy/install.sh [--prefix /usr] [--destdir DIR] [--profile release] [--unitdir DIR] [--confdir DIR]
 #
 # Run `cargo build --release --workspace` first. --destdir stages everything under DIR (for packaging, or to
 # inspect); without it files go to their places on this machine (run as root). /etc/canopy/canopy.toml is
@@ -12,12 +12,16 @@ set -eu
 prefix=/usr
 destdir=
 profile=release
+unitdir=
+confdir=
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix=$2; shift 2 ;;
         --destdir) destdir=$2; shift 2 ;;
         --profile) profile=$2; shift 2 ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        --unitdir) unitdir=$2; shift 2 ;;
+        --confdir) confdir=$2; shift 2 ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -37,9 +41,9 @@ libdir=$destdir$prefix/lib
 filterdir=$libdir/canopy/filters
 incdir=$destdir$prefix/include
 pcdir=$libdir/pkgconfig
-unitdir=$destdir/lib/systemd/system
-sysusersdir=$destdir/usr/lib/sysusers.d
-confdir=$destdir/etc/canopy
+unitdir=${unitdir:-$destdir/lib/systemd/system}
+sysusersdir=$destdir$prefix/lib/sysusers.d
+confdir=${confdir:-$destdir/etc/canopy}
 docdir=$destdir$prefix/share/doc/canopy
 
 install -d "$bindir" "$filterdir" "$incdir" "$pcdir" "$unitdir" "$sysusersdir" "$confdir" "$docdir"

@@ -421,10 +421,16 @@ pub struct Proc {
 impl Proc {
     /// Starts `bin_dir()/name args...`, stdout and stderr into a log file in `dir`.
     pub fn start(dir: &Path, name: &str, label: &str, args: &[&str]) -> Proc {
+        Proc::start_with_env(dir, name, label, args, &[])
+    }
+
+    /// As `start`, with more environment variables.
+    pub fn start_with_env(dir: &Path, name: &str, label: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let log = dir.join(format!("{label}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let child = std::process::Command::new(bin_dir().join(name))
             .args(args)
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)

@@ -56,7 +56,7 @@ pub struct AgentConfig {
     pub rounds: u64,
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, then /usr/lib/canopy/filters.
+    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
     pub filter_path: Vec<PathBuf>,
 }
 

@@ -12,16 +12,21 @@ use canopy_filter_abi as abi;
 use crate::filter::{Filter, FilterError, FilterFactory, Level, Output, Packet};
 
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
-/// executable, then the system directory.
+/// executable (a build tree), `../lib/canopy/filters` from it (an installation under any prefix), then the
+/// system directory.
 pub fn default_search_path() -> Vec<PathBuf> {
     let mut path = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
-        path.push(dir);
+        path.push(dir.join("../lib/canopy/filters"));
+        path.insert(0, dir);
     }
-    path.push(PathBuf::from("/usr/lib/canopy/filters"));
+    let system = PathBuf::from("/usr/lib/canopy/filters");
+    if !path.contains(&system) {
+        path.push(system);
+    }
     path
 }
 

@@ -49,7 +49,7 @@ pub struct FrontendConfig {
     pub subscriber_buffer: usize,
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, then /usr/lib/canopy/filters.
+    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
     pub filter_path: Vec<PathBuf>,
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
     pub ready_file: Option<PathBuf>,

@@ -28,7 +28,7 @@ pub struct RelayConfig {
     pub max_rounds_in_flight: u64,
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, then /usr/lib/canopy/filters.
+    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
     pub filter_path: Vec<PathBuf>,
     /// Written with the bound address once the relay serves (for launchers using port 0).
     pub ready_file: Option<PathBuf>,

@@ -1,0 +1,153 @@
+//! A real Slurm cluster on this one machine (deploy/slurm/local-cluster.sh: munged, slurmctld, and four slurmd
+//! for node1..node4 on 127.0.0.2..5): a batch job runs the SDK's C example on 4 nodes x 4 ranks through
+//! deploy/slurm/canopy-run, and the front-end's store holds every round of every rank at full coverage.
+//!
+//! It needs root and Debian's slurm-wlm and munge, which `.ci/run` installs; it sets CANOPY_SLURM_TEST=1 so a
+//! missing piece fails the test there. Elsewhere the test says why it cannot run and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use canopy_integration_tests::{bin_dir, build_c_example, query_i64, read_rounds};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Why the cluster cannot run here, if it cannot.
+fn missing() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root (munged and slurmd need it)".into());
+    }
+    for tool in ["sbatch", "slurmctld", "slurmd", "munged", "scontrol"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "{tool} is not installed (apt-get install slurm-wlm munge)"
+            ));
+        }
+    }
+    None
+}
+
+/// Stops the cluster when the test ends, however it ends.
+struct Cluster(PathBuf);
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("deploy/slurm/local-cluster.sh"))
+            .arg("stop")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
+    if let Some(why) = missing() {
+        assert!(
+            std::env::var_os("CANOPY_SLURM_TEST").is_none(),
+            "CANOPY_SLURM_TEST is set but the Slurm cluster cannot run: {why}"
+        );
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_dir = dir.path().join("cluster");
+    let out = Command::new(repo().join("deploy/slurm/local-cluster.sh"))
+        .arg("start")
+        .arg(&cluster_dir)
+        .output()
+        .unwrap();
+    let _cluster = Cluster(cluster_dir.clone());
+    assert!(
+        out.status.success(),
+        "local-cluster.sh start: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = cluster_dir.join("slurm.conf");
+
+    let stencil = build_c_example(dir.path(), false);
+    let iterations = 25;
+    let results = dir.path().join("out");
+    let job = dir.path().join("job.sh");
+    std::fs::write(
+        &job,
+        format!(
+            "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=4\n#SBATCH --output={out}\n\
+             {run} --bin {bin} --fanout 2 --filters stats,passthrough --out {results} -- {stencil} {iterations} 64 2000\n",
+            out = dir.path().join("job.out").display(),
+            run = repo().join("deploy/slurm/canopy-run").display(),
+            bin = bin_dir().display(),
+            results = results.display(),
+            stencil = stencil.display(),
+        ),
+    )
+    .unwrap();
+    let mut sbatch = Command::new("sbatch")
+        .arg("--wait")
+        .arg(&job)
+        .env("SLURM_CONF", &conf)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = sbatch.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = sbatch.kill();
+            panic!("the job did not end in 240 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let job_out = std::fs::read_to_string(dir.path().join("job.out")).unwrap_or_default();
+    assert!(status.success(), "the job failed ({status}):\n{job_out}");
+    assert!(
+        job_out.contains("canopy-run: tree up:") && job_out.contains("4 agents"),
+        "{job_out}"
+    );
+    assert!(
+        job_out.contains("canopy-run: application exited with 0; results in"),
+        "{job_out}"
+    );
+
+    // Every round of every rank, at full coverage, in both streams.
+    let store = results.join("latest.sqlite");
+    let rounds = read_rounds(&store);
+    for stream in ["stats", "passthrough"] {
+        let of: Vec<_> = rounds.iter().filter(|r| r.stream == stream).collect();
+        assert_eq!(of.len(), iterations, "{stream}: {of:?}\n{job_out}");
+        for (k, r) in of.iter().enumerate() {
+            assert_eq!(r.round, k as u64);
+            assert_eq!((r.covered, r.expected), (16, 16), "{stream}: {r:?}");
+        }
+    }
+    let ranks_with_all_rounds = query_i64(
+        &store,
+        &format!(
+            "SELECT count(*) FROM (SELECT rank FROM samples s JOIN names n ON n.id = s.event_id
+             WHERE n.name = 'iteration' GROUP BY rank HAVING sum(calls) = {iterations} AND count(*) = {iterations})"
+        ),
+    );
+    assert_eq!(ranks_with_all_rounds, 16);
+    // One agent per node, under the relays the fanout called for.
+    assert_eq!(
+        query_i64(
+            &store,
+            "SELECT count(*) FROM nodes WHERE kind = 'agent' AND ranks_below = 4"
+        ),
+        4
+    );
+    assert_eq!(
+        query_i64(&store, "SELECT count(*) FROM nodes WHERE kind = 'relay'"),
+        2
+    );
+}
