@@ -5,9 +5,11 @@
 // Unsafe code only in the counting allocator of the SDK benchmark.
 #![deny(unsafe_code)]
 
+mod offload;
 mod perturbation;
 mod reduction;
 mod sdk;
+mod throughput;
 
 #[global_allocator]
 static ALLOCATOR: sdk::Counting = sdk::Counting;
@@ -66,6 +68,52 @@ enum Command {
         #[arg(long, default_value = "passthrough")]
         filter: String,
     },
+    /// The highest round rate a tree sustains, per size, fanout and filter, with its latency.
+    Throughput {
+        #[arg(long, default_value = "256,1024,4096", value_delimiter = ',')]
+        ranks: Vec<u32>,
+        #[arg(long, default_value = "8,32", value_delimiter = ',')]
+        fanouts: Vec<usize>,
+        #[arg(
+            long,
+            default_value = "passthrough,stats,histogram,classify",
+            value_delimiter = ','
+        )]
+        filters: Vec<String>,
+        /// Offered rates tried in order, rounds per second.
+        #[arg(long, default_value = "25,50,100,200,333,500", value_delimiter = ',')]
+        rates: Vec<u64>,
+        #[arg(long, default_value_t = 100)]
+        events: u32,
+    },
+    /// ToM's offload benchmark: rank processes loop work(period); dump; barrier through the real SDK.
+    Offload {
+        #[arg(long, default_value = "64,256", value_delimiter = ',')]
+        ranks: Vec<u32>,
+        #[arg(long, default_value = "2,4,8,16", value_delimiter = ',')]
+        fanouts: Vec<usize>,
+        /// Periods between dumps, microseconds.
+        #[arg(long, default_value = "100,1000,10000,100000", value_delimiter = ',')]
+        periods_us: Vec<u64>,
+        #[arg(long, default_value = "passthrough,histogram", value_delimiter = ',')]
+        filters: Vec<String>,
+    },
+    /// One rank of `offload` (started by it).
+    #[command(hide = true)]
+    OffloadRank {
+        #[arg(long)]
+        socket: std::path::PathBuf,
+        #[arg(long)]
+        barrier: std::path::PathBuf,
+        #[arg(long)]
+        rank: u32,
+        #[arg(long)]
+        nranks: u32,
+        #[arg(long)]
+        period_us: u64,
+        #[arg(long)]
+        rounds: u64,
+    },
     /// What online monitoring costs an application: the C stencil without the SDK, with it and no agent,
     /// and dumping through a real tree.
     Perturbation {
@@ -106,11 +154,13 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    println!(
-        "# canopy-bench on {} cores",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    );
-    println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+    if !matches!(args.command, Command::OffloadRank { .. }) {
+        println!(
+            "# canopy-bench on {} cores",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        );
+        println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
+    }
     match args.command {
         Command::Engine {
             sources,
@@ -147,6 +197,46 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(reduction::run(&ranks, &scenarios, events, rounds))
         }
+        Command::Throughput {
+            ranks,
+            fanouts,
+            filters,
+            rates,
+            events,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(throughput::run(
+                &ranks,
+                &fanouts,
+                &filters,
+                &rates,
+                events,
+                args.repeats,
+            ))
+        }
+        Command::Offload {
+            ranks,
+            fanouts,
+            periods_us,
+            filters,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(offload::run(
+                &ranks,
+                &fanouts,
+                &periods_us,
+                &filters,
+                args.repeats,
+            ))
+        }
+        Command::OffloadRank {
+            socket,
+            barrier,
+            rank,
+            nranks,
+            period_us,
+            rounds,
+        } => offload::rank(&socket, &barrier, rank, nranks, period_us, rounds),
         Command::Perturbation {
             period_ms,
             iterations,
@@ -279,14 +369,63 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
 }
 
 /// A tree benchmark's shape.
-struct Shape {
-    ranks: u32,
-    agents: usize,
-    fanout: usize,
-    events: u32,
-    period_ms: u64,
-    rounds: u64,
-    filter: String,
+pub struct Shape {
+    pub ranks: u32,
+    pub agents: usize,
+    pub fanout: usize,
+    pub events: u32,
+    pub period_ms: u64,
+    pub rounds: u64,
+    pub filter: String,
+}
+
+/// One run of a tree on loopback, read back from its store.
+pub struct TreeRun {
+    /// Rounds stored per second.
+    pub rate: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Latency p50 of the first and of the last quarter of the rounds: a lag that grows shows between them.
+    pub first_quarter_ms: f64,
+    pub last_quarter_ms: f64,
+    pub coverage: f64,
+}
+
+/// Runs one tree of `shape` to its end.
+pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
+    let builder = TreeBuilder {
+        agents: shape.agents,
+        fanout: shape.fanout,
+        ranks: shape.ranks,
+        rounds: shape.rounds,
+        period_ms: shape.period_ms,
+        events: shape.events,
+        timeout_ms: 5000,
+        streams: vec![shape.filter.clone()],
+        ..TreeBuilder::default()
+    };
+    let mut sandbox = builder.start().await;
+    sandbox
+        .wait_frontend(Duration::from_secs(600))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let conn = rusqlite::Connection::open(&sandbox.store)?;
+    let rows: Vec<(i64, i64, i64, i64)> = conn
+        .prepare("SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
+    let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
+    let q = (lat.len() / 4).max(1);
+    let (cov, exp) = rows.iter().fold((0i64, 0i64), |(a, b), r| (a + r.2, b + r.3));
+    Ok(TreeRun {
+        rate: (rows.len().saturating_sub(1)) as f64 / span.max(1e-9),
+        p50_ms: percentile(lat.clone(), 0.5),
+        p99_ms: percentile(lat.clone(), 0.99),
+        first_quarter_ms: percentile(lat[..q.min(lat.len())].to_vec(), 0.5),
+        last_quarter_ms: percentile(lat[lat.len().saturating_sub(q)..].to_vec(), 0.5),
+        coverage: 100.0 * cov as f64 / exp.max(1) as f64,
+    })
 }
 
 async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
@@ -296,8 +435,8 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
         fanout,
         events,
         period_ms,
-        rounds,
         ref filter,
+        ..
     } = *shape;
     println!(
         "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, in-process daemons over loopback gRPC"
@@ -308,37 +447,11 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
     let mut p99s = Vec::new();
     let mut coverage = Vec::new();
     for _ in 0..repeats {
-        let builder = TreeBuilder {
-            agents,
-            fanout,
-            ranks,
-            rounds,
-            period_ms,
-            events,
-            timeout_ms: 5000,
-            streams: vec![filter.clone()],
-            ..TreeBuilder::default()
-        };
-        let mut sandbox = builder.start().await;
-        sandbox
-            .wait_frontend(Duration::from_secs(600))
-            .await
-            .map_err(anyhow::Error::msg)?;
-        let conn = rusqlite::Connection::open(&sandbox.store)?;
-        let rows: Vec<(i64, i64, i64, i64)> = conn
-            .prepare(
-                "SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round",
-            )?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-            .collect::<Result<_, _>>()?;
-        let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
-        let span =
-            (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
-        rates.push((rows.len().saturating_sub(1)) as f64 / span.max(1e-9));
-        p50s.push(percentile(lat.clone(), 0.5));
-        p99s.push(percentile(lat, 0.99));
-        let (cov, exp) = rows.iter().fold((0i64, 0i64), |(a, b), r| (a + r.2, b + r.3));
-        coverage.push(100.0 * cov as f64 / exp.max(1) as f64);
+        let run = tree_run(shape).await?;
+        rates.push(run.rate);
+        p50s.push(run.p50_ms);
+        p99s.push(run.p99_ms);
+        coverage.push(run.coverage);
     }
     let (r, rlo, rhi) = stats(rates);
     let (p50, _, _) = stats(p50s);

@@ -29,6 +29,15 @@ pub async fn run(sizes: &[u32], scenarios: &[String], events: u32, rounds: u64) 
                 scenario: scenario.clone(),
                 timeout_ms: 30_000,
                 streams: filters.iter().map(|f| f.to_string()).collect(),
+                // The paper's classification: Uintah's ranks by their level-1 AMR patches; FLASH's by all events.
+                stream_params: if scenario == "uintah" {
+                    vec![(
+                        "classify".into(),
+                        r#"{"scheme":"pattern","pattern":"^Patch 1 ->"}"#.into(),
+                    )]
+                } else {
+                    Vec::new()
+                },
                 ..TreeBuilder::default()
             };
             let mut sandbox = builder.start().await;

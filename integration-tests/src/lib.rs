@@ -57,6 +57,8 @@ pub struct TreeBuilder {
     pub extra_filter_dirs: Vec<PathBuf>,
     /// Results a Subscribe client may fall behind by.
     pub subscriber_buffer: usize,
+    /// Agents serve real ranks on `DIR/agent-K.sock` (K from 0) instead of simulated ones.
+    pub socket_dir: Option<PathBuf>,
 }
 
 impl Default for TreeBuilder {
@@ -79,6 +81,7 @@ impl Default for TreeBuilder {
             stream_params: Vec::new(),
             extra_filter_dirs: Vec::new(),
             subscriber_buffer: 1024,
+            socket_dir: None,
         }
     }
 }
@@ -200,7 +203,11 @@ impl TreeBuilder {
         let mut agent_parents = HashMap::new();
         for (i, a) in leaves.iter().enumerate() {
             let parent = addr_of[&topology.parent(a).unwrap().to_string()].clone();
-            let config = self.agent_config(&a.to_string(), &parent, per, i as u32 * per);
+            let mut config = self.agent_config(&a.to_string(), &parent, per, i as u32 * per);
+            if let Some(dir) = &self.socket_dir {
+                config.socket = dir.join(format!("agent-{i}.sock")).display().to_string();
+                config.simulate_ranks = 0;
+            }
             agent_parents.insert(a.to_string(), parent);
             nodes.insert(a.to_string(), spawn_agent(config));
         }

@@ -10,7 +10,7 @@
 //! 1e-15. Carrying the mean's rounding error between levels would fix that, at the cost of a proto field.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use canopy_proto::filters::v1::{EventStats, RankRef, Summary};
 
@@ -70,6 +70,32 @@ pub fn merge(a: &mut Summary, b: &Summary) {
     }
 }
 
+/// Merges one value held by `rank` into `a`, exactly as `merge(a, &single(v, rank))` does.
+pub fn add_value(a: &mut Summary, v: f64, rank: &RankRef) {
+    if a.count == 0 {
+        *a = single(v, rank);
+        return;
+    }
+    let na = a.count as f64;
+    let n = na + 1.0;
+    let delta = v - a.mean;
+    a.mean += delta * 1.0 / n;
+    a.m2 = a.m2 + 0.0 + delta * delta * na * 1.0 / n;
+    a.count += 1;
+    let wins = |held: &Option<RankRef>| match held {
+        Some(h) => (rank.app.as_str(), rank.rank) < (h.app.as_str(), h.rank),
+        None => true,
+    };
+    if v < a.min || (v == a.min && wins(&a.min_rank)) {
+        a.min = v;
+        a.min_rank = Some(rank.clone());
+    }
+    if v > a.max || (v == a.max && wins(&a.max_rank)) {
+        a.max = v;
+        a.max_rank = Some(rank.clone());
+    }
+}
+
 /// Fills `std`: the population standard deviation `sqrt(m2 / count)`.
 pub fn finish(s: &mut Summary) {
     s.std = if s.count == 0 {
@@ -79,20 +105,47 @@ pub fn finish(s: &mut Summary) {
     };
 }
 
-/// Summaries keyed by (id, metric), iterated in key order.
+/// Summaries keyed by (id, metric), iterated in key order. A hash map with a hasher made for these keys
+/// (ids are already hashes) takes the leaf's hundreds of thousands of values per round; the key order is
+/// made when the summaries leave.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatsMap {
-    map: BTreeMap<Key, Summary>,
+    map: HashMap<Key, Summary, BuildKeyHasher>,
 }
+
+/// Hashes a `Key`: the event id is an xxh3 hash already, so mixing in the metric is enough.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        // A final multiply spreads the metric's few values over the high bits the table uses.
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+    fn write_i32(&mut self, n: i32) {
+        self.0 = self.0.rotate_left(5) ^ n as u64;
+    }
+}
+
+pub type BuildKeyHasher = std::hash::BuildHasherDefault<KeyHasher>;
 
 impl StatsMap {
     pub fn new() -> StatsMap {
         StatsMap::default()
     }
 
-    /// Adds one rank's value.
+    /// Adds one rank's value: the same arithmetic as merging `single(v, rank)`, without building it (the rank
+    /// is copied only when it holds a new minimum or maximum).
     pub fn add(&mut self, key: Key, v: f64, rank: &RankRef) {
-        merge(self.map.entry(key).or_default(), &single(v, rank));
+        add_value(self.map.entry(key).or_default(), v, rank);
     }
 
     /// Merges summaries from a packet; an entry without a summary counts nothing.
@@ -123,14 +176,16 @@ impl StatsMap {
         self.map.is_empty()
     }
 
+    /// The summaries in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Summary)> {
-        self.map.iter()
+        let mut all: Vec<(&Key, &Summary)> = self.map.iter().collect();
+        all.sort_unstable_by_key(|(k, _)| **k);
+        all.into_iter()
     }
 
     /// The summaries sorted by (id, metric), `std` left 0 (packets between levels do not need it).
     pub fn to_stats(&self) -> Vec<EventStats> {
-        self.map
-            .iter()
+        self.iter()
             .map(|(&(id, metric), s)| EventStats {
                 id,
                 metric,
@@ -162,6 +217,30 @@ pub fn finish_all(stats: &mut [EventStats]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn adding_a_value_is_merging_its_single_summary_bit_for_bit() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let (mut added, mut merged) = (Summary::default(), Summary::default());
+        for i in 0..5000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Many ties (values from a small set), ranks out of order, and one huge value.
+            let v = if i == 77 { 1e15 } else { (x % 7) as f64 * 0.5 };
+            let rank = RankRef {
+                app: if x.is_multiple_of(3) {
+                    "a".into()
+                } else {
+                    "b".into()
+                },
+                rank: (x % 97) as u32,
+            };
+            add_value(&mut added, v, &rank);
+            merge(&mut merged, &single(v, &rank));
+            assert_eq!(added, merged, "after {i} values");
+        }
+    }
+
     use super::*;
 
     fn r(app: &str, rank: u32) -> RankRef {

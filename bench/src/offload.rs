@@ -1,0 +1,229 @@
+//! `canopy-bench offload`: the ToM offload benchmark (paper 001, Fig. 8). N rank processes, each linking the
+//! real SDK, loop `work(period); dump; barrier`; the table gives the mean, over rounds, of the worst dump time
+//! across the ranks, for a sweep of periods and fanouts, with `passthrough` (ToM) against `histogram` (ToM
+//! Reduce). The tree (front-end, relays, agents serving the ranks on Unix sockets, 8 ranks per agent) runs in
+//! the bench's process over loopback gRPC. A dump only queues a snapshot, so where the offered rate passes what
+//! the tree serves, the sign is not a slower dump but a growing lag, then dumps dropped at the ranks: the
+//! table marks the knee where the rounds stored per second fall below the rounds offered.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use canopy_integration_tests::TreeBuilder;
+
+use crate::stats;
+
+/// One rank: the loop, timing each dump; prints the times (us), then the SDK's drop count.
+pub fn rank(
+    socket: &Path,
+    barrier: &Path,
+    rank: u32,
+    nranks: u32,
+    period_us: u64,
+    rounds: u64,
+) -> anyhow::Result<()> {
+    let mut config = canopy_sdk::Config::from_env("offload", Some(rank), Some(nranks))?;
+    config.socket = socket.to_path_buf();
+    canopy_sdk::init_with(config)?;
+    let timers: Vec<_> = (0..20)
+        .map(|i| canopy_sdk::timer(&format!("region {i:02}")))
+        .collect::<Result<_, _>>()?;
+    let mut bar = UnixStream::connect(barrier)?;
+    // Everyone attached before the first round.
+    bar.write_all(&[0])?;
+    bar.read_exact(&mut [0])?;
+    let mut times = Vec::with_capacity(rounds as usize);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for t in &timers {
+            t.start();
+            t.stop();
+        }
+        // work(period): the ranks wait rather than compute, so 256 of them share two cores.
+        let left = Duration::from_micros(period_us).saturating_sub(start.elapsed());
+        std::thread::sleep(left);
+        let t = Instant::now();
+        let _ = canopy_sdk::dump();
+        times.push(t.elapsed().as_nanos() as f64 / 1000.0);
+        bar.write_all(&[0])?;
+        bar.read_exact(&mut [0])?;
+    }
+    let _ = canopy_sdk::finalize();
+    let mut out = std::io::stdout().lock();
+    for t in &times {
+        write!(out, "{t:.2} ")?;
+    }
+    writeln!(out)?;
+    writeln!(out, "dropped {}", canopy_sdk::stats().dropped)?;
+    Ok(())
+}
+
+/// Releases all `n` ranks each time every one of them has arrived.
+fn barrier(listener: UnixListener, n: usize) {
+    std::thread::spawn(move || {
+        let mut conns: Vec<UnixStream> = listener.incoming().take(n).filter_map(Result::ok).collect();
+        let mut byte = [0u8];
+        loop {
+            for c in &mut conns {
+                if c.read_exact(&mut byte).is_err() {
+                    return;
+                }
+            }
+            for c in &mut conns {
+                let _ = c.write_all(&byte);
+            }
+        }
+    });
+}
+
+struct Run {
+    worst_mean_us: f64,
+    offered: f64,
+    stored: f64,
+    dropped: u64,
+}
+
+async fn one(ranks: u32, fanout: usize, filter: &str, period_us: u64, rounds: u64) -> anyhow::Result<Run> {
+    let dir = tempfile::tempdir()?;
+    let sockets = dir.path().join("s");
+    std::fs::create_dir_all(&sockets)?;
+    let agents = (ranks as usize / 8).max(1);
+    let builder = TreeBuilder {
+        agents,
+        fanout,
+        ranks,
+        rounds,
+        timeout_ms: 10_000,
+        streams: vec![filter.to_string()],
+        socket_dir: Some(sockets.clone()),
+        ..TreeBuilder::default()
+    };
+    let mut sandbox = builder.start().await;
+    for k in 0..agents {
+        let s = sockets.join(format!("agent-{k}.sock"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !s.exists() {
+            anyhow::ensure!(Instant::now() < deadline, "agent {k} has no socket");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let bar_path = dir.path().join("barrier.sock");
+    barrier(UnixListener::bind(&bar_path)?, ranks as usize);
+    let exe = std::env::current_exe()?;
+    let started = Instant::now();
+    let children: Vec<Child> = (0..ranks)
+        .map(|r| {
+            Command::new(&exe)
+                .arg("offload-rank")
+                .arg("--socket")
+                .arg(sockets.join(format!("agent-{}.sock", r as usize / 8)))
+                .arg("--barrier")
+                .arg(&bar_path)
+                .args(["--rank", &r.to_string(), "--nranks", &ranks.to_string()])
+                .args([
+                    "--period-us",
+                    &period_us.to_string(),
+                    "--rounds",
+                    &rounds.to_string(),
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output())
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await??;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut per_round = vec![0f64; rounds as usize];
+    let mut dropped = 0;
+    for out in &outputs {
+        anyhow::ensure!(
+            out.status.success(),
+            "a rank failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        for (k, t) in lines.next().unwrap_or("").split_whitespace().enumerate() {
+            if let (Some(slot), Ok(t)) = (per_round.get_mut(k), t.parse::<f64>()) {
+                *slot = slot.max(t);
+            }
+        }
+        dropped += lines
+            .next()
+            .and_then(|l| l.strip_prefix("dropped "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    sandbox
+        .wait_frontend(Duration::from_secs(120))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let conn = rusqlite::Connection::open(&sandbox.store)?;
+    let (n, first, last): (i64, Option<i64>, Option<i64>) = conn.query_row(
+        "SELECT count(*), min(closed_unix_ns), max(closed_unix_ns) FROM rounds",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let span = (last.unwrap_or(0) - first.unwrap_or(0)) as f64 / 1e9;
+    Ok(Run {
+        worst_mean_us: per_round.iter().sum::<f64>() / per_round.len().max(1) as f64,
+        offered: rounds as f64 / elapsed,
+        stored: if span > 0.0 {
+            (n - 1).max(0) as f64 / span
+        } else {
+            0.0
+        },
+        dropped,
+    })
+}
+
+pub async fn run(
+    sizes: &[u32],
+    fanouts: &[usize],
+    periods_us: &[u64],
+    filters: &[String],
+    repeats: usize,
+) -> anyhow::Result<()> {
+    println!(
+        "\n## offload: N rank processes loop work(period); dump; barrier through the real SDK, 8 ranks per agent"
+    );
+    println!(
+        "\n| ranks | fanout | filter | period us | worst dump us, mean over rounds (median) | min | max | offered rounds/s | stored rounds/s | dumps dropped | |"
+    );
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for &n in sizes {
+        for filter in filters {
+            for &fanout in fanouts {
+                for &period in periods_us {
+                    // About two seconds a run, 20 to 200 rounds.
+                    let rounds = (2_000_000 / period.max(1)).clamp(20, 200);
+                    let mut runs = Vec::new();
+                    for _ in 0..repeats {
+                        runs.push(one(n, fanout, filter, period, rounds).await?);
+                    }
+                    let (m, lo, hi) = stats(runs.iter().map(|r| r.worst_mean_us).collect());
+                    let (offered, _, _) = stats(runs.iter().map(|r| r.offered).collect());
+                    let (stored, _, _) = stats(runs.iter().map(|r| r.stored).collect());
+                    let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
+                    let knee = if stored < offered * 0.95 || dropped > 0 {
+                        "past the knee"
+                    } else {
+                        ""
+                    };
+                    println!(
+                        "| {n} | {fanout} | {filter} | {period} | {m:.2} | {lo:.2} | {hi:.2} | {offered:.1} | {stored:.1} | {dropped} | {knee} |"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
