@@ -25,6 +25,28 @@ pub fn profiles(inputs: &[&[u8]], out: &mut dyn Emit) -> (Vec<RankProfile>, u64)
     (profiles, raw_bytes)
 }
 
+/// The rank profiles of a leaf's inputs read into `into` without building messages (see `stream`): the same
+/// profiles, order, rejections and raw byte count as `profiles`.
+pub fn profile_views<'a>(
+    inputs: &[&'a [u8]],
+    into: &mut crate::stream::Buffers,
+    out: &mut dyn Emit,
+) -> (Vec<crate::stream::ProfileView<'a>>, u64) {
+    let mut raw_bytes = 0u64;
+    let mut views = Vec::new();
+    for i in canonical_order(inputs) {
+        match crate::stream::read_batch(inputs[i], into) {
+            Ok(v) => {
+                raw_bytes += inputs[i].len() as u64;
+                views.extend(v);
+            }
+            Err(e) => out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}")),
+        }
+    }
+    views.sort_by(|a, b| (a.app, a.rank).cmp(&(b.app, b.rank)));
+    (views, raw_bytes)
+}
+
 /// The packets of a relay's or root's inputs, decoded as `M` (named `what` in a rejection) and ordered by
 /// their bytes. `check` may refuse a packet that decodes but is unusable; it is rejected like a bad encoding.
 pub fn packets<M: Message + Default>(
@@ -48,7 +70,7 @@ pub fn packets<M: Message + Default>(
 
 /// Input indices sorted by the inputs' bytes: floating-point merging is not associative, so a fixed order
 /// makes a node's output the same whatever order its children's packets came in.
-fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {
+pub fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..inputs.len()).collect();
     order.sort_by(|&a, &b| inputs[a].cmp(inputs[b]).then(a.cmp(&b)));
     order

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod params;
 pub mod ranks;
 pub mod rounds;
+pub mod stream;
 pub mod summary;
 pub mod testing;
 

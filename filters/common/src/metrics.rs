@@ -62,6 +62,46 @@ pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
     out
 }
 
+/// As `extract`, for a profile read by `stream`: calls `f` with each sample, in the same order.
+pub fn extract_view(
+    p: &crate::stream::ProfileView<'_>,
+    buffers: &crate::stream::Buffers,
+    values: Values,
+    mut f: impl FnMut(Key, f64),
+) {
+    let reports = |bit: u32| p.metrics == 0 || p.metrics & (1 << bit) != 0;
+    let (calls_on, incl_on, excl_on, counters_on) = (reports(0), reports(1), reports(2), reports(3));
+    let mut emit = |key: Key, v: f64| {
+        if v.is_finite() {
+            f(key, v)
+        }
+    };
+    for e in &buffers.events[p.events.clone()] {
+        let (calls, incl, excl) = match values {
+            Values::Round => (e.calls as f64, e.incl_us, e.excl_us),
+            Values::Cumulative => (e.calls_total as f64, e.incl_total_us, e.excl_total_us),
+        };
+        if calls_on {
+            emit((e.id, Metric::Calls as i32), calls);
+        }
+        if incl_on {
+            emit((e.id, Metric::Inclusive as i32), incl);
+        }
+        if excl_on {
+            emit((e.id, Metric::Exclusive as i32), excl);
+        }
+    }
+    if counters_on {
+        for c in &buffers.counters[p.counters.clone()] {
+            let v = match values {
+                Values::Round => c.value,
+                Values::Cumulative => c.total,
+            };
+            emit((c.id, Metric::Counter as i32), v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::{Params, Values, decode, metrics};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::{RankRef, StatsResult};
+use canopy_proto::filters::v1::StatsResult;
 use prost::Message;
 
 /// One instance per stream per node. It keeps no state between calls: each round is one phase.
@@ -14,21 +14,19 @@ use prost::Message;
 pub struct StatsFilter {
     level: Level,
     values: Values,
+    /// The leaf's events and counters of the round being summarized, kept between calls.
+    buffers: canopy_filter_common::stream::Buffers,
 }
 
 impl StatsFilter {
     /// Leaf: summarizes its ranks' profiles into one packet.
-    fn leaf(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
-        let (profiles, raw_bytes) = decode::profiles(inputs, out);
+    fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
+        self.buffers.clear();
+        let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.buffers, out);
         let mut stats = StatsMap::new();
         for p in &profiles {
-            let rank = RankRef {
-                app: p.app.clone(),
-                rank: p.rank,
-            };
-            for (key, v) in metrics::extract(p, self.values) {
-                stats.add(key, v, &rank);
-            }
+            let rank = p.rank_ref();
+            metrics::extract_view(p, &self.buffers, self.values, |key, v| stats.add(key, v, &rank));
         }
         StatsResult {
             stats: stats.to_stats(),
@@ -69,6 +67,7 @@ impl Filter for StatsFilter {
         Ok(StatsFilter {
             level,
             values: params.values()?,
+            buffers: Default::default(),
         })
     }
 
