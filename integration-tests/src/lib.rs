@@ -577,3 +577,17 @@ pub fn build_c_example(dir: &Path, plain: bool) -> PathBuf {
     assert!(status.success(), "compiling stencil.c failed");
     out
 }
+
+/// Runs `canopy ARGS` (the built one) and returns its stdout, asserting it succeeded.
+pub fn canopy_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(bin_dir().join("canopy"))
+        .args(args)
+        .output()
+        .expect("canopy runs");
+    assert!(
+        out.status.success(),
+        "canopy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -480,19 +480,7 @@ fn canopy_up_runs_stats_histogram_and_classify_at_once_over_the_same_ranks() {
     }
 }
 
-/// Runs `canopy ARGS` and returns its stdout, asserting success.
-fn canopy(args: &[&str]) -> String {
-    let out = Command::new(bin_dir().join("canopy"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "canopy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use canopy_integration_tests::canopy_cli as canopy;
 
 #[test]
 fn the_canopy_client_commands_drive_a_running_tree() {

@@ -265,17 +265,9 @@ fn without_an_agent_the_example_exits_0_without_stalling() {
 
 /// `canopy` against the front-end at `addr`.
 fn canopy(addr: &str, args: &[&str]) -> String {
-    let out = Command::new(bin_dir().join("canopy"))
-        .args(args)
-        .args(["--frontend", addr])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "canopy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let mut all = args.to_vec();
+    all.extend(["--frontend", addr]);
+    canopy_integration_tests::canopy_cli(&all)
 }
 
 #[test]

@@ -726,17 +726,7 @@ impl<U: Up> Node<U> {
                 self.on_closed_all(closed).await;
                 return;
             }
-            Err(reason) => (
-                Vec::new(),
-                Coverage {
-                    covered: 0,
-                    expected: 1,
-                    missing: vec![canopy_proto::v1::Missing {
-                        reason: reason as i32,
-                        ranks: 1,
-                    }],
-                },
-            ),
+            Err(reason) => (Vec::new(), absent(reason)),
         };
         self.accept_local(source, rank, round, dump_unix_ns, payload, coverage)
             .await;
@@ -752,14 +742,7 @@ impl<U: Up> Node<U> {
         payload: Vec<u8>,
         coverage: Coverage,
     ) {
-        let absent = Coverage {
-            covered: 0,
-            expected: 1,
-            missing: vec![canopy_proto::v1::Missing {
-                reason: MissingReason::SampledOut as i32,
-                ranks: 1,
-            }],
-        };
+        let absent = absent(MissingReason::SampledOut);
         let streams: Vec<(u32, crate::ranks::RankSet)> = self
             .streams
             .iter()
@@ -850,14 +833,7 @@ impl<U: Up> Node<U> {
     ) {
         // A sampled-out rank still answers for its round, with no profile: the round does not wait for it, and
         // its coverage says why it is absent.
-        let absent = Coverage {
-            covered: 0,
-            expected: 1,
-            missing: vec![canopy_proto::v1::Missing {
-                reason: MissingReason::SampledOut as i32,
-                ranks: 1,
-            }],
-        };
+        let absent = absent(MissingReason::SampledOut);
         let profiles: Vec<(u32, Vec<u8>, Coverage)> = profiles
             .into_iter()
             .map(|(r, p)| {
@@ -1704,6 +1680,18 @@ fn time_filter(times: &mut BTreeMap<u32, (u64, u64)>, stream: u32, started: Inst
     let t = times.entry(stream).or_default();
     t.0 += 1;
     t.1 += started.elapsed().as_micros() as u64;
+}
+
+/// The coverage of one rank that answers for a round without a profile, and why.
+fn absent(reason: MissingReason) -> Coverage {
+    Coverage {
+        covered: 0,
+        expected: 1,
+        missing: vec![canopy_proto::v1::Missing {
+            reason: reason as i32,
+            ranks: 1,
+        }],
+    }
 }
 
 /// The engine's source id for a leaf's rank.
