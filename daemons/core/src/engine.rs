@@ -207,11 +207,15 @@ impl RoundEngine {
     }
 
     /// Adds or revives a source that takes part from round `from` on: rounds below it do not wait for it.
+    ///
+    /// A source's ranks never shrink within a run: a restarted relay that reports fewer ranks than it had (its
+    /// children not back yet) still answers for all of them, and the missing ones count as lost.
     pub fn add_source_from(&mut self, id: &str, ranks_below: u32, from: u64) {
+        let known = self.sources.get(id).map_or(0, |s| s.ranks_below);
         self.sources.insert(
             id.to_string(),
             Source {
-                ranks_below,
+                ranks_below: ranks_below.max(known),
                 state: SourceState::Live,
                 from,
                 stopped_before: false,
@@ -230,9 +234,10 @@ impl RoundEngine {
         self.recount();
     }
 
+    /// A source's count of ranks below grows (children attached); it does not shrink within a run.
     pub fn set_ranks_below(&mut self, id: &str, ranks_below: u32) {
         if let Some(s) = self.sources.get_mut(id) {
-            s.ranks_below = ranks_below;
+            s.ranks_below = s.ranks_below.max(ranks_below);
         }
     }
 
@@ -494,6 +499,14 @@ impl RoundEngine {
         let mut coverage = Coverage::default();
         for a in &group.arrived {
             add_coverage(&mut coverage, &a.coverage);
+            // A source that answers for fewer ranks than it has had (a restarted relay whose children are not
+            // all back): the others are lost for this round, not forgotten.
+            let known = self.sources.get(&a.source).map_or(0, |s| s.ranks_below);
+            if a.coverage.expected < known {
+                let gone = known - a.coverage.expected;
+                coverage.expected += gone;
+                add_missing(&mut coverage, MissingReason::Lost, gone);
+            }
         }
         let mut partial = false;
         for (id, s) in &self.sources {
@@ -654,6 +667,23 @@ mod tests {
             Accepted::Late(_)
         ));
         assert_eq!(e.stats().late_ranks, 16);
+    }
+
+    #[test]
+    fn a_restarted_source_that_answers_for_fewer_ranks_counts_the_others_lost() {
+        let mut e = engine(&[("relay", 16), ("b", 4)], SyncMode::WaitForAll);
+        // The relay comes back knowing only one of its two agents.
+        e.add_source("relay", 8);
+        e.set_ranks_below("relay", 8);
+        assert_eq!(e.ranks_expected(), 20);
+        let now = Instant::now();
+        e.accept(K, arrival("b", 4), now).unwrap();
+        let Accepted::Closed(c) = e.accept(K, arrival("relay", 8), now).unwrap() else {
+            panic!("not closed")
+        };
+        assert_eq!((c.coverage.covered, c.coverage.expected), (12, 20));
+        assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 8);
+        assert!(coverage_is_exact(&c.coverage));
     }
 
     #[test]
