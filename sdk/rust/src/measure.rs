@@ -505,10 +505,26 @@ mod tests {
                 });
             }
         });
-        // The threads have ended: their values still count (folded into the retired totals).
+        // The threads have ended: their values still count, whether a thread's table was already folded into
+        // the retired totals or not yet (its thread-local destructor may run after the join).
         assert_eq!(totals_of(t).calls, 40);
+    }
+
+    #[test]
+    fn a_thread_that_ends_folds_its_values_into_the_retired_totals() {
+        let t = timer("retired");
+        let handle = std::thread::spawn(move || {
+            for _ in 0..7 {
+                t.start();
+                t.stop();
+            }
+        });
+        handle.join().unwrap();
+        // A plain join waits for the thread to exit, thread-local destructors included.
         let retired = lock(&registry().retired);
-        assert_eq!(retired.timers[t.index as usize].calls, 40);
+        assert_eq!(retired.timers[t.index as usize].calls, 7);
+        drop(retired);
+        assert_eq!(totals_of(t).calls, 7);
     }
 
     #[test]
