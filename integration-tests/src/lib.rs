@@ -591,3 +591,23 @@ pub fn canopy_cli(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A relay process with `id`, attached to `parent`, listening on `listen` (port 0: the kernel picks); returns it
+/// once it serves, with the address it serves on.
+pub fn start_relay(dir: &Path, id: &str, parent: &str, listen: &str) -> (Proc, String) {
+    let ready = dir.join(format!("{id}.ready"));
+    let _ = std::fs::remove_file(&ready);
+    let args = [
+        "--node-id",
+        id,
+        "--parent",
+        parent,
+        "--listen",
+        listen,
+        "--ready-file",
+        ready.to_str().expect("ready path"),
+    ];
+    let mut relay = Proc::start(dir, "canopy-relay", id, &args);
+    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
+    (relay, addr)
+}

@@ -223,25 +223,7 @@ fn free_port() -> u16 {
 }
 
 fn start_relay_on(dir: &Path, parent: &str, listen: &str) -> Proc {
-    let ready = dir.join("relay.ready");
-    let _ = std::fs::remove_file(&ready);
-    let mut relay = Proc::start(
-        dir,
-        "canopy-relay",
-        "relay",
-        &[
-            "--node-id",
-            "relay-0",
-            "--parent",
-            parent,
-            "--listen",
-            listen,
-            "--ready-file",
-            ready.to_str().unwrap(),
-        ],
-    );
-    wait_ready_file(&ready, &mut relay);
-    relay
+    canopy_integration_tests::start_relay(dir, "relay-0", parent, listen).0
 }
 
 #[test]

@@ -4,26 +4,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{
-    Proc, bin_dir, query_i64, query_text, read_rounds, start_frontend, wait_ready_file,
-};
+use canopy_integration_tests::{Proc, bin_dir, query_i64, query_text, read_rounds, start_frontend};
 use nix::sys::signal::Signal;
 
 fn start_relay(dir: &Path, id: &str, parent: &str) -> (Proc, String) {
-    let ready = dir.join(format!("{id}.ready"));
-    let args = [
-        "--node-id",
-        id,
-        "--parent",
-        parent,
-        "--listen",
-        "127.0.0.1:0",
-        "--ready-file",
-        ready.to_str().unwrap(),
-    ];
-    let mut relay = Proc::start(dir, "canopy-relay", id, &args);
-    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
-    (relay, addr)
+    canopy_integration_tests::start_relay(dir, id, parent, "127.0.0.1:0")
 }
 
 fn start_agent(dir: &Path, id: &str, parent: &str, ranks: u32, offset: u32, rounds: u64) -> Proc {
