@@ -692,3 +692,170 @@ fn an_agent_refuses_a_socket_another_agent_serves_and_one_that_would_serve_nothi
         "{err}"
     );
 }
+
+#[test]
+fn rounds_a_rank_dropped_count_it_as_dropped_and_do_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A minute's time-out: a round that waited for the rank would not be stored within the test's wait.
+    let (mut fe, _addr, store) = start_frontend(
+        dir.path(),
+        &["--streams", "stats,histogram", "--stream-timeout-ms", "60000"],
+    );
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &_addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let mut ranks: Vec<RawRank> = (0..3).map(|r| RawRank::connect(&socket, r, 3)).collect();
+    for r in &mut ranks {
+        assert!(matches!(r.read().msg, Some(agent_message::Msg::Control(c)) if c.collecting));
+    }
+    for round in 0..8 {
+        for i in [0usize, 2] {
+            ranks[i].dump(i as u32, round);
+        }
+        // Rank 1's queue was full for rounds 3 to 5: it never sent them.
+        if !(3..6).contains(&round) {
+            ranks[1].dump(1, round);
+        }
+    }
+    wait_for("8 rounds of both streams", Duration::from_secs(20), || {
+        read_rounds(&store).len() >= 16
+    });
+    let dropped = rows(
+        &store,
+        "SELECT stream_name, round, covered, expected, missing_dropped, missing_late, COALESCE(missing_reason, '')
+         FROM rounds ORDER BY stream_name, round",
+    );
+    assert_eq!(dropped.len(), 16, "{dropped:?}");
+    for row in &dropped {
+        let round = int(&row[1]);
+        let want = if (3..6).contains(&round) {
+            (2, 3, 1)
+        } else {
+            (3, 3, 0)
+        };
+        assert_eq!(
+            (int(&row[2]), int(&row[3]), int(&row[4])),
+            want,
+            "round {round}: {row:?}"
+        );
+        assert_eq!(int(&row[5]), 0, "nothing is late: {row:?}");
+        if want.2 == 1 {
+            assert_eq!(row[6], rusqlite::types::Value::Text("dropped: 1".into()));
+        }
+    }
+    // The histogram's later phases of those rounds went through with the two ranks that sent them.
+    let hist = query_i64(
+        &store,
+        "SELECT count(*) FROM results r JOIN streams s ON s.stream_id = r.stream_id
+         WHERE s.filter = 'histogram' AND r.late = 0 AND length(r.payload) > 0",
+    );
+    assert!(hist >= 8, "histogram results: {hist}");
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
+
+/// A log line without its terminal colour codes.
+fn strip_colors(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn ranks_far_faster_than_the_tree_drop_and_count_dumps_and_every_stored_round_is_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // The histogram needs three trips through the tree per round; tiny iterations offer thousands of rounds
+    // a second. A round that waited for a dump that never came would hold the run for the minute's time-out.
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--streams",
+            "histogram",
+            "--stream-timeout-ms",
+            "60000",
+            "--exit-on-fin",
+            "true",
+        ],
+    );
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let exe = bin_dir().join("canopy-stencil");
+    let (ranks, iterations) = (4u32, 3000i64);
+    let env = [("CANOPY_QUEUE_DUMPS", "4")];
+    let mut procs = start_ranks(
+        dir.path(),
+        &exe,
+        &socket,
+        ranks,
+        &[&iterations.to_string(), "8", "0"],
+        &env,
+    );
+    wait_ranks(dir.path(), &mut procs, Duration::from_secs(60));
+    let status = fe.wait_timeout(Duration::from_secs(40));
+    if !status.is_some_and(|s| s.success()) {
+        let log = agent.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "front-end did not finish; the agent's last lines:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let stored = rows(
+        &store,
+        "SELECT round, covered, expected, missing_dropped, missing_late + missing_lost + missing_unspecified
+         FROM rounds ORDER BY round",
+    );
+    assert!(!stored.is_empty());
+    let mut covered = 0;
+    let mut dropped_in_rows = 0;
+    for row in &stored {
+        assert_eq!(int(&row[4]), 0, "a round lost ranks or waited for them: {row:?}");
+        assert_eq!(int(&row[1]) + int(&row[3]), int(&row[2]), "{row:?}");
+        assert_eq!(int(&row[2]), i64::from(ranks));
+        covered += int(&row[1]);
+        dropped_in_rows += int(&row[3]);
+    }
+    // The ranks ran far ahead of the tree: most rounds were dropped in the application, and the agent logged it.
+    assert!(
+        (stored.len() as i64) < iterations,
+        "{} rounds stored: the tree kept up, so the test proves nothing",
+        stored.len()
+    );
+    let log = agent.log_text();
+    assert!(log.contains("reports dumps it could not deliver"), "{log}");
+    // Every rank-round is either in a stored round (covered or dropped) or was dropped by every rank; the latter
+    // show up in the ranks' own counts, reported to the agent with their dumps and FIN.
+    let reported: i64 = log
+        .lines()
+        .filter(|l| l.contains("reports dumps it could not deliver"))
+        .map(strip_colors)
+        .filter_map(|l| {
+            l.split("dropped=")
+                .nth(1)
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<i64>().ok())
+        })
+        .sum::<i64>()
+        // Dumps the agent held for the start and had to let go (one per line).
+        + log.matches("its oldest held dump is dropped").count() as i64;
+    let whole_rounds_dropped = (iterations - stored.len() as i64) * i64::from(ranks);
+    assert_eq!(
+        covered + reported,
+        iterations * i64::from(ranks),
+        "covered {covered}, dropped in rows {dropped_in_rows}, reported {reported}, whole rounds dropped \
+         {whole_rounds_dropped}"
+    );
+    assert_eq!(reported, dropped_in_rows + whole_rounds_dropped);
+}

@@ -203,12 +203,24 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     });
     let sim = (config.simulate_ranks > 0).then(|| {
         tracing::info!(ranks = config.simulate_ranks, scenario = %scenario, "serving simulated ranks");
-        tokio::spawn(simulate(simulator, schedule, sim_rx, handles.inputs.clone()))
+        tokio::spawn(simulate(
+            simulator,
+            schedule,
+            sim_rx,
+            handles.inputs.clone(),
+            handles.window.clone(),
+        ))
     });
     let (serve, socket_file) = match socket {
         Some((listener, file)) => {
             tracing::info!(socket = %file.0.display(), "serving ranks on the socket");
-            let serve = socket::serve(listener, handles.inputs.clone(), sock_rx, config.hold_dumps);
+            let serve = socket::serve(
+                listener,
+                handles.inputs.clone(),
+                sock_rx,
+                config.hold_dumps,
+                handles.window.clone(),
+            );
             (Some(tokio::spawn(serve)), Some(file))
         }
         None => (None, None),
@@ -247,6 +259,7 @@ async fn simulate(
     schedule: Schedule,
     mut control: mpsc::UnboundedReceiver<control::Action>,
     inputs: mpsc::Sender<Input>,
+    mut window: tokio::sync::watch::Receiver<u64>,
 ) {
     let mut period_ns = schedule.period.as_nanos() as u64;
     let mut anchor: Option<(u64, u64)> = None;
@@ -280,6 +293,11 @@ async fn simulate(
                         profiles.push((p.rank, ProfileBatch { profiles: vec![p] }.encode_to_vec()));
                     }
                     let local = Input::LocalRound { round, dump_unix_ns: dump, profiles, sampled_out };
+                    // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
+                    // window of rounds in flight.
+                    if !canopy_core::transport::wait_in_window(&mut window, &inputs, round).await {
+                        return;
+                    }
                     if inputs.send(local).await.is_err() {
                         return;
                     }

@@ -16,7 +16,7 @@ use canopy_wire::{MAX_FRAME, RANK_PROTOCOL_VERSION, batch_of_one, encode_frame};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// Messages queued for one rank before it counts as not reading.
 const RANK_QUEUE: usize = 64;
@@ -63,6 +63,8 @@ impl Drop for SocketFile {
 
 enum Event {
     Message(u64, RankMessage),
+    /// The rank's rounds [from, end) never came: it dropped those dumps (its queue was full).
+    Gap(u64, u64, u64),
     Closed(u64, String),
 }
 
@@ -102,16 +104,26 @@ struct Ranks {
     hold: usize,
     /// The running total of dumps each rank reported dropped, across its reconnections.
     dropped: HashMap<String, u64>,
+    /// The leaf's window of rounds in flight.
+    window: watch::Receiver<u64>,
+    /// What the connections may read up to: everything before the start, the leaf's window after it.
+    gate: watch::Sender<u64>,
 }
 
 /// Serves the socket until the control channel closes (the node ended).
+///
+/// Once collection has started, a rank's dump of a round at or above the leaf's `window` waits on its connection,
+/// which is not read meanwhile: a rank that runs ahead of what the tree serves fills its own queue in the SDK,
+/// which drops and counts the dumps it cannot queue, and no other rank waits for it.
 pub async fn serve(
     listener: UnixListener,
     inputs: mpsc::Sender<Input>,
     mut control: mpsc::UnboundedReceiver<control::Action>,
     hold: usize,
+    mut window: watch::Receiver<u64>,
 ) {
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
+    let (gate, gate_rx) = watch::channel(u64::MAX);
     let mut ranks = Ranks {
         inputs,
         conns: HashMap::new(),
@@ -121,6 +133,8 @@ pub async fn serve(
         draining: false,
         hold,
         dropped: HashMap::new(),
+        window: window.clone(),
+        gate,
     };
     let mut next_conn = 0u64;
     loop {
@@ -130,7 +144,8 @@ pub async fn serve(
                     next_conn += 1;
                     let (tx, rx) = mpsc::channel(RANK_QUEUE);
                     ranks.conns.insert(next_conn, Conn { tx: Some(tx), rank: None });
-                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx));
+                    let gate = Gate { limit: gate_rx.clone(), inputs: ranks.inputs.clone() };
+                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, gate));
                 }
                 Err(e) => {
                     tracing::warn!("agent socket: accept failed: {e}");
@@ -139,13 +154,33 @@ pub async fn serve(
             },
             Some(event) = events.recv() => match event {
                 Event::Message(conn, msg) => ranks.on_message(conn, msg).await,
+                Event::Gap(conn, from, end) => ranks.on_gap(conn, from, end).await,
                 Event::Closed(conn, reason) => ranks.on_closed(conn, reason).await,
             },
             action = control.recv() => match action {
                 Some(a) => ranks.on_control(a).await,
                 None => return,
             },
+            changed = window.changed(), if ranks.started => {
+                if changed.is_err() {
+                    return;
+                }
+                ranks.gate.send_replace(*window.borrow_and_update());
+            }
         }
+    }
+}
+
+/// What a connection may read up to, and the node to tell when a rank waits for its window.
+struct Gate {
+    limit: watch::Receiver<u64>,
+    inputs: mpsc::Sender<Input>,
+}
+
+impl Gate {
+    /// Waits until `round` is inside the window; false if the agent is stopping.
+    async fn admit(&mut self, round: u64) -> bool {
+        canopy_core::transport::wait_in_window(&mut self.limit, &self.inputs, round).await
     }
 }
 
@@ -155,6 +190,7 @@ async fn connection(
     stream: UnixStream,
     events: mpsc::Sender<Event>,
     mut outbound: mpsc::Receiver<AgentMessage>,
+    mut gate: Gate,
 ) {
     let (mut rd, mut wr) = stream.into_split();
     let mut writer = tokio::spawn(async move {
@@ -169,6 +205,8 @@ async fn connection(
         let _ = wr.shutdown().await;
     });
     let mut buf = Vec::new();
+    // The round the rank's next dump should carry: a later one means it dropped the ones between.
+    let mut next_round: Option<u64> = None;
     let reason = loop {
         let mut prefix = [0u8; 4];
         // The agent closing the connection (a refusal, a protocol error) ends the writer, and the reading.
@@ -195,6 +233,32 @@ async fn connection(
         }
         match RankMessage::decode(buf.as_slice()) {
             Ok(msg) if msg.msg.is_some() => {
+                match &msg.msg {
+                    Some(rank_message::Msg::Hello(h)) => next_round = Some(h.next_round),
+                    Some(rank_message::Msg::Dump(d)) => {
+                        // The gap goes ahead of the dump's wait for the window: the rounds it leaves out must not
+                        // wait for this rank.
+                        if let Some(next) = next_round.filter(|next| d.round > *next)
+                            && events.send(Event::Gap(id, next, d.round)).await.is_err()
+                        {
+                            break "the agent is stopping".into();
+                        }
+                        next_round = Some(next_round.unwrap_or(0).max(d.round.saturating_add(1)));
+                        if !gate.admit(d.round).await {
+                            break "the agent is stopping".into();
+                        }
+                    }
+                    // The dumps it dropped after the last one it delivered.
+                    Some(rank_message::Msg::Fin(f)) => {
+                        if let Some(next) = next_round.filter(|next| f.rounds_end > *next)
+                            && events.send(Event::Gap(id, next, f.rounds_end)).await.is_err()
+                        {
+                            break "the agent is stopping".into();
+                        }
+                        next_round = Some(next_round.unwrap_or(0).max(f.rounds_end));
+                    }
+                    _ => {}
+                }
                 if events.send(Event::Message(id, msg)).await.is_err() {
                     break "the agent is stopping".into();
                 }
@@ -220,6 +284,11 @@ impl Ranks {
 
     async fn send(&mut self, input: Input) {
         let _ = self.inputs.send(input).await;
+    }
+
+    /// Waits until `round` is inside the leaf's window; false if the node has ended.
+    async fn admit(&mut self, round: u64) -> bool {
+        canopy_core::transport::wait_in_window(&mut self.window, &self.inputs, round).await
     }
 
     /// Refuses a connection: the rank is told why, the connection closes.
@@ -256,6 +325,11 @@ impl Ranks {
             }
             Some(rank_message::Msg::Dump(d)) => self.on_dump(conn, d).await,
             Some(rank_message::Msg::Fin(f)) => {
+                // Dumps dropped after the last one delivered are counted with the FIN.
+                if let Some(a) = self.conns.get(&conn).and_then(|c| c.rank.as_ref()) {
+                    let (source, who) = (a.source.clone(), a.who());
+                    self.count_dropped(&source, &who, f.dropped).await;
+                }
                 let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
                     return;
                 };
@@ -349,21 +423,11 @@ impl Ranks {
             let names = d.names.into_iter().map(|n| (n.id, n.name)).collect();
             self.send(Input::RankNames(names)).await;
         }
-        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+        let Some(a) = self.conns.get(&conn).and_then(|c| c.rank.as_ref()) else {
             return;
         };
-        let known = self.dropped.entry(a.source.clone()).or_default();
-        if d.dropped > *known {
-            let fresh = d.dropped - *known;
-            *known = d.dropped;
-            tracing::warn!(
-                dropped = fresh,
-                total = d.dropped,
-                "{} reports dumps it could not deliver",
-                a.who()
-            );
-            let _ = self.inputs.send(Input::RankDumpsDropped(fresh)).await;
-        }
+        let (source, who) = (a.source.clone(), a.who());
+        self.count_dropped(&source, &who, d.dropped).await;
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
@@ -390,6 +454,35 @@ impl Ranks {
         self.place(conn, input).await;
     }
 
+    /// Counts what a rank reports it dropped beyond what it reported before (its total survives reconnects).
+    async fn count_dropped(&mut self, source: &str, who: &str, total: u64) {
+        let known = self.dropped.entry(source.to_string()).or_default();
+        if total > *known {
+            let fresh = total - *known;
+            *known = total;
+            tracing::warn!(dropped = fresh, total, "{who} reports dumps it could not deliver");
+            let _ = self.inputs.send(Input::RankDumpsDropped(fresh)).await;
+        }
+    }
+
+    /// A rank's dumps of rounds [from, end) were dropped in the application: the rounds stop waiting for it.
+    async fn on_gap(&mut self, conn: u64, from: u64, end: u64) {
+        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
+            return;
+        };
+        if self.draining || a.finished {
+            return;
+        }
+        tracing::debug!(from, end, "{}: rounds dropped before they left the rank", a.who());
+        a.next_round = a.next_round.max(end);
+        let input = Input::RankRoundsDropped {
+            source: a.source.clone(),
+            from,
+            end,
+        };
+        self.place(conn, input).await;
+    }
+
     /// Sends a rank's input to the node, or holds it until collection starts (dropping and counting the
     /// oldest beyond the limit).
     async fn place(&mut self, conn: u64, input: Input) {
@@ -401,8 +494,27 @@ impl Ranks {
             return;
         };
         a.held.push_back(input);
-        if a.held.len() > hold {
-            a.held.pop_front();
+        let dumps = a
+            .held
+            .iter()
+            .filter(|i| matches!(i, Input::RankRound { .. }))
+            .count();
+        if dumps > hold {
+            // The oldest dump goes; its round still stops waiting for the rank, which counts as dropped there.
+            let Some(at) = a.held.iter().position(|i| matches!(i, Input::RankRound { .. })) else {
+                return;
+            };
+            let Some(Input::RankRound { round, .. }) = a.held.remove(at) else {
+                return;
+            };
+            match a.held.front_mut() {
+                Some(Input::RankRoundsDropped { end, .. }) if *end == round => *end = round + 1,
+                _ => a.held.push_front(Input::RankRoundsDropped {
+                    source: a.source.clone(),
+                    from: round,
+                    end: round + 1,
+                }),
+            }
             tracing::warn!(
                 limit = hold,
                 "{}: collection has not started; its oldest held dump is dropped",
@@ -489,6 +601,15 @@ impl Ranks {
                         .filter_map(|c| c.rank.as_ref().filter(|a| !a.finished))
                         .map(|a| a.source.clone())
                         .collect();
+                    // Round by round, as the window allows: every rank's round 0 before any rank's round 1, so the
+                    // rounds close as they go in. A rank's detach stays after its rounds.
+                    held.sort_by_key(|input| match input {
+                        Input::RankRound { round, .. } => *round,
+                        Input::RankRoundsDropped { from, .. } => *from,
+                        _ => u64::MAX,
+                    });
+                    let limit = *self.window.borrow_and_update();
+                    self.gate.send_replace(limit);
                     for input in held {
                         if let Input::RankDetached {
                             source,
@@ -497,6 +618,11 @@ impl Ranks {
                             && back.contains(source)
                         {
                             continue;
+                        }
+                        if let Input::RankRound { round, .. } = &input
+                            && !self.admit(*round).await
+                        {
+                            return;
                         }
                         self.send(input).await;
                     }

@@ -72,13 +72,30 @@ struct Source {
     from: u64,
     /// Why the rounds below `from` lack it: it was stopped (resumed after a Stop), or not attached (lost).
     stopped_before: bool,
+    /// Rounds [from, end) whose dumps never left the rank (its SDK's queue was full): not waited for, and
+    /// counted as dropped.
+    dropped: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Source {
-    fn expected_in(&self, round: u64) -> bool {
+    /// Whether the groups of `round` wait for this source (before its dropped rounds are taken out).
+    fn attached_in(&self, round: u64) -> bool {
         round >= self.from && self.state.expected_in(round)
     }
+
+    fn expected_in(&self, round: u64) -> bool {
+        self.attached_in(round) && !self.dropped_in(round)
+    }
+
+    fn dropped_in(&self, round: u64) -> bool {
+        self.dropped
+            .iter()
+            .any(|(from, end)| *from <= round && round < *end)
+    }
 }
+
+/// Spans of dropped rounds remembered per source; the oldest is forgotten beyond this.
+const DROPPED_SPANS: usize = 256;
 
 /// One arrived packet.
 #[derive(Debug, Clone)]
@@ -190,6 +207,8 @@ pub struct RoundEngine {
     /// wait for these only, so every phase of a round describes the same ranks.
     participants: HashMap<(u32, u64), HashSet<SourceId>>,
     participants_order: std::collections::VecDeque<(u32, u64)>,
+    /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
+    any_dropped: bool,
 }
 
 impl RoundEngine {
@@ -212,6 +231,7 @@ impl RoundEngine {
     /// children not back yet) still answers for all of them, and the missing ones count as lost.
     pub fn add_source_from(&mut self, id: &str, ranks_below: u32, from: u64) {
         let known = self.sources.get(id).map_or(0, |s| s.ranks_below);
+        let dropped = self.sources.remove(id).map(|s| s.dropped).unwrap_or_default();
         self.sources.insert(
             id.to_string(),
             Source {
@@ -219,6 +239,7 @@ impl RoundEngine {
                 state: SourceState::Live,
                 from,
                 stopped_before: false,
+                dropped,
             },
         );
         self.recount();
@@ -313,6 +334,32 @@ impl RoundEngine {
             .open
             .iter()
             .filter(|(k, g)| self.all_live_arrived(**k, g))
+            .map(|(k, _)| *k)
+            .collect();
+        ready.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    /// A source's dumps of rounds [from, end) were dropped before they left it: those rounds do not wait for it
+    /// and count its ranks as dropped. Groups that were waiting only for it close now.
+    pub fn drop_rounds(&mut self, id: &str, from: u64, end: u64) -> Vec<Closed> {
+        let Some(s) = self.sources.get_mut(id) else {
+            return Vec::new();
+        };
+        if from >= end {
+            return Vec::new();
+        }
+        match s.dropped.back_mut() {
+            Some(last) if last.1 == from => last.1 = end,
+            _ => s.dropped.push_back((from, end)),
+        }
+        while s.dropped.len() > DROPPED_SPANS {
+            s.dropped.pop_front();
+        }
+        self.any_dropped = true;
+        let ready: Vec<GroupKey> = self
+            .open
+            .iter()
+            .filter(|(k, g)| from <= k.round && k.round < end && self.all_live_arrived(**k, g))
             .map(|(k, _)| *k)
             .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
@@ -457,7 +504,15 @@ impl RoundEngine {
             .iter()
             .filter(|(from, end)| *from <= round && round < *end)
             .count();
-        live + finished + spans
+        let dropped = if self.any_dropped {
+            self.sources
+                .values()
+                .filter(|s| s.attached_in(round) && s.dropped_in(round))
+                .count()
+        } else {
+            0
+        };
+        live + finished + spans - dropped
     }
 
     /// For a later phase of a round whose phase 0 closed here: the sources that took part in it.
@@ -514,6 +569,7 @@ impl RoundEngine {
                 continue;
             }
             let reason = match s.state {
+                _ if s.attached_in(key.round) && s.dropped_in(key.round) => MissingReason::Dropped,
                 _ if s.expected_in(key.round) => {
                     partial = true;
                     MissingReason::Late
@@ -649,6 +705,40 @@ mod tests {
         assert_eq!(c.coverage, full(32));
         assert!(!c.partial);
         assert!(!e.has_open_groups());
+    }
+
+    #[test]
+    fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
+        let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
+        let now = Instant::now();
+        let at = |round| GroupKey { round, ..K };
+        // Round 3 is open, waiting for b; b then reports that it dropped rounds 3 to 5.
+        e.accept(at(3), arrival("a", 1), now).unwrap();
+        e.accept(at(3), arrival("c", 1), now).unwrap();
+        let closed = e.drop_rounds("b", 3, 6);
+        assert_eq!(closed.len(), 1, "round 3 closes at once");
+        let c = &closed[0];
+        assert_eq!((c.key.round, c.coverage.covered, c.coverage.expected), (3, 2, 3));
+        assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
+        assert!(coverage_is_exact(&c.coverage));
+        assert!(!c.partial, "nothing was late");
+        // Round 4 opens later and does not wait for b either.
+        e.accept(at(4), arrival("a", 1), now).unwrap();
+        let Accepted::Closed(c) = e.accept(at(4), arrival("c", 1), now).unwrap() else {
+            panic!("round 4 waited for a dropped rank")
+        };
+        assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
+        // Round 6, after the span, waits for b again.
+        e.accept(at(6), arrival("a", 1), now).unwrap();
+        assert!(matches!(
+            e.accept(at(6), arrival("c", 1), now).unwrap(),
+            Accepted::Pending
+        ));
+        // A span of a source that then finishes still counts as dropped, not as late.
+        e.drop_rounds("b", 6, 7);
+        assert!(!e.has_open_groups());
+        let closed = e.set_source_state("b", SourceState::Finished { end: 7 });
+        assert!(closed.is_empty());
     }
 
     #[test]
@@ -812,6 +902,8 @@ mod tests {
             Stopped(u64),
             /// Attached at round `from` (a rank that came back): on time from there, not waited for below.
             JoinsAt(u64),
+            /// On time, but dropped its rounds [from, end) and says so when round `from` would have come.
+            Drops(u64, u64),
         }
 
         impl Fate {
@@ -819,6 +911,7 @@ mod tests {
                 match self {
                     Fate::OnTime => true,
                     Fate::JoinsAt(from) => round >= *from,
+                    Fate::Drops(from, end) => round < *from || round >= *end,
                     _ => false,
                 }
             }
@@ -832,6 +925,7 @@ mod tests {
                 1 => (0u64..7).prop_map(Fate::Finished),
                 1 => (0u64..7).prop_map(Fate::Stopped),
                 1 => (0u64..7).prop_map(Fate::JoinsAt),
+                1 => (0u64..7, 1u64..4).prop_map(|(from, n)| Fate::Drops(from, from + n)),
             ]
         }
 
@@ -884,6 +978,11 @@ mod tests {
                 }
                 for (r, i) in &events {
                     let (n, f, dropped) = &sources[*i];
+                    if let Fate::Drops(from, end) = f
+                        && r == from
+                    {
+                        closed.extend(e.drop_rounds(&format!("s{i}"), *from, *end));
+                    }
                     if !f.delivers(*r) {
                         continue;
                     }
@@ -943,6 +1042,14 @@ mod tests {
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
                     prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);
+                    let dropped: u32 = sources
+                        .iter()
+                        .filter(|s| matches!(s.1, Fate::Drops(from, end) if from <= r && r < end))
+                        .map(|s| s.0)
+                        .sum();
+                    prop_assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), dropped);
+                    // Only a late source leaves a round partial: a dropped round is known to be complete.
+                    prop_assert_eq!(c.partial, late > 0);
                 }
             }
         }

@@ -69,6 +69,13 @@ pub enum Input {
         dump_unix_ns: u64,
         profile: Result<Vec<u8>, MissingReason>,
     },
+    /// A socket rank's dumps of rounds [from, end) were dropped in the application (its queue was full): the
+    /// rounds do not wait for it, and count it as dropped.
+    RankRoundsDropped {
+        source: String,
+        from: u64,
+        end: u64,
+    },
     /// Names of events and counters the socket ranks use.
     RankNames(Vec<(u64, String)>),
     /// A socket rank left: finished after its rounds below `finished_end`, or lost (`None`).
@@ -531,6 +538,11 @@ impl<U: Up> Node<U> {
                 self.check_fin().await;
             }
             Input::RankDumpsDropped(n) => self.counters.rank_dumps_dropped += n,
+            Input::RankRoundsDropped { source, from, end } => {
+                self.local_end = self.local_end.max(end);
+                let closed = self.engine.drop_rounds(&source, from, end);
+                self.on_closed_all(closed).await;
+            }
             Input::WindowWait { round } => {
                 if !self.engine.has_open_groups() {
                     self.wait_hint = self.wait_hint.max(round);
@@ -1648,9 +1660,15 @@ impl<U: Up> Node<U> {
     fn update_window(&mut self) {
         // With no round open, the window starts after the last closed round, or at the round a waiting child
         // asked for (a child rejoining far ahead while no other child is delivering).
-        let floor = match self.engine.lowest_open_round() {
-            Some(floor) => floor,
-            None => self.highest_closed.map_or(0, |h| h + 1).max(self.wait_hint),
+        // A multi-phase round whose first phase went up stays in the window until this node sends up its last
+        // phase: a leaf that ran ahead with first phases would queue them in front of the later phases its parent
+        // waits for.
+        let active = self.engine.lowest_open_round();
+        let awaited = self.awaiting.keys().map(|(_, round)| *round).min();
+        let floor = match (active, awaited) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(floor), None) | (None, Some(floor)) => floor,
+            (None, None) => self.highest_closed.map_or(0, |h| h + 1).max(self.wait_hint),
         };
         let limit = floor.saturating_add(self.max_in_flight);
         self.window.send_if_modified(|w| {

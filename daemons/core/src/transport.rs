@@ -138,38 +138,9 @@ impl Tree for TreeService {
         }
         let inputs = self.inputs.clone();
         let attached = self.attached.clone();
-        let mut window = self.window.clone();
+        let window = self.window.clone();
         tokio::spawn(async move {
-            let reason = loop {
-                match inbound.message().await {
-                    Ok(Some(UpMessage { msg: Some(msg) })) => {
-                        if let up_message::Msg::Envelope(env) = &msg {
-                            let round = env.round;
-                            if !env.late && round >= *window.borrow() {
-                                // Tell the node what is waiting: with no round open it moves the window here.
-                                let _ = inputs.send(Input::WindowWait { round }).await;
-                                if window.wait_for(|limit| round < *limit).await.is_err() {
-                                    break "node stopped".to_string();
-                                }
-                            }
-                        }
-                        if inputs
-                            .send(Input::ChildMessage {
-                                conn,
-                                id: id.clone(),
-                                msg,
-                            })
-                            .await
-                            .is_err()
-                        {
-                            break "node stopped".to_string();
-                        }
-                    }
-                    Ok(Some(UpMessage { msg: None })) => {}
-                    Ok(None) => break "stream closed by child".to_string(),
-                    Err(status) => break format!("stream failed: {}", status.message()),
-                }
-            };
+            let reason = read_child(conn, &id, inbound, &inputs, window).await;
             {
                 let mut attached = attached.lock().expect("attached registry");
                 if attached.get(&id).is_some_and(|(c, _)| *c == conn) {
@@ -180,6 +151,110 @@ impl Tree for TreeService {
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// Waits until `round` is below `limit`; false if the node has ended. Each time the window moves without
+/// reaching the round, the node hears again what waits: once no round is open there, it moves its window to it.
+pub async fn wait_in_window(
+    limit: &mut watch::Receiver<u64>,
+    inputs: &mpsc::Sender<Input>,
+    round: u64,
+) -> bool {
+    loop {
+        if round < *limit.borrow_and_update() {
+            return true;
+        }
+        if inputs.send(Input::WindowWait { round }).await.is_err() || limit.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// Packets a child may have waiting above the window before its stream stops being read.
+const HELD_PER_CHILD: usize = 1024;
+
+/// Reads one child's stream into node inputs until it ends, and says why it ended.
+///
+/// A first-phase packet for a round at or above the window waits here, and what the child sends after it
+/// (other than packets of rounds inside the window) waits behind it, in order. Packets of rounds inside the
+/// window, which include every later phase of a round under way, pass at once: a child that ran ahead never
+/// holds back the later phases its parent waits for. Past `HELD_PER_CHILD` waiting packets the stream is not read
+/// until the window moves (back pressure).
+async fn read_child(
+    conn: u64,
+    id: &str,
+    mut inbound: Streaming<UpMessage>,
+    inputs: &mpsc::Sender<Input>,
+    mut window: watch::Receiver<u64>,
+) -> String {
+    let mut held: std::collections::VecDeque<up_message::Msg> = std::collections::VecDeque::new();
+    let admits = |msg: &up_message::Msg, limit: u64| match msg {
+        up_message::Msg::Envelope(env) => env.late || env.round < limit,
+        _ => true,
+    };
+    let forward = |msg: up_message::Msg| Input::ChildMessage {
+        conn,
+        id: id.to_string(),
+        msg,
+    };
+    let reason = loop {
+        tokio::select! {
+            next = inbound.message(), if held.len() < HELD_PER_CHILD => match next {
+                Ok(Some(UpMessage { msg: Some(msg) })) => {
+                    let limit = *window.borrow();
+                    let passes = match &msg {
+                        up_message::Msg::Envelope(_) => admits(&msg, limit),
+                        // Anything else keeps its place behind the packets waiting.
+                        _ => held.is_empty(),
+                    };
+                    if passes {
+                        if inputs.send(forward(msg)).await.is_err() {
+                            return "node stopped".into();
+                        }
+                        continue;
+                    }
+                    if let up_message::Msg::Envelope(env) = &msg
+                        && held.is_empty()
+                    {
+                        // Tell the node what is waiting: with no round open it moves the window here.
+                        let _ = inputs.send(Input::WindowWait { round: env.round }).await;
+                    }
+                    held.push_back(msg);
+                }
+                Ok(Some(UpMessage { msg: None })) => {}
+                Ok(None) => break "stream closed by child".to_string(),
+                Err(status) => break format!("stream failed: {}", status.message()),
+            },
+            changed = window.changed(), if !held.is_empty() => {
+                if changed.is_err() {
+                    return "node stopped".into();
+                }
+                let limit = *window.borrow_and_update();
+                while held.front().is_some_and(|m| admits(m, limit)) {
+                    let msg = held.pop_front().expect("front checked");
+                    if inputs.send(forward(msg)).await.is_err() {
+                        return "node stopped".into();
+                    }
+                }
+                if let Some(up_message::Msg::Envelope(env)) = held.front() {
+                    let _ = inputs.send(Input::WindowWait { round: env.round }).await;
+                }
+            }
+        }
+    };
+    // What the child sent before it left still reaches the node, in order, as the window allows.
+    while let Some(msg) = held.pop_front() {
+        if let up_message::Msg::Envelope(env) = &msg
+            && !admits(&msg, *window.borrow())
+            && !wait_in_window(&mut window, inputs, env.round).await
+        {
+            return "node stopped".into();
+        }
+        if inputs.send(forward(msg)).await.is_err() {
+            return "node stopped".into();
+        }
+    }
+    reason
 }
 
 /// Why a link gave up for good.

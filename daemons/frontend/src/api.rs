@@ -112,6 +112,7 @@ fn reason_of(word: &str) -> MissingReason {
         "sampled_out" => MissingReason::SampledOut,
         "malformed" => MissingReason::Malformed,
         "not_waited" => MissingReason::NotWaited,
+        "dropped" => MissingReason::Dropped,
         _ => MissingReason::Unspecified,
     }
 }
@@ -167,7 +168,7 @@ fn stored_updates(
     for s in streams.iter().filter(|s| wanted(s.stream_id, &s.name)) {
         let mut rounds = conn.prepare_cached(
             "SELECT round, covered, expected, missing_late, missing_lost, missing_stopped, missing_sampled_out,
-                    missing_malformed, missing_not_waited, missing_unspecified
+                    missing_malformed, missing_not_waited, missing_unspecified, missing_dropped
              FROM rounds WHERE stream_id = ?1 AND round >= ?2 ORDER BY round",
         )?;
         let rows: Vec<(u64, Coverage)> = rounds
@@ -181,6 +182,7 @@ fn stored_updates(
                     "malformed",
                     "not_waited",
                     "unspecified",
+                    "dropped",
                 ]
                 .iter()
                 .enumerate()

@@ -370,6 +370,7 @@ fn reason_word(r: MissingReason) -> &'static str {
         MissingReason::SampledOut => "sampled_out",
         MissingReason::Malformed => "malformed",
         MissingReason::NotWaited => "not_waited",
+        MissingReason::Dropped => "dropped",
         MissingReason::Unspecified => "unspecified",
     }
 }

@@ -12,7 +12,7 @@ use prost::Message;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 /// The version of the schema below, stored in `meta`; readers check it before trusting column meanings.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The name of the symlink that follows the newest run in the output directory.
 pub const LATEST: &str = "latest.sqlite";
@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     missing_sampled_out INTEGER NOT NULL DEFAULT 0,
     missing_malformed INTEGER NOT NULL DEFAULT 0,
     missing_not_waited INTEGER NOT NULL DEFAULT 0,
+    missing_dropped INTEGER NOT NULL DEFAULT 0,
     missing_unspecified INTEGER NOT NULL DEFAULT 0,
     missing_reason TEXT,
     late_ranks INTEGER NOT NULL DEFAULT 0,
@@ -135,7 +136,7 @@ CREATE INDEX IF NOT EXISTS late_arrivals_by_round ON late_arrivals (stream_id, r
 ";
 
 /// Indexed by `MissingReason as usize`, so the proto enum and the columns cannot drift apart silently.
-const MISSING_COLUMNS: [&str; 7] = [
+const MISSING_COLUMNS: [&str; 8] = [
     "missing_unspecified",
     "missing_late",
     "missing_lost",
@@ -143,6 +144,7 @@ const MISSING_COLUMNS: [&str; 7] = [
     "missing_sampled_out",
     "missing_malformed",
     "missing_not_waited",
+    "missing_dropped",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -729,18 +731,18 @@ fn upsert_round(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) ->
     let existing = tx
         .prepare_cached(
             "SELECT covered, expected, missing_unspecified, missing_late, missing_lost, missing_stopped,
-                    missing_sampled_out, missing_malformed, missing_not_waited, result_bytes, pieces,
-                    first_dump_unix_ns, closed_unix_ns
+                    missing_sampled_out, missing_malformed, missing_not_waited, missing_dropped, result_bytes,
+                    pieces, first_dump_unix_ns, closed_unix_ns
              FROM rounds WHERE stream_id = ?1 AND round = ?2",
         )?
         .query_row(params![rec.stream_id, round], |row| {
             let mut t = Tally {
                 covered: row.get(0)?,
                 expected: row.get(1)?,
-                result_bytes: row.get(9)?,
-                pieces: row.get(10)?,
-                first_dump_unix_ns: row.get(11)?,
-                closed_unix_ns: row.get(12)?,
+                result_bytes: row.get(10)?,
+                pieces: row.get(11)?,
+                first_dump_unix_ns: row.get(12)?,
+                closed_unix_ns: row.get(13)?,
                 ..Tally::default()
             };
             for (i, slot) in t.missing.iter_mut().enumerate() {
@@ -757,15 +759,16 @@ fn upsert_round(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) ->
     tx.prepare_cached(
         "INSERT INTO rounds (stream_id, stream_name, round, covered, expected,
                              missing_unspecified, missing_late, missing_lost, missing_stopped,
-                             missing_sampled_out, missing_malformed, missing_not_waited, missing_reason,
-                             result_bytes, pieces, first_dump_unix_ns, closed_unix_ns)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+                             missing_sampled_out, missing_malformed, missing_not_waited, missing_dropped,
+                             missing_reason, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT (stream_id, round) DO UPDATE SET
              stream_name = excluded.stream_name, covered = excluded.covered, expected = excluded.expected,
              missing_unspecified = excluded.missing_unspecified, missing_late = excluded.missing_late,
              missing_lost = excluded.missing_lost, missing_stopped = excluded.missing_stopped,
              missing_sampled_out = excluded.missing_sampled_out, missing_malformed = excluded.missing_malformed,
-             missing_not_waited = excluded.missing_not_waited, missing_reason = excluded.missing_reason,
+             missing_not_waited = excluded.missing_not_waited, missing_dropped = excluded.missing_dropped,
+             missing_reason = excluded.missing_reason,
              result_bytes = excluded.result_bytes, pieces = excluded.pieces,
              first_dump_unix_ns = excluded.first_dump_unix_ns, closed_unix_ns = excluded.closed_unix_ns",
     )?
@@ -782,6 +785,7 @@ fn upsert_round(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) ->
         sat(m[4]),
         sat(m[5]),
         sat(m[6]),
+        sat(m[7]),
         tally.reason_text(),
         sat(tally.result_bytes),
         sat(tally.pieces),
@@ -1068,7 +1072,7 @@ mod tests {
             ),
             [
                 format!("pid|{pid}"),
-                "schema_version|1".into(),
+                "schema_version|2".into(),
                 "tree|kary:2^2".into()
             ]
         );
