@@ -167,20 +167,41 @@ async fn one(ranks: u32, fanout: usize, filter: &str, period_us: u64, rounds: u6
         .await
         .map_err(anyhow::Error::msg)?;
     let conn = rusqlite::Connection::open(&sandbox.store)?;
-    let (n, first, last): (i64, Option<i64>, Option<i64>) = conn.query_row(
-        "SELECT count(*), min(closed_unix_ns), max(closed_unix_ns) FROM rounds",
+    // Both rates count from the first round's first dump, so the start (processes spawning, ranks attaching,
+    // the dumps held until collection starts) weighs on neither: offered is the ranks' pace from their first
+    // dump to their last, stored the rounds stored from that first dump to the last one's result.
+    let (n, first_round, last_round, first_dump, last_closed): (i64, i64, i64, i64, i64) = conn.query_row(
+        "SELECT count(*), COALESCE(min(round), 0), COALESCE(max(round), 0), COALESCE(min(first_dump_unix_ns), 0),
+                COALESCE(max(closed_unix_ns), 0)
+         FROM rounds",
         [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
     )?;
-    let span = (last.unwrap_or(0) - first.unwrap_or(0)) as f64 / 1e9;
-    Ok(Run {
-        worst_mean_us: per_round.iter().sum::<f64>() / per_round.len().max(1) as f64,
-        offered: rounds as f64 / elapsed,
-        stored: if span > 0.0 {
-            (n - 1).max(0) as f64 / span
+    let last_dump: i64 = conn
+        .query_row(
+            "SELECT COALESCE(first_dump_unix_ns, 0) FROM rounds ORDER BY round DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0);
+    let rate = |count: i64, from: i64, to: i64| {
+        let span = (to - from) as f64 / 1e9;
+        if span > 0.0 && count > 0 {
+            count as f64 / span
         } else {
             0.0
-        },
+        }
+    };
+    let offered = if last_round > first_round {
+        rate(last_round - first_round, first_dump, last_dump)
+    } else {
+        // Too few rounds stored to see the ranks' pace: the whole run's.
+        rounds as f64 / elapsed
+    };
+    Ok(Run {
+        worst_mean_us: per_round.iter().sum::<f64>() / per_round.len().max(1) as f64,
+        offered,
+        stored: rate(n - 1, first_dump, last_closed),
         dropped,
     })
 }
