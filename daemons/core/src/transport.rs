@@ -170,16 +170,17 @@ pub async fn wait_in_window(
     }
 }
 
-/// Packets a child may have waiting above the window before its stream stops being read.
+/// Messages, and payload bytes, a child may have waiting above the window before its stream stops being read.
 const HELD_PER_CHILD: usize = 1024;
+const HELD_BYTES_PER_CHILD: usize = 64 * 1024 * 1024;
 
 /// Reads one child's stream into node inputs until it ends, and says why it ended.
 ///
 /// A first-phase packet for a round at or above the window waits here, and what the child sends after it
 /// (other than packets of rounds inside the window) waits behind it, in order. Packets of rounds inside the
 /// window, which include every later phase of a round under way, pass at once: a child that ran ahead never
-/// holds back the later phases its parent waits for. Past `HELD_PER_CHILD` waiting packets the stream is not read
-/// until the window moves (back pressure).
+/// holds back the later phases its parent waits for. Past `HELD_PER_CHILD` waiting messages or
+/// `HELD_BYTES_PER_CHILD` of their payloads the stream is not read until the window moves (back pressure).
 async fn read_child(
     conn: u64,
     id: &str,
@@ -188,6 +189,11 @@ async fn read_child(
     mut window: watch::Receiver<u64>,
 ) -> String {
     let mut held: std::collections::VecDeque<up_message::Msg> = std::collections::VecDeque::new();
+    let mut held_bytes = 0usize;
+    let size = |msg: &up_message::Msg| match msg {
+        up_message::Msg::Envelope(env) => env.payload.len(),
+        _ => 0,
+    };
     let admits = |msg: &up_message::Msg, limit: u64| match msg {
         up_message::Msg::Envelope(env) => env.late || env.round < limit,
         _ => true,
@@ -199,7 +205,7 @@ async fn read_child(
     };
     let reason = loop {
         tokio::select! {
-            next = inbound.message(), if held.len() < HELD_PER_CHILD => match next {
+            next = inbound.message(), if held.len() < HELD_PER_CHILD && held_bytes < HELD_BYTES_PER_CHILD => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
                     let limit = *window.borrow();
                     let passes = match &msg {
@@ -219,6 +225,7 @@ async fn read_child(
                         // Tell the node what is waiting: with no round open it moves the window here.
                         let _ = inputs.send(Input::WindowWait { round: env.round }).await;
                     }
+                    held_bytes += size(&msg);
                     held.push_back(msg);
                 }
                 Ok(Some(UpMessage { msg: None })) => {}
@@ -232,6 +239,7 @@ async fn read_child(
                 let limit = *window.borrow_and_update();
                 while held.front().is_some_and(|m| admits(m, limit)) {
                     let msg = held.pop_front().expect("front checked");
+                    held_bytes -= size(&msg);
                     if inputs.send(forward(msg)).await.is_err() {
                         return "node stopped".into();
                     }
