@@ -233,31 +233,31 @@ async fn connection(
         }
         match RankMessage::decode(buf.as_slice()) {
             Ok(msg) if msg.msg.is_some() => {
-                match &msg.msg {
-                    Some(rank_message::Msg::Hello(h)) => next_round = Some(h.next_round),
-                    Some(rank_message::Msg::Dump(d)) => {
-                        // The gap goes ahead of the dump's wait for the window: the rounds it leaves out must not
-                        // wait for this rank.
-                        if let Some(next) = next_round.filter(|next| d.round > *next)
-                            && events.send(Event::Gap(id, next, d.round)).await.is_err()
-                        {
-                            break "the agent is stopping".into();
-                        }
-                        next_round = Some(next_round.unwrap_or(0).max(d.round.saturating_add(1)));
-                        if !gate.admit(d.round).await {
-                            break "the agent is stopping".into();
-                        }
+                // A dump's round, or a FIN's end, past the round expected next: the rank dropped the ones between
+                // (at a FIN, the ones after the last it delivered).
+                let reached = match &msg.msg {
+                    Some(rank_message::Msg::Hello(h)) => {
+                        next_round = Some(h.next_round);
+                        None
                     }
-                    // The dumps it dropped after the last one it delivered.
-                    Some(rank_message::Msg::Fin(f)) => {
-                        if let Some(next) = next_round.filter(|next| f.rounds_end > *next)
-                            && events.send(Event::Gap(id, next, f.rounds_end)).await.is_err()
-                        {
-                            break "the agent is stopping".into();
-                        }
-                        next_round = Some(next_round.unwrap_or(0).max(f.rounds_end));
+                    Some(rank_message::Msg::Dump(d)) => Some((d.round, d.round.saturating_add(1))),
+                    Some(rank_message::Msg::Fin(f)) => Some((f.rounds_end, f.rounds_end)),
+                    None => None,
+                };
+                if let Some((end, after)) = reached {
+                    // The gap goes ahead of the dump's wait for the window: the rounds it leaves out must not wait
+                    // for this rank.
+                    if let Some(next) = next_round.filter(|next| end > *next)
+                        && events.send(Event::Gap(id, next, end)).await.is_err()
+                    {
+                        break "the agent is stopping".into();
                     }
-                    _ => {}
+                    next_round = Some(next_round.unwrap_or(0).max(after));
+                }
+                if let Some(rank_message::Msg::Dump(d)) = &msg.msg
+                    && !gate.admit(d.round).await
+                {
+                    break "the agent is stopping".into();
                 }
                 if events.send(Event::Message(id, msg)).await.is_err() {
                     break "the agent is stopping".into();
