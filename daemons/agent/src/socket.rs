@@ -3,10 +3,11 @@
 //! hang-up without FIN makes it lost, its FIN finishes it. Control from the tree reaches every rank, which
 //! applies it at its next dump.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use canopy_core::node::Input;
+use canopy_core::node::{Input, RankEvent, rank_source};
+use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
 use canopy_wire::v1::{
     AgentMessage, Options, RankAbsence, RankControl, RankFinAck, RankHello, RankMessage, RankRefused,
@@ -16,7 +17,7 @@ use canopy_wire::{MAX_FRAME, RANK_PROTOCOL_VERSION, batch_of_one, encode_frame};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// Messages queued for one rank before it counts as not reading.
 const RANK_QUEUE: usize = 64;
@@ -80,10 +81,7 @@ struct Attached {
     source: String,
     /// The round after the last one the rank dumped.
     next_round: u64,
-
     finished: bool,
-    /// Inputs held until the tree starts collection.
-    held: VecDeque<Input>,
 }
 
 impl Attached {
@@ -96,45 +94,33 @@ impl Attached {
 struct Ranks {
     inputs: mpsc::Sender<Input>,
     conns: HashMap<u64, Conn>,
-    /// Collection has started: dumps go to the engine (before, each rank's are held, up to `hold`).
-    started: bool,
     collecting: bool,
     options: Options,
     draining: bool,
-    hold: usize,
     /// The running total of dumps each rank reported dropped, across its reconnections.
     dropped: HashMap<String, u64>,
-    /// The leaf's window of rounds in flight.
-    window: watch::Receiver<u64>,
-    /// What the connections may read up to: everything before the start, the leaf's window after it.
-    gate: watch::Sender<u64>,
 }
 
 /// Serves the socket until the control channel closes (the node ended).
 ///
-/// Once collection has started, a rank's dump of a round at or above the leaf's `window` waits on its connection,
-/// which is not read meanwhile: a rank that runs ahead of what the tree serves fills its own queue in the SDK,
-/// which drops and counts the dumps it cannot queue, and no other rank waits for it.
+/// A rank's dump of a round at or above the leaf's window waits on its connection, which is not read meanwhile: a
+/// rank that runs ahead of what the tree serves fills its own queue in the SDK, which drops and counts the dumps it
+/// cannot queue, and no other rank waits for it. (Before collection starts the leaf's window is open; the leaf
+/// holds each rank's dumps itself, bounded per rank.)
 pub async fn serve(
     listener: UnixListener,
     inputs: mpsc::Sender<Input>,
     mut control: mpsc::UnboundedReceiver<control::Action>,
-    hold: usize,
-    mut window: watch::Receiver<u64>,
+    window: WindowGate,
 ) {
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
-    let (gate, gate_rx) = watch::channel(u64::MAX);
     let mut ranks = Ranks {
         inputs,
         conns: HashMap::new(),
-        started: false,
         collecting: true,
         options: Options::default(),
         draining: false,
-        hold,
         dropped: HashMap::new(),
-        window: window.clone(),
-        gate,
     };
     let mut next_conn = 0u64;
     loop {
@@ -144,8 +130,7 @@ pub async fn serve(
                     next_conn += 1;
                     let (tx, rx) = mpsc::channel(RANK_QUEUE);
                     ranks.conns.insert(next_conn, Conn { tx: Some(tx), rank: None });
-                    let gate = Gate { limit: gate_rx.clone(), inputs: ranks.inputs.clone() };
-                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, gate));
+                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, window.clone()));
                 }
                 Err(e) => {
                     tracing::warn!("agent socket: accept failed: {e}");
@@ -161,26 +146,7 @@ pub async fn serve(
                 Some(a) => ranks.on_control(a).await,
                 None => return,
             },
-            changed = window.changed(), if ranks.started => {
-                if changed.is_err() {
-                    return;
-                }
-                ranks.gate.send_replace(*window.borrow_and_update());
-            }
         }
-    }
-}
-
-/// What a connection may read up to, and the node to tell when a rank waits for its window.
-struct Gate {
-    limit: watch::Receiver<u64>,
-    inputs: mpsc::Sender<Input>,
-}
-
-impl Gate {
-    /// Waits until `round` is inside the window; false if the agent is stopping.
-    async fn admit(&mut self, round: u64) -> bool {
-        canopy_core::transport::wait_in_window(&mut self.limit, &self.inputs, round).await
     }
 }
 
@@ -190,7 +156,7 @@ async fn connection(
     stream: UnixStream,
     events: mpsc::Sender<Event>,
     mut outbound: mpsc::Receiver<AgentMessage>,
-    mut gate: Gate,
+    mut gate: WindowGate,
 ) {
     let (mut rd, mut wr) = stream.into_split();
     let mut writer = tokio::spawn(async move {
@@ -282,13 +248,8 @@ impl Ranks {
         }
     }
 
-    async fn send(&mut self, input: Input) {
-        let _ = self.inputs.send(input).await;
-    }
-
-    /// Waits until `round` is inside the leaf's window; false if the node has ended.
-    async fn admit(&mut self, round: u64) -> bool {
-        canopy_core::transport::wait_in_window(&mut self.window, &self.inputs, round).await
+    async fn send(&mut self, ev: RankEvent) {
+        let _ = self.inputs.send(Input::Rank(ev)).await;
     }
 
     /// Refuses a connection: the rank is told why, the connection closes.
@@ -344,11 +305,11 @@ impl Ranks {
                 }
                 a.finished = true;
                 tracing::info!(rounds = f.rounds_end, dropped = f.dropped, "{} finished", a.who());
-                let detached = Input::RankDetached {
+                let detached = RankEvent::Detached {
                     source: a.source.clone(),
                     finished_end: Some(f.rounds_end.max(a.next_round)),
                 };
-                self.place(conn, detached).await;
+                self.send(detached).await;
                 if let Some(tx) = self.conns.get(&conn).and_then(|c| c.tx.as_ref()) {
                     let _ = tx.try_send(AgentMessage {
                         msg: Some(agent_message::Msg::FinAck(RankFinAck {})),
@@ -385,7 +346,7 @@ impl Ranks {
             );
             return self.refuse(conn, reason);
         }
-        let source = format!("rank:{}:{}", h.app, h.rank);
+        let source = rank_source(&h.app, h.rank);
         tracing::info!(
             from_round = h.next_round,
             nranks = h.nranks,
@@ -408,9 +369,8 @@ impl Ranks {
             source: source.clone(),
             next_round: h.next_round,
             finished: false,
-            held: VecDeque::new(),
         });
-        self.send(Input::RankAttached {
+        self.send(RankEvent::Attached {
             source,
             from: h.next_round,
             announced: h.nranks,
@@ -421,7 +381,7 @@ impl Ranks {
     async fn on_dump(&mut self, conn: u64, d: canopy_wire::v1::RankDump) {
         if !d.names.is_empty() {
             let names = d.names.into_iter().map(|n| (n.id, n.name)).collect();
-            self.send(Input::RankNames(names)).await;
+            self.send(RankEvent::Names(names)).await;
         }
         let Some(a) = self.conns.get(&conn).and_then(|c| c.rank.as_ref()) else {
             return;
@@ -444,14 +404,14 @@ impl Ranks {
             }
         };
         a.next_round = a.next_round.max(d.round.saturating_add(1));
-        let input = Input::RankRound {
+        let round = RankEvent::Round {
             source: a.source.clone(),
             rank: a.rank,
             round: d.round,
             dump_unix_ns: d.dump_unix_ns,
             profile,
         };
-        self.place(conn, input).await;
+        self.send(round).await;
     }
 
     /// Counts what a rank reports it dropped beyond what it reported before (its total survives reconnects).
@@ -461,7 +421,7 @@ impl Ranks {
             let fresh = total - *known;
             *known = total;
             tracing::warn!(dropped = fresh, total, "{who} reports dumps it could not deliver");
-            let _ = self.inputs.send(Input::RankDumpsDropped(fresh)).await;
+            self.send(RankEvent::DumpsDropped(fresh)).await;
         }
     }
 
@@ -475,159 +435,31 @@ impl Ranks {
         }
         tracing::debug!(from, end, "{}: rounds dropped before they left the rank", a.who());
         a.next_round = a.next_round.max(end);
-        let input = Input::RankRoundsDropped {
+        let dropped = RankEvent::RoundsDropped {
             source: a.source.clone(),
             from,
             end,
         };
-        self.place(conn, input).await;
-    }
-
-    /// Sends a rank's input to the node, or holds it until collection starts (dropping and counting the
-    /// oldest beyond the limit).
-    async fn place(&mut self, conn: u64, input: Input) {
-        if self.started {
-            return self.send(input).await;
-        }
-        let hold = self.hold;
-        let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
-            return;
-        };
-        a.held.push_back(input);
-        let dumps = a
-            .held
-            .iter()
-            .filter(|i| matches!(i, Input::RankRound { .. }))
-            .count();
-        if dumps > hold {
-            // The oldest dump goes; its round still stops waiting for the rank, which counts as dropped there.
-            let Some(at) = a.held.iter().position(|i| matches!(i, Input::RankRound { .. })) else {
-                return;
-            };
-            let Some(Input::RankRound { round, .. }) = a.held.remove(at) else {
-                return;
-            };
-            match a.held.front_mut() {
-                Some(Input::RankRoundsDropped { end, .. }) if *end == round => *end = round + 1,
-                _ => a.held.push_front(Input::RankRoundsDropped {
-                    source: a.source.clone(),
-                    from: round,
-                    end: round + 1,
-                }),
-            }
-            tracing::warn!(
-                limit = hold,
-                "{}: collection has not started; its oldest held dump is dropped",
-                a.who()
-            );
-            let _ = self.inputs.send(Input::RankDumpsDropped(1)).await;
-        }
+        self.send(dropped).await;
     }
 
     async fn on_closed(&mut self, conn: u64, reason: String) {
         let Some(c) = self.conns.remove(&conn) else { return };
-        let Some(mut a) = c.rank else { return };
-        if a.finished && !self.started {
-            // Its rounds wait for the start with the others'.
-            self.conns.insert(
-                conn,
-                Conn {
-                    tx: None,
-                    rank: Some(a),
-                },
-            );
-            return;
-        }
-        let held: Vec<Input> = a.held.drain(..).collect();
+        let Some(a) = c.rank else { return };
         if a.finished {
-            for input in held {
-                self.send(input).await;
-            }
             return;
         }
         tracing::warn!("{} vanished ({reason}): its rounds close as lost", a.who());
-        let lost = Input::RankDetached {
-            source: a.source.clone(),
+        let lost = RankEvent::Detached {
+            source: a.source,
             finished_end: None,
         };
-        if self.started {
-            self.send(lost).await;
-        } else {
-            // Held with the rest, so its dumps before it vanished still count when collection starts.
-            self.conns.insert(
-                conn,
-                Conn {
-                    tx: None,
-                    rank: Some(Attached {
-                        finished: true,
-                        held: held.into_iter().chain(std::iter::once(lost)).collect(),
-                        ..a
-                    }),
-                },
-            );
-        }
+        self.send(lost).await;
     }
 
     async fn on_control(&mut self, action: control::Action) {
         match action {
-            control::Action::Start(_) => {
-                self.collecting = true;
-                if !self.started {
-                    self.started = true;
-                    let mut held = Vec::new();
-                    let mut gone = Vec::new();
-                    // In connection order: an earlier connection's inputs (a rank that vanished) come before a
-                    // later one's for the same rank.
-                    let mut ids: Vec<u64> = self.conns.keys().copied().collect();
-                    ids.sort_unstable();
-                    for id in ids {
-                        let Some(c) = self.conns.get_mut(&id) else {
-                            continue;
-                        };
-                        if let Some(a) = c.rank.as_mut() {
-                            held.extend(a.held.drain(..));
-                            if c.tx.is_none() {
-                                gone.push(id);
-                            }
-                        }
-                    }
-                    for id in gone {
-                        self.conns.remove(&id);
-                    }
-                    // A rank that vanished and came back before the start is not lost.
-                    let back: std::collections::HashSet<String> = self
-                        .conns
-                        .values()
-                        .filter_map(|c| c.rank.as_ref().filter(|a| !a.finished))
-                        .map(|a| a.source.clone())
-                        .collect();
-                    // Round by round, as the window allows: every rank's round 0 before any rank's round 1, so the
-                    // rounds close as they go in. A rank's detach stays after its rounds.
-                    held.sort_by_key(|input| match input {
-                        Input::RankRound { round, .. } => *round,
-                        Input::RankRoundsDropped { from, .. } => *from,
-                        _ => u64::MAX,
-                    });
-                    let limit = *self.window.borrow_and_update();
-                    self.gate.send_replace(limit);
-                    for input in held {
-                        if let Input::RankDetached {
-                            source,
-                            finished_end: None,
-                        } = &input
-                            && back.contains(source)
-                        {
-                            continue;
-                        }
-                        if let Input::RankRound { round, .. } = &input
-                            && !self.admit(*round).await
-                        {
-                            return;
-                        }
-                        self.send(input).await;
-                    }
-                }
-            }
+            control::Action::Start(_) => self.collecting = true,
             control::Action::Stop(_) => self.collecting = false,
             control::Action::Options(o) => {
                 let period = if o.period_ms == 0 {
@@ -646,7 +478,7 @@ impl Ranks {
                 for c in self.conns.values_mut() {
                     if let Some(a) = c.rank.as_mut().filter(|a| !a.finished) {
                         a.finished = true;
-                        finished.push(Input::RankDetached {
+                        finished.push(RankEvent::Detached {
                             source: a.source.clone(),
                             finished_end: Some(a.next_round),
                         });

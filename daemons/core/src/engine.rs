@@ -6,9 +6,12 @@
 //! exactly one missing reason.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use canopy_proto::v1::{Coverage, Missing, MissingReason, SyncMode};
+use canopy_proto::v1::{Coverage, MissingReason, SyncMode};
+use tokio::time::Instant;
+
+pub use crate::coverage::{add_coverage, add_missing, coverage_is_exact, missing_for, uncover};
 
 /// Identifies a source of packets: a child node, or a rank at the leaf agent.
 pub type SourceId = String;
@@ -602,51 +605,6 @@ impl RoundEngine {
             partial,
         }
     }
-}
-
-/// Adds `other` into `into`: covered, expected and each reason.
-pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
-    into.covered += other.covered;
-    into.expected += other.expected;
-    for m in &other.missing {
-        add_missing(into, m.reason(), m.ranks);
-    }
-}
-
-/// Counts `ranks` more under `reason`, keeping one entry per reason.
-pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
-    if ranks == 0 {
-        return;
-    }
-    match cov.missing.iter_mut().find(|m| m.reason() == reason) {
-        Some(m) => m.ranks += ranks,
-        None => cov.missing.push(Missing {
-            reason: reason as i32,
-            ranks,
-        }),
-    }
-}
-
-/// Moves `ranks` covered ranks to `reason` (a payload the filter rejected).
-pub fn uncover(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
-    let ranks = ranks.min(cov.covered);
-    cov.covered -= ranks;
-    add_missing(cov, reason, ranks);
-}
-
-/// The invariant every coverage keeps.
-pub fn coverage_is_exact(cov: &Coverage) -> bool {
-    u64::from(cov.covered) + cov.missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>()
-        == u64::from(cov.expected)
-}
-
-/// Ranks missing under `reason`.
-pub fn missing_for(cov: &Coverage, reason: MissingReason) -> u32 {
-    cov.missing
-        .iter()
-        .filter(|m| m.reason() == reason)
-        .map(|m| m.ranks)
-        .sum()
 }
 
 #[cfg(test)]

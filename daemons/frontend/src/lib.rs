@@ -14,9 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat};
-use canopy_core::node::{Node, NodeConfig, NodeError, RootHandle, RootOptions, RoundResult, Up, unix_ns};
+use canopy_core::node::{
+    Node, NodeConfig, NodeError, RoleConfig, RootHandle, RootOptions, RootSink, RoundResult, StreamState, Up,
+    unix_ns,
+};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{MissingReason, NodeKind, StreamSpec, SyncMode, up_message};
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{RoundRecord, Store, StoreError};
@@ -186,7 +190,8 @@ enum StoreOp {
     Flush(tokio::sync::oneshot::Sender<RunSummary>),
 }
 
-/// The root's way up: everything goes to the store's writer thread, in order.
+/// The root's way up and its sink: everything goes to the store's writer thread, in order.
+#[derive(Clone)]
 struct StoreUp {
     tx: tokio::sync::mpsc::Sender<StoreOp>,
     /// Tells the writer what each stream's results are, so standard results become tables.
@@ -221,49 +226,56 @@ impl Up for StoreUp {
         };
         let _ = self.tx.send(op).await;
     }
+}
 
-    async fn result(&mut self, result: RoundResult) {
-        let _ = self.tx.send(StoreOp::Result(result)).await;
+impl RootSink for StoreUp {
+    fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.tx.send(StoreOp::Result(result)).await;
+        })
     }
 
-    async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
-        let _ = self
-            .tx
-            .send(StoreOp::Stream(
-                spec.clone(),
-                state.into(),
-                failure.map(str::to_string),
-            ))
-            .await;
-        if state == "open"
-            && let Ok(info) = self.filters.info(&spec.filter)
-        {
-            self.shared
-                .result_types
-                .lock()
-                .expect("result types")
-                .insert(spec.stream_id, info.result_type.clone());
-            let _ = self
-                .tx
-                .send(StoreOp::ResultType(spec.stream_id, info.result_type))
-                .await;
-        }
+    fn stream_state<'a>(
+        &'a mut self,
+        spec: &'a StreamSpec,
+        state: StreamState,
+        failure: Option<&'a str>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let op = StoreOp::Stream(spec.clone(), state.as_str().into(), failure.map(str::to_string));
+            let _ = self.tx.send(op).await;
+            if state == StreamState::Open
+                && let Ok(info) = self.filters.info(&spec.filter)
+            {
+                self.shared
+                    .result_types
+                    .lock()
+                    .expect("result types")
+                    .insert(spec.stream_id, info.result_type.clone());
+                let _ = self
+                    .tx
+                    .send(StoreOp::ResultType(spec.stream_id, info.result_type))
+                    .await;
+            }
+        })
     }
 
-    async fn flush(&mut self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send(StoreOp::Flush(tx)).await.is_ok()
-            && let Ok(summary) = rx.await
-        {
-            tracing::info!(
-                rounds = summary.rounds,
-                full = summary.full_rounds,
-                late = summary.late_packets,
-                bytes = summary.result_bytes,
-                errors = summary.store_errors,
-                "store flushed"
-            );
-        }
+    fn flush(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if self.tx.send(StoreOp::Flush(tx)).await.is_ok()
+                && let Ok(summary) = rx.await
+            {
+                tracing::info!(
+                    rounds = summary.rounds,
+                    full = summary.full_rounds,
+                    late = summary.late_packets,
+                    bytes = summary.result_bytes,
+                    errors = summary.store_errors,
+                    "store flushed"
+                );
+            }
+        })
     }
 }
 
@@ -426,28 +438,26 @@ impl Frontend {
             let shared = shared.clone();
             move || store_writer(store, store_rx, shared)
         })?;
+        let up = StoreUp {
+            tx: store_tx,
+            filters: filters.clone(),
+            shared: shared.clone(),
+        };
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
             filters: filters.clone(),
             max_rounds_in_flight: config.max_rounds_in_flight,
-            root: Some(RootOptions {
+            role: RoleConfig::Root(RootOptions {
                 expect_ranks: config.expect_ranks,
                 streams,
                 exit_on_fin: config.exit_on_fin,
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+                sink: Box::new(up.clone()),
             }),
-            local: None,
             status_interval: Duration::from_secs(1),
         };
-        let (node, handles) = Node::new(
-            node_config,
-            StoreUp {
-                tx: store_tx,
-                filters: filters.clone(),
-                shared: shared.clone(),
-            },
-        );
+        let (node, handles) = Node::new(node_config, up);
         Ok(Self {
             config,
             listener,

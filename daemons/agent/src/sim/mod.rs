@@ -1,5 +1,7 @@
 //! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
 
+pub mod clock;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
@@ -195,6 +197,16 @@ impl Simulator {
     }
 
     /// Names of every event and counter any of this simulator's ranks may report, with their ids.
+    /// The global numbers of the ranks this simulator serves.
+    pub fn ranks(&self) -> std::ops::Range<u32> {
+        self.cfg.rank_offset..self.cfg.rank_offset.saturating_add(self.cfg.ranks)
+    }
+
+    /// The application id the ranks report.
+    pub fn app(&self) -> &str {
+        &self.cfg.app
+    }
+
     pub fn names(&self) -> Vec<(u64, String)> {
         self.names.clone()
     }

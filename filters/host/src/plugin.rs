@@ -1,5 +1,5 @@
 //! The filter host: loads `libcanopy_filter_<name>.so` from the configured search path, checks its ABI, and
-//! wraps each instance as a [`Filter`]. Only a filter's name ever reaches this module from the network; the
+//! wraps each instance as a [`FilterInstance`]. Only a filter's name ever reaches this module from the network; the
 //! directories searched come from the daemon's own configuration.
 
 use std::collections::HashMap;
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use canopy_filter_abi as abi;
 
-use crate::filter::{Filter, FilterError, FilterFactory, Level, Output, Packet};
+use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
 /// executable (a build tree), `../lib/canopy/filters` from it (an installation under any prefix), then the
@@ -191,7 +191,7 @@ impl PluginFilters {
 }
 
 impl FilterFactory for PluginFilters {
-    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn Filter>, FilterError> {
+    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn FilterInstance>, FilterError> {
         let plugin = self.load(name)?;
         let level = match level {
             Level::Leaf => abi::LEVEL_LEAF,
@@ -327,7 +327,7 @@ impl PluginFilter {
     }
 }
 
-impl Filter for PluginFilter {
+impl FilterInstance for PluginFilter {
     fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
         let descs: Vec<abi::Bytes> = inputs.iter().map(|i| abi::Bytes::from_slice(i)).collect();
         let mut sink = Sink::default();
