@@ -1,73 +1,17 @@
-//! The agent's Unix socket: real ranks attach through the application SDK, one connection per rank
-//! (canopy/v1/rank.proto). Each rank is a source of the leaf's round engine; its dumps become its rounds, its
-//! hang-up without FIN makes it lost, its FIN finishes it. Control from the tree reaches every rank, which
-//! applies it at its next dump.
+//! The ranks attached through the socket: who is attached on which connection, what each has reported, and the
+//! control every rank gets. Each rank is a rank source of the leaf, fed as `RankEvent`s.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 
 use canopy_core::node::{Input, RankEvent, rank_source};
-use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
+use canopy_wire::RANK_PROTOCOL_VERSION;
+use canopy_wire::batch_of_one;
 use canopy_wire::v1::{
     AgentMessage, Options, RankAbsence, RankControl, RankFinAck, RankHello, RankMessage, RankRefused,
     agent_message, rank_message,
 };
-use canopy_wire::{MAX_FRAME, RANK_PROTOCOL_VERSION, batch_of_one, encode_frame};
-use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-
-/// Messages queued for one rank before it counts as not reading.
-const RANK_QUEUE: usize = 64;
-/// Events from all connections queued for the socket's task; beyond it, connections stop being read (the
-/// SDK then queues, and drops and counts what it cannot queue).
-const EVENT_QUEUE: usize = 1024;
-
-/// Binds the socket at `path`: makes its directory, replaces a stale socket no agent listens on, and lets
-/// every local user connect (ranks run as the job's user, the agent often as its own).
-pub fn bind(path: &Path) -> Result<UnixListener, String> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let listener = match UnixListener::bind(path) {
-        Ok(l) => l,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            use std::os::unix::fs::FileTypeExt;
-            let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if !meta.file_type().is_socket() {
-                return Err(format!("{} exists and is not a socket", path.display()));
-            }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!("another agent is listening on {}", path.display()));
-            }
-            std::fs::remove_file(path).map_err(|e| format!("cannot remove stale {}: {e}", path.display()))?;
-            UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?
-        }
-        Err(e) => return Err(format!("cannot listen on {}: {e}", path.display())),
-    };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot open {} to every user: {e}", path.display()))?;
-    Ok(listener)
-}
-
-/// Removes the socket file when the agent stops.
-pub struct SocketFile(pub PathBuf);
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-enum Event {
-    Message(u64, RankMessage),
-    /// The rank's rounds [from, end) never came: it dropped those dumps (its queue was full).
-    Gap(u64, u64, u64),
-    Closed(u64, String),
-}
 
 struct Conn {
     tx: Option<mpsc::Sender<AgentMessage>>,
@@ -91,7 +35,7 @@ impl Attached {
 }
 
 /// The ranks attached through the socket, and the control they get.
-struct Ranks {
+pub(super) struct Ranks {
     inputs: mpsc::Sender<Input>,
     conns: HashMap<u64, Conn>,
     collecting: bool,
@@ -101,144 +45,29 @@ struct Ranks {
     dropped: HashMap<String, u64>,
 }
 
-/// Serves the socket until the control channel closes (the node ended).
-///
-/// A rank's dump of a round at or above the leaf's window waits on its connection, which is not read meanwhile: a
-/// rank that runs ahead of what the tree serves fills its own queue in the SDK, which drops and counts the dumps it
-/// cannot queue, and no other rank waits for it. (Before collection starts the leaf's window is open; the leaf
-/// holds each rank's dumps itself, bounded per rank.)
-pub async fn serve(
-    listener: UnixListener,
-    inputs: mpsc::Sender<Input>,
-    mut control: mpsc::UnboundedReceiver<control::Action>,
-    window: WindowGate,
-) {
-    let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
-    let mut ranks = Ranks {
-        inputs,
-        conns: HashMap::new(),
-        collecting: true,
-        options: Options::default(),
-        draining: false,
-        dropped: HashMap::new(),
-    };
-    let mut next_conn = 0u64;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    next_conn += 1;
-                    let (tx, rx) = mpsc::channel(RANK_QUEUE);
-                    ranks.conns.insert(next_conn, Conn { tx: Some(tx), rank: None });
-                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, window.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!("agent socket: accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            },
-            Some(event) = events.recv() => match event {
-                Event::Message(conn, msg) => ranks.on_message(conn, msg).await,
-                Event::Gap(conn, from, end) => ranks.on_gap(conn, from, end).await,
-                Event::Closed(conn, reason) => ranks.on_closed(conn, reason).await,
-            },
-            action = control.recv() => match action {
-                Some(a) => ranks.on_control(a).await,
-                None => return,
-            },
+impl Ranks {
+    pub(super) fn new(inputs: mpsc::Sender<Input>) -> Self {
+        Ranks {
+            inputs,
+            conns: HashMap::new(),
+            collecting: true,
+            options: Options::default(),
+            draining: false,
+            dropped: HashMap::new(),
         }
     }
-}
 
-/// Reads frames from one rank and writes what the agent sends it.
-async fn connection(
-    id: u64,
-    stream: UnixStream,
-    events: mpsc::Sender<Event>,
-    mut outbound: mpsc::Receiver<AgentMessage>,
-    mut gate: WindowGate,
-) {
-    let (mut rd, mut wr) = stream.into_split();
-    let mut writer = tokio::spawn(async move {
-        let mut frame = Vec::new();
-        while let Some(msg) = outbound.recv().await {
-            frame.clear();
-            encode_frame(&msg, &mut frame);
-            if wr.write_all(&frame).await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    let mut buf = Vec::new();
-    // The round the rank's next dump should carry: a later one means it dropped the ones between.
-    let mut next_round: Option<u64> = None;
-    let reason = loop {
-        let mut prefix = [0u8; 4];
-        // The agent closing the connection (a refusal, a protocol error) ends the writer, and the reading.
-        let read = tokio::select! {
-            r = rd.read_exact(&mut prefix) => r,
-                        _ = &mut writer => {
-                let _ = events.send(Event::Closed(id, "closed by the agent".into())).await;
-                return;
-            }
-        };
-        match read {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break "connection closed".to_string(),
-            Err(e) => break format!("read failed: {e}"),
-        }
-        let len = match canopy_wire::frame_len(prefix) {
-            Ok(len) => len,
-            Err(e) => break format!("bad frame: {e}"),
-        };
-        debug_assert!(len <= MAX_FRAME);
-        buf.resize(len, 0);
-        if let Err(e) = rd.read_exact(&mut buf).await {
-            break format!("connection closed inside a frame: {e}");
-        }
-        match RankMessage::decode(buf.as_slice()) {
-            Ok(msg) if msg.msg.is_some() => {
-                // A dump's round, or a FIN's end, past the round expected next: the rank dropped the ones between
-                // (at a FIN, the ones after the last it delivered).
-                let reached = match &msg.msg {
-                    Some(rank_message::Msg::Hello(h)) => {
-                        next_round = Some(h.next_round);
-                        None
-                    }
-                    Some(rank_message::Msg::Dump(d)) => Some((d.round, d.round.saturating_add(1))),
-                    Some(rank_message::Msg::Fin(f)) => Some((f.rounds_end, f.rounds_end)),
-                    None => None,
-                };
-                if let Some((end, after)) = reached {
-                    // The gap goes ahead of the dump's wait for the window: the rounds it leaves out must not wait
-                    // for this rank.
-                    if let Some(next) = next_round.filter(|next| end > *next)
-                        && events.send(Event::Gap(id, next, end)).await.is_err()
-                    {
-                        break "the agent is stopping".into();
-                    }
-                    next_round = Some(next_round.unwrap_or(0).max(after));
-                }
-                if let Some(rank_message::Msg::Dump(d)) = &msg.msg
-                    && !gate.admit(d.round).await
-                {
-                    break "the agent is stopping".into();
-                }
-                if events.send(Event::Message(id, msg)).await.is_err() {
-                    break "the agent is stopping".into();
-                }
-            }
-            Ok(_) => break "bad message: empty".into(),
-            Err(e) => break format!("bad message: {e}"),
-        }
-    };
-    let _ = events.send(Event::Closed(id, reason)).await;
-    // The writer ends when the socket's task drops this rank's sender.
-    let _ = writer.await;
-}
+    /// A new connection, not yet attached as a rank.
+    pub(super) fn connected(&mut self, conn: u64, tx: mpsc::Sender<AgentMessage>) {
+        self.conns.insert(
+            conn,
+            Conn {
+                tx: Some(tx),
+                rank: None,
+            },
+        );
+    }
 
-impl Ranks {
     fn control_message(&self) -> AgentMessage {
         AgentMessage {
             msg: Some(agent_message::Msg::Control(RankControl {
@@ -272,7 +101,7 @@ impl Ranks {
         self.on_closed(conn, reason).await;
     }
 
-    async fn on_message(&mut self, conn: u64, msg: RankMessage) {
+    pub(super) async fn on_message(&mut self, conn: u64, msg: RankMessage) {
         let attached = self.conns.get(&conn).is_some_and(|c| c.rank.is_some());
         match msg.msg {
             Some(rank_message::Msg::Hello(h)) if !attached => self.on_hello(conn, h).await,
@@ -426,7 +255,7 @@ impl Ranks {
     }
 
     /// A rank's dumps of rounds [from, end) were dropped in the application: the rounds stop waiting for it.
-    async fn on_gap(&mut self, conn: u64, from: u64, end: u64) {
+    pub(super) async fn on_gap(&mut self, conn: u64, from: u64, end: u64) {
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
@@ -443,7 +272,7 @@ impl Ranks {
         self.send(dropped).await;
     }
 
-    async fn on_closed(&mut self, conn: u64, reason: String) {
+    pub(super) async fn on_closed(&mut self, conn: u64, reason: String) {
         let Some(c) = self.conns.remove(&conn) else { return };
         let Some(a) = c.rank else { return };
         if a.finished {
@@ -457,7 +286,7 @@ impl Ranks {
         self.send(lost).await;
     }
 
-    async fn on_control(&mut self, action: control::Action) {
+    pub(super) async fn on_control(&mut self, action: control::Action) {
         match action {
             control::Action::Start(_) => self.collecting = true,
             control::Action::Stop(_) => self.collecting = false,
