@@ -55,7 +55,12 @@ mod tests {
             prost::Message::decode(filters::FILE_DESCRIPTOR_SET).unwrap();
         assert!(!theirs.file.is_empty());
         for f in &theirs.file {
-            assert_eq!(ours.file.iter().find(|o| o.name() == f.name()), Some(f), "{}", f.name());
+            assert_eq!(
+                ours.file.iter().find(|o| o.name() == f.name()),
+                Some(f),
+                "{}",
+                f.name()
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The classify filter (ToM's ClassFilter): ranks are grouped into functional classes by a hash of the event
 //! names they report, and each class gets its members (as rank ranges), per-event summaries and histograms.
 //!
-//! The class id of a rank is the xxh3-64 ([`canopy_proto::event_id`]) of its selected event names, sorted,
+//! The class id of a rank is the xxh3-64 ([`canopy_wire::event_id`]) of its selected event names, sorted,
 //! deduplicated and joined with "\n". Scheme `all` selects every event the rank reports (events only, not
 //! counters); scheme `pattern` only the names the regex matches (anywhere in the name: anchor it with `^` for a
 //! prefix). A rank that selects nothing is in the class of the empty string. An event whose name this node was
@@ -21,9 +21,9 @@ use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::{self, StatsMap};
 use canopy_filter_common::{Params, Values, decode, metrics, ranks};
+use canopy_filter_proto::v1::{Class, ClassPacket, ClassResult, RankRange, RankRef};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::{Class, ClassPacket, ClassResult, RankRange, RankRef};
-use canopy_proto::v1::RankProfile;
+use canopy_wire::v1::RankProfile;
 use prost::Message;
 use regex_lite::Regex;
 
@@ -118,7 +118,7 @@ impl ClassifyFilter {
         let names: BTreeSet<String> = p.events.iter().filter_map(|e| self.select(e.event_id)).collect();
         let joined = names.iter().map(String::as_str).collect::<Vec<_>>().join("\n");
         (
-            canopy_proto::event_id(&joined),
+            canopy_wire::event_id(&joined),
             names.into_iter().next().unwrap_or_default(),
         )
     }
@@ -235,7 +235,7 @@ impl Filter for ClassifyFilter {
     const PHASES: u32 = 3;
 
     fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
     }
 
     /// Params: `{"scheme": "all" | "pattern", "pattern": "<regex>" (with scheme pattern only),
@@ -431,8 +431,8 @@ export_filter!(ClassifyFilter);
 mod tests {
     use super::*;
     use canopy_filter_common::testing::{Collect, encode_one};
-    use canopy_proto::filters::v1::Metric;
-    use canopy_proto::v1::EventSample;
+    use canopy_filter_proto::v1::Metric;
+    use canopy_wire::v1::EventSample;
 
     fn profile(rank: u32, events: &[(&str, f64)]) -> Vec<u8> {
         encode_one(&RankProfile {
@@ -441,7 +441,7 @@ mod tests {
             events: events
                 .iter()
                 .map(|(n, v)| EventSample {
-                    event_id: canopy_proto::event_id(n),
+                    event_id: canopy_wire::event_id(n),
                     calls: 1,
                     incl_us: *v,
                     excl_us: *v,
@@ -454,7 +454,7 @@ mod tests {
 
     fn named(params: &str, level: Level, names: &[&str]) -> ClassifyFilter {
         let mut f = ClassifyFilter::create(params, level).unwrap();
-        let pairs: Vec<(u64, &str)> = names.iter().map(|n| (canopy_proto::event_id(n), *n)).collect();
+        let pairs: Vec<(u64, &str)> = names.iter().map(|n| (canopy_wire::event_id(n), *n)).collect();
         f.names(&pairs);
         f
     }
@@ -543,8 +543,8 @@ mod tests {
         // Both rounds' phase 0 before either's phase 1 and 2, completed in either order.
         for order in [[0, 1], [1, 0]] {
             let res = run_rounds(r#"{"bins": 2}"#, &["a", "b"], &[r0.clone(), r1.clone()], &order);
-            let a_only = canopy_proto::event_id("a");
-            let a_b = canopy_proto::event_id("a\nb");
+            let a_only = canopy_wire::event_id("a");
+            let a_b = canopy_wire::event_id("a\nb");
             let mut ids0: Vec<u64> = vec![a_only, a_b];
             ids0.sort();
             assert_eq!(
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn unknown_names_fall_back_to_hex_ids() {
-        let id = canopy_proto::event_id("MPI_Send()");
+        let id = canopy_wire::event_id("MPI_Send()");
         let mut leaf = ClassifyFilter::create("{}", Level::Leaf).unwrap();
         let p = RankProfile {
             events: vec![EventSample {
@@ -602,16 +602,13 @@ mod tests {
         };
         assert_eq!(
             leaf.class_of(&p),
-            (
-                canopy_proto::event_id(&format!("{id:016x}")),
-                format!("{id:016x}")
-            )
+            (canopy_wire::event_id(&format!("{id:016x}")), format!("{id:016x}"))
         );
         // Once the name is known, it is used.
         leaf.names(&[(id, "MPI_Send()")]);
         assert_eq!(
             leaf.class_of(&p),
-            (canopy_proto::event_id("MPI_Send()"), "MPI_Send()".to_string())
+            (canopy_wire::event_id("MPI_Send()"), "MPI_Send()".to_string())
         );
     }
 
@@ -623,13 +620,13 @@ mod tests {
             &["main", "MPI_Send", "MPI_Recv"],
         );
         let ev = |n: &str| EventSample {
-            event_id: canopy_proto::event_id(n),
+            event_id: canopy_wire::event_id(n),
             ..Default::default()
         };
         let p = RankProfile {
             events: vec![ev("main"), ev("MPI_Send"), ev("MPI_Recv"), ev("MPI_Send")],
-            counters: vec![canopy_proto::v1::CounterSample {
-                counter_id: canopy_proto::event_id("MPI_x"),
+            counters: vec![canopy_wire::v1::CounterSample {
+                counter_id: canopy_wire::event_id("MPI_x"),
                 ..Default::default()
             }],
             ..Default::default()
@@ -637,7 +634,7 @@ mod tests {
         assert_eq!(
             leaf.class_of(&p),
             (
-                canopy_proto::event_id("MPI_Recv\nMPI_Send"),
+                canopy_wire::event_id("MPI_Recv\nMPI_Send"),
                 "MPI_Recv".to_string()
             )
         );
@@ -645,7 +642,7 @@ mod tests {
             events: vec![ev("main")],
             ..Default::default()
         };
-        assert_eq!(leaf.class_of(&none), (canopy_proto::event_id(""), String::new()));
+        assert_eq!(leaf.class_of(&none), (canopy_wire::event_id(""), String::new()));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use canopy_filter_sdk::{Emit, Filter, Level};
-use canopy_proto::v1::{CounterSample, EventSample, ProfileBatch, RankProfile};
+use canopy_wire::v1::{CounterSample, EventSample, ProfileBatch, RankProfile};
 use prost::Message;
 
 /// A small deterministic generator (SplitMix64): the tests need reproducible shapes and orders, not quality.
@@ -486,7 +486,7 @@ impl DataSpec {
         self.events
             .iter()
             .chain(&self.counters)
-            .map(|n| (canopy_proto::event_id(n), n.clone()))
+            .map(|n| (canopy_wire::event_id(n), n.clone()))
             .collect()
     }
 }
@@ -521,7 +521,7 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
                         _ => rng.between(0, 100) as u64,
                     };
                     events.push(EventSample {
-                        event_id: canopy_proto::event_id(name),
+                        event_id: canopy_wire::event_id(name),
                         calls,
                         subrs: rng.between(0, 3) as u64,
                         incl_us: edge_value(rng),
@@ -543,7 +543,7 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
             for name in &spec.counters {
                 if rng.chance(0.5) {
                     counters.push(CounterSample {
-                        counter_id: canopy_proto::event_id(name),
+                        counter_id: canopy_wire::event_id(name),
                         value: edge_value(rng),
                         total: edge_value(rng),
                     });
@@ -687,8 +687,8 @@ impl Case {
 pub mod reference {
     use std::collections::BTreeMap;
 
-    use canopy_proto::filters::v1::{Histogram, Metric, Summary};
-    use canopy_proto::v1::RankProfile;
+    use canopy_filter_proto::v1::{Histogram, Metric, Summary};
+    use canopy_wire::v1::RankProfile;
 
     /// (id, metric as i32).
     pub type Key = (u64, i32);
@@ -783,7 +783,7 @@ pub mod reference {
     /// with [`close`].
     pub fn check_summary(what: &str, s: &Summary, values: &[Sample]) -> Result<(), String> {
         let d = direct(values);
-        let rank = |r: &Option<canopy_proto::filters::v1::RankRef>| {
+        let rank = |r: &Option<canopy_filter_proto::v1::RankRef>| {
             r.as_ref().map(|r| (r.app.clone(), r.rank)).unwrap_or_default()
         };
         let checks = [

@@ -13,8 +13,8 @@ use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::{self, StatsMap};
 use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_proto::v1::{HistogramPacket, HistogramResult, RankRef};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::{HistogramPacket, HistogramResult, RankRef};
 use prost::Message;
 
 /// The default number of bins, as ToM's Fig. 6.
@@ -108,7 +108,7 @@ impl Filter for HistogramFilter {
     const PHASES: u32 = 3;
 
     fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
     }
 
     /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative"}`.
@@ -236,7 +236,7 @@ export_filter!(HistogramFilter);
 mod tests {
     use super::*;
     use canopy_filter_common::testing::{Collect, one_event_profile};
-    use canopy_proto::filters::v1::{Histogram, Metric};
+    use canopy_filter_proto::v1::{Histogram, Metric};
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)

@@ -3,7 +3,7 @@
 use canopy_filter_common::testing::reference::{self, Key};
 use canopy_filter_common::testing::{Case, DataSpec};
 use canopy_filter_histogram::HistogramFilter;
-use canopy_proto::filters::v1::HistogramResult;
+use canopy_filter_proto::v1::HistogramResult;
 use proptest::prelude::*;
 use prost::Message;
 

@@ -5,7 +5,7 @@
 #![deny(unsafe_code)]
 
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::v1::ProfileBatch;
+use canopy_wire::v1::ProfileBatch;
 use prost::Message;
 
 #[derive(Debug)]
@@ -16,7 +16,7 @@ impl Filter for Passthrough {
     const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
 
     fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
     }
 
     fn create(params: &str, _level: Level) -> Result<Self, String> {
@@ -73,7 +73,7 @@ export_filter!(Passthrough);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::v1::RankProfile;
+    use canopy_wire::v1::RankProfile;
 
     #[derive(Default)]
     struct Collect {

@@ -5,8 +5,8 @@
 
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_proto::v1::StatsResult;
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::StatsResult;
 use prost::Message;
 
 /// One instance per stream per node. It keeps no state between calls: each round is one phase.
@@ -58,7 +58,7 @@ impl Filter for StatsFilter {
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
 
     fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
     }
 
     /// Params: `{"values": "round" | "cumulative"}`.
@@ -117,7 +117,7 @@ export_filter!(StatsFilter);
 mod tests {
     use super::*;
     use canopy_filter_common::testing::{Collect, one_event_profile};
-    use canopy_proto::filters::v1::Metric;
+    use canopy_filter_proto::v1::Metric;
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)

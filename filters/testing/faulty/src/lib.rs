@@ -5,7 +5,7 @@
 #![deny(unsafe_code)]
 
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::v1::ProfileBatch;
+use canopy_wire::v1::ProfileBatch;
 use prost::Message;
 
 pub struct Faulty {
@@ -18,7 +18,7 @@ impl Filter for Faulty {
     const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
 
     fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
     }
 
     fn create(params: &str, level: Level) -> Result<Self, String> {
