@@ -430,8 +430,8 @@ export_filter!(ClassifyFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, encode_one};
     use canopy_filter_proto::v1::Metric;
+    use canopy_filter_test::{Collect, encode_one};
     use canopy_wire::v1::EventSample;
 
     fn profile(rank: u32, events: &[(&str, f64)]) -> Vec<u8> {

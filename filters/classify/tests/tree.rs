@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use canopy_filter_classify::ClassifyFilter;
-use canopy_filter_common::testing::reference;
-use canopy_filter_common::testing::{Case, DataSpec};
 use canopy_filter_proto::v1::{ClassResult, RankRange};
+use canopy_filter_test::reference;
+use canopy_filter_test::{Case, DataSpec};
 use canopy_wire::v1::RankProfile;
 use proptest::prelude::*;
 use prost::Message;

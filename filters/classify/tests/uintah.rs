@@ -1,8 +1,8 @@
 //! ToM's Uintah example (Fig. 7): classes by AMR level-1 patch events, and the reduction factor.
 
 use canopy_filter_classify::ClassifyFilter;
-use canopy_filter_common::testing::{Case, Rng, Tree};
 use canopy_filter_proto::v1::{ClassResult, RankRange};
+use canopy_filter_test::{Case, Rng, Tree};
 use canopy_wire::v1::{EventSample, RankProfile};
 use prost::Message;
 

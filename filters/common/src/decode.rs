@@ -79,8 +79,8 @@ pub fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Collect;
     use canopy_filter_proto::v1::StatsResult;
+    use canopy_filter_test::Collect;
 
     fn batch(app: &str, rank: u32) -> Vec<u8> {
         ProfileBatch {

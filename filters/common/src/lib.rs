@@ -1,10 +1,10 @@
 //! What Canopy's standard filters share: parameters, metric extraction, mergeable summaries, histograms,
-//! rank ranges, per-round state and a tree simulator for tests.
+//! rank ranges and per-round state. (Their test support, a tree simulator among it, is canopy-filter-test.)
 //!
 //! Every repeated output these helpers build is sorted (by `(id, metric)`, by rank, ...), so a filter's
 //! result does not depend on the order in which packets arrive.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod decode;
 pub mod histogram;
@@ -14,7 +14,6 @@ pub mod ranks;
 pub mod rounds;
 pub mod stream;
 pub mod summary;
-pub mod testing;
 
 pub use metrics::{Key, Values};
 pub use params::Params;

@@ -116,8 +116,8 @@ export_filter!(StatsFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, one_event_profile};
     use canopy_filter_proto::v1::Metric;
+    use canopy_filter_test::{Collect, one_event_profile};
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)
