@@ -1,5 +1,6 @@
 //! What Canopy's standard filters share: parameters, metric extraction, mergeable summaries, histograms,
-//! rank ranges and per-round state. (Their test support, a tree simulator among it, is canopy-filter-test.)
+//! rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
+//! simulator among it) is the crate canopy-filter-test.
 //!
 //! Every repeated output these helpers build is sorted (by `(id, metric)`, by rank, ...), so a filter's
 //! result does not depend on the order in which packets arrive.
@@ -14,6 +15,7 @@ pub mod ranks;
 pub mod rounds;
 pub mod stream;
 pub mod summary;
+pub mod three_phase;
 
 pub use metrics::{Key, Values};
 pub use params::Params;
