@@ -13,7 +13,7 @@
 //! class), phase 1 down (the per-class ranges), phase 2 up (per-class histograms). The result reports the
 //! reduction factor: raw profile bytes over the size of the result (ToM Fig. 7).
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -350,10 +350,6 @@ impl Filter for ClassifyFilter {
     const NAME: &'static str = "classify";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.ClassResult";
     const PHASES: u32 = three_phase::PHASES;
-
-    fn descriptors() -> &'static [u8] {
-        canopy_filter_proto::FILE_DESCRIPTOR_SET
-    }
 
     /// Params: `{"scheme": "all" | "pattern", "pattern": "<regex>" (with scheme pattern only),
     /// "bins": 1..=10000 (5), "values": "round" | "cumulative"}`.

@@ -8,7 +8,7 @@
 //! Rounds pipeline: every phase of every round is keyed by its round number. The scheme's skeleton, shared
 //! with classify, is [`canopy_filter_common::three_phase`].
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
@@ -159,10 +159,6 @@ impl Filter for HistogramFilter {
     const NAME: &'static str = "histogram";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.HistogramResult";
     const PHASES: u32 = three_phase::PHASES;
-
-    fn descriptors() -> &'static [u8] {
-        canopy_filter_proto::FILE_DESCRIPTOR_SET
-    }
 
     /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative"}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {

@@ -1,7 +1,7 @@
 //! The stats filter (ToM's StatsFilter): per event and metric, count, mean, standard deviation, min and max
 //! with the ranks holding them, merged up the tree in one phase.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::{Params, Values, decode, metrics};
@@ -56,10 +56,6 @@ impl StatsFilter {
 impl Filter for StatsFilter {
     const NAME: &'static str = "stats";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
-
-    fn descriptors() -> &'static [u8] {
-        canopy_filter_proto::FILE_DESCRIPTOR_SET
-    }
 
     /// Params: `{"values": "round" | "cumulative"}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
