@@ -1,5 +1,6 @@
 //! Canopy's wire protocol: the `canopy.v1` messages and the `Tree` service, generated at build time.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::all, clippy::pedantic)]
 
 /// The `canopy.v1` package.
