@@ -8,6 +8,8 @@ use std::str::FromStr;
 
 use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
+use rand_xoshiro::SplitMix64;
+use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 
 /// The application a simulator imitates.
 ///
@@ -299,7 +301,7 @@ impl Simulator {
         let sc = self.cfg.scenario;
         let plan = &self.plans[st.plan];
         let w = workload(sc, round);
-        let key = |id: u64| SplitMix64::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
+        let key = |id: u64| Keyed::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
         let mut out: Vec<Sample> = plan
             .iter()
             .map(|slot| {
@@ -428,7 +430,7 @@ struct Statics {
 
 impl Statics {
     fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
-        let mut g = SplitMix64::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
+        let mut g = Keyed::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
         let u = g.unit();
         let speed = SPEED_MIN + (SPEED_MAX - SPEED_MIN) * u * u;
         let comm = g.range(0.9, 1.1);
@@ -672,16 +674,19 @@ fn mix64(mut z: u64) -> u64 {
 /// splitmix64 seeded from a hashed key, so a value depends on its key alone and not on what was drawn
 /// before it.
 #[derive(Debug)]
-struct SplitMix64(u64);
+/// The simulator's generator: rand_xoshiro's SplitMix64, its state a hash of the draw's key (seed, scenario, rank,
+/// round, event), so every value is reproducible on its own, whatever else was drawn.
+struct Keyed(SplitMix64);
 
-impl SplitMix64 {
-    fn keyed(key: &[u64]) -> SplitMix64 {
-        SplitMix64(key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN)))
+impl Keyed {
+    fn keyed(key: &[u64]) -> Keyed {
+        let state = key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN));
+        // from_seed takes the bytes as the state as they are; seed_from_u64 would scramble them first.
+        Keyed(SplitMix64::from_seed(state.to_le_bytes()))
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(GOLDEN);
-        mix64(self.0)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
