@@ -115,9 +115,8 @@ impl Leaf {
         self.held.remove(&key);
         tracing::warn!(
             limit = self.options.hold_dumps,
-            %source,
             round,
-            "collection has not started; the rank's oldest held dump is dropped"
+            "{source}: collection has not started; its oldest held dump is dropped"
         );
         // Dropped rounds next to each other make one span (the engine remembers a bounded number of spans).
         let adjacent = self.held.values_mut().find_map(|ev| match ev {
