@@ -299,7 +299,11 @@ async fn launch_and_watch(
         if interrupted { " (interrupted)" } else { "" }
     );
     println!("  results: {}", store.display());
-    println!("  try: sqlite3 {} '{}'", store.display(), canopy_store::EXAMPLE_QUERY);
+    println!(
+        "  try: sqlite3 {} '{}'",
+        store.display(),
+        canopy_store::EXAMPLE_QUERY
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -422,7 +426,10 @@ impl StoreWatcher {
             } else {
                 0.0
             };
-            let missing = r.missing_reason.map(|m| format!("  missing {m}")).unwrap_or_default();
+            let missing = r
+                .missing_reason
+                .map(|m| format!("  missing {m}"))
+                .unwrap_or_default();
             println!(
                 "  {:<12} round {:>5}  coverage {:>5}/{:<5} {pct:>5.1}%  {:>9} B{missing}",
                 r.stream, r.round, r.covered, r.expected, r.result_bytes

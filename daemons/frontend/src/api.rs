@@ -343,7 +343,10 @@ impl FrontendApi {
         }
     }
 
-    async fn control_tree(&self, action: Option<control_request::Action>) -> Result<ControlResponse, ApiError> {
+    async fn control_tree(
+        &self,
+        action: Option<control_request::Action>,
+    ) -> Result<ControlResponse, ApiError> {
         let (c, word) = match action {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
@@ -473,7 +476,9 @@ impl Frontend for FrontendApi {
     }
 
     async fn control(&self, request: Request<ControlRequest>) -> Result<Response<ControlResponse>, Status> {
-        Ok(Response::new(self.control_tree(request.into_inner().action).await?))
+        Ok(Response::new(
+            self.control_tree(request.into_inner().action).await?,
+        ))
     }
 
     async fn topology(&self, _: Request<TopologyRequest>) -> Result<Response<TopologyResponse>, Status> {
@@ -488,7 +493,10 @@ impl Frontend for FrontendApi {
     ) -> Result<Response<EventNamesResponse>, Status> {
         let names = read(self.store.clone(), |r| r.names()).await?;
         Ok(Response::new(EventNamesResponse {
-            names: names.into_iter().map(|(id, name)| EventName { id, name }).collect(),
+            names: names
+                .into_iter()
+                .map(|(id, name)| EventName { id, name })
+                .collect(),
         }))
     }
 }

@@ -116,7 +116,10 @@ mod tests {
             .to_string(),
         ];
         for m in all {
-            assert!(!m.ends_with('.') && m.starts_with(|c: char| !c.is_uppercase()), "{m}");
+            assert!(
+                !m.ends_with('.') && m.starts_with(|c: char| !c.is_uppercase()),
+                "{m}"
+            );
         }
     }
 }

@@ -217,7 +217,12 @@ impl Up for StoreUp {
             round: result.round,
             covered: result.coverage.covered,
             expected: result.coverage.expected,
-            missing: result.coverage.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
+            missing: result
+                .coverage
+                .missing
+                .iter()
+                .map(|m| (m.reason(), m.ranks))
+                .collect(),
             first_dump_unix_ns: result.first_dump_unix_ns,
             // Stamped by the writer as it stores the round.
             closed_unix_ns: 0,
