@@ -399,7 +399,6 @@ async fn stop_all(daemons: &mut [Daemon]) {
 struct StoreWatcher {
     path: PathBuf,
     cursor: RoundCursor,
-    reader: Option<StoreReader>,
 }
 
 impl StoreWatcher {
@@ -407,15 +406,15 @@ impl StoreWatcher {
         Self {
             path,
             cursor: RoundCursor::default(),
-            reader: None,
         }
     }
 
     fn show_new(&mut self, quiet: bool) {
-        if self.reader.is_none() {
-            self.reader = StoreReader::open(&self.path).ok();
-        }
-        let Some(reader) = &self.reader else { return };
+        // Opened for each look and closed after it: a reader held open when the front-end exits would keep it
+        // from folding the WAL into the file and removing it.
+        let Ok(reader) = StoreReader::open(&self.path) else {
+            return;
+        };
         let rows = reader.new_rounds(&mut self.cursor).unwrap_or_default();
         if quiet {
             return;

@@ -16,7 +16,7 @@ use canopy_proto::v1::{
     RoundUpdate, StreamInfo, StreamSpec, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest,
     TopologyResponse, control_request, subscribe_request,
 };
-use canopy_store::{MissingCounts, StoreError, StoreReader, StreamRow, Word};
+use canopy_store::{MissingCounts, StoreError, StoreReader, StreamRow, StreamState, Word};
 use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -238,7 +238,7 @@ impl FrontendApi {
             params_json: req.params_json,
             sync_mode: sync as i32,
             timeout_ms,
-            state: "open".into(),
+            state: StreamState::Open.word().into(),
             result_type: info.result_type,
             ranks: req.ranks,
             ..StreamInfo::default()
@@ -332,7 +332,7 @@ impl FrontendApi {
                     stream_id: id,
                     ..StreamInfo::default()
                 });
-                info.state = "closed".into();
+                info.state = StreamState::Closed.word().into();
                 Ok(info)
             }
             (Some(false), Some(known)) => Err(ApiError::StreamEnded {

@@ -65,9 +65,20 @@ pub struct Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if let Some(checkpointer) = self.checkpointer.take() {
-            // Stopped first, so the writer's connection closes last and removes the WAL on a clean exit.
-            checkpointer.stop();
+        let Some(checkpointer) = self.checkpointer.take() else {
+            return;
+        };
+        // Stopped first, so the writer's connection closes last and removes the WAL on a clean exit.
+        checkpointer.stop();
+        // Back to a rollback journal: a reader that opens the finished run read-only then leaves no -wal and
+        // -shm beside it (in WAL mode every reader creates them and, read-only, cannot remove them). It needs
+        // the file to itself; with a reader still open it is skipped at once rather than waited for.
+        let closed = self.conn.busy_timeout(Duration::ZERO).and_then(|()| {
+            self.conn
+                .pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get::<_, String>(0))
+        });
+        if let Err(error) = closed {
+            tracing::debug!(path = %self.path.display(), %error, "the store stays in WAL mode");
         }
     }
 }
