@@ -319,7 +319,7 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
             // The real plugin, loaded from beside this executable as the daemons load it.
             let mut filter = plugins.create("passthrough", "", Level::Relay)?;
             let t = Instant::now();
-            let now = Instant::now();
+            let now = tokio::time::Instant::now();
             for round in 0..rounds {
                 for (id, p) in ids.iter().zip(&payloads) {
                     let a = Arrival {

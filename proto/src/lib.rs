@@ -1,5 +1,6 @@
 //! Canopy's wire protocol: the `canopy.v1` messages and the `Tree` service, generated at build time.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::all, clippy::pedantic)]
 
 /// The `canopy.v1` package.
@@ -8,12 +9,9 @@ pub mod v1 {
     pub use canopy_wire::v1::{CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile};
 }
 
-/// The results and packets of the standard filters (`canopy.filters.v1`).
-pub mod filters {
-    pub mod v1 {
-        tonic::include_proto!("canopy.filters.v1");
-    }
-}
+/// The results and packets of the standard filters (`canopy.filters.v1`): canopy-filter-proto's types, so
+/// the daemons and the plugins share one type each.
+pub use canopy_filter_proto as filters;
 
 /// The version a node states in its Hello; a parent refuses a child that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -47,5 +45,23 @@ mod tests {
             .find(|f| f.name() == "canopy/v1/tree.proto")
             .unwrap();
         assert_eq!(tree.service[0].name(), "Tree");
+    }
+
+    #[test]
+    fn descriptor_set_carries_the_plugins_copy_of_their_files() {
+        // The front-end registers this set and adds a plugin's files only under names it does not hold yet:
+        // the files a standard plugin exports must be here, and the same.
+        let ours: prost_types::FileDescriptorSet = prost::Message::decode(FILE_DESCRIPTOR_SET).unwrap();
+        let theirs: prost_types::FileDescriptorSet =
+            prost::Message::decode(filters::FILE_DESCRIPTOR_SET).unwrap();
+        assert!(!theirs.file.is_empty());
+        for f in &theirs.file {
+            assert_eq!(
+                ours.file.iter().find(|o| o.name() == f.name()),
+                Some(f),
+                "{}",
+                f.name()
+            );
+        }
     }
 }

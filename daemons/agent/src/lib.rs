@@ -12,13 +12,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
-use canopy_core::node::{Input, LocalRanks, Node, NodeConfig, NodeError, ParentUp, unix_ns};
+use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
-use canopy_proto::v1::{NodeKind, ProfileBatch, control};
-use prost::Message;
+use canopy_proto::v1::{NodeKind, control};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::sim::clock::{Schedule, SimulatedRanks};
 use crate::sim::{Scenario, SimConfig, Simulator};
 
 /// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, flags).
@@ -136,6 +136,9 @@ impl canopy_core::daemon::IsRefusal for AgentError {
     }
 }
 
+/// How long a finished agent waits for its link to deliver its last messages.
+const LINK_DRAIN: Duration = Duration::from_secs(5);
+
 /// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
@@ -154,7 +157,6 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         seed: config.seed,
         app: config.app.clone(),
     });
-    let ranks: Vec<u32> = (config.rank_offset..config.rank_offset + config.simulate_ranks).collect();
     let socket = match config.socket.as_str() {
         "none" => None,
         path => {
@@ -171,11 +173,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         filters: canopy_core::plugin::filters_from(&config.filter_path),
         // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
         max_rounds_in_flight: 64,
-        root: None,
-        local: Some(LocalRanks {
-            ranks,
-            names: simulator.names(),
+        role: RoleConfig::Leaf(LeafOptions {
             control: control_tx,
+            hold_dumps: config.hold_dumps,
         }),
         status_interval: Duration::from_secs(1),
     };
@@ -186,7 +186,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         outbound: up_rx,
         inputs: handles.inputs.clone(),
     };
-    let link = tokio::spawn(link.run());
+    let mut link = tokio::spawn(link.run());
     let schedule = Schedule {
         period: Duration::from_millis(config.simulate_period_ms),
         rounds: config.rounds,
@@ -203,24 +203,19 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     });
     let sim = (config.simulate_ranks > 0).then(|| {
         tracing::info!(ranks = config.simulate_ranks, scenario = %scenario, "serving simulated ranks");
-        tokio::spawn(simulate(
-            simulator,
+        let ranks = SimulatedRanks {
+            sim: simulator,
             schedule,
-            sim_rx,
-            handles.inputs.clone(),
-            handles.window.clone(),
-        ))
+            control: sim_rx,
+            inputs: handles.inputs.clone(),
+            window: handles.window.clone(),
+        };
+        tokio::spawn(ranks.run())
     });
     let (serve, socket_file) = match socket {
         Some((listener, file)) => {
             tracing::info!(socket = %file.0.display(), "serving ranks on the socket");
-            let serve = socket::serve(
-                listener,
-                handles.inputs.clone(),
-                sock_rx,
-                config.hold_dumps,
-                handles.window.clone(),
-            );
+            let serve = socket::serve(listener, handles.inputs.clone(), sock_rx, handles.window.clone());
             (Some(tokio::spawn(serve)), Some(file))
         }
         None => (None, None),
@@ -237,121 +232,11 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         task.abort();
     }
     fanout.abort();
-    link.abort();
+    // The node's way up closed with it: the link delivers what it holds, then hangs up.
+    if tokio::time::timeout(LINK_DRAIN, &mut link).await.is_err() {
+        link.abort();
+    }
     drop(socket_file);
     result?;
     Ok(())
-}
-
-/// How long after the tree's start (at least; ten periods if longer) a node counts as rejoining rather than
-/// starting late.
-const REJOIN_AFTER: Duration = Duration::from_millis(500);
-
-struct Schedule {
-    period: Duration,
-    rounds: u64,
-}
-
-/// Produces the simulated ranks' rounds on the tree's clock: round `first_round + k` is dumped at
-/// `start + k * period`, so an agent that starts late (or again) joins at the tree's current round.
-async fn simulate(
-    mut sim: Simulator,
-    schedule: Schedule,
-    mut control: mpsc::UnboundedReceiver<control::Action>,
-    inputs: mpsc::Sender<Input>,
-    mut window: tokio::sync::watch::Receiver<u64>,
-) {
-    let mut period_ns = schedule.period.as_nanos() as u64;
-    let mut anchor: Option<(u64, u64)> = None;
-    let mut next_round = 0u64;
-    let names: std::collections::HashMap<u64, String> = sim.names().into_iter().collect();
-    let mut options = canopy_core::options::Measure::default();
-    loop {
-        let wait = match anchor {
-            None => None,
-            Some((t0, first)) => {
-                let round = next_round;
-                let due = t0 + round.saturating_sub(first) * period_ns;
-                Some(Duration::from_nanos(due.saturating_sub(unix_ns())))
-            }
-        };
-        let action = match wait {
-            None => control.recv().await,
-            Some(d) => tokio::select! {
-                a = control.recv() => a,
-                _ = tokio::time::sleep(d) => {
-                    let round = next_round;
-                    let dump = unix_ns();
-                    let mut profiles = Vec::new();
-                    let mut sampled_out = Vec::new();
-                    for p in sim.round(round) {
-                        if options.samples_out(p.rank) {
-                            sampled_out.push(p.rank);
-                            continue;
-                        }
-                        let p = options.apply(stamp(p, dump), &names);
-                        profiles.push((p.rank, ProfileBatch { profiles: vec![p] }.encode_to_vec()));
-                    }
-                    let local = Input::LocalRound { round, dump_unix_ns: dump, profiles, sampled_out };
-                    // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
-                    // window of rounds in flight.
-                    if !canopy_core::transport::wait_in_window(&mut window, &inputs, round).await {
-                        return;
-                    }
-                    if inputs.send(local).await.is_err() {
-                        return;
-                    }
-                    next_round += 1;
-                    if schedule.rounds > 0 && next_round >= schedule.rounds {
-                        tracing::info!(rounds = next_round, "simulated ranks finished");
-                        let _ = inputs.send(Input::LocalFinished).await;
-                        return;
-                    }
-                    continue;
-                }
-            },
-        };
-        match action {
-            Some(control::Action::Start(s)) => {
-                // Round k is every rank's k-th dump: a node that got Start a little late dumps the rounds it
-                // missed at once; one that joins long after the start (a restart) begins at the current round.
-                let since = unix_ns().saturating_sub(s.start_unix_ns);
-                let rejoin_after = (REJOIN_AFTER.as_nanos() as u64).max(10 * period_ns);
-                next_round = if since > rejoin_after {
-                    next_round.max(s.first_round + since / period_ns)
-                } else {
-                    next_round.max(s.first_round)
-                };
-                anchor = Some((s.start_unix_ns, s.first_round));
-            }
-            Some(control::Action::Stop(_)) => anchor = None,
-            Some(control::Action::Options(o)) => {
-                match canopy_core::options::Measure::from_options(&o) {
-                    Ok(m) => {
-                        tracing::info!(?o, "measurement options changed");
-                        options = m;
-                    }
-                    Err(e) => tracing::error!("measurement options ignored: {e}"),
-                }
-                if o.period_ms > 0 && anchor.is_some() {
-                    // The new period counts from now, from the next round on.
-                    period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
-                    anchor = Some((unix_ns(), next_round));
-                } else if o.period_ms > 0 {
-                    period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
-                }
-            }
-            Some(control::Action::Drain(_)) => {
-                tracing::info!(rounds = next_round, "drained: simulated ranks finished");
-                let _ = inputs.send(Input::LocalFinished).await;
-                return;
-            }
-            Some(control::Action::FinAck(_)) | None => return,
-        }
-    }
-}
-
-fn stamp(mut p: canopy_proto::v1::RankProfile, dump: u64) -> canopy_proto::v1::RankProfile {
-    p.dump_unix_ns = dump;
-    p
 }

@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::node::Input;
+use crate::node::{ChildEvent, ChildSender, Input, ParentEvent, Refused};
+use crate::window::WindowGate;
 
 /// Largest message either side accepts: a passthrough round of thousands of ranks is several megabytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -22,11 +23,11 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 /// How long a child may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a link that has sent its last message waits for the parent to end the stream.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Messages queued for one child before the node waits for that child to read them.
 const CHILD_QUEUE: usize = 1024;
-
-/// The sender half a node uses to talk to one child.
-pub type ChildSender = mpsc::Sender<Result<DownMessage, Status>>;
 
 /// The parent's side of Attach.
 #[derive(Clone)]
@@ -36,12 +37,12 @@ pub struct TreeService {
     /// Attached children by id: their connection number and the sender of their down stream.
     attached: Arc<Mutex<HashMap<String, (u64, ChildSender)>>>,
     next_conn: Arc<std::sync::atomic::AtomicU64>,
-    /// Rounds below this limit may be read; a child whose next packet is at or above it waits (back pressure).
-    window: watch::Receiver<u64>,
+    /// Rounds below the window's limit may be read; a child whose next packet is at or above it waits.
+    window: WindowGate,
 }
 
 impl TreeService {
-    pub fn new(node_id: String, inputs: mpsc::Sender<Input>, window: watch::Receiver<u64>) -> Self {
+    pub fn new(node_id: String, inputs: mpsc::Sender<Input>, window: WindowGate) -> Self {
         Self {
             node_id,
             inputs,
@@ -124,12 +125,12 @@ impl Tree for TreeService {
             .await;
         if self
             .inputs
-            .send(Input::ChildAttached {
+            .send(Input::Child(ChildEvent::Attached {
                 conn,
                 hello,
                 peer,
                 tx,
-            })
+            }))
             .await
             .is_err()
         {
@@ -147,26 +148,11 @@ impl Tree for TreeService {
                     attached.remove(&id);
                 }
             }
-            let _ = inputs.send(Input::ChildGone { conn, id, reason }).await;
+            let _ = inputs
+                .send(Input::Child(ChildEvent::Gone { conn, id, reason }))
+                .await;
         });
         Ok(Response::new(ReceiverStream::new(rx)))
-    }
-}
-
-/// Waits until `round` is below `limit`; false if the node has ended. Each time the window moves without
-/// reaching the round, the node hears again what waits: once no round is open there, it moves its window to it.
-pub async fn wait_in_window(
-    limit: &mut watch::Receiver<u64>,
-    inputs: &mpsc::Sender<Input>,
-    round: u64,
-) -> bool {
-    loop {
-        if round < *limit.borrow_and_update() {
-            return true;
-        }
-        if inputs.send(Input::WindowWait { round }).await.is_err() || limit.changed().await.is_err() {
-            return false;
-        }
     }
 }
 
@@ -186,7 +172,7 @@ async fn read_child(
     id: &str,
     mut inbound: Streaming<UpMessage>,
     inputs: &mpsc::Sender<Input>,
-    mut window: watch::Receiver<u64>,
+    mut window: WindowGate,
 ) -> String {
     let mut held: std::collections::VecDeque<up_message::Msg> = std::collections::VecDeque::new();
     let mut held_bytes = 0usize;
@@ -194,22 +180,23 @@ async fn read_child(
         up_message::Msg::Envelope(env) => env.payload.len(),
         _ => 0,
     };
-    let admits = |msg: &up_message::Msg, limit: u64| match msg {
-        up_message::Msg::Envelope(env) => env.late || env.round < limit,
+    let admits = |msg: &up_message::Msg, window: &WindowGate| match msg {
+        up_message::Msg::Envelope(env) => env.late || window.admits(env.round),
         _ => true,
     };
-    let forward = |msg: up_message::Msg| Input::ChildMessage {
-        conn,
-        id: id.to_string(),
-        msg,
+    let forward = |msg: up_message::Msg| {
+        Input::Child(ChildEvent::Message {
+            conn,
+            id: id.to_string(),
+            msg,
+        })
     };
     let reason = loop {
         tokio::select! {
             next = inbound.message(), if held.len() < HELD_PER_CHILD && held_bytes < HELD_BYTES_PER_CHILD => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
-                    let limit = *window.borrow();
                     let passes = match &msg {
-                        up_message::Msg::Envelope(_) => admits(&msg, limit),
+                        up_message::Msg::Envelope(_) => admits(&msg, &window),
                         // Anything else keeps its place behind the packets waiting.
                         _ => held.is_empty(),
                     };
@@ -223,7 +210,7 @@ async fn read_child(
                         && held.is_empty()
                     {
                         // Tell the node what is waiting: with no round open it moves the window here.
-                        let _ = inputs.send(Input::WindowWait { round: env.round }).await;
+                        window.want(env.round);
                     }
                     held_bytes += size(&msg);
                     held.push_back(msg);
@@ -232,12 +219,11 @@ async fn read_child(
                 Ok(None) => break "stream closed by child".to_string(),
                 Err(status) => break format!("stream failed: {}", status.message()),
             },
-            changed = window.changed(), if !held.is_empty() => {
-                if changed.is_err() {
+            moved = window.moved(), if !held.is_empty() => {
+                if moved.is_none() {
                     return "node stopped".into();
                 }
-                let limit = *window.borrow_and_update();
-                while held.front().is_some_and(|m| admits(m, limit)) {
+                while held.front().is_some_and(|m| admits(m, &window)) {
                     let msg = held.pop_front().expect("front checked");
                     held_bytes -= size(&msg);
                     if inputs.send(forward(msg)).await.is_err() {
@@ -245,7 +231,7 @@ async fn read_child(
                     }
                 }
                 if let Some(up_message::Msg::Envelope(env)) = held.front() {
-                    let _ = inputs.send(Input::WindowWait { round: env.round }).await;
+                    window.want(env.round);
                 }
             }
         }
@@ -253,8 +239,8 @@ async fn read_child(
     // What the child sent before it left still reaches the node, in order, as the window allows.
     while let Some(msg) = held.pop_front() {
         if let up_message::Msg::Envelope(env) = &msg
-            && !admits(&msg, *window.borrow())
-            && !wait_in_window(&mut window, inputs, env.round).await
+            && !admits(&msg, &window)
+            && !window.admit(env.round).await
         {
             return "node stopped".into();
         }
@@ -263,14 +249,6 @@ async fn read_child(
         }
     }
     reason
-}
-
-/// Why a link gave up for good.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[error("parent {parent} refused this node: {message}")]
-pub struct Refused {
-    pub parent: String,
-    pub message: String,
 }
 
 /// The child's side: keeps one Attach stream to the parent, re-attaching with back-off after failures.
@@ -297,14 +275,20 @@ impl ParentLink {
                         message,
                     };
                     tracing::error!("{refused}");
-                    let _ = self.inputs.send(Input::Refused(refused)).await;
+                    let _ = self
+                        .inputs
+                        .send(Input::Parent(ParentEvent::Refused(refused)))
+                        .await;
                     return;
                 }
                 Err(SessionEnd::Lost { attached, reason }) => {
                     if attached {
                         backoff = Duration::from_millis(50);
                         failures = 0;
-                        let _ = self.inputs.send(Input::ParentLost(reason.clone())).await;
+                        let _ = self
+                            .inputs
+                            .send(Input::Parent(ParentEvent::Lost(reason.clone())))
+                            .await;
                     }
                     failures += 1;
                     if attached {
@@ -314,6 +298,10 @@ impl ParentLink {
                         tracing::warn!(parent = %self.parent, attempts = failures, "cannot reach parent: {reason}");
                     }
                 }
+            }
+            if self.outbound.is_closed() && self.outbound.is_empty() {
+                // The node ended while the parent was away: nothing is left to deliver.
+                return;
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -369,7 +357,12 @@ impl ParentLink {
                 });
             }
         }
-        if self.inputs.send(Input::ParentAttached).await.is_err() {
+        if self
+            .inputs
+            .send(Input::Parent(ParentEvent::Attached))
+            .await
+            .is_err()
+        {
             return Ok(());
         }
         loop {
@@ -382,11 +375,20 @@ impl ParentLink {
             tokio::select! {
                 out = self.outbound.recv() => match out {
                     Some(msg) => *pending = Some(msg),
-                    None => return Ok(()),
+                    None => {
+                        // The node ended. Ending the up stream lets the parent read everything sent before; it then
+                        // ends the down stream, and only then is it certain that nothing was cut off.
+                        drop(tx);
+                        let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
+                        if tokio::time::timeout(CLOSE_TIMEOUT, drained).await.is_err() {
+                            tracing::warn!(parent = %self.parent, "parent did not end the stream after this node's last message");
+                        }
+                        return Ok(());
+                    }
                 },
                 down = inbound.message() => match down {
                     Ok(Some(DownMessage { msg: Some(msg) })) => {
-                        if self.inputs.send(Input::ParentMessage(msg)).await.is_err() {
+                        if self.inputs.send(Input::Parent(ParentEvent::Message(msg))).await.is_err() {
                             return Ok(());
                         }
                     }

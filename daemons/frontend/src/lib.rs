@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat};
-use canopy_core::node::{Node, NodeConfig, NodeError, RootHandle, RootOptions, RoundResult, Up};
+use canopy_core::node::{
+    Node, NodeConfig, NodeError, RoleConfig, RootHandle, RootOptions, RootSink, RoundResult, StreamState, Up,
+};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode, up_message};
-use canopy_store::{RoundRecord, Store, StoreError, StreamState, Word, Writer, WriterThread};
+use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use canopy_store::RunSummary;
@@ -176,7 +179,8 @@ impl AsRef<[u8]> for Committed {
     }
 }
 
-/// The root's way up: everything goes to the store's writer thread, in order.
+/// The root's way up and its sink: everything goes to the store's writer thread, in order.
+#[derive(Clone)]
 struct StoreUp {
     writer: Writer<Committed>,
     /// Tells what each stream's results are, so standard results become tables.
@@ -209,64 +213,81 @@ impl Up for StoreUp {
             up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) => {}
         }
     }
+}
 
-    async fn result(&mut self, result: RoundResult) {
-        let record = RoundRecord {
-            stream_id: result.stream.stream_id,
-            stream_name: result.stream.name.clone(),
-            round: result.round,
-            covered: result.coverage.covered,
-            expected: result.coverage.expected,
-            missing: result
-                .coverage
-                .missing
-                .iter()
-                .map(|m| (m.reason(), m.ranks))
-                .collect(),
-            first_dump_unix_ns: result.first_dump_unix_ns,
-            // Stamped by the writer as it stores the round.
-            closed_unix_ns: 0,
-        };
-        let round = canopy_store::Round {
-            record,
-            phase: result.phase,
-            late: result.late,
-            result_type: self.shared.result_type(result.stream.stream_id),
-            payload: Committed(Arc::new(result)),
-        };
-        self.writer.round(round).await;
+impl RootSink for StoreUp {
+    fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let record = RoundRecord {
+                stream_id: result.stream.stream_id,
+                stream_name: result.stream.name.clone(),
+                round: result.round,
+                covered: result.coverage.covered,
+                expected: result.coverage.expected,
+                missing: result
+                    .coverage
+                    .missing
+                    .iter()
+                    .map(|m| (m.reason(), m.ranks))
+                    .collect(),
+                first_dump_unix_ns: result.first_dump_unix_ns,
+                // Stamped by the writer as it stores the round.
+                closed_unix_ns: 0,
+            };
+            let round = canopy_store::Round {
+                record,
+                phase: result.phase,
+                late: result.late,
+                result_type: self.shared.result_type(result.stream.stream_id),
+                payload: Committed(Arc::new(result)),
+            };
+            self.writer.round(round).await;
+        })
     }
 
-    async fn stream_state(&mut self, spec: &StreamSpec, state: &str, failure: Option<&str>) {
-        let Some(state) = StreamState::from_word(state) else {
-            tracing::error!(stream = spec.stream_id, state, "unknown stream state; not stored");
-            return;
-        };
-        // The stream's result type is known from its filter once it opens; the API and the store take it here.
-        let result_type = match state {
-            StreamState::Open => self.filters.info(&spec.filter).ok().map(|info| info.result_type),
-            _ => None,
-        };
-        if let Some(t) = &result_type {
-            self.shared.set_result_type(spec.stream_id, t.clone());
-        }
-        let failure = failure.map(str::to_string);
-        self.writer
-            .stream(spec.clone(), state, failure, result_type)
-            .await;
+    fn stream_state<'a>(
+        &'a mut self,
+        spec: &'a StreamSpec,
+        state: StreamState,
+        failure: Option<&'a str>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let state = match state {
+                StreamState::Open => canopy_store::StreamState::Open,
+                StreamState::Closed => canopy_store::StreamState::Closed,
+                StreamState::Failed => canopy_store::StreamState::Failed,
+            };
+            // The stream's result type is known from its filter once it opens; the API and the store take it
+            // here.
+            let result_type = match state {
+                canopy_store::StreamState::Open => {
+                    self.filters.info(&spec.filter).ok().map(|info| info.result_type)
+                }
+                _ => None,
+            };
+            if let Some(t) = &result_type {
+                self.shared.set_result_type(spec.stream_id, t.clone());
+            }
+            let failure = failure.map(str::to_string);
+            self.writer
+                .stream(spec.clone(), state, failure, result_type)
+                .await;
+        })
     }
 
-    async fn flush(&mut self) {
-        if let Some(summary) = self.writer.flush().await {
-            tracing::info!(
-                rounds = summary.rounds,
-                full = summary.full_rounds,
-                late = summary.late_packets,
-                bytes = summary.result_bytes,
-                errors = summary.store_errors,
-                "store flushed"
-            );
-        }
+    fn flush(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(summary) = self.writer.flush().await {
+                tracing::info!(
+                    rounds = summary.rounds,
+                    full = summary.full_rounds,
+                    late = summary.late_packets,
+                    bytes = summary.result_bytes,
+                    errors = summary.store_errors,
+                    "store flushed"
+                );
+            }
+        })
     }
 }
 
@@ -324,28 +345,26 @@ impl Frontend {
                 let _ = shared.live.send(r);
             }
         })?;
+        let up = StoreUp {
+            writer: store_tx,
+            filters: filters.clone(),
+            shared: shared.clone(),
+        };
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),
             kind: NodeKind::Frontend,
             filters: filters.clone(),
             max_rounds_in_flight: config.max_rounds_in_flight,
-            root: Some(RootOptions {
+            role: RoleConfig::Root(RootOptions {
                 expect_ranks: config.expect_ranks,
                 streams,
                 exit_on_fin: config.exit_on_fin,
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+                sink: Box::new(up.clone()),
             }),
-            local: None,
             status_interval: Duration::from_secs(1),
         };
-        let (node, handles) = Node::new(
-            node_config,
-            StoreUp {
-                writer: store_tx,
-                filters: filters.clone(),
-                shared: shared.clone(),
-            },
-        );
+        let (node, handles) = Node::new(node_config, up);
         Ok(Self {
             config,
             listener,

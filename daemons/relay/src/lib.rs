@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
-use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp};
+use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::{ParentLink, TreeService};
 use canopy_proto::v1::NodeKind;
 use serde::{Deserialize, Serialize};
@@ -120,8 +120,7 @@ impl Relay {
             kind: NodeKind::Relay,
             filters: canopy_core::plugin::filters_from(&config.filter_path),
             max_rounds_in_flight: config.max_rounds_in_flight,
-            root: None,
-            local: None,
+            role: RoleConfig::Relay,
             status_interval: Duration::from_secs(1),
         };
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
@@ -132,7 +131,7 @@ impl Relay {
             outbound: up_rx,
             inputs: handles.inputs.clone(),
         };
-        let link = tokio::spawn(link.run());
+        let mut link = tokio::spawn(link.run());
         let service = TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
@@ -150,7 +149,13 @@ impl Relay {
         drop(handles);
         let result = node.run(shutdown).await;
         let _ = stop_tx.send(());
-        link.abort();
+        // The node's way up closed with it: the link delivers what it holds, then hangs up.
+        if tokio::time::timeout(Duration::from_secs(5), &mut link)
+            .await
+            .is_err()
+        {
+            link.abort();
+        }
         let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
         result?;
         Ok(())

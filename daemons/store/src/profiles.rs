@@ -1,6 +1,7 @@
 //! Passthrough results: each encoded `ProfileBatch` kept whole in `profile_batches` (what a replay sends, byte
 //! for byte), and taken apart into `samples` (rank x event) and `counters` (rank x counter) rows for queries.
 
+use canopy_wire::options::metric;
 use canopy_wire::v1::ProfileBatch;
 use rusqlite::{Connection, Transaction, params};
 
@@ -8,11 +9,6 @@ use crate::sql::{id_bits, sat};
 
 /// The result type of a stream whose results are rank profiles (the passthrough filter's).
 pub const PROFILE_BATCH_TYPE: &str = "canopy.v1.ProfileBatch";
-
-// The bits of `RankProfile.metrics` (0: every metric), as the SDK sets them.
-const METRIC_CALLS: u32 = 1;
-const METRIC_INCLUSIVE: u32 = 2;
-const METRIC_EXCLUSIVE: u32 = 4;
 
 /// Writes one batch: its bytes as they came, and its rows.
 pub(crate) fn write(
@@ -38,8 +34,8 @@ pub(crate) fn write(
     for p in &batch.profiles {
         let dump = (p.dump_unix_ns > 0).then(|| sat(p.dump_unix_ns));
         // A metric the rank's options left out is stored as NULL, not as a zero it never measured.
-        let has = |bit: u32| p.metrics == 0 || p.metrics & bit != 0;
-        let (calls, incl, excl) = (has(METRIC_CALLS), has(METRIC_INCLUSIVE), has(METRIC_EXCLUSIVE));
+        let has = |bit: u32| metric::reports(p.metrics, bit);
+        let (calls, incl, excl) = (has(metric::CALLS), has(metric::INCLUSIVE), has(metric::EXCLUSIVE));
         for e in &p.events {
             sample.execute(params![
                 stream_id,

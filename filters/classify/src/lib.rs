@@ -1,29 +1,30 @@
 //! The classify filter (ToM's ClassFilter): ranks are grouped into functional classes by a hash of the event
 //! names they report, and each class gets its members (as rank ranges), per-event summaries and histograms.
 //!
-//! The class id of a rank is the xxh3-64 ([`canopy_proto::event_id`]) of its selected event names, sorted,
+//! The class id of a rank is the xxh3-64 ([`canopy_wire::event_id`]) of its selected event names, sorted,
 //! deduplicated and joined with "\n". Scheme `all` selects every event the rank reports (events only, not
 //! counters); scheme `pattern` only the names the regex matches (anywhere in the name: anchor it with `^` for a
 //! prefix). A rank that selects nothing is in the class of the empty string. An event whose name this node was
 //! never told (through `names`) takes its id in 16 hex digits as its name, so the class is still stable
 //! across ranks; the host should give the leaves the names before the first round.
 //!
-//! Per class the histograms follow the histogram filter's three phases, with one range per class and
-//! (id, metric): phase 0 up (members and summaries; leaves buffer values per class), phase 1 down (the
-//! per-class ranges), phase 2 up (per-class histograms). The result reports the reduction factor: raw profile
-//! bytes over the size of the result (ToM Fig. 7).
+//! Per class the histograms follow the histogram filter's three phases ([`canopy_filter_common::three_phase`]),
+//! with one range per class and (id, metric): phase 0 up (members and summaries; leaves buffer values per
+//! class), phase 1 down (the per-class ranges), phase 2 up (per-class histograms). The result reports the
+//! reduction factor: raw profile bytes over the size of the result (ToM Fig. 7).
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::{self, StatsMap};
+use canopy_filter_common::three_phase::{self, ThreePhase};
 use canopy_filter_common::{Params, Values, decode, metrics, ranks};
+use canopy_filter_proto::v1::{Class, ClassPacket, ClassResult, RankRange, RankRef};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::{Class, ClassPacket, ClassResult, RankRange, RankRef};
-use canopy_proto::v1::RankProfile;
+use canopy_wire::v1::RankProfile;
 use prost::Message;
 use regex_lite::Regex;
 
@@ -64,14 +65,14 @@ struct LeafClass {
 
 /// A leaf's values for a round, per class, kept from phase 0 until the ranges arrive.
 #[derive(Debug, Default)]
-struct Buffer {
+pub struct Buffer {
     classes: BTreeMap<u64, Samples>,
     raw_bytes: u64,
 }
 
 /// Phase 0 merged at a relay or the root.
 #[derive(Debug, Default)]
-struct Merged {
+pub struct Merged {
     members: Vec<RankRange>,
     stats: StatsMap,
     example: Option<String>,
@@ -118,13 +119,51 @@ impl ClassifyFilter {
         let names: BTreeSet<String> = p.events.iter().filter_map(|e| self.select(e.event_id)).collect();
         let joined = names.iter().map(String::as_str).collect::<Vec<_>>().join("\n");
         (
-            canopy_proto::event_id(&joined),
+            canopy_wire::event_id(&joined),
             names.into_iter().next().unwrap_or_default(),
         )
     }
+}
 
-    /// Phase 0 at a leaf: classes with members and summaries up, values buffered per class.
-    fn leaf_phase0(&mut self, round: u64, inputs: &[&[u8]], out: &mut dyn Emit) {
+/// How many ranks normalized ranges hold, saturating at u32::MAX.
+fn size(members: &[RankRange]) -> u32 {
+    u32::try_from(ranks::count(members)).unwrap_or(u32::MAX)
+}
+
+/// A merged class as it goes up (histograms come later).
+fn to_class(id: u64, m: &Merged) -> Class {
+    Class {
+        class_id: id,
+        ranks: m.members.clone(),
+        size: size(&m.members),
+        stats: m.stats.to_stats(),
+        example_event: m.example.clone().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+impl ThreePhase for ClassifyFilter {
+    const PACKET: &'static str = PACKET;
+    type Packet = ClassPacket;
+    type Buffer = Buffer;
+    type Summaries = BTreeMap<u64, Merged>;
+    /// Per class, the children's histograms added up; and the raw bytes they stand for.
+    type Counts = (BTreeMap<u64, HistMap>, u64);
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn buffers(&mut self) -> &mut Rounds<Buffer> {
+        &mut self.buffers
+    }
+
+    fn summaries(&mut self) -> &mut Rounds<BTreeMap<u64, Merged>> {
+        &mut self.classes
+    }
+
+    /// Classes with members and summaries up; the values buffered per class.
+    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (ClassPacket, Buffer) {
         let (profiles, raw_bytes) = decode::profiles(inputs, out);
         let mut classes: BTreeMap<u64, LeafClass> = BTreeMap::new();
         for p in &profiles {
@@ -165,13 +204,76 @@ impl ClassifyFilter {
             });
             buffer.classes.insert(id, c.samples);
         }
-        // Buffered even when empty: phase 2 must still answer, or the parent would wait for this leaf forever.
-        self.buffers.insert(round, buffer);
-        out.up(0, &packet.encode_to_vec());
+        (packet, buffer)
     }
 
-    /// Phase 2 at a relay or the root: per class, the children's histograms added up.
-    fn merge_phase2(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> (BTreeMap<u64, HistMap>, u64) {
+    /// The children's classes merged by class id.
+    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> BTreeMap<u64, Merged> {
+        let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |_: &ClassPacket| Ok(()));
+        let mut merged: BTreeMap<u64, Merged> = BTreeMap::new();
+        for p in packets {
+            for c in p.classes {
+                let m = merged.entry(c.class_id).or_default();
+                m.members.extend(c.ranks);
+                m.stats.merge_stats(&c.stats);
+                // Members of a class share their names, so their examples agree; the smallest settles a hash
+                // collision the same way whatever the arrival order.
+                if m.example.as_ref().is_none_or(|e| c.example_event < *e) {
+                    m.example = Some(c.example_event);
+                }
+            }
+        }
+        for m in merged.values_mut() {
+            m.members = ranks::normalize(std::mem::take(&mut m.members));
+        }
+        merged
+    }
+
+    fn summaries_packet(&self, merged: &BTreeMap<u64, Merged>) -> ClassPacket {
+        let classes = merged.iter().map(|(id, m)| to_class(*id, m)).collect();
+        ClassPacket {
+            classes,
+            raw_bytes: 0,
+        }
+    }
+
+    /// One range per class and (id, metric).
+    fn ranges_packet(&self, merged: &BTreeMap<u64, Merged>) -> ClassPacket {
+        let classes = merged
+            .iter()
+            .map(|(id, m)| Class {
+                class_id: *id,
+                ranges: histogram::ranges_of(&m.stats),
+                ..Default::default()
+            })
+            .collect();
+        ClassPacket {
+            classes,
+            raw_bytes: 0,
+        }
+    }
+
+    fn bin(&self, buffer: Buffer, down: ClassPacket) -> ClassPacket {
+        let ranges: HashMap<u64, &Class> = down.classes.iter().map(|c| (c.class_id, c)).collect();
+        let mut up = ClassPacket {
+            raw_bytes: buffer.raw_bytes,
+            ..Default::default()
+        };
+        for (id, samples) in &buffer.classes {
+            let histograms = match ranges.get(id) {
+                Some(c) => samples.bin(&c.ranges, self.bins as usize),
+                None => Vec::new(),
+            };
+            up.classes.push(Class {
+                class_id: *id,
+                histograms,
+                ..Default::default()
+            });
+        }
+        up
+    }
+
+    fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> (BTreeMap<u64, HistMap>, u64) {
         let bins = self.bins as usize;
         let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |p: &ClassPacket| {
             p.classes
@@ -188,55 +290,66 @@ impl ClassifyFilter {
         }
         (merged, raw_bytes)
     }
-}
 
-/// How many ranks normalized ranges hold, saturating at u32::MAX.
-fn size(members: &[RankRange]) -> u32 {
-    u32::try_from(ranks::count(members)).unwrap_or(u32::MAX)
-}
+    fn counts_packet(&self, (merged, raw_bytes): (BTreeMap<u64, HistMap>, u64)) -> ClassPacket {
+        let classes = merged
+            .into_iter()
+            .map(|(id, h)| Class {
+                class_id: id,
+                histograms: h.to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        ClassPacket { classes, raw_bytes }
+    }
 
-/// Phase 0 at a relay or the root: the children's classes merged by class id.
-fn merge_phase0(inputs: &[&[u8]], out: &mut dyn Emit) -> BTreeMap<u64, Merged> {
-    let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |_: &ClassPacket| Ok(()));
-    let mut merged: BTreeMap<u64, Merged> = BTreeMap::new();
-    for p in packets {
-        for c in p.classes {
-            let m = merged.entry(c.class_id).or_default();
-            m.members.extend(c.ranks);
-            m.stats.merge_stats(&c.stats);
-            // Members of a class share their names, so their examples agree; the smallest settles a hash
-            // collision the same way whatever the arrival order.
-            if m.example.as_ref().is_none_or(|e| c.example_event < *e) {
-                m.example = Some(c.example_event);
-            }
+    /// The classes' members and summaries with their histograms.
+    fn root_packet(
+        &self,
+        (mut hists, raw_bytes): (BTreeMap<u64, HistMap>, u64),
+        merged: BTreeMap<u64, Merged>,
+    ) -> ClassPacket {
+        let classes = merged
+            .iter()
+            .map(|(id, m)| Class {
+                histograms: hists.remove(id).map(|h| h.to_vec()).unwrap_or_default(),
+                ..to_class(*id, m)
+            })
+            .collect();
+        ClassPacket { classes, raw_bytes }
+    }
+
+    /// The result, with `std` filled, `result_bytes` its own encoded size without the two size fields, and
+    /// the reduction factor `raw_bytes / result_bytes`.
+    fn result(&self, packet: ClassPacket) -> Vec<u8> {
+        let mut classes = packet.classes;
+        for c in &mut classes {
+            summary::finish_all(&mut c.stats);
         }
-    }
-    for m in merged.values_mut() {
-        m.members = ranks::normalize(std::mem::take(&mut m.members));
-    }
-    merged
-}
-
-/// A merged class as it goes up (histograms come later).
-fn to_class(id: u64, m: &Merged) -> Class {
-    Class {
-        class_id: id,
-        ranks: m.members.clone(),
-        size: size(&m.members),
-        stats: m.stats.to_stats(),
-        example_event: m.example.clone().unwrap_or_default(),
-        ..Default::default()
+        let mut result = ClassResult {
+            classes,
+            raw_bytes: packet.raw_bytes,
+            result_bytes: 0,
+            reduction_factor: 0.0,
+            scheme: self.scheme.describe(),
+            bins: self.bins,
+        };
+        // Zero fields are not encoded, so this is the size without result_bytes and reduction_factor.
+        let size = result.encoded_len() as u64;
+        result.result_bytes = size;
+        result.reduction_factor = if size == 0 {
+            0.0
+        } else {
+            result.raw_bytes as f64 / size as f64
+        };
+        result.encode_to_vec()
     }
 }
 
 impl Filter for ClassifyFilter {
     const NAME: &'static str = "classify";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.ClassResult";
-    const PHASES: u32 = 3;
-
-    fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
-    }
+    const PHASES: u32 = three_phase::PHASES;
 
     /// Params: `{"scheme": "all" | "pattern", "pattern": "<regex>" (with scheme pattern only),
     /// "bins": 1..=10000 (5), "values": "round" | "cumulative"}`.
@@ -272,74 +385,7 @@ impl Filter for ClassifyFilter {
         inputs: &[&[u8]],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        match (self.level, phase) {
-            (Level::Leaf, 0) => self.leaf_phase0(round, inputs, out),
-            (Level::Relay, 0) => {
-                let merged = merge_phase0(inputs, out);
-                let classes = merged.iter().map(|(id, m)| to_class(*id, m)).collect();
-                out.up(
-                    0,
-                    &ClassPacket {
-                        classes,
-                        raw_bytes: 0,
-                    }
-                    .encode_to_vec(),
-                );
-            }
-            (Level::Root, 0) => {
-                let merged = merge_phase0(inputs, out);
-                let classes = merged
-                    .iter()
-                    .map(|(id, m)| Class {
-                        class_id: *id,
-                        ranges: histogram::ranges_of(&m.stats),
-                        ..Default::default()
-                    })
-                    .collect();
-                self.classes.insert(round, merged);
-                out.down(
-                    1,
-                    &ClassPacket {
-                        classes,
-                        raw_bytes: 0,
-                    }
-                    .encode_to_vec(),
-                );
-            }
-            (Level::Relay, 2) => {
-                let (merged, raw_bytes) = self.merge_phase2(inputs, out);
-                let classes = merged
-                    .into_iter()
-                    .map(|(id, h)| Class {
-                        class_id: id,
-                        histograms: h.to_vec(),
-                        ..Default::default()
-                    })
-                    .collect();
-                out.up(2, &ClassPacket { classes, raw_bytes }.encode_to_vec());
-            }
-            (Level::Root, 2) => {
-                let (mut hists, raw_bytes) = self.merge_phase2(inputs, out);
-                let merged = self.classes.remove(round).ok_or_else(|| {
-                    format!("round {round}: phase 2 came without the round's phase 0 (more than 1024 rounds open?)")
-                })?;
-                // The result needs members and summaries: they travel with the root's own packet to finalize.
-                let classes = merged
-                    .iter()
-                    .map(|(id, m)| Class {
-                        histograms: hists.remove(id).map(|h| h.to_vec()).unwrap_or_default(),
-                        ..to_class(*id, m)
-                    })
-                    .collect();
-                out.up(2, &ClassPacket { classes, raw_bytes }.encode_to_vec());
-            }
-            (level, phase) => {
-                return Err(format!(
-                    "classify at the {level:?} level gets no phase {phase} upstream"
-                ));
-            }
-        }
-        Ok(())
+        three_phase::upstream(self, round, phase, inputs, out)
     }
 
     fn downstream(
@@ -349,71 +395,11 @@ impl Filter for ClassifyFilter {
         packet: &[u8],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        match (self.level, phase) {
-            (Level::Relay, 1) => out.down(1, packet),
-            (Level::Leaf, 1) => {
-                // No buffer: the round was never seen here or was dropped as too old; nothing to bin.
-                let Some(buffer) = self.buffers.remove(round) else {
-                    return Ok(());
-                };
-                let down = ClassPacket::decode(packet)
-                    .map_err(|e| format!("round {round}: the phase 1 packet is not a {PACKET}: {e}"))?;
-                let ranges: HashMap<u64, &Class> = down.classes.iter().map(|c| (c.class_id, c)).collect();
-                let mut up = ClassPacket {
-                    raw_bytes: buffer.raw_bytes,
-                    ..Default::default()
-                };
-                for (id, samples) in &buffer.classes {
-                    let histograms = match ranges.get(id) {
-                        Some(c) => samples.bin(&c.ranges, self.bins as usize),
-                        None => Vec::new(),
-                    };
-                    up.classes.push(Class {
-                        class_id: *id,
-                        histograms,
-                        ..Default::default()
-                    });
-                }
-                out.up(2, &up.encode_to_vec());
-            }
-            (level, phase) => {
-                return Err(format!(
-                    "classify at the {level:?} level gets no phase {phase} downstream"
-                ));
-            }
-        }
-        Ok(())
+        three_phase::downstream(self, round, phase, packet, out)
     }
 
-    /// The result, with `std` filled, `result_bytes` its own encoded size without the two size fields, and
-    /// the reduction factor `raw_bytes / result_bytes`.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        if phase != 2 {
-            return Err(format!("classify results come from phase 2, got phase {phase}"));
-        }
-        let packet = ClassPacket::decode(packet)
-            .map_err(|e| format!("round {round}: the root's packet is not a {PACKET}: {e}"))?;
-        let mut classes = packet.classes;
-        for c in &mut classes {
-            summary::finish_all(&mut c.stats);
-        }
-        let mut result = ClassResult {
-            classes,
-            raw_bytes: packet.raw_bytes,
-            result_bytes: 0,
-            reduction_factor: 0.0,
-            scheme: self.scheme.describe(),
-            bins: self.bins,
-        };
-        // Zero fields are not encoded, so this is the size without result_bytes and reduction_factor.
-        let size = result.encoded_len() as u64;
-        result.result_bytes = size;
-        result.reduction_factor = if size == 0 {
-            0.0
-        } else {
-            result.raw_bytes as f64 / size as f64
-        };
-        Ok(result.encode_to_vec())
+        three_phase::finalize(self, round, phase, packet)
     }
 
     fn names(&mut self, names: &[(u64, &str)]) {
@@ -430,9 +416,9 @@ export_filter!(ClassifyFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, encode_one};
-    use canopy_proto::filters::v1::Metric;
-    use canopy_proto::v1::EventSample;
+    use canopy_filter_proto::v1::Metric;
+    use canopy_filter_test::{Collect, encode_one};
+    use canopy_wire::v1::EventSample;
 
     fn profile(rank: u32, events: &[(&str, f64)]) -> Vec<u8> {
         encode_one(&RankProfile {
@@ -441,7 +427,7 @@ mod tests {
             events: events
                 .iter()
                 .map(|(n, v)| EventSample {
-                    event_id: canopy_proto::event_id(n),
+                    event_id: canopy_wire::event_id(n),
                     calls: 1,
                     incl_us: *v,
                     excl_us: *v,
@@ -454,7 +440,7 @@ mod tests {
 
     fn named(params: &str, level: Level, names: &[&str]) -> ClassifyFilter {
         let mut f = ClassifyFilter::create(params, level).unwrap();
-        let pairs: Vec<(u64, &str)> = names.iter().map(|n| (canopy_proto::event_id(n), *n)).collect();
+        let pairs: Vec<(u64, &str)> = names.iter().map(|n| (canopy_wire::event_id(n), *n)).collect();
         f.names(&pairs);
         f
     }
@@ -543,8 +529,8 @@ mod tests {
         // Both rounds' phase 0 before either's phase 1 and 2, completed in either order.
         for order in [[0, 1], [1, 0]] {
             let res = run_rounds(r#"{"bins": 2}"#, &["a", "b"], &[r0.clone(), r1.clone()], &order);
-            let a_only = canopy_proto::event_id("a");
-            let a_b = canopy_proto::event_id("a\nb");
+            let a_only = canopy_wire::event_id("a");
+            let a_b = canopy_wire::event_id("a\nb");
             let mut ids0: Vec<u64> = vec![a_only, a_b];
             ids0.sort();
             assert_eq!(
@@ -591,7 +577,7 @@ mod tests {
 
     #[test]
     fn unknown_names_fall_back_to_hex_ids() {
-        let id = canopy_proto::event_id("MPI_Send()");
+        let id = canopy_wire::event_id("MPI_Send()");
         let mut leaf = ClassifyFilter::create("{}", Level::Leaf).unwrap();
         let p = RankProfile {
             events: vec![EventSample {
@@ -602,16 +588,13 @@ mod tests {
         };
         assert_eq!(
             leaf.class_of(&p),
-            (
-                canopy_proto::event_id(&format!("{id:016x}")),
-                format!("{id:016x}")
-            )
+            (canopy_wire::event_id(&format!("{id:016x}")), format!("{id:016x}"))
         );
         // Once the name is known, it is used.
         leaf.names(&[(id, "MPI_Send()")]);
         assert_eq!(
             leaf.class_of(&p),
-            (canopy_proto::event_id("MPI_Send()"), "MPI_Send()".to_string())
+            (canopy_wire::event_id("MPI_Send()"), "MPI_Send()".to_string())
         );
     }
 
@@ -623,13 +606,13 @@ mod tests {
             &["main", "MPI_Send", "MPI_Recv"],
         );
         let ev = |n: &str| EventSample {
-            event_id: canopy_proto::event_id(n),
+            event_id: canopy_wire::event_id(n),
             ..Default::default()
         };
         let p = RankProfile {
             events: vec![ev("main"), ev("MPI_Send"), ev("MPI_Recv"), ev("MPI_Send")],
-            counters: vec![canopy_proto::v1::CounterSample {
-                counter_id: canopy_proto::event_id("MPI_x"),
+            counters: vec![canopy_wire::v1::CounterSample {
+                counter_id: canopy_wire::event_id("MPI_x"),
                 ..Default::default()
             }],
             ..Default::default()
@@ -637,7 +620,7 @@ mod tests {
         assert_eq!(
             leaf.class_of(&p),
             (
-                canopy_proto::event_id("MPI_Recv\nMPI_Send"),
+                canopy_wire::event_id("MPI_Recv\nMPI_Send"),
                 "MPI_Recv".to_string()
             )
         );
@@ -645,7 +628,7 @@ mod tests {
             events: vec![ev("main")],
             ..Default::default()
         };
-        assert_eq!(leaf.class_of(&none), (canopy_proto::event_id(""), String::new()));
+        assert_eq!(leaf.class_of(&none), (canopy_wire::event_id(""), String::new()));
     }
 
     #[test]

@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use canopy_filter_classify::ClassifyFilter;
-use canopy_filter_common::testing::reference;
-use canopy_filter_common::testing::{Case, DataSpec};
-use canopy_proto::filters::v1::{ClassResult, RankRange};
-use canopy_proto::v1::RankProfile;
+use canopy_filter_proto::v1::{ClassResult, RankRange};
+use canopy_filter_test::reference;
+use canopy_filter_test::{Case, DataSpec};
+use canopy_wire::v1::RankProfile;
 use proptest::prelude::*;
 use prost::Message;
 use regex_lite::Regex;
@@ -40,7 +40,7 @@ fn classify<'a>(
             .filter(|n| pattern.is_none_or(|re| re.is_match(n)))
             .collect();
         let joined: Vec<&str> = selected.iter().map(String::as_str).collect();
-        let id = canopy_proto::event_id(&joined.join("\n"));
+        let id = canopy_wire::event_id(&joined.join("\n"));
         let first = selected.iter().next().cloned().unwrap_or_default();
         classes.entry(id).or_insert_with(|| (first, Vec::new())).1.push(p);
     }

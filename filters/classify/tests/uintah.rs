@@ -1,9 +1,9 @@
 //! ToM's Uintah example (Fig. 7): classes by AMR level-1 patch events, and the reduction factor.
 
 use canopy_filter_classify::ClassifyFilter;
-use canopy_filter_common::testing::{Case, Rng, Tree};
-use canopy_proto::filters::v1::{ClassResult, RankRange};
-use canopy_proto::v1::{EventSample, RankProfile};
+use canopy_filter_proto::v1::{ClassResult, RankRange};
+use canopy_filter_test::{Case, Rng, Tree};
+use canopy_wire::v1::{EventSample, RankProfile};
 use prost::Message;
 
 /// A class's members as (first, last) pairs.
@@ -11,7 +11,7 @@ type Spans = Vec<(u32, u32)>;
 
 fn event(name: &str, v: f64) -> EventSample {
     EventSample {
-        event_id: canopy_proto::event_id(name),
+        event_id: canopy_wire::event_id(name),
         calls: 1,
         incl_us: v,
         excl_us: v / 2.0,
@@ -35,7 +35,7 @@ fn uintah(ranks: u32) -> (Vec<RankProfile>, Vec<(u64, String)>) {
                 _ => 0,
             };
             let mut add = |name: String, v: f64| {
-                names.push((canopy_proto::event_id(&name), name.clone()));
+                names.push((canopy_wire::event_id(&name), name.clone()));
                 events.push(event(&name, v));
             };
             for p in 0..level1 {
@@ -113,7 +113,7 @@ fn level_1_patch_scheme_gives_three_classes() {
     // The class ids are the hashes of the sorted, "\n"-joined selected names.
     let mut rank0: Vec<String> = (0..16).map(|p| format!("Patch 1 -> {p}")).collect();
     rank0.sort();
-    let id0 = canopy_proto::event_id(&rank0.join("\n"));
+    let id0 = canopy_wire::event_id(&rank0.join("\n"));
     let c0 = result.classes.iter().find(|c| c.class_id == id0).unwrap();
     assert_eq!(
         c0.ranks,
@@ -125,7 +125,7 @@ fn level_1_patch_scheme_gives_three_classes() {
     );
     assert_eq!(
         result.classes.iter().find(|c| c.size == 55).unwrap().class_id,
-        canopy_proto::event_id("")
+        canopy_wire::event_id("")
     );
     assert_eq!(result.scheme, "pattern:^Patch 1 ->");
 }
@@ -146,7 +146,7 @@ fn reduction_factor_grows_with_the_ranks() {
         let mut rng = Rng::new(u64::from(ranks));
         let names: Vec<(u64, String)> = ["MPI_Allreduce()", "MPI_Send()", "solve"]
             .iter()
-            .map(|n| (canopy_proto::event_id(n), n.to_string()))
+            .map(|n| (canopy_wire::event_id(n), n.to_string()))
             .collect();
         let profiles: Vec<RankProfile> = (0..ranks)
             .map(|rank| RankProfile {

@@ -2,7 +2,7 @@
 //! ones come back in a canonical order so that merging does not depend on arrival order.
 
 use canopy_filter_sdk::Emit;
-use canopy_proto::v1::{ProfileBatch, RankProfile};
+use canopy_wire::v1::{ProfileBatch, RankProfile};
 use prost::Message;
 
 /// The rank profiles of a leaf's inputs (each an encoded `ProfileBatch`), sorted by (app, rank), and the
@@ -79,8 +79,8 @@ pub fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Collect;
-    use canopy_proto::filters::v1::StatsResult;
+    use canopy_filter_proto::v1::StatsResult;
+    use canopy_filter_test::Collect;
 
     fn batch(app: &str, rank: u32) -> Vec<u8> {
         ProfileBatch {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use canopy_proto::filters::v1::{Histogram, Range};
+use canopy_filter_proto::v1::{Histogram, Range};
 
 use crate::metrics::Key;
 use crate::summary::StatsMap;
@@ -158,7 +158,7 @@ impl HistMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::filters::v1::RankRef;
+    use canopy_filter_proto::v1::RankRef;
 
     #[test]
     fn bin_edges() {

@@ -1,10 +1,11 @@
 //! What Canopy's standard filters share: parameters, metric extraction, mergeable summaries, histograms,
-//! rank ranges, per-round state and a tree simulator for tests.
+//! rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
+//! simulator among it) is the crate canopy-filter-test.
 //!
 //! Every repeated output these helpers build is sorted (by `(id, metric)`, by rank, ...), so a filter's
 //! result does not depend on the order in which packets arrive.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod decode;
 pub mod histogram;
@@ -14,7 +15,7 @@ pub mod ranks;
 pub mod rounds;
 pub mod stream;
 pub mod summary;
-pub mod testing;
+pub mod three_phase;
 
 pub use metrics::{Key, Values};
 pub use params::Params;

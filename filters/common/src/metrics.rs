@@ -1,7 +1,7 @@
 //! Which numbers a filter reduces: per event calls, inclusive and exclusive time, and per counter its value.
 
-use canopy_proto::filters::v1::Metric;
-use canopy_proto::v1::RankProfile;
+use canopy_filter_proto::v1::Metric;
+use canopy_wire::v1::RankProfile;
 
 /// What a statistic or histogram is about: the event's (or counter's) id and the metric (`Metric as i32`).
 /// Ordered by id, then metric: the order of every repeated output.
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_metrics_mask_keeps_only_the_metrics_reported() {
-        use canopy_proto::v1::{CounterSample, EventSample};
+        use canopy_wire::v1::{CounterSample, EventSample};
         let p = RankProfile {
             events: vec![EventSample {
                 event_id: 1,
@@ -132,7 +132,7 @@ mod tests {
         let all = RankProfile { metrics: 0, ..p };
         assert_eq!(extract(&all, Values::Round).len(), 4);
     }
-    use canopy_proto::v1::{CounterSample, EventSample};
+    use canopy_wire::v1::{CounterSample, EventSample};
 
     fn profile() -> RankProfile {
         RankProfile {

@@ -1,6 +1,6 @@
 //! Rank sets as sorted, coalesced ranges per application: a class of 10 000 ranks costs a few bytes.
 
-use canopy_proto::filters::v1::RankRange;
+use canopy_filter_proto::v1::RankRange;
 
 /// Compresses a set of (app, rank) into sorted ranges (app, first, last inclusive); duplicates are fine.
 pub fn compress<'a>(ranks: impl IntoIterator<Item = (&'a str, u32)>) -> Vec<RankRange> {

@@ -9,7 +9,7 @@ use std::ops::Range;
 use prost::bytes::Buf;
 use prost::encoding::{DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field};
 
-use canopy_proto::filters::v1::RankRef;
+use canopy_filter_proto::v1::RankRef;
 
 /// One event of one rank, as `canopy.v1.EventSample` carries it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -200,7 +200,7 @@ pub fn read_batch<'a>(input: &'a [u8], into: &mut Buffers) -> Result<Vec<Profile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::v1::{CounterSample, EventSample, ProfileBatch, RankProfile};
+    use canopy_wire::v1::{CounterSample, EventSample, ProfileBatch, RankProfile};
     use prost::Message;
 
     fn batch() -> ProfileBatch {

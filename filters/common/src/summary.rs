@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use canopy_proto::filters::v1::{EventStats, RankRef, Summary};
+use canopy_filter_proto::v1::{EventStats, RankRef, Summary};
 
 use crate::metrics::Key;
 

@@ -5,16 +5,18 @@
 //! values for the round; relays merge. The root merges, keeps the round's summaries and sends the global ranges
 //! down as phase 1; relays pass it on. Phase 2 (up): each leaf bins its buffered values against those ranges
 //! and sends the histograms; relays and the root add the counts; finalize stores a `HistogramResult`.
-//! Rounds pipeline: every phase of every round is keyed by its round number.
+//! Rounds pipeline: every phase of every round is keyed by its round number. The scheme's skeleton, shared
+//! with classify, is [`canopy_filter_common::three_phase`].
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::{self, StatsMap};
+use canopy_filter_common::three_phase::{self, ThreePhase};
 use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_proto::v1::{HistogramPacket, HistogramResult, RankRef};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::{HistogramPacket, HistogramResult, RankRef};
 use prost::Message;
 
 /// The default number of bins, as ToM's Fig. 6.
@@ -26,7 +28,7 @@ const PACKET: &str = "canopy.filters.v1.HistogramPacket";
 
 /// A leaf's values for a round, kept from phase 0 until the ranges arrive.
 #[derive(Debug, Default)]
-struct Buffer {
+pub struct Buffer {
     samples: Samples,
     raw_bytes: u64,
 }
@@ -43,9 +45,27 @@ pub struct HistogramFilter {
     stats: Rounds<StatsMap>,
 }
 
-impl HistogramFilter {
-    /// Phase 0 at a leaf: summaries up, values buffered.
-    fn leaf_phase0(&mut self, round: u64, inputs: &[&[u8]], out: &mut dyn Emit) {
+impl ThreePhase for HistogramFilter {
+    const PACKET: &'static str = PACKET;
+    type Packet = HistogramPacket;
+    type Buffer = Buffer;
+    type Summaries = StatsMap;
+    type Counts = HistogramPacket;
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn buffers(&mut self) -> &mut Rounds<Buffer> {
+        &mut self.buffers
+    }
+
+    fn summaries(&mut self) -> &mut Rounds<StatsMap> {
+        &mut self.stats
+    }
+
+    /// Summaries up; the values buffered.
+    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (HistogramPacket, Buffer) {
         let (profiles, raw_bytes) = decode::profiles(inputs, out);
         let mut stats = StatsMap::new();
         let mut samples = Samples::new();
@@ -59,20 +79,10 @@ impl HistogramFilter {
                 samples.add(key, v);
             }
         }
-        // Buffered even when empty: phase 2 must still answer, or the parent would wait for this leaf forever.
-        self.buffers.insert(round, Buffer { samples, raw_bytes });
-        out.up(
-            0,
-            &HistogramPacket {
-                stats: stats.to_stats(),
-                ..Default::default()
-            }
-            .encode_to_vec(),
-        );
+        (self.summaries_packet(&stats), Buffer { samples, raw_bytes })
     }
 
-    /// Phase 0 at a relay or the root: the children's summaries merged.
-    fn merge_phase0(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsMap {
+    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsMap {
         let packets: Vec<HistogramPacket> =
             decode::packets(inputs, PACKET, out, |_: &HistogramPacket| Ok(()));
         let mut stats = StatsMap::new();
@@ -82,8 +92,30 @@ impl HistogramFilter {
         stats
     }
 
-    /// Phase 2 at a relay or the root: the children's histograms added up.
-    fn merge_phase2(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> HistogramPacket {
+    fn summaries_packet(&self, stats: &StatsMap) -> HistogramPacket {
+        HistogramPacket {
+            stats: stats.to_stats(),
+            ..Default::default()
+        }
+    }
+
+    fn ranges_packet(&self, stats: &StatsMap) -> HistogramPacket {
+        HistogramPacket {
+            ranges: histogram::ranges_of(stats),
+            ..Default::default()
+        }
+    }
+
+    fn bin(&self, buffer: Buffer, ranges: HistogramPacket) -> HistogramPacket {
+        HistogramPacket {
+            histograms: buffer.samples.bin(&ranges.ranges, self.bins as usize),
+            raw_bytes: buffer.raw_bytes,
+            ..Default::default()
+        }
+    }
+
+    /// The children's histograms added up.
+    fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> HistogramPacket {
         let bins = self.bins as usize;
         let packets: Vec<HistogramPacket> = decode::packets(inputs, PACKET, out, |p: &HistogramPacket| {
             HistMap::check(&p.histograms, bins)
@@ -100,16 +132,33 @@ impl HistogramFilter {
             ..Default::default()
         }
     }
+
+    fn counts_packet(&self, counts: HistogramPacket) -> HistogramPacket {
+        counts
+    }
+
+    fn root_packet(&self, mut counts: HistogramPacket, stats: StatsMap) -> HistogramPacket {
+        counts.stats = stats.to_stats();
+        counts
+    }
+
+    fn result(&self, packet: HistogramPacket) -> Vec<u8> {
+        let mut stats = packet.stats;
+        summary::finish_all(&mut stats);
+        let result = HistogramResult {
+            stats,
+            histograms: packet.histograms,
+            raw_bytes: packet.raw_bytes,
+            bins: self.bins,
+        };
+        result.encode_to_vec()
+    }
 }
 
 impl Filter for HistogramFilter {
     const NAME: &'static str = "histogram";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.HistogramResult";
-    const PHASES: u32 = 3;
-
-    fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
-    }
+    const PHASES: u32 = three_phase::PHASES;
 
     /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative"}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
@@ -130,52 +179,7 @@ impl Filter for HistogramFilter {
         inputs: &[&[u8]],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        match (self.level, phase) {
-            (Level::Leaf, 0) => self.leaf_phase0(round, inputs, out),
-            (Level::Relay, 0) => {
-                let stats = self.merge_phase0(inputs, out);
-                out.up(
-                    0,
-                    &HistogramPacket {
-                        stats: stats.to_stats(),
-                        ..Default::default()
-                    }
-                    .encode_to_vec(),
-                );
-            }
-            (Level::Root, 0) => {
-                let stats = self.merge_phase0(inputs, out);
-                let ranges = histogram::ranges_of(&stats);
-                self.stats.insert(round, stats);
-                out.down(
-                    1,
-                    &HistogramPacket {
-                        ranges,
-                        ..Default::default()
-                    }
-                    .encode_to_vec(),
-                );
-            }
-            (Level::Relay, 2) => {
-                let packet = self.merge_phase2(inputs, out);
-                out.up(2, &packet.encode_to_vec());
-            }
-            (Level::Root, 2) => {
-                let mut packet = self.merge_phase2(inputs, out);
-                let stats = self.stats.remove(round).ok_or_else(|| {
-                    format!("round {round}: phase 2 came without the round's phase 0 (more than 1024 rounds open?)")
-                })?;
-                // The result needs the summaries: they travel with the root's own packet to finalize.
-                packet.stats = stats.to_stats();
-                out.up(2, &packet.encode_to_vec());
-            }
-            (level, phase) => {
-                return Err(format!(
-                    "histogram at the {level:?} level gets no phase {phase} upstream"
-                ));
-            }
-        }
-        Ok(())
+        three_phase::upstream(self, round, phase, inputs, out)
     }
 
     fn downstream(
@@ -185,48 +189,11 @@ impl Filter for HistogramFilter {
         packet: &[u8],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        match (self.level, phase) {
-            (Level::Relay, 1) => out.down(1, packet),
-            (Level::Leaf, 1) => {
-                // No buffer: the round was never seen here or was dropped as too old; nothing to bin.
-                let Some(buffer) = self.buffers.remove(round) else {
-                    return Ok(());
-                };
-                let ranges = HistogramPacket::decode(packet)
-                    .map_err(|e| format!("round {round}: the phase 1 packet is not a {PACKET}: {e}"))?
-                    .ranges;
-                let histograms = buffer.samples.bin(&ranges, self.bins as usize);
-                let up = HistogramPacket {
-                    histograms,
-                    raw_bytes: buffer.raw_bytes,
-                    ..Default::default()
-                };
-                out.up(2, &up.encode_to_vec());
-            }
-            (level, phase) => {
-                return Err(format!(
-                    "histogram at the {level:?} level gets no phase {phase} downstream"
-                ));
-            }
-        }
-        Ok(())
+        three_phase::downstream(self, round, phase, packet, out)
     }
 
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        if phase != 2 {
-            return Err(format!("histogram results come from phase 2, got phase {phase}"));
-        }
-        let packet = HistogramPacket::decode(packet)
-            .map_err(|e| format!("round {round}: the root's packet is not a {PACKET}: {e}"))?;
-        let mut stats = packet.stats;
-        summary::finish_all(&mut stats);
-        let result = HistogramResult {
-            stats,
-            histograms: packet.histograms,
-            raw_bytes: packet.raw_bytes,
-            bins: self.bins,
-        };
-        Ok(result.encode_to_vec())
+        three_phase::finalize(self, round, phase, packet)
     }
 }
 
@@ -235,8 +202,8 @@ export_filter!(HistogramFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, one_event_profile};
-    use canopy_proto::filters::v1::{Histogram, Metric};
+    use canopy_filter_proto::v1::{Histogram, Metric};
+    use canopy_filter_test::{Collect, one_event_profile};
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)

@@ -1,9 +1,9 @@
 //! The histogram filter over random trees equals a brute-force count over all ranks at once.
 
-use canopy_filter_common::testing::reference::{self, Key};
-use canopy_filter_common::testing::{Case, DataSpec};
 use canopy_filter_histogram::HistogramFilter;
-use canopy_proto::filters::v1::HistogramResult;
+use canopy_filter_proto::v1::HistogramResult;
+use canopy_filter_test::reference::{self, Key};
+use canopy_filter_test::{Case, DataSpec};
 use proptest::prelude::*;
 use prost::Message;
 

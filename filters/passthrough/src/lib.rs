@@ -1,11 +1,12 @@
 //! The passthrough filter (MRNet's null filter): raw per-rank profiles travel to the front-end unchanged.
 //! Concatenated encodings of `ProfileBatch` messages are themselves one, so merging is appending bytes; each
-//! input is checked to be a batch first, and one that is not is rejected (its ranks count as malformed).
+//! input is checked to be a batch first, and one that is not is rejected (its ranks count as malformed). The
+//! rest is the SDK's defaults: packets from above go on down, and the root's packet is stored as it is.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::v1::ProfileBatch;
+use canopy_wire::v1::ProfileBatch;
 use prost::Message;
 
 #[derive(Debug)]
@@ -14,10 +15,6 @@ pub struct Passthrough;
 impl Filter for Passthrough {
     const NAME: &'static str = "passthrough";
     const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
-
-    fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
-    }
 
     fn create(params: &str, _level: Level) -> Result<Self, String> {
         let p = params.trim();
@@ -51,21 +48,6 @@ impl Filter for Passthrough {
         out.up(phase, &merged);
         Ok(())
     }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        packet: &[u8],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        out.down(phase, packet);
-        Ok(())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        Ok(packet.to_vec())
-    }
 }
 
 export_filter!(Passthrough);
@@ -73,7 +55,7 @@ export_filter!(Passthrough);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::v1::RankProfile;
+    use canopy_wire::v1::RankProfile;
 
     #[derive(Default)]
     struct Collect {

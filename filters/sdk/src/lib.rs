@@ -1,6 +1,11 @@
 //! Write Canopy filter plugins in safe Rust: implement [`Filter`], then `export_filter!(MyFilter);` exports
 //! the one C symbol the daemons look for. Every entry point catches panics: a panicking filter fails its call
-//! with the panic message, the daemon lives, and the instance refuses later calls.
+//! with the panic message, the daemon lives, and the instance refuses later calls. What most plugins would
+//! otherwise repeat has a default: Canopy's own descriptors, packets from above passed on down, and a root
+//! packet that is already the result.
+
+// The FFI glue behind export_filter! turns raw pointers into slices; every unsafe block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -56,8 +61,12 @@ pub trait Filter: Sized + Send + 'static {
     /// Phases of a round (1: merge on the way up; 3: ToM's histogram scheme). A round is done at a node when
     /// it sends up a packet of phase `PHASES - 1`.
     const PHASES: u32 = 1;
-    /// An encoded `google.protobuf.FileDescriptorSet` that defines `RESULT_TYPE`.
-    fn descriptors() -> &'static [u8];
+    /// An encoded `google.protobuf.FileDescriptorSet` that defines `RESULT_TYPE`. By default Canopy's own
+    /// ([`canopy_filter_proto::FILE_DESCRIPTOR_SET`]: `canopy.v1.ProfileBatch` and every `canopy.filters.v1`
+    /// message); a filter whose result is a message of its own returns its own set.
+    fn descriptors() -> &'static [u8] {
+        canopy_filter_proto::FILE_DESCRIPTOR_SET
+    }
     /// `params` is JSON text (empty for none); an error names the bad parameter.
     fn create(params: &str, level: Level) -> Result<Self, String>;
     fn upstream(
@@ -67,20 +76,33 @@ pub trait Filter: Sized + Send + 'static {
         inputs: &[&[u8]],
         out: &mut dyn Emit,
     ) -> Result<(), String>;
-    fn downstream(&mut self, round: u64, phase: u32, packet: &[u8], out: &mut dyn Emit)
-    -> Result<(), String>;
-    /// At the root: the stored result for a packet this filter emitted up.
-    fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String>;
+    /// A packet from the parent. By default it goes on to the children unchanged, as MRNet's null filter
+    /// does (at a leaf, which has no children, it goes nowhere).
+    fn downstream(
+        &mut self,
+        _round: u64,
+        phase: u32,
+        packet: &[u8],
+        out: &mut dyn Emit,
+    ) -> Result<(), String> {
+        out.down(phase, packet);
+        Ok(())
+    }
+    /// At the root: the stored result for a packet this filter emitted up. By default the packet itself, for
+    /// a filter whose packets are already encodings of `RESULT_TYPE`.
+    fn finalize(&mut self, _round: u64, _phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(packet.to_vec())
+    }
     /// Event and counter names, as the node learns them.
     fn names(&mut self, _names: &[(u64, &str)]) {}
 }
 
-/// Exports `canopy_filter_entry` for a [`Filter`] type. Use once per plugin crate.
+/// Exports `canopy_filter_entry` for a [`Filter`] type. Use once per plugin crate. The symbol's one unsafe
+/// attribute belongs to this macro, so the plugin crate itself can `#![forbid(unsafe_code)]`.
 #[macro_export]
 macro_rules! export_filter {
     ($ty:ty) => {
         /// The plugin's entry point: returns its vtable.
-        #[allow(unsafe_code)]
         #[unsafe(no_mangle)]
         pub extern "C" fn canopy_filter_entry() -> *const $crate::abi::FilterVtable {
             static VTABLE: ::std::sync::OnceLock<$crate::abi::FilterVtable> = ::std::sync::OnceLock::new();
@@ -319,4 +341,58 @@ pub unsafe fn read_c_str(ptr: *const c_char) -> String {
     }
     // SAFETY: guaranteed by the caller.
     unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filter that writes only what has no default.
+    struct Minimal;
+
+    impl Filter for Minimal {
+        const NAME: &'static str = "minimal";
+        const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
+
+        fn create(_params: &str, _level: Level) -> Result<Self, String> {
+            Ok(Minimal)
+        }
+
+        fn upstream(
+            &mut self,
+            _round: u64,
+            phase: u32,
+            inputs: &[&[u8]],
+            out: &mut dyn Emit,
+        ) -> Result<(), String> {
+            out.up(phase, &inputs.concat());
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    struct Record {
+        down: Vec<(u32, Vec<u8>)>,
+        up: usize,
+    }
+
+    impl Emit for Record {
+        fn up(&mut self, _phase: u32, _payload: &[u8]) {
+            self.up += 1;
+        }
+        fn down(&mut self, phase: u32, payload: &[u8]) {
+            self.down.push((phase, payload.to_vec()));
+        }
+        fn reject(&mut self, _index: usize, _reason: &str) {}
+    }
+
+    #[test]
+    fn defaults_describe_canopys_messages_pass_packets_down_and_store_the_packet() {
+        assert_eq!(Minimal::descriptors(), canopy_filter_proto::FILE_DESCRIPTOR_SET);
+        let mut f = Minimal::create("", Level::Relay).unwrap();
+        let mut out = Record::default();
+        f.downstream(4, 1, b"ranges", &mut out).unwrap();
+        assert_eq!((out.down, out.up), (vec![(1, b"ranges".to_vec())], 0));
+        assert_eq!(f.finalize(4, 0, b"result").unwrap(), b"result");
+    }
 }

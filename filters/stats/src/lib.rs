@@ -1,12 +1,12 @@
 //! The stats filter (ToM's StatsFilter): per event and metric, count, mean, standard deviation, min and max
 //! with the ranks holding them, merged up the tree in one phase.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::{Params, Values, decode, metrics};
+use canopy_filter_proto::v1::StatsResult;
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::filters::v1::StatsResult;
 use prost::Message;
 
 /// One instance per stream per node. It keeps no state between calls: each round is one phase.
@@ -56,10 +56,6 @@ impl StatsFilter {
 impl Filter for StatsFilter {
     const NAME: &'static str = "stats";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
-
-    fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
-    }
 
     /// Params: `{"values": "round" | "cumulative"}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
@@ -116,8 +112,8 @@ export_filter!(StatsFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_common::testing::{Collect, one_event_profile};
-    use canopy_proto::filters::v1::Metric;
+    use canopy_filter_proto::v1::Metric;
+    use canopy_filter_test::{Collect, one_event_profile};
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use canopy_filter_common::testing::reference::{self, Key};
-use canopy_filter_common::testing::{Case, DataSpec};
+use canopy_filter_proto::v1::StatsResult;
 use canopy_filter_stats::StatsFilter;
-use canopy_proto::filters::v1::StatsResult;
+use canopy_filter_test::reference::{self, Key};
+use canopy_filter_test::{Case, DataSpec};
 use proptest::prelude::*;
 use prost::Message;
 

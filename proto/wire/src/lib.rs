@@ -51,6 +51,8 @@ pub enum FrameError {
     Io(io::Error),
     /// A length over MAX_FRAME: the stream is not Canopy's, or is corrupt.
     TooLong(usize),
+    /// The peer closed the connection, or it failed, inside a frame.
+    Truncated(io::Error),
     /// The bytes are not the message expected.
     Decode(prost::DecodeError),
 }
@@ -61,6 +63,7 @@ impl std::fmt::Display for FrameError {
             FrameError::Closed => write!(f, "connection closed"),
             FrameError::Io(e) => write!(f, "{e}"),
             FrameError::TooLong(n) => write!(f, "frame of {n} bytes is over the limit of {MAX_FRAME}"),
+            FrameError::Truncated(e) => write!(f, "connection closed inside a frame: {e}"),
             FrameError::Decode(e) => write!(f, "undecodable message: {e}"),
         }
     }
@@ -87,7 +90,27 @@ pub fn read_frame<M: Message + Default>(r: &mut impl Read, buf: &mut Vec<u8>) ->
     }
     let len = frame_len(prefix)?;
     buf.resize(len, 0);
-    r.read_exact(buf).map_err(FrameError::Io)?;
+    r.read_exact(buf).map_err(FrameError::Truncated)?;
+    M::decode(buf.as_slice()).map_err(FrameError::Decode)
+}
+
+/// Reads one frame from an async stream: the same framing as [`read_frame`], for the agent's side. Not
+/// cancellation-safe inside a frame: drop it only to stop reading the stream.
+#[cfg(feature = "tokio")]
+pub async fn read_frame_async<M: Message + Default>(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Result<M, FrameError> {
+    use tokio::io::AsyncReadExt;
+    let mut prefix = [0u8; 4];
+    match r.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(FrameError::Io(e)),
+    }
+    let len = frame_len(prefix)?;
+    buf.resize(len, 0);
+    r.read_exact(buf).await.map_err(FrameError::Truncated)?;
     M::decode(buf.as_slice()).map_err(FrameError::Decode)
 }
 

@@ -14,23 +14,43 @@ pub struct Measure {
     sample_below: u32,
 }
 
+/// The metrics a rank reports of each event, as bits of `RankProfile.metrics` (0: all of them).
+pub mod metric {
+    /// Calls and subroutine calls, for the round and in total.
+    pub const CALLS: u32 = 1;
+    /// Inclusive time.
+    pub const INCLUSIVE: u32 = 2;
+    /// Exclusive time.
+    pub const EXCLUSIVE: u32 = 4;
+    /// The counters.
+    pub const COUNTERS: u32 = 8;
+    /// Every metric by the name users give it.
+    pub const NAMES: [(&str, u32); 4] = [
+        ("calls", CALLS),
+        ("inclusive", INCLUSIVE),
+        ("exclusive", EXCLUSIVE),
+        ("counters", COUNTERS),
+    ];
+
+    /// The bit of a metric named by a user.
+    pub fn bit(name: &str) -> Option<u32> {
+        NAMES.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+    }
+
+    /// Whether a profile that reports `metrics` has metric `bit` (0 reports all).
+    pub fn reports(metrics: u32, bit: u32) -> bool {
+        metrics == 0 || metrics & bit != 0
+    }
+}
+
 impl Measure {
     /// Checks and compiles options; the error names the bad pattern or metric.
     pub fn from_options(o: &crate::v1::Options) -> Result<Measure, String> {
         let compile = |p: &String| regex_lite::Regex::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"));
         let mut metrics = 0;
         for m in &o.metrics {
-            metrics |= match m.as_str() {
-                "calls" => 1,
-                "inclusive" => 2,
-                "exclusive" => 4,
-                "counters" => 8,
-                _ => {
-                    return Err(format!(
-                        "unknown metric {m:?} (calls, inclusive, exclusive, counters)"
-                    ));
-                }
-            };
+            metrics |= metric::bit(m)
+                .ok_or_else(|| format!("unknown metric {m:?} (calls, inclusive, exclusive, counters)"))?;
         }
         if o.period_ms != 0 && !(1..=MAX_PERIOD_MS).contains(&o.period_ms) {
             return Err(format!(

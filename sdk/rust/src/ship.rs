@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use canopy_wire::options::Measure;
+use canopy_wire::options::{Measure, metric};
 use canopy_wire::v1::{
     AgentMessage, CounterSample, EventName, EventSample, RankAbsence, RankDump, RankFin, RankHello,
     RankMessage, RankProfile, agent_message, rank_message,
@@ -408,7 +408,7 @@ fn encode_dump(
     };
     if snap.kind == Kind::Profile {
         let metrics = snap.measure.metrics();
-        let has = |bit: u32| metrics == 0 || metrics & bit != 0;
+        let has = |bit: u32| metric::reports(metrics, bit);
         let mut profile = RankProfile {
             app: sdk.config.app.clone(),
             rank: sdk.config.rank,
@@ -427,19 +427,19 @@ fn encode_dump(
                 event_id: id,
                 ..Default::default()
             };
-            if has(1) {
+            if has(metric::CALLS) {
                 (e.calls, e.subrs, e.calls_total, e.subrs_total) =
                     (share.calls, share.subrs, total.calls, total.subrs);
             }
-            if has(2) {
+            if has(metric::INCLUSIVE) {
                 (e.incl_us, e.incl_total_us) = (us(share.incl_ns), us(total.incl_ns));
             }
-            if has(4) {
+            if has(metric::EXCLUSIVE) {
                 (e.excl_us, e.excl_total_us) = (us(share.excl_ns), us(total.excl_ns));
             }
             profile.events.push(e);
         }
-        if has(8) {
+        if has(metric::COUNTERS) {
             for (index, value, total) in &snap.counters {
                 let id = names.counter_id(*index);
                 if names.reports(&snap.measure, snap.measure_gen, id) {

@@ -2,10 +2,10 @@
 //! (`panic_create`, `panic_upstream`, `panic_finalize`, `error_upstream`, `garbage`), and otherwise passes
 //! profiles through. Built with the workspace, never installed.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
-use canopy_proto::v1::ProfileBatch;
+use canopy_wire::v1::ProfileBatch;
 use prost::Message;
 
 pub struct Faulty {
@@ -16,10 +16,6 @@ pub struct Faulty {
 impl Filter for Faulty {
     const NAME: &'static str = "faulty";
     const RESULT_TYPE: &'static str = "canopy.v1.ProfileBatch";
-
-    fn descriptors() -> &'static [u8] {
-        canopy_proto::FILE_DESCRIPTOR_SET
-    }
 
     fn create(params: &str, level: Level) -> Result<Self, String> {
         let v: serde_json::Value = serde_json::from_str(params).map_err(|e| format!("params: {e}"))?;
@@ -57,17 +53,6 @@ impl Filter for Faulty {
             merged.extend_from_slice(input);
         }
         out.up(phase, &merged);
-        Ok(())
-    }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        packet: &[u8],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        out.down(phase, packet);
         Ok(())
     }
 

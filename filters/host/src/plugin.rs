@@ -1,5 +1,5 @@
 //! The filter host: loads `libcanopy_filter_<name>.so` from the configured search path, checks its ABI, and
-//! wraps each instance as a [`Filter`]. Only a filter's name ever reaches this module from the network; the
+//! wraps each instance as a [`FilterInstance`]. Only a filter's name ever reaches this module from the network; the
 //! directories searched come from the daemon's own configuration.
 
 use std::collections::HashMap;
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use canopy_filter_abi as abi;
 
-use crate::filter::{Filter, FilterError, FilterFactory, Level, Output, Packet};
+use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
 /// executable (a build tree), `../lib/canopy/filters` from it (an installation under any prefix), then the
@@ -191,7 +191,7 @@ impl PluginFilters {
 }
 
 impl FilterFactory for PluginFilters {
-    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn Filter>, FilterError> {
+    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn FilterInstance>, FilterError> {
         let plugin = self.load(name)?;
         let level = match level {
             Level::Leaf => abi::LEVEL_LEAF,
@@ -312,7 +312,35 @@ unsafe extern "C" fn sink_fail(ctx: *mut c_void, reason: *const c_char) {
     sink.fail = Some(reason);
 }
 
+/// A vtable entry that takes one packet: `downstream` and `finalize`.
+type PacketEntry =
+    unsafe extern "C" fn(*mut c_void, u64, u32, abi::Bytes, *const abi::Emitter) -> std::ffi::c_int;
+
 impl PluginFilter {
+    fn call_with_packet(
+        &mut self,
+        entry: PacketEntry,
+        round: u64,
+        phase: u32,
+        packet: &[u8],
+        call: &str,
+    ) -> Result<Output, FilterError> {
+        let mut sink = Sink::default();
+        let emitter = sink.emitter();
+        // SAFETY: `entry` is this instance's plugin's (valid while the plugin is loaded); the packet and the
+        // emitter live across the call.
+        let code = unsafe {
+            entry(
+                self.instance,
+                round,
+                phase,
+                abi::Bytes::from_slice(packet),
+                &emitter,
+            )
+        };
+        self.finish(sink, code, call)
+    }
+
     fn finish(&self, sink: Sink, code: i32, call: &str) -> Result<Output, FilterError> {
         if code == abi::OK {
             return Ok(sink.out);
@@ -327,7 +355,7 @@ impl PluginFilter {
     }
 }
 
-impl Filter for PluginFilter {
+impl FilterInstance for PluginFilter {
     fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
         let descs: Vec<abi::Bytes> = inputs.iter().map(|i| abi::Bytes::from_slice(i)).collect();
         let mut sink = Sink::default();
@@ -347,35 +375,15 @@ impl Filter for PluginFilter {
     }
 
     fn downstream(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
-        let mut sink = Sink::default();
-        let emitter = sink.emitter();
-        // SAFETY: as in `upstream`.
-        let code = unsafe {
-            ((*self.plugin.vtable).downstream)(
-                self.instance,
-                round,
-                phase,
-                abi::Bytes::from_slice(packet),
-                &emitter,
-            )
-        };
-        self.finish(sink, code, "downstream")
+        // SAFETY: the vtable was checked at load and outlives the instance (see `Plugin`).
+        let entry = unsafe { (*self.plugin.vtable).downstream };
+        self.call_with_packet(entry, round, phase, packet, "downstream")
     }
 
     fn finalize(&mut self, round: u64, phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        let mut sink = Sink::default();
-        let emitter = sink.emitter();
-        // SAFETY: as in `upstream`.
-        let code = unsafe {
-            ((*self.plugin.vtable).finalize)(
-                self.instance,
-                round,
-                phase,
-                abi::Bytes::from_slice(payload),
-                &emitter,
-            )
-        };
-        let mut out = self.finish(sink, code, "finalize")?;
+        // SAFETY: the vtable was checked at load and outlives the instance (see `Plugin`).
+        let entry = unsafe { (*self.plugin.vtable).finalize };
+        let mut out = self.call_with_packet(entry, round, phase, payload, "finalize")?;
         match (out.up.pop(), out.up.is_empty()) {
             (Some(p), true) => Ok(p.payload),
             (Some(_), false) => Err(FilterError::Failed {

@@ -1,4 +1,4 @@
-//! The filter interface every stream's filter implements. Filters are plugins (see `plugin`); the node
+//! The host's side of a stream's filter: one instance per stream per node. Filters are plugins (see `plugin`); the node
 //! runtime sees them only through this trait.
 //!
 //! A filter instance lives on one node for one stream. The engine hands it each closed group's payloads
@@ -47,7 +47,7 @@ pub enum FilterError {
 }
 
 /// The calls a filter answers. `Send + Sync` so the node's task can hold it across awaits on any worker.
-pub trait Filter: Send + Sync {
+pub trait FilterInstance: Send + Sync {
     fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError>;
     fn downstream(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError>;
     /// At the root: turns a packet the filter emitted upward into the stored result.
@@ -62,6 +62,6 @@ pub trait Filter: Send + Sync {
 
 /// Creates filter instances by name.
 pub trait FilterFactory: Send + Sync {
-    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn Filter>, FilterError>;
+    fn create(&self, name: &str, params: &str, level: Level) -> Result<Box<dyn FilterInstance>, FilterError>;
     fn names(&self) -> Vec<String>;
 }

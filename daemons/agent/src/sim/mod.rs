@@ -1,11 +1,15 @@
 //! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
 
+pub mod clock;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
 use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
+use rand_xoshiro::SplitMix64;
+use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 
 /// The application a simulator imitates.
 ///
@@ -195,6 +199,16 @@ impl Simulator {
     }
 
     /// Names of every event and counter any of this simulator's ranks may report, with their ids.
+    /// The global numbers of the ranks this simulator serves.
+    pub fn ranks(&self) -> std::ops::Range<u32> {
+        self.cfg.rank_offset..self.cfg.rank_offset.saturating_add(self.cfg.ranks)
+    }
+
+    /// The application id the ranks report.
+    pub fn app(&self) -> &str {
+        &self.cfg.app
+    }
+
     pub fn names(&self) -> Vec<(u64, String)> {
         self.names.clone()
     }
@@ -287,7 +301,7 @@ impl Simulator {
         let sc = self.cfg.scenario;
         let plan = &self.plans[st.plan];
         let w = workload(sc, round);
-        let key = |id: u64| SplitMix64::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
+        let key = |id: u64| Keyed::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
         let mut out: Vec<Sample> = plan
             .iter()
             .map(|slot| {
@@ -416,7 +430,7 @@ struct Statics {
 
 impl Statics {
     fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
-        let mut g = SplitMix64::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
+        let mut g = Keyed::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
         let u = g.unit();
         let speed = SPEED_MIN + (SPEED_MAX - SPEED_MIN) * u * u;
         let comm = g.range(0.9, 1.1);
@@ -660,16 +674,19 @@ fn mix64(mut z: u64) -> u64 {
 /// splitmix64 seeded from a hashed key, so a value depends on its key alone and not on what was drawn
 /// before it.
 #[derive(Debug)]
-struct SplitMix64(u64);
+/// The simulator's generator: rand_xoshiro's SplitMix64, its state a hash of the draw's key (seed, scenario, rank,
+/// round, event), so every value is reproducible on its own, whatever else was drawn.
+struct Keyed(SplitMix64);
 
-impl SplitMix64 {
-    fn keyed(key: &[u64]) -> SplitMix64 {
-        SplitMix64(key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN)))
+impl Keyed {
+    fn keyed(key: &[u64]) -> Keyed {
+        let state = key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN));
+        // from_seed takes the bytes as the state as they are; seed_from_u64 would scramble them first.
+        Keyed(SplitMix64::from_seed(state.to_le_bytes()))
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(GOLDEN);
-        mix64(self.0)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
@@ -683,316 +700,4 @@ impl SplitMix64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-    fn cfg(scenario: Scenario, rank_offset: u32, ranks: u32, total_ranks: u32) -> SimConfig {
-        SimConfig {
-            scenario,
-            ranks,
-            events: 20,
-            rank_offset,
-            total_ranks,
-            seed: 42,
-            app: "app".into(),
-        }
-    }
-
-    fn run(cfg: SimConfig, rounds: u64) -> Vec<Vec<RankProfile>> {
-        let mut sim = Simulator::new(cfg);
-        (0..rounds).map(|r| sim.round(r)).collect()
-    }
-
-    fn named<'a>(sim: &Simulator, p: &'a RankProfile, name: &str) -> &'a EventSample {
-        let id = event_id(name);
-        assert!(sim.names().iter().any(|(i, n)| *i == id && n == name));
-        p.events.iter().find(|e| e.event_id == id).unwrap()
-    }
-
-    #[test]
-    fn same_config_gives_same_profiles() {
-        for sc in Scenario::ALL {
-            assert_eq!(run(cfg(sc, 0, 8, 0), 5), run(cfg(sc, 0, 8, 0), 5));
-            let other = SimConfig {
-                seed: 43,
-                ..cfg(sc, 0, 8, 0)
-            };
-            assert_ne!(run(cfg(sc, 0, 8, 0), 5), run(other, 5));
-        }
-    }
-
-    #[test]
-    fn a_rank_does_not_depend_on_the_other_ranks_simulated() {
-        for sc in Scenario::ALL {
-            let all = run(cfg(sc, 0, 16, 16), 6);
-            // total_ranks 0 stands for rank_offset + ranks = 16.
-            let upper = run(cfg(sc, 8, 8, 0), 6);
-            for (a, u) in all.iter().zip(&upper) {
-                assert_eq!(&a[8..], &u[..], "{sc}");
-            }
-        }
-    }
-
-    #[test]
-    fn skipped_rounds_are_accumulated_and_rewinding_restarts() {
-        for sc in Scenario::ALL {
-            let seq = run(cfg(sc, 0, 4, 16), 6);
-            let mut sim = Simulator::new(cfg(sc, 0, 4, 16));
-            sim.round(2);
-            assert_eq!(sim.round(5), seq[5]);
-            assert_eq!(sim.round(3), seq[3]);
-            assert_eq!(sim.round(3), seq[3]);
-        }
-    }
-
-    #[test]
-    fn totals_are_the_sum_of_per_round_values() {
-        for sc in Scenario::ALL {
-            let rounds = run(cfg(sc, 3, 5, 20), 30);
-            let mut sums: HashMap<(u32, u64), (u64, u64, f64, f64)> = HashMap::new();
-            let mut counters: HashMap<(u32, u64), f64> = HashMap::new();
-            for profiles in &rounds {
-                for p in profiles {
-                    for e in &p.events {
-                        let s = sums.entry((p.rank, e.event_id)).or_default();
-                        *s = (s.0 + e.calls, s.1 + e.subrs, s.2 + e.incl_us, s.3 + e.excl_us);
-                        assert_eq!(
-                            *s,
-                            (e.calls_total, e.subrs_total, e.incl_total_us, e.excl_total_us)
-                        );
-                    }
-                    for c in &p.counters {
-                        let s = counters.entry((p.rank, c.counter_id)).or_default();
-                        *s += c.value;
-                        assert_eq!(*s, c.total);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn values_are_sane_and_nest() {
-        for sc in Scenario::ALL {
-            let sim = Simulator::new(cfg(sc, 0, 16, 64));
-            let mut sim2 = Simulator::new(cfg(sc, 0, 16, 64));
-            for round in 0..120 {
-                for (st, p) in sim.ranks.iter().zip(sim2.round(round)) {
-                    assert_eq!(
-                        (p.app.as_str(), p.rank, p.round, p.dump_unix_ns),
-                        ("app", st.rank, round, 0)
-                    );
-                    let plan = &sim.plans[st.plan];
-                    assert_eq!(plan.len(), p.events.len());
-                    for (j, e) in p.events.iter().enumerate() {
-                        assert!(e.calls >= 1, "{sc} {e:?}");
-                        assert!(e.excl_us.is_finite() && e.incl_us.is_finite() && e.excl_us >= 0.0);
-                        assert!(
-                            e.excl_us <= e.incl_us && e.excl_total_us <= e.incl_total_us,
-                            "{sc} {e:?}"
-                        );
-                        let children: Vec<_> =
-                            (0..plan.len()).filter(|&c| plan[c].parent == Some(j)).collect();
-                        let incl: f64 = children.iter().map(|&c| p.events[c].incl_us).sum();
-                        let calls: u64 = children.iter().map(|&c| p.events[c].calls).sum();
-                        assert!(e.incl_us >= incl * (1.0 - 1e-12), "{sc} {e:?}");
-                        assert_eq!(e.subrs, calls);
-                    }
-                    for c in &p.counters {
-                        assert!(c.value.is_finite() && c.value >= 0.0);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn flash_allreduce_spikes_at_round_100_only() {
-        let sim = Simulator::new(cfg(Scenario::Flash, 0, 64, 64));
-        let rounds = run(cfg(Scenario::Flash, 0, 64, 64), 160);
-        let allreduce =
-            |round: usize, rank: usize| named(&sim, &rounds[round][rank], "MPI_Allreduce").incl_us;
-        for rank in 0..64 {
-            let spike = allreduce(100, rank);
-            assert!(spike >= 5.0 * allreduce(99, rank) && spike >= 5.0 * allreduce(101, rank));
-            let quiet: Vec<f64> = (0..160)
-                .filter(|&r| r != 100)
-                .map(|r| allreduce(r, rank))
-                .collect();
-            let min = quiet.iter().copied().fold(f64::INFINITY, f64::min);
-            assert!(quiet.iter().all(|&v| v < 2.5 * min), "rank {rank}");
-        }
-        // The baseline is spread over the ranks, not one value with a little noise.
-        let at50: Vec<f64> = (0..64).map(|rank| allreduce(50, rank)).collect();
-        let (lo, hi) = at50
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
-        let bins: BTreeSet<u32> = at50
-            .iter()
-            .map(|v| ((v - lo) / (hi - lo) * 9.999) as u32)
-            .collect();
-        assert!(hi > 2.0 * lo && bins.len() >= 4, "{at50:?}");
-        assert!(
-            rounds[0][0]
-                .counters
-                .iter()
-                .any(|c| c.counter_id == event_id("bytes_sent") && c.value > 0.0)
-        );
-    }
-
-    #[test]
-    fn events_sets_the_count() {
-        for (sc, events, want) in [
-            (Scenario::Flash, 5, 5),
-            (Scenario::Flash, 27, 27),
-            (Scenario::Flash, 0, 0),
-            (Scenario::Namd, 3, 4),
-        ] {
-            let mut sim = Simulator::new(SimConfig {
-                events,
-                ..cfg(sc, 0, 2, 2)
-            });
-            assert!(
-                sim.round(0).iter().all(|p| p.events.len() == want),
-                "{sc} {events}"
-            );
-        }
-        let mut sim = Simulator::new(SimConfig {
-            events: 27,
-            ..cfg(Scenario::Flash, 0, 1, 1)
-        });
-        let p = &sim.round(0)[0];
-        assert_eq!(p.events[0].event_id, event_id("main_loop"));
-        assert_eq!(p.events[26].event_id, event_id("compute_6"));
-        let mut sim = Simulator::new(SimConfig {
-            events: 3,
-            ..cfg(Scenario::Flash, 0, 1, 1)
-        });
-        assert_eq!(sim.round(0)[0].events[1].event_id, event_id("MPI_Allreduce"));
-    }
-
-    /// Groups ranks by the sorted names they report that pass `keep`.
-    fn classes(sc: Scenario, n: u32, round: u64, keep: impl Fn(&str) -> bool) -> Vec<Vec<u32>> {
-        let mut sim = Simulator::new(cfg(sc, 0, n, n));
-        let names: HashMap<u64, String> = sim.names().into_iter().collect();
-        let profiles = sim.round(round);
-        let mut groups: BTreeMap<Vec<&str>, Vec<u32>> = BTreeMap::new();
-        for p in &profiles {
-            let mut key: Vec<&str> = p
-                .events
-                .iter()
-                .map(|e| names[&e.event_id].as_str())
-                .filter(|n| keep(n))
-                .collect();
-            key.sort_unstable();
-            groups.entry(key).or_default().push(p.rank);
-        }
-        let mut out: Vec<Vec<u32>> = groups.into_values().collect();
-        out.sort();
-        out
-    }
-
-    #[test]
-    fn uintah_level1_patches_give_three_classes() {
-        for n in [64, 16] {
-            for round in [0, 7] {
-                let got = classes(Scenario::Uintah, n, round, |s| s.starts_with("Patch 1 -> "));
-                assert_eq!(got, vec![vec![0], (1..=8).collect(), (9..n).collect()], "n={n}");
-            }
-        }
-        let got = classes(Scenario::Uintah, 5, 0, |s| s.starts_with("Patch 1 -> "));
-        assert_eq!(got, vec![vec![0], vec![1, 2, 3, 4]]);
-    }
-
-    #[test]
-    fn uintah_mpi_and_default_classes() {
-        assert_eq!(
-            classes(Scenario::Uintah, 64, 3, |s| s.starts_with("MPI_")).len(),
-            13
-        );
-        assert_eq!(classes(Scenario::Uintah, 64, 3, |_| true).len(), 64);
-        assert_eq!(classes(Scenario::Flash, 64, 3, |_| true).len(), 1);
-    }
-
-    #[test]
-    fn names_cover_every_reported_id() {
-        for sc in Scenario::ALL {
-            for (offset, ranks) in [(0, 16), (9, 3)] {
-                let mut sim = Simulator::new(SimConfig {
-                    events: 25,
-                    ..cfg(sc, offset, ranks, 64)
-                });
-                let names = sim.names();
-                let ids: HashSet<u64> = names.iter().map(|(id, _)| *id).collect();
-                assert_eq!(ids.len(), names.len(), "{sc}: duplicate ids");
-                assert!(names.iter().all(|(id, n)| *id == event_id(n)));
-                let mut used = HashSet::new();
-                for round in 0..3 {
-                    for p in sim.round(round) {
-                        used.extend(p.events.iter().map(|e| e.event_id));
-                        used.extend(p.counters.iter().map(|c| c.counter_id));
-                    }
-                }
-                assert!(used.is_subset(&ids), "{sc}");
-                // names() holds only what these ranks report.
-                assert_eq!(used, ids, "{sc}");
-            }
-        }
-    }
-
-    #[test]
-    fn namd_idle_balances_busy() {
-        let sim = Simulator::new(cfg(Scenario::Namd, 0, 64, 64));
-        let idle_id = event_id("Idle");
-        for (round, profiles) in run(cfg(Scenario::Namd, 0, 64, 64), 20).iter().enumerate() {
-            let split: Vec<(f64, f64)> = profiles
-                .iter()
-                .map(|p| {
-                    let idle = named(&sim, p, "Idle").excl_us;
-                    let busy: f64 = p
-                        .events
-                        .iter()
-                        .filter(|e| e.event_id != idle_id)
-                        .map(|e| e.excl_us)
-                        .sum();
-                    (busy, idle)
-                })
-                .collect();
-            let spread = |v: Vec<f64>| {
-                let hi = v.iter().copied().fold(0.0, f64::max);
-                hi / v.iter().copied().fold(f64::INFINITY, f64::min)
-            };
-            assert!(
-                spread(split.iter().map(|(b, _)| *b).collect()) > 1.2,
-                "round {round}: no overload"
-            );
-            assert!(
-                spread(split.iter().map(|(b, i)| b + i).collect()) < 1.01,
-                "round {round}"
-            );
-            let busiest = (0..64)
-                .max_by(|&a, &b| split[a].0.total_cmp(&split[b].0))
-                .unwrap();
-            let least_idle = (0..64)
-                .min_by(|&a, &b| split[a].1.total_cmp(&split[b].1))
-                .unwrap();
-            assert_eq!(busiest, least_idle);
-        }
-    }
-
-    #[test]
-    fn scenario_names_round_trip() {
-        for sc in Scenario::ALL {
-            assert_eq!(sc.to_string().parse::<Scenario>(), Ok(sc));
-        }
-        assert_eq!("NAMD".parse::<Scenario>(), Ok(Scenario::Namd));
-        let err = "enzo".parse::<Scenario>().unwrap_err().to_string();
-        assert!(
-            ["enzo", "flash", "uintah", "namd"]
-                .iter()
-                .all(|n| err.contains(n)),
-            "{err}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,175 @@
+//! The simulated ranks on the tree's clock: round `first_round + k` is dumped at `start + k * period`, so an
+//! agent that starts late (or again) joins at the tree's current round. Each simulated rank is a rank source, as a
+//! rank on the socket is: it attaches, dumps each round (or is sampled out), and detaches when it finishes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use canopy_core::node::{Input, RankEvent, rank_source, unix_ns};
+use canopy_core::options::Measure;
+use canopy_core::window::WindowGate;
+use canopy_proto::v1::{MissingReason, ProfileBatch, RankProfile, control};
+use prost::Message;
+use tokio::sync::mpsc;
+
+use super::Simulator;
+
+/// How long after the tree's start (at least; ten periods if longer) a node counts as rejoining rather than
+/// starting late.
+const REJOIN_AFTER: Duration = Duration::from_millis(500);
+
+/// When the simulated ranks dump, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    pub period: Duration,
+    /// Rounds to simulate before the ranks finish (0: until drained).
+    pub rounds: u64,
+}
+
+/// The simulated ranks as rank sources of the leaf.
+pub struct SimulatedRanks {
+    pub sim: Simulator,
+    pub schedule: Schedule,
+    pub control: mpsc::UnboundedReceiver<control::Action>,
+    pub inputs: mpsc::Sender<Input>,
+    pub window: WindowGate,
+}
+
+impl SimulatedRanks {
+    /// Attaches every simulated rank and tells the leaf their names; they dump once collection starts.
+    pub async fn attach(&self) -> bool {
+        let names = RankEvent::Names(self.sim.names());
+        if self.inputs.send(Input::Rank(names)).await.is_err() {
+            return false;
+        }
+        for rank in self.sim.ranks() {
+            let attached = RankEvent::Attached {
+                source: rank_source(self.sim.app(), rank),
+                from: 0,
+                announced: 0,
+            };
+            if self.inputs.send(Input::Rank(attached)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs the ranks' clock until they finish (their rounds are done, or a drain), or the node ends.
+    pub async fn run(mut self) {
+        if !self.attach().await {
+            return;
+        }
+        let mut period_ns = self.schedule.period.as_nanos() as u64;
+        let mut anchor: Option<(u64, u64)> = None;
+        let mut next_round = 0u64;
+        let names: HashMap<u64, String> = self.sim.names().into_iter().collect();
+        let mut options = Measure::default();
+        loop {
+            let wait = anchor.map(|(t0, first)| {
+                let due = t0 + next_round.saturating_sub(first) * period_ns;
+                Duration::from_nanos(due.saturating_sub(unix_ns()))
+            });
+            let action = match wait {
+                None => self.control.recv().await,
+                Some(d) => tokio::select! {
+                    a = self.control.recv() => a,
+                    _ = tokio::time::sleep(d) => {
+                        // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
+                        // window of rounds in flight.
+                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &names).await {
+                            return;
+                        }
+                        next_round += 1;
+                        if self.schedule.rounds > 0 && next_round >= self.schedule.rounds {
+                            tracing::info!(rounds = next_round, "simulated ranks finished");
+                            self.finish(next_round).await;
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            match action {
+                Some(control::Action::Start(s)) => {
+                    // Round k is every rank's k-th dump: a node that got Start a little late dumps the rounds it
+                    // missed at once; one that joins long after the start (a restart) begins at the current round.
+                    let since = unix_ns().saturating_sub(s.start_unix_ns);
+                    let rejoin_after = (REJOIN_AFTER.as_nanos() as u64).max(10 * period_ns);
+                    next_round = if since > rejoin_after {
+                        next_round.max(s.first_round + since / period_ns)
+                    } else {
+                        next_round.max(s.first_round)
+                    };
+                    anchor = Some((s.start_unix_ns, s.first_round));
+                }
+                Some(control::Action::Stop(_)) => anchor = None,
+                Some(control::Action::Options(o)) => {
+                    match Measure::from_options(&o) {
+                        Ok(m) => {
+                            tracing::info!(?o, "measurement options changed");
+                            options = m;
+                        }
+                        Err(e) => tracing::error!("measurement options ignored: {e}"),
+                    }
+                    if o.period_ms > 0 {
+                        period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
+                        if anchor.is_some() {
+                            // The new period counts from now, from the next round on.
+                            anchor = Some((unix_ns(), next_round));
+                        }
+                    }
+                }
+                Some(control::Action::Drain(_)) => {
+                    tracing::info!(rounds = next_round, "drained: simulated ranks finished");
+                    self.finish(next_round).await;
+                    return;
+                }
+                Some(control::Action::FinAck(_)) | None => return,
+            }
+        }
+    }
+
+    /// Every rank's dump of `round`; false once the node has ended.
+    async fn dump(&mut self, round: u64, options: &Measure, names: &HashMap<u64, String>) -> bool {
+        let dump_unix_ns = unix_ns();
+        for p in self.sim.round(round) {
+            let rank = p.rank;
+            let profile = if options.samples_out(rank) {
+                Err(MissingReason::SampledOut)
+            } else {
+                let p = options.apply(stamp(p, dump_unix_ns), names);
+                Ok(ProfileBatch { profiles: vec![p] }.encode_to_vec())
+            };
+            let ev = RankEvent::Round {
+                source: rank_source(self.sim.app(), rank),
+                rank,
+                round,
+                dump_unix_ns,
+                profile,
+            };
+            if self.inputs.send(Input::Rank(ev)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Every rank finished after its rounds below `end`.
+    async fn finish(&self, end: u64) {
+        for rank in self.sim.ranks() {
+            let ev = RankEvent::Detached {
+                source: rank_source(self.sim.app(), rank),
+                finished_end: Some(end),
+            };
+            if self.inputs.send(Input::Rank(ev)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn stamp(mut p: RankProfile, dump: u64) -> RankProfile {
+    p.dump_unix_ns = dump;
+    p
+}

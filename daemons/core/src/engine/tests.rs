@@ -1,0 +1,405 @@
+//! The engine's rules, and a property test that coverage stays exact whatever the sources do.
+
+use super::*;
+
+fn full(n: u32) -> Coverage {
+    Coverage {
+        covered: n,
+        expected: n,
+        missing: vec![],
+    }
+}
+
+fn arrival(src: &str, n: u32) -> Arrival {
+    Arrival {
+        source: src.into(),
+        coverage: full(n),
+        payload: vec![],
+        first_dump_unix_ns: 0,
+    }
+}
+
+fn engine(sources: &[(&str, u32)], mode: SyncMode) -> RoundEngine {
+    let mut e = RoundEngine::new();
+    for (s, n) in sources {
+        e.add_source(s, *n);
+    }
+    e.open_stream(
+        1,
+        StreamSync {
+            mode,
+            timeout: Duration::from_millis(100),
+        },
+    );
+    e
+}
+
+const K: GroupKey = GroupKey {
+    stream: 1,
+    round: 0,
+    phase: 0,
+};
+
+#[test]
+fn wait_for_all_closes_when_every_live_source_delivered() {
+    let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    assert!(matches!(
+        e.accept(K, arrival("a", 16), now).unwrap(),
+        Accepted::Pending
+    ));
+    let Accepted::Closed(c) = e.accept(K, arrival("b", 16), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!(c.coverage, full(32));
+    assert!(!c.partial);
+    assert!(!e.has_open_groups());
+}
+
+#[test]
+fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
+    let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    let at = |round| GroupKey { round, ..K };
+    // Round 3 is open, waiting for b; b then reports that it dropped rounds 3 to 5.
+    e.accept(at(3), arrival("a", 1), now).unwrap();
+    e.accept(at(3), arrival("c", 1), now).unwrap();
+    let closed = e.drop_rounds("b", 3, 6);
+    assert_eq!(closed.len(), 1, "round 3 closes at once");
+    let c = &closed[0];
+    assert_eq!((c.key.round, c.coverage.covered, c.coverage.expected), (3, 2, 3));
+    assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
+    assert!(coverage_is_exact(&c.coverage));
+    assert!(!c.partial, "nothing was late");
+    // Round 4 opens later and does not wait for b either.
+    e.accept(at(4), arrival("a", 1), now).unwrap();
+    let Accepted::Closed(c) = e.accept(at(4), arrival("c", 1), now).unwrap() else {
+        panic!("round 4 waited for a dropped rank")
+    };
+    assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
+    // Round 6, after the span, waits for b again.
+    e.accept(at(6), arrival("a", 1), now).unwrap();
+    assert!(matches!(
+        e.accept(at(6), arrival("c", 1), now).unwrap(),
+        Accepted::Pending
+    ));
+    // A span of a source that then finishes still counts as dropped, not as late.
+    e.drop_rounds("b", 6, 7);
+    assert!(!e.has_open_groups());
+    let closed = e.set_source_state("b", SourceState::Finished { end: 7 });
+    assert!(closed.is_empty());
+}
+
+#[test]
+fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
+    let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 16), now).unwrap();
+    assert!(e.expire(now + Duration::from_millis(50)).is_empty());
+    let closed = e.expire(now + Duration::from_millis(100));
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].coverage.covered, 16);
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 16);
+    assert!(closed[0].partial);
+    assert!(matches!(
+        e.accept(K, arrival("b", 16), now).unwrap(),
+        Accepted::Late(_)
+    ));
+    assert_eq!(e.stats().late_ranks, 16);
+}
+
+#[test]
+fn a_restarted_source_that_answers_for_fewer_ranks_counts_the_others_lost() {
+    let mut e = engine(&[("relay", 16), ("b", 4)], SyncMode::WaitForAll);
+    // The relay comes back knowing only one of its two agents.
+    e.add_source("relay", 8);
+    e.set_ranks_below("relay", 8);
+    assert_eq!(e.ranks_expected(), 20);
+    let now = Instant::now();
+    e.accept(K, arrival("b", 4), now).unwrap();
+    let Accepted::Closed(c) = e.accept(K, arrival("relay", 8), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!((c.coverage.covered, c.coverage.expected), (12, 20));
+    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 8);
+    assert!(coverage_is_exact(&c.coverage));
+}
+
+#[test]
+fn a_lost_source_is_not_waited_for_and_its_ranks_count_as_lost() {
+    let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 16), now).unwrap();
+    let closed = e.set_source_state("b", SourceState::Lost);
+    assert_eq!(closed.len(), 1);
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 16);
+    assert_eq!(closed[0].coverage.expected, 32);
+    let next = GroupKey { round: 1, ..K };
+    let Accepted::Closed(c) = e.accept(next, arrival("a", 16), now).unwrap() else {
+        panic!()
+    };
+    assert_eq!((c.coverage.covered, c.coverage.expected), (16, 32));
+}
+
+#[test]
+fn duplicate_and_unknown_packets_are_errors() {
+    let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 1), now).unwrap();
+    assert!(matches!(
+        e.accept(K, arrival("a", 1), now),
+        Err(EngineError::Duplicate { .. })
+    ));
+    assert_eq!(
+        e.accept(K, arrival("z", 1), now).unwrap_err(),
+        EngineError::UnknownSource("z".into())
+    );
+    let other = GroupKey { stream: 9, ..K };
+    assert_eq!(
+        e.accept(other, arrival("a", 1), now).unwrap_err(),
+        EngineError::UnknownStream(9)
+    );
+}
+
+#[test]
+fn dont_wait_passes_each_packet_at_once() {
+    let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::DontWait);
+    let now = Instant::now();
+    let Accepted::Closed(c) = e
+        .accept(GroupKey { round: 9, ..K }, arrival("a", 4), now)
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((c.coverage.covered, c.coverage.expected), (4, 8));
+    assert_eq!(missing_for(&c.coverage, MissingReason::NotWaited), 4);
+    assert!(matches!(
+        e.accept(K, arrival("a", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+    assert!(matches!(
+        e.accept(K, arrival("b", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+    assert!(!e.has_open_groups());
+}
+
+#[test]
+fn later_phases_wait_only_for_the_sources_of_phase_0() {
+    let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 4), now).unwrap();
+    e.accept(K, arrival("b", 4), now).unwrap();
+    // c misses phase 0: the round closes by time-out without it.
+    let closed = e.expire(now + Duration::from_millis(100));
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 4);
+    assert_eq!(e.participants(1, 0).unwrap().len(), 2);
+    // Phase 2 closes as soon as a and b deliver; c's phase 2 is late, not merged.
+    let p2 = GroupKey { phase: 2, ..K };
+    assert!(matches!(
+        e.accept(p2, arrival("c", 4), now).unwrap(),
+        Accepted::Late(_)
+    ));
+    assert!(matches!(
+        e.accept(p2, arrival("a", 4), now).unwrap(),
+        Accepted::Pending
+    ));
+    let Accepted::Closed(c) = e.accept(p2, arrival("b", 4), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!((c.coverage.covered, c.coverage.expected), (8, 12));
+    assert_eq!(missing_for(&c.coverage, MissingReason::Late), 4);
+    // A participant lost between the phases is not waited for.
+    let p2r1 = GroupKey {
+        phase: 0,
+        round: 1,
+        ..K
+    };
+    for s in ["a", "b", "c"] {
+        e.accept(p2r1, arrival(s, 4), now).unwrap();
+    }
+    let p2r1 = GroupKey { phase: 2, ..p2r1 };
+    e.accept(p2r1, arrival("a", 4), now).unwrap();
+    e.set_source_state("c", SourceState::Lost);
+    let Accepted::Closed(c) = e.accept(p2r1, arrival("b", 4), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 4);
+}
+
+#[test]
+fn uncover_moves_ranks_to_a_reason() {
+    let mut c = full(10);
+    uncover(&mut c, MissingReason::Malformed, 4);
+    assert_eq!(c.covered, 6);
+    assert_eq!(missing_for(&c, MissingReason::Malformed), 4);
+    assert!(coverage_is_exact(&c));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Fate {
+        OnTime,
+        Late,
+        Lost,
+        /// Finished after round `end - 1`: still waited for (and late, as it sends nothing) below `end`.
+        Finished(u64),
+        /// Stopped by collection control from round `end`: as finished, but counted stopped, not finished.
+        Stopped(u64),
+        /// Attached at round `from` (a rank that came back): on time from there, not waited for below.
+        JoinsAt(u64),
+        /// On time, but dropped its rounds [from, end) and says so when round `from` would have come.
+        Drops(u64, u64),
+    }
+
+    impl Fate {
+        fn delivers(&self, round: u64) -> bool {
+            match self {
+                Fate::OnTime => true,
+                Fate::JoinsAt(from) => round >= *from,
+                Fate::Drops(from, end) => round < *from || round >= *end,
+                _ => false,
+            }
+        }
+    }
+
+    fn fate() -> impl Strategy<Value = Fate> {
+        prop_oneof![
+            4 => Just(Fate::OnTime),
+            1 => Just(Fate::Late),
+            1 => Just(Fate::Lost),
+            1 => (0u64..7).prop_map(Fate::Finished),
+            1 => (0u64..7).prop_map(Fate::Stopped),
+            1 => (0u64..7).prop_map(Fate::JoinsAt),
+            1 => (0u64..7, 1u64..4).prop_map(|(from, n)| Fate::Drops(from, from + n)),
+        ]
+    }
+
+    proptest! {
+        /// Any arrival order, any mix of late, lost and finished sources, sources that are themselves
+        /// partial: every closed round accounts for every expected rank exactly once, and the covered count
+        /// equals the ranks that arrived on time.
+        #[test]
+        fn coverage_sums_stay_exact(
+            sources in proptest::collection::vec((1u32..50, fate(), 0u32..5), 1..12),
+            rounds in 1u64..6,
+            order_seed in any::<u64>(),
+        ) {
+            let mut e = RoundEngine::new();
+            for (i, (n, f, _)) in sources.iter().enumerate() {
+                match f {
+                    Fate::JoinsAt(from) => e.add_source_from(&format!("s{i}"), *n, *from),
+                    _ => e.add_source(&format!("s{i}"), *n),
+                }
+            }
+            e.open_stream(7, StreamSync { mode: SyncMode::WaitForAll, timeout: Duration::from_millis(10) });
+            let total: u32 = sources.iter().map(|(n, _, _)| n).sum();
+            let t0 = Instant::now();
+            let mut events: Vec<(u64, usize)> = Vec::new();
+            for r in 0..rounds {
+                for i in 0..sources.len() {
+                    events.push((r, i));
+                }
+            }
+            // A deterministic shuffle from the seed.
+            let mut x = order_seed | 1;
+            for i in (1..events.len()).rev() {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                events.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let mut closed = Vec::new();
+            let mut late_packets = Vec::new();
+            let mut on_time_expected = vec![0u32; rounds as usize];
+            for (i, (_, f, _)) in sources.iter().enumerate() {
+                match f {
+                    Fate::Lost => closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Lost)),
+                    Fate::Finished(end) => {
+                        closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Finished { end: *end }))
+                    }
+                    Fate::Stopped(end) => {
+                        closed.extend(e.set_source_state(&format!("s{i}"), SourceState::Stopped { end: *end }))
+                    }
+                    _ => {}
+                }
+            }
+            for (r, i) in &events {
+                let (n, f, dropped) = &sources[*i];
+                if let Fate::Drops(from, end) = f
+                    && r == from
+                {
+                    closed.extend(e.drop_rounds(&format!("s{i}"), *from, *end));
+                }
+                if !f.delivers(*r) {
+                    continue;
+                }
+                let covered = n - dropped.min(n);
+                let mut cov = Coverage { covered, expected: *n, missing: vec![] };
+                add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
+                on_time_expected[*r as usize] += covered;
+                let key = GroupKey { stream: 7, round: *r, phase: 0 };
+                let a = Arrival { source: format!("s{i}"), coverage: cov, payload: vec![], first_dump_unix_ns: 0 };
+                match e.accept(key, a, t0).unwrap() {
+                    Accepted::Closed(c) => closed.push(c),
+                    Accepted::Late(a) => late_packets.push(a),
+                    Accepted::Pending => {}
+                }
+            }
+            closed.extend(e.expire(t0 + Duration::from_millis(10)));
+            // Late sources deliver after the time-out: once a round has opened, their packets come back late.
+            let opened = |r: u64| sources.iter().any(|(_, f, _)| f.delivers(r));
+            for r in (0..rounds).filter(|r| opened(*r)) {
+                for (i, (n, f, _)) in sources.iter().enumerate() {
+                    if matches!(f, Fate::Late) {
+                        let key = GroupKey { stream: 7, round: r, phase: 0 };
+                        let a = Arrival { source: format!("s{i}"), coverage: full(*n), payload: vec![], first_dump_unix_ns: 0 };
+                        let late = matches!(e.accept(key, a, t0).unwrap(), Accepted::Late(_));
+                        prop_assert!(late);
+                    }
+                }
+            }
+            prop_assert!(late_packets.is_empty());
+            prop_assert_eq!(closed.len() as u64, (0..rounds).filter(|r| opened(*r)).count() as u64);
+            for c in &closed {
+                prop_assert!(coverage_is_exact(&c.coverage), "{:?}", c.coverage);
+                prop_assert_eq!(c.coverage.expected, total);
+                prop_assert_eq!(c.coverage.covered, on_time_expected[c.key.round as usize]);
+                let r = c.key.round;
+                // A source that joined later counts as lost in the rounds before it.
+                let lost: u32 = sources
+                    .iter()
+                    .filter(|s| matches!(s.1, Fate::Lost) || matches!(s.1, Fate::JoinsAt(from) if r < from))
+                    .map(|s| s.0)
+                    .sum();
+                // A finished (or stopped) source is still waited for in rounds below its end: it sends
+                // nothing, so late.
+                let late: u32 = sources
+                    .iter()
+                    .filter(|s| {
+                        matches!(s.1, Fate::Late)
+                            || matches!(s.1, Fate::Finished(end) | Fate::Stopped(end) if r < end)
+                    })
+                    .map(|s| s.0)
+                    .sum();
+                let fin: u32 = sources
+                    .iter()
+                    .filter(|s| matches!(s.1, Fate::Finished(end) | Fate::Stopped(end) if r >= end))
+                    .map(|s| s.0)
+                    .sum();
+                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
+                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
+                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);
+                let dropped: u32 = sources
+                    .iter()
+                    .filter(|s| matches!(s.1, Fate::Drops(from, end) if from <= r && r < end))
+                    .map(|s| s.0)
+                    .sum();
+                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), dropped);
+                // Only a late source leaves a round partial: a dropped round is known to be complete.
+                prop_assert_eq!(c.partial, late > 0);
+            }
+        }
+    }
+}

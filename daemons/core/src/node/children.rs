@@ -1,0 +1,164 @@
+//! A node's children: the sender of each one's down stream, whether it finished, the size of the application it
+//! announced, and the last event of every node below (the subtree view that goes up again after a re-attach).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use canopy_proto::v1::{NodeEvent, NodeState};
+
+use super::input::ChildSender;
+
+struct Child {
+    /// The connection this child is on: events of an earlier connection of the same id are stale.
+    conn: u64,
+    tx: Option<ChildSender>,
+    finished: bool,
+    announced: u32,
+}
+
+/// What became of a child that hung up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// It had finished: nothing is lost.
+    Finished,
+    /// It had not: its ranks are lost, and this is the event that says so.
+    Lost(NodeEvent),
+}
+
+#[derive(Default)]
+pub(crate) struct ChildTable {
+    children: HashMap<String, Child>,
+    subtree: BTreeMap<String, NodeEvent>,
+}
+
+impl ChildTable {
+    /// Registers a child on a new connection (replacing any earlier one of the same id).
+    pub(crate) fn attach(&mut self, id: &str, conn: u64, tx: ChildSender, announced: u32) {
+        self.children.insert(
+            id.to_string(),
+            Child {
+                conn,
+                tx: Some(tx),
+                finished: false,
+                announced,
+            },
+        );
+    }
+
+    /// Whether `conn` is the child's current connection.
+    pub(crate) fn is_current(&self, id: &str, conn: u64) -> bool {
+        self.children.get(id).is_some_and(|c| c.conn == conn)
+    }
+
+    /// The child's connection ended; `None` if that connection was not its current one.
+    pub(crate) fn gone(&mut self, id: &str, conn: u64, reason: String, parent: &str) -> Option<Gone> {
+        let child = self.children.get_mut(id).filter(|c| c.conn == conn)?;
+        child.tx = None;
+        if child.finished {
+            return Some(Gone::Finished);
+        }
+        let mut ev = self.subtree.get(id).cloned().unwrap_or_default();
+        ev.node_id = id.to_string();
+        ev.parent_id = parent.to_string();
+        ev.state = NodeState::Lost as i32;
+        ev.detail = reason;
+        Some(Gone::Lost(ev))
+    }
+
+    /// The child sent Fin; returns the event that says so.
+    pub(crate) fn finish(&mut self, id: &str, parent: &str) -> NodeEvent {
+        if let Some(c) = self.children.get_mut(id) {
+            c.finished = true;
+        }
+        let mut ev = self.subtree.get(id).cloned().unwrap_or_default();
+        ev.node_id = id.to_string();
+        ev.parent_id = parent.to_string();
+        ev.state = NodeState::Finished as i32;
+        ev
+    }
+
+    pub(crate) fn set_announced(&mut self, id: &str, announced: u32) {
+        if let Some(c) = self.children.get_mut(id) {
+            c.announced = announced;
+        }
+    }
+
+    /// The largest application size any child announced.
+    pub(crate) fn announced(&self) -> u32 {
+        self.children.values().map(|c| c.announced).max().unwrap_or(0)
+    }
+
+    /// Remembers the latest event of a node below.
+    pub(crate) fn record(&mut self, ev: &NodeEvent) {
+        self.subtree.insert(ev.node_id.clone(), ev.clone());
+    }
+
+    /// Every node below as last reported, for a parent this node attaches (again) to.
+    pub(crate) fn subtree(&self) -> impl Iterator<Item = &NodeEvent> {
+        self.subtree.values()
+    }
+
+    /// The senders of every connected child.
+    pub(crate) fn all(&self) -> Vec<ChildSender> {
+        self.children.values().filter_map(|c| c.tx.clone()).collect()
+    }
+
+    /// The senders of the connected children in `ids` (all of them when `ids` is `None`).
+    pub(crate) fn among(&self, ids: Option<&HashSet<String>>) -> Vec<ChildSender> {
+        self.children
+            .iter()
+            .filter(|(id, _)| ids.is_none_or(|p| p.contains(*id)))
+            .filter_map(|(_, c)| c.tx.clone())
+            .collect()
+    }
+
+    /// Ends every child's down stream; returns the children (and their connections) that were connected.
+    pub(crate) fn close_all(&mut self) -> HashSet<(String, u64)> {
+        self.children
+            .iter_mut()
+            .filter_map(|(id, c)| c.tx.take().map(|_| (id.clone(), c.conn)))
+            .collect()
+    }
+
+    /// Whether any child's down stream is open.
+    #[cfg(test)]
+    pub(crate) fn any_connected(&self) -> bool {
+        self.children.values().any(|c| c.tx.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_connection_cannot_mark_the_current_one_gone() {
+        let mut t = ChildTable::default();
+        let (tx1, _rx1) = tokio::sync::mpsc::channel(1);
+        let (tx2, _rx2) = tokio::sync::mpsc::channel(1);
+        t.attach("a", 1, tx1, 0);
+        t.attach("a", 2, tx2, 8);
+        assert!(!t.is_current("a", 1));
+        assert_eq!(t.gone("a", 1, "old".into(), "p"), None);
+        assert!(t.any_connected());
+        assert_eq!(t.announced(), 8);
+        match t.gone("a", 2, "reset".into(), "p") {
+            Some(Gone::Lost(ev)) => {
+                assert_eq!(ev.state, NodeState::Lost as i32);
+                assert_eq!(ev.detail, "reset");
+                assert_eq!(ev.parent_id, "p");
+            }
+            other => panic!("expected lost, got {other:?}"),
+        }
+        assert!(!t.any_connected());
+    }
+
+    #[test]
+    fn a_finished_child_that_hangs_up_is_not_lost() {
+        let mut t = ChildTable::default();
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        t.attach("a", 1, tx, 0);
+        let ev = t.finish("a", "p");
+        assert_eq!(ev.state, NodeState::Finished as i32);
+        assert_eq!(t.gone("a", 1, "bye".into(), "p"), Some(Gone::Finished));
+    }
+}

@@ -1,0 +1,88 @@
+//! The control in force below a node: the last start or stop, the measurement options (a period of 0 keeps the
+//! one in force), and whether a drain is under way. A child that attaches later is told all of it.
+
+use canopy_proto::v1::{Control, Drain, control};
+
+#[derive(Debug, Default)]
+pub(crate) struct ControlState {
+    collection: Option<Control>,
+    options: Option<Control>,
+    draining: bool,
+}
+
+impl ControlState {
+    /// Takes in one control message on its way down.
+    pub(crate) fn record(&mut self, c: &Control) {
+        match &c.action {
+            Some(control::Action::Start(_) | control::Action::Stop(_)) => self.collection = Some(c.clone()),
+            Some(control::Action::Options(o)) => {
+                let mut o = o.clone();
+                if o.period_ms == 0
+                    && let Some(Control {
+                        action: Some(control::Action::Options(prev)),
+                    }) = &self.options
+                {
+                    o.period_ms = prev.period_ms;
+                }
+                self.options = Some(Control {
+                    action: Some(control::Action::Options(o)),
+                });
+            }
+            Some(control::Action::Drain(_)) => self.draining = true,
+            Some(control::Action::FinAck(_)) | None => {}
+        }
+    }
+
+    /// What a child attaching now must hear, in order: the options first (the Start that follows may make the
+    /// child dump at once), then the start or stop, then a drain under way.
+    pub(crate) fn replay(&self) -> Vec<Control> {
+        let mut out: Vec<Control> = self
+            .options
+            .iter()
+            .chain(self.collection.iter())
+            .cloned()
+            .collect();
+        if self.draining {
+            out.push(Control {
+                action: Some(control::Action::Drain(Drain {})),
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::{Options, Stop};
+
+    fn options(period_ms: u64, sample_below: u32) -> Control {
+        Control {
+            action: Some(control::Action::Options(Options {
+                period_ms,
+                sample_below,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn a_late_child_hears_the_options_then_the_collection_then_the_drain() {
+        let mut s = ControlState::default();
+        assert!(s.replay().is_empty());
+        s.record(&options(50, 0));
+        s.record(&options(0, 2));
+        s.record(&Control {
+            action: Some(control::Action::Stop(Stop {})),
+        });
+        s.record(&Control {
+            action: Some(control::Action::Drain(Drain {})),
+        });
+        let r = s.replay();
+        assert_eq!(r.len(), 3);
+        // A period of 0 kept the one in force.
+        assert_eq!(r[0], options(50, 2));
+        assert!(matches!(r[1].action, Some(control::Action::Stop(_))));
+        assert!(matches!(r[2].action, Some(control::Action::Drain(_))));
+    }
+}

@@ -1,0 +1,169 @@
+//! What a node reacts to, grouped by where it comes from: a child, the parent, a rank of the leaf, or the root's
+//! API. The transport, the agent and the front-end build these; the node applies each group in its own module.
+
+use canopy_proto::v1::{DownMessage, Hello, MissingReason, StreamSpec, down_message, up_message};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+/// The sender half a node uses to talk to one child.
+pub type ChildSender = mpsc::Sender<Result<DownMessage, Status>>;
+
+/// Everything a node reacts to.
+#[derive(Debug)]
+pub enum Input {
+    Child(ChildEvent),
+    Parent(ParentEvent),
+    Rank(RankEvent),
+    Root(RootCommand),
+}
+
+/// From the transport's side of a child.
+#[derive(Debug)]
+pub enum ChildEvent {
+    Attached {
+        conn: u64,
+        hello: Hello,
+        peer: String,
+        tx: ChildSender,
+    },
+    Message {
+        conn: u64,
+        id: String,
+        msg: up_message::Msg,
+    },
+    Gone {
+        conn: u64,
+        id: String,
+        reason: String,
+    },
+}
+
+/// From the link to the parent.
+#[derive(Debug)]
+pub enum ParentEvent {
+    Attached,
+    Lost(String),
+    Message(down_message::Msg),
+    Refused(Refused),
+}
+
+/// From a rank of the leaf, real (the agent's socket) or simulated: both are rank sources with the same events
+/// and the same source id, [`rank_source`].
+#[derive(Debug, PartialEq)]
+pub enum RankEvent {
+    /// A rank attached (or came back): it takes part from round `from` on, and its application has `announced`
+    /// ranks in all (0: unknown).
+    Attached {
+        source: String,
+        from: u64,
+        announced: u32,
+    },
+    /// One dump: the rank's profile (an encoded one-profile `ProfileBatch`), or why it has none (sampled out;
+    /// stopped: collection stopped at this round).
+    Round {
+        source: String,
+        rank: u32,
+        round: u64,
+        dump_unix_ns: u64,
+        profile: Result<Vec<u8>, MissingReason>,
+    },
+    /// The rank's dumps of rounds [from, end) were dropped before they reached the leaf (its queue was full): the
+    /// rounds do not wait for it, and count it as dropped.
+    RoundsDropped { source: String, from: u64, end: u64 },
+    /// Names of events and counters the ranks use.
+    Names(Vec<(u64, String)>),
+    /// A rank left: finished after its rounds below `finished_end`, or lost (`None`).
+    Detached {
+        source: String,
+        finished_end: Option<u64>,
+    },
+    /// Dumps the ranks could not deliver (as they reported them).
+    DumpsDropped(u64),
+}
+
+/// From the root's API (the front-end) or a test.
+#[derive(Debug)]
+pub enum RootCommand {
+    /// Open a stream on the whole tree; the reply gets its id.
+    OpenStream(StreamSpec, Option<oneshot::Sender<u32>>),
+    /// Close a stream on the whole tree; the reply says whether it was open.
+    CloseStream(u32, Option<oneshot::Sender<bool>>),
+    /// Start or stop collection.
+    Collection(Collection),
+    /// New measurement options for every rank.
+    Options(canopy_proto::v1::Options),
+}
+
+/// Start or stop collection, from the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collection {
+    Start,
+    Stop,
+}
+
+/// Why a link gave up for good.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("parent {parent} refused this node: {message}")]
+pub struct Refused {
+    pub parent: String,
+    pub message: String,
+}
+
+/// The engine's source id for a rank of the leaf: the same for a simulated rank and a rank on the socket.
+pub fn rank_source(app: &str, rank: u32) -> String {
+    format!("rank:{app}:{rank}")
+}
+
+/// Drives a tree from its root (the front-end's API uses it; so do tests).
+#[derive(Clone)]
+pub struct RootHandle {
+    inputs: mpsc::Sender<Input>,
+}
+
+impl RootHandle {
+    pub fn new(inputs: mpsc::Sender<Input>) -> Self {
+        Self { inputs }
+    }
+
+    async fn send(&self, cmd: RootCommand) -> bool {
+        self.inputs.send(Input::Root(cmd)).await.is_ok()
+    }
+
+    /// Opens a stream on every node; a stream id of 0 gets the next free id.
+    pub async fn open_stream(&self, spec: StreamSpec) -> bool {
+        self.send(RootCommand::OpenStream(spec, None)).await
+    }
+
+    /// Opens a stream and returns the id it got (0 if the node has stopped).
+    pub async fn open_stream_id(&self, spec: StreamSpec) -> u32 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if !self.send(RootCommand::OpenStream(spec, Some(tx))).await {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
+    }
+
+    /// Closes a stream on every node; its open rounds close with what they hold.
+    pub async fn close_stream(&self, stream_id: u32) -> bool {
+        self.send(RootCommand::CloseStream(stream_id, None)).await
+    }
+
+    /// Closes a stream and says whether it was open at the root (`None`: the node has stopped).
+    pub async fn close_stream_checked(&self, stream_id: u32) -> Option<bool> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if !self.send(RootCommand::CloseStream(stream_id, Some(tx))).await {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    pub async fn collection(&self, c: Collection) -> bool {
+        self.send(RootCommand::Collection(c)).await
+    }
+
+    /// Replaces every rank's measurement options from its next dump on (check them first with
+    /// `options::Measure::from_options`).
+    pub async fn options(&self, o: canopy_proto::v1::Options) -> bool {
+        self.send(RootCommand::Options(o)).await
+    }
+}

@@ -1,0 +1,274 @@
+//! The leaf's ranks: every rank, simulated or on the agent's socket, is a rank source that reaches the node as
+//! the same [`RankEvent`]s. Before collection starts the leaf holds each rank's dumps (bounded per rank; streams
+//! may not be open yet), and releases them in round order, as the window allows, once it starts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use canopy_proto::v1::control;
+use tokio::sync::mpsc;
+
+use super::input::RankEvent;
+
+/// How a leaf is set up.
+#[derive(Debug, Clone)]
+pub struct LeafOptions {
+    /// Where control from the tree goes to reach the ranks (the agent's socket and the simulated ranks).
+    pub control: mpsc::Sender<control::Action>,
+    /// Dumps held per rank until collection starts; beyond it the oldest are dropped and counted.
+    pub hold_dumps: usize,
+}
+
+/// The position of a held event: by round, then by arrival. A rank's detach goes after every held round.
+type HeldKey = (u64, u64);
+
+pub(crate) struct Leaf {
+    pub(crate) options: LeafOptions,
+    /// Collection has started: dumps go to the engine (once the hold is empty and the window allows).
+    started: bool,
+    held: BTreeMap<HeldKey, RankEvent>,
+    /// Held dumps per rank source.
+    held_dumps: HashMap<String, usize>,
+    seq: u64,
+    /// The largest application size the leaf's ranks announced.
+    pub(crate) announced: u32,
+    /// Told to shut down: the leaf leaves once its Fin is sent.
+    pub(crate) exit_after_fin: bool,
+}
+
+/// What the leaf makes of a rank's event.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Placed {
+    /// Apply it now.
+    Now(RankEvent),
+    /// Held; `dropped` older dumps were dropped to make room (count them).
+    Held { dropped: u64 },
+}
+
+impl Leaf {
+    pub(crate) fn new(options: LeafOptions) -> Self {
+        Self {
+            options,
+            started: false,
+            held: BTreeMap::new(),
+            held_dumps: HashMap::new(),
+            seq: 0,
+            announced: 0,
+            exit_after_fin: false,
+        }
+    }
+
+    pub(crate) fn started(&self) -> bool {
+        self.started
+    }
+
+    pub(crate) fn start(&mut self) {
+        self.started = true;
+    }
+
+    /// Whether dumps are held that the engine has not seen yet.
+    pub(crate) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Places one event: what only describes the rank (attach, names, drop counts) applies now; dumps, gaps and
+    /// detaches are held before the start, and after it while older ones are still held, so they keep their order.
+    pub(crate) fn place(&mut self, ev: RankEvent) -> Placed {
+        let at = match &ev {
+            RankEvent::Attached { source, .. } => {
+                // A rank that vanished before the start and came back is not lost.
+                self.held.retain(|_, held| {
+                    !matches!(held, RankEvent::Detached { source: s, finished_end: None } if s == source)
+                });
+                if let RankEvent::Attached { announced, .. } = &ev {
+                    self.announced = self.announced.max(*announced);
+                }
+                return Placed::Now(ev);
+            }
+            RankEvent::Names(_) | RankEvent::DumpsDropped(_) => return Placed::Now(ev),
+            _ if self.started && self.held.is_empty() => return Placed::Now(ev),
+            RankEvent::Round { round, .. } => *round,
+            RankEvent::RoundsDropped { from, .. } => *from,
+            RankEvent::Detached { .. } => u64::MAX,
+        };
+        let mut dropped = 0;
+        if let RankEvent::Round { source, .. } = &ev {
+            let source = source.clone();
+            let count = self.held_dumps.entry(source.clone()).or_default();
+            *count += 1;
+            if *count > self.options.hold_dumps {
+                *count -= 1;
+                dropped = self.drop_oldest(&source);
+            }
+        }
+        self.seq += 1;
+        self.held.insert((at, self.seq), ev);
+        Placed::Held { dropped }
+    }
+
+    /// Drops a rank's oldest held dump; its round still stops waiting for the rank, which counts as dropped there.
+    fn drop_oldest(&mut self, source: &str) -> u64 {
+        let oldest = self.held.iter().find_map(|(key, ev)| match ev {
+            RankEvent::Round { source: s, round, .. } if s == source => Some((*key, *round)),
+            _ => None,
+        });
+        let Some((key, round)) = oldest else { return 0 };
+        self.held.remove(&key);
+        tracing::warn!(
+            limit = self.options.hold_dumps,
+            round,
+            "{source}: collection has not started; its oldest held dump is dropped"
+        );
+        // Dropped rounds next to each other make one span (the engine remembers a bounded number of spans).
+        let adjacent = self.held.values_mut().find_map(|ev| match ev {
+            RankEvent::RoundsDropped { source: s, end, .. } if s == source && *end == round => Some(end),
+            _ => None,
+        });
+        match adjacent {
+            Some(end) => *end = round + 1,
+            None => {
+                self.held.insert(
+                    key,
+                    RankEvent::RoundsDropped {
+                        source: source.to_string(),
+                        from: round,
+                        end: round + 1,
+                    },
+                );
+            }
+        }
+        1
+    }
+
+    /// Once started: the held events of rounds below `limit`, in round order (a detach once every round before
+    /// it is out).
+    pub(crate) fn release(&mut self, limit: u64) -> Vec<RankEvent> {
+        let mut out = Vec::new();
+        if !self.started {
+            return out;
+        }
+        while let Some(entry) = self.held.first_entry() {
+            let (round, _) = *entry.key();
+            if round >= limit && round != u64::MAX {
+                break;
+            }
+            let ev = entry.remove();
+            if let RankEvent::Round { source, .. } = &ev
+                && let Some(n) = self.held_dumps.get_mut(source)
+            {
+                *n = n.saturating_sub(1);
+            }
+            out.push(ev);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::MissingReason;
+
+    fn leaf(hold: usize) -> Leaf {
+        let (tx, _rx) = mpsc::channel(1);
+        Leaf::new(LeafOptions {
+            control: tx,
+            hold_dumps: hold,
+        })
+    }
+
+    fn dump(source: &str, round: u64) -> RankEvent {
+        RankEvent::Round {
+            source: source.into(),
+            rank: 0,
+            round,
+            dump_unix_ns: 0,
+            profile: Err(MissingReason::SampledOut),
+        }
+    }
+
+    fn rounds(evs: &[RankEvent]) -> Vec<(String, u64)> {
+        evs.iter()
+            .map(|e| match e {
+                RankEvent::Round { source, round, .. } => (source.clone(), *round),
+                RankEvent::RoundsDropped { source, from, .. } => (format!("drop {source}"), *from),
+                RankEvent::Detached { source, .. } => (format!("detach {source}"), u64::MAX),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn held_dumps_come_out_round_by_round_and_a_detach_after_them() {
+        let mut l = leaf(10);
+        for r in 0..3 {
+            assert_eq!(l.place(dump("a", r)), Placed::Held { dropped: 0 });
+        }
+        l.place(RankEvent::Detached {
+            source: "a".into(),
+            finished_end: Some(3),
+        });
+        for r in 0..3 {
+            l.place(dump("b", r));
+        }
+        assert!(l.release(100).is_empty(), "nothing leaves before the start");
+        l.start();
+        let first = l.release(2);
+        assert_eq!(
+            rounds(&first),
+            vec![("a".into(), 0), ("b".into(), 0), ("a".into(), 1), ("b".into(), 1)]
+        );
+        // A dump after the start waits behind the ones still held.
+        assert_eq!(l.place(dump("b", 3)), Placed::Held { dropped: 0 });
+        let rest = l.release(10);
+        assert_eq!(
+            rounds(&rest),
+            vec![
+                ("a".into(), 2),
+                ("b".into(), 2),
+                ("b".into(), 3),
+                ("detach a".into(), u64::MAX)
+            ]
+        );
+        assert!(!l.holds());
+        assert!(matches!(l.place(dump("b", 4)), Placed::Now(_)));
+    }
+
+    #[test]
+    fn past_the_hold_limit_the_oldest_dump_becomes_a_dropped_round() {
+        let mut l = leaf(2);
+        l.place(dump("a", 0));
+        l.place(dump("a", 1));
+        assert_eq!(l.place(dump("a", 2)), Placed::Held { dropped: 1 });
+        assert_eq!(l.place(dump("a", 3)), Placed::Held { dropped: 1 });
+        l.start();
+        let out = l.release(100);
+        assert_eq!(
+            rounds(&out),
+            vec![("drop a".into(), 0), ("a".into(), 2), ("a".into(), 3)]
+        );
+        assert!(
+            matches!(&out[0], RankEvent::RoundsDropped { from: 0, end: 2, .. }),
+            "adjacent drops make one span: {:?}",
+            out[0]
+        );
+    }
+
+    #[test]
+    fn a_rank_that_comes_back_before_the_start_is_not_lost() {
+        let mut l = leaf(10);
+        l.place(dump("a", 0));
+        l.place(RankEvent::Detached {
+            source: "a".into(),
+            finished_end: None,
+        });
+        let back = RankEvent::Attached {
+            source: "a".into(),
+            from: 1,
+            announced: 4,
+        };
+        assert!(matches!(l.place(back), Placed::Now(_)));
+        assert_eq!(l.announced, 4);
+        l.start();
+        assert_eq!(rounds(&l.release(100)), vec![("a".into(), 0)]);
+    }
+}

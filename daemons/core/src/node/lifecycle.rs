@@ -1,0 +1,164 @@
+//! Streams over their life: opened and closed by the root's commands, on the tree and on this node, and failed
+//! when a filter fails anywhere.
+
+use canopy_proto::v1::{
+    Control, EventName, NameDictionary, OpenStream, StreamError, StreamSpec, control, down_message,
+    up_message,
+};
+
+use super::*;
+
+impl<U: Up> Node<U> {
+    // ---- the root's commands ----
+
+    pub(super) async fn on_root_command(&mut self, cmd: RootCommand) {
+        if !matches!(self.role, Role::Root(_)) {
+            tracing::warn!(node = %self.id, "a root command reached a node that is not the root: {cmd:?}");
+            return;
+        }
+        match cmd {
+            RootCommand::OpenStream(spec, reply) => {
+                let id = self.open_stream_at_root(spec).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(id);
+                }
+            }
+            RootCommand::CloseStream(id, reply) => {
+                let closed = self.close_stream_at_root(id).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(closed);
+                }
+            }
+            RootCommand::Collection(c) => {
+                let first_round = self.next_round();
+                let Role::Root(root) = &mut self.role else { return };
+                let action = root.collection(c, first_round);
+                tracing::info!(?c, "collection control");
+                self.on_control(Control { action: Some(action) }).await;
+            }
+            RootCommand::Options(o) => {
+                tracing::info!(?o, "measurement options");
+                let action = Some(control::Action::Options(o));
+                self.on_control(Control { action }).await;
+            }
+        }
+    }
+
+    /// Opens a stream at the root and on the tree; returns its id (the stream may have failed at the root, which
+    /// its recorded state says).
+    pub(super) async fn open_stream_at_root(&mut self, mut spec: StreamSpec) -> u32 {
+        let Role::Root(root) = &mut self.role else {
+            return 0;
+        };
+        root.assign_id(&mut spec);
+        let id = spec.stream_id;
+        if self.open_stream(spec.clone()).await {
+            tracing::info!(stream = id, name = %spec.name, filter = %spec.filter, "stream open");
+            self.stream_state(&spec, StreamState::Open, None).await;
+            let open = OpenStream {
+                spec: Some(for_children(&spec)),
+            };
+            self.broadcast(down_message::Msg::OpenStream(open)).await;
+        }
+        id
+    }
+
+    pub(super) async fn close_stream_at_root(&mut self, id: u32) -> bool {
+        let Some(spec) = self.streams.live_spec(id).cloned() else {
+            tracing::warn!(stream = id, "close of a stream that is not open");
+            return false;
+        };
+        self.close_stream(id).await;
+        tracing::info!(stream = id, name = %spec.name, "stream closed");
+        self.stream_state(&spec, StreamState::Closed, None).await;
+        let close = canopy_proto::v1::CloseStream { stream_id: id };
+        self.broadcast(down_message::Msg::CloseStream(close)).await;
+        true
+    }
+
+    pub(super) async fn stream_state(
+        &mut self,
+        spec: &StreamSpec,
+        state: StreamState,
+        failure: Option<&str>,
+    ) {
+        if let Role::Root(root) = &mut self.role {
+            root.opts.sink.stream_state(spec, state, failure).await;
+        }
+    }
+
+    // ---- streams ----
+
+    pub(super) async fn open_stream(&mut self, spec: StreamSpec) -> bool {
+        let id = spec.stream_id;
+        if self.streams.contains(id) {
+            return true;
+        }
+        match self.streams.open(spec, &self.names) {
+            Ok(sync) => {
+                self.engine.open_stream(id, sync);
+                true
+            }
+            Err(reason) => {
+                self.stream_error(id, reason).await;
+                false
+            }
+        }
+    }
+
+    pub(super) async fn close_stream(&mut self, id: u32) {
+        let closed = self.engine.close_stream(id);
+        self.on_closed_all(closed).await;
+        self.streams.close(id);
+        // Rounds cut short by the close will not finish; packets still on their way are expected, not malformed.
+        self.route.forget_stream(id);
+    }
+
+    /// A filter failed on this node: the stream stops here and the root hears why.
+    pub(super) async fn stream_error(&mut self, stream: u32, reason: String) {
+        tracing::error!(node = %self.id, stream, "stream failed: {reason}");
+        self.counters.streams_failed += 1;
+        if let Role::Root(_) = self.role {
+            return self
+                .fail_stream(stream, format!("node {}: {reason}", self.id))
+                .await;
+        }
+        self.streams.fail(stream);
+        let _ = self.engine.close_stream(stream);
+        let e = StreamError {
+            stream_id: stream,
+            node_id: self.id.clone(),
+            reason,
+        };
+        self.up.send(up_message::Msg::StreamError(e)).await;
+    }
+
+    /// At the root: the stream fails on the whole tree.
+    pub(super) async fn fail_stream(&mut self, stream: u32, reason: String) {
+        let Some(spec) = self.streams.fail(stream) else {
+            return;
+        };
+        let _ = self.engine.close_stream(stream);
+        self.stream_state(&spec, StreamState::Failed, Some(&reason)).await;
+        let close = canopy_proto::v1::CloseStream { stream_id: stream };
+        self.broadcast(down_message::Msg::CloseStream(close)).await;
+    }
+
+    /// New names go up; a known id with another name goes up too, so the root can report the collision.
+    pub(super) async fn on_names(&mut self, names: Vec<EventName>) {
+        let mut fresh = Vec::new();
+        for n in names {
+            if self.names.get(&n.id) != Some(&n.name) {
+                self.names.entry(n.id).or_insert_with(|| n.name.clone());
+                fresh.push(n);
+            }
+        }
+        if !fresh.is_empty() {
+            let pairs: Vec<(u64, String)> = fresh.iter().map(|n| (n.id, n.name.clone())).collect();
+            self.streams.names(&pairs);
+            self.up
+                .send(up_message::Msg::Names(NameDictionary { names: fresh }))
+                .await;
+        }
+    }
+}

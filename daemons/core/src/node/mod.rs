@@ -1,0 +1,650 @@
+//! The node runtime: one task per daemon that owns the round engine, the streams, the children and the way up,
+//! and reacts to every input in order (so no locks guard the tree state).
+//!
+//! The same runtime serves all three roles. Each part owns its state: the children ([`children`]), the streams and
+//! their filters ([`streams`]), what routing later packets needs ([`route`]), the control in force ([`control_state`]),
+//! the leaf's ranks ([`leaf`]), the root's policy ([`root`]). What differs by role is decided in one place each,
+//! on [`Role`]: where a packet sent up goes, what a late packet becomes, how a failed stream is reported, when the
+//! node finishes.
+
+mod children;
+mod control_state;
+mod input;
+mod leaf;
+mod lifecycle;
+mod ranks;
+mod root;
+mod rounds;
+mod route;
+mod status;
+mod streams;
+#[cfg(test)]
+mod tests;
+mod up;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use canopy_proto::v1::{
+    Control, DownMessage, EventName, Fin, Hello, NameDictionary, NodeEvent, NodeKind, NodeState, OpenStream,
+    StreamSpec, control, down_message, up_message,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::coverage::{absent, full, uncover};
+use crate::engine::{Accepted, Arrival, Closed, GroupKey, RoundEngine, SourceState};
+use crate::filter::{FilterFactory, Level, Output};
+use crate::window::{Window, WindowGate, WindowState};
+
+pub use input::{
+    ChildEvent, ChildSender, Collection, Input, ParentEvent, RankEvent, Refused, RootCommand, RootHandle,
+    rank_source,
+};
+pub use leaf::LeafOptions;
+pub use root::RootOptions;
+pub use status::NodeCounters;
+pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
+
+use children::{ChildTable, Gone};
+use control_state::ControlState;
+use leaf::{Leaf, Placed};
+use root::Root;
+use route::Router;
+use streams::{Known, StreamTable};
+
+/// The role a node plays, with what only that role keeps.
+pub enum RoleConfig {
+    /// The leaf agent: its sources are ranks.
+    Leaf(LeafOptions),
+    /// An interior node: its sources are children.
+    Relay,
+    /// The front-end: its sources are children, and results go to the root's sink.
+    Root(RootOptions),
+}
+
+/// How a node is set up.
+pub struct NodeConfig {
+    pub node_id: String,
+    pub kind: NodeKind,
+    pub filters: Arc<dyn FilterFactory>,
+    /// Rounds that may be open at once; packets beyond wait (back pressure).
+    pub max_rounds_in_flight: u64,
+    pub role: RoleConfig,
+    pub status_interval: Duration,
+}
+
+/// Why a node stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
+
+/// The handles a daemon keeps to feed a node and to serve its children.
+pub struct NodeHandles {
+    pub inputs: mpsc::Sender<Input>,
+    /// Where every producer of rounds waits for the window.
+    pub window: WindowGate,
+    /// For a node with a parent: the Hello the link sends, kept current.
+    pub hello: watch::Receiver<Hello>,
+}
+
+/// Inputs queued before the node's task applies back pressure to the transport.
+const INPUT_QUEUE: usize = 4096;
+
+/// How long a finished node waits for its children to hang up, so the last control is not cut off.
+const CHILDREN_HANG_UP: Duration = Duration::from_secs(2);
+
+enum Role {
+    Leaf(Leaf),
+    Relay,
+    Root(Root),
+}
+
+impl Role {
+    fn level(&self) -> Level {
+        match self {
+            Role::Leaf(_) => Level::Leaf,
+            Role::Relay => Level::Relay,
+            Role::Root(_) => Level::Root,
+        }
+    }
+}
+
+pub struct Node<U: Up> {
+    id: String,
+    kind: NodeKind,
+    up: U,
+    inputs: mpsc::Receiver<Input>,
+    engine: RoundEngine,
+    streams: StreamTable,
+    children: ChildTable,
+    route: Router,
+    control: ControlState,
+    names: HashMap<u64, String>,
+    counters: NodeCounters,
+    window: Window,
+    role: Role,
+    /// For a node with a parent: the Hello its link sends.
+    hello: Option<watch::Sender<Hello>>,
+    status_interval: Duration,
+    highest_closed: Option<u64>,
+    fin_sent: bool,
+    /// A Fin-Ack went down: the children are finishing.
+    fin_acked: bool,
+    finish: bool,
+}
+
+impl<U: Up> Node<U> {
+    /// Builds a node and the handles to feed it.
+    pub fn new(config: NodeConfig, up: U) -> (Self, NodeHandles) {
+        let (tx, rx) = mpsc::channel(INPUT_QUEUE);
+        let (window, gate) = Window::new(config.max_rounds_in_flight);
+        let role = match config.role {
+            RoleConfig::Leaf(opts) => Role::Leaf(Leaf::new(opts)),
+            RoleConfig::Relay => Role::Relay,
+            RoleConfig::Root(opts) => Role::Root(Root::new(opts)),
+        };
+        let hello = Hello {
+            node_id: config.node_id.clone(),
+            kind: config.kind as i32,
+            ranks_below: 0,
+            protocol_version: canopy_proto::PROTOCOL_VERSION,
+            listen_addr: String::new(),
+            hostname: hostname(),
+            ranks_announced: 0,
+        };
+        let (hello_tx, hello_rx) = watch::channel(hello);
+        let node = Node {
+            id: config.node_id,
+            kind: config.kind,
+            up,
+            inputs: rx,
+            engine: RoundEngine::new(),
+            streams: StreamTable::new(config.filters, role.level()),
+            children: ChildTable::default(),
+            route: Router::default(),
+            control: ControlState::default(),
+            names: HashMap::new(),
+            counters: NodeCounters::default(),
+            window,
+            hello: (!matches!(role, Role::Root(_))).then_some(hello_tx),
+            role,
+            status_interval: config.status_interval,
+            highest_closed: None,
+            fin_sent: false,
+            fin_acked: false,
+            finish: false,
+        };
+        let handles = NodeHandles {
+            inputs: tx,
+            window: gate,
+            hello: hello_rx,
+        };
+        (node, handles)
+    }
+
+    /// Sets the address this node's children reach it at, sent in its Hello.
+    pub fn set_listen_addr(&mut self, addr: String) {
+        if let Some(h) = &self.hello {
+            h.send_modify(|h| h.listen_addr = addr);
+        }
+    }
+
+    /// Counters for tests and status.
+    pub fn counters(&self) -> NodeCounters {
+        self.counters
+    }
+
+    /// Runs until the tree finishes (Fin/FinAck), the parent refuses this node, or `shutdown` completes (at the
+    /// root, a shutdown drains the tree first).
+    pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send) -> Result<(), NodeError> {
+        tokio::pin!(shutdown);
+        let mut shutdown_seen = false;
+        if let Role::Root(root) = &mut self.role {
+            for spec in std::mem::take(&mut root.opts.streams) {
+                self.open_stream_at_root(spec).await;
+            }
+        }
+        let mut status = tokio::time::interval(self.status_interval);
+        status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.finish {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                input = self.inputs.recv() => match input {
+                    Some(input) => self.handle(input).await?,
+                    None => break,
+                },
+                _ = sleep_until(deadline) => self.on_timer().await,
+                _ = status.tick() => self.send_status().await,
+                _ = self.window.waited() => {}
+                _ = &mut shutdown, if !shutdown_seen => {
+                    shutdown_seen = true;
+                    self.on_shutdown().await;
+                }
+            }
+            // Cheap, and catches every way the tree can become finished (a result coming back, a child's Fin).
+            self.check_fin().await;
+            self.move_window().await;
+        }
+        if let Role::Root(root) = &mut self.role {
+            root.opts.sink.flush().await;
+        }
+        self.close_children().await;
+        Ok(())
+    }
+
+    async fn handle(&mut self, input: Input) -> Result<(), NodeError> {
+        match input {
+            Input::Child(ev) => self.on_child(ev).await,
+            Input::Parent(ParentEvent::Refused(r)) => return Err(NodeError::Refused(r)),
+            Input::Parent(ev) => self.on_parent(ev).await,
+            Input::Rank(ev) => self.on_rank(ev).await,
+            Input::Root(cmd) => self.on_root_command(cmd).await,
+        }
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let drain = match &self.role {
+            Role::Root(root) => root.drain_deadline(),
+            _ => None,
+        };
+        [self.engine.next_deadline(), self.route.next_deadline(), drain]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    // ---- children ----
+
+    async fn on_child(&mut self, ev: ChildEvent) {
+        match ev {
+            ChildEvent::Attached {
+                conn,
+                hello,
+                peer,
+                tx,
+            } => self.on_child_attached(conn, hello, peer, tx).await,
+            ChildEvent::Message { conn, id, msg } => {
+                if self.children.is_current(&id, conn) {
+                    self.on_child_message(id, msg).await;
+                }
+            }
+            ChildEvent::Gone { conn, id, reason } => {
+                match self.children.gone(&id, conn, reason.clone(), &self.id) {
+                    Some(Gone::Lost(ev)) => {
+                        tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
+                        let closed = self.engine.set_source_state(&id, SourceState::Lost);
+                        self.on_closed_all(closed).await;
+                        self.node_event(ev).await;
+                    }
+                    Some(Gone::Finished) | None => {}
+                }
+            }
+        }
+    }
+
+    async fn on_child_attached(&mut self, conn: u64, hello: Hello, peer: String, tx: ChildSender) {
+        let id = hello.node_id.clone();
+        let opens = self.streams.live_specs().map(|spec| {
+            down_message::Msg::OpenStream(OpenStream {
+                spec: Some(for_children(spec)),
+            })
+        });
+        let controls = self.control.replay().into_iter().map(down_message::Msg::Control);
+        for msg in opens.collect::<Vec<_>>().into_iter().chain(controls) {
+            let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
+        }
+        self.children.attach(&id, conn, tx, hello.ranks_announced);
+        self.engine.add_source(&id, hello.ranks_below);
+        let address = if hello.listen_addr.is_empty() {
+            peer
+        } else {
+            hello.listen_addr.clone()
+        };
+        let ev = NodeEvent {
+            node_id: id,
+            parent_id: self.id.clone(),
+            kind: hello.kind,
+            state: NodeState::Attached as i32,
+            ranks_below: hello.ranks_below,
+            address,
+            detail: String::new(),
+            ranks_announced: hello.ranks_announced,
+        };
+        self.node_event(ev).await;
+        self.ranks_changed().await;
+    }
+
+    async fn on_child_message(&mut self, id: String, msg: up_message::Msg) {
+        match msg {
+            up_message::Msg::Envelope(env) => {
+                self.counters.bytes_in += env.payload.len() as u64;
+                self.on_envelope(id, env).await;
+            }
+            up_message::Msg::Names(dict) => self.on_names(dict.names).await,
+            up_message::Msg::NodeEvent(ev) => {
+                if ev.node_id == id {
+                    // A relay's count of ranks below changed as its own children came and went.
+                    self.engine.set_ranks_below(&id, ev.ranks_below);
+                    self.children.set_announced(&id, ev.ranks_announced);
+                    self.ranks_changed().await;
+                }
+                self.node_event(ev).await;
+            }
+            up_message::Msg::Status(st) => self.up.send(up_message::Msg::Status(st)).await,
+            up_message::Msg::Fin(fin) => {
+                let ev = self.children.finish(&id, &self.id);
+                let closed = self
+                    .engine
+                    .set_source_state(&id, SourceState::Finished { end: fin.rounds_end });
+                self.on_closed_all(closed).await;
+                self.node_event(ev).await;
+            }
+            up_message::Msg::StreamError(e) => match self.role {
+                Role::Root(_) => {
+                    self.fail_stream(e.stream_id, format!("node {}: {}", e.node_id, e.reason))
+                        .await
+                }
+                _ => self.up.send(up_message::Msg::StreamError(e)).await,
+            },
+            up_message::Msg::Hello(_) => {
+                tracing::warn!(node = %self.id, child = %id, "ignored a second hello from a child");
+                self.counters.malformed += 1;
+            }
+        }
+    }
+
+    /// Ends every child's stream. After a Fin-Ack went down, waits until the children hang up (or a bound), so
+    /// it is not cut off.
+    async fn close_children(&mut self) {
+        let mut waiting = self.children.close_all();
+        if !self.fin_acked {
+            return;
+        }
+        let deadline = Instant::now() + CHILDREN_HANG_UP;
+        while !waiting.is_empty() {
+            let next = tokio::select! {
+                input = self.inputs.recv() => input,
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+            match next {
+                Some(Input::Child(ChildEvent::Gone { conn, id, .. })) => {
+                    waiting.remove(&(id, conn));
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+
+    // ---- the parent ----
+
+    async fn on_parent(&mut self, ev: ParentEvent) {
+        match ev {
+            ParentEvent::Attached => self.on_parent_attached().await,
+            ParentEvent::Lost(reason) => {
+                tracing::warn!(node = %self.id, "lost the parent: {reason}; re-attaching")
+            }
+            ParentEvent::Message(msg) => self.on_parent_message(msg).await,
+            ParentEvent::Refused(_) => {}
+        }
+    }
+
+    async fn on_parent_attached(&mut self) {
+        let mut names: Vec<EventName> = self
+            .names
+            .iter()
+            .map(|(id, name)| EventName {
+                id: *id,
+                name: name.clone(),
+            })
+            .collect();
+        names.sort_by_key(|n| n.id);
+        if !names.is_empty() {
+            self.up
+                .send(up_message::Msg::Names(NameDictionary { names }))
+                .await;
+        }
+        let events: Vec<NodeEvent> = self.children.subtree().cloned().collect();
+        for ev in events {
+            self.up.send(up_message::Msg::NodeEvent(ev)).await;
+        }
+    }
+
+    async fn on_parent_message(&mut self, msg: down_message::Msg) {
+        match msg {
+            down_message::Msg::Welcome(_) => {}
+            down_message::Msg::OpenStream(open) => {
+                if let Some(spec) = open.spec {
+                    self.open_stream(spec.clone()).await;
+                    let open = OpenStream {
+                        spec: Some(for_children(&spec)),
+                    };
+                    self.broadcast(down_message::Msg::OpenStream(open)).await;
+                }
+            }
+            down_message::Msg::CloseStream(close) => {
+                self.close_stream(close.stream_id).await;
+                self.broadcast(down_message::Msg::CloseStream(close)).await;
+            }
+            down_message::Msg::Control(c) => self.on_control(c).await,
+            down_message::Msg::Envelope(env) => self.on_downstream(env).await,
+        }
+    }
+
+    /// Control on its way down: recorded for children that attach later, passed to every child and to the leaf's
+    /// ranks. At the leaf a start releases the dumps held for it.
+    async fn on_control(&mut self, c: Control) {
+        let Some(action) = c.action.clone() else { return };
+        self.control.record(&c);
+        self.broadcast(down_message::Msg::Control(c)).await;
+        if let Role::Leaf(leaf) = &mut self.role {
+            if let control::Action::Start(_) = action {
+                leaf.start();
+            }
+            let _ = leaf.options.control.send(action.clone()).await;
+        }
+        if let control::Action::FinAck(_) = action {
+            tracing::info!(node = %self.id, "finished (fin-ack from the root)");
+            self.fin_acked = true;
+            self.finish = true;
+        }
+    }
+
+    // ---- the tree's size, start and end ----
+
+    async fn node_event(&mut self, ev: NodeEvent) {
+        self.children.record(&ev);
+        self.up.send(up_message::Msg::NodeEvent(ev)).await;
+    }
+
+    /// The largest application size announced below this node.
+    fn announced_below(&self) -> u32 {
+        let own = match &self.role {
+            Role::Leaf(leaf) => leaf.announced,
+            _ => 0,
+        };
+        self.children.announced().max(own)
+    }
+
+    /// Keeps the parent's view of this node's ranks current; at the root, starts collection once they are all
+    /// there.
+    async fn ranks_changed(&mut self) {
+        let ranks = self.engine.ranks_expected();
+        let announced = self.announced_below();
+        if let Role::Root(root) = &mut self.role {
+            if root.starts(ranks, announced) {
+                let start = root::start(self.highest_closed.map_or(0, |h| h + 1));
+                let action = Some(control::Action::Start(start));
+                self.on_control(Control { action }).await;
+            }
+            return;
+        }
+        let Some(hello) = &self.hello else { return };
+        let changed = hello.send_if_modified(|h| {
+            let changed = h.ranks_below != ranks || h.ranks_announced != announced;
+            h.ranks_below = ranks;
+            h.ranks_announced = announced;
+            changed
+        });
+        if changed {
+            let ev = NodeEvent {
+                node_id: self.id.clone(),
+                kind: self.kind as i32,
+                state: NodeState::Attached as i32,
+                ranks_below: ranks,
+                address: hello.borrow().listen_addr.clone(),
+                ranks_announced: announced,
+                ..Default::default()
+            };
+            self.up.send(up_message::Msg::NodeEvent(ev)).await;
+        }
+    }
+
+    fn next_round(&self) -> u64 {
+        self.highest_closed.map_or(0, |h| h + 1)
+    }
+
+    async fn on_shutdown(&mut self) {
+        match &mut self.role {
+            Role::Root(root) => {
+                if !root.drain(Instant::now()) {
+                    return;
+                }
+                tracing::info!(
+                    timeout_ms = root.opts.drain_timeout.as_millis() as u64,
+                    "draining the tree"
+                );
+                let action = Some(control::Action::Drain(canopy_proto::v1::Drain {}));
+                self.on_control(Control { action }).await;
+            }
+            // A leaf finishes its ranks, says so with Fin and leaves.
+            Role::Leaf(leaf) => {
+                leaf.exit_after_fin = true;
+                let drain = control::Action::Drain(canopy_proto::v1::Drain {});
+                let _ = leaf.options.control.send(drain).await;
+                self.finish |= self.fin_sent;
+            }
+            // A relay leaves at once; its children re-attach when a relay comes back at the same address.
+            Role::Relay => self.finish = true,
+        }
+    }
+
+    /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
+    async fn check_fin(&mut self) {
+        // Every source must be finished or lost, at least one finished: when all are lost the ranks below did not
+        // finish, and a Fin would report them as stopped.
+        let holding = matches!(&self.role, Role::Leaf(leaf) if leaf.holds());
+        let done = self.engine.has_sources()
+            && self.engine.live_sources() == 0
+            && self.engine.stopped_sources() == 0
+            && self.engine.any_finished()
+            && !self.engine.has_open_groups()
+            && !self.route.is_awaiting()
+            && !holding;
+        if self.fin_sent || !done {
+            return;
+        }
+        let exit_after_fin = match &self.role {
+            Role::Root(root) if root.finishes_with_tree() => return self.finish_root().await,
+            Role::Root(_) => return,
+            Role::Leaf(leaf) => leaf.exit_after_fin,
+            Role::Relay => false,
+        };
+        self.fin_sent = true;
+        tracing::info!(node = %self.id, "every rank below has finished: sending fin");
+        let fin = Fin {
+            node_id: self.id.clone(),
+            rounds_end: self.next_round(),
+        };
+        self.up.send(up_message::Msg::Fin(fin)).await;
+        self.finish |= exit_after_fin;
+    }
+
+    async fn finish_root(&mut self) {
+        if self.fin_sent {
+            return;
+        }
+        self.fin_sent = true;
+        self.send_status().await;
+        let fin = Fin {
+            node_id: self.id.clone(),
+            rounds_end: self.next_round(),
+        };
+        self.up.send(up_message::Msg::Fin(fin)).await;
+        let action = Some(control::Action::FinAck(canopy_proto::v1::FinAck {}));
+        self.on_control(Control { action }).await;
+    }
+
+    async fn send_status(&mut self) {
+        let st = self.counters.status(
+            &self.id,
+            self.engine.stats(),
+            self.engine.lowest_open_round(),
+            self.streams.filter_time(),
+        );
+        self.up.send(up_message::Msg::Status(st)).await;
+    }
+
+    async fn broadcast(&mut self, msg: down_message::Msg) {
+        for tx in self.children.all() {
+            let _ = tx
+                .send(Ok(DownMessage {
+                    msg: Some(msg.clone()),
+                }))
+                .await;
+        }
+    }
+
+    /// Moves the window after each input; at a leaf, the held dumps it now admits go in, which may move it again.
+    async fn move_window(&mut self) {
+        loop {
+            let unbounded = matches!(&self.role, Role::Leaf(leaf) if !leaf.started());
+            self.window.update(WindowState {
+                lowest_open: self.engine.lowest_open_round(),
+                lowest_awaited: self.route.lowest_awaited(),
+                highest_closed: self.highest_closed,
+                unbounded,
+            });
+            if !self.release_held().await {
+                break;
+            }
+            self.check_fin().await;
+        }
+    }
+}
+
+/// The stream as a node's children run it: each level down waits three quarters as long, so a partial result
+/// from below still reaches its parent before the parent's own time-out (the time-out counts from the first
+/// arrival at each node).
+pub fn for_children(spec: &StreamSpec) -> StreamSpec {
+    StreamSpec {
+        timeout_ms: (spec.timeout_ms / 4 * 3).max(1),
+        ..spec.clone()
+    }
+}
+
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,132 @@
+//! The leaf's ranks as the node applies them: placed by the leaf (held before the start), then attached, dumped,
+//! dropped or detached in the engine.
+
+use canopy_proto::v1::{EventName, MissingReason};
+
+use super::*;
+
+impl<U: Up> Node<U> {
+    // ---- the leaf's ranks ----
+
+    pub(super) async fn on_rank(&mut self, ev: RankEvent) {
+        let Role::Leaf(leaf) = &mut self.role else {
+            tracing::warn!(node = %self.id, "a rank event reached a node that is not a leaf: {ev:?}");
+            return;
+        };
+        match leaf.place(ev) {
+            Placed::Now(ev) => self.apply_rank(ev).await,
+            Placed::Held { dropped } => self.counters.rank_dumps_dropped += dropped,
+        }
+    }
+
+    /// Releases the leaf's held dumps that the window admits.
+    pub(super) async fn release_held(&mut self) -> bool {
+        let limit = self.window.limit();
+        let Role::Leaf(leaf) = &mut self.role else {
+            return false;
+        };
+        let released = leaf.release(limit);
+        let any = !released.is_empty();
+        for ev in released {
+            self.apply_rank(ev).await;
+        }
+        any
+    }
+
+    pub(super) async fn apply_rank(&mut self, ev: RankEvent) {
+        match ev {
+            RankEvent::Attached { source, from, .. } => {
+                self.engine.add_source_from(&source, 1, from);
+                self.ranks_changed().await;
+            }
+            RankEvent::Round {
+                source,
+                rank,
+                round,
+                dump_unix_ns,
+                profile,
+            } => {
+                self.on_rank_round(source, rank, round, dump_unix_ns, profile)
+                    .await
+            }
+            RankEvent::RoundsDropped { source, from, end } => {
+                let closed = self.engine.drop_rounds(&source, from, end);
+                self.on_closed_all(closed).await;
+            }
+            RankEvent::Names(names) => {
+                let names = names
+                    .into_iter()
+                    .map(|(id, name)| EventName { id, name })
+                    .collect();
+                self.on_names(names).await
+            }
+            RankEvent::Detached { source, finished_end } => {
+                let state = match finished_end {
+                    Some(end) => SourceState::Finished { end },
+                    None => SourceState::Lost,
+                };
+                let closed = self.engine.set_source_state(&source, state);
+                self.on_closed_all(closed).await;
+            }
+            RankEvent::DumpsDropped(n) => self.counters.rank_dumps_dropped += n,
+        }
+    }
+
+    /// One dump of a rank. A rank told to stop says so once, at its first stopped dump: it counts as stopped from
+    /// that round on until it reports again.
+    pub(super) async fn on_rank_round(
+        &mut self,
+        source: String,
+        rank: u32,
+        round: u64,
+        dump_unix_ns: u64,
+        profile: Result<Vec<u8>, MissingReason>,
+    ) {
+        self.counters.highest_seen = self.counters.highest_seen.max(round);
+        match self.engine.source_state(&source) {
+            None => {
+                tracing::warn!(node = %self.id, %source, round, "dump from a rank that is not attached");
+                return;
+            }
+            Some(SourceState::Stopped { .. }) if profile != Err(MissingReason::Stopped) => {
+                self.engine.resume_source(&source, round);
+            }
+            _ => {}
+        }
+        let (payload, coverage) = match profile {
+            Ok(p) => (p, full()),
+            Err(MissingReason::Stopped) => {
+                let closed = self
+                    .engine
+                    .set_source_state(&source, SourceState::Stopped { end: round });
+                return self.on_closed_all(closed).await;
+            }
+            Err(reason) => (Vec::new(), absent(reason)),
+        };
+        // A stream fed by chosen ranks only (detail) counts the others as sampled out.
+        let feeds: Vec<(u32, bool)> = self
+            .streams
+            .feeds()
+            .map(|(id, ranks)| (id, ranks.contains(rank)))
+            .collect();
+        for (stream, chosen) in feeds {
+            let (payload, coverage) = if chosen {
+                (payload.clone(), coverage.clone())
+            } else {
+                (Vec::new(), absent(MissingReason::SampledOut))
+            };
+            let key = GroupKey {
+                stream,
+                round,
+                phase: 0,
+            };
+            let arrival = Arrival {
+                source: source.clone(),
+                coverage,
+                payload,
+                first_dump_unix_ns: dump_unix_ns,
+            };
+            self.accept(key, arrival).await;
+        }
+    }
+}

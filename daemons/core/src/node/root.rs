@@ -1,0 +1,120 @@
+//! The root's policy: stream ids, when collection starts, start and stop, the drain at shutdown, and whether the
+//! run finishes when the tree does.
+
+use std::time::Duration;
+
+use canopy_proto::v1::{Start, StreamSpec, control};
+use tokio::time::Instant;
+
+use super::input::Collection;
+use super::up::RootSink;
+
+/// The root's options.
+pub struct RootOptions {
+    /// Start collection once this many ranks are attached (0: at the first child).
+    pub expect_ranks: u32,
+    /// Streams to open at start.
+    pub streams: Vec<StreamSpec>,
+    /// Finish the node once every child has sent Fin (a run that ends with its application).
+    pub exit_on_fin: bool,
+    /// How long a drain waits for the tree before closing what is left.
+    pub drain_timeout: Duration,
+    /// Where results and stream states go.
+    pub sink: Box<dyn RootSink>,
+}
+
+impl std::fmt::Debug for RootOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RootOptions")
+            .field("expect_ranks", &self.expect_ranks)
+            .field("streams", &self.streams)
+            .field("exit_on_fin", &self.exit_on_fin)
+            .field("drain_timeout", &self.drain_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Root {
+    pub(crate) opts: RootOptions,
+    /// Collection was started (or stopped) once: attaching ranks no longer start it.
+    started: bool,
+    draining_until: Option<Instant>,
+    next_stream_id: u32,
+}
+
+impl Root {
+    pub(crate) fn new(opts: RootOptions) -> Self {
+        Self {
+            opts,
+            started: false,
+            draining_until: None,
+            next_stream_id: 1,
+        }
+    }
+
+    /// Gives a stream without an id the next free one; ids given by hand move the next free one past them.
+    pub(crate) fn assign_id(&mut self, spec: &mut StreamSpec) {
+        if spec.stream_id == 0 {
+            spec.stream_id = self.next_stream_id;
+        }
+        self.next_stream_id = self.next_stream_id.max(spec.stream_id + 1);
+    }
+
+    /// Whether collection starts now, with `attached` ranks below and `announced` the largest application size
+    /// they announced. Ranks that announce their application's size hold the start until all are attached, so
+    /// the first rounds do not close before the last rank's first dump.
+    pub(crate) fn starts(&mut self, attached: u32, announced: u32) -> bool {
+        if self.started || self.draining_until.is_some() {
+            return false;
+        }
+        let target = self.opts.expect_ranks.max(announced);
+        if attached == 0 || attached < target {
+            if announced > 0 && attached > 0 {
+                tracing::info!(attached, waiting_for = target, "waiting for ranks to attach");
+            }
+            return false;
+        }
+        self.started = true;
+        tracing::info!(
+            ranks = attached,
+            "all expected ranks attached: starting collection"
+        );
+        true
+    }
+
+    /// Stop pauses every rank; Start resumes them, numbering on from `first_round`. Either marks collection
+    /// started: a child attaching while collection is stopped must not start it.
+    pub(crate) fn collection(&mut self, c: Collection, first_round: u64) -> control::Action {
+        self.started = true;
+        match c {
+            Collection::Stop => control::Action::Stop(canopy_proto::v1::Stop {}),
+            Collection::Start => control::Action::Start(start(first_round)),
+        }
+    }
+
+    /// Begins the drain; false if one is under way.
+    pub(crate) fn drain(&mut self, now: Instant) -> bool {
+        if self.draining_until.is_some() {
+            return false;
+        }
+        self.draining_until = Some(now + self.opts.drain_timeout);
+        true
+    }
+
+    pub(crate) fn drain_deadline(&self) -> Option<Instant> {
+        self.draining_until
+    }
+
+    /// The tree finishing finishes the run: it ends with its application, or a drain is under way.
+    pub(crate) fn finishes_with_tree(&self) -> bool {
+        self.opts.exit_on_fin || self.draining_until.is_some()
+    }
+}
+
+/// A Start that numbers rounds on from `first_round`, stamped now.
+pub(crate) fn start(first_round: u64) -> Start {
+    Start {
+        start_unix_ns: super::unix_ns(),
+        first_round,
+    }
+}

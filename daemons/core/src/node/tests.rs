@@ -1,0 +1,521 @@
+//! The node on paused time, with a fake parent, fake children and an in-process filter: wait-for-all, the
+//! time-out, a lost child, the window's back pressure, the leaf's hold, and the root's drain and finish.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use canopy_proto::v1::{
+    Control, Coverage, DownMessage, Envelope, Fin, Hello, MissingReason, NodeKind, OpenStream, StreamSpec,
+    SyncMode, control, down_message, up_message,
+};
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::*;
+use crate::coverage::missing_for;
+use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
+
+/// A filter that sends up the concatenation of its inputs: the merged payload says which packets were merged.
+struct Concat;
+
+impl FilterInstance for Concat {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let mut payload: Vec<u8> = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        payload.sort_unstable();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
+struct Filters;
+
+impl FilterFactory for Filters {
+    fn create(
+        &self,
+        name: &str,
+        _params: &str,
+        _level: Level,
+    ) -> Result<Box<dyn FilterInstance>, FilterError> {
+        match name {
+            "concat" => Ok(Box::new(Concat)),
+            _ => Err(FilterError::Unknown {
+                name: name.into(),
+                available: "concat".into(),
+            }),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        vec!["concat".into()]
+    }
+}
+
+/// The parent, as the node sees it: every message sent up.
+struct TestUp(mpsc::UnboundedSender<up_message::Msg>);
+
+impl Up for TestUp {
+    async fn send(&mut self, msg: up_message::Msg) {
+        let _ = self.0.send(msg);
+    }
+}
+
+/// The root's store: results and stream states.
+#[derive(Clone, Default)]
+struct TestSink(Arc<Mutex<Vec<RoundResult>>>, Arc<Mutex<Vec<(u32, StreamState)>>>);
+
+impl RootSink for TestSink {
+    fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
+        self.0.lock().unwrap().push(result);
+        Box::pin(async {})
+    }
+
+    fn stream_state<'a>(
+        &'a mut self,
+        spec: &'a StreamSpec,
+        state: StreamState,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, ()> {
+        self.1.lock().unwrap().push((spec.stream_id, state));
+        Box::pin(async {})
+    }
+
+    fn flush(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+const TIMEOUT_MS: u32 = 400;
+
+fn spec(id: u32) -> StreamSpec {
+    StreamSpec {
+        stream_id: id,
+        name: "c".into(),
+        filter: "concat".into(),
+        sync_mode: SyncMode::WaitForAll as i32,
+        timeout_ms: TIMEOUT_MS,
+        ..Default::default()
+    }
+}
+
+struct Harness {
+    inputs: mpsc::Sender<Input>,
+    window: crate::window::WindowGate,
+    up: mpsc::UnboundedReceiver<up_message::Msg>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), NodeError>>,
+}
+
+fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
+    let (up_tx, up) = mpsc::unbounded_channel();
+    let config = NodeConfig {
+        node_id: "n".into(),
+        kind: NodeKind::Relay,
+        filters: Arc::new(Filters),
+        max_rounds_in_flight: max_in_flight,
+        role,
+        status_interval: Duration::from_secs(3600),
+    };
+    let (node, handles) = Node::new(config, TestUp(up_tx));
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(node.run(async {
+        let _ = stop_rx.await;
+    }));
+    Harness {
+        inputs: handles.inputs,
+        window: handles.window,
+        up,
+        stop: Some(stop_tx),
+        task,
+    }
+}
+
+impl Harness {
+    async fn input(&self, input: Input) {
+        self.inputs.send(input).await.unwrap();
+    }
+
+    /// Attaches a child with `ranks` below; returns what it receives.
+    async fn child(
+        &self,
+        id: &str,
+        conn: u64,
+        ranks: u32,
+    ) -> mpsc::Receiver<Result<DownMessage, tonic::Status>> {
+        let (tx, rx) = mpsc::channel(64);
+        let hello = Hello {
+            node_id: id.into(),
+            ranks_below: ranks,
+            ..Default::default()
+        };
+        self.input(Input::Child(ChildEvent::Attached {
+            conn,
+            hello,
+            peer: String::new(),
+            tx,
+        }))
+        .await;
+        rx
+    }
+
+    async fn child_sends(&self, id: &str, conn: u64, msg: up_message::Msg) {
+        let id = id.into();
+        self.input(Input::Child(ChildEvent::Message { conn, id, msg }))
+            .await;
+    }
+
+    async fn open(&self, id: u32) {
+        let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec(id)) });
+        self.input(Input::Parent(ParentEvent::Message(open))).await;
+    }
+
+    /// The next envelope sent up (other messages are skipped).
+    async fn envelope(&mut self) -> Envelope {
+        loop {
+            match self.up.recv().await.expect("node ended") {
+                up_message::Msg::Envelope(env) => return env,
+                _ => continue,
+            }
+        }
+    }
+
+    async fn fin(&mut self) -> Fin {
+        loop {
+            match self.up.recv().await.expect("node ended") {
+                up_message::Msg::Fin(f) => return f,
+                _ => continue,
+            }
+        }
+    }
+}
+
+fn packet(stream: u32, round: u64, covered: u32, payload: u8) -> up_message::Msg {
+    up_message::Msg::Envelope(Envelope {
+        stream_id: stream,
+        round,
+        coverage: Some(Coverage {
+            covered,
+            expected: covered,
+            missing: vec![],
+        }),
+        payload: vec![payload],
+        ..Default::default()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_closes_when_every_child_delivered() {
+    let mut h = start(RoleConfig::Relay, 8);
+    let t0 = Instant::now();
+    let _a = h.child("a", 1, 2).await;
+    let _b = h.child("b", 2, 3).await;
+    h.open(1).await;
+    h.child_sends("a", 1, packet(1, 0, 2, 7)).await;
+    h.child_sends("b", 2, packet(1, 0, 3, 9)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.round), (1, 0));
+    assert_eq!(env.payload, vec![7, 9]);
+    let cov = env.coverage.unwrap();
+    assert_eq!((cov.covered, cov.expected), (5, 5));
+    // Wait-for-all closed it on the last arrival, not on a timer.
+    assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_missing_a_child_closes_at_its_time_out_with_the_child_counted_late() {
+    let mut h = start(RoleConfig::Relay, 8);
+    let _a = h.child("a", 1, 2).await;
+    let _b = h.child("b", 2, 3).await;
+    h.open(1).await;
+    let t0 = Instant::now();
+    h.child_sends("a", 1, packet(1, 0, 2, 7)).await;
+    let env = h.envelope().await;
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(u64::from(TIMEOUT_MS)),
+        "closed after {waited:?}"
+    );
+    let cov = env.coverage.unwrap();
+    assert_eq!((cov.covered, cov.expected), (2, 5));
+    assert_eq!(missing_for(&cov, MissingReason::Late), 3);
+    // The child's packet after the close goes up as late, on its own.
+    h.child_sends("b", 2, packet(1, 0, 3, 9)).await;
+    let late = h.envelope().await;
+    assert!(late.late);
+    assert_eq!(late.payload, vec![9]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_child_closes_its_open_rounds_at_once_and_is_not_waited_for_again() {
+    let mut h = start(RoleConfig::Relay, 8);
+    let _a = h.child("a", 1, 2).await;
+    let _b = h.child("b", 2, 3).await;
+    h.open(1).await;
+    let t0 = Instant::now();
+    h.child_sends("a", 1, packet(1, 0, 2, 7)).await;
+    let gone = ChildEvent::Gone {
+        conn: 2,
+        id: "b".into(),
+        reason: "reset".into(),
+    };
+    h.input(Input::Child(gone)).await;
+    let env = h.envelope().await;
+    assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
+    let cov = env.coverage.unwrap();
+    assert_eq!(missing_for(&cov, MissingReason::Lost), 3);
+    // The next round closes with the remaining child alone.
+    h.child_sends("a", 1, packet(1, 1, 2, 8)).await;
+    let env = h.envelope().await;
+    assert_eq!(env.round, 1);
+    assert_eq!(missing_for(&env.coverage.unwrap(), MissingReason::Lost), 3);
+    // A stale connection's hang-up does nothing.
+    let stale = ChildEvent::Gone {
+        conn: 99,
+        id: "a".into(),
+        reason: "old".into(),
+    };
+    h.input(Input::Child(stale)).await;
+    h.child_sends("a", 1, packet(1, 2, 2, 9)).await;
+    assert_eq!(h.envelope().await.round, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_holds_producers_back_until_the_oldest_round_closes() {
+    let mut h = start(RoleConfig::Relay, 2);
+    let _a = h.child("a", 1, 1).await;
+    let _b = h.child("b", 2, 1).await;
+    h.open(1).await;
+    assert!(h.window.admits(1));
+    assert!(!h.window.admits(2));
+    // Child a runs ahead: rounds 0 and 1 open, and round 2 must wait.
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    h.child_sends("a", 1, packet(1, 1, 1, 1)).await;
+    let mut gate = h.window.clone();
+    let waiter = tokio::spawn(async move { gate.admit(2).await });
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished());
+    // Round 0 closes: the window moves to [1, 3).
+    h.child_sends("b", 2, packet(1, 0, 1, 2)).await;
+    assert_eq!(h.envelope().await.round, 0);
+    assert!(waiter.await.unwrap());
+    assert!(!h.window.admits(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_round_open_the_window_moves_to_a_waiting_child() {
+    let h = start(RoleConfig::Relay, 2);
+    let _a = h.child("a", 1, 1).await;
+    h.open(1).await;
+    let mut gate = h.window.clone();
+    // A child rejoining far ahead while nothing is open here is let in, not stalled.
+    let admitted = tokio::time::timeout(Duration::from_secs(1), gate.admit(500)).await;
+    assert_eq!(admitted, Ok(true));
+}
+
+fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
+    let (tx, rx) = mpsc::channel(16);
+    let role = RoleConfig::Leaf(LeafOptions {
+        control: tx,
+        hold_dumps: 8,
+    });
+    (role, rx)
+}
+
+fn rank_round(rank: u32, round: u64) -> Input {
+    Input::Rank(RankEvent::Round {
+        source: rank_source("app", rank),
+        rank,
+        round,
+        dump_unix_ns: 1,
+        profile: Ok(vec![rank as u8]),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_round() {
+    let (role, mut ranks_control) = leaf();
+    let mut h = start(role, 64);
+    for rank in 0..2 {
+        let attached = RankEvent::Attached {
+            source: rank_source("app", rank),
+            from: 0,
+            announced: 2,
+        };
+        h.input(Input::Rank(attached)).await;
+    }
+    // Rank 1 dumps two rounds before the streams are even open; rank 0 one.
+    h.input(rank_round(1, 0)).await;
+    h.input(rank_round(1, 1)).await;
+    h.input(rank_round(0, 0)).await;
+    h.open(1).await;
+    let start = Control {
+        action: Some(control::Action::Start(root::start(0))),
+    };
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
+        start,
+    ))))
+    .await;
+    assert!(matches!(
+        ranks_control.recv().await,
+        Some(control::Action::Start(_))
+    ));
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.payload.clone()), (0, vec![0, 1]));
+    assert_eq!(env.coverage.unwrap().covered, 2);
+    h.input(rank_round(0, 1)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.payload), (1, vec![0, 1]));
+    // Both ranks finish: the leaf says Fin with the rounds it closed.
+    for rank in 0..2 {
+        let done = RankEvent::Detached {
+            source: rank_source("app", rank),
+            finished_end: Some(2),
+        };
+        h.input(Input::Rank(done)).await;
+    }
+    assert_eq!(h.fin().await.rounds_end, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
+    let sink = TestSink::default();
+    let role = RoleConfig::Root(RootOptions {
+        expect_ranks: 0,
+        streams: vec![spec(0)],
+        exit_on_fin: false,
+        drain_timeout: Duration::from_secs(30),
+        sink: Box::new(sink.clone()),
+    });
+    let mut h = start(role, 8);
+    let mut child = h.child("a", 1, 4).await;
+    // The child hears the stream (given id 1), then the start: 4 ranks were expected and are there.
+    let mut heard = Vec::new();
+    while heard.len() < 2 {
+        if let Some(Ok(DownMessage { msg: Some(m) })) = child.recv().await {
+            heard.push(m);
+        }
+    }
+    assert!(matches!(&heard[0], down_message::Msg::OpenStream(o) if o.spec.as_ref().unwrap().stream_id == 1));
+    assert!(matches!(
+        &heard[1],
+        down_message::Msg::Control(Control {
+            action: Some(control::Action::Start(_))
+        })
+    ));
+    assert_eq!(*sink.1.lock().unwrap(), vec![(1, StreamState::Open)]);
+    h.child_sends("a", 1, packet(1, 0, 4, 3)).await;
+    h.stop.take().unwrap().send(()).unwrap();
+    // The drain goes down; the child delivers one more round and finishes.
+    loop {
+        if let Some(Ok(DownMessage {
+            msg:
+                Some(down_message::Msg::Control(Control {
+                    action: Some(control::Action::Drain(_)),
+                })),
+        })) = child.recv().await
+        {
+            break;
+        }
+    }
+    h.child_sends("a", 1, packet(1, 1, 4, 4)).await;
+    h.child_sends(
+        "a",
+        1,
+        up_message::Msg::Fin(Fin {
+            node_id: "a".into(),
+            rounds_end: 2,
+        }),
+    )
+    .await;
+    // Fin-Ack goes down; the root waits for the child to hang up before it ends.
+    loop {
+        if let Some(Ok(DownMessage {
+            msg:
+                Some(down_message::Msg::Control(Control {
+                    action: Some(control::Action::FinAck(_)),
+                })),
+        })) = child.recv().await
+        {
+            break;
+        }
+    }
+    assert!(!h.task.is_finished());
+    let gone = ChildEvent::Gone {
+        conn: 1,
+        id: "a".into(),
+        reason: "finished".into(),
+    };
+    h.input(Input::Child(gone)).await;
+    h.task.await.unwrap().unwrap();
+    let results = sink.0.lock().unwrap();
+    let rounds: Vec<(u64, Vec<u8>, u32)> = results
+        .iter()
+        .map(|r| (r.round, r.payload.clone(), r.coverage.covered))
+        .collect();
+    assert_eq!(rounds, vec![(0, vec![3], 4), (1, vec![4], 4)]);
+    assert!(results.iter().all(|r| !r.late));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_times_out_closes_what_is_open_and_finishes() {
+    let sink = TestSink::default();
+    let role = RoleConfig::Root(RootOptions {
+        expect_ranks: 0,
+        streams: vec![spec(1)],
+        exit_on_fin: false,
+        drain_timeout: Duration::from_secs(5),
+        sink: Box::new(sink.clone()),
+    });
+    let mut h = start(role, 8);
+    let _a = h.child("a", 1, 1).await;
+    let _b = h.child("b", 2, 1).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    let t0 = Instant::now();
+    h.stop.take().unwrap().send(()).unwrap();
+    // Neither child finishes: the drain's time-out ends the run, with round 0 closed partial on the way.
+    let ended = tokio::time::timeout(Duration::from_secs(60), &mut h.task).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+    assert!(
+        t0.elapsed() >= Duration::from_secs(5),
+        "ended after {:?}",
+        t0.elapsed()
+    );
+    let results = sink.0.lock().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].coverage.covered, 1);
+    assert_eq!(missing_for(&results[0].coverage, MissingReason::Late), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_whose_filter_is_unknown_fails_at_the_root_and_is_reported() {
+    let sink = TestSink::default();
+    let role = RoleConfig::Root(RootOptions {
+        expect_ranks: 0,
+        streams: vec![StreamSpec {
+            filter: "nope".into(),
+            ..spec(1)
+        }],
+        exit_on_fin: false,
+        drain_timeout: Duration::from_secs(1),
+        sink: Box::new(sink.clone()),
+    });
+    let h = start(role, 8);
+    let mut child = h.child("a", 1, 1).await;
+    // The failed stream is not opened on a child that attaches.
+    let first = child.recv().await.unwrap().unwrap();
+    assert!(
+        matches!(first.msg, Some(down_message::Msg::Control(_))),
+        "{first:?}"
+    );
+    assert_eq!(*sink.1.lock().unwrap(), vec![(1, StreamState::Failed)]);
+}

@@ -1,0 +1,100 @@
+//! The way up from a node: a link to the parent, or at the root the front-end's store. A relay's and a leaf's way
+//! up carries messages only; results exist only at the root, so only the root's way up takes them.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+
+use canopy_proto::v1::{Coverage, StreamSpec, UpMessage, up_message};
+use tokio::sync::mpsc;
+
+/// One result at the root.
+#[derive(Debug, Clone)]
+pub struct RoundResult {
+    pub stream: StreamSpec,
+    pub round: u64,
+    pub phase: u32,
+    pub coverage: Coverage,
+    pub first_dump_unix_ns: u64,
+    pub payload: Vec<u8>,
+    pub late: bool,
+}
+
+/// The state of a stream, as the root reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamState {
+    Open,
+    Closed,
+    Failed,
+}
+
+impl StreamState {
+    /// The word the store and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamState::Open => "open",
+            StreamState::Closed => "closed",
+            StreamState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for StreamState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for StreamState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(StreamState::Open),
+            "closed" => Ok(StreamState::Closed),
+            "failed" => Ok(StreamState::Failed),
+            other => Err(format!("unknown stream state {other:?} (open, closed, failed)")),
+        }
+    }
+}
+
+/// The way up: a parent link, or at the root the front-end's store, which hears every message the tree sends
+/// up (names, node events, status, fin).
+pub trait Up: Send + 'static {
+    /// Sends one message toward the root (at the root: records it).
+    fn send(&mut self, msg: up_message::Msg) -> impl Future<Output = ()> + Send;
+}
+
+/// Where the root puts what only the root produces: finalized results and the streams' states. Given to the node
+/// with its root options, so a relay's or a leaf's way up has no root-only methods.
+pub trait RootSink: Send + Sync + 'static {
+    /// One finalized result.
+    fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()>;
+    /// A stream changed state.
+    fn stream_state<'a>(
+        &'a mut self,
+        spec: &'a StreamSpec,
+        state: StreamState,
+        failure: Option<&'a str>,
+    ) -> BoxFuture<'a, ()>;
+    /// Waits until everything given so far is stored (before the node exits).
+    fn flush(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// A parent link's queue as the way up. When the node ends, the queue closes and the link delivers what it holds
+/// before it hangs up (see `transport::ParentLink`).
+pub struct ParentUp {
+    pub tx: mpsc::Sender<UpMessage>,
+}
+
+impl Up for ParentUp {
+    async fn send(&mut self, msg: up_message::Msg) {
+        let msg = UpMessage { msg: Some(msg) };
+        if matches!(msg.msg, Some(up_message::Msg::Status(_))) {
+            // Status is periodic and replaced by the next one: it never waits for a parent that is away.
+            let _ = self.tx.try_send(msg);
+        } else {
+            let _ = self.tx.send(msg).await;
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The window of rounds in flight: the one back-pressure mechanism of a node.
+//!
+//! The node owns the [`Window`] and moves it as rounds close. Every producer that feeds the node rounds (the
+//! transport reading a child, the agent's socket reading a rank, the simulated ranks) holds a [`WindowGate`] and
+//! waits at it before it hands over a packet of a round at or above the limit. A waiting producer says which round
+//! it waits for: when no round is open at the node, the node moves its window up to that round (a child rejoining
+//! far ahead while no other child is delivering), so a wait never lasts for want of traffic.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+/// The node's side: sets the limit, hears what producers wait for.
+#[derive(Debug)]
+pub struct Window {
+    limit: watch::Sender<u64>,
+    wanted: watch::Receiver<u64>,
+    /// Kept so that `wanted` never reports closed while the node lives.
+    wanted_tx: Arc<watch::Sender<u64>>,
+    max_in_flight: u64,
+}
+
+/// A producer's side: may a round be handed over yet?
+#[derive(Debug, Clone)]
+pub struct WindowGate {
+    limit: watch::Receiver<u64>,
+    wanted: Arc<watch::Sender<u64>>,
+}
+
+/// What the node knows when it moves its window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowState {
+    /// The lowest round a group is open for.
+    pub lowest_open: Option<u64>,
+    /// The lowest round whose later phases the node still waits for (a multi-phase round stays in the window until
+    /// this node sends up its last phase).
+    pub lowest_awaited: Option<u64>,
+    /// The highest round closed here.
+    pub highest_closed: Option<u64>,
+    /// No limit at all: a leaf before collection starts holds its ranks' dumps itself, bounded per rank.
+    pub unbounded: bool,
+}
+
+impl Window {
+    /// A window of `max_in_flight` rounds (at least one), starting at round 0.
+    pub fn new(max_in_flight: u64) -> (Window, WindowGate) {
+        let max_in_flight = max_in_flight.max(1);
+        let (limit_tx, limit_rx) = watch::channel(max_in_flight);
+        let (wanted_tx, wanted_rx) = watch::channel(0);
+        let wanted_tx = Arc::new(wanted_tx);
+        let gate = WindowGate {
+            limit: limit_rx,
+            wanted: wanted_tx.clone(),
+        };
+        let window = Window {
+            limit: limit_tx,
+            wanted: wanted_rx,
+            wanted_tx,
+            max_in_flight,
+        };
+        (window, gate)
+    }
+
+    /// Another gate on the same window.
+    pub fn gate(&self) -> WindowGate {
+        WindowGate {
+            limit: self.limit.subscribe(),
+            wanted: self.wanted_tx.clone(),
+        }
+    }
+
+    /// The current limit: rounds below it may be handed over.
+    pub fn limit(&self) -> u64 {
+        *self.limit.borrow()
+    }
+
+    /// Completes when a producer starts waiting for a round beyond any it waited for before.
+    pub async fn waited(&mut self) {
+        if self.wanted.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Moves the window: it starts at the lowest round still under way here; with none, after the last closed
+    /// round, or at the highest round a producer waits for.
+    pub fn update(&mut self, s: WindowState) -> u64 {
+        let limit = if s.unbounded {
+            u64::MAX
+        } else {
+            let floor = match (s.lowest_open, s.lowest_awaited) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(floor), None) | (None, Some(floor)) => floor,
+                (None, None) => s
+                    .highest_closed
+                    .map_or(0, |h| h + 1)
+                    .max(*self.wanted.borrow_and_update()),
+            };
+            floor.saturating_add(self.max_in_flight)
+        };
+        self.limit.send_if_modified(|w| {
+            let changed = *w != limit;
+            *w = limit;
+            changed
+        });
+        limit
+    }
+}
+
+impl WindowGate {
+    /// Whether a packet of `round` may be handed over now.
+    pub fn admits(&self, round: u64) -> bool {
+        round < *self.limit.borrow()
+    }
+
+    /// Waits until `round` is inside the window; false once the node has ended.
+    pub async fn admit(&mut self, round: u64) -> bool {
+        loop {
+            if round < *self.limit.borrow_and_update() {
+                return true;
+            }
+            self.want(round);
+            if self.limit.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Tells the node that a packet of `round` waits.
+    pub fn want(&self, round: u64) {
+        self.wanted.send_if_modified(|w| {
+            let more = round > *w;
+            if more {
+                *w = round;
+            }
+            more
+        });
+    }
+
+    /// Waits until the window moves and returns its new limit; `None` once the node has ended.
+    pub async fn moved(&mut self) -> Option<u64> {
+        self.limit.changed().await.ok()?;
+        Some(*self.limit.borrow_and_update())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_gate_waits_until_the_window_reaches_its_round() {
+        let (mut window, mut gate) = Window::new(4);
+        assert!(gate.admits(3));
+        assert!(!gate.admits(4));
+        let waiter = tokio::spawn(async move { gate.admit(6).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        window.update(WindowState {
+            lowest_open: Some(3),
+            ..Default::default()
+        });
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn with_no_round_open_the_window_moves_to_what_a_producer_waits_for() {
+        let (mut window, mut gate) = Window::new(2);
+        let waiter = tokio::spawn(async move { gate.admit(100).await });
+        window.waited().await;
+        // A round open here keeps the window where it is.
+        let limit = window.update(WindowState {
+            lowest_open: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(limit, 2);
+        let limit = window.update(WindowState {
+            highest_closed: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(limit, 102);
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_unbounded_window_admits_everything_and_a_dropped_node_releases_waiters() {
+        let (mut window, mut gate) = Window::new(1);
+        window.update(WindowState {
+            unbounded: true,
+            ..Default::default()
+        });
+        assert!(gate.admits(u64::MAX - 1));
+        window.update(WindowState::default());
+        let waiter = tokio::spawn(async move { gate.admit(10).await });
+        tokio::task::yield_now().await;
+        drop(window);
+        assert!(!waiter.await.unwrap());
+    }
+}

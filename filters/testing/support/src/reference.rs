@@ -1,0 +1,154 @@
+//! Direct computations over all ranks at once, for tests to compare a tree's result with. They are written
+//! from the profile fields and the documented formulas, sharing no code with the filters' merging.
+
+use std::collections::BTreeMap;
+
+use canopy_filter_proto::v1::{Histogram, Metric, Summary};
+use canopy_wire::v1::RankProfile;
+
+/// (id, metric as i32).
+pub type Key = (u64, i32);
+
+/// One sample: the value and the (app, rank) holding it.
+pub type Sample = (f64, String, u32);
+
+/// The samples of every (id, metric) over `profiles`, straight from the profile fields.
+pub fn samples<'a>(
+    profiles: impl IntoIterator<Item = &'a RankProfile>,
+    cumulative: bool,
+) -> BTreeMap<Key, Vec<Sample>> {
+    let mut m: BTreeMap<Key, Vec<Sample>> = BTreeMap::new();
+    for p in profiles {
+        let mut push = |key: Key, v: f64| m.entry(key).or_default().push((v, p.app.clone(), p.rank));
+        for e in &p.events {
+            if cumulative {
+                push((e.event_id, Metric::Calls as i32), e.calls_total as f64);
+                push((e.event_id, Metric::Inclusive as i32), e.incl_total_us);
+                push((e.event_id, Metric::Exclusive as i32), e.excl_total_us);
+            } else {
+                push((e.event_id, Metric::Calls as i32), e.calls as f64);
+                push((e.event_id, Metric::Inclusive as i32), e.incl_us);
+                push((e.event_id, Metric::Exclusive as i32), e.excl_us);
+            }
+        }
+        for c in &p.counters {
+            push(
+                (c.counter_id, Metric::Counter as i32),
+                if cumulative { c.total } else { c.value },
+            );
+        }
+    }
+    m
+}
+
+/// Neumaier's compensated sum: accurate, and a different computation from the filters' pairwise merge.
+pub fn sum(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut s, mut c) = (0.0f64, 0.0f64);
+    for v in values {
+        let t = s + v;
+        c += if s.abs() >= v.abs() {
+            (s - t) + v
+        } else {
+            (v - t) + s
+        };
+        s = t;
+    }
+    s + c
+}
+
+/// The summary of all `values` at once: two-pass mean and population std; min and max with the smallest
+/// (app, rank) on a tie.
+pub struct Direct {
+    pub count: u64,
+    pub mean: f64,
+    pub std: f64,
+    pub min: Sample,
+    pub max: Sample,
+}
+
+pub fn direct(values: &[Sample]) -> Direct {
+    let n = values.len() as f64;
+    let mean = sum(values.iter().map(|v| v.0)) / n;
+    let std = (sum(values.iter().map(|v| (v.0 - mean) * (v.0 - mean))) / n).sqrt();
+    let by_rank = |a: &Sample, b: &Sample| (&a.1, a.2).cmp(&(&b.1, b.2));
+    let min = values
+        .iter()
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(by_rank(a, b)))
+        .cloned();
+    let max = values
+        .iter()
+        .min_by(|a, b| b.0.total_cmp(&a.0).then(by_rank(a, b)))
+        .cloned();
+    let none = (f64::NAN, String::new(), 0);
+    Direct {
+        count: values.len() as u64,
+        mean,
+        std,
+        min: min.unwrap_or_else(|| none.clone()),
+        max: max.unwrap_or(none),
+    }
+}
+
+/// Equal to 1e-9 relative, or 1e-12 absolute near zero.
+pub fn close(got: f64, want: f64) -> bool {
+    let d = (got - want).abs();
+    d <= 1e-9 * got.abs().max(want.abs()) || d <= 1e-12
+}
+
+/// Checks a filter's summary against [`direct`]: count, min, max and their ranks exactly, mean and std
+/// with [`close`].
+pub fn check_summary(what: &str, s: &Summary, values: &[Sample]) -> Result<(), String> {
+    let d = direct(values);
+    let rank = |r: &Option<canopy_filter_proto::v1::RankRef>| {
+        r.as_ref().map(|r| (r.app.clone(), r.rank)).unwrap_or_default()
+    };
+    let checks = [
+        (s.count == d.count, format!("count {} vs {}", s.count, d.count)),
+        (close(s.mean, d.mean), format!("mean {} vs {}", s.mean, d.mean)),
+        (close(s.std, d.std), format!("std {} vs {}", s.std, d.std)),
+        (
+            s.count > 0 && close((s.m2 / s.count as f64).sqrt(), d.std),
+            format!("m2 {} vs std {}", s.m2, d.std),
+        ),
+        (
+            (s.min.to_bits(), rank(&s.min_rank)) == (d.min.0.to_bits(), (d.min.1.clone(), d.min.2)),
+            format!("min {} at {:?} vs {:?}", s.min, rank(&s.min_rank), d.min),
+        ),
+        (
+            (s.max.to_bits(), rank(&s.max_rank)) == (d.max.0.to_bits(), (d.max.1.clone(), d.max.2)),
+            format!("max {} at {:?} vs {:?}", s.max, rank(&s.max_rank), d.max),
+        ),
+    ];
+    match checks.into_iter().find(|(ok, _)| !ok) {
+        Some((_, why)) => Err(format!("{what}: {why}")),
+        None => Ok(()),
+    }
+}
+
+/// Counts by brute force: each value's bin by the documented formula, lo and hi the global min and max.
+pub fn histogram(values: &[Sample], bins: usize) -> (f64, f64, Vec<u64>) {
+    let lo = values.iter().map(|v| v.0).fold(f64::INFINITY, f64::min);
+    let hi = values.iter().map(|v| v.0).fold(f64::NEG_INFINITY, f64::max);
+    let mut counts = vec![0u64; bins];
+    for v in values {
+        let i = if lo == hi {
+            0
+        } else {
+            ((v.0 - lo) / (hi - lo) * bins as f64).floor() as usize
+        };
+        counts[i.min(bins - 1)] += 1;
+    }
+    (lo, hi, counts)
+}
+
+/// Checks a filter's histogram against [`histogram`]: range and counts exactly.
+pub fn check_histogram(what: &str, h: &Histogram, values: &[Sample], bins: usize) -> Result<(), String> {
+    let (lo, hi, counts) = histogram(values, bins);
+    if (h.lo, h.hi, &h.counts) != (lo, hi, &counts) {
+        return Err(format!(
+            "{what}: histogram [{}, {}] {:?} vs [{lo}, {hi}] {counts:?}",
+            h.lo, h.hi, h.counts
+        ));
+    }
+    Ok(())
+}
