@@ -16,6 +16,7 @@ static ALLOCATOR: sdk::Counting = sdk::Counting;
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use canopy_core::engine::{Accepted, Arrival, GroupKey, RoundEngine, StreamSync};
 use canopy_core::filter::{FilterFactory, Level};
 use canopy_integration_tests::TreeBuilder;
@@ -409,11 +410,20 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         .wait_frontend(Duration::from_secs(600))
         .await
         .map_err(anyhow::Error::msg)?;
-    let conn = rusqlite::Connection::open(&sandbox.store)?;
-    let rows: Vec<(i64, i64, i64, i64)> = conn
-        .prepare("SELECT first_dump_unix_ns, closed_unix_ns, covered, expected FROM rounds ORDER BY round")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-        .collect::<Result<_, _>>()?;
+    let mut stored = canopy_store::StoreReader::open(&sandbox.store)?.rounds(canopy_store::Select::all())?;
+    stored.sort_by_key(|r| r.round);
+    let rows: Vec<(i64, i64, i64, i64)> = stored
+        .iter()
+        .map(|r| {
+            let at = |t: Option<u64>| t.context("a round without its times").map(|t| t as i64);
+            Ok((
+                at(r.first_dump_unix_ns)?,
+                at(r.closed_unix_ns)?,
+                r.covered.into(),
+                r.expected.into(),
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
     let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
     let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
     let q = (lat.len() / 4).max(1);

@@ -166,24 +166,25 @@ async fn one(ranks: u32, fanout: usize, filter: &str, period_us: u64, rounds: u6
         .wait_frontend(Duration::from_secs(120))
         .await
         .map_err(anyhow::Error::msg)?;
-    let conn = rusqlite::Connection::open(&sandbox.store)?;
+    let stored = canopy_store::StoreReader::open(&sandbox.store)?.rounds(canopy_store::Select::all())?;
     // Both rates count from the first round's first dump, so the start (processes spawning, ranks attaching,
     // the dumps held until collection starts) weighs on neither: offered is the ranks' pace from their first
     // dump to their last, stored the rounds stored from that first dump to the last one's result.
-    let (n, first_round, last_round, first_dump, last_closed): (i64, i64, i64, i64, i64) = conn.query_row(
-        "SELECT count(*), COALESCE(min(round), 0), COALESCE(max(round), 0), COALESCE(min(first_dump_unix_ns), 0),
-                COALESCE(max(closed_unix_ns), 0)
-         FROM rounds",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-    )?;
-    let last_dump: i64 = conn
-        .query_row(
-            "SELECT COALESCE(first_dump_unix_ns, 0) FROM rounds ORDER BY round DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap_or(0);
+    let n = stored.len() as i64;
+    let first_round = stored.iter().map(|r| r.round as i64).min().unwrap_or(0);
+    let last_round = stored.iter().map(|r| r.round as i64).max().unwrap_or(0);
+    let first_dump = stored
+        .iter()
+        .filter_map(|r| r.first_dump_unix_ns)
+        .min()
+        .unwrap_or(0) as i64;
+    let last_closed = stored.iter().filter_map(|r| r.closed_unix_ns).max().unwrap_or(0) as i64;
+    // The first dump of the highest round (the last stream's, if several stored it).
+    let last_dump = stored
+        .iter()
+        .max_by_key(|r| r.round)
+        .and_then(|r| r.first_dump_unix_ns)
+        .unwrap_or(0) as i64;
     let rate = |count: i64, from: i64, to: i64| {
         let span = (to - from) as f64 / 1e9;
         if span > 0.0 && count > 0 {

@@ -45,19 +45,17 @@ pub async fn run(sizes: &[u32], scenarios: &[String], events: u32, rounds: u64) 
                 .wait_frontend(Duration::from_secs(900))
                 .await
                 .map_err(anyhow::Error::msg)?;
-            let conn = rusqlite::Connection::open(&sandbox.store)?;
+            let stored =
+                canopy_store::StoreReader::open(&sandbox.store)?.rounds(canopy_store::Select::all())?;
             let mut bytes = Vec::new();
             for f in filters {
-                let (avg, full): (f64, i64) = conn.query_row(
-                    "SELECT avg(result_bytes), sum(covered = expected) FROM rounds WHERE stream_name = ?1",
-                    [f],
-                    |r| {
-                        Ok((
-                            r.get::<_, Option<f64>>(0)?.unwrap_or(0.0),
-                            r.get::<_, Option<i64>>(1)?.unwrap_or(0),
-                        ))
-                    },
-                )?;
+                let of: Vec<_> = stored.iter().filter(|r| r.stream == f).collect();
+                let avg = if of.is_empty() {
+                    0.0
+                } else {
+                    of.iter().map(|r| r.result_bytes as f64).sum::<f64>() / of.len() as f64
+                };
+                let full = of.iter().filter(|r| r.is_full()).count();
                 anyhow::ensure!(
                     full as u64 == rounds,
                     "{f}: {full} of {rounds} rounds at full coverage"

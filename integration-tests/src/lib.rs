@@ -14,6 +14,9 @@ use canopy_relay::{Relay, RelayConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The store's typed reads, for the tests: no test writes SQL.
+pub use canopy_store::{HistogramRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table};
+
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
 #[macro_export]
 macro_rules! assert_eventually {
@@ -323,59 +326,16 @@ impl Drop for TreeSandbox {
     }
 }
 
-/// One row of the store's `rounds` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundRow {
-    pub stream: String,
-    pub round: u64,
-    pub covered: u32,
-    pub expected: u32,
-    pub missing_lost: u32,
-    pub missing_late: u32,
-    pub missing_malformed: u32,
-    pub missing_reason: Option<String>,
+/// Opens a run's store for typed reads (panics if it cannot be opened).
+pub fn reader(store: &Path) -> StoreReader {
+    StoreReader::open(store).unwrap_or_else(|e| panic!("open store: {e}"))
 }
 
-/// Reads every round of a store, in round order.
+/// Reads every round of a store, by stream then round; none while the store cannot be read yet.
 pub fn read_rounds(store: &Path) -> Vec<RoundRow> {
-    let Ok(conn) = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-    else {
-        return Vec::new();
-    };
-    let Ok(mut st) = conn.prepare(
-        "SELECT stream_name, round, covered, expected, missing_lost, missing_late, missing_malformed, missing_reason
-         FROM rounds ORDER BY stream_id, round",
-    ) else {
-        return Vec::new();
-    };
-    st.query_map([], |r| {
-        Ok(RoundRow {
-            stream: r.get(0)?,
-            round: r.get::<_, i64>(1)? as u64,
-            covered: r.get(2)?,
-            expected: r.get(3)?,
-            missing_lost: r.get(4)?,
-            missing_late: r.get(5)?,
-            missing_malformed: r.get(6)?,
-            missing_reason: r.get(7)?,
-        })
-    })
-    .map(|rows| rows.filter_map(Result::ok).collect())
-    .unwrap_or_default()
-}
-
-/// One scalar from a store.
-pub fn query_i64(store: &Path, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .expect("open store");
-    conn.query_row(sql, [], |r| r.get(0)).expect("query")
-}
-
-/// One text value from a store.
-pub fn query_text(store: &Path, sql: &str) -> Option<String> {
-    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .expect("open store");
-    conn.query_row(sql, [], |r| r.get(0)).ok()
+    StoreReader::open(store)
+        .and_then(|r| r.rounds(Select::all()))
+        .unwrap_or_default()
 }
 
 /// The directory of the built filter plugins: beside the running executable (a binary such as the bench), or

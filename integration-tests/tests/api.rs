@@ -1,9 +1,12 @@
 //! The front-end's `canopy.v1.Frontend` API on a running tree: streams, subscriptions, control, topology.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::Path;
 use std::time::Duration;
 
-use canopy_integration_tests::{TreeBuilder, TreeSandbox, assert_eventually, query_i64};
+use canopy_integration_tests::{Select, Table, TreeBuilder, TreeSandbox, assert_eventually, reader};
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::MissingReason;
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
     CloseStreamRequest, ControlRequest, CreateStreamRequest, EventNamesRequest, ListStreamsRequest, NodeKind,
@@ -11,6 +14,16 @@ use canopy_proto::v1::{
 };
 use prost::Message;
 use tonic::transport::Channel;
+
+/// How many rounds the store holds.
+fn rounds_stored(store: &Path) -> u64 {
+    reader(store).count(Table::Rounds).unwrap()
+}
+
+/// The rounds of every stream after `mark`.
+fn rounds_after(store: &Path, mark: u64) -> Vec<canopy_integration_tests::RoundRow> {
+    reader(store).rounds(Select::all().from_round(mark + 1)).unwrap()
+}
 
 async fn client(tree: &TreeSandbox) -> FrontendClient<Channel> {
     FrontendClient::connect(format!("http://{}", tree.frontend_addr))
@@ -160,7 +173,12 @@ async fn a_stream_created_over_the_api_delivers_typed_results_and_closes() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
-    assert!(query_i64(&store, "SELECT COUNT(*) FROM stats WHERE stream_id = 2") > 0);
+    assert!(
+        reader(&store)
+            .count_where(Table::Stats, Select::all().stream(2))
+            .unwrap()
+            > 0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,10 +199,10 @@ async fn a_slow_subscriber_is_told_what_it_missed_and_never_stalls_the_tree() {
         .unwrap()
         .into_inner();
     let store = tree.store.clone();
-    let before = query_i64(&store, "SELECT COUNT(*) FROM rounds");
+    let before = rounds_stored(&store);
     // Read nothing while the tree runs on: 300 more rounds must be stored all the same.
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= before + 300,
+        rounds_stored(&store) >= before + 300,
         Duration::from_secs(20),
         "the tree stalled behind a slow subscriber"
     );
@@ -260,11 +278,7 @@ async fn topology_names_and_control_describe_and_drive_the_tree() {
     .await;
     let mut api = client(&tree).await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 3,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 3, Duration::from_secs(20), "no rounds");
     let nodes = api.topology(TopologyRequest {}).await.unwrap().into_inner().nodes;
     let fe = nodes.iter().find(|n| n.node_id == "frontend:0").unwrap();
     assert_eq!(fe.kind, NodeKind::Frontend as i32);
@@ -332,15 +346,15 @@ async fn topology_names_and_control_describe_and_drive_the_tree() {
     };
     assert_eq!(api.control(stop).await.unwrap().into_inner().applied, "stop");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let stopped = query_i64(&store, "SELECT COUNT(*) FROM rounds");
+    let stopped = rounds_stored(&store);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(query_i64(&store, "SELECT COUNT(*) FROM rounds"), stopped);
+    assert_eq!(rounds_stored(&store), stopped);
     let start = ControlRequest {
         action: Some(control_request::Action::Start(true)),
     };
     assert_eq!(api.control(start).await.unwrap().into_inner().applied, "start");
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= stopped + 5,
+        rounds_stored(&store) >= stopped + 5,
         Duration::from_secs(10),
         "collection did not resume"
     );
@@ -361,11 +375,7 @@ async fn measurement_options_change_the_next_rounds() {
     .await;
     let mut api = client(&tree).await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 2,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 2, Duration::from_secs(20), "no rounds");
     let set = |o: Options| ControlRequest {
         action: Some(control_request::Action::Options(o)),
     };
@@ -380,38 +390,34 @@ async fn measurement_options_change_the_next_rounds() {
         api.control(set(mpi_only)).await.unwrap().into_inner().applied,
         "options"
     );
-    let mark = query_i64(&store, "SELECT MAX(round) FROM rounds") + 2;
+    let mark = reader(&store).max_round().unwrap().unwrap() + 2;
     assert_eventually!(
-        query_i64(
-            &store,
-            &format!("SELECT COUNT(*) FROM rounds WHERE round > {mark}")
-        ) >= 5,
+        rounds_after(&store, mark).len() >= 5,
         Duration::from_secs(20),
         "rounds stopped"
     );
     // Only ranks 0..3 report, the others are sampled out; only MPI events but MPI_Barrier; only exclusive time.
-    let partial = format!(
-        "SELECT COUNT(*) FROM rounds WHERE round > {mark} AND (covered != 4 OR missing_sampled_out != 4)"
-    );
-    assert_eq!(query_i64(&store, &partial), 0);
-    let conn = rusqlite::Connection::open(&store).unwrap();
-    let later: Vec<(String, String)> = conn
-        .prepare(&format!(
-            "SELECT n.name, s.metric FROM stats s JOIN names n ON n.id = s.id WHERE s.round > {mark}"
-        ))
+    let partial = rounds_after(&store, mark)
+        .into_iter()
+        .filter(|r| r.covered != 4 || r.missing.get(MissingReason::SampledOut) != 4)
+        .count();
+    assert_eq!(partial, 0);
+    let stored = reader(&store);
+    let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let later: Vec<(String, Metric)> = stored
+        .stats(Select::all().from_round(mark + 1))
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
+        .into_iter()
+        .filter_map(|s| Some((names.get(&s.id)?.clone(), s.metric)))
         .collect();
     assert!(!later.is_empty(), "no stats after the options");
     assert!(
         later
             .iter()
-            .all(|(n, m)| n.starts_with("MPI_") && n != "MPI_Barrier" && m == "exclusive"),
+            .all(|(n, m)| n.starts_with("MPI_") && n != "MPI_Barrier" && *m == Metric::Exclusive),
         "{later:?}"
     );
-    assert!(later.iter().all(|(_, m)| m != "counter"));
+    assert!(later.iter().all(|(_, m)| *m != Metric::Counter));
 
     // Bad options are refused with what is wrong; the empty set restores everything, including the period.
     let bad = Options {
@@ -426,35 +432,26 @@ async fn measurement_options_change_the_next_rounds() {
         ..Default::default()
     };
     api.control(set(back)).await.unwrap();
-    let mark = query_i64(&store, "SELECT MAX(round) FROM rounds") + 2;
+    let mark = reader(&store).max_round().unwrap().unwrap() + 2;
     assert_eventually!(
-        query_i64(
-            &store,
-            &format!("SELECT COUNT(*) FROM rounds WHERE round > {mark}")
-        ) >= 4,
+        rounds_after(&store, mark).len() >= 4,
         Duration::from_secs(20),
         "rounds stopped after the reset"
     );
-    assert_eq!(
-        query_i64(
-            &store,
-            &format!("SELECT MIN(covered) FROM rounds WHERE round > {mark}")
-        ),
-        8
-    );
+    let later = rounds_after(&store, mark);
+    assert_eq!(later.iter().map(|r| r.covered).min(), Some(8));
     // The dumps now come 60 ms apart.
-    let gap_ms = query_i64(
-        &store,
-        &format!(
-            "SELECT (MAX(first_dump_unix_ns) - MIN(first_dump_unix_ns)) / (COUNT(*) - 1) / 1000000 FROM rounds WHERE round > {mark}"
-        ),
-    );
+    let dumps: Vec<u64> = later.iter().filter_map(|r| r.first_dump_unix_ns).collect();
+    let spread = dumps.iter().max().unwrap() - dumps.iter().min().unwrap();
+    let gap_ms = spread / (later.len() as u64 - 1) / 1_000_000;
     assert!((50..=80).contains(&gap_ms), "period {gap_ms} ms");
-    let metrics = query_i64(
-        &store,
-        &format!("SELECT COUNT(DISTINCT metric) FROM stats WHERE round > {mark}"),
-    );
-    assert_eq!(metrics, 4, "every metric reported again");
+    let metrics: HashSet<Metric> = reader(&store)
+        .stats(Select::all().from_round(mark + 1))
+        .unwrap()
+        .iter()
+        .map(|s| s.metric)
+        .collect();
+    assert_eq!(metrics.len(), 4, "every metric reported again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,37 +478,33 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
     assert_eq!((r.applied.as_str(), r.stream_id), ("detail", 2));
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 2") >= 5,
+        reader(&store)
+            .count_where(Table::Rounds, Select::all().stream(2))
+            .unwrap()
+            >= 5,
         Duration::from_secs(20),
         "no detail rounds"
     );
     // Raw profiles of ranks 1, 5 and 6 only; the other five count as sampled out, not as missing data.
+    let stored = reader(&store);
+    let samples = stored.samples(Select::all().stream(2)).unwrap();
+    let ranks: BTreeSet<u32> = samples.iter().map(|s| s.rank).collect();
+    assert_eq!(ranks.len(), 3);
+    let round_ranks: BTreeSet<(u64, u32)> = samples.iter().map(|s| (s.round, s.rank)).collect();
+    let rounds: BTreeSet<u64> = samples.iter().map(|s| s.round).collect();
+    let rank_sum: u64 = round_ranks.iter().map(|(_, rank)| u64::from(*rank)).sum();
+    assert_eq!(rank_sum / rounds.len() as u64, 12);
+    let detail = stored.rounds(Select::all().stream(2)).unwrap();
     assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(DISTINCT rank) FROM samples WHERE stream_id = 2"
-        ),
-        3
-    );
-    assert_eq!(
-        query_i64(
-            &store,
-            "SELECT SUM(rank) / COUNT(DISTINCT round) FROM (SELECT DISTINCT round, rank FROM samples WHERE stream_id = 2)"
-        ),
-        12
-    );
-    assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(*) FROM rounds WHERE stream_id = 2 AND NOT (covered = 3 AND missing_sampled_out = 5)"
-        ),
+        detail
+            .iter()
+            .filter(|r| !(r.covered == 3 && r.missing.get(MissingReason::SampledOut) == 5))
+            .count(),
         0
     );
     // The stats stream still covers every rank.
-    assert_eq!(
-        query_i64(&store, "SELECT MIN(covered) FROM rounds WHERE stream_id = 1"),
-        8
-    );
+    let stats = stored.rounds(Select::all().stream(1)).unwrap();
+    assert_eq!(stats.iter().map(|r| r.covered).min(), Some(8));
     let listed = api
         .list_streams(ListStreamsRequest {})
         .await
@@ -541,4 +534,58 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_passthrough_round_is_the_live_one_byte_for_byte() {
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["passthrough".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let only = |start| SubscribeRequest {
+        stream_ids: vec![1],
+        start,
+        ..Default::default()
+    };
+    let mut live = api.subscribe(only(None)).await.unwrap().into_inner();
+    let mut seen = BTreeMap::new();
+    while seen.len() < 5 {
+        let u = tokio::time::timeout(Duration::from_secs(10), live.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!u.replayed);
+        seen.insert(u.round, u);
+    }
+    let replay = Some(subscribe_request::Start::Replay(true));
+    let mut stored = api.subscribe(only(replay)).await.unwrap().into_inner();
+    let mut compared = 0;
+    while compared < seen.len() {
+        let u = tokio::time::timeout(Duration::from_secs(10), stored.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let Some(l) = seen.get(&u.round) else { continue };
+        assert!(u.replayed, "round {} came live before its replay", u.round);
+        let (replayed, sent) = (u.result.as_ref().unwrap(), l.result.as_ref().unwrap());
+        assert_eq!(replayed.type_url, "type.googleapis.com/canopy.v1.ProfileBatch");
+        assert_eq!(replayed.type_url, sent.type_url);
+        assert!(!sent.value.is_empty());
+        assert!(
+            replayed.value == sent.value,
+            "round {}: the replay differs from the live result",
+            u.round
+        );
+        assert_eq!(u.coverage, l.coverage);
+        compared += 1;
+    }
 }

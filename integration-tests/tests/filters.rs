@@ -1,23 +1,24 @@
 //! The standard filters end to end on real trees: the FLASH Allreduce anomaly at round 100 in stats and
 //! histograms, and Uintah's three functional classes with a reduction factor that grows with the ranks.
 
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use canopy_integration_tests::{TreeBuilder, query_i64};
+use canopy_integration_tests::{HistogramRow, Select, TreeBuilder, reader};
+use canopy_proto::filters::v1::Metric;
 
-fn per_round(store: &Path, sql: &str) -> Vec<(u64, f64)> {
-    let conn =
-        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let mut st = conn.prepare(sql).unwrap();
-    st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
+fn id(name: &str) -> u64 {
+    canopy_proto::event_id(name)
 }
 
-fn id(name: &str) -> i64 {
-    canopy_proto::event_id(name) as i64
+/// Folds the bins of each round into one value (bins of several rounds, in round order).
+fn per_round(bins: &[HistogramRow], fold: impl Fn(f64, &HistogramRow) -> f64, start: f64) -> Vec<(u64, f64)> {
+    let mut rounds: BTreeMap<u64, f64> = BTreeMap::new();
+    for b in bins {
+        let v = rounds.entry(b.round).or_insert(start);
+        *v = fold(*v, b);
+    }
+    rounds.into_iter().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,20 +37,24 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
     tree.wait_frontend(Duration::from_secs(60))
         .await
         .expect("front-end finishes");
-    let store = tree.store.clone();
-    assert_eq!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE covered = 64"),
-        2 * 105
-    );
+    let stored = reader(&tree.store);
+    let rounds = stored.rounds(Select::all()).unwrap();
+    assert_eq!(rounds.iter().filter(|r| r.covered == 64).count(), 2 * 105);
     let allreduce = id("MPI_Allreduce");
 
     // stats (stream 1): the mean exclusive Allreduce time of all 64 ranks, round by round.
-    let means = per_round(
-        &store,
-        &format!(
-            "SELECT round, mean FROM stats WHERE stream_id = 1 AND id = {allreduce} AND metric = 'exclusive' ORDER BY round"
-        ),
-    );
+    let stats: Vec<_> = stored
+        .stats(Select::all().stream(1))
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.id == allreduce)
+        .collect();
+    let mut means: Vec<(u64, f64)> = stats
+        .iter()
+        .filter(|s| s.metric == Metric::Exclusive)
+        .map(|s| (s.round, s.mean.unwrap()))
+        .collect();
+    means.sort_by_key(|(round, _)| *round);
     assert_eq!(means.len(), 105);
     let at = |r: u64| means.iter().find(|(round, _)| *round == r).unwrap().1;
     assert!(
@@ -59,33 +64,21 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
         at(100),
         at(101)
     );
-    let counts = query_i64(
-        &store,
-        &format!("SELECT MIN(count) FROM stats WHERE stream_id = 1 AND id = {allreduce}"),
-    );
-    assert_eq!(counts, 64);
+    let counts = stats.iter().map(|s| s.count).min();
+    assert_eq!(counts, Some(64));
 
     // histogram (stream 2): every round's bins hold all 64 ranks, and round 100's range sits far above.
-    let sums = per_round(
-        &store,
-        &format!(
-            "SELECT round, SUM(count) FROM histograms WHERE stream_id = 2 AND id = {allreduce} AND metric = 'exclusive' GROUP BY round ORDER BY round"
-        ),
-    );
+    let all_bins = stored.histograms(Select::all().stream(2)).unwrap();
+    let bins: Vec<HistogramRow> = all_bins
+        .iter()
+        .filter(|b| b.id == allreduce && b.metric == Metric::Exclusive)
+        .cloned()
+        .collect();
+    let sums = per_round(&bins, |sum, b| sum + b.count as f64, 0.0);
     assert_eq!(sums.len(), 105);
     assert!(sums.iter().all(|(_, n)| *n == 64.0), "{sums:?}");
-    let lows = per_round(
-        &store,
-        &format!(
-            "SELECT round, MIN(lo) FROM histograms WHERE stream_id = 2 AND id = {allreduce} AND metric = 'exclusive' GROUP BY round"
-        ),
-    );
-    let highs = per_round(
-        &store,
-        &format!(
-            "SELECT round, MAX(hi) FROM histograms WHERE stream_id = 2 AND id = {allreduce} AND metric = 'exclusive' GROUP BY round"
-        ),
-    );
+    let lows = per_round(&bins, |lo, b| lo.min(b.lo.unwrap()), f64::INFINITY);
+    let highs = per_round(&bins, |hi, b| hi.max(b.hi.unwrap()), f64::NEG_INFINITY);
     let lo = |r: u64| lows.iter().find(|(x, _)| *x == r).unwrap().1;
     let hi = |r: u64| highs.iter().find(|(x, _)| *x == r).unwrap().1;
     assert!(
@@ -93,10 +86,7 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
         "round 100's whole histogram lies above its neighbours'"
     );
     assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(DISTINCT bin) FROM histograms WHERE stream_id = 2"
-        ),
+        all_bins.iter().map(|b| b.bin).collect::<BTreeSet<u32>>().len(),
         10,
         "default bins"
     );
@@ -129,18 +119,17 @@ async fn uintah(ranks: u32) -> canopy_integration_tests::TreeSandbox {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uintah_amr_level_1_patches_give_three_classes_and_the_reduction_grows_with_ranks() {
     let small = uintah(64).await;
-    let conn = rusqlite::Connection::open(&small.store).unwrap();
-    let mut st = conn
-        .prepare("SELECT round, ranks, size FROM classes ORDER BY round, ranks")
-        .unwrap();
-    let rows: Vec<(i64, String, i64)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    let stored = reader(&small.store);
+    let mut rows: Vec<(u64, String, u64)> = stored
+        .classes(Select::all())
         .unwrap()
-        .map(Result::unwrap)
+        .into_iter()
+        .map(|c| (c.round, c.ranks, c.size))
         .collect();
+    rows.sort();
     assert_eq!(rows.len(), 3 * 10, "{rows:?}");
     for round in 0..10 {
-        let classes: Vec<(&str, i64)> = rows
+        let classes: Vec<(&str, u64)> = rows
             .iter()
             .filter(|r| r.0 == round)
             .map(|r| (r.1.as_str(), r.2))
@@ -151,18 +140,17 @@ async fn uintah_amr_level_1_patches_give_three_classes_and_the_reduction_grows_w
             "round {round}"
         );
     }
-    let rf_small: f64 = conn
-        .query_row("SELECT AVG(reduction_factor) FROM reductions", [], |r| r.get(0))
-        .unwrap();
+    // The mean reduction factor over the rounds (SQL's AVG: rows without one do not count).
+    let mean_factor = |rows: &[canopy_integration_tests::ReductionRow]| {
+        let factors: Vec<f64> = rows.iter().filter_map(|r| r.reduction_factor).collect();
+        factors.iter().sum::<f64>() / factors.len() as f64
+    };
+    let rf_small = mean_factor(&stored.reductions(Select::all()).unwrap());
     let large = uintah(256).await;
-    let conn = rusqlite::Connection::open(&large.store).unwrap();
-    let rf_large: f64 = conn
-        .query_row("SELECT AVG(reduction_factor) FROM reductions", [], |r| r.get(0))
-        .unwrap();
-    let classes: i64 = conn
-        .query_row("SELECT MAX(classes) FROM reductions", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(classes, 3);
+    let reductions = reader(&large.store).reductions(Select::all()).unwrap();
+    let rf_large = mean_factor(&reductions);
+    let classes = reductions.iter().filter_map(|r| r.classes).max();
+    assert_eq!(classes, Some(3));
     assert!(rf_small > 1.0, "reduction factor at 64 ranks: {rf_small}");
     assert!(
         rf_large > rf_small * 1.5,

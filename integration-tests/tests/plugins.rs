@@ -4,7 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use canopy_integration_tests::{TreeBuilder, TreeSandbox, assert_eventually, query_i64, query_text};
+use std::collections::HashMap;
+
+use canopy_integration_tests::{
+    Select, StoreReader, StreamState, Table, TreeBuilder, TreeSandbox, assert_eventually, reader,
+};
 use canopy_proto::v1::{StreamSpec, SyncMode};
 use prost::Message;
 
@@ -38,15 +42,13 @@ fn spec(name: &str, filter: &str, params: &str) -> StreamSpec {
     }
 }
 
-fn stream_state(store: &Path, name: &str) -> Option<(String, Option<String>)> {
-    let conn =
-        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
-    conn.query_row(
-        "SELECT state, failure FROM streams WHERE name = ?1",
-        [name],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )
-    .ok()
+fn stream_state(store: &Path, name: &str) -> Option<(Option<StreamState>, Option<String>)> {
+    let stream = StoreReader::open(store).ok()?.stream_named(name).ok()??;
+    Some((stream.state, stream.failure))
+}
+
+fn rounds_of(store: &Path, select: Select) -> u64 {
+    reader(store).count_where(Table::Rounds, select).unwrap()
 }
 
 async fn start(extra: Vec<PathBuf>) -> TreeSandbox {
@@ -69,7 +71,7 @@ async fn a_c_filter_built_after_the_tree_started_loads_into_every_node() {
     let mut tree = start(vec![dir.path().to_path_buf()]).await;
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 3,
+        reader(&store).count(Table::Rounds).unwrap() >= 3,
         Duration::from_secs(20),
         "no rounds"
     );
@@ -81,21 +83,32 @@ async fn a_c_filter_built_after_the_tree_started_loads_into_every_node() {
     build_c_filter(dir.path(), "rankcount", &source);
     assert!(tree.root.open_stream(spec("count", "rankcount", "")).await);
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_name = 'count'") >= 5,
+        reader(&store)
+            .rounds(Select::all())
+            .unwrap()
+            .iter()
+            .filter(|r| r.stream == "count")
+            .count()
+            >= 5,
         Duration::from_secs(20),
         "the C filter's stream delivered nothing: {:?}",
         stream_state(&store, "count")
     );
     tree.shutdown("frontend:0");
     tree.wait_frontend(Duration::from_secs(10)).await.unwrap();
-    let conn = rusqlite::Connection::open(&store).unwrap();
-    let mut st = conn
-        .prepare("SELECT r.payload, d.covered FROM results r JOIN rounds d USING (stream_id, round) WHERE d.stream_name = 'count'")
-        .unwrap();
-    let rows: Vec<(Vec<u8>, u32)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+    let stored = reader(&store);
+    let covered: HashMap<(u32, u64), u32> = stored
+        .rounds(Select::all())
         .unwrap()
-        .map(Result::unwrap)
+        .iter()
+        .filter(|d| d.stream == "count")
+        .map(|d| ((d.stream_id, d.round), d.covered))
+        .collect();
+    let rows: Vec<(Vec<u8>, u32)> = stored
+        .results(Select::all())
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| Some((r.payload, *covered.get(&(r.stream_id, r.round))?)))
         .collect();
     assert!(rows.len() >= 5);
     for (payload, covered) in rows {
@@ -121,7 +134,7 @@ async fn failure_of(tree: &TreeSandbox, name: &str, filter: &str, params: &str) 
     assert!(tree.root.open_stream(spec(name, filter, params)).await);
     let store = tree.store.clone();
     assert_eventually!(
-        stream_state(&store, name).is_some_and(|(state, _)| state == "failed"),
+        stream_state(&store, name).is_some_and(|(state, _)| state == Some(StreamState::Failed)),
         Duration::from_secs(20),
         "stream {name} was not marked failed: {:?}",
         stream_state(&store, name)
@@ -137,7 +150,7 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
     let mut tree = start(vec![dir.path().to_path_buf()]).await;
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 3,
+        reader(&store).count(Table::Rounds).unwrap() >= 3,
         Duration::from_secs(20),
         "no rounds"
     );
@@ -198,24 +211,19 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
     );
 
     // Every daemon lived: the first stream still covers every rank, round after round.
-    let before = query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 1");
+    let before = rounds_of(&store, Select::all().stream(1));
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 1") >= before + 10,
+        rounds_of(&store, Select::all().stream(1)) >= before + 10,
         Duration::from_secs(20),
         "the healthy stream stopped"
     );
+    let later = reader(&store)
+        .rounds(Select::all().stream(1).from_round(before + 1))
+        .unwrap();
+    assert_eq!(later.iter().filter(|r| r.covered != 32).count(), 0);
     assert_eq!(
-        query_i64(
-            &store,
-            &format!(
-                "SELECT COUNT(*) FROM rounds WHERE stream_id = 1 AND round > {before} AND covered != 32"
-            )
-        ),
-        0
-    );
-    assert_eq!(
-        query_text(&store, "SELECT state FROM streams WHERE stream_id = 1").as_deref(),
-        Some("open")
+        reader(&store).stream(1).unwrap().and_then(|s| s.state),
+        Some(StreamState::Open)
     );
     tree.shutdown("frontend:0");
     tree.wait_frontend(Duration::from_secs(10))
@@ -231,7 +239,7 @@ async fn a_multi_phase_filter_refuses_a_dont_wait_stream() {
     assert!(tree.root.open_stream(s).await);
     let store = tree.store.clone();
     assert_eventually!(
-        stream_state(&store, "hist-nowait").is_some_and(|(state, _)| state == "failed"),
+        stream_state(&store, "hist-nowait").is_some_and(|(state, _)| state == Some(StreamState::Failed)),
         Duration::from_secs(10),
         "not failed"
     );

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, bin_dir, query_i64, query_text, read_rounds, start_frontend};
+use canopy_integration_tests::{Proc, Select, Table, bin_dir, read_rounds, reader, start_frontend};
+use canopy_proto::v1::{MissingReason, NodeKind, NodeState};
 use nix::sys::signal::Signal;
 
 fn start_relay(dir: &Path, id: &str, parent: &str) -> (Proc, String) {
@@ -40,12 +41,29 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn rounds_in(store: &Path) -> i64 {
+fn rounds_in(store: &Path) -> u64 {
     if store.exists() {
-        query_i64(store, "SELECT COUNT(*) FROM rounds")
+        reader(store).count(Table::Rounds).unwrap()
     } else {
         0
     }
+}
+
+fn node_state(store: &Path, id: &str) -> Option<NodeState> {
+    reader(store).node(id).unwrap().map(|n| n.state)
+}
+
+fn node_parent(store: &Path, id: &str) -> Option<String> {
+    reader(store).node(id).unwrap().and_then(|n| n.parent)
+}
+
+fn nodes_of(store: &Path, kind: NodeKind) -> usize {
+    reader(store)
+        .nodes()
+        .unwrap()
+        .iter()
+        .filter(|n| n.kind == kind)
+        .count()
 }
 
 #[test]
@@ -71,21 +89,15 @@ fn an_agent_killed_with_sigkill_is_marked_lost_and_the_tree_goes_on() {
     assert!(after.len() >= 30, "rounds after the kill: {}", after.len());
     for r in after {
         assert_eq!(
-            (r.covered, r.expected, r.missing_lost),
+            (r.covered, r.expected, r.missing.get(MissingReason::Lost)),
             (48, 64, 16),
             "round {}: {r:?}",
             r.round
         );
         assert_eq!(r.missing_reason.as_deref(), Some("lost: 16"));
     }
-    assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
-        Some("lost")
-    );
-    assert_eq!(
-        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'agent:1'").as_deref(),
-        Some("relay:0")
-    );
+    assert_eq!(node_state(&store, "agent:1"), Some(NodeState::Lost));
+    assert_eq!(node_parent(&store, "agent:1").as_deref(), Some("relay:0"));
 }
 
 #[test]
@@ -271,10 +283,7 @@ fn canopy_up_runs_a_whole_tree_to_full_coverage() {
     let rounds = read_rounds(&store);
     assert_eq!(rounds.len(), 50);
     assert!(rounds.iter().all(|r| r.covered == 64 && r.expected == 64));
-    assert_eq!(
-        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'relay'"),
-        2
-    );
+    assert_eq!(nodes_of(&store, NodeKind::Relay), 2);
 }
 
 #[test]
@@ -356,10 +365,7 @@ fn sigterm_to_an_agent_finishes_its_ranks_and_it_exits_while_the_tree_goes_on() 
     wait_for("more rounds", Duration::from_secs(30), || {
         rounds_in(&store) >= finished_at + 5
     });
-    assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:0'").as_deref(),
-        Some("finished")
-    );
+    assert_eq!(node_state(&store, "agent:0"), Some(NodeState::Finished));
     let rounds = read_rounds(&store);
     let last = rounds.last().unwrap();
     assert_eq!((last.covered, last.expected), (8, 16), "{last:?}");
@@ -409,18 +415,9 @@ fn canopy_up_lays_a_tree_from_an_mrnet_topology_file() {
         "{stdout}"
     );
     let store = out_dir.join("latest.sqlite");
-    assert_eq!(
-        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'a:2'").as_deref(),
-        Some("r:1")
-    );
-    assert_eq!(
-        query_text(&store, "SELECT parent FROM nodes WHERE node_id = 'r:0'").as_deref(),
-        Some("fe:0")
-    );
-    assert_eq!(
-        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE kind = 'agent'"),
-        3
-    );
+    assert_eq!(node_parent(&store, "a:2").as_deref(), Some("r:1"));
+    assert_eq!(node_parent(&store, "r:0").as_deref(), Some("fe:0"));
+    assert_eq!(nodes_of(&store, NodeKind::Agent), 3);
 }
 
 #[test]
@@ -456,12 +453,15 @@ fn canopy_up_runs_stats_histogram_and_classify_at_once_over_the_same_ranks() {
         "{stdout}"
     );
     let store = out_dir.join("latest.sqlite");
+    let stored = reader(&store);
     for (table, stream) in [("stats", 1), ("histograms", 2), ("classes", 3)] {
-        let rows = query_i64(
-            &store,
-            &format!("SELECT COUNT(DISTINCT round) FROM {table} WHERE stream_id = {stream}"),
-        );
-        assert_eq!(rows, 20, "{table}");
+        let of = Select::all().stream(stream);
+        let rounds: std::collections::BTreeSet<u64> = match table {
+            "stats" => stored.stats(of).unwrap().iter().map(|r| r.round).collect(),
+            "histograms" => stored.histograms(of).unwrap().iter().map(|r| r.round).collect(),
+            _ => stored.classes(of).unwrap().iter().map(|r| r.round).collect(),
+        };
+        assert_eq!(rounds.len(), 20, "{table}");
     }
 }
 

@@ -2,6 +2,7 @@
 //! loopback, an agent killed under a running application, control applied at the dump, and ranks that
 //! misbehave on the agent's socket.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -9,8 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, bin_dir, build_c_example, query_i64, read_rounds, start_frontend, start_socket_agent,
+    Proc, Select, bin_dir, build_c_example, read_rounds, reader, start_frontend, start_socket_agent,
 };
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::MissingReason;
 use canopy_wire::v1::{
     AgentMessage, EventSample, RankDump, RankHello, RankMessage, RankProfile, agent_message, rank_message,
 };
@@ -80,22 +83,14 @@ fn wait_socket(path: &Path, agent: &mut Proc) {
     });
 }
 
-fn rows(store: &Path, sql: &str) -> Vec<Vec<rusqlite::types::Value>> {
-    let conn =
-        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let mut st = conn.prepare(sql).unwrap();
-    let n = st.column_count();
-    st.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
-        .unwrap()
-        .map(Result::unwrap)
+/// The ids the store's dictionary gives a name.
+fn ids_named(store: &Path, name: &str) -> HashSet<u64> {
+    let names = reader(store).names().unwrap();
+    names
+        .into_iter()
+        .filter(|(_, n)| n == name)
+        .map(|(id, _)| id)
         .collect()
-}
-
-fn int(v: &rusqlite::types::Value) -> i64 {
-    match v {
-        rusqlite::types::Value::Integer(i) => *i,
-        other => panic!("not an integer: {other:?}"),
-    }
 }
 
 /// Runs `ranks` processes of an example against a fresh tree (stats and passthrough streams) to the end, and
@@ -134,50 +129,50 @@ fn run_example(exe: &Path, timers: &[(&str, i64)], ranks: u32, iterations: i64) 
             );
         }
     }
+    let stored = reader(&store);
+    let samples = stored.samples(Select::all()).unwrap();
+    let stats = stored.stats(Select::all()).unwrap();
     for (timer, per_iteration) in timers {
-        let per_rank = rows(
-            &store,
-            &format!(
-                "SELECT s.rank, sum(s.calls), max(s.calls_total), count(*) FROM samples s JOIN names n ON n.id = s.event_id
-                 WHERE n.name = '{timer}' GROUP BY s.rank ORDER BY s.rank"
-            ),
-        );
+        let ids = ids_named(&store, timer);
+        // Per rank: the sum of its calls, the largest total, and how many samples.
+        let mut per_rank: BTreeMap<u32, (i64, i64, i64)> = BTreeMap::new();
+        for s in samples.iter().filter(|s| ids.contains(&s.event_id)) {
+            let row = per_rank.entry(s.rank).or_default();
+            row.0 += s.calls.expect("calls") as i64;
+            row.1 = row.1.max(s.calls_total.expect("calls_total") as i64);
+            row.2 += 1;
+        }
         assert_eq!(per_rank.len() as u32, ranks, "{timer}: {per_rank:?}");
-        for row in &per_rank {
+        for (rank, (calls, total, n)) in &per_rank {
             let expect = iterations * per_iteration;
-            assert_eq!(
-                (int(&row[1]), int(&row[2])),
-                (expect, expect),
-                "{timer}, rank {}",
-                int(&row[0])
-            );
-            assert_eq!(int(&row[3]), iterations, "{timer}: one sample per round");
+            assert_eq!((*calls, *total), (expect, expect), "{timer}, rank {rank}");
+            assert_eq!(*n, iterations, "{timer}: one sample per round");
         }
         // The stats stream saw every rank in every round.
-        let counts = query_i64(
-            &store,
-            &format!(
-                "SELECT count(*) FROM stats s JOIN names n ON n.id = s.id WHERE n.name = '{timer}'
-                 AND s.metric = 'calls' AND s.count = {ranks}"
-            ),
-        );
+        let counts = stats
+            .iter()
+            .filter(|s| ids.contains(&s.id) && s.metric == Metric::Calls && s.count == u64::from(ranks))
+            .count() as i64;
         assert_eq!(counts, iterations, "{timer}: stats count");
     }
-    let bad = query_i64(
-        &store,
-        "SELECT count(*) FROM samples WHERE excl_us > incl_us + 1e-9 OR excl_total_us > incl_total_us + 1e-9",
-    );
+    let above =
+        |excl: Option<f64>, incl: Option<f64>| matches!((excl, incl), (Some(e), Some(i)) if e > i + 1e-9);
+    let bad = samples
+        .iter()
+        .filter(|s| above(s.excl_us, s.incl_us) || above(s.excl_total_us, s.incl_total_us))
+        .count();
     assert_eq!(bad, 0, "exclusive time above inclusive");
-    let bytes = query_i64(
-        &store,
-        &format!(
-            "SELECT count(*) FROM counters c JOIN names n ON n.id = c.counter_id WHERE n.name = 'bytes_exchanged'
-             AND c.round = {} AND c.total = {}",
-            iterations - 1,
-            iterations * 2 * 64 * 8
-        ),
-    );
-    assert_eq!(bytes, i64::from(ranks), "every rank's bytes_exchanged total");
+    let exchanged = ids_named(&store, "bytes_exchanged");
+    let total = (iterations * 2 * 64 * 8) as f64;
+    let bytes = stored
+        .counters(Select::all())
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            exchanged.contains(&c.counter_id) && c.round == (iterations - 1) as u64 && c.total == Some(total)
+        })
+        .count();
+    assert_eq!(bytes, ranks as usize, "every rank's bytes_exchanged total");
 }
 
 #[test]
@@ -329,22 +324,19 @@ fn an_agent_killed_and_restarted_under_a_running_application() {
 
 /// The distinct event names in rounds at or above `from`, per rank, from the passthrough samples.
 fn events_since(store: &Path, from: i64) -> Vec<String> {
-    rows(
-        store,
-        &format!(
-            "SELECT DISTINCT n.name FROM samples s JOIN names n ON n.id = s.event_id WHERE s.round >= {from} ORDER BY 1"
-        ),
-    )
-    .into_iter()
-    .map(|r| match &r[0] {
-        rusqlite::types::Value::Text(t) => t.clone(),
-        other => panic!("{other:?}"),
-    })
-    .collect()
+    let stored = reader(store);
+    let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let events: BTreeSet<String> = stored
+        .samples(Select::all().from_round(from as u64))
+        .unwrap()
+        .iter()
+        .filter_map(|s| names.get(&s.event_id).cloned())
+        .collect();
+    events.into_iter().collect()
 }
 
 fn max_round(store: &Path) -> i64 {
-    query_i64(store, "SELECT coalesce(max(round), -1) FROM rounds")
+    reader(store).max_round().unwrap().map_or(-1, |r| r as i64)
 }
 
 #[test]
@@ -373,29 +365,26 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     canopy(&addr, &["ctl", "set", "--metrics", "exclusive"]);
     let from = settle(&store);
     assert_eq!(events_since(&store, from).len(), 4, "the include is replaced");
-    let with_calls = query_i64(
-        &store,
-        &format!(
-            "SELECT count(*) FROM samples WHERE round >= {from} AND (calls IS NOT NULL OR incl_us IS NOT NULL)"
-        ),
-    );
-    let with_excl = query_i64(
-        &store,
-        &format!("SELECT count(*) FROM samples WHERE round >= {from} AND excl_us IS NOT NULL"),
-    );
+    let later = reader(&store)
+        .samples(Select::all().from_round(from as u64))
+        .unwrap();
+    let with_calls = later
+        .iter()
+        .filter(|s| s.calls.is_some() || s.incl_us.is_some())
+        .count();
+    let with_excl = later.iter().filter(|s| s.excl_us.is_some()).count();
     assert_eq!(with_calls, 0, "only exclusive time is reported");
     assert!(with_excl > 0);
 
     canopy(&addr, &["ctl", "set", "--sample-below", "2"]);
     let from = settle(&store);
-    let sampled = rows(
-        &store,
-        &format!("SELECT covered, expected, missing_sampled_out FROM rounds WHERE round >= {from}"),
-    );
+    let sampled = reader(&store)
+        .rounds(Select::all().from_round(from as u64))
+        .unwrap();
     assert!(!sampled.is_empty());
     for r in &sampled {
         assert_eq!(
-            (int(&r[0]), int(&r[1]), int(&r[2])),
+            (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)),
             (2, 4, 2),
             "ranks 2 and 3 sampled out"
         );
@@ -407,16 +396,21 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     wait_for("period rounds", Duration::from_secs(20), || {
         max_round(&store) >= sent + 12
     });
-    let dumps: Vec<i64> = rows(
-        &store,
-        &format!(
-            "SELECT DISTINCT dump_unix_ns FROM samples WHERE rank = 0 AND round >= {} ORDER BY round",
-            sent + 4
-        ),
-    )
-    .iter()
-    .map(|r| int(&r[0]))
-    .collect();
+    let mut rank0: Vec<(u64, i64)> = reader(&store)
+        .samples(Select::all().from_round((sent + 4) as u64))
+        .unwrap()
+        .iter()
+        .filter(|s| s.rank == 0)
+        .map(|s| (s.round, s.dump_unix_ns.expect("dump time") as i64))
+        .collect();
+    rank0.sort_by_key(|(round, _)| *round);
+    // Each dump time once, in round order.
+    let mut dumps: Vec<i64> = Vec::new();
+    for (_, dump) in rank0 {
+        if !dumps.contains(&dump) {
+            dumps.push(dump);
+        }
+    }
     let mut gaps: Vec<i64> = dumps.windows(2).map(|w| (w[1] - w[0]) / 1_000_000).collect();
     gaps.sort_unstable();
     let median = gaps[gaps.len() / 2];
@@ -557,7 +551,11 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
         assert_eq!((r.covered, r.expected), (3, 3), "{r:?}");
     }
     for r in &rounds[5..10] {
-        assert_eq!((r.covered, r.expected, r.missing_lost), (1, 3, 2), "{r:?}");
+        assert_eq!(
+            (r.covered, r.expected, r.missing.get(MissingReason::Lost)),
+            (1, 3, 2),
+            "{r:?}"
+        );
     }
     let log = agent.log_text();
     assert!(log.contains("refused a rank: rank 1 of raw"), "{log}");
@@ -720,35 +718,45 @@ fn rounds_a_rank_dropped_count_it_as_dropped_and_do_not_wait_for_it() {
     wait_for("8 rounds of both streams", Duration::from_secs(20), || {
         read_rounds(&store).len() >= 16
     });
-    let dropped = rows(
-        &store,
-        "SELECT stream_name, round, covered, expected, missing_dropped, missing_late, COALESCE(missing_reason, '')
-         FROM rounds ORDER BY stream_name, round",
-    );
+    let mut dropped = reader(&store).rounds(Select::all()).unwrap();
+    dropped.sort_by(|a, b| (&a.stream, a.round).cmp(&(&b.stream, b.round)));
     assert_eq!(dropped.len(), 16, "{dropped:?}");
     for row in &dropped {
-        let round = int(&row[1]);
+        let round = row.round;
         let want = if (3..6).contains(&round) {
             (2, 3, 1)
         } else {
             (3, 3, 0)
         };
         assert_eq!(
-            (int(&row[2]), int(&row[3]), int(&row[4])),
+            (row.covered, row.expected, row.missing.get(MissingReason::Dropped)),
             want,
             "round {round}: {row:?}"
         );
-        assert_eq!(int(&row[5]), 0, "nothing is late: {row:?}");
+        assert_eq!(
+            row.missing.get(MissingReason::Late),
+            0,
+            "nothing is late: {row:?}"
+        );
         if want.2 == 1 {
-            assert_eq!(row[6], rusqlite::types::Value::Text("dropped: 1".into()));
+            assert_eq!(row.missing_reason.as_deref(), Some("dropped: 1"));
         }
     }
     // The histogram's later phases of those rounds went through with the two ranks that sent them.
-    let hist = query_i64(
-        &store,
-        "SELECT count(*) FROM results r JOIN streams s ON s.stream_id = r.stream_id
-         WHERE s.filter = 'histogram' AND r.late = 0 AND length(r.payload) > 0",
-    );
+    let stored = reader(&store);
+    let histograms: HashSet<u32> = stored
+        .streams()
+        .unwrap()
+        .iter()
+        .filter(|s| s.filter == "histogram")
+        .map(|s| s.stream_id)
+        .collect();
+    let hist = stored
+        .results(Select::all().late(false))
+        .unwrap()
+        .iter()
+        .filter(|r| histograms.contains(&r.stream_id) && !r.payload.is_empty())
+        .count();
     assert!(hist >= 8, "histogram results: {hist}");
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
@@ -812,20 +820,30 @@ fn ranks_far_faster_than_the_tree_drop_and_count_dumps_and_every_stored_round_is
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
-    let stored = rows(
-        &store,
-        "SELECT round, covered, expected, missing_dropped, missing_late + missing_lost + missing_unspecified
-         FROM rounds ORDER BY round",
-    );
+    let mut stored = reader(&store).rounds(Select::all()).unwrap();
+    stored.sort_by_key(|r| r.round);
     assert!(!stored.is_empty());
     let mut covered = 0;
     let mut dropped_in_rows = 0;
     for row in &stored {
-        assert_eq!(int(&row[4]), 0, "a round lost ranks or waited for them: {row:?}");
-        assert_eq!(int(&row[1]) + int(&row[3]), int(&row[2]), "{row:?}");
-        assert_eq!(int(&row[2]), i64::from(ranks));
-        covered += int(&row[1]);
-        dropped_in_rows += int(&row[3]);
+        let away = [
+            MissingReason::Late,
+            MissingReason::Lost,
+            MissingReason::Unspecified,
+        ]
+        .map(|reason| i64::from(row.missing.get(reason)))
+        .iter()
+        .sum::<i64>();
+        let dropped = i64::from(row.missing.get(MissingReason::Dropped));
+        assert_eq!(away, 0, "a round lost ranks or waited for them: {row:?}");
+        assert_eq!(
+            i64::from(row.covered) + dropped,
+            i64::from(row.expected),
+            "{row:?}"
+        );
+        assert_eq!(i64::from(row.expected), i64::from(ranks));
+        covered += i64::from(row.covered);
+        dropped_in_rows += dropped;
     }
     // The ranks ran far ahead of the tree: most rounds were dropped in the application, and the agent logged it.
     assert!(

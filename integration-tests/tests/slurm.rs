@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{bin_dir, build_c_example, query_i64, read_rounds};
+use canopy_integration_tests::{Select, bin_dir, build_c_example, read_rounds, reader};
+use canopy_proto::v1::NodeKind;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -130,24 +131,36 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
             assert_eq!((r.covered, r.expected), (16, 16), "{stream}: {r:?}");
         }
     }
-    let ranks_with_all_rounds = query_i64(
-        &store,
-        &format!(
-            "SELECT count(*) FROM (SELECT rank FROM samples s JOIN names n ON n.id = s.event_id
-             WHERE n.name = 'iteration' GROUP BY rank HAVING sum(calls) = {iterations} AND count(*) = {iterations})"
-        ),
-    );
+    let stored = reader(&store);
+    let iteration: Vec<u64> = stored
+        .names()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, name)| name == "iteration")
+        .map(|(id, _)| id)
+        .collect();
+    // Per rank: the calls of `iteration` summed over its samples, and how many samples it has.
+    let mut per_rank: std::collections::BTreeMap<u32, (u64, usize)> = Default::default();
+    for s in stored.samples(Select::all()).unwrap() {
+        if iteration.contains(&s.event_id) {
+            let (calls, samples) = per_rank.entry(s.rank).or_default();
+            *calls += s.calls.unwrap_or(0);
+            *samples += 1;
+        }
+    }
+    let ranks_with_all_rounds = per_rank
+        .values()
+        .filter(|(calls, samples)| *calls == iterations as u64 && *samples == iterations)
+        .count();
     assert_eq!(ranks_with_all_rounds, 16);
     // One agent per node, under the relays the fanout called for.
+    let nodes = stored.nodes().unwrap();
     assert_eq!(
-        query_i64(
-            &store,
-            "SELECT count(*) FROM nodes WHERE kind = 'agent' AND ranks_below = 4"
-        ),
+        nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Agent && n.ranks_below == 4)
+            .count(),
         4
     );
-    assert_eq!(
-        query_i64(&store, "SELECT count(*) FROM nodes WHERE kind = 'relay'"),
-        2
-    );
+    assert_eq!(nodes.iter().filter(|n| n.kind == NodeKind::Relay).count(), 2);
 }

@@ -1,17 +1,43 @@
 //! End-to-end tests of in-process trees: delivery, coverage, loss, and bad peers.
 
+use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
 
-use canopy_integration_tests::{TreeBuilder, assert_eventually, query_i64, query_text};
+use canopy_integration_tests::{Select, StreamState, Table, TreeBuilder, assert_eventually, reader};
 use canopy_proto::PROTOCOL_VERSION;
 use canopy_proto::v1::tree_client::TreeClient;
 use canopy_proto::v1::{
-    Coverage, DownMessage, Envelope, EventSample, Hello, NodeKind, ProfileBatch, RankProfile, UpMessage,
-    down_message, up_message,
+    Coverage, DownMessage, Envelope, EventSample, Hello, MissingReason, NodeKind, NodeState, ProfileBatch,
+    RankProfile, UpMessage, down_message, up_message,
 };
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
+/// How many rounds the store holds.
+fn rounds_stored(store: &Path) -> u64 {
+    reader(store).count(Table::Rounds).unwrap()
+}
+
+/// How many nodes of a kind the store knows in a state (any state: `None`).
+fn nodes_of(store: &Path, kind: Option<NodeKind>, state: Option<NodeState>) -> usize {
+    let nodes = reader(store).nodes().unwrap();
+    nodes
+        .iter()
+        .filter(|n| kind.is_none_or(|k| n.kind == k) && state.is_none_or(|s| n.state == s))
+        .count()
+}
+
+fn node_state(store: &Path, id: &str) -> Option<NodeState> {
+    reader(store).node(id).unwrap().map(|n| n.state)
+}
+
+/// The distinct ranks in `samples` that `select` picks.
+fn sampled_ranks(store: &Path, select: Select) -> HashSet<u32> {
+    let samples = reader(store).samples(select).unwrap();
+    samples.iter().map(|s| s.rank).collect()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_level_tree_delivers_every_rank_of_every_round() {
@@ -22,7 +48,7 @@ async fn a_three_level_tree_delivers_every_rank_of_every_round() {
         rounds: 20,
         ..TreeBuilder::default()
     };
-    let events = builder.events as i64;
+    let events = u64::from(builder.events);
     let mut tree = builder.start().await;
     assert_eq!(tree.relay_addrs.len(), 2, "4 agents at fanout 2 need 2 relays");
     tree.wait_frontend(Duration::from_secs(30))
@@ -41,32 +67,23 @@ async fn a_three_level_tree_delivers_every_rank_of_every_round() {
         );
         assert_eq!(r.missing_reason, None);
     }
-    assert_eq!(
-        query_i64(&tree.store, "SELECT COUNT(*) FROM samples"),
-        64 * events * 20
-    );
-    assert_eq!(
-        query_i64(&tree.store, "SELECT COUNT(DISTINCT rank) FROM samples"),
-        64
-    );
+    let stored = reader(&tree.store);
+    assert_eq!(stored.count(Table::Samples).unwrap(), 64 * events * 20);
+    assert_eq!(sampled_ranks(&tree.store, Select::all()).len(), 64);
     // Every event's name reached the root's dictionary.
-    assert_eq!(
-        query_i64(
-            &tree.store,
-            "SELECT COUNT(DISTINCT event_id) FROM samples WHERE event_id NOT IN (SELECT id FROM names)"
-        ),
-        0
-    );
+    let names: HashSet<u64> = stored.names().unwrap().into_iter().map(|(id, _)| id).collect();
+    let unnamed: HashSet<u64> = stored
+        .samples(Select::all())
+        .unwrap()
+        .iter()
+        .map(|s| s.event_id)
+        .filter(|id| !names.contains(id))
+        .collect();
+    assert_eq!(unnamed.len(), 0, "{unnamed:?}");
     // The root sees the whole tree: 2 relays and 4 agents, all finished.
+    assert_eq!(nodes_of(&tree.store, Some(NodeKind::Relay), None), 2);
     assert_eq!(
-        query_i64(&tree.store, "SELECT COUNT(*) FROM nodes WHERE kind = 'relay'"),
-        2
-    );
-    assert_eq!(
-        query_i64(
-            &tree.store,
-            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
-        ),
+        nodes_of(&tree.store, Some(NodeKind::Agent), Some(NodeState::Finished)),
         4
     );
 }
@@ -84,7 +101,7 @@ async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
     let mut tree = builder.start().await;
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 10,
+        rounds_stored(&store) >= 10,
         Duration::from_secs(20),
         "rounds never reached the store"
     );
@@ -99,7 +116,7 @@ async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
     for r in &rounds {
         assert_eq!(r.expected, 64);
         assert!(
-            r.covered == 64 || r.covered == 48 && r.missing_lost == 16,
+            r.covered == 64 || r.covered == 48 && r.missing.get(MissingReason::Lost) == 16,
             "round {}: {r:?}",
             r.round
         );
@@ -112,15 +129,9 @@ async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
             .all(|r| r.covered == 48),
         "no round after the loss is whole"
     );
+    assert_eq!(node_state(&store, "agent:1"), Some(NodeState::Lost));
     assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
-        Some("lost")
-    );
-    assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
-        ),
+        nodes_of(&store, Some(NodeKind::Agent), Some(NodeState::Finished)),
         3
     );
 }
@@ -137,11 +148,7 @@ async fn a_drain_stores_every_round_already_dumped() {
     };
     let mut tree = builder.start().await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 5,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 5, Duration::from_secs(20), "no rounds");
     let root = "frontend:0".to_string();
     tree.shutdown(&root);
     tree.wait_frontend(Duration::from_secs(5))
@@ -167,10 +174,7 @@ async fn a_drain_stores_every_round_already_dumped() {
     }
     // The agents finished on the drain (their Fin reached the root), so the last rounds were waited for.
     assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(*) FROM nodes WHERE kind = 'agent' AND state = 'finished'"
-        ),
+        nodes_of(&store, Some(NodeKind::Agent), Some(NodeState::Finished)),
         2
     );
 }
@@ -245,11 +249,7 @@ async fn a_child_with_a_duplicate_node_id_is_refused_and_the_first_keeps_going()
     };
     let mut tree = builder.clone().start().await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 2,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 2, Duration::from_secs(20), "no rounds");
     let parent = tree.agent_parents["agent:0"].clone();
     tree.add_agent("impostor", builder.agent_config("agent:0", &parent, 4, 100));
     let err = tree
@@ -345,7 +345,7 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
         assert_eq!(r.expected, 12);
         if r.round % 2 == 0 {
             assert_eq!(
-                (r.covered, r.missing_malformed),
+                (r.covered, r.missing.get(MissingReason::Malformed)),
                 (8, 4),
                 "round {}: {r:?}",
                 r.round
@@ -354,13 +354,8 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
             assert_eq!(r.covered, 12, "round {}: {r:?}", r.round);
         }
     }
-    assert_eq!(
-        query_i64(
-            &tree.store,
-            "SELECT COUNT(DISTINCT rank) FROM samples WHERE rank >= 100"
-        ),
-        4
-    );
+    let high = sampled_ranks(&tree.store, Select::all());
+    assert_eq!(high.iter().filter(|r| **r >= 100).count(), 4);
 }
 
 /// Waits on a hand-made child's down stream until the root's Start.
@@ -439,7 +434,7 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
     }
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") == 3,
+        rounds_stored(&store) == 3,
         Duration::from_secs(10),
         "rounds never closed"
     );
@@ -447,7 +442,7 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
         slow.send(batch_envelope(round, 4..8)).await.unwrap();
     }
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM late_arrivals") == 3,
+        reader(&store).count(Table::LateArrivals).unwrap() == 3,
         Duration::from_secs(10),
         "late packets were not recorded"
     );
@@ -459,14 +454,15 @@ async fn a_late_child_makes_rounds_close_by_time_out_and_its_packets_are_recorde
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 3);
     for r in &rounds {
-        assert_eq!((r.covered, r.missing_late, r.expected), (4, 4, 8), "{r:?}");
+        assert_eq!(
+            (r.covered, r.missing.get(MissingReason::Late), r.expected),
+            (4, 4, 8),
+            "{r:?}"
+        );
     }
-    assert_eq!(query_i64(&store, "SELECT SUM(late_ranks) FROM rounds"), 12);
+    assert_eq!(rounds.iter().map(|r| r.late_ranks).sum::<u32>(), 12);
     // Late data is kept, flagged, not dropped.
-    assert_eq!(
-        query_i64(&store, "SELECT COUNT(DISTINCT rank) FROM samples WHERE late = 1"),
-        4
-    );
+    assert_eq!(sampled_ranks(&store, Select::all().late(true)).len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,15 +489,18 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
     });
     let store = tree.store.clone();
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") == 12,
+        rounds_stored(&store) == 12,
         Duration::from_secs(20),
         "rounds missing"
     );
     let fast = sender.await.unwrap();
-    let span_ms = query_i64(
-        &store,
-        "SELECT (MAX(closed_unix_ns) - MIN(closed_unix_ns)) / 1000000 FROM rounds",
-    );
+    let closed: Vec<u64> = reader(&store)
+        .rounds(Select::all())
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.closed_unix_ns)
+        .collect();
+    let span_ms = (closed.iter().max().unwrap() - closed.iter().min().unwrap()) / 1_000_000;
     // Three windows of 4 rounds, each closed by its own time-out: the last closes two time-outs after the first.
     assert!(
         span_ms >= 500,
@@ -535,14 +534,11 @@ async fn a_dont_wait_stream_stores_every_piece_and_its_coverage_adds_up() {
         assert_eq!((r.covered, r.expected), (32, 32), "{r:?}");
     }
     assert_eq!(
-        query_i64(&tree.store, "SELECT MIN(pieces) FROM rounds"),
-        32,
+        rounds.iter().map(|r| r.pieces).min(),
+        Some(32),
         "one piece per rank, merged at the root"
     );
-    assert_eq!(
-        query_i64(&tree.store, "SELECT COUNT(*) FROM samples"),
-        32 * 20 * 10
-    );
+    assert_eq!(reader(&tree.store).count(Table::Samples).unwrap(), 32 * 20 * 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -558,15 +554,11 @@ async fn a_relay_whose_children_are_all_lost_does_not_claim_they_finished() {
     };
     let mut tree = builder.start().await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 5,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 5, Duration::from_secs(20), "no rounds");
     tree.kill("agent:0");
     tree.kill("agent:1");
     assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM nodes WHERE state = 'lost'") == 2,
+        nodes_of(&store, None, Some(NodeState::Lost)) == 2,
         Duration::from_secs(10),
         "the agents were not marked lost"
     );
@@ -575,16 +567,14 @@ async fn a_relay_whose_children_are_all_lost_does_not_claim_they_finished() {
         .await
         .expect("drain ends by its time-out");
     // relay:0 held agent:0 and agent:1: both lost, so it never said Fin; relay:1's agents finished on the drain.
+    assert_eq!(node_state(&store, "relay:0"), Some(NodeState::Attached));
+    assert_eq!(node_state(&store, "relay:1"), Some(NodeState::Finished));
+    let rounds = reader(&store).rounds(Select::all()).unwrap();
     assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'relay:0'").as_deref(),
-        Some("attached")
-    );
-    assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'relay:1'").as_deref(),
-        Some("finished")
-    );
-    assert_eq!(
-        query_i64(&store, "SELECT COALESCE(SUM(missing_stopped), 0) FROM rounds"),
+        rounds
+            .iter()
+            .map(|r| r.missing.get(MissingReason::Stopped))
+            .sum::<u32>(),
         0
     );
 }
@@ -601,19 +591,15 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
     };
     let mut tree = builder.clone().start().await;
     let store = tree.store.clone();
-    assert_eventually!(
-        query_i64(&store, "SELECT COUNT(*) FROM rounds") >= 40,
-        Duration::from_secs(20),
-        "no rounds"
-    );
+    assert_eventually!(rounds_stored(&store) >= 40, Duration::from_secs(20), "no rounds");
     let parent = tree.agent_parents["agent:1"].clone();
     tree.kill("agent:1");
     assert_eventually!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref() == Some("lost"),
+        node_state(&store, "agent:1") == Some(NodeState::Lost),
         Duration::from_secs(10),
         "agent:1 never marked lost"
     );
-    let lost_at = query_i64(&store, "SELECT MAX(round) FROM rounds");
+    let lost_at = reader(&store).max_round().unwrap().expect("rounds") as i64;
     tokio::time::sleep(Duration::from_millis(300)).await;
     tree.add_agent("agent:1 again", builder.agent_config("agent:1", &parent, 8, 8));
     tree.wait_frontend(Duration::from_secs(30))
@@ -628,7 +614,10 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
         "too few rounds missed the lost agent: {}",
         partial.len()
     );
-    assert!(partial.iter().all(|r| r.missing_lost == 8), "{partial:?}");
+    assert!(
+        partial.iter().all(|r| r.missing.get(MissingReason::Lost) == 8),
+        "{partial:?}"
+    );
     assert!(
         partial.iter().all(|r| r.round as i64 >= lost_at - 2),
         "rounds partial before the crash at {lost_at}"
@@ -638,17 +627,13 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
         healed.len() >= 20,
         "the restarted agent's ranks did not report again: {rounds:#?}"
     );
-    assert_eq!(
-        query_text(&store, "SELECT state FROM nodes WHERE node_id = 'agent:1'").as_deref(),
-        Some("finished")
-    );
+    assert_eq!(node_state(&store, "agent:1"), Some(NodeState::Finished));
 }
 
-fn count(store: &std::path::Path, stream: u32) -> i64 {
-    query_i64(
-        store,
-        &format!("SELECT COUNT(*) FROM rounds WHERE stream_id = {stream}"),
-    )
+fn count(store: &Path, stream: u32) -> u64 {
+    reader(store)
+        .count_where(Table::Rounds, Select::all().stream(stream))
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -673,7 +658,7 @@ async fn control_from_the_root_stops_and_starts_collection_and_closes_a_stream()
     // Closing stream 2 stops its rounds everywhere; stream 1 goes on over the same ranks.
     assert!(tree.root.close_stream(2).await);
     assert_eventually!(
-        query_text(&store, "SELECT state FROM streams WHERE stream_id = 2").as_deref() == Some("closed"),
+        reader(&store).stream(2).unwrap().and_then(|s| s.state) == Some(StreamState::Closed),
         Duration::from_secs(5),
         "stream 2 not marked closed"
     );
@@ -707,19 +692,10 @@ async fn control_from_the_root_stops_and_starts_collection_and_closes_a_stream()
     );
     tree.shutdown("frontend:0");
     tree.wait_frontend(Duration::from_secs(5)).await.expect("drain");
-    let stored = query_i64(&store, "SELECT COUNT(*) FROM rounds WHERE stream_id = 1");
-    let span = query_i64(
-        &store,
-        "SELECT MAX(round) - MIN(round) + 1 FROM rounds WHERE stream_id = 1",
-    );
-    assert_eq!(span, stored, "stream 1's rounds have a gap");
-    assert_eq!(
-        query_i64(
-            &store,
-            "SELECT COUNT(*) FROM rounds WHERE stream_id = 1 AND covered != 8"
-        ),
-        0
-    );
+    let one = reader(&store).rounds(Select::all().stream(1)).unwrap();
+    let (first, last) = (one.first().unwrap().round, one.last().unwrap().round);
+    assert_eq!(last - first + 1, one.len() as u64, "stream 1's rounds have a gap");
+    assert_eq!(one.iter().filter(|r| r.covered != 8).count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

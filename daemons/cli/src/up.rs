@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use canopy_core::topology::{NodeName, Topology};
+use canopy_store::{RoundCursor, StoreReader};
 use tokio::process::{Child, Command};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -284,21 +285,24 @@ async fn launch_and_watch(
         let left = deadline.saturating_duration_since(Instant::now());
         let _ = tokio::time::timeout(left, d.child.wait()).await;
     }
-    let summary = summarize(&store)?;
+    let summary = StoreReader::open(&store)
+        .and_then(|r| r.summary())
+        .with_context(|| format!("cannot read {}", store.display()))?;
     println!(
         "canopy up: {} rounds stored ({} streams), {} at full coverage, {:.1}% of rank-rounds covered, {} bytes of results, {} late packets{}",
         summary.rounds,
         summary.streams,
-        summary.full,
+        summary.full_rounds,
         summary.coverage_pct(),
-        summary.bytes,
-        summary.late,
+        summary.result_bytes,
+        summary.late_packets,
         if interrupted { " (interrupted)" } else { "" }
     );
     println!("  results: {}", store.display());
     println!(
-        "  try: sqlite3 {} 'SELECT stream_name, round, covered, expected FROM rounds'",
-        store.display()
+        "  try: sqlite3 {} '{}'",
+        store.display(),
+        canopy_store::EXAMPLE_QUERY
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -391,102 +395,44 @@ async fn stop_all(daemons: &mut [Daemon]) {
     }
 }
 
-/// rowid, stream, round, covered, expected, missing reasons, result bytes.
-type RoundRow = (i64, String, i64, i64, i64, Option<String>, i64);
-
 /// Follows the store as rounds land and prints one line per round.
 struct StoreWatcher {
     path: PathBuf,
-    last_rowid: i64,
-    conn: Option<rusqlite::Connection>,
+    cursor: RoundCursor,
 }
 
 impl StoreWatcher {
     fn new(path: PathBuf) -> Self {
         Self {
             path,
-            last_rowid: 0,
-            conn: None,
+            cursor: RoundCursor::default(),
         }
     }
 
     fn show_new(&mut self, quiet: bool) {
-        if self.conn.is_none() {
-            self.conn =
-                rusqlite::Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                    .ok();
+        // Opened for each look and closed after it: a reader held open when the front-end exits would keep it
+        // from folding the WAL into the file and removing it.
+        let Ok(reader) = StoreReader::open(&self.path) else {
+            return;
+        };
+        let rows = reader.new_rounds(&mut self.cursor).unwrap_or_default();
+        if quiet {
+            return;
         }
-        let Some(conn) = &self.conn else { return };
-        let rows: Vec<RoundRow> = conn
-            .prepare_cached(
-                "SELECT rowid, stream_name, round, covered, expected, missing_reason, COALESCE(result_bytes, 0)
-                 FROM rounds WHERE rowid > ?1 ORDER BY rowid",
-            )
-            .and_then(|mut st| {
-                st.query_map([self.last_rowid], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-                })?
-                .collect()
-            })
-            .unwrap_or_default();
-        for (rowid, stream, round, covered, expected, missing, bytes) in rows {
-            self.last_rowid = rowid;
-            if quiet {
-                continue;
-            }
-            let pct = if expected > 0 {
-                100.0 * covered as f64 / expected as f64
+        for r in rows {
+            let pct = if r.expected > 0 {
+                100.0 * f64::from(r.covered) / f64::from(r.expected)
             } else {
                 0.0
             };
-            let missing = missing.map(|m| format!("  missing {m}")).unwrap_or_default();
+            let missing = r
+                .missing_reason
+                .map(|m| format!("  missing {m}"))
+                .unwrap_or_default();
             println!(
-                "  {stream:<12} round {round:>5}  coverage {covered:>5}/{expected:<5} {pct:>5.1}%  {bytes:>9} B{missing}"
+                "  {:<12} round {:>5}  coverage {:>5}/{:<5} {pct:>5.1}%  {:>9} B{missing}",
+                r.stream, r.round, r.covered, r.expected, r.result_bytes
             );
         }
     }
-}
-
-struct Summary {
-    rounds: i64,
-    streams: i64,
-    full: i64,
-    covered: i64,
-    expected: i64,
-    bytes: i64,
-    late: i64,
-}
-
-impl Summary {
-    fn coverage_pct(&self) -> f64 {
-        if self.expected == 0 {
-            0.0
-        } else {
-            100.0 * self.covered as f64 / self.expected as f64
-        }
-    }
-}
-
-fn summarize(store: &Path) -> anyhow::Result<Summary> {
-    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .with_context(|| format!("cannot open {}", store.display()))?;
-    let summary = conn.query_row(
-        "SELECT COUNT(*), COUNT(DISTINCT stream_id), COALESCE(SUM(covered = expected), 0), COALESCE(SUM(covered), 0),
-                COALESCE(SUM(expected), 0), COALESCE(SUM(result_bytes), 0),
-                (SELECT COUNT(*) FROM late_arrivals)
-         FROM rounds",
-        [],
-        |r| {
-            Ok(Summary {
-                rounds: r.get(0)?,
-                streams: r.get(1)?,
-                full: r.get(2)?,
-                covered: r.get(3)?,
-                expected: r.get(4)?,
-                bytes: r.get(5)?,
-                late: r.get(6)?,
-            })
-        },
-    )?;
-    Ok(summary)
 }

@@ -4,8 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod results;
-pub mod store;
+pub mod error;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,14 +15,14 @@ use std::time::Duration;
 use canopy_core::config::{CheckConfig, LogFormat};
 use canopy_core::node::{
     Node, NodeConfig, NodeError, RoleConfig, RootHandle, RootOptions, RootSink, RoundResult, StreamState, Up,
-    unix_ns,
 };
 use canopy_core::transport::TreeService;
-use canopy_proto::v1::{MissingReason, NodeKind, StreamSpec, SyncMode, up_message};
+use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode, up_message};
+use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::store::{RoundRecord, Store, StoreError};
+pub use canopy_store::RunSummary;
 
 /// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, flags).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -170,31 +169,21 @@ impl canopy_core::daemon::IsRefusal for FrontendError {
     }
 }
 
-/// What the front-end has stored, for its summary and for tests.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RunSummary {
-    pub rounds: u64,
-    pub full_rounds: u64,
-    pub late_packets: u64,
-    pub result_bytes: u64,
-    pub store_errors: u64,
-}
+/// A finalized result on its way through the store to live subscribers: stored from its payload, then passed
+/// on whole once committed.
+struct Committed(Arc<RoundResult>);
 
-enum StoreOp {
-    Result(RoundResult),
-    Names(Vec<(u64, String)>),
-    Node(canopy_proto::v1::NodeEvent),
-    Stream(StreamSpec, String, Option<String>),
-    Meta(String, String),
-    ResultType(u32, String),
-    Flush(tokio::sync::oneshot::Sender<RunSummary>),
+impl AsRef<[u8]> for Committed {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.payload
+    }
 }
 
 /// The root's way up and its sink: everything goes to the store's writer thread, in order.
 #[derive(Clone)]
 struct StoreUp {
-    tx: tokio::sync::mpsc::Sender<StoreOp>,
-    /// Tells the writer what each stream's results are, so standard results become tables.
+    writer: Writer<Committed>,
+    /// Tells what each stream's results are, so standard results become tables.
     filters: Arc<canopy_core::plugin::PluginFilters>,
     /// What the API serves live: results, node status, result types.
     shared: Arc<api::Shared>,
@@ -202,12 +191,13 @@ struct StoreUp {
 
 impl Up for StoreUp {
     async fn send(&mut self, msg: up_message::Msg) {
-        let op = match msg {
+        match msg {
             up_message::Msg::Names(d) => {
-                StoreOp::Names(d.names.into_iter().map(|n| (n.id, n.name)).collect())
+                let names = d.names.into_iter().map(|n| (n.id, n.name)).collect();
+                self.writer.names(names).await;
             }
-            up_message::Msg::NodeEvent(ev) => StoreOp::Node(ev),
-            up_message::Msg::Fin(f) => StoreOp::Meta("rounds_end".into(), f.rounds_end.to_string()),
+            up_message::Msg::NodeEvent(ev) => self.writer.node(ev).await,
+            up_message::Msg::Fin(f) => self.writer.meta("rounds_end", f.rounds_end.to_string()).await,
             up_message::Msg::Status(st) => {
                 tracing::debug!(node = %st.node_id, closed = st.rounds_closed, partial = st.rounds_partial,
                     late = st.late_arrivals, malformed = st.malformed, "node status");
@@ -216,22 +206,42 @@ impl Up for StoreUp {
                     .lock()
                     .expect("status")
                     .insert(st.node_id.clone(), st);
-                return;
             }
             up_message::Msg::StreamError(e) => {
                 tracing::error!(stream = e.stream_id, node = %e.node_id, "stream error: {}", e.reason);
-                return;
             }
-            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) => return,
-        };
-        let _ = self.tx.send(op).await;
+            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) => {}
+        }
     }
 }
 
 impl RootSink for StoreUp {
     fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let _ = self.tx.send(StoreOp::Result(result)).await;
+            let record = RoundRecord {
+                stream_id: result.stream.stream_id,
+                stream_name: result.stream.name.clone(),
+                round: result.round,
+                covered: result.coverage.covered,
+                expected: result.coverage.expected,
+                missing: result
+                    .coverage
+                    .missing
+                    .iter()
+                    .map(|m| (m.reason(), m.ranks))
+                    .collect(),
+                first_dump_unix_ns: result.first_dump_unix_ns,
+                // Stamped by the writer as it stores the round.
+                closed_unix_ns: 0,
+            };
+            let round = canopy_store::Round {
+                record,
+                phase: result.phase,
+                late: result.late,
+                result_type: self.shared.result_type(result.stream.stream_id),
+                payload: Committed(Arc::new(result)),
+            };
+            self.writer.round(round).await;
         })
     }
 
@@ -242,30 +252,32 @@ impl RootSink for StoreUp {
         failure: Option<&'a str>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let op = StoreOp::Stream(spec.clone(), state.as_str().into(), failure.map(str::to_string));
-            let _ = self.tx.send(op).await;
-            if state == StreamState::Open
-                && let Ok(info) = self.filters.info(&spec.filter)
-            {
-                self.shared
-                    .result_types
-                    .lock()
-                    .expect("result types")
-                    .insert(spec.stream_id, info.result_type.clone());
-                let _ = self
-                    .tx
-                    .send(StoreOp::ResultType(spec.stream_id, info.result_type))
-                    .await;
+            let state = match state {
+                StreamState::Open => canopy_store::StreamState::Open,
+                StreamState::Closed => canopy_store::StreamState::Closed,
+                StreamState::Failed => canopy_store::StreamState::Failed,
+            };
+            // The stream's result type is known from its filter once it opens; the API and the store take it
+            // here.
+            let result_type = match state {
+                canopy_store::StreamState::Open => {
+                    self.filters.info(&spec.filter).ok().map(|info| info.result_type)
+                }
+                _ => None,
+            };
+            if let Some(t) = &result_type {
+                self.shared.set_result_type(spec.stream_id, t.clone());
             }
+            let failure = failure.map(str::to_string);
+            self.writer
+                .stream(spec.clone(), state, failure, result_type)
+                .await;
         })
     }
 
     fn flush(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            if self.tx.send(StoreOp::Flush(tx)).await.is_ok()
-                && let Ok(summary) = rx.await
-            {
+            if let Some(summary) = self.writer.flush().await {
                 tracing::info!(
                     rounds = summary.rounds,
                     full = summary.full_rounds,
@@ -279,114 +291,6 @@ impl RootSink for StoreUp {
     }
 }
 
-/// The writer thread: SQLite calls block, so they stay off the runtime's workers.
-fn store_writer(mut store: Store, mut rx: tokio::sync::mpsc::Receiver<StoreOp>, shared: Arc<api::Shared>) {
-    let mut summary = RunSummary::default();
-    let mut result_types: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
-    while let Some(op) = rx.blocking_recv() {
-        let res = match op {
-            StoreOp::Result(r) => {
-                let bytes = r.payload.len() as u64;
-                let result_type = result_types
-                    .get(&r.stream.stream_id)
-                    .map(String::as_str)
-                    .unwrap_or_default();
-                let result = if result_type == "canopy.v1.ProfileBatch" {
-                    store::RoundResult::Profiles(&r.payload)
-                } else {
-                    store::RoundResult::Blob {
-                        phase: r.phase,
-                        payload: &r.payload,
-                    }
-                };
-                let res = if r.late {
-                    summary.late_packets += 1;
-                    store.write_late(r.stream.stream_id, r.round, r.coverage.covered, bytes, result)
-                } else {
-                    let rec = RoundRecord {
-                        stream_id: r.stream.stream_id,
-                        stream_name: r.stream.name.clone(),
-                        round: r.round,
-                        covered: r.coverage.covered,
-                        expected: r.coverage.expected,
-                        missing: r.coverage.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
-                        first_dump_unix_ns: r.first_dump_unix_ns,
-                        closed_unix_ns: unix_ns(),
-                    };
-                    store.write_round(&rec, result)
-                };
-                let res = match res {
-                    Ok(()) if results::is_tabulated(result_type) => store.write_filter_tables(
-                        r.stream.stream_id,
-                        r.round,
-                        result_type,
-                        &r.payload,
-                        r.late,
-                    ),
-                    other => other,
-                };
-                if res.is_ok() {
-                    // Subscribers see a result once it is committed: one that reads the store and then follows
-                    // the live results misses nothing in between.
-                    let _ = shared.live.send(Arc::new(r.clone()));
-                }
-                if res.is_ok() && !r.late {
-                    summary.rounds += 1;
-                    summary.result_bytes += bytes;
-                    if r.coverage.covered == r.coverage.expected {
-                        summary.full_rounds += 1;
-                    } else {
-                        let missing: Vec<String> = r
-                            .coverage
-                            .missing
-                            .iter()
-                            .map(|m| format!("{}: {}", reason_word(m.reason()), m.ranks))
-                            .collect();
-                        tracing::info!(stream = %r.stream.name, round = r.round, covered = r.coverage.covered,
-                            expected = r.coverage.expected, "partial round ({})", missing.join(", "));
-                    }
-                }
-                res
-            }
-            StoreOp::Names(names) => store.put_names(&names).map(|collisions| {
-                for c in collisions {
-                    tracing::error!(id = format!("{:#018x}", c.id), existing = %c.existing, new = %c.new,
-                        "event name hash collision: both names share one id");
-                }
-            }),
-            StoreOp::Node(ev) => store.put_node(&ev),
-            StoreOp::Stream(spec, state, failure) => store.put_stream(&spec, &state, failure.as_deref()),
-            StoreOp::Meta(k, v) => store.set_meta(&k, &v),
-            StoreOp::ResultType(stream, t) => {
-                let res = store.set_result_type(stream, &t);
-                result_types.insert(stream, t);
-                res
-            }
-            StoreOp::Flush(done) => {
-                let _ = done.send(summary);
-                Ok(())
-            }
-        };
-        if let Err(e) = res {
-            summary.store_errors += 1;
-            tracing::error!("store write failed: {e}");
-        }
-    }
-}
-
-fn reason_word(r: MissingReason) -> &'static str {
-    match r {
-        MissingReason::Late => "late",
-        MissingReason::Lost => "lost",
-        MissingReason::Stopped => "stopped",
-        MissingReason::SampledOut => "sampled_out",
-        MissingReason::Malformed => "malformed",
-        MissingReason::NotWaited => "not_waited",
-        MissingReason::Dropped => "dropped",
-        MissingReason::Unspecified => "unspecified",
-    }
-}
-
 /// A front-end bound to its port, its store created and its root node built, ready to run.
 pub struct Frontend {
     config: FrontendConfig,
@@ -397,7 +301,7 @@ pub struct Frontend {
     handles: canopy_core::node::NodeHandles,
     shared: Arc<api::Shared>,
     filters: Arc<canopy_core::plugin::PluginFilters>,
-    writer: std::thread::JoinHandle<()>,
+    writer: WriterThread,
 }
 
 impl Frontend {
@@ -433,13 +337,16 @@ impl Frontend {
             .collect();
         let filters = canopy_core::plugin::filters_from(&config.filter_path);
         let shared = api::Shared::new(config.subscriber_buffer);
-        let (store_tx, store_rx) = tokio::sync::mpsc::channel(1024);
-        let writer = std::thread::Builder::new().name("canopy-store".into()).spawn({
+        // Subscribers see a result once it is committed: one that reads the store and then follows the live
+        // results misses nothing in between.
+        let (store_tx, writer) = Writer::spawn(store, 1024, {
             let shared = shared.clone();
-            move || store_writer(store, store_rx, shared)
+            move |Committed(r)| {
+                let _ = shared.live.send(r);
+            }
         })?;
         let up = StoreUp {
-            tx: store_tx,
+            writer: store_tx,
             filters: filters.clone(),
             shared: shared.clone(),
         };

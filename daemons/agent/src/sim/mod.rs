@@ -301,7 +301,7 @@ impl Simulator {
         let sc = self.cfg.scenario;
         let plan = &self.plans[st.plan];
         let w = workload(sc, round);
-        let key = |id: u64| Keyed::keyed(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
+        let key = |id: u64| Keyed::of(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
         let mut out: Vec<Sample> = plan
             .iter()
             .map(|slot| {
@@ -430,7 +430,7 @@ struct Statics {
 
 impl Statics {
     fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
-        let mut g = Keyed::keyed(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
+        let mut g = Keyed::of(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
         let u = g.unit();
         let speed = SPEED_MIN + (SPEED_MAX - SPEED_MIN) * u * u;
         let comm = g.range(0.9, 1.1);
@@ -679,7 +679,7 @@ fn mix64(mut z: u64) -> u64 {
 struct Keyed(SplitMix64);
 
 impl Keyed {
-    fn keyed(key: &[u64]) -> Keyed {
+    fn of(key: &[u64]) -> Keyed {
         let state = key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN));
         // from_seed takes the bytes as the state as they are; seed_from_u64 would scramble them first.
         Keyed(SplitMix64::from_seed(state.to_le_bytes()))

@@ -1,0 +1,31 @@
+//! Canopy's run store: one SQLite file per run that the front-end writes and everyone else reads. This crate is
+//! the only one that knows the schema: the migrations ([`SCHEMA_VERSION`]), the words enumerations are stored
+//! as ([`Word`]), the writer thread ([`Writer`]) and the typed reader ([`StoreReader`]).
+
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod error;
+mod profiles;
+mod read;
+mod rounds;
+mod schema;
+mod sql;
+mod store;
+mod tables;
+mod words;
+mod writer;
+
+pub use error::StoreError;
+pub use profiles::PROFILE_BATCH_TYPE;
+pub use read::{
+    ClassRow, CounterRow, EXAMPLE_QUERY, HistogramRow, LateArrival, NodeRow, ReductionRow, ResultRow,
+    RoundCursor, RoundRow, SampleRow, Select, StatRow, StoreReader, StoreSummary, StoredRound, StreamRow,
+    Table,
+};
+pub use rounds::{MissingCounts, RoundRecord};
+pub use schema::SCHEMA_VERSION;
+pub use store::{Collision, LATEST, Payload, Store};
+pub use tables::{is_tabulated, ranges_text};
+pub use words::{StreamState, Word};
+pub use writer::{Round, RunSummary, Writer, WriterThread};

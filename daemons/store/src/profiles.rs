@@ -1,0 +1,93 @@
+//! Passthrough results: each encoded `ProfileBatch` kept whole in `profile_batches` (what a replay sends, byte
+//! for byte), and taken apart into `samples` (rank x event) and `counters` (rank x counter) rows for queries.
+
+use canopy_wire::options::metric;
+use canopy_wire::v1::ProfileBatch;
+use rusqlite::{Connection, Transaction, params};
+
+use crate::sql::{id_bits, sat};
+
+/// The result type of a stream whose results are rank profiles (the passthrough filter's).
+pub const PROFILE_BATCH_TYPE: &str = "canopy.v1.ProfileBatch";
+
+/// Writes one batch: its bytes as they came, and its rows.
+pub(crate) fn write(
+    tx: &Transaction<'_>,
+    stream_id: u32,
+    round: u64,
+    bytes: &[u8],
+    batch: &ProfileBatch,
+    late: bool,
+) -> rusqlite::Result<()> {
+    let round = sat(round);
+    tx.prepare_cached("INSERT INTO profile_batches (stream_id, round, batch, late) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![stream_id, round, bytes, late])?;
+    let mut sample = tx.prepare_cached(
+        "INSERT INTO samples (stream_id, round, app, rank, event_id, calls, subrs, incl_us, excl_us,
+                              calls_total, subrs_total, incl_total_us, excl_total_us, dump_unix_ns, late)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?;
+    let mut counter = tx.prepare_cached(
+        "INSERT INTO counters (stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    for p in &batch.profiles {
+        let dump = (p.dump_unix_ns > 0).then(|| sat(p.dump_unix_ns));
+        // A metric the rank's options left out is stored as NULL, not as a zero it never measured.
+        let has = |bit: u32| metric::reports(p.metrics, bit);
+        let (calls, incl, excl) = (has(metric::CALLS), has(metric::INCLUSIVE), has(metric::EXCLUSIVE));
+        for e in &p.events {
+            sample.execute(params![
+                stream_id,
+                round,
+                p.app,
+                p.rank,
+                id_bits(e.event_id),
+                calls.then(|| sat(e.calls)),
+                calls.then(|| sat(e.subrs)),
+                incl.then_some(e.incl_us),
+                excl.then_some(e.excl_us),
+                calls.then(|| sat(e.calls_total)),
+                calls.then(|| sat(e.subrs_total)),
+                incl.then_some(e.incl_total_us),
+                excl.then_some(e.excl_total_us),
+                dump,
+                late,
+            ])?;
+        }
+        for c in &p.counters {
+            counter.execute(params![
+                stream_id,
+                round,
+                p.app,
+                p.rank,
+                id_bits(c.counter_id),
+                c.value,
+                c.total,
+                dump,
+                late
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// The batches a round was closed with (late ones left out), in the order they were stored, as one encoded
+/// `ProfileBatch`: a wait-for-all round has one batch, returned as it was stored; a don't-wait round has one
+/// per piece, and the encodings of messages with only repeated fields concatenate into the encoding of their
+/// merge. `None` if the store has no batch of the round (it was stored before schema version 3, say).
+pub(crate) fn read(conn: &Connection, stream_id: u32, round: u64) -> rusqlite::Result<Option<Vec<u8>>> {
+    let mut st = conn.prepare_cached(
+        "SELECT batch FROM profile_batches WHERE stream_id = ?1 AND round = ?2 AND late = 0 ORDER BY rowid",
+    )?;
+    let mut rows = st.query(params![stream_id, sat(round)])?;
+    let mut out: Option<Vec<u8>> = None;
+    while let Some(row) = rows.next()? {
+        let piece: Vec<u8> = row.get(0)?;
+        match &mut out {
+            None => out = Some(piece),
+            Some(bytes) => bytes.extend_from_slice(&piece),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,883 @@
+//! [`StoreReader`]: typed queries over a run's store, for the API, the `canopy` command, the tests and the
+//! benchmarks. It opens the file read-only, so it is safe while the front-end writes: every query sees the
+//! rounds committed before it started, each whole.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
+
+use crate::StoreError;
+use crate::profiles::{self, PROFILE_BATCH_TYPE};
+use crate::rounds::{MissingCounts, missing_columns};
+use crate::schema::{self, SCHEMA_VERSION};
+use crate::sql::{id_of, sat, unsigned};
+use crate::store::Collision;
+use crate::words::{StreamState, Word};
+
+/// The oldest schema the reader understands (version 2 added `rounds.missing_dropped`).
+const OLDEST_READABLE: u32 = 2;
+
+/// Which rows of a table a query returns: all, or those of one stream, from one round on, late or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Select {
+    stream_id: Option<u32>,
+    from_round: Option<u64>,
+    late: Option<bool>,
+}
+
+impl Select {
+    /// Every row.
+    pub fn all() -> Select {
+        Select::default()
+    }
+
+    /// Only the rows of this stream.
+    pub fn stream(mut self, stream_id: u32) -> Select {
+        self.stream_id = Some(stream_id);
+        self
+    }
+
+    /// Only the rows of this round and later ones.
+    pub fn from_round(mut self, round: u64) -> Select {
+        self.from_round = Some(round);
+        self
+    }
+
+    /// Only the rows whose data arrived after its round was stored (`true`), or with it (`false`). Tables
+    /// without a `late` column (`rounds`, `late_arrivals`) ignore it.
+    pub fn late(mut self, late: bool) -> Select {
+        self.late = Some(late);
+        self
+    }
+
+    /// ` WHERE ...` (or nothing) and its parameters.
+    fn clause(&self, has_late: bool) -> (String, Vec<i64>) {
+        let mut terms = Vec::new();
+        let mut values = Vec::new();
+        if let Some(id) = self.stream_id {
+            values.push(i64::from(id));
+            terms.push(format!("stream_id = ?{}", values.len()));
+        }
+        if let Some(round) = self.from_round {
+            values.push(sat(round));
+            terms.push(format!("round >= ?{}", values.len()));
+        }
+        if let (true, Some(late)) = (has_late, self.late) {
+            values.push(i64::from(late));
+            terms.push(format!("late = ?{}", values.len()));
+        }
+        if terms.is_empty() {
+            (String::new(), values)
+        } else {
+            (format!(" WHERE {}", terms.join(" AND ")), values)
+        }
+    }
+}
+
+/// A table of the store, for counting its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Rounds,
+    Samples,
+    Counters,
+    Results,
+    ProfileBatches,
+    Stats,
+    Histograms,
+    Classes,
+    Reductions,
+    LateArrivals,
+    Names,
+    NameCollisions,
+    Nodes,
+    Streams,
+}
+
+impl Table {
+    fn name(self) -> &'static str {
+        match self {
+            Table::Rounds => "rounds",
+            Table::Samples => "samples",
+            Table::Counters => "counters",
+            Table::Results => "results",
+            Table::ProfileBatches => "profile_batches",
+            Table::Stats => "stats",
+            Table::Histograms => "histograms",
+            Table::Classes => "classes",
+            Table::Reductions => "reductions",
+            Table::LateArrivals => "late_arrivals",
+            Table::Names => "names",
+            Table::NameCollisions => "name_collisions",
+            Table::Nodes => "nodes",
+            Table::Streams => "streams",
+        }
+    }
+
+    fn has_late(self) -> bool {
+        matches!(
+            self,
+            Table::Samples
+                | Table::Counters
+                | Table::Results
+                | Table::ProfileBatches
+                | Table::Stats
+                | Table::Histograms
+                | Table::Classes
+                | Table::Reductions
+        )
+    }
+
+    fn has_rounds(self) -> bool {
+        !matches!(
+            self,
+            Table::Names | Table::NameCollisions | Table::Nodes | Table::Streams
+        )
+    }
+}
+
+/// A stream as the store recorded it, with counts of what it stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRow {
+    pub stream_id: u32,
+    pub name: String,
+    pub filter: String,
+    /// The filter's parameters, as JSON text.
+    pub params: String,
+    pub sync_mode: SyncMode,
+    pub timeout_ms: u32,
+    /// `None` for a state this version does not know.
+    pub state: Option<StreamState>,
+    pub failure: Option<String>,
+    /// The protobuf type of its results, once known.
+    pub result_type: Option<String>,
+    /// The ranks that feed it (empty: all).
+    pub ranks: String,
+    pub opened_unix_ns: Option<u64>,
+    pub closed_unix_ns: Option<u64>,
+    /// Rounds stored.
+    pub rounds: u64,
+    /// Rounds stored at full coverage.
+    pub full_rounds: u64,
+    /// Packets that arrived after their round was stored.
+    pub late_packets: u64,
+}
+
+/// One row of `rounds`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundRow {
+    pub stream_id: u32,
+    pub stream: String,
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: MissingCounts,
+    /// A summary of the non-zero reasons, largest first (`lost: 16, late: 2`).
+    pub missing_reason: Option<String>,
+    pub late_ranks: u32,
+    pub result_bytes: u64,
+    pub pieces: u32,
+    pub first_dump_unix_ns: Option<u64>,
+    pub closed_unix_ns: Option<u64>,
+}
+
+impl RoundRow {
+    /// Every expected rank is covered.
+    pub fn is_full(&self) -> bool {
+        self.covered == self.expected
+    }
+}
+
+/// Where [`StoreReader::new_rounds`] left off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundCursor(i64);
+
+/// A round as a replay sends it: its coverage and its result as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRound {
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: MissingCounts,
+    /// A passthrough round's `ProfileBatch` as it was stored; any other stream's final result.
+    pub payload: Vec<u8>,
+}
+
+/// One row of `samples`: a rank's event in a passthrough round. Metrics the rank's options left out are `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub event_id: u64,
+    pub calls: Option<u64>,
+    pub subrs: Option<u64>,
+    pub incl_us: Option<f64>,
+    pub excl_us: Option<f64>,
+    pub calls_total: Option<u64>,
+    pub subrs_total: Option<u64>,
+    pub incl_total_us: Option<f64>,
+    pub excl_total_us: Option<f64>,
+    pub dump_unix_ns: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `counters`: a rank's counter in a passthrough round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub counter_id: u64,
+    pub value: Option<f64>,
+    pub total: Option<f64>,
+    pub dump_unix_ns: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `results`: a filter's result as it encoded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub phase: u32,
+    pub payload: Vec<u8>,
+    pub late: bool,
+}
+
+/// One row of `stats`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: Option<u64>,
+    /// The event's (or counter's) id.
+    pub id: u64,
+    pub metric: Metric,
+    /// Ranks.
+    pub count: u64,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub min_app: Option<String>,
+    pub min_rank: Option<u32>,
+    pub max_app: Option<String>,
+    pub max_rank: Option<u32>,
+    pub late: bool,
+}
+
+/// One bin of `histograms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: Option<u64>,
+    pub id: u64,
+    pub metric: Metric,
+    pub bin: u32,
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    /// Ranks in the bin.
+    pub count: u64,
+    pub late: bool,
+}
+
+/// One row of `classes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: u64,
+    pub size: u64,
+    /// Compact ranges, `app:0-7,9`.
+    pub ranks: String,
+    pub example_event: Option<String>,
+    pub late: bool,
+}
+
+/// One row of `reductions`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReductionRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub raw_bytes: u64,
+    pub result_bytes: u64,
+    pub reduction_factor: Option<f64>,
+    pub classes: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `late_arrivals`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateArrival {
+    pub stream_id: u32,
+    pub round: u64,
+    pub ranks: u32,
+    pub bytes: u64,
+    pub arrived_unix_ns: Option<u64>,
+}
+
+/// One row of `nodes`: a node of the tree and its last known state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub node_id: String,
+    pub kind: NodeKind,
+    pub parent: Option<String>,
+    pub state: NodeState,
+    pub ranks_below: u32,
+    pub address: Option<String>,
+    pub detail: Option<String>,
+    pub first_seen_unix_ns: Option<u64>,
+    pub updated_unix_ns: Option<u64>,
+}
+
+/// The run at a glance, as `canopy up` prints it when the run ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreSummary {
+    pub rounds: u64,
+    pub streams: u64,
+    pub full_rounds: u64,
+    /// Rank-rounds covered, over all rounds.
+    pub covered: u64,
+    /// Rank-rounds expected, over all rounds.
+    pub expected: u64,
+    pub result_bytes: u64,
+    pub late_packets: u64,
+}
+
+impl StoreSummary {
+    /// Covered rank-rounds as a percentage of the expected ones (0 when nothing was expected).
+    pub fn coverage_pct(&self) -> f64 {
+        if self.expected == 0 {
+            0.0
+        } else {
+            100.0 * self.covered as f64 / self.expected as f64
+        }
+    }
+}
+
+/// A query that reads the shapes every user of the store shares, for people to try (`canopy up` prints it).
+pub const EXAMPLE_QUERY: &str = "SELECT stream_name, round, covered, expected FROM rounds";
+
+/// A run's store, open read-only.
+#[derive(Debug)]
+pub struct StoreReader {
+    conn: Connection,
+    path: PathBuf,
+    version: u32,
+}
+
+impl StoreReader {
+    /// Opens `path` read-only. A store older than version 2 must first be opened for writing
+    /// ([`crate::Store::open`]), which migrates it; one from a newer Canopy is refused.
+    pub fn open(path: &Path) -> Result<StoreReader, StoreError> {
+        let sqlite = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sqlite)?;
+        // The writer holds the lock only for a round's commit; wait for it rather than fail.
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sqlite)?;
+        conn.set_prepared_statement_cache_capacity(32);
+        let version = schema::version(&conn).map_err(sqlite)?;
+        if !(OLDEST_READABLE..=SCHEMA_VERSION).contains(&version) {
+            return Err(StoreError::Version {
+                path: path.to_path_buf(),
+                found: version,
+                oldest: OLDEST_READABLE,
+                newest: SCHEMA_VERSION,
+            });
+        }
+        Ok(StoreReader {
+            conn,
+            path: path.to_path_buf(),
+            version,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the file.
+    pub fn schema_version(&self) -> u32 {
+        self.version
+    }
+
+    /// A `meta` fact (`node_id`, `rounds_end`, `started_unix_ns`...).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT value FROM meta WHERE key = ?1")
+            .and_then(|mut st| st.query_row([key], |r| r.get(0)).optional())
+            .map(Option::flatten)
+            .map_err(self.sqlite())
+    }
+
+    /// Every stream, by id, with its counts.
+    pub fn streams(&self) -> Result<Vec<StreamRow>, StoreError> {
+        self.rows(
+            "SELECT s.stream_id, COALESCE(s.name, ''), COALESCE(s.filter, ''), COALESCE(s.params, ''),
+                    COALESCE(s.sync_mode, ''), COALESCE(s.timeout_ms, 0), COALESCE(s.state, ''), s.failure,
+                    s.result_type, COALESCE(s.ranks, ''), s.opened_unix_ns, s.closed_unix_ns,
+                    (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id),
+                    (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id AND r.covered = r.expected),
+                    (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id)
+             FROM streams s ORDER BY s.stream_id",
+            &[],
+            |r| {
+                Ok(StreamRow {
+                    stream_id: r.get(0)?,
+                    name: r.get(1)?,
+                    filter: r.get(2)?,
+                    params: r.get(3)?,
+                    sync_mode: SyncMode::from_word(&r.get::<_, String>(4)?).unwrap_or(SyncMode::WaitForAll),
+                    timeout_ms: r.get(5)?,
+                    state: StreamState::from_word(&r.get::<_, String>(6)?),
+                    failure: r.get(7)?,
+                    result_type: r.get(8)?,
+                    ranks: r.get(9)?,
+                    opened_unix_ns: opt_u64(r, 10)?,
+                    closed_unix_ns: opt_u64(r, 11)?,
+                    rounds: u64_at(r, 12)?,
+                    full_rounds: u64_at(r, 13)?,
+                    late_packets: u64_at(r, 14)?,
+                })
+            },
+        )
+    }
+
+    /// One stream, by id.
+    pub fn stream(&self, stream_id: u32) -> Result<Option<StreamRow>, StoreError> {
+        Ok(self.streams()?.into_iter().find(|s| s.stream_id == stream_id))
+    }
+
+    /// One stream, by name (the first opened, if several share it).
+    pub fn stream_named(&self, name: &str) -> Result<Option<StreamRow>, StoreError> {
+        Ok(self.streams()?.into_iter().find(|s| s.name == name))
+    }
+
+    /// Rounds, by stream then round.
+    pub fn rounds(&self, select: Select) -> Result<Vec<RoundRow>, StoreError> {
+        let (clause, values) = select.clause(false);
+        let sql = format!(
+            "SELECT {ROUND_COLUMNS}, {} FROM rounds{clause} ORDER BY stream_id, round",
+            missing_columns()
+        );
+        self.rows(&sql, &values, round_row)
+    }
+
+    /// The rounds stored since `cursor` (in the order they were first stored), moving it past them. A round
+    /// stored in pieces is returned once, with what its first piece brought.
+    pub fn new_rounds(&self, cursor: &mut RoundCursor) -> Result<Vec<RoundRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ROUND_COLUMNS}, {}, rowid FROM rounds WHERE rowid > ?1 ORDER BY rowid",
+            missing_columns()
+        );
+        let rows = self.rows(&sql, &[cursor.0], |r| {
+            let rowid: i64 = r.get(ROUND_FIELDS + REASON_COUNT)?;
+            Ok((rowid, round_row(r)?))
+        })?;
+        if let Some((rowid, _)) = rows.last() {
+            cursor.0 = *rowid;
+        }
+        Ok(rows.into_iter().map(|(_, row)| row).collect())
+    }
+
+    /// How many rows a table holds.
+    pub fn count(&self, table: Table) -> Result<u64, StoreError> {
+        self.count_where(table, Select::all())
+    }
+
+    /// How many rows of a table `select` picks (tables without rounds or streams ignore those).
+    pub fn count_where(&self, table: Table, select: Select) -> Result<u64, StoreError> {
+        let select = if table.has_rounds() { select } else { Select::all() };
+        let (clause, values) = select.clause(table.has_late());
+        let sql = format!("SELECT COUNT(*) FROM {}{clause}", table.name());
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut st| st.query_row(params_from_iter(&values), |r| r.get::<_, i64>(0)))
+            .map(unsigned)
+            .map_err(self.sqlite())
+    }
+
+    /// The last round stored, of any stream.
+    pub fn max_round(&self) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT MAX(round) FROM rounds")
+            .and_then(|mut st| st.query_row([], |r| r.get::<_, Option<i64>>(0)))
+            .map(|v| v.map(unsigned))
+            .map_err(self.sqlite())
+    }
+
+    /// The run at a glance.
+    pub fn summary(&self) -> Result<StoreSummary, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT COUNT(*), COUNT(DISTINCT stream_id), COALESCE(SUM(covered = expected), 0),
+                        COALESCE(SUM(covered), 0), COALESCE(SUM(expected), 0), COALESCE(SUM(result_bytes), 0),
+                        (SELECT COUNT(*) FROM late_arrivals)
+                 FROM rounds",
+            )
+            .and_then(|mut st| {
+                st.query_row([], |r| {
+                    Ok(StoreSummary {
+                        rounds: u64_at(r, 0)?,
+                        streams: u64_at(r, 1)?,
+                        full_rounds: u64_at(r, 2)?,
+                        covered: u64_at(r, 3)?,
+                        expected: u64_at(r, 4)?,
+                        result_bytes: u64_at(r, 5)?,
+                        late_packets: u64_at(r, 6)?,
+                    })
+                })
+            })
+            .map_err(self.sqlite())
+    }
+
+    /// A stream's rounds from `from_round` on, as a replay sends them: the coverage of each, and its result as
+    /// stored (a passthrough round's batch byte for byte; else the last phase's result). Late data is left out.
+    pub fn stored_rounds(&self, stream: &StreamRow, from_round: u64) -> Result<Vec<StoredRound>, StoreError> {
+        let rounds = self.rounds(Select::all().stream(stream.stream_id).from_round(from_round))?;
+        let profiles = stream.result_type.as_deref() == Some(PROFILE_BATCH_TYPE);
+        rounds
+            .into_iter()
+            .map(|r| {
+                let payload = if profiles {
+                    self.profile_batch(stream.stream_id, r.round)?
+                } else {
+                    self.final_result(stream.stream_id, r.round)?
+                };
+                Ok(StoredRound {
+                    round: r.round,
+                    covered: r.covered,
+                    expected: r.expected,
+                    missing: r.missing,
+                    payload: payload.unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    /// A passthrough round's profiles as stored (its pieces, for a don't-wait stream, one after the other, which
+    /// decodes as one batch); `None` if it has none (stored before schema version 3).
+    pub fn profile_batch(&self, stream_id: u32, round: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        if self.version < 3 {
+            return Ok(None);
+        }
+        profiles::read(&self.conn, stream_id, round).map_err(self.sqlite())
+    }
+
+    /// The result a round closed with (its last phase), if it has one.
+    pub fn final_result(&self, stream_id: u32, round: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT payload FROM results WHERE stream_id = ?1 AND round = ?2 AND late = 0
+                 ORDER BY phase DESC LIMIT 1",
+            )
+            .and_then(|mut st| {
+                st.query_row(rusqlite::params![stream_id, sat(round)], |r| {
+                    r.get::<_, Option<Vec<u8>>>(0)
+                })
+                .optional()
+            })
+            .map(Option::flatten)
+            .map_err(self.sqlite())
+    }
+
+    /// Rows of `samples`, by stream, round, app, rank, then as stored.
+    pub fn samples(&self, select: Select) -> Result<Vec<SampleRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, app, rank, event_id, calls, subrs, incl_us, excl_us, calls_total,
+                    subrs_total, incl_total_us, excl_total_us, dump_unix_ns, late
+             FROM samples{clause} ORDER BY stream_id, round, app, rank, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(SampleRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                app: r.get(2)?,
+                rank: r.get(3)?,
+                event_id: id_of(r.get(4)?),
+                calls: opt_u64(r, 5)?,
+                subrs: opt_u64(r, 6)?,
+                incl_us: r.get(7)?,
+                excl_us: r.get(8)?,
+                calls_total: opt_u64(r, 9)?,
+                subrs_total: opt_u64(r, 10)?,
+                incl_total_us: r.get(11)?,
+                excl_total_us: r.get(12)?,
+                dump_unix_ns: opt_u64(r, 13)?,
+                late: r.get(14)?,
+            })
+        })
+    }
+
+    /// Rows of `counters`, by stream, round, app, rank, then as stored.
+    pub fn counters(&self, select: Select) -> Result<Vec<CounterRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late
+             FROM counters{clause} ORDER BY stream_id, round, app, rank, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(CounterRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                app: r.get(2)?,
+                rank: r.get(3)?,
+                counter_id: id_of(r.get(4)?),
+                value: r.get(5)?,
+                total: r.get(6)?,
+                dump_unix_ns: opt_u64(r, 7)?,
+                late: r.get(8)?,
+            })
+        })
+    }
+
+    /// Rows of `results`, by stream, round, then as stored.
+    pub fn results(&self, select: Select) -> Result<Vec<ResultRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, phase, payload, late FROM results{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(ResultRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                phase: r.get(2)?,
+                payload: r.get::<_, Option<Vec<u8>>>(3)?.unwrap_or_default(),
+                late: r.get(4)?,
+            })
+        })
+    }
+
+    /// Rows of `stats`, by stream, round, then as stored.
+    pub fn stats(&self, select: Select) -> Result<Vec<StatRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, id, metric, count, mean, std, min, max, min_app, min_rank,
+                    max_app, max_rank, late
+             FROM stats{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(StatRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: r.get::<_, Option<i64>>(2)?.map(id_of),
+                id: id_of(r.get(3)?),
+                metric: metric(r, 4)?,
+                count: u64_at(r, 5)?,
+                mean: r.get(6)?,
+                std: r.get(7)?,
+                min: r.get(8)?,
+                max: r.get(9)?,
+                min_app: r.get(10)?,
+                min_rank: r.get(11)?,
+                max_app: r.get(12)?,
+                max_rank: r.get(13)?,
+                late: r.get(14)?,
+            })
+        })
+    }
+
+    /// Bins of `histograms`, by stream, round, then as stored.
+    pub fn histograms(&self, select: Select) -> Result<Vec<HistogramRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, id, metric, bin, lo, hi, count, late
+             FROM histograms{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(HistogramRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: r.get::<_, Option<i64>>(2)?.map(id_of),
+                id: id_of(r.get(3)?),
+                metric: metric(r, 4)?,
+                bin: r.get(5)?,
+                lo: r.get(6)?,
+                hi: r.get(7)?,
+                count: u64_at(r, 8)?,
+                late: r.get(9)?,
+            })
+        })
+    }
+
+    /// Rows of `classes`, by stream, round, then as stored.
+    pub fn classes(&self, select: Select) -> Result<Vec<ClassRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, size, ranks, example_event, late
+             FROM classes{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(ClassRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: id_of(r.get(2)?),
+                size: u64_at(r, 3)?,
+                ranks: r.get(4)?,
+                example_event: r.get(5)?,
+                late: r.get(6)?,
+            })
+        })
+    }
+
+    /// Rows of `reductions`, by stream, round, then as stored.
+    pub fn reductions(&self, select: Select) -> Result<Vec<ReductionRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, raw_bytes, result_bytes, reduction_factor, classes, late
+             FROM reductions{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(ReductionRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                raw_bytes: u64_at(r, 2)?,
+                result_bytes: u64_at(r, 3)?,
+                reduction_factor: r.get(4)?,
+                classes: opt_u64(r, 5)?,
+                late: r.get(6)?,
+            })
+        })
+    }
+
+    /// Rows of `late_arrivals`, in the order they arrived.
+    pub fn late_arrivals(&self, select: Select) -> Result<Vec<LateArrival>, StoreError> {
+        let (clause, values) = select.clause(false);
+        let sql = format!(
+            "SELECT stream_id, round, ranks, bytes, arrived_unix_ns FROM late_arrivals{clause} ORDER BY rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(LateArrival {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                ranks: r.get(2)?,
+                bytes: u64_at(r, 3)?,
+                arrived_unix_ns: opt_u64(r, 4)?,
+            })
+        })
+    }
+
+    /// Event and counter names (id, name), by name.
+    pub fn names(&self) -> Result<Vec<(u64, String)>, StoreError> {
+        self.rows("SELECT id, name FROM names ORDER BY name", &[], |r| {
+            Ok((id_of(r.get(0)?), r.get(1)?))
+        })
+    }
+
+    /// Names that share an id with an earlier one.
+    pub fn name_collisions(&self) -> Result<Vec<Collision>, StoreError> {
+        self.rows(
+            "SELECT id, existing, new FROM name_collisions ORDER BY rowid",
+            &[],
+            |r| {
+                Ok(Collision {
+                    id: id_of(r.get(0)?),
+                    existing: r.get(1)?,
+                    new: r.get(2)?,
+                })
+            },
+        )
+    }
+
+    /// The tree's nodes, by id.
+    pub fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
+        self.rows(
+            "SELECT node_id, COALESCE(kind, ''), parent, COALESCE(state, ''), COALESCE(ranks_below, 0), address,
+                    detail, first_seen_unix_ns, updated_unix_ns
+             FROM nodes ORDER BY node_id",
+            &[],
+            |r| {
+                Ok(NodeRow {
+                    node_id: r.get(0)?,
+                    kind: NodeKind::from_word(&r.get::<_, String>(1)?).unwrap_or(NodeKind::Unspecified),
+                    parent: r.get(2)?,
+                    state: NodeState::from_word(&r.get::<_, String>(3)?).unwrap_or(NodeState::Unspecified),
+                    ranks_below: r.get(4)?,
+                    address: r.get(5)?,
+                    detail: r.get(6)?,
+                    first_seen_unix_ns: opt_u64(r, 7)?,
+                    updated_unix_ns: opt_u64(r, 8)?,
+                })
+            },
+        )
+    }
+
+    /// One node, by id.
+    pub fn node(&self, node_id: &str) -> Result<Option<NodeRow>, StoreError> {
+        Ok(self.nodes()?.into_iter().find(|n| n.node_id == node_id))
+    }
+
+    fn rows<T>(
+        &self,
+        sql: &str,
+        values: &[i64],
+        f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut st| st.query_map(params_from_iter(values), f)?.collect())
+            .map_err(self.sqlite())
+    }
+
+    fn sqlite(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+/// The columns of a round before its missing counts.
+const ROUND_COLUMNS: &str = "stream_id, COALESCE(stream_name, ''), round, covered, expected, missing_reason, \
+                             late_ranks, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns";
+const ROUND_FIELDS: usize = 11;
+const REASON_COUNT: usize = crate::words::REASONS;
+
+fn round_row(r: &Row<'_>) -> rusqlite::Result<RoundRow> {
+    let mut missing = MissingCounts::default();
+    for (i, (reason, _)) in <canopy_proto::v1::MissingReason as Word>::WORDS
+        .iter()
+        .enumerate()
+    {
+        missing.set(*reason, r.get(ROUND_FIELDS + i)?);
+    }
+    Ok(RoundRow {
+        stream_id: r.get(0)?,
+        stream: r.get(1)?,
+        round: u64_at(r, 2)?,
+        covered: r.get(3)?,
+        expected: r.get(4)?,
+        missing_reason: r.get(5)?,
+        late_ranks: r.get(6)?,
+        result_bytes: u64_at(r, 7)?,
+        pieces: r.get(8)?,
+        first_dump_unix_ns: opt_u64(r, 9)?,
+        closed_unix_ns: opt_u64(r, 10)?,
+        missing,
+    })
+}
+
+fn u64_at(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    r.get::<_, i64>(i).map(unsigned)
+}
+
+fn opt_u64(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
+    Ok(r.get::<_, Option<i64>>(i)?.map(unsigned))
+}
+
+fn metric(r: &Row<'_>, i: usize) -> rusqlite::Result<Metric> {
+    Ok(Metric::from_word(&r.get::<_, String>(i)?).unwrap_or(Metric::Unspecified))
+}

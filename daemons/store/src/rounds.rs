@@ -1,0 +1,246 @@
+//! The `rounds` table: one row per (stream, round) with its coverage, the pieces of a don't-wait round
+//! added up in it.
+
+use std::sync::OnceLock;
+
+use canopy_proto::v1::MissingReason;
+use rusqlite::types::ToSql;
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use crate::sql::sat;
+use crate::words::{REASONS, Word, missing_column, reason_index};
+
+/// What the root knows about one closed round (or one piece of a don't-wait round).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundRecord {
+    pub stream_id: u32,
+    pub stream_name: String,
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: Vec<(MissingReason, u32)>,
+    /// 0 when unknown.
+    pub first_dump_unix_ns: u64,
+    /// 0 when unknown.
+    pub closed_unix_ns: u64,
+}
+
+/// Ranks missing from a round, per reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MissingCounts([u32; REASONS]);
+
+impl MissingCounts {
+    /// Ranks missing for `reason`.
+    pub fn get(&self, reason: MissingReason) -> u32 {
+        self.0[reason_index(reason)]
+    }
+
+    /// The reasons with ranks, in the proto's order.
+    pub fn iter(&self) -> impl Iterator<Item = (MissingReason, u32)> + '_ {
+        MissingReason::WORDS
+            .iter()
+            .map(|(r, _)| (*r, self.get(*r)))
+            .filter(|(_, n)| *n > 0)
+    }
+
+    /// Ranks missing for any reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|n| u64::from(*n)).sum()
+    }
+
+    pub(crate) fn set(&mut self, reason: MissingReason, ranks: u32) {
+        self.0[reason_index(reason)] = ranks;
+    }
+}
+
+/// The missing columns in the proto's order, as SQL: `missing_unspecified, missing_late, ...`.
+pub(crate) fn missing_columns() -> &'static str {
+    static COLUMNS: OnceLock<String> = OnceLock::new();
+    COLUMNS.get_or_init(|| {
+        MissingReason::WORDS
+            .iter()
+            .map(|(r, _)| missing_column(*r))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// Counts of one round row, kept in u64 so that summing pieces cannot overflow before saturation.
+#[derive(Debug, Default)]
+struct Tally {
+    covered: u64,
+    expected: u64,
+    missing: [u64; REASONS],
+    result_bytes: u64,
+    pieces: u64,
+    first_dump_unix_ns: Option<i64>,
+    closed_unix_ns: Option<i64>,
+}
+
+impl Tally {
+    fn of(rec: &RoundRecord, result_bytes: usize) -> Tally {
+        let mut t = Tally {
+            covered: rec.covered.into(),
+            expected: rec.expected.into(),
+            result_bytes: result_bytes as u64,
+            pieces: 1,
+            first_dump_unix_ns: (rec.first_dump_unix_ns > 0).then(|| sat(rec.first_dump_unix_ns)),
+            closed_unix_ns: (rec.closed_unix_ns > 0).then(|| sat(rec.closed_unix_ns)),
+            ..Tally::default()
+        };
+        for (reason, ranks) in &rec.missing {
+            t.missing[reason_index(*reason)] += u64::from(*ranks);
+        }
+        t
+    }
+
+    /// Adds a later piece of the same round. Ranks not waited for are whatever no piece has accounted for yet:
+    /// summing each piece's own "not waited" count would count a rank again after it arrived. Returns how many
+    /// ranks the pieces account for beyond `expected`, which only inconsistent callers produce.
+    fn merge(&mut self, piece: Tally) -> u64 {
+        let not_waited = reason_index(MissingReason::NotWaited);
+        self.covered += piece.covered;
+        self.expected = self.expected.max(piece.expected);
+        for (i, ranks) in piece.missing.iter().enumerate() {
+            self.missing[i] += ranks;
+        }
+        let accounted = self.covered
+            + self
+                .missing
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != not_waited)
+                .map(|(_, r)| r)
+                .sum::<u64>();
+        self.missing[not_waited] = self.expected.saturating_sub(accounted);
+        self.result_bytes += piece.result_bytes;
+        self.pieces += piece.pieces;
+        self.first_dump_unix_ns = match (self.first_dump_unix_ns, piece.first_dump_unix_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.closed_unix_ns = self.closed_unix_ns.max(piece.closed_unix_ns);
+        accounted.saturating_sub(self.expected)
+    }
+
+    /// "lost: 16, late: 2": the largest counts first, since they explain most of the gap.
+    fn reason_text(&self) -> Option<String> {
+        let mut parts: Vec<(u64, MissingReason)> = MissingReason::WORDS
+            .iter()
+            .map(|(r, _)| (self.missing[reason_index(*r)], *r))
+            .filter(|(n, _)| *n > 0)
+            .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        parts.sort_by(|a, b| b.0.cmp(&a.0).then((a.1 as i32).cmp(&(b.1 as i32))));
+        let text = parts
+            .iter()
+            .map(|(ranks, reason)| format!("{}: {ranks}", reason.word()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(text)
+    }
+}
+
+/// Upserts the row of `rec` (a later piece adds to it). Returns how many ranks the merged pieces account for
+/// beyond `expected` (0 when consistent).
+pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) -> rusqlite::Result<u64> {
+    static SELECT: OnceLock<String> = OnceLock::new();
+    static UPSERT: OnceLock<String> = OnceLock::new();
+    let select = SELECT.get_or_init(|| {
+        format!(
+            "SELECT covered, expected, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns, {}
+             FROM rounds WHERE stream_id = ?1 AND round = ?2",
+            missing_columns()
+        )
+    });
+    let upsert = UPSERT.get_or_init(|| {
+        let columns = format!(
+            "stream_id, stream_name, round, covered, expected, missing_reason, result_bytes, pieces, \
+             first_dump_unix_ns, closed_unix_ns, {}",
+            missing_columns()
+        );
+        let names: Vec<&str> = columns.split(", ").collect();
+        let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
+        let updates: Vec<String> = names
+            .iter()
+            .filter(|c| !matches!(**c, "stream_id" | "round"))
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!(
+            "INSERT INTO rounds ({columns}) VALUES ({}) ON CONFLICT (stream_id, round) DO UPDATE SET {}",
+            values.join(", "),
+            updates.join(", ")
+        )
+    });
+    let round = sat(rec.round);
+    let mut tally = Tally::of(rec, result_bytes);
+    let mut excess = 0;
+    let existing = tx
+        .prepare_cached(select)?
+        .query_row(params![rec.stream_id, round], |row| {
+            let mut t = Tally {
+                covered: row.get(0)?,
+                expected: row.get(1)?,
+                result_bytes: row.get(2)?,
+                pieces: row.get(3)?,
+                first_dump_unix_ns: row.get(4)?,
+                closed_unix_ns: row.get(5)?,
+                ..Tally::default()
+            };
+            for (i, slot) in t.missing.iter_mut().enumerate() {
+                *slot = row.get(6 + i)?;
+            }
+            Ok(t)
+        })
+        .optional()?;
+    if let Some(mut old) = existing {
+        excess = old.merge(tally);
+        tally = old;
+    }
+    let missing: Vec<i64> = tally.missing.iter().map(|n| sat(*n)).collect();
+    let (covered, expected, bytes, pieces) = (
+        sat(tally.covered),
+        sat(tally.expected),
+        sat(tally.result_bytes),
+        sat(tally.pieces),
+    );
+    let reason = tally.reason_text();
+    let mut values: Vec<&dyn ToSql> = vec![
+        &rec.stream_id,
+        &rec.stream_name,
+        &round,
+        &covered,
+        &expected,
+        &reason,
+        &bytes,
+        &pieces,
+        &tally.first_dump_unix_ns,
+        &tally.closed_unix_ns,
+    ];
+    values.extend(missing.iter().map(|n| n as &dyn ToSql));
+    tx.prepare_cached(upsert)?
+        .execute(rusqlite::params_from_iter(values))?;
+    Ok(excess)
+}
+
+/// A packet that reached the root after its round had closed: one `late_arrivals` row, and the round row's
+/// `late_ranks` grows by `ranks`. Returns whether the round has a row.
+pub(crate) fn add_late(
+    tx: &Transaction<'_>,
+    stream_id: u32,
+    round: u64,
+    ranks: u32,
+    bytes: u64,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    tx.prepare_cached(
+        "INSERT INTO late_arrivals (stream_id, round, ranks, bytes, arrived_unix_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![stream_id, sat(round), ranks, sat(bytes), now])?;
+    let updated = tx
+        .prepare_cached("UPDATE rounds SET late_ranks = late_ranks + ?3 WHERE stream_id = ?1 AND round = ?2")?
+        .execute(params![stream_id, sat(round), ranks])?;
+    Ok(updated > 0)
+}

@@ -1,0 +1,305 @@
+//! The schema, as an ordered list of migrations keyed on `PRAGMA user_version`: a new store runs them all, an
+//! older one runs those it lacks, so both end with the same tables. docs/architecture.md §6 describes them.
+
+use rusqlite::{Connection, OptionalExtension};
+use rusqlite_migration::{M, Migrations};
+
+/// The version of the schema this crate writes: `PRAGMA user_version` of every store it has opened for writing,
+/// also written to `meta.schema_version` for readers of the file (sqlite3, pandas), who check it before
+/// trusting column meanings.
+///
+/// - 1: the first schema (rounds, samples, counters, results, names, nodes, streams, meta, late arrivals and the
+///   standard filters' tables).
+/// - 2: `rounds.missing_dropped` (ranks that dropped a round in the application).
+/// - 3: `profile_batches`, every passthrough result as the encoded `ProfileBatch` it arrived as, so a replay
+///   sends exactly the bytes that were stored.
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
+const V1: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT
+);
+CREATE TABLE IF NOT EXISTS streams (
+    stream_id INTEGER PRIMARY KEY,
+    name TEXT,
+    filter TEXT,
+    params TEXT,
+    sync_mode TEXT,
+    timeout_ms INTEGER,
+    state TEXT,
+    failure TEXT,
+    opened_unix_ns INTEGER,
+    closed_unix_ns INTEGER,
+    result_type TEXT,
+    ranks TEXT
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    stream_id INTEGER NOT NULL,
+    stream_name TEXT,
+    round INTEGER NOT NULL,
+    covered INTEGER NOT NULL,
+    expected INTEGER NOT NULL,
+    missing_late INTEGER NOT NULL DEFAULT 0,
+    missing_lost INTEGER NOT NULL DEFAULT 0,
+    missing_stopped INTEGER NOT NULL DEFAULT 0,
+    missing_sampled_out INTEGER NOT NULL DEFAULT 0,
+    missing_malformed INTEGER NOT NULL DEFAULT 0,
+    missing_not_waited INTEGER NOT NULL DEFAULT 0,
+    missing_unspecified INTEGER NOT NULL DEFAULT 0,
+    missing_reason TEXT,
+    late_ranks INTEGER NOT NULL DEFAULT 0,
+    result_bytes INTEGER NOT NULL DEFAULT 0,
+    pieces INTEGER NOT NULL DEFAULT 1,
+    first_dump_unix_ns INTEGER,
+    closed_unix_ns INTEGER,
+    PRIMARY KEY (stream_id, round)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    calls INTEGER,
+    subrs INTEGER,
+    incl_us REAL,
+    excl_us REAL,
+    calls_total INTEGER,
+    subrs_total INTEGER,
+    incl_total_us REAL,
+    excl_total_us REAL,
+    dump_unix_ns INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS samples_by_round ON samples (stream_id, round);
+CREATE TABLE IF NOT EXISTS counters (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    counter_id INTEGER NOT NULL,
+    value REAL,
+    total REAL,
+    dump_unix_ns INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS counters_by_round ON counters (stream_id, round);
+CREATE TABLE IF NOT EXISTS results (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    phase INTEGER NOT NULL,
+    payload BLOB,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS results_by_round ON results (stream_id, round);
+CREATE TABLE IF NOT EXISTS names (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS name_collisions (
+    id INTEGER NOT NULL,
+    existing TEXT NOT NULL,
+    new TEXT NOT NULL,
+    seen_unix_ns INTEGER,
+    UNIQUE (id, existing, new)
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    node_id TEXT PRIMARY KEY,
+    kind TEXT,
+    parent TEXT,
+    state TEXT,
+    ranks_below INTEGER,
+    address TEXT,
+    detail TEXT,
+    first_seen_unix_ns INTEGER,
+    updated_unix_ns INTEGER
+);
+CREATE TABLE IF NOT EXISTS late_arrivals (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    ranks INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    arrived_unix_ns INTEGER
+);
+CREATE INDEX IF NOT EXISTS late_arrivals_by_round ON late_arrivals (stream_id, round);
+CREATE TABLE IF NOT EXISTS stats (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER,
+    id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    mean REAL,
+    std REAL,
+    min REAL,
+    max REAL,
+    min_app TEXT,
+    min_rank INTEGER,
+    max_app TEXT,
+    max_rank INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS stats_by_round ON stats (stream_id, round);
+CREATE TABLE IF NOT EXISTS histograms (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER,
+    id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    bin INTEGER NOT NULL,
+    lo REAL,
+    hi REAL,
+    count INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS histograms_by_round ON histograms (stream_id, round);
+CREATE TABLE IF NOT EXISTS classes (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    ranks TEXT NOT NULL,
+    example_event TEXT,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS classes_by_round ON classes (stream_id, round);
+CREATE TABLE IF NOT EXISTS reductions (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    result_bytes INTEGER NOT NULL,
+    reduction_factor REAL,
+    classes INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS reductions_by_round ON reductions (stream_id, round);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '1');
+";
+
+/// Version 2: ranks that dropped their dump of a round in the application.
+const V2: &str = "
+ALTER TABLE rounds ADD COLUMN missing_dropped INTEGER NOT NULL DEFAULT 0;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '2');
+";
+
+/// Version 3: passthrough results kept whole, beside the rows `samples` and `counters` take apart. A round
+/// stored before version 3 has its rows but no batch.
+const V3: &str = "
+CREATE TABLE profile_batches (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    batch BLOB NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX profile_batches_by_round ON profile_batches (stream_id, round);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '3');
+";
+
+/// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
+const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3)];
+
+fn migrations() -> Migrations<'static> {
+    Migrations::from_slice(MIGRATIONS)
+}
+
+/// Brings a store to [`SCHEMA_VERSION`]: all migrations for a new file, the missing ones for an older store.
+/// A file from a newer Canopy is refused.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), rusqlite_migration::Error> {
+    adopt_legacy(conn)?;
+    migrations().to_latest(conn)
+}
+
+/// Stores written before the migrations kept their version only in `meta.schema_version`, with
+/// `user_version` still 0: take it over, so the migrations start from there instead of from an empty file.
+fn adopt_legacy(conn: &Connection) -> rusqlite::Result<()> {
+    if user_version(conn)? != 0 {
+        return Ok(());
+    }
+    if let Some(v) = meta_version(conn)? {
+        conn.pragma_update(None, "user_version", v)?;
+    }
+    Ok(())
+}
+
+/// The schema version of a store: `user_version`, or `meta.schema_version` for a store written before the
+/// migrations; 0 for an empty file.
+pub(crate) fn version(conn: &Connection) -> rusqlite::Result<u32> {
+    match user_version(conn)? {
+        0 => Ok(meta_version(conn)?.unwrap_or(0)),
+        v => Ok(v),
+    }
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+}
+
+fn meta_version(conn: &Connection) -> rusqlite::Result<Option<u32>> {
+    let has_meta = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !has_meta {
+        return Ok(None);
+    }
+    let v: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(v.and_then(|v| v.parse().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use canopy_proto::v1::MissingReason;
+
+    use super::*;
+    use crate::words::{Word, missing_column};
+
+    #[test]
+    fn the_migrations_are_valid_and_reach_the_documented_version() {
+        migrations().validate().unwrap();
+        assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(meta_version(&conn).unwrap(), Some(SCHEMA_VERSION));
+        // Running them again changes nothing.
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn rounds_has_a_column_for_every_missing_reason() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let mut st = conn
+            .prepare("SELECT name FROM pragma_table_info('rounds')")
+            .unwrap();
+        let columns: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for (reason, _) in MissingReason::WORDS {
+            assert!(columns.contains(&missing_column(*reason)), "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn a_newer_store_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        assert!(migrate(&mut conn).is_err());
+    }
+}

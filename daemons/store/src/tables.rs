@@ -1,0 +1,241 @@
+//! The standard filters' results as tables: `stats`, `histograms`, `classes` and `reductions`, decoded from
+//! the result message a stream's filter declares (any plugin whose result type is one of the standard
+//! messages gets the same tables). Every result also stays whole in `results`.
+
+use canopy_proto::filters::v1::{
+    ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, StatsResult,
+};
+use prost::Message;
+use rusqlite::{Transaction, params};
+
+use crate::sql::{id_bits, sat};
+use crate::words::Word;
+
+const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
+const HISTOGRAM_RESULT: &str = "canopy.filters.v1.HistogramResult";
+const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
+
+/// Whether results of this type get tables.
+pub fn is_tabulated(result_type: &str) -> bool {
+    matches!(result_type, STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT)
+}
+
+/// Why a result could not become rows.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TableError {
+    #[error("not a {what}: {source}")]
+    Decode {
+        what: &'static str,
+        source: prost::DecodeError,
+    },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+fn decode<T: Message + Default>(what: &'static str, payload: &[u8]) -> Result<T, TableError> {
+    T::decode(payload).map_err(|source| TableError::Decode { what, source })
+}
+
+/// Writes the rows of one result; a payload that does not decode as its declared type is an error.
+pub(crate) fn write(
+    tx: &Transaction<'_>,
+    stream_id: u32,
+    round: u64,
+    result_type: &str,
+    payload: &[u8],
+    late: bool,
+) -> Result<(), TableError> {
+    let at = At {
+        stream_id,
+        round: sat(round),
+        late: i64::from(late),
+    };
+    match result_type {
+        STATS_RESULT => {
+            let r: StatsResult = decode("StatsResult", payload)?;
+            at.stats(tx, None, &r.stats)?;
+            at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
+        }
+        HISTOGRAM_RESULT => {
+            let r: HistogramResult = decode("HistogramResult", payload)?;
+            at.stats(tx, None, &r.stats)?;
+            at.histograms(tx, None, &r.histograms)?;
+            at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
+        }
+        CLASS_RESULT => {
+            let r: ClassResult = decode("ClassResult", payload)?;
+            for c in &r.classes {
+                let class = Some(c.class_id as i64);
+                tx.prepare_cached(
+                    "INSERT INTO classes (stream_id, round, class_id, size, ranks, example_event, late)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?
+                .execute(params![
+                    at.stream_id,
+                    at.round,
+                    c.class_id as i64,
+                    c.size,
+                    ranges_text(&c.ranks),
+                    c.example_event,
+                    at.late
+                ])?;
+                at.stats(tx, class, &c.stats)?;
+                at.histograms(tx, class, &c.histograms)?;
+            }
+            let classes = Some(r.classes.len() as i64);
+            at.reduction(tx, r.raw_bytes, r.result_bytes, classes)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Rank ranges as text: `app:0-7,9,12-15`, the app named once for each run of its ranges.
+pub fn ranges_text(ranges: &[RankRange]) -> String {
+    let mut out = String::new();
+    let mut app: Option<&str> = None;
+    for r in ranges {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if app != Some(r.app.as_str()) && !r.app.is_empty() {
+            out.push_str(&r.app);
+            out.push(':');
+        }
+        app = Some(r.app.as_str());
+        if r.first == r.last {
+            out.push_str(&r.first.to_string());
+        } else {
+            out.push_str(&format!("{}-{}", r.first, r.last));
+        }
+    }
+    out
+}
+
+fn metric_word(m: i32) -> &'static str {
+    Metric::try_from(m).unwrap_or(Metric::Unspecified).word()
+}
+
+/// The key every row of one result shares.
+struct At {
+    stream_id: u32,
+    round: i64,
+    late: i64,
+}
+
+impl At {
+    fn stats(&self, tx: &Transaction<'_>, class: Option<i64>, stats: &[EventStats]) -> rusqlite::Result<()> {
+        let mut st = tx.prepare_cached(
+            "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
+                                min_app, min_rank, max_app, max_rank, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        )?;
+        for s in stats {
+            let sum = s.summary.clone().unwrap_or_default();
+            let (min_r, max_r) = (sum.min_rank.unwrap_or_default(), sum.max_rank.unwrap_or_default());
+            st.execute(params![
+                self.stream_id,
+                self.round,
+                class,
+                id_bits(s.id),
+                metric_word(s.metric),
+                sat(sum.count),
+                sum.mean,
+                sum.std,
+                sum.min,
+                sum.max,
+                min_r.app,
+                min_r.rank,
+                max_r.app,
+                max_r.rank,
+                self.late
+            ])?;
+        }
+        Ok(())
+    }
+
+    fn histograms(
+        &self,
+        tx: &Transaction<'_>,
+        class: Option<i64>,
+        histograms: &[Histogram],
+    ) -> rusqlite::Result<()> {
+        let mut st = tx.prepare_cached(
+            "INSERT INTO histograms (stream_id, round, class_id, id, metric, bin, lo, hi, count, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?;
+        for h in histograms {
+            let bins = h.counts.len().max(1) as f64;
+            let width = (h.hi - h.lo) / bins;
+            for (b, count) in h.counts.iter().enumerate() {
+                let lo = h.lo + width * b as f64;
+                let hi = if b + 1 == h.counts.len() {
+                    h.hi
+                } else {
+                    h.lo + width * (b + 1) as f64
+                };
+                st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    class,
+                    id_bits(h.id),
+                    metric_word(h.metric),
+                    b as i64,
+                    lo,
+                    hi,
+                    sat(*count),
+                    self.late
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reduction(
+        &self,
+        tx: &Transaction<'_>,
+        raw_bytes: u64,
+        result_bytes: u64,
+        classes: Option<i64>,
+    ) -> rusqlite::Result<()> {
+        let factor = if result_bytes == 0 {
+            None
+        } else {
+            Some(raw_bytes as f64 / result_bytes as f64)
+        };
+        tx.prepare_cached(
+            "INSERT INTO reductions (stream_id, round, raw_bytes, result_bytes, reduction_factor, classes, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            self.stream_id,
+            self.round,
+            sat(raw_bytes),
+            sat(result_bytes),
+            factor,
+            classes,
+            self.late
+        ])?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_read_as_text() {
+        let r = |app: &str, first, last| RankRange {
+            app: app.into(),
+            first,
+            last,
+        };
+        assert_eq!(ranges_text(&[r("", 0, 0), r("", 2, 9)]), "0,2-9");
+        assert_eq!(ranges_text(&[r("lulesh", 4, 7)]), "lulesh:4-7");
+        assert_eq!(
+            ranges_text(&[r("a", 0, 7), r("a", 9, 9), r("b", 0, 1)]),
+            "a:0-7,9,b:0-1"
+        );
+    }
+}

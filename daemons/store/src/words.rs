@@ -1,0 +1,158 @@
+//! The one codec between Canopy's enumerations and the short lowercase words the store holds (`agent`, `lost`,
+//! `wait_for_all`, `exclusive`, `open`). The writer, the reader, the API and the logs all go through it, so a
+//! new variant is added in one table here and nowhere else.
+
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::{MissingReason, NodeKind, NodeState, SyncMode};
+
+/// An enumeration the store writes as a word.
+pub trait Word: Copy + PartialEq + Sized + 'static {
+    /// Every variant with its word, in the enumeration's order.
+    const WORDS: &'static [(Self, &'static str)];
+
+    /// The word stored for this variant.
+    fn word(self) -> &'static str {
+        Self::WORDS
+            .iter()
+            .find(|(v, _)| *v == self)
+            .map_or("unspecified", |(_, w)| w)
+    }
+
+    /// The variant a stored word names; `None` for a word this version does not know.
+    fn from_word(word: &str) -> Option<Self> {
+        Self::WORDS.iter().find(|(_, w)| *w == word).map(|(v, _)| *v)
+    }
+}
+
+macro_rules! words {
+    ($ty:ty { $($variant:ident => $word:literal),+ $(,)? }) => {
+        impl Word for $ty {
+            const WORDS: &'static [(Self, &'static str)] = &[$((<$ty>::$variant, $word)),+];
+        }
+    };
+}
+
+// In the proto's numbering: `rounds` has one `missing_<word>` column per reason, found by this index.
+words!(MissingReason {
+    Unspecified => "unspecified",
+    Late => "late",
+    Lost => "lost",
+    Stopped => "stopped",
+    SampledOut => "sampled_out",
+    Malformed => "malformed",
+    NotWaited => "not_waited",
+    Dropped => "dropped",
+});
+
+words!(NodeKind {
+    Unspecified => "unspecified",
+    Agent => "agent",
+    Relay => "relay",
+    Frontend => "frontend",
+});
+
+words!(NodeState {
+    Unspecified => "unspecified",
+    Attached => "attached",
+    Lost => "lost",
+    Finished => "finished",
+});
+
+words!(SyncMode {
+    Unspecified => "unspecified",
+    WaitForAll => "wait_for_all",
+    DontWait => "dont_wait",
+});
+
+// The `metric` column of `stats` and `histograms`.
+words!(Metric {
+    Unspecified => "unspecified",
+    Calls => "calls",
+    Inclusive => "inclusive",
+    Exclusive => "exclusive",
+    Counter => "counter",
+});
+
+/// A stream's state as the store records it (`streams.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamState {
+    Open,
+    Closed,
+    Failed,
+}
+
+impl StreamState {
+    /// Whether the stream has ended (it gets a `closed_unix_ns`).
+    pub fn is_ended(self) -> bool {
+        matches!(self, StreamState::Closed | StreamState::Failed)
+    }
+}
+
+words!(StreamState {
+    Open => "open",
+    Closed => "closed",
+    Failed => "failed",
+});
+
+/// How many missing reasons there are: the length of the per-reason counts.
+pub const REASONS: usize = <MissingReason as Word>::WORDS.len();
+
+/// The index of a reason in per-reason counts (its proto number; the test below keeps the two equal).
+pub(crate) fn reason_index(reason: MissingReason) -> usize {
+    reason as usize
+}
+
+/// The `rounds` column that counts ranks missing for `reason`.
+pub(crate) fn missing_column(reason: MissingReason) -> String {
+    format!("missing_{}", reason.word())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks every variant prost knows (numbers 0..64) against the table: a word, the same variant back, the
+    /// word older stores hold (the proto name less its prefix, lowercase), and no word twice.
+    fn round_trips<T: Word + std::fmt::Debug + TryFrom<i32>>(
+        prefix: &str,
+        name: impl Fn(&T) -> &'static str,
+    ) {
+        let mut seen = 0;
+        for n in 0..64 {
+            let Ok(v) = T::try_from(n) else { continue };
+            seen += 1;
+            let word = v.word();
+            assert_eq!(T::from_word(word), Some(v), "{v:?}");
+            let legacy = name(&v).strip_prefix(prefix).unwrap().to_ascii_lowercase();
+            assert_eq!(word, legacy, "{v:?}");
+        }
+        assert_eq!(seen, T::WORDS.len(), "a variant has no word");
+        let mut words: Vec<_> = T::WORDS.iter().map(|(_, w)| *w).collect();
+        words.sort_unstable();
+        words.dedup();
+        assert_eq!(words.len(), T::WORDS.len(), "a word is used twice");
+        assert_eq!(T::from_word("no such word"), None);
+    }
+
+    #[test]
+    fn every_variant_round_trips_through_its_word() {
+        round_trips::<MissingReason>("MISSING_REASON_", MissingReason::as_str_name);
+        round_trips::<NodeKind>("NODE_KIND_", NodeKind::as_str_name);
+        round_trips::<NodeState>("NODE_STATE_", NodeState::as_str_name);
+        round_trips::<SyncMode>("SYNC_MODE_", SyncMode::as_str_name);
+        round_trips::<Metric>("METRIC_", Metric::as_str_name);
+        for (state, word) in StreamState::WORDS {
+            assert_eq!(StreamState::from_word(word), Some(*state));
+            assert_eq!(state.word(), *word);
+        }
+        assert_eq!(StreamState::WORDS.len(), 3);
+    }
+
+    #[test]
+    fn reasons_are_listed_in_proto_order() {
+        for (i, (reason, _)) in MissingReason::WORDS.iter().enumerate() {
+            assert_eq!(reason_index(*reason), i, "{reason:?}");
+        }
+        assert_eq!(missing_column(MissingReason::SampledOut), "missing_sampled_out");
+    }
+}

@@ -1,0 +1,637 @@
+//! The typed reader over what the store wrote, replays byte for byte, and stores written by older versions.
+
+mod common;
+
+use canopy_proto::filters::v1::{
+    Class, ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, RankRef, StatsResult,
+    Summary,
+};
+use canopy_proto::v1::{
+    EventSample, MissingReason, NodeEvent, NodeKind, NodeState, ProfileBatch, RankProfile, SyncMode,
+};
+use canopy_store::{
+    Collision, PROFILE_BATCH_TYPE, Payload, RoundCursor, SCHEMA_VERSION, Select, Store, StoreError,
+    StoreReader, StreamState, Table,
+};
+use common::*;
+use prost::Message;
+use rusqlite::Connection;
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("canopy-store-read-")
+        .tempdir()
+        .unwrap()
+}
+
+fn summary(count: u64, mean: f64) -> Option<Summary> {
+    Some(Summary {
+        count,
+        mean,
+        m2: 5.0,
+        std: 1.118,
+        min: 1.0,
+        max: 4.0,
+        min_rank: Some(RankRef {
+            app: "a".into(),
+            rank: 0,
+        }),
+        max_rank: Some(RankRef {
+            app: "a".into(),
+            rank: 3,
+        }),
+    })
+}
+
+/// A batch the old rebuild from rows could not reproduce: dump times, metric bits, a NaN, ranks out of order.
+fn odd_batch(ranks: &[u32]) -> Vec<u8> {
+    ProfileBatch {
+        profiles: ranks
+            .iter()
+            .map(|&rank| RankProfile {
+                app: "lulesh".into(),
+                rank,
+                round: 3,
+                dump_unix_ns: 5_000 + u64::from(rank),
+                metrics: 4,
+                events: vec![EventSample {
+                    event_id: 17,
+                    excl_us: if rank == 0 { f64::NAN } else { 1.5 },
+                    ..EventSample::default()
+                }],
+                counters: Vec::new(),
+            })
+            .collect(),
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn a_replayed_passthrough_round_is_the_stored_batch_byte_for_byte() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let mut s = spec(1);
+    store
+        .put_stream(&s, StreamState::Open, None, Some(PROFILE_BATCH_TYPE))
+        .unwrap();
+    let whole = odd_batch(&[5, 0, 3]);
+    store
+        .write_round(&record(1, 3, 3, 3, &[]), Payload::Profiles(&whole))
+        .unwrap();
+    // Late data of the round is not part of what it closed with.
+    let late = odd_batch(&[9]);
+    store.write_late(1, 3, 1, 9, Payload::Profiles(&late)).unwrap();
+    // A don't-wait stream: two pieces of one round.
+    s.stream_id = 2;
+    s.sync_mode = SyncMode::DontWait as i32;
+    store
+        .put_stream(&s, StreamState::Open, None, Some(PROFILE_BATCH_TYPE))
+        .unwrap();
+    let (a, b) = (odd_batch(&[1]), odd_batch(&[2, 4]));
+    let piece = |covered| record(2, 3, covered, 3, &[(MissingReason::NotWaited, 3 - covered)]);
+    store.write_round(&piece(1), Payload::Profiles(&a)).unwrap();
+    store.write_round(&piece(2), Payload::Profiles(&b)).unwrap();
+
+    let reader = StoreReader::open(store.path()).unwrap();
+    let streams = reader.streams().unwrap();
+    let replayed = reader.stored_rounds(&streams[0], 0).unwrap();
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(
+        replayed[0].payload, whole,
+        "the replay is the stored batch, byte for byte"
+    );
+    assert_eq!(
+        (replayed[0].round, replayed[0].covered, replayed[0].expected),
+        (3, 3, 3)
+    );
+    let pieces = reader.stored_rounds(&streams[1], 0).unwrap();
+    assert_eq!(pieces[0].payload, [a.clone(), b.clone()].concat());
+    let merged = ProfileBatch::decode(pieces[0].payload.as_slice()).unwrap();
+    let ranks: Vec<u32> = merged.profiles.iter().map(|p| p.rank).collect();
+    assert_eq!(ranks, [1, 2, 4]);
+    assert!(reader.stored_rounds(&streams[0], 4).unwrap().is_empty());
+}
+
+#[test]
+fn every_table_reads_back_typed() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    store.set_meta("tree", "kary:2^2").unwrap();
+    store
+        .put_stream(&spec(1), StreamState::Open, None, Some(PROFILE_BATCH_TYPE))
+        .unwrap();
+    let mut stats_spec = spec(2);
+    stats_spec.filter = "stats".into();
+    stats_spec.name = "stats".into();
+    stats_spec.sync_mode = SyncMode::DontWait as i32;
+    store
+        .put_stream(&stats_spec, StreamState::Open, None, None)
+        .unwrap();
+    store
+        .put_stream(
+            &stats_spec,
+            StreamState::Failed,
+            Some("filter panicked"),
+            Some("canopy.filters.v1.StatsResult"),
+        )
+        .unwrap();
+    let batch = profiles("lulesh", 0..2, 2, 1);
+    store
+        .write_round(
+            &record(1, 7, 2, 4, &[(MissingReason::Lost, 2)]),
+            Payload::Profiles(&batch),
+        )
+        .unwrap();
+    store
+        .write_round(&record(1, 8, 4, 4, &[]), Payload::Profiles(&batch))
+        .unwrap();
+    let late = profiles("lulesh", 2..3, 1, 0);
+    store
+        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late))
+        .unwrap();
+    let stats = StatsResult {
+        stats: vec![EventStats {
+            id: u64::MAX,
+            metric: Metric::Exclusive as i32,
+            summary: summary(4, 2.5),
+        }],
+        raw_bytes: 1000,
+    }
+    .encode_to_vec();
+    let blob = Payload::Blob {
+        phase: 1,
+        payload: &stats,
+    };
+    store.write_round(&record(2, 7, 4, 4, &[]), blob).unwrap();
+    store
+        .write_filter_tables(2, 7, "canopy.filters.v1.StatsResult", &stats, false)
+        .unwrap();
+    store
+        .put_names(&[(u64::MAX, "MPI_Allreduce".into()), (5, "A".into())])
+        .unwrap();
+    store.put_names(&[(5, "B".into())]).unwrap();
+    store
+        .put_node(&NodeEvent {
+            node_id: "n1:0".into(),
+            parent_id: "fe:0".into(),
+            kind: NodeKind::Agent as i32,
+            state: NodeState::Lost as i32,
+            ranks_below: 4,
+            address: "10.0.0.1:7401".into(),
+            detail: "reset".into(),
+            ranks_announced: 0,
+        })
+        .unwrap();
+
+    let r = StoreReader::open(store.path()).unwrap();
+    assert_eq!(r.schema_version(), SCHEMA_VERSION);
+    assert_eq!(r.meta("tree").unwrap().as_deref(), Some("kary:2^2"));
+    assert_eq!(r.meta("nope").unwrap(), None);
+
+    let streams = r.streams().unwrap();
+    assert_eq!(streams.len(), 2);
+    let (one, two) = (&streams[0], &streams[1]);
+    assert_eq!(
+        (
+            one.stream_id,
+            one.name.as_str(),
+            one.filter.as_str(),
+            one.params.as_str(),
+            one.sync_mode
+        ),
+        (1, "profiles", "passthrough", "{}", SyncMode::WaitForAll)
+    );
+    assert_eq!(
+        (one.state, one.rounds, one.full_rounds, one.late_packets),
+        (Some(StreamState::Open), 2, 1, 1)
+    );
+    assert_eq!(one.result_type.as_deref(), Some(PROFILE_BATCH_TYPE));
+    assert!(one.opened_unix_ns.is_some() && one.closed_unix_ns.is_none());
+    assert_eq!(
+        (
+            two.state,
+            two.failure.as_deref(),
+            two.sync_mode,
+            two.result_type.as_deref()
+        ),
+        (
+            Some(StreamState::Failed),
+            Some("filter panicked"),
+            SyncMode::DontWait,
+            Some("canopy.filters.v1.StatsResult")
+        )
+    );
+    assert!(two.closed_unix_ns.is_some());
+    assert_eq!(r.stream_named("stats").unwrap().unwrap().stream_id, 2);
+    assert_eq!(r.stream(3).unwrap(), None);
+
+    let rounds = r.rounds(Select::all()).unwrap();
+    assert_eq!(rounds.len(), 3);
+    let first = &rounds[0];
+    assert_eq!(
+        (
+            first.stream_id,
+            first.stream.as_str(),
+            first.round,
+            first.covered,
+            first.expected
+        ),
+        (1, "s1", 7, 2, 4)
+    );
+    assert_eq!(first.missing.get(MissingReason::Lost), 2);
+    assert_eq!(
+        first.missing.iter().collect::<Vec<_>>(),
+        [(MissingReason::Lost, 2)]
+    );
+    assert_eq!(first.missing.total(), 2);
+    assert_eq!(first.missing_reason.as_deref(), Some("lost: 2"));
+    assert_eq!(
+        (first.late_ranks, first.result_bytes, first.pieces),
+        (1, batch.len() as u64, 1)
+    );
+    assert_eq!(
+        (first.first_dump_unix_ns, first.closed_unix_ns),
+        (Some(1_000), Some(2_000))
+    );
+    assert!(!first.is_full() && rounds[1].is_full());
+    assert_eq!(
+        r.rounds(Select::all().stream(1).from_round(8)).unwrap(),
+        [rounds[1].clone()]
+    );
+    assert_eq!(r.max_round().unwrap(), Some(8));
+
+    let samples = r.samples(Select::all()).unwrap();
+    assert_eq!(samples.len(), 2 * 2 * 2 + 1);
+    let s = &samples[0];
+    assert_eq!(
+        (
+            s.stream_id,
+            s.round,
+            s.app.as_str(),
+            s.rank,
+            s.event_id,
+            s.calls,
+            s.subrs
+        ),
+        (1, 7, "lulesh", 0, u64::MAX, Some(0), Some(1))
+    );
+    assert_eq!(
+        (
+            s.incl_us,
+            s.excl_us,
+            s.calls_total,
+            s.subrs_total,
+            s.incl_total_us,
+            s.excl_total_us
+        ),
+        (
+            Some(0.5),
+            Some(0.25),
+            Some(100),
+            Some(101),
+            Some(100.5),
+            Some(100.25)
+        )
+    );
+    assert_eq!((s.dump_unix_ns, s.late), (Some(1_000), false));
+    let late_rows = r.samples(Select::all().late(true)).unwrap();
+    assert_eq!(late_rows.len(), 1);
+    assert_eq!((late_rows[0].rank, late_rows[0].round), (2, 7));
+    assert_eq!(r.samples(Select::all().from_round(8)).unwrap().len(), 4);
+    let counters = r.counters(Select::all().stream(1)).unwrap();
+    assert_eq!(counters.len(), 4);
+    assert_eq!(
+        (
+            counters[1].rank,
+            counters[1].counter_id,
+            counters[1].value,
+            counters[1].total
+        ),
+        (1, 42, Some(1.5), Some(9.0))
+    );
+
+    let results = r.results(Select::all()).unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        (
+            results[0].stream_id,
+            results[0].round,
+            results[0].phase,
+            results[0].late
+        ),
+        (2, 7, 1, false)
+    );
+    assert_eq!(results[0].payload, stats);
+    assert_eq!(r.final_result(2, 7).unwrap(), Some(stats.clone()));
+    let stat_rows = r.stats(Select::all()).unwrap();
+    assert_eq!(stat_rows.len(), 1);
+    let st = &stat_rows[0];
+    assert_eq!(
+        (
+            st.id,
+            st.metric,
+            st.count,
+            st.mean,
+            st.class_id,
+            st.max_rank,
+            st.max_app.as_deref()
+        ),
+        (
+            u64::MAX,
+            Metric::Exclusive,
+            4,
+            Some(2.5),
+            None,
+            Some(3),
+            Some("a")
+        )
+    );
+    let reductions = r.reductions(Select::all()).unwrap();
+    assert_eq!(reductions.len(), 1);
+    assert_eq!(
+        (
+            reductions[0].raw_bytes,
+            reductions[0].result_bytes,
+            reductions[0].classes
+        ),
+        (1000, stats.len() as u64, None)
+    );
+    assert!(reductions[0].reduction_factor.unwrap() > 1.0);
+
+    let arrivals = r.late_arrivals(Select::all()).unwrap();
+    assert_eq!(arrivals.len(), 1);
+    assert_eq!(
+        (
+            arrivals[0].stream_id,
+            arrivals[0].round,
+            arrivals[0].ranks,
+            arrivals[0].bytes
+        ),
+        (1, 7, 1, late.len() as u64)
+    );
+    assert!(arrivals[0].arrived_unix_ns.is_some());
+
+    assert_eq!(
+        r.names().unwrap(),
+        [(5, "A".to_string()), (u64::MAX, "MPI_Allreduce".to_string())]
+    );
+    assert_eq!(
+        r.name_collisions().unwrap(),
+        [Collision {
+            id: 5,
+            existing: "A".into(),
+            new: "B".into()
+        }]
+    );
+    let node = r.node("n1:0").unwrap().unwrap();
+    assert_eq!(
+        (node.kind, node.state, node.parent.as_deref(), node.ranks_below),
+        (NodeKind::Agent, NodeState::Lost, Some("fe:0"), 4)
+    );
+    assert_eq!(
+        (node.address.as_deref(), node.detail.as_deref()),
+        (Some("10.0.0.1:7401"), Some("reset"))
+    );
+    assert_eq!(r.nodes().unwrap().len(), 1);
+
+    let sum = r.summary().unwrap();
+    assert_eq!(
+        (
+            sum.rounds,
+            sum.streams,
+            sum.full_rounds,
+            sum.covered,
+            sum.expected,
+            sum.late_packets
+        ),
+        (3, 2, 2, 10, 12, 1)
+    );
+    assert_eq!(sum.result_bytes, 2 * batch.len() as u64 + stats.len() as u64);
+    assert!((sum.coverage_pct() - 100.0 * 10.0 / 12.0).abs() < 1e-9);
+    assert_eq!(r.count(Table::Samples).unwrap(), 9);
+    assert_eq!(r.count(Table::ProfileBatches).unwrap(), 3);
+    assert_eq!(
+        r.count_where(Table::Samples, Select::all().late(false).from_round(8))
+            .unwrap(),
+        4
+    );
+    assert_eq!(r.count_where(Table::Names, Select::all().stream(9)).unwrap(), 2);
+}
+
+#[test]
+fn new_rounds_follow_the_store_as_rounds_land() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let r = StoreReader::open(store.path()).unwrap();
+    let mut cursor = RoundCursor::default();
+    assert!(r.new_rounds(&mut cursor).unwrap().is_empty());
+    store
+        .write_round(&record(1, 0, 1, 1, &[]), Payload::None)
+        .unwrap();
+    store
+        .write_round(&record(2, 0, 1, 1, &[]), Payload::None)
+        .unwrap();
+    let seen: Vec<_> = r
+        .new_rounds(&mut cursor)
+        .unwrap()
+        .iter()
+        .map(|r| r.stream_id)
+        .collect();
+    assert_eq!(seen, [1, 2]);
+    assert!(r.new_rounds(&mut cursor).unwrap().is_empty());
+    store
+        .write_round(&record(1, 1, 1, 1, &[]), Payload::None)
+        .unwrap();
+    let seen: Vec<_> = r
+        .new_rounds(&mut cursor)
+        .unwrap()
+        .iter()
+        .map(|r| (r.stream_id, r.round))
+        .collect();
+    assert_eq!(seen, [(1, 1)]);
+}
+
+#[test]
+fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let histogram = HistogramResult {
+        stats: Vec::new(),
+        histograms: vec![Histogram {
+            id: 3,
+            metric: Metric::Inclusive as i32,
+            lo: 0.0,
+            hi: 10.0,
+            counts: vec![1, 0, 3, 4],
+        }],
+        raw_bytes: 100,
+        ..HistogramResult::default()
+    }
+    .encode_to_vec();
+    store
+        .write_filter_tables(1, 2, "canopy.filters.v1.HistogramResult", &histogram, true)
+        .unwrap();
+    let classes = ClassResult {
+        classes: vec![Class {
+            class_id: 7,
+            size: 9,
+            ranks: vec![RankRange {
+                app: "sim".into(),
+                first: 1,
+                last: 9,
+            }],
+            example_event: "Patch 1 -> x".into(),
+            ..Class::default()
+        }],
+        raw_bytes: 900,
+        result_bytes: 90,
+        ..ClassResult::default()
+    }
+    .encode_to_vec();
+    store
+        .write_filter_tables(3, 4, "canopy.filters.v1.ClassResult", &classes, false)
+        .unwrap();
+    let err = store
+        .write_filter_tables(1, 8, "canopy.filters.v1.StatsResult", &[0xff, 0xff], false)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Decode {
+                what: "StatsResult",
+                stream_id: 1,
+                round: 8,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("cannot decode the StatsResult of stream 1 round 8: "),
+        "{err}"
+    );
+
+    let r = StoreReader::open(store.path()).unwrap();
+    let bins = r.histograms(Select::all()).unwrap();
+    let shape: Vec<_> = bins
+        .iter()
+        .map(|b| (b.bin, b.lo, b.hi, b.count, b.late))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (0, Some(0.0), Some(2.5), 1, true),
+            (1, Some(2.5), Some(5.0), 0, true),
+            (2, Some(5.0), Some(7.5), 3, true),
+            (3, Some(7.5), Some(10.0), 4, true),
+        ]
+    );
+    assert!(
+        bins.iter()
+            .all(|b| b.metric == Metric::Inclusive && b.id == 3 && b.class_id.is_none())
+    );
+    let rows = r.classes(Select::all()).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].class_id,
+            rows[0].size,
+            rows[0].ranks.as_str(),
+            rows[0].example_event.as_deref()
+        ),
+        (7, 9, "sim:1-9", Some("Patch 1 -> x"))
+    );
+    let reductions = r.reductions(Select::all().stream(3)).unwrap();
+    assert_eq!(
+        (reductions[0].classes, reductions[0].reduction_factor),
+        (Some(1), Some(10.0))
+    );
+    // The bad result left nothing behind.
+    assert_eq!(r.count(Table::Stats).unwrap(), 0);
+    assert_eq!(
+        r.count_where(Table::Reductions, Select::all().stream(1)).unwrap(),
+        1
+    );
+}
+
+/// A store as the front-end wrote it before the migrations: `user_version` 0, version 2 in `meta`.
+fn legacy_v2(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("run-legacy.sqlite");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(include_str!("legacy_v2.sql")).unwrap();
+    conn.execute_batch(
+        "INSERT INTO streams (stream_id, name, filter, params, sync_mode, timeout_ms, state, result_type, ranks)
+         VALUES (1, 'passthrough', 'passthrough', '', 'wait_for_all', 1000, 'open', 'canopy.v1.ProfileBatch', '');
+         INSERT INTO rounds (stream_id, stream_name, round, covered, expected, missing_dropped, missing_reason)
+         VALUES (1, 'passthrough', 0, 3, 4, 1, 'dropped: 1');
+         INSERT INTO samples (stream_id, round, app, rank, event_id, calls) VALUES (1, 0, 'app', 0, 17, 5);",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_version_2_store_reads_and_migrates_forward() {
+    let dir = tempdir();
+    let path = legacy_v2(dir.path());
+    let old = StoreReader::open(&path).unwrap();
+    assert_eq!(old.schema_version(), 2);
+    let rounds = old.rounds(Select::all()).unwrap();
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(
+        (rounds[0].covered, rounds[0].missing.get(MissingReason::Dropped)),
+        (3, 1)
+    );
+    assert_eq!(old.samples(Select::all()).unwrap()[0].calls, Some(5));
+    // No batches were kept before version 3: a replay has the coverage and an empty result.
+    let stream = old.stream(1).unwrap().unwrap();
+    let replayed = old.stored_rounds(&stream, 0).unwrap();
+    assert_eq!((replayed[0].covered, replayed[0].payload.len()), (3, 0));
+    drop(old);
+
+    let mut store = Store::open(&path).unwrap();
+    let batch = profiles("app", 0..2, 1, 0);
+    store
+        .write_round(&record(1, 1, 2, 2, &[]), Payload::Profiles(&batch))
+        .unwrap();
+    drop(store);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(one_i64(&conn, "PRAGMA user_version"), i64::from(SCHEMA_VERSION));
+    assert_eq!(
+        table(&conn, "SELECT key, value FROM meta ORDER BY key"),
+        [
+            "pid|4242",
+            format!("schema_version|{SCHEMA_VERSION}").as_str(),
+            "started_unix_ns|1700000000000000000"
+        ]
+    );
+    let reader = StoreReader::open(&path).unwrap();
+    assert_eq!(reader.schema_version(), SCHEMA_VERSION);
+    let replayed = reader.stored_rounds(&stream, 0).unwrap();
+    assert_eq!(replayed.len(), 2);
+    assert_eq!((replayed[0].round, replayed[0].payload.len()), (0, 0));
+    assert_eq!((replayed[1].round, &replayed[1].payload), (1, &batch));
+    assert_eq!(reader.samples(Select::all()).unwrap().len(), 3);
+}
+
+#[test]
+fn a_store_from_a_newer_canopy_is_refused() {
+    let dir = tempdir();
+    let store = Store::create(dir.path()).unwrap();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let conn = Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    drop(conn);
+    let err = StoreReader::open(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Version { found, .. } if found == SCHEMA_VERSION + 1),
+        "{err:?}"
+    );
+    assert!(matches!(
+        Store::open(&path).unwrap_err(),
+        StoreError::Migrate { .. }
+    ));
+}

@@ -1,0 +1,528 @@
+//! The store as the front-end writes it: every column of every table read back with plain SQL, as a user of
+//! the file would (this crate is the one place that may).
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::Duration;
+
+use canopy_proto::v1::{MissingReason, NodeEvent, NodeKind, NodeState, SyncMode};
+use canopy_store::{Collision, LATEST, Payload, Store, StoreError, StreamState};
+use common::*;
+use rusqlite::Connection;
+
+fn tempdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("canopy-store-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
+#[test]
+fn every_column_reads_back_from_a_fresh_connection() {
+    let dir = tempdir("readback");
+    let before = now_unix_ns();
+    let mut store = Store::create(dir.path()).unwrap();
+    store.set_meta("tree", "kary:2^2").unwrap();
+    store.put_stream(&spec(1), StreamState::Open, None, None).unwrap();
+    let batch = profiles("lulesh", 0..2, 2, 1);
+    let rec = record(1, 7, 2, 4, &[(MissingReason::Lost, 2)]);
+    store.write_round(&rec, Payload::Profiles(&batch)).unwrap();
+    let blob = Payload::Blob {
+        phase: 1,
+        payload: b"hist",
+    };
+    store.write_round(&record(2, 7, 4, 4, &[]), blob).unwrap();
+    let late = profiles("lulesh", 2..3, 1, 0);
+    store
+        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late))
+        .unwrap();
+    store.put_names(&[(u64::MAX, "MPI_Allreduce".into())]).unwrap();
+    let node = NodeEvent {
+        node_id: "n1:0".into(),
+        parent_id: "fe:0".into(),
+        kind: NodeKind::Agent as i32,
+        state: NodeState::Attached as i32,
+        ranks_below: 4,
+        address: "10.0.0.1:7401".into(),
+        detail: String::new(),
+        ranks_announced: 0,
+    };
+    store.put_node(&node).unwrap();
+    let path = store.path().to_path_buf();
+    // Written through a WAL; a clean close leaves a rollback journal for the readers that come after.
+    let open = Connection::open(&path).unwrap();
+    assert_eq!(table(&open, "PRAGMA journal_mode"), ["wal"]);
+    drop(open);
+    drop(store);
+    let after = now_unix_ns();
+    let recent = |t: i64| assert!(before <= t && t <= after, "{t} not in [{before}, {after}]");
+
+    let conn = Connection::open(&path).unwrap();
+    let pid = std::process::id();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT key, value FROM meta WHERE key != 'started_unix_ns' ORDER BY key"
+        ),
+        [
+            format!("pid|{pid}"),
+            "schema_version|3".into(),
+            "tree|kary:2^2".into()
+        ]
+    );
+    let started: String = conn
+        .query_row("SELECT value FROM meta WHERE key = 'started_unix_ns'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    recent(started.parse().unwrap());
+    assert_eq!(table(&conn, "PRAGMA journal_mode"), ["delete"]);
+
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, name, filter, params, sync_mode, timeout_ms, state, failure, closed_unix_ns
+             FROM streams"
+        ),
+        ["1|profiles|passthrough|{}|wait_for_all|500|open|NULL|NULL"]
+    );
+    recent(one_i64(&conn, "SELECT opened_unix_ns FROM streams"));
+
+    // Columns: ids, coverage, the seven reasons, the summary, late ranks, bytes, pieces, times.
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, stream_name, round, covered, expected,
+                    missing_late, missing_lost, missing_stopped, missing_sampled_out, missing_malformed,
+                    missing_not_waited, missing_unspecified, missing_reason,
+                    late_ranks, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns
+             FROM rounds ORDER BY stream_id"
+        ),
+        [
+            format!("1|s1|7|2|4|0|2|0|0|0|0|0|lost: 2|1|{}|1|1000|2000", batch.len()),
+            "2|s2|7|4|4|0|0|0|0|0|0|0|NULL|0|4|1|1000|2000".into(),
+        ]
+    );
+
+    // event_id -1 and -2 are u64::MAX and u64::MAX - 1: the id's bits, not a clamped value.
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, round, app, rank, event_id, calls, subrs, incl_us, excl_us, calls_total,
+                    subrs_total, incl_total_us, excl_total_us, dump_unix_ns, late
+             FROM samples ORDER BY late, rank, event_id DESC"
+        ),
+        [
+            "1|7|lulesh|0|-1|0|1|0.5|0.25|100|101|100.5|100.25|1000|0",
+            "1|7|lulesh|0|-2|1|2|1.5|1.25|101|102|101.5|101.25|1000|0",
+            "1|7|lulesh|1|-1|10|11|10.5|10.25|110|111|110.5|110.25|1001|0",
+            "1|7|lulesh|1|-2|11|12|11.5|11.25|111|112|111.5|111.25|1001|0",
+            "1|7|lulesh|2|-1|20|21|20.5|20.25|120|121|120.5|120.25|1002|1",
+        ]
+    );
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late
+             FROM counters ORDER BY rank"
+        ),
+        ["1|7|lulesh|0|42|0.5|9.0|1000|0", "1|7|lulesh|1|42|1.5|9.0|1001|0"]
+    );
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, round, phase, payload, late FROM results"
+        ),
+        ["2|7|1|x'68697374'|0"]
+    );
+    assert_eq!(
+        table(&conn, "SELECT stream_id, round, ranks, bytes FROM late_arrivals"),
+        [format!("1|7|1|{}", late.len())]
+    );
+    recent(one_i64(&conn, "SELECT arrived_unix_ns FROM late_arrivals"));
+    assert_eq!(table(&conn, "SELECT id, name FROM names"), ["-1|MPI_Allreduce"]);
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT node_id, kind, parent, state, ranks_below, address, detail FROM nodes"
+        ),
+        ["n1:0|agent|fe:0|attached|4|10.0.0.1:7401|NULL"]
+    );
+    recent(one_i64(&conn, "SELECT first_seen_unix_ns FROM nodes"));
+    recent(one_i64(&conn, "SELECT updated_unix_ns FROM nodes"));
+}
+
+#[test]
+fn latest_link_points_at_the_newest_run() {
+    let dir = tempdir("latest");
+    let first = Store::create(dir.path()).unwrap();
+    let mut second = Store::create(dir.path()).unwrap();
+    assert_ne!(first.path(), second.path());
+    assert!(first.path().exists() && second.path().exists());
+    let name = second.path().file_name().unwrap().to_str().unwrap().to_string();
+    let stem = format!("-{}-2.sqlite", std::process::id());
+    assert!(name.starts_with("run-") && name.ends_with(&stem), "{name}");
+    let link = dir.path().join(LATEST);
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new(&name));
+    // Two runs and the link: the temporary link was renamed, not left behind.
+    let entries = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.ends_with("-wal") && !n.ends_with("-shm"))
+        .count();
+    assert_eq!(entries, 3);
+
+    // A reader that opens the link must find the writer's WAL, which only works if SQLite resolves it.
+    second
+        .write_round(&record(1, 1, 1, 1, &[]), Payload::None)
+        .unwrap();
+    let conn = Connection::open(&link).unwrap();
+    assert_eq!(count(&conn, "rounds"), 1);
+}
+
+#[test]
+fn a_malformed_batch_is_refused_and_writes_nothing() {
+    let dir = tempdir("malformed");
+    let mut store = Store::create(dir.path()).unwrap();
+    // Field 1, length-delimited, claims 127 bytes that are not there.
+    let bad = [0x0a, 0x7f, 0x01];
+    let err = store
+        .write_round(&record(3, 9, 1, 1, &[]), Payload::Profiles(&bad))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Decode {
+                stream_id: 3,
+                round: 9,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("cannot decode the profiles of stream 3 round 9: "),
+        "{err}"
+    );
+    let err = store.write_late(3, 9, 1, 3, Payload::Profiles(&bad)).unwrap_err();
+    assert!(matches!(err, StoreError::Decode { .. }), "{err:?}");
+    let conn = Connection::open(store.path()).unwrap();
+    for table in [
+        "rounds",
+        "samples",
+        "counters",
+        "profile_batches",
+        "results",
+        "late_arrivals",
+    ] {
+        assert_eq!(count(&conn, table), 0, "{table}");
+    }
+}
+
+#[test]
+fn dont_wait_pieces_add_up_in_one_round() {
+    let dir = tempdir("dontwait");
+    let mut store = Store::create(dir.path()).unwrap();
+    let a = profiles("app", 0..3, 1, 0);
+    let b = profiles("app", 3..5, 1, 0);
+    let mut first = record(4, 2, 3, 8, &[(MissingReason::NotWaited, 5)]);
+    (first.first_dump_unix_ns, first.closed_unix_ns) = (500, 600);
+    store.write_round(&first, Payload::Profiles(&a)).unwrap();
+    let mut second = record(
+        4,
+        2,
+        2,
+        8,
+        &[(MissingReason::Lost, 1), (MissingReason::NotWaited, 5)],
+    );
+    (second.first_dump_unix_ns, second.closed_unix_ns) = (400, 900);
+    store.write_round(&second, Payload::Profiles(&b)).unwrap();
+
+    let conn = Connection::open(store.path()).unwrap();
+    // 8 expected - 5 covered - 1 lost leaves 2 not waited for, not 5 + 5 counting delivered ranks as absent.
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT covered, expected, missing_lost, missing_not_waited, missing_reason, result_bytes, pieces,
+                    first_dump_unix_ns, closed_unix_ns
+             FROM rounds"
+        ),
+        [format!("5|8|1|2|not_waited: 2, lost: 1|{}|2|400|900", a.len() + b.len())]
+    );
+    assert_eq!(count(&conn, "samples"), 5);
+}
+
+#[test]
+fn missing_reason_names_the_largest_gap_first() {
+    let dir = tempdir("reason");
+    let mut store = Store::create(dir.path()).unwrap();
+    let gaps = [
+        (MissingReason::Late, 2),
+        (MissingReason::Lost, 10),
+        (MissingReason::Lost, 6),
+    ];
+    store
+        .write_round(&record(1, 1, 46, 64, &gaps), Payload::None)
+        .unwrap();
+    store
+        .write_round(&record(1, 2, 64, 64, &[]), Payload::None)
+        .unwrap();
+    let odd = [
+        (MissingReason::SampledOut, 3),
+        (MissingReason::Unspecified, 3),
+        (MissingReason::Malformed, 1),
+    ];
+    store
+        .write_round(&record(1, 3, 1, 8, &odd), Payload::None)
+        .unwrap();
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT missing_reason, missing_lost, missing_late, result_bytes FROM rounds ORDER BY round"
+        ),
+        [
+            "lost: 16, late: 2|16|2|0",
+            "NULL|0|0|0",
+            "unspecified: 3, sampled_out: 3, malformed: 1|0|0|0",
+        ]
+    );
+}
+
+#[test]
+fn a_name_collision_is_returned_and_recorded_once() {
+    let dir = tempdir("names");
+    let mut store = Store::create(dir.path()).unwrap();
+    let big = u64::MAX - 1;
+    assert!(
+        store
+            .put_names(&[(1, "a".into()), (big, "b".into())])
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.put_names(&[(1, "a".into())]).unwrap().is_empty());
+    let clash = Collision {
+        id: big,
+        existing: "b".into(),
+        new: "c".into(),
+    };
+    let found = store.put_names(&[(big, "c".into()), (1, "a".into())]).unwrap();
+    assert_eq!(found, std::slice::from_ref(&clash));
+    assert_eq!(store.put_names(&[(big, "c".into())]).unwrap(), [clash]);
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(&conn, "SELECT id, name FROM names ORDER BY id"),
+        ["-2|b", "1|a"]
+    );
+    assert_eq!(
+        table(&conn, "SELECT id, existing, new FROM name_collisions"),
+        ["-2|b|c"]
+    );
+}
+
+#[test]
+fn put_node_replaces_the_state_and_keeps_the_address() {
+    let dir = tempdir("nodes");
+    let mut store = Store::create(dir.path()).unwrap();
+    let attached = NodeEvent {
+        node_id: "r:1".into(),
+        parent_id: "fe:0".into(),
+        kind: NodeKind::Relay as i32,
+        state: NodeState::Attached as i32,
+        ranks_below: 32,
+        address: "10.0.0.2:7402".into(),
+        detail: String::new(),
+        ranks_announced: 0,
+    };
+    store.put_node(&attached).unwrap();
+    let lost = NodeEvent {
+        node_id: "r:1".into(),
+        state: NodeState::Lost as i32,
+        ranks_below: 32,
+        detail: "connection reset".into(),
+        ..NodeEvent::default()
+    };
+    store.put_node(&lost).unwrap();
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT node_id, kind, parent, state, ranks_below, address, detail FROM nodes"
+        ),
+        ["r:1|relay|fe:0|lost|32|10.0.0.2:7402|connection reset"]
+    );
+    assert_eq!(
+        table(&conn, "SELECT first_seen_unix_ns <= updated_unix_ns FROM nodes"),
+        ["1"]
+    );
+}
+
+#[test]
+fn put_stream_keeps_the_first_open_and_close_times() {
+    let dir = tempdir("streams");
+    let mut store = Store::create(dir.path()).unwrap();
+    let mut s = spec(5);
+    store.put_stream(&s, StreamState::Open, None, None).unwrap();
+    let conn = Connection::open(store.path()).unwrap();
+    let opened = one_i64(&conn, "SELECT opened_unix_ns FROM streams");
+    s.sync_mode = SyncMode::DontWait as i32;
+    store
+        .put_stream(&s, StreamState::Failed, Some("filter panicked"), None)
+        .unwrap();
+    let closed = one_i64(&conn, "SELECT closed_unix_ns FROM streams");
+    assert!(opened <= closed);
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT sync_mode, state, failure, opened_unix_ns FROM streams"
+        ),
+        [format!("dont_wait|failed|filter panicked|{opened}")]
+    );
+    store.put_stream(&s, StreamState::Closed, None, None).unwrap();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT state, failure, opened_unix_ns, closed_unix_ns FROM streams"
+        ),
+        [format!("closed|NULL|{opened}|{closed}")]
+    );
+}
+
+#[test]
+fn a_late_packet_adds_to_its_round_or_stands_alone() {
+    let dir = tempdir("late");
+    let mut store = Store::create(dir.path()).unwrap();
+    store
+        .write_round(&record(1, 1, 3, 4, &[(MissingReason::Late, 1)]), Payload::None)
+        .unwrap();
+    store
+        .write_late(
+            1,
+            1,
+            1,
+            10,
+            Payload::Blob {
+                phase: 0,
+                payload: b"x",
+            },
+        )
+        .unwrap();
+    store.write_late(1, 1, 2, 20, Payload::None).unwrap();
+    store.write_late(1, 99, 5, 30, Payload::None).unwrap();
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(&conn, "SELECT round, late_ranks, missing_late FROM rounds"),
+        ["1|3|1"]
+    );
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT round, ranks, bytes FROM late_arrivals ORDER BY rowid"
+        ),
+        ["1|1|10", "1|2|20", "99|5|30"]
+    );
+    assert_eq!(
+        table(&conn, "SELECT round, phase, payload, late FROM results"),
+        ["1|0|x'78'|1"]
+    );
+}
+
+#[test]
+fn a_committed_round_survives_a_crash() {
+    let dir = tempdir("crash");
+    let mut store = Store::create(dir.path()).unwrap();
+    let batch = profiles("app", 0..4, 3, 0);
+    store
+        .write_round(&record(1, 1, 4, 4, &[]), Payload::Profiles(&batch))
+        .unwrap();
+    let path = store.path().to_path_buf();
+    // Forgetting skips sqlite3_close and its checkpoint, as a killed process would: the round lives only in
+    // the WAL file.
+    std::mem::forget(store);
+    assert!(fs::metadata(format!("{}-wal", path.display())).unwrap().len() > 0);
+
+    let mut reopened = Store::open(&path).unwrap();
+    reopened
+        .write_round(&record(1, 2, 4, 4, &[]), Payload::Profiles(&batch))
+        .unwrap();
+    drop(reopened);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(
+        table(&conn, "SELECT round, covered FROM rounds ORDER BY round"),
+        ["1|4", "2|4"]
+    );
+    assert_eq!(count(&conn, "samples"), 24);
+}
+
+#[test]
+fn the_wal_reaches_the_file_without_the_writer() {
+    let dir = tempdir("checkpoint");
+    let mut store = Store::create(dir.path()).unwrap();
+    let empty = fs::metadata(store.path()).unwrap().len();
+    let batch = profiles("app", 0..64, 20, 0);
+    store
+        .write_round(&record(1, 1, 64, 64, &[]), Payload::Profiles(&batch))
+        .unwrap();
+    // Far below the writer's own threshold, so only the background thread can have copied the pages.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fs::metadata(store.path()).unwrap().len() <= empty {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 10 s");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let path = store.path().to_path_buf();
+    drop(store);
+    // A clean close folds what is left and removes the WAL and its index: the writer's connection closed last.
+    let beside = |path: &Path| {
+        let mut names: Vec<String> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with("-wal") || n.ends_with("-shm"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(beside(&path), Vec::<String>::new());
+    // Nor does a reader of the finished run leave any behind.
+    let reader = canopy_store::StoreReader::open(&path).unwrap();
+    assert_eq!(reader.count(canopy_store::Table::Rounds).unwrap(), 1);
+    drop(reader);
+    assert_eq!(beside(&path), Vec::<String>::new());
+    // Opened again for writing, the store is a WAL again.
+    let store = Store::open(&path).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(table(&conn, "PRAGMA journal_mode"), ["wal"]);
+    drop((conn, store));
+}
+
+#[test]
+fn the_store_can_move_to_a_writer_thread() {
+    // The front-end writes from a blocking thread, off the async runtime.
+    fn send<T: Send + 'static>() {}
+    send::<Store>();
+}
+
+#[test]
+fn open_refuses_a_missing_file() {
+    let dir = tempdir("missing");
+    let absent = dir.path().join("absent");
+    let err = Store::open(&absent.join("nope.sqlite")).unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite { .. }), "{err:?}");
+    assert!(!absent.exists());
+}
+
+#[test]
+fn create_reports_a_directory_it_cannot_make() {
+    let dir = tempdir("notadir");
+    let file = dir.path().join("notadir");
+    fs::write(&file, b"a file").unwrap();
+    let err = Store::create(&file.join("runs")).unwrap_err();
+    assert!(matches!(err, StoreError::CreateDir { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("cannot create the output directory "),
+        "{err}"
+    );
+}
