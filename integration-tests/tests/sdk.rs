@@ -79,7 +79,9 @@ fn wait_socket(path: &Path, agent: &mut Proc) {
         if let Ok(Some(status)) = agent.child.try_wait() {
             panic!("agent exited with {status}:\n{}", agent.log_text());
         }
-        path.exists()
+        // The file appears at bind(), a moment before the agent listens: connect to be sure. (A connection with
+        // no hello is closed quietly.)
+        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
     });
 }
 
