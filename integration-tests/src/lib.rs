@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use canopy_agent::AgentConfig;
-use canopy_core::topology::Topology;
 use canopy_frontend::{Frontend, FrontendConfig};
 use canopy_relay::{Relay, RelayConfig};
+use canopy_topology::Topology;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

@@ -6,7 +6,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use canopy_core::topology::{NodeName, Topology};
+use canopy_topology::{NodeName, Topology};
 use tokio::process::{Child, Command};
 
 #[derive(clap::Args, Debug, Clone)]

@@ -14,6 +14,5 @@ pub use canopy_wire::options;
 pub mod ranks;
 pub mod shutdown;
 pub mod telemetry;
-pub mod topology;
 pub mod transport;
 pub mod window;
