@@ -120,7 +120,7 @@ where
 impl TreeBuilder {
     /// Starts the tree: front-end first, then relays top-down, then agents; returns once all are started.
     pub async fn start(self) -> TreeSandbox {
-        canopy_core::telemetry::trace_init();
+        canopy_runtime::telemetry::trace_init();
         let out = tempfile::tempdir().expect("temp dir");
         // With no agents the sandbox is a lone front-end, for tests that attach hand-made children.
         let topology = Topology::for_leaves(self.agents.max(1), self.fanout).expect("topology");

@@ -11,10 +11,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
 use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, control};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_host_port};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -40,9 +40,9 @@ pub struct AgentConfig {
     pub simulate_ranks: u32,
     /// Events per simulated rank (the scenario may fix its own set).
     pub simulate_events: u32,
-    /// Time between two rounds of the simulated ranks.
+    /// Milliseconds between two rounds of the simulated ranks.
     pub simulate_period_ms: u64,
-    /// flash, uintah or namd.
+    /// Scenario of the simulated ranks: flash, uintah or namd.
     pub simulate_scenario: String,
     /// The global number of this agent's first rank.
     pub rank_offset: u32,
@@ -54,9 +54,11 @@ pub struct AgentConfig {
     pub app: String,
     /// Rounds to simulate before the ranks finish (0: until stopped).
     pub rounds: u64,
+    /// Log lines as text or as one JSON object each.
     pub log_format: LogFormat,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
+    /// /usr/lib/canopy/filters.
     pub filter_path: Vec<PathBuf>,
 }
 
@@ -82,37 +84,37 @@ impl Default for AgentConfig {
     }
 }
 
-impl canopy_core::daemon::DaemonConfig for AgentConfig {
+impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
 }
 
 impl CheckConfig for AgentConfig {
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self) -> Result<(), ConfigIssue> {
         check_host_port("parent", &self.parent)?;
         if self.simulate_ranks == 0 && self.socket == "none" {
-            return Err((
-                "socket".into(),
-                "is none and simulate_ranks is 0: the agent would serve no ranks".into(),
+            return Err(ConfigIssue::new(
+                "socket",
+                "is none and simulate_ranks is 0: the agent would serve no ranks",
             ));
         }
         if self.socket.is_empty() {
-            return Err(("socket".into(), "is empty (a path, or none)".into()));
+            return Err(ConfigIssue::new("socket", "is empty (a path, or none)"));
         }
         if self.hold_dumps == 0 {
-            return Err(("hold_dumps".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("hold_dumps", "must be at least 1"));
         }
         if self.simulate_period_ms == 0 {
-            return Err(("simulate_period_ms".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("simulate_period_ms", "must be at least 1"));
         }
         if let Err(e) = self.simulate_scenario.parse::<Scenario>() {
-            return Err(("simulate_scenario".into(), e.to_string()));
+            return Err(ConfigIssue::new("simulate_scenario", e.to_string()));
         }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
-            return Err((
-                "total_ranks".into(),
-                "is smaller than rank_offset + simulate_ranks".into(),
+            return Err(ConfigIssue::new(
+                "total_ranks",
+                "is smaller than rank_offset + simulate_ranks",
             ));
         }
         Ok(())
@@ -127,7 +129,7 @@ pub enum AgentError {
     Socket(String),
 }
 
-impl canopy_core::daemon::IsRefusal for AgentError {
+impl canopy_runtime::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
         matches!(
             self,

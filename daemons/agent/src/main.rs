@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use canopy_core::config::LogFormat;
+use canopy_runtime::config::LogFormat;
 use serde::Serialize;
 
 #[derive(clap::Args, Serialize)]
@@ -73,7 +73,7 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    canopy_core::daemon::run_main::<canopy_agent::AgentConfig, Flags, _, _, _>(
+    canopy_runtime::daemon::run_main::<canopy_agent::AgentConfig, Flags, _, _, _>(
         "agent",
         "canopy-agent",
         "The leaf of a Canopy tree: serves its node's ranks",

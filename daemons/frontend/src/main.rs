@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use canopy_core::config::LogFormat;
+use canopy_runtime::config::LogFormat;
 use serde::Serialize;
 
 #[derive(clap::Args, Serialize)]
@@ -80,7 +80,7 @@ fn key_values<S: serde::Serializer>(pairs: &[String], s: S) -> Result<S::Ok, S::
 }
 
 fn main() -> ExitCode {
-    canopy_core::daemon::run_main::<canopy_frontend::FrontendConfig, Flags, _, _, _>(
+    canopy_runtime::daemon::run_main::<canopy_frontend::FrontendConfig, Flags, _, _, _>(
         "frontend",
         "canopy-frontend",
         "The root of a Canopy tree: stores and serves the results",

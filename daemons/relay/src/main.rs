@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use canopy_core::config::LogFormat;
+use canopy_runtime::config::LogFormat;
 use serde::Serialize;
 
 #[derive(clap::Args, Serialize)]
@@ -41,7 +41,7 @@ struct Flags {
 }
 
 fn main() -> ExitCode {
-    canopy_core::daemon::run_main::<canopy_relay::RelayConfig, Flags, _, _, _>(
+    canopy_runtime::daemon::run_main::<canopy_relay::RelayConfig, Flags, _, _, _>(
         "relay",
         "canopy-relay",
         "An interior node of a Canopy tree: merges its children's rounds",

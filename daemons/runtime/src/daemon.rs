@@ -77,6 +77,9 @@ where
         }
     });
     let Some(result) = result else {
+        // Dropping the runtime would wait for blocking tasks (a store writer finishing its queue, say): a forced
+        // exit leaves them behind instead.
+        runtime.shutdown_background();
         return ExitCode::FAILURE;
     };
     match result {
@@ -107,9 +110,7 @@ pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, std::io::Error>
 
 /// A default node id: the role, the host, and a distinguishing suffix.
 pub fn default_node_id(role: &str, suffix: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    let host = crate::net::hostname();
     if suffix.is_empty() {
         format!("{role}@{host}")
     } else {

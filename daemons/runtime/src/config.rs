@@ -24,10 +24,28 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// What a daemon's own check found wrong: the key, as a field path (`streams.0`), and why. [`load`] turns it
+/// into a [`ConfigError`] that names the key as its source writes it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("`{key}`: {message}")]
+pub struct ConfigIssue {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigIssue {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Implemented by each daemon's configuration: what the types alone cannot check.
 pub trait CheckConfig {
-    /// Returns the offending key (as a field path, `a.b`) and what is wrong with it.
-    fn check(&self) -> Result<(), (String, String)>;
+    /// The first key that cannot be used, and why.
+    fn check(&self) -> Result<(), ConfigIssue>;
 }
 
 /// Command-line flags as a figment provider, so errors name them as flags.
@@ -53,12 +71,12 @@ where
 {
     let figment = layers::<T, F>(role, file, flags)?;
     let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
-    config.check().map_err(|(key, message)| {
-        let md = find_metadata(&figment, &key);
+    config.check().map_err(|issue| {
+        let md = find_metadata(&figment, &issue.key);
         ConfigError {
-            key: qualify(role, md, &key),
-            source_name: describe(md, role, &key),
-            message,
+            key: qualify(role, md, &issue.key),
+            source_name: describe(md, role, &issue.key),
+            message: issue.message,
         }
     })?;
     Ok(config)
@@ -151,24 +169,27 @@ pub enum LogFormat {
 }
 
 /// Parses `host:port` (or `[v6]:port`), naming the key on failure.
-pub fn check_addr(key: &str, value: &str) -> Result<(), (String, String)> {
+pub fn check_addr(key: &str, value: &str) -> Result<(), ConfigIssue> {
     value.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| {
-        (
-            key.to_string(),
+        ConfigIssue::new(
+            key,
             format!("{value:?} is not an address of the form host:port (127.0.0.1:7400)"),
         )
     })
 }
 
 /// Checks an address that may name a host (`node1:7400`) rather than an IP.
-pub fn check_host_port(key: &str, value: &str) -> Result<(), (String, String)> {
+pub fn check_host_port(key: &str, value: &str) -> Result<(), ConfigIssue> {
     let ok = value
         .rsplit_once(':')
         .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
     if ok {
         Ok(())
     } else {
-        Err((key.to_string(), format!("{value:?} is not of the form host:port")))
+        Err(ConfigIssue::new(
+            key,
+            format!("{value:?} is not of the form host:port"),
+        ))
     }
 }
 
@@ -202,9 +223,9 @@ mod tests {
     }
 
     impl CheckConfig for Demo {
-        fn check(&self) -> Result<(), (String, String)> {
+        fn check(&self) -> Result<(), ConfigIssue> {
             if self.ranks > 1000 {
-                return Err(("ranks".into(), "at most 1000".into()));
+                return Err(ConfigIssue::new("ranks", "at most 1000"));
             }
             Ok(())
         }
@@ -263,8 +284,8 @@ mod tests {
             streams: Vec<String>,
         }
         impl CheckConfig for L {
-            fn check(&self) -> Result<(), (String, String)> {
-                Err(("streams.0".into(), "bad".into()))
+            fn check(&self) -> Result<(), ConfigIssue> {
+                Err(ConfigIssue::new("streams.0", "bad"))
             }
         }
         #[derive(Serialize)]
