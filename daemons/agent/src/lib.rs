@@ -21,44 +21,59 @@ use tokio::sync::mpsc;
 use crate::sim::clock::{Schedule, SimulatedRanks};
 use crate::sim::{Scenario, SimConfig, Simulator};
 
-/// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, flags).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, and a `--kebab-case` flag per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// This node's id in the tree; unique among its parent's children. Default: agent@HOST.
+    #[arg(long)]
     pub node_id: String,
     /// The parent's address (a relay or the front-end), host:port.
+    #[arg(long)]
     pub parent: String,
     /// The Unix socket real ranks attach to through the SDK (CANOPY_AGENT_SOCKET on their side); "none" to
     /// serve simulated ranks only. Default: /run/canopy/agent.sock where /run/canopy exists, else
     /// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
+    #[arg(long)]
     pub socket: String,
     /// Dumps held per rank until the tree starts collection (it waits for every rank the application
     /// announced); beyond it the oldest are dropped and counted.
+    #[arg(long)]
     pub hold_dumps: usize,
     /// Simulated ranks this agent serves (0: none).
+    #[arg(long)]
     pub simulate_ranks: u32,
     /// Events per simulated rank (the scenario may fix its own set).
+    #[arg(long)]
     pub simulate_events: u32,
     /// Milliseconds between two rounds of the simulated ranks.
+    #[arg(long)]
     pub simulate_period_ms: u64,
     /// Scenario of the simulated ranks: flash, uintah or namd.
+    #[arg(long)]
     pub simulate_scenario: String,
     /// The global number of this agent's first rank.
+    #[arg(long)]
     pub rank_offset: u32,
     /// Ranks in the whole application (0: rank_offset + simulate_ranks).
+    #[arg(long)]
     pub total_ranks: u32,
     /// Seed of the simulated data; the same seed gives the same profiles.
+    #[arg(long)]
     pub seed: u64,
     /// The application id the simulated ranks report.
+    #[arg(long)]
     pub app: String,
     /// Rounds to simulate before the ranks finish (0: until stopped).
+    #[arg(long)]
     pub rounds: u64,
     /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
     /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
     /// /usr/lib/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
 }
 

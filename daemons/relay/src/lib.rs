@@ -14,25 +14,32 @@ use canopy_proto::v1::NodeKind;
 use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr, check_host_port};
 use serde::{Deserialize, Serialize};
 
-/// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, flags).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, and a `--kebab-case` flag per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelayConfig {
     /// This node's id in the tree; unique among its parent's children. Default: relay@HOST:PORT.
+    #[arg(long)]
     pub node_id: String,
     /// The parent's address (a relay or the front-end), host:port.
+    #[arg(long)]
     pub parent: String,
     /// Where children attach, ip:port (port 0 picks a free port).
+    #[arg(long)]
     pub listen: String,
     /// Rounds that may be open at once before children are made to wait.
+    #[arg(long)]
     pub max_rounds_in_flight: u64,
     /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
     /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
     /// /usr/lib/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
     /// Written with the bound address once the relay serves (for launchers using port 0).
+    #[arg(long)]
     pub ready_file: Option<PathBuf>,
 }
 

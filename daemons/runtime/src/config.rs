@@ -1,13 +1,15 @@
 //! Layered configuration: built-in defaults, a TOML file, `CANOPY_<ROLE>_*` environment variables, then flags.
 //!
 //! Each daemon reads its own table of the file (`[agent]`, `[relay]`, `[frontend]`), so one file can serve a
-//! whole site. A bad value is reported with the key as written in its source and the source itself, and the
-//! daemon exits with [`EXIT_CONFIG`].
+//! whole site. Its flags are the fields of its config struct itself (the struct derives `clap::Args` as well as
+//! `Deserialize`), so every key has its `--kebab-case` flag and the two cannot drift apart. A bad value is
+//! reported with the key as written in its source and the source itself, and the daemon exits with
+//! [`EXIT_CONFIG`].
 
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::value::{Dict, Map};
+use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -80,6 +82,46 @@ where
         }
     })?;
     Ok(config)
+}
+
+/// The keys given on the command line, with their values: the flags layer of [`load`]. `C` is the config struct,
+/// which is its own `clap::Args`; a key not on the command line is left out, so the file, the environment or the
+/// default decides it.
+pub fn flags_given<C>(matches: &clap::ArgMatches) -> Result<Dict, clap::Error>
+where
+    C: clap::FromArgMatches + Serialize + Default,
+{
+    let mut config = C::default();
+    config.update_from_arg_matches(matches)?;
+    let mut dict = keys_of(&config).map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e))?;
+    dict.retain(|key, _| {
+        matches.try_contains_id(key).unwrap_or(false)
+            && matches.value_source(key) == Some(clap::parser::ValueSource::CommandLine)
+    });
+    Ok(dict)
+}
+
+/// The keys of `C`'s table that have no `--kebab-case` flag in `command`, or one that is not global (so it could
+/// not follow `validate`): each daemon's test that its command line covers its configuration.
+pub fn keys_without_flags<C: Serialize + Default>(command: &clap::Command) -> Result<Vec<String>, String> {
+    let keys = keys_of(&C::default())?;
+    Ok(keys
+        .into_keys()
+        .filter(|key| {
+            let long = key.replace('_', "-");
+            !command.get_arguments().any(|a| {
+                a.get_id() == key.as_str() && a.get_long() == Some(long.as_str()) && a.is_global_set()
+            })
+        })
+        .collect())
+}
+
+/// A config struct as figment's dictionary of its keys.
+fn keys_of<C: Serialize>(config: &C) -> Result<Dict, String> {
+    Value::serialize(config)
+        .map_err(|e| e.to_string())?
+        .into_dict()
+        .ok_or_else(|| "a configuration must serialize as a table".to_string())
 }
 
 fn layers<T: Serialize + Default, F: Serialize>(
@@ -318,5 +360,107 @@ mod tests {
             &DemoFlags::default(),
         );
         assert!(e.unwrap_err().message.contains("no such file"));
+    }
+
+    /// A config struct that is its own command line, as the daemons' are.
+    #[derive(Debug, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+    #[serde(deny_unknown_fields, default)]
+    struct Cli {
+        #[arg(long)]
+        max_ranks: u32,
+        #[arg(long)]
+        parent: String,
+        #[arg(long, action = clap::ArgAction::Set)]
+        quiet: bool,
+        #[arg(long, value_delimiter = ':')]
+        path: Vec<PathBuf>,
+        #[arg(long)]
+        ready_file: Option<PathBuf>,
+    }
+
+    impl CheckConfig for Cli {
+        fn check(&self) -> Result<(), ConfigIssue> {
+            if self.max_ranks > 1000 {
+                return Err(ConfigIssue::new("max_ranks", "at most 1000"));
+            }
+            Ok(())
+        }
+    }
+
+    fn flags(args: &[&str]) -> Dict {
+        let matches = crate::daemon::command::<Cli>("demo", "a demo")
+            .try_get_matches_from(std::iter::once("demo").chain(args.iter().copied()))
+            .unwrap();
+        flags_given::<Cli>(&matches).unwrap()
+    }
+
+    #[test]
+    fn flags_given_hold_only_what_the_command_line_gave() {
+        assert!(flags(&[]).is_empty());
+        let given = flags(&[
+            "--max-ranks",
+            "9",
+            "--quiet",
+            "true",
+            "--path",
+            "a:b",
+            "--ready-file",
+            "r",
+        ]);
+        let keys: Vec<&str> = given.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["max_ranks", "path", "quiet", "ready_file"]);
+        // Global: a flag may follow `validate`.
+        assert_eq!(flags(&["validate", "--parent", "p:1"]).len(), 1);
+
+        let f = file("[demo]\nmax_ranks = 4\nparent = \"a:1\"\n");
+        let c: Cli = load(
+            "demo",
+            Some(f.path()),
+            &flags(&["--max-ranks", "9", "--path", "a:b"]),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Cli {
+                max_ranks: 9,
+                parent: "a:1".into(),
+                quiet: false,
+                path: vec!["a".into(), "b".into()],
+                ready_file: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_check_names_the_derived_flag_in_kebab_case() {
+        let e = load::<Cli, _>("demo", None, &flags(&["--max-ranks", "5000"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad config value for `--max-ranks` (from command-line flags): at most 1000"
+        );
+    }
+
+    #[test]
+    fn keys_without_flags_names_a_key_the_command_line_lacks() {
+        let command = crate::daemon::command::<Cli>("demo", "a demo");
+        assert_eq!(keys_without_flags::<Cli>(&command), Ok(Vec::new()));
+
+        #[derive(Default, Serialize, clap::Args)]
+        struct Drifted {
+            #[arg(long)]
+            parent: String,
+            #[arg(skip)]
+            subscriber_buffer: usize,
+            /// Positional, not a flag.
+            #[arg(required = false)]
+            seed: u64,
+            #[arg(skip)]
+            ready_file: Option<PathBuf>,
+        }
+        let command = crate::daemon::command::<Drifted>("demo", "a demo");
+        assert_eq!(
+            keys_without_flags::<Drifted>(&command).unwrap(),
+            ["ready_file", "seed", "subscriber_buffer"]
+        );
     }
 }
