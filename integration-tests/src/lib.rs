@@ -2,6 +2,10 @@
 //! agents in-process on loopback port 0, helpers to run the real binaries, and `assert_eventually!`.
 
 #![forbid(unsafe_code)]
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous helpers that wait on real processes by the wall clock; no tokio clock to pause"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,12 +22,13 @@ use tokio::task::JoinHandle;
 #[macro_export]
 macro_rules! assert_eventually {
     ($cond:expr, $timeout:expr, $($msg:tt)+) => {{
-        let deadline = std::time::Instant::now() + $timeout;
+        // tokio's clock, so a test on paused time waits in virtual time.
+        let deadline = tokio::time::Instant::now() + $timeout;
         loop {
             if $cond {
                 break;
             }
-            if std::time::Instant::now() > deadline {
+            if tokio::time::Instant::now() > deadline {
                 panic!($($msg)+);
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -455,6 +460,10 @@ impl Proc {
     }
 
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a synchronous poll of another process; no runtime worker is blocked"
+    )]
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -481,6 +490,10 @@ impl Drop for Proc {
 }
 
 /// Waits for a ready file a daemon writes once it serves, and returns its contents.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of another process; no runtime worker is blocked"
+)]
 pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -3,11 +3,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use canopy_topology::{NodeName, Topology};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {
