@@ -4,6 +4,10 @@
 
 // Unsafe code only in the counting allocator of the SDK benchmark.
 #![deny(unsafe_code)]
+#![allow(
+    clippy::disallowed_types,
+    reason = "benchmarks measure wall time and never run on a paused clock"
+)]
 
 mod offload;
 mod perturbation;

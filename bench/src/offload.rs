@@ -44,6 +44,10 @@ pub fn rank(
         }
         // work(period): the ranks wait rather than compute, so 256 of them share two cores.
         let left = Duration::from_micros(period_us).saturating_sub(start.elapsed());
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a synchronous rank process: it waits out its period as an application computes"
+        )]
         std::thread::sleep(left);
         let t = Instant::now();
         let _ = canopy_sdk::dump();

@@ -64,6 +64,10 @@ pub fn run_all(period_ms: u64, iterations: u64, repeats: usize) -> anyhow::Resul
         let agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !socket.exists() && std::time::Instant::now() < deadline {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "synchronous harness code: no event tells when another process creates its socket"
+            )]
             std::thread::sleep(Duration::from_millis(10));
         }
         t_tree.push(run(&instrumented, &socket, iterations, n)?);

@@ -123,6 +123,10 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
             }
             times.push(start.elapsed().as_nanos() as f64 / 1000.0);
             // An application's iteration takes time; the shipper runs meanwhile.
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "stands in for an application's computing thread, which is not a runtime worker"
+            )]
             std::thread::sleep(std::time::Duration::from_micros(gap_us));
         }
         dump_p99.push(crate::percentile(times.clone(), 0.99));

@@ -2,15 +2,19 @@
 //! agents in-process on loopback port 0, helpers to run the real binaries, and `assert_eventually!`.
 
 #![forbid(unsafe_code)]
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous helpers that wait on real processes by the wall clock; no tokio clock to pause"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use canopy_agent::AgentConfig;
-use canopy_core::topology::Topology;
 use canopy_frontend::{Frontend, FrontendConfig};
 use canopy_relay::{Relay, RelayConfig};
+use canopy_topology::Topology;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -21,12 +25,13 @@ pub use canopy_store::{HistogramRow, ReductionRow, RoundRow, Select, StoreReader
 #[macro_export]
 macro_rules! assert_eventually {
     ($cond:expr, $timeout:expr, $($msg:tt)+) => {{
-        let deadline = std::time::Instant::now() + $timeout;
+        // tokio's clock, so a test on paused time waits in virtual time.
+        let deadline = tokio::time::Instant::now() + $timeout;
         loop {
             if $cond {
                 break;
             }
-            if std::time::Instant::now() > deadline {
+            if tokio::time::Instant::now() > deadline {
                 panic!($($msg)+);
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -123,7 +128,7 @@ where
 impl TreeBuilder {
     /// Starts the tree: front-end first, then relays top-down, then agents; returns once all are started.
     pub async fn start(self) -> TreeSandbox {
-        canopy_core::telemetry::trace_init();
+        canopy_runtime::telemetry::trace_init();
         let out = tempfile::tempdir().expect("temp dir");
         // With no agents the sandbox is a lone front-end, for tests that attach hand-made children.
         let topology = Topology::for_leaves(self.agents.max(1), self.fanout).expect("topology");
@@ -415,6 +420,10 @@ impl Proc {
     }
 
     /// Waits for the process to exit; `None` if it is still running after `timeout`.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a synchronous poll of another process; no runtime worker is blocked"
+    )]
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -441,6 +450,10 @@ impl Drop for Proc {
 }
 
 /// Waits for a ready file a daemon writes once it serves, and returns its contents.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of another process; no runtime worker is blocked"
+)]
 pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -3,6 +3,11 @@
 //! the daemons report readiness and stopping over NOTIFY_SOCKET, and a daemon killed and started again, as
 //! Restart= does, is rejoined by its children.
 
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
+)]
+
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -264,6 +269,10 @@ fn a_relay_killed_and_started_again_on_its_port_is_rejoined_and_the_tree_heals()
         let deadline = Instant::now() + Duration::from_secs(30);
         while !cond() {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "a synchronous poll of another process; no runtime worker is blocked"
+            )]
             std::thread::sleep(Duration::from_millis(20));
         }
     };
@@ -272,6 +281,10 @@ fn a_relay_killed_and_started_again_on_its_port_is_rejoined_and_the_tree_heals()
     });
     relay.signal(Signal::SIGKILL);
     drop(relay);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "lets the children notice the lost parent; there is no event to wait on from here"
+    )]
     std::thread::sleep(Duration::from_millis(700));
     let before = read_rounds(&store).last().map_or(0, |r| r.round);
     // As Restart=on-failure would: the same command, the same port.

@@ -1,5 +1,10 @@
 //! End-to-end tests that run the real binaries: signals, exit codes, config errors, and `canopy up`.
 
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
+)]
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,6 +38,10 @@ fn start_agent(dir: &Path, id: &str, parent: &str, ranks: u32, offset: u32, roun
     Proc::start(dir, "canopy-agent", id, &args)
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of another process; no runtime worker is blocked"
+)]
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {

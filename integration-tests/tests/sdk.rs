@@ -2,6 +2,11 @@
 //! loopback, an agent killed under a running application, control applied at the dump, and ranks that
 //! misbehave on the agent's socket.
 
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
+)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -48,6 +53,10 @@ fn start_ranks(
         .collect()
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of another process; no runtime worker is blocked"
+)]
 fn wait_ranks(dir: &Path, ranks: &mut [Child], timeout: Duration) {
     let deadline = Instant::now() + timeout;
     for (r, child) in ranks.iter_mut().enumerate() {
@@ -66,6 +75,10 @@ fn wait_ranks(dir: &Path, ranks: &mut [Child], timeout: Duration) {
     }
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of another process; no runtime worker is blocked"
+)]
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
@@ -283,6 +296,10 @@ fn an_agent_killed_and_restarted_under_a_running_application() {
     });
     agent.signal(Signal::SIGKILL);
     let _ = agent.wait_timeout(Duration::from_secs(5));
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "lets the ranks notice the lost agent; there is no event to wait on from here"
+    )]
     std::thread::sleep(Duration::from_millis(700));
     // Restarted as systemd's Restart= would: same id, same socket (left stale by the kill).
     let agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
@@ -422,8 +439,16 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     );
 
     canopy(&addr, &["ctl", "stop"]);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a negative test: it waits to see that nothing more arrives"
+    )]
     std::thread::sleep(Duration::from_millis(500));
     let stopped_at = max_round(&store);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a negative test: it waits to see that nothing more arrives"
+    )]
     std::thread::sleep(Duration::from_millis(800));
     assert!(max_round(&store) <= stopped_at + 1, "rounds went on after stop");
     canopy(&addr, &["ctl", "start"]);

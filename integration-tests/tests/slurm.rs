@@ -5,6 +5,11 @@
 //! It needs root and Debian's slurm-wlm and munge, which `.ci/run` installs; it sets CANOPY_SLURM_TEST=1 so a
 //! missing piece fails the test there. Elsewhere the test says why it cannot run and passes.
 
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -107,6 +112,10 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
             let _ = sbatch.kill();
             panic!("the job did not end in 240 s");
         }
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a synchronous poll of another process; no runtime worker is blocked"
+        )]
         std::thread::sleep(Duration::from_millis(100));
     };
     let job_out = std::fs::read_to_string(dir.path().join("job.out")).unwrap_or_default();

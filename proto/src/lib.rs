@@ -16,6 +16,10 @@ pub use canopy_filter_proto as filters;
 /// The version a node states in its Hello; a parent refuses a child that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// Largest message either side of a Canopy gRPC connection accepts: a passthrough round of thousands of ranks
+/// is several megabytes.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
 /// The encoded `FileDescriptorSet` of every Canopy proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/canopy_descriptor.bin"));
 

@@ -11,52 +11,69 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
 use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, control};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_host_port};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::sim::clock::{Schedule, SimulatedRanks};
 use crate::sim::{Scenario, SimConfig, Simulator};
 
-/// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, flags).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, and a `--kebab-case` flag per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// This node's id in the tree; unique among its parent's children. Default: agent@HOST.
+    #[arg(long)]
     pub node_id: String,
     /// The parent's address (a relay or the front-end), host:port.
+    #[arg(long)]
     pub parent: String,
     /// The Unix socket real ranks attach to through the SDK (CANOPY_AGENT_SOCKET on their side); "none" to
     /// serve simulated ranks only. Default: /run/canopy/agent.sock where /run/canopy exists, else
     /// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
+    #[arg(long)]
     pub socket: String,
     /// Dumps held per rank until the tree starts collection (it waits for every rank the application
     /// announced); beyond it the oldest are dropped and counted.
+    #[arg(long)]
     pub hold_dumps: usize,
     /// Simulated ranks this agent serves (0: none).
+    #[arg(long)]
     pub simulate_ranks: u32,
     /// Events per simulated rank (the scenario may fix its own set).
+    #[arg(long)]
     pub simulate_events: u32,
-    /// Time between two rounds of the simulated ranks.
+    /// Milliseconds between two rounds of the simulated ranks.
+    #[arg(long)]
     pub simulate_period_ms: u64,
-    /// flash, uintah or namd.
+    /// Scenario of the simulated ranks: flash, uintah or namd.
+    #[arg(long)]
     pub simulate_scenario: String,
     /// The global number of this agent's first rank.
+    #[arg(long)]
     pub rank_offset: u32,
     /// Ranks in the whole application (0: rank_offset + simulate_ranks).
+    #[arg(long)]
     pub total_ranks: u32,
     /// Seed of the simulated data; the same seed gives the same profiles.
+    #[arg(long)]
     pub seed: u64,
     /// The application id the simulated ranks report.
+    #[arg(long)]
     pub app: String,
     /// Rounds to simulate before the ranks finish (0: until stopped).
+    #[arg(long)]
     pub rounds: u64,
+    /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
     pub log_format: LogFormat,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
+    /// /usr/lib/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
 }
 
@@ -82,37 +99,37 @@ impl Default for AgentConfig {
     }
 }
 
-impl canopy_core::daemon::DaemonConfig for AgentConfig {
+impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
 }
 
 impl CheckConfig for AgentConfig {
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self) -> Result<(), ConfigIssue> {
         check_host_port("parent", &self.parent)?;
         if self.simulate_ranks == 0 && self.socket == "none" {
-            return Err((
-                "socket".into(),
-                "is none and simulate_ranks is 0: the agent would serve no ranks".into(),
+            return Err(ConfigIssue::new(
+                "socket",
+                "is none and simulate_ranks is 0: the agent would serve no ranks",
             ));
         }
         if self.socket.is_empty() {
-            return Err(("socket".into(), "is empty (a path, or none)".into()));
+            return Err(ConfigIssue::new("socket", "is empty (a path, or none)"));
         }
         if self.hold_dumps == 0 {
-            return Err(("hold_dumps".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("hold_dumps", "must be at least 1"));
         }
         if self.simulate_period_ms == 0 {
-            return Err(("simulate_period_ms".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("simulate_period_ms", "must be at least 1"));
         }
         if let Err(e) = self.simulate_scenario.parse::<Scenario>() {
-            return Err(("simulate_scenario".into(), e.to_string()));
+            return Err(ConfigIssue::new("simulate_scenario", e.to_string()));
         }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
-            return Err((
-                "total_ranks".into(),
-                "is smaller than rank_offset + simulate_ranks".into(),
+            return Err(ConfigIssue::new(
+                "total_ranks",
+                "is smaller than rank_offset + simulate_ranks",
             ));
         }
         Ok(())
@@ -127,7 +144,7 @@ pub enum AgentError {
     Socket(String),
 }
 
-impl canopy_core::daemon::IsRefusal for AgentError {
+impl canopy_runtime::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
         matches!(
             self,

@@ -102,7 +102,7 @@ pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>>
                 target.frontend
             )
         })?;
-    Ok(FrontendClient::new(channel).max_decoding_message_size(canopy_core::transport::MAX_MESSAGE_BYTES))
+    Ok(FrontendClient::new(channel).max_decoding_message_size(canopy_proto::MAX_MESSAGE_BYTES))
 }
 
 /// Any Canopy message as proto3 JSON, the way grpcurl prints it.

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use canopy_core::topology::Topology;
+use canopy_topology::Topology;
 
 #[derive(clap::Args)]
 pub struct TopologyArgs {

@@ -3,12 +3,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use canopy_core::topology::{NodeName, Topology};
 use canopy_store::{RoundCursor, StoreReader};
+use canopy_topology::{NodeName, Topology};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {

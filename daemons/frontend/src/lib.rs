@@ -12,50 +12,125 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canopy_core::config::{CheckConfig, LogFormat};
 use canopy_core::node::{
     Node, NodeConfig, NodeError, RoleConfig, RootHandle, RootOptions, RootSink, RoundResult, StreamState, Up,
 };
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode, up_message};
 use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use canopy_store::RunSummary;
 
-/// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, flags).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, and a `--kebab-case` flag
+/// per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct FrontendConfig {
+    /// This node's id.
+    #[arg(long)]
     pub node_id: String,
-    /// The one port for the tree, health and reflection.
+    /// The one port for the tree, health and reflection, ip:port.
+    #[arg(long)]
     pub listen: String,
     /// Directory of the run stores (one SQLite file per run, `latest.sqlite` links the newest).
+    #[arg(long)]
     pub out: PathBuf,
-    /// Filters to open as streams at start, one stream each.
+    /// Filters to open as streams at start, one stream each; comma-separated as a flag.
+    #[arg(long, value_delimiter = ',')]
     pub streams: Vec<String>,
-    /// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`).
-    pub stream_params: std::collections::BTreeMap<String, String>,
-    /// How long a round waits for missing children before it closes partial.
+    #[command(flatten)]
+    pub stream_params: StreamParams,
+    /// Milliseconds a round waits for missing children before it closes partial.
+    #[arg(long)]
     pub stream_timeout_ms: u32,
     /// wait_for_all or dont_wait.
+    #[arg(long)]
     pub sync_mode: String,
     /// Start collection once this many ranks are attached (0: as soon as any are).
+    #[arg(long)]
     pub expect_ranks: u32,
     /// Exit once every child has finished (the run ends with its application).
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub exit_on_fin: bool,
-    /// How long a shutdown waits for the tree to deliver what it holds.
+    /// Milliseconds a shutdown waits for the tree to deliver what it holds.
+    #[arg(long)]
     pub drain_timeout_ms: u64,
+    /// Rounds that may be open at once before children are made to wait.
+    #[arg(long)]
     pub max_rounds_in_flight: u64,
     /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
+    #[arg(long)]
     pub subscriber_buffer: usize,
+    /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
     pub log_format: LogFormat,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
+    /// /usr/lib/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
+    #[arg(long)]
     pub ready_file: Option<PathBuf>,
+}
+
+/// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`); as a
+/// flag, `--stream-params NAME=JSON` once per filter. Its own type because clap derives no flag for a map.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StreamParams(pub std::collections::BTreeMap<String, String>);
+
+impl std::ops::Deref for StreamParams {
+    type Target = std::collections::BTreeMap<String, String>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl FromIterator<(String, String)> for StreamParams {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
+        Self(pairs.into_iter().collect())
+    }
+}
+
+impl clap::FromArgMatches for StreamParams {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut params = Self::default();
+        params.update_from_arg_matches(matches)?;
+        Ok(params)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        if let Some(pairs) = matches.get_many::<(String, String)>("stream_params") {
+            *self = pairs.cloned().collect();
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for StreamParams {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // The id is the config key, so the flag's value lands on `stream_params` and errors name the flag.
+        cmd.arg(
+            clap::Arg::new("stream_params")
+                .long("stream-params")
+                .value_name("NAME=JSON")
+                .action(clap::ArgAction::Append)
+                .value_parser(|pair: &str| {
+                    let (name, json) = pair.split_once('=').unwrap_or((pair, ""));
+                    Ok::<_, std::convert::Infallible>((name.to_string(), json.to_string()))
+                })
+                .help("A stream filter's parameters, NAME=JSON (repeat for several filters)"),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 impl Default for FrontendConfig {
@@ -80,25 +155,25 @@ impl Default for FrontendConfig {
     }
 }
 
-impl canopy_core::daemon::DaemonConfig for FrontendConfig {
+impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
 }
 
 impl CheckConfig for FrontendConfig {
-    fn check(&self) -> Result<(), (String, String)> {
-        canopy_core::config::check_addr("listen", &self.listen)?;
+    fn check(&self) -> Result<(), ConfigIssue> {
+        check_addr("listen", &self.listen)?;
         // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
         let filters = canopy_core::plugin::filters_from(&self.filter_path);
         let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
         for (i, name) in self.streams.iter().enumerate() {
             let info = filters
                 .info(name)
-                .map_err(|e| (format!("streams.{i}"), e.to_string()))?;
+                .map_err(|e| ConfigIssue::new(format!("streams.{i}"), e.to_string()))?;
             if dont_wait && info.phases > 1 {
-                return Err((
-                    "sync_mode".into(),
+                return Err(ConfigIssue::new(
+                    "sync_mode",
                     format!(
                         "filter {name} has {} phases and runs only in wait_for_all streams",
                         info.phases
@@ -113,29 +188,29 @@ impl CheckConfig for FrontendConfig {
                 params,
                 canopy_core::filter::Level::Root,
             ) {
-                return Err((format!("stream_params.{name}"), e.to_string()));
+                return Err(ConfigIssue::new(format!("stream_params.{name}"), e.to_string()));
             }
         }
         for name in self.stream_params.keys() {
             if !self.streams.contains(name) {
-                return Err((
+                return Err(ConfigIssue::new(
                     format!("stream_params.{name}"),
                     format!("no stream runs filter {name:?}"),
                 ));
             }
         }
         if self.stream_timeout_ms == 0 {
-            return Err(("stream_timeout_ms".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("stream_timeout_ms", "must be at least 1"));
         }
-        parse_sync_mode(&self.sync_mode).map_err(|m| ("sync_mode".to_string(), m))?;
+        parse_sync_mode(&self.sync_mode).map_err(|m| ConfigIssue::new("sync_mode", m))?;
         if self.max_rounds_in_flight == 0 {
-            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("max_rounds_in_flight", "must be at least 1"));
         }
         if self.subscriber_buffer == 0 {
-            return Err(("subscriber_buffer".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("subscriber_buffer", "must be at least 1"));
         }
         if self.out.as_os_str().is_empty() {
-            return Err(("out".into(), "must name a directory".into()));
+            return Err(ConfigIssue::new("out", "must name a directory"));
         }
         Ok(())
     }
@@ -163,7 +238,7 @@ pub enum FrontendError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-impl canopy_core::daemon::IsRefusal for FrontendError {
+impl canopy_runtime::daemon::IsRefusal for FrontendError {
     fn is_refusal(&self) -> bool {
         false
     }

@@ -8,29 +8,38 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canopy_core::config::{CheckConfig, LogFormat, check_host_port};
 use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::{ParentLink, TreeService};
 use canopy_proto::v1::NodeKind;
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr, check_host_port};
 use serde::{Deserialize, Serialize};
 
-/// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, flags).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, and a `--kebab-case` flag per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelayConfig {
     /// This node's id in the tree; unique among its parent's children. Default: relay@HOST:PORT.
+    #[arg(long)]
     pub node_id: String,
     /// The parent's address (a relay or the front-end), host:port.
+    #[arg(long)]
     pub parent: String,
-    /// Where children attach.
+    /// Where children attach, ip:port (port 0 picks a free port).
+    #[arg(long)]
     pub listen: String,
     /// Rounds that may be open at once before children are made to wait.
+    #[arg(long)]
     pub max_rounds_in_flight: u64,
+    /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
     pub log_format: LogFormat,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order. Empty: the directory
-    /// of the running executable, PREFIX/lib/canopy/filters beside its bin/, then /usr/lib/canopy/filters.
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
+    /// /usr/lib/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
     /// Written with the bound address once the relay serves (for launchers using port 0).
+    #[arg(long)]
     pub ready_file: Option<PathBuf>,
 }
 
@@ -48,18 +57,18 @@ impl Default for RelayConfig {
     }
 }
 
-impl canopy_core::daemon::DaemonConfig for RelayConfig {
+impl canopy_runtime::daemon::DaemonConfig for RelayConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
 }
 
 impl CheckConfig for RelayConfig {
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self) -> Result<(), ConfigIssue> {
         check_host_port("parent", &self.parent)?;
-        canopy_core::config::check_addr("listen", &self.listen)?;
+        check_addr("listen", &self.listen)?;
         if self.max_rounds_in_flight == 0 {
-            return Err(("max_rounds_in_flight".into(), "must be at least 1".into()));
+            return Err(ConfigIssue::new("max_rounds_in_flight", "must be at least 1"));
         }
         Ok(())
     }
@@ -75,7 +84,7 @@ pub enum RelayError {
     Server(#[from] tonic::transport::Error),
 }
 
-impl canopy_core::daemon::IsRefusal for RelayError {
+impl canopy_runtime::daemon::IsRefusal for RelayError {
     fn is_refusal(&self) -> bool {
         matches!(self, RelayError::Node(NodeError::Refused(_)))
     }
@@ -170,10 +179,7 @@ pub async fn run(config: RelayConfig, shutdown: impl Future<Output = ()> + Send)
 /// The address children and the topology view should use: a wildcard bind is named by the host.
 fn advertised(addr: SocketAddr) -> String {
     if addr.ip().is_unspecified() {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
-        format!("{host}:{}", addr.port())
+        format!("{}:{}", canopy_runtime::net::hostname(), addr.port())
     } else {
         addr.to_string()
     }

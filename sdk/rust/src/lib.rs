@@ -22,6 +22,11 @@
 //! takes effect at the next dump.
 
 #![deny(unsafe_code)]
+// The SDK runs in the application's threads and its own, never on tokio: std's monotonic clock is its clock.
+#![allow(
+    clippy::disallowed_types,
+    reason = "std::time::Instant is banned for the daemons, which run on tokio's pausable clock"
+)]
 
 mod config;
 mod measure;
@@ -458,6 +463,10 @@ impl Sdk {
                     next += period;
                     let now = Instant::now();
                     if next > now {
+                        #[allow(
+                            clippy::disallowed_methods,
+                            reason = "the SDK's own period thread, not a runtime worker: it sleeps until the next dump"
+                        )]
                         std::thread::sleep(next - now);
                     } else {
                         next = now;

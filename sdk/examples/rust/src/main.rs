@@ -10,6 +10,10 @@
 //! ```
 
 #![forbid(unsafe_code)]
+#![allow(
+    clippy::disallowed_types,
+    reason = "an application, not a daemon: it runs on no tokio clock and times itself by the wall clock"
+)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -71,6 +75,10 @@ fn main() -> ExitCode {
             halo[..n].copy_from_slice(&a[n..2 * n]);
             halo[n..].copy_from_slice(&a[(n - 2) * n..(n - 1) * n]);
             if sleep_us > 0 {
+                #[allow(
+                    clippy::disallowed_methods,
+                    reason = "a synchronous rank standing in for a message's wait; no runtime here"
+                )]
                 std::thread::sleep(Duration::from_micros(sleep_us));
             }
             let _ = canopy_sdk::counter("bytes_exchanged", (halo.len() * 8) as f64);

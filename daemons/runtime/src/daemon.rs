@@ -77,6 +77,9 @@ where
         }
     });
     let Some(result) = result else {
+        // Dropping the runtime would wait for blocking tasks (a store writer finishing its queue, say): a forced
+        // exit leaves them behind instead.
+        runtime.shutdown_background();
         return ExitCode::FAILURE;
     };
     match result {
@@ -107,9 +110,7 @@ pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, std::io::Error>
 
 /// A default node id: the role, the host, and a distinguishing suffix.
 pub fn default_node_id(role: &str, suffix: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    let host = crate::net::hostname();
     if suffix.is_empty() {
         format!("{role}@{host}")
     } else {
@@ -117,14 +118,12 @@ pub fn default_node_id(role: &str, suffix: &str) -> String {
     }
 }
 
-/// The command line every daemon shares: `--config`, its own flags, and the `validate` subcommand.
+/// What every daemon's command line has besides its config keys: `--config` and the `validate` subcommand.
 #[derive(clap::Parser)]
-pub struct DaemonArgs<F: clap::Args> {
+pub struct DaemonArgs {
     /// A TOML file whose table for this daemon ([frontend], [relay] or [agent]) configures it.
     #[arg(long, short = 'c', global = true, env = "CANOPY_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub flags: F,
     #[command(subcommand)]
     pub command: Option<DaemonCommand>,
 }
@@ -135,31 +134,40 @@ pub enum DaemonCommand {
     Validate,
 }
 
-/// A daemon's configuration as `main` needs it.
+/// A daemon's configuration as `main` needs it. It is its own command line: the struct derives `clap::Args`,
+/// each field `#[arg(long)]`, so every key has its `--kebab-case` flag.
 pub trait DaemonConfig:
-    serde::de::DeserializeOwned + serde::Serialize + Default + crate::config::CheckConfig
+    serde::de::DeserializeOwned + serde::Serialize + Default + crate::config::CheckConfig + clap::Args
 {
     fn log_format(&self) -> LogFormat;
 }
 
-/// The whole `main` of a daemon: parse the command line, load and check the configuration, then validate or run.
-pub fn run_main<C, F, R, Fut, E>(role: &str, name: &'static str, about: &'static str, run: R) -> ExitCode
-where
-    C: DaemonConfig,
-    F: clap::Args + serde::Serialize,
-    R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: std::fmt::Display + IsRefusal,
-{
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = DaemonArgs::<F>::command()
+/// A daemon's command line: [`DaemonArgs`] and one flag per key of its config struct `C`. Every flag is
+/// optional (the file, the environment or the default fills what is not given) and global, so it may follow
+/// `validate`.
+pub fn command<C: clap::Args>(name: &'static str, about: &'static str) -> clap::Command {
+    use clap::CommandFactory;
+    C::augment_args(DaemonArgs::command())
+        .mut_args(|arg| arg.required(false).global(true))
         .name(name)
         .bin_name(name)
         .about(about)
         .version(env!("CARGO_PKG_VERSION"))
-        .get_matches();
-    let args = DaemonArgs::<F>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let loaded = crate::config::load::<C, F>(role, args.config.as_deref(), &args.flags);
+}
+
+/// The whole `main` of a daemon: parse the command line, load and check the configuration, then validate or run.
+pub fn run_main<C, R, Fut, E>(role: &str, name: &'static str, about: &'static str, run: R) -> ExitCode
+where
+    C: DaemonConfig,
+    R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display + IsRefusal,
+{
+    use clap::FromArgMatches;
+    let matches = command::<C>(name, about).get_matches();
+    let args = DaemonArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let flags = crate::config::flags_given::<C>(&matches).unwrap_or_else(|e| e.exit());
+    let loaded = crate::config::load::<C, _>(role, args.config.as_deref(), &flags);
     let log = loaded.as_ref().map(DaemonConfig::log_format).unwrap_or_default();
     let validate = matches!(args.command, Some(DaemonCommand::Validate));
     main(role, loaded, validate, log, run)

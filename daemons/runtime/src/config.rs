@@ -1,13 +1,15 @@
 //! Layered configuration: built-in defaults, a TOML file, `CANOPY_<ROLE>_*` environment variables, then flags.
 //!
 //! Each daemon reads its own table of the file (`[agent]`, `[relay]`, `[frontend]`), so one file can serve a
-//! whole site. A bad value is reported with the key as written in its source and the source itself, and the
-//! daemon exits with [`EXIT_CONFIG`].
+//! whole site. Its flags are the fields of its config struct itself (the struct derives `clap::Args` as well as
+//! `Deserialize`), so every key has its `--kebab-case` flag and the two cannot drift apart. A bad value is
+//! reported with the key as written in its source and the source itself, and the daemon exits with
+//! [`EXIT_CONFIG`].
 
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::value::{Dict, Map};
+use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,10 +26,28 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// What a daemon's own check found wrong: the key, as a field path (`streams.0`), and why. [`load`] turns it
+/// into a [`ConfigError`] that names the key as its source writes it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("`{key}`: {message}")]
+pub struct ConfigIssue {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigIssue {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Implemented by each daemon's configuration: what the types alone cannot check.
 pub trait CheckConfig {
-    /// Returns the offending key (as a field path, `a.b`) and what is wrong with it.
-    fn check(&self) -> Result<(), (String, String)>;
+    /// The first key that cannot be used, and why.
+    fn check(&self) -> Result<(), ConfigIssue>;
 }
 
 /// Command-line flags as a figment provider, so errors name them as flags.
@@ -53,15 +73,55 @@ where
 {
     let figment = layers::<T, F>(role, file, flags)?;
     let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
-    config.check().map_err(|(key, message)| {
-        let md = find_metadata(&figment, &key);
+    config.check().map_err(|issue| {
+        let md = find_metadata(&figment, &issue.key);
         ConfigError {
-            key: qualify(role, md, &key),
-            source_name: describe(md, role, &key),
-            message,
+            key: qualify(role, md, &issue.key),
+            source_name: describe(md, role, &issue.key),
+            message: issue.message,
         }
     })?;
     Ok(config)
+}
+
+/// The keys given on the command line, with their values: the flags layer of [`load`]. `C` is the config struct,
+/// which is its own `clap::Args`; a key not on the command line is left out, so the file, the environment or the
+/// default decides it.
+pub fn flags_given<C>(matches: &clap::ArgMatches) -> Result<Dict, clap::Error>
+where
+    C: clap::FromArgMatches + Serialize + Default,
+{
+    let mut config = C::default();
+    config.update_from_arg_matches(matches)?;
+    let mut dict = keys_of(&config).map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e))?;
+    dict.retain(|key, _| {
+        matches.try_contains_id(key).unwrap_or(false)
+            && matches.value_source(key) == Some(clap::parser::ValueSource::CommandLine)
+    });
+    Ok(dict)
+}
+
+/// The keys of `C`'s table that have no `--kebab-case` flag in `command`, or one that is not global (so it could
+/// not follow `validate`): each daemon's test that its command line covers its configuration.
+pub fn keys_without_flags<C: Serialize + Default>(command: &clap::Command) -> Result<Vec<String>, String> {
+    let keys = keys_of(&C::default())?;
+    Ok(keys
+        .into_keys()
+        .filter(|key| {
+            let long = key.replace('_', "-");
+            !command.get_arguments().any(|a| {
+                a.get_id() == key.as_str() && a.get_long() == Some(long.as_str()) && a.is_global_set()
+            })
+        })
+        .collect())
+}
+
+/// A config struct as figment's dictionary of its keys.
+fn keys_of<C: Serialize>(config: &C) -> Result<Dict, String> {
+    Value::serialize(config)
+        .map_err(|e| e.to_string())?
+        .into_dict()
+        .ok_or_else(|| "a configuration must serialize as a table".to_string())
 }
 
 fn layers<T: Serialize + Default, F: Serialize>(
@@ -151,24 +211,27 @@ pub enum LogFormat {
 }
 
 /// Parses `host:port` (or `[v6]:port`), naming the key on failure.
-pub fn check_addr(key: &str, value: &str) -> Result<(), (String, String)> {
+pub fn check_addr(key: &str, value: &str) -> Result<(), ConfigIssue> {
     value.parse::<std::net::SocketAddr>().map(|_| ()).map_err(|_| {
-        (
-            key.to_string(),
+        ConfigIssue::new(
+            key,
             format!("{value:?} is not an address of the form host:port (127.0.0.1:7400)"),
         )
     })
 }
 
 /// Checks an address that may name a host (`node1:7400`) rather than an IP.
-pub fn check_host_port(key: &str, value: &str) -> Result<(), (String, String)> {
+pub fn check_host_port(key: &str, value: &str) -> Result<(), ConfigIssue> {
     let ok = value
         .rsplit_once(':')
         .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
     if ok {
         Ok(())
     } else {
-        Err((key.to_string(), format!("{value:?} is not of the form host:port")))
+        Err(ConfigIssue::new(
+            key,
+            format!("{value:?} is not of the form host:port"),
+        ))
     }
 }
 
@@ -202,9 +265,9 @@ mod tests {
     }
 
     impl CheckConfig for Demo {
-        fn check(&self) -> Result<(), (String, String)> {
+        fn check(&self) -> Result<(), ConfigIssue> {
             if self.ranks > 1000 {
-                return Err(("ranks".into(), "at most 1000".into()));
+                return Err(ConfigIssue::new("ranks", "at most 1000"));
             }
             Ok(())
         }
@@ -263,8 +326,8 @@ mod tests {
             streams: Vec<String>,
         }
         impl CheckConfig for L {
-            fn check(&self) -> Result<(), (String, String)> {
-                Err(("streams.0".into(), "bad".into()))
+            fn check(&self) -> Result<(), ConfigIssue> {
+                Err(ConfigIssue::new("streams.0", "bad"))
             }
         }
         #[derive(Serialize)]
@@ -297,5 +360,107 @@ mod tests {
             &DemoFlags::default(),
         );
         assert!(e.unwrap_err().message.contains("no such file"));
+    }
+
+    /// A config struct that is its own command line, as the daemons' are.
+    #[derive(Debug, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+    #[serde(deny_unknown_fields, default)]
+    struct Cli {
+        #[arg(long)]
+        max_ranks: u32,
+        #[arg(long)]
+        parent: String,
+        #[arg(long, action = clap::ArgAction::Set)]
+        quiet: bool,
+        #[arg(long, value_delimiter = ':')]
+        path: Vec<PathBuf>,
+        #[arg(long)]
+        ready_file: Option<PathBuf>,
+    }
+
+    impl CheckConfig for Cli {
+        fn check(&self) -> Result<(), ConfigIssue> {
+            if self.max_ranks > 1000 {
+                return Err(ConfigIssue::new("max_ranks", "at most 1000"));
+            }
+            Ok(())
+        }
+    }
+
+    fn flags(args: &[&str]) -> Dict {
+        let matches = crate::daemon::command::<Cli>("demo", "a demo")
+            .try_get_matches_from(std::iter::once("demo").chain(args.iter().copied()))
+            .unwrap();
+        flags_given::<Cli>(&matches).unwrap()
+    }
+
+    #[test]
+    fn flags_given_hold_only_what_the_command_line_gave() {
+        assert!(flags(&[]).is_empty());
+        let given = flags(&[
+            "--max-ranks",
+            "9",
+            "--quiet",
+            "true",
+            "--path",
+            "a:b",
+            "--ready-file",
+            "r",
+        ]);
+        let keys: Vec<&str> = given.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["max_ranks", "path", "quiet", "ready_file"]);
+        // Global: a flag may follow `validate`.
+        assert_eq!(flags(&["validate", "--parent", "p:1"]).len(), 1);
+
+        let f = file("[demo]\nmax_ranks = 4\nparent = \"a:1\"\n");
+        let c: Cli = load(
+            "demo",
+            Some(f.path()),
+            &flags(&["--max-ranks", "9", "--path", "a:b"]),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Cli {
+                max_ranks: 9,
+                parent: "a:1".into(),
+                quiet: false,
+                path: vec!["a".into(), "b".into()],
+                ready_file: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_check_names_the_derived_flag_in_kebab_case() {
+        let e = load::<Cli, _>("demo", None, &flags(&["--max-ranks", "5000"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad config value for `--max-ranks` (from command-line flags): at most 1000"
+        );
+    }
+
+    #[test]
+    fn keys_without_flags_names_a_key_the_command_line_lacks() {
+        let command = crate::daemon::command::<Cli>("demo", "a demo");
+        assert_eq!(keys_without_flags::<Cli>(&command), Ok(Vec::new()));
+
+        #[derive(Default, Serialize, clap::Args)]
+        struct Drifted {
+            #[arg(long)]
+            parent: String,
+            #[arg(skip)]
+            subscriber_buffer: usize,
+            /// Positional, not a flag.
+            #[arg(required = false)]
+            seed: u64,
+            #[arg(skip)]
+            ready_file: Option<PathBuf>,
+        }
+        let command = crate::daemon::command::<Drifted>("demo", "a demo");
+        assert_eq!(
+            keys_without_flags::<Drifted>(&command).unwrap(),
+            ["ready_file", "seed", "subscriber_buffer"]
+        );
     }
 }

@@ -1,0 +1,12 @@
+//! What every Canopy daemon's thin `main` shares: layered configuration (defaults, TOML, environment, flags
+//! derived from the config struct), the daemon main itself (exit codes, `validate`, signals, forced exit),
+//! tracing setup, systemd notification, and the small network helpers (listeners, the host's name).
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod daemon;
+pub mod net;
+pub mod notify;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,61 @@
+//! Every daemon's command line covers its configuration: each key has its `--kebab-case` flag, derived from
+//! the config struct, so the two cannot drift apart.
+
+use std::process::Command;
+
+use canopy_agent::AgentConfig;
+use canopy_frontend::FrontendConfig;
+use canopy_integration_tests::bin_dir;
+use canopy_relay::RelayConfig;
+use canopy_runtime::config::keys_without_flags;
+use canopy_runtime::daemon::{DaemonConfig, command};
+
+fn keys_without_flags_of<C: DaemonConfig>(name: &'static str) -> Vec<String> {
+    keys_without_flags::<C>(&command::<C>(name, "")).unwrap()
+}
+
+#[test]
+fn every_config_key_of_every_daemon_has_its_flag() {
+    assert_eq!(
+        keys_without_flags_of::<AgentConfig>("canopy-agent"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        keys_without_flags_of::<RelayConfig>("canopy-relay"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        keys_without_flags_of::<FrontendConfig>("canopy-frontend"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_key_that_once_had_no_flag_is_set_and_named_by_it() {
+    // `subscriber_buffer` had drifted out of the hand-written flags; now it is a flag like any other key.
+    let out = Command::new(bin_dir().join("canopy-frontend"))
+        .args(["validate", "--subscriber-buffer", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "bad config value for `--subscriber-buffer` (from command-line flags): must be at least 1"
+        ),
+        "{err}"
+    );
+
+    // Repeated map entries and a value-taking bool reach the configuration too.
+    let out = Command::new(bin_dir().join("canopy-frontend"))
+        .args(["validate", "--streams", "stats,classify", "--exit-on-fin", "true"])
+        .args(["--stream-params", "stats=", "--stream-params", "classify=[]"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`--stream-params.classify` (from command-line flags)"),
+        "{err}"
+    );
+}
