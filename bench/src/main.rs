@@ -2,8 +2,7 @@
 //! ratio against a baseline run in the same process). Never a pass/fail test: docs/benchmarks.md keeps the
 //! latest tables and the commands that made them.
 
-// Unsafe code only in the counting allocator of the SDK benchmark.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![allow(
     clippy::disallowed_types,
     reason = "benchmarks measure wall time and never run on a paused clock"
@@ -14,9 +13,6 @@ mod perturbation;
 mod reduction;
 mod sdk;
 mod throughput;
-
-#[global_allocator]
-static ALLOCATOR: sdk::Counting = sdk::Counting;
 
 use std::time::{Duration, Instant};
 

@@ -1,56 +1,14 @@
 //! `canopy-bench sdk`: what the application SDK costs on the application's thread. A timer start+stop pair
 //! against two clock reads (the floor of any timer), a dump of a 100-event profile against copying the same
-//! values, and the heap allocations start and stop make once a timer exists (counted by a global allocator
-//! that wraps the system's). The dumps go to a sink that plays the agent: it accepts the SDK's connection
+//! values, and the heap allocations start and stop make once a timer exists (counted on the calling thread by the
+//! allocation-counter crate's allocator). The dumps go to a sink that plays the agent: it accepts the SDK's connection
 //! and reads everything, so the queue drains as it would with a live agent.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Read;
 use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::stats;
-
-/// Counts every allocation, then lets the system allocator do it.
-pub struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Allocations made by this thread (the SDK's own threads allocate as they ship; the application thread's
-    /// count is what start and stop cost).
-    static MINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-fn count() {
-    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    let _ = MINE.try_with(|m| m.set(m.get() + 1));
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter has no effect on memory.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Allocations by the calling thread so far.
-fn allocations() -> u64 {
-    MINE.try_with(std::cell::Cell::get).unwrap_or(0)
-}
 
 /// A stand-in agent: reads and discards whatever each connection sends.
 fn sink(path: &std::path::Path) -> anyhow::Result<()> {
@@ -80,16 +38,25 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     let t = canopy_sdk::timer("pair")?;
     t.start();
     t.stop();
+    // A count of 0 below means something only if the counter sees allocations at all.
+    let probe = allocation_counter::measure(|| {
+        std::hint::black_box(Box::new(0u64));
+    });
+    anyhow::ensure!(
+        probe.count_total >= 1,
+        "the allocation counter is not active: a Box allocation was not counted"
+    );
     let (mut pair_ns, mut clock_ns, mut allocs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
-        let before = allocations();
         let start = Instant::now();
-        for _ in 0..pairs {
-            t.start();
-            t.stop();
-        }
+        let made = allocation_counter::measure(|| {
+            for _ in 0..pairs {
+                t.start();
+                t.stop();
+            }
+        })
+        .count_total;
         let elapsed = start.elapsed();
-        let made = allocations() - before;
         pair_ns.push(elapsed.as_nanos() as f64 / pairs as f64);
         allocs.push(made as f64);
         let start = Instant::now();

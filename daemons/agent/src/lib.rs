@@ -160,7 +160,7 @@ const LINK_DRAIN: Duration = Duration::from_secs(5);
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
     let node_id = if config.node_id.is_empty() {
-        canopy_core::daemon::default_node_id("agent", "")
+        canopy_runtime::daemon::default_node_id("agent", "")
     } else {
         config.node_id.clone()
     };
@@ -239,7 +239,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     };
     tracing::info!(node = %node_id, parent = %config.parent, "agent attaching");
     // Ready once the socket accepts ranks: they queue there until the parent is reached.
-    canopy_core::notify::ready(&format!(
+    canopy_runtime::notify::ready(&format!(
         "serving ranks on {}, parent {}",
         config.socket, config.parent
     ));

@@ -11,5 +11,3 @@ pub use canopy_wire::options;
 pub mod ranks;
 pub mod transport;
 pub mod window;
-// Moved to canopy-runtime; re-exported until every `canopy_core::{config, daemon, ...}` path names it directly.
-pub use canopy_runtime::{config, daemon, notify, shutdown, telemetry};

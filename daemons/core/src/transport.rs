@@ -17,8 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::node::{ChildEvent, ChildSender, Input, ParentEvent, Refused};
 use crate::window::WindowGate;
 
-/// Largest message either side accepts: a passthrough round of thousands of ranks is several megabytes.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+use canopy_proto::MAX_MESSAGE_BYTES;
 
 /// How long a child may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -416,16 +415,4 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-/// Accepted connections with Nagle's algorithm off: control and small envelopes must not wait for an ACK.
-pub fn incoming(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-        let s = s?;
-        s.set_nodelay(true)?;
-        Ok(s)
-    })
 }

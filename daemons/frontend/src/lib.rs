@@ -17,8 +17,8 @@ use canopy_core::node::{
 };
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode, up_message};
-use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
 use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
+use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -382,7 +382,7 @@ pub struct Frontend {
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
         // The port first: a front-end that cannot serve leaves no empty run behind.
-        let listener = canopy_core::daemon::bind(&config.listen).await?;
+        let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         let mut store = Store::create(&config.out)?;
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
@@ -486,7 +486,7 @@ impl Frontend {
             store: store_path.clone(),
         };
         let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
-            .max_encoding_message_size(canopy_core::transport::MAX_MESSAGE_BYTES);
+            .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
         let tree = TreeService::new(
             config.node_id.clone(),
             handles.inputs.clone(),
@@ -509,14 +509,14 @@ impl Frontend {
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(reflection_alpha)
-                .serve_with_incoming_shutdown(canopy_core::transport::incoming(listener), async {
+                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener), async {
                     let _ = stop_rx.await;
                 }),
         );
         let ready = format!("addr={addr}\nstore={}\n", store_path.display());
-        canopy_core::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
+        canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
-        canopy_core::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
+        canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
         let result = node.run(shutdown).await;
         health_reporter

@@ -99,7 +99,7 @@ pub struct Relay {
 
 impl Relay {
     pub async fn bind(config: RelayConfig) -> Result<Self, RelayError> {
-        let listener = canopy_core::daemon::bind(&config.listen).await?;
+        let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         let addr = listener.local_addr()?;
         Ok(Self {
             config,
@@ -119,7 +119,7 @@ impl Relay {
             addr,
         } = self;
         let node_id = if config.node_id.is_empty() {
-            canopy_core::daemon::default_node_id("relay", &addr.port().to_string())
+            canopy_runtime::daemon::default_node_id("relay", &addr.port().to_string())
         } else {
             config.node_id.clone()
         };
@@ -148,13 +148,13 @@ impl Relay {
                 .http2_keepalive_interval(Some(Duration::from_secs(5)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(10)))
                 .add_service(service.into_server())
-                .serve_with_incoming_shutdown(canopy_core::transport::incoming(listener), async {
+                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener), async {
                     let _ = stop_rx.await;
                 }),
         );
-        canopy_core::config::write_ready_file(config.ready_file.as_ref(), &addr.to_string())?;
+        canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &addr.to_string())?;
         tracing::info!(node = %node_id, %addr, parent = %config.parent, "relay serving");
-        canopy_core::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
+        canopy_runtime::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
         drop(handles);
         let result = node.run(shutdown).await;
         let _ = stop_tx.send(());

@@ -459,6 +459,11 @@ fn a_committed_round_survives_a_crash() {
 }
 
 #[test]
+#[allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "a synchronous test polling a file that a background thread writes; no tokio runtime here"
+)]
 fn the_wal_reaches_the_file_without_the_writer() {
     let dir = tempdir("checkpoint");
     let mut store = Store::create(dir.path()).unwrap();

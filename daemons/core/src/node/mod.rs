@@ -154,7 +154,7 @@ impl<U: Up> Node<U> {
             ranks_below: 0,
             protocol_version: canopy_proto::PROTOCOL_VERSION,
             listen_addr: String::new(),
-            hostname: hostname(),
+            hostname: canopy_runtime::net::hostname(),
             ranks_announced: 0,
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
@@ -634,12 +634,6 @@ pub fn unix_ns() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
