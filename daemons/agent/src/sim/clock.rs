@@ -38,21 +38,13 @@ pub struct SimulatedRanks {
 impl SimulatedRanks {
     /// Attaches every simulated rank and tells the leaf their names; they dump once collection starts.
     pub async fn attach(&self) -> bool {
-        let names = RankEvent::Names(self.sim.names());
-        if self.inputs.send(Input::Rank(names)).await.is_err() {
-            return false;
-        }
-        for rank in self.sim.ranks() {
-            let attached = RankEvent::Attached {
-                source: rank_source(self.sim.app(), rank),
-                from: 0,
-                announced: 0,
-            };
-            if self.inputs.send(Input::Rank(attached)).await.is_err() {
-                return false;
-            }
-        }
-        true
+        let mut events = vec![RankEvent::Names(self.sim.names())];
+        events.extend(self.sim.ranks().map(|rank| RankEvent::Attached {
+            source: rank_source(self.sim.app(), rank),
+            from: 0,
+            announced: 0,
+        }));
+        self.inputs.send(Input::Ranks(events)).await.is_ok()
     }
 
     /// Runs the ranks' clock until they finish (their rounds are done, or a drain), or the node ends.
@@ -130,42 +122,45 @@ impl SimulatedRanks {
         }
     }
 
-    /// Every rank's dump of `round`; false once the node has ended.
+    /// Every rank's dump of `round`, as one input; false once the node has ended.
     async fn dump(&mut self, round: u64, options: &Measure, names: &HashMap<u64, String>) -> bool {
         let dump_unix_ns = unix_ns();
-        for p in self.sim.round(round) {
-            let rank = p.rank;
-            let profile = if options.samples_out(rank) {
-                Err(MissingReason::SampledOut)
-            } else {
-                let p = options.apply(stamp(p, dump_unix_ns), names);
-                Ok(ProfileBatch { profiles: vec![p] }.encode_to_vec())
-            };
-            let ev = RankEvent::Round {
-                source: rank_source(self.sim.app(), rank),
-                rank,
-                round,
-                dump_unix_ns,
-                profile,
-            };
-            if self.inputs.send(Input::Rank(ev)).await.is_err() {
-                return false;
-            }
-        }
-        true
+        let app = self.sim.app().to_string();
+        let events = self
+            .sim
+            .round(round)
+            .into_iter()
+            .map(|p| {
+                let rank = p.rank;
+                let profile = if options.samples_out(rank) {
+                    Err(MissingReason::SampledOut)
+                } else {
+                    let p = options.apply(stamp(p, dump_unix_ns), names);
+                    Ok(ProfileBatch { profiles: vec![p] }.encode_to_vec())
+                };
+                RankEvent::Round {
+                    source: rank_source(&app, rank),
+                    rank,
+                    round,
+                    dump_unix_ns,
+                    profile,
+                }
+            })
+            .collect();
+        self.inputs.send(Input::Ranks(events)).await.is_ok()
     }
 
     /// Every rank finished after its rounds below `end`.
     async fn finish(&self, end: u64) {
-        for rank in self.sim.ranks() {
-            let ev = RankEvent::Detached {
+        let events = self
+            .sim
+            .ranks()
+            .map(|rank| RankEvent::Detached {
                 source: rank_source(self.sim.app(), rank),
                 finished_end: Some(end),
-            };
-            if self.inputs.send(Input::Rank(ev)).await.is_err() {
-                return;
-            }
-        }
+            })
+            .collect();
+        let _ = self.inputs.send(Input::Ranks(events)).await;
     }
 }
 

@@ -78,7 +78,7 @@ impl Ranks {
     }
 
     async fn send(&mut self, ev: RankEvent) {
-        let _ = self.inputs.send(Input::Rank(ev)).await;
+        let _ = self.inputs.send(Input::Ranks(vec![ev])).await;
     }
 
     /// Refuses a connection: the rank is told why, the connection closes.

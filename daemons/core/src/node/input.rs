@@ -13,7 +13,9 @@ pub type ChildSender = mpsc::Sender<Result<DownMessage, Status>>;
 pub enum Input {
     Child(ChildEvent),
     Parent(ParentEvent),
-    Rank(RankEvent),
+    /// Events of the leaf's ranks, applied in order: a rank on the socket sends its own one by one, the simulated
+    /// ranks a whole round at once (one input per round, not per rank, keeps the node's work per round small).
+    Ranks(Vec<RankEvent>),
     Root(RootCommand),
 }
 

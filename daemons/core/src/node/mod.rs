@@ -242,7 +242,11 @@ impl<U: Up> Node<U> {
             Input::Child(ev) => self.on_child(ev).await,
             Input::Parent(ParentEvent::Refused(r)) => return Err(NodeError::Refused(r)),
             Input::Parent(ev) => self.on_parent(ev).await,
-            Input::Rank(ev) => self.on_rank(ev).await,
+            Input::Ranks(evs) => {
+                for ev in evs {
+                    self.on_rank(ev).await;
+                }
+            }
             Input::Root(cmd) => self.on_root_command(cmd).await,
         }
         Ok(())

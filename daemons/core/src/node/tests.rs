@@ -332,13 +332,13 @@ fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
 }
 
 fn rank_round(rank: u32, round: u64) -> Input {
-    Input::Rank(RankEvent::Round {
+    Input::Ranks(vec![RankEvent::Round {
         source: rank_source("app", rank),
         rank,
         round,
         dump_unix_ns: 1,
         profile: Ok(vec![rank as u8]),
-    })
+    }])
 }
 
 #[tokio::test(start_paused = true)]
@@ -351,7 +351,7 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
             from: 0,
             announced: 2,
         };
-        h.input(Input::Rank(attached)).await;
+        h.input(Input::Ranks(vec![attached])).await;
     }
     // Rank 1 dumps two rounds before the streams are even open; rank 0 one.
     h.input(rank_round(1, 0)).await;
@@ -381,7 +381,7 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
             source: rank_source("app", rank),
             finished_end: Some(2),
         };
-        h.input(Input::Rank(done)).await;
+        h.input(Input::Ranks(vec![done])).await;
     }
     assert_eq!(h.fin().await.rounds_end, 2);
 }
