@@ -141,7 +141,7 @@ pub enum AgentError {
     #[error(transparent)]
     Node(#[from] NodeError),
     #[error("agent socket: {0}")]
-    Socket(String),
+    Socket(#[from] socket::SocketError),
 }
 
 impl canopy_runtime::daemon::IsRefusal for AgentError {

@@ -1,5 +1,14 @@
 //! Rank selections as users write them: comma-separated ranks and inclusive ranges, `0-7,17,40-43`.
 
+/// Why a rank selection cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RankSetError {
+    #[error("bad rank range {0:?}: expected N or N-M")]
+    Malformed(String),
+    #[error("bad rank range {part:?}: {low} is above {high}")]
+    Reversed { part: String, low: u32, high: u32 },
+}
+
 /// A set of ranks parsed from ranges; empty means every rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RankSet {
@@ -8,10 +17,10 @@ pub struct RankSet {
 
 impl RankSet {
     /// Parses `0-7,17`; the error names the part that is wrong.
-    pub fn parse(text: &str) -> Result<RankSet, String> {
+    pub fn parse(text: &str) -> Result<RankSet, RankSetError> {
         let mut ranges = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = || format!("bad rank range {part:?}: expected N or N-M");
+            let bad = || RankSetError::Malformed(part.to_string());
             let (a, b) = match part.split_once('-') {
                 Some((a, b)) => (
                     a.trim().parse().map_err(|_| bad())?,
@@ -23,7 +32,11 @@ impl RankSet {
                 }
             };
             if a > b {
-                return Err(format!("bad rank range {part:?}: {a} is above {b}"));
+                return Err(RankSetError::Reversed {
+                    part: part.to_string(),
+                    low: a,
+                    high: b,
+                });
             }
             ranges.push((a, b));
         }
@@ -51,11 +64,11 @@ mod tests {
         assert!(!s.contains(4) && !s.contains(39));
         assert!(RankSet::parse("").unwrap().contains(12345));
         assert_eq!(
-            RankSet::parse("4-2").unwrap_err(),
+            RankSet::parse("4-2").unwrap_err().to_string(),
             "bad rank range \"4-2\": 4 is above 2"
         );
         assert_eq!(
-            RankSet::parse("a").unwrap_err(),
+            RankSet::parse("a").unwrap_err().to_string(),
             "bad rank range \"a\": expected N or N-M"
         );
     }

@@ -28,6 +28,56 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Messages queued for one child before the node waits for that child to read them.
 const CHILD_QUEUE: usize = 1024;
 
+/// Why a parent turns a child away on Attach. The one mapping to a gRPC status is [`From<AttachError> for
+/// Status`]; the child's link reads the codes of refusals back with [`is_refusal`].
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(
+        "protocol version mismatch: child {child} speaks version {child_version}, parent {parent} speaks version {parent_version}"
+    )]
+    VersionMismatch {
+        child: String,
+        child_version: u32,
+        parent: String,
+        parent_version: u32,
+    },
+    #[error("hello has an empty node id")]
+    EmptyNodeId,
+    #[error("node id {child} is already attached to {parent}")]
+    AlreadyAttached { child: String, parent: String },
+    #[error("no hello within 10 s")]
+    NoHello,
+    #[error("the first message on Attach must be a Hello")]
+    FirstNotHello,
+    #[error("node is shutting down")]
+    ShuttingDown,
+    /// The child's stream failed before its hello.
+    #[error("{}", .0.message())]
+    Stream(Status),
+}
+
+impl From<AttachError> for Status {
+    fn from(e: AttachError) -> Status {
+        let msg = e.to_string();
+        match e {
+            AttachError::VersionMismatch { .. } => Status::failed_precondition(msg),
+            AttachError::EmptyNodeId | AttachError::FirstNotHello => Status::invalid_argument(msg),
+            AttachError::AlreadyAttached { .. } => Status::already_exists(msg),
+            AttachError::NoHello => Status::deadline_exceeded(msg),
+            AttachError::ShuttingDown => Status::unavailable(msg),
+            AttachError::Stream(status) => status,
+        }
+    }
+}
+
+/// Whether a status a parent answered Attach with refuses this node for good (re-attaching cannot help).
+pub fn is_refusal(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists | tonic::Code::InvalidArgument
+    )
+}
+
 /// The parent's side of Attach.
 #[derive(Clone)]
 pub struct TreeService {
@@ -58,29 +108,31 @@ impl TreeService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn admit(&self, hello: &Hello, tx: &ChildSender) -> Result<u64, Status> {
+    fn admit(&self, hello: &Hello, tx: &ChildSender) -> Result<u64, AttachError> {
         if hello.protocol_version != PROTOCOL_VERSION {
-            let msg = format!(
-                "protocol version mismatch: child {} speaks version {}, parent {} speaks version {}",
-                hello.node_id, hello.protocol_version, self.node_id, PROTOCOL_VERSION
-            );
+            let e = AttachError::VersionMismatch {
+                child: hello.node_id.clone(),
+                child_version: hello.protocol_version,
+                parent: self.node_id.clone(),
+                parent_version: PROTOCOL_VERSION,
+            };
             tracing::error!(child = %hello.node_id, child_version = hello.protocol_version,
-                parent_version = PROTOCOL_VERSION, "refused child: {msg}");
-            return Err(Status::failed_precondition(msg));
+                parent_version = PROTOCOL_VERSION, "refused child: {e}");
+            return Err(e);
         }
         if hello.node_id.is_empty() {
-            return Err(Status::invalid_argument("hello has an empty node id"));
+            return Err(AttachError::EmptyNodeId);
         }
         let mut attached = self.attached.lock().expect("attached registry");
         // A registration whose stream is already gone (a child restarted before its old reader noticed) is stale.
         attached.retain(|_, (_, tx)| !tx.is_closed());
         if attached.contains_key(&hello.node_id) {
-            let msg = format!(
-                "node id {} is already attached to {}",
-                hello.node_id, self.node_id
-            );
-            tracing::error!(child = %hello.node_id, "refused child: {msg}");
-            return Err(Status::already_exists(msg));
+            let e = AttachError::AlreadyAttached {
+                child: hello.node_id.clone(),
+                parent: self.node_id.clone(),
+            };
+            tracing::error!(child = %hello.node_id, "refused child: {e}");
+            return Err(e);
         }
         let conn = self.next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         attached.insert(hello.node_id.clone(), (conn, tx.clone()));
@@ -100,14 +152,11 @@ impl Tree for TreeService {
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
             .await
-            .map_err(|_| Status::deadline_exceeded("no hello within 10 s"))??;
+            .map_err(|_| AttachError::NoHello)?
+            .map_err(AttachError::Stream)?;
         let hello = match first.and_then(|m| m.msg) {
             Some(up_message::Msg::Hello(h)) => h,
-            _ => {
-                return Err(Status::invalid_argument(
-                    "the first message on Attach must be a Hello",
-                ));
-            }
+            _ => return Err(AttachError::FirstNotHello.into()),
         };
         let (tx, rx) = mpsc::channel(CHILD_QUEUE);
         let conn = self.admit(&hello, &tx)?;
@@ -134,7 +183,7 @@ impl Tree for TreeService {
             .is_err()
         {
             self.attached.lock().expect("attached registry").remove(&id);
-            return Err(Status::unavailable("node is shutting down"));
+            return Err(AttachError::ShuttingDown.into());
         }
         let inputs = self.inputs.clone();
         let attached = self.attached.clone();
@@ -330,15 +379,14 @@ impl ParentLink {
                 msg: Some(up_message::Msg::Hello(hello)),
             })
             .await;
-        let response = client
-            .attach(ReceiverStream::new(rx))
-            .await
-            .map_err(|s| match s.code() {
-                tonic::Code::FailedPrecondition
-                | tonic::Code::AlreadyExists
-                | tonic::Code::InvalidArgument => SessionEnd::Refused(s.message().to_string()),
-                _ => lost(false, format!("{}: {}", s.code(), s.message())),
-            })?;
+        let response =
+            client
+                .attach(ReceiverStream::new(rx))
+                .await
+                .map_err(|s| match is_refusal(s.code()) {
+                    true => SessionEnd::Refused(s.message().to_string()),
+                    false => lost(false, format!("{}: {}", s.code(), s.message())),
+                })?;
         let mut inbound = response.into_inner();
         match inbound.message().await {
             Ok(Some(DownMessage {
@@ -348,11 +396,9 @@ impl ParentLink {
             }
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
             Err(s) => {
-                return Err(match s.code() {
-                    tonic::Code::FailedPrecondition
-                    | tonic::Code::AlreadyExists
-                    | tonic::Code::InvalidArgument => SessionEnd::Refused(s.message().to_string()),
-                    _ => lost(false, s.message().to_string()),
+                return Err(match is_refusal(s.code()) {
+                    true => SessionEnd::Refused(s.message().to_string()),
+                    false => lost(false, s.message().to_string()),
                 });
             }
         }

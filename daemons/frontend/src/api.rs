@@ -217,7 +217,7 @@ impl FrontendApi {
         } else {
             req.name.clone()
         };
-        canopy_core::ranks::RankSet::parse(&req.ranks).map_err(|e| ApiError::BadRanks(e.to_string()))?;
+        canopy_core::ranks::RankSet::parse(&req.ranks).map_err(ApiError::BadRanks)?;
         let spec = StreamSpec {
             stream_id: 0,
             name: name.clone(),
@@ -351,8 +351,7 @@ impl FrontendApi {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
             Some(control_request::Action::Detail(d)) => {
-                let chosen = canopy_core::ranks::RankSet::parse(&d.ranks)
-                    .map_err(|e| ApiError::BadRanks(e.to_string()))?;
+                let chosen = canopy_core::ranks::RankSet::parse(&d.ranks).map_err(ApiError::BadRanks)?;
                 if chosen.is_all() {
                     return Err(ApiError::DetailWithoutRanks);
                 }
@@ -374,8 +373,7 @@ impl FrontendApi {
                 });
             }
             Some(control_request::Action::Options(o)) => {
-                canopy_core::options::Measure::from_options(&o)
-                    .map_err(|e| ApiError::BadOptions(e.to_string()))?;
+                canopy_core::options::Measure::from_options(&o).map_err(ApiError::BadOptions)?;
                 if !self.root.options(o).await {
                     return Err(ApiError::ShuttingDown);
                 }

@@ -23,12 +23,12 @@ pub enum ApiError {
     /// The filter refused its parameters.
     #[error("{0}")]
     BadParams(String),
-    #[error("{0}")]
-    BadRanks(String),
+    #[error(transparent)]
+    BadRanks(#[from] canopy_core::ranks::RankSetError),
     #[error("a detail request names the ranks (\"0,17,40-43\")")]
     DetailWithoutRanks,
-    #[error("{0}")]
-    BadOptions(String),
+    #[error(transparent)]
+    BadOptions(#[from] canopy_core::options::OptionsError),
     #[error("give an action: start, stop, options or detail")]
     NoAction,
     #[error("no stream {0}")]

@@ -9,6 +9,7 @@ mod error;
 mod profiles;
 mod read;
 mod rounds;
+mod rows;
 mod schema;
 mod sql;
 mod store;
@@ -18,12 +19,12 @@ mod writer;
 
 pub use error::StoreError;
 pub use profiles::PROFILE_BATCH_TYPE;
-pub use read::{
-    ClassRow, CounterRow, EXAMPLE_QUERY, HistogramRow, LateArrival, NodeRow, ReductionRow, ResultRow,
-    RoundCursor, RoundRow, SampleRow, Select, StatRow, StoreReader, StoreSummary, StoredRound, StreamRow,
-    Table,
-};
+pub use read::{EXAMPLE_QUERY, Select, StoreReader, Table};
 pub use rounds::{MissingCounts, RoundRecord};
+pub use rows::{
+    ClassRow, CounterRow, HistogramRow, LateArrival, NodeRow, ReductionRow, ResultRow, RoundCursor, RoundRow,
+    SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
+};
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, LATEST, Payload, Store};
 pub use tables::{is_tabulated, ranges_text};

@@ -43,20 +43,45 @@ pub mod metric {
     }
 }
 
+/// Why measurement options cannot be used; the message names the bad pattern, metric or period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    Pattern { pattern: String, reason: String },
+    Metric(String),
+    Period(u64),
+}
+
+impl std::fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionsError::Pattern { pattern, reason } => write!(f, "bad pattern {pattern:?}: {reason}"),
+            OptionsError::Metric(m) => {
+                write!(f, "unknown metric {m:?} (calls, inclusive, exclusive, counters)")
+            }
+            OptionsError::Period(p) => {
+                write!(f, "period_ms {p} is over the limit of {MAX_PERIOD_MS} (one hour)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
 impl Measure {
     /// Checks and compiles options; the error names the bad pattern or metric.
-    pub fn from_options(o: &crate::v1::Options) -> Result<Measure, String> {
-        let compile = |p: &String| regex_lite::Regex::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"));
+    pub fn from_options(o: &crate::v1::Options) -> Result<Measure, OptionsError> {
+        let compile = |p: &String| {
+            regex_lite::Regex::new(p).map_err(|e| OptionsError::Pattern {
+                pattern: p.clone(),
+                reason: e.to_string(),
+            })
+        };
         let mut metrics = 0;
         for m in &o.metrics {
-            metrics |= metric::bit(m)
-                .ok_or_else(|| format!("unknown metric {m:?} (calls, inclusive, exclusive, counters)"))?;
+            metrics |= metric::bit(m).ok_or_else(|| OptionsError::Metric(m.clone()))?;
         }
         if o.period_ms != 0 && !(1..=MAX_PERIOD_MS).contains(&o.period_ms) {
-            return Err(format!(
-                "period_ms {} is over the limit of {MAX_PERIOD_MS} (one hour)",
-                o.period_ms
-            ));
+            return Err(OptionsError::Period(o.period_ms));
         }
         Ok(Measure {
             include: o.include.iter().map(compile).collect::<Result<_, _>>()?,
@@ -145,6 +170,7 @@ mod tests {
         assert!(
             Measure::from_options(&bad)
                 .unwrap_err()
+                .to_string()
                 .starts_with("bad pattern \"(\"")
         );
         let bad = Options {
@@ -152,7 +178,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            Measure::from_options(&bad).unwrap_err(),
+            Measure::from_options(&bad).unwrap_err().to_string(),
             "unknown metric \"speed\" (calls, inclusive, exclusive, counters)"
         );
     }

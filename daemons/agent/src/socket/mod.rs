@@ -26,29 +26,54 @@ const EVENT_QUEUE: usize = 1024;
 
 /// Binds the socket at `path`: makes its directory, replaces a stale socket no agent listens on, and lets
 /// every local user connect (ranks run as the job's user, the agent often as its own).
-pub fn bind(path: &Path) -> Result<UnixListener, String> {
+/// Why the agent cannot serve ranks on its socket.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("cannot create {}: {source}", dir.display())]
+    CreateDir { dir: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Inspect { path: PathBuf, source: std::io::Error },
+    #[error("{} exists and is not a socket", path.display())]
+    NotASocket { path: PathBuf },
+    #[error("another agent is listening on {}", path.display())]
+    InUse { path: PathBuf },
+    #[error("cannot remove stale {}: {source}", path.display())]
+    RemoveStale { path: PathBuf, source: std::io::Error },
+    #[error("cannot listen on {}: {source}", path.display())]
+    Listen { path: PathBuf, source: std::io::Error },
+    #[error("cannot open {} to every user: {source}", path.display())]
+    Permissions { path: PathBuf, source: std::io::Error },
+}
+
+pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+    let at = || path.to_path_buf();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| SocketError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     }
+    let listen = |source| SocketError::Listen { path: at(), source };
     let listener = match UnixListener::bind(path) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             use std::os::unix::fs::FileTypeExt;
-            let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let meta = std::fs::symlink_metadata(path)
+                .map_err(|source| SocketError::Inspect { path: at(), source })?;
             if !meta.file_type().is_socket() {
-                return Err(format!("{} exists and is not a socket", path.display()));
+                return Err(SocketError::NotASocket { path: at() });
             }
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!("another agent is listening on {}", path.display()));
+                return Err(SocketError::InUse { path: at() });
             }
-            std::fs::remove_file(path).map_err(|e| format!("cannot remove stale {}: {e}", path.display()))?;
-            UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?
+            std::fs::remove_file(path).map_err(|source| SocketError::RemoveStale { path: at(), source })?;
+            UnixListener::bind(path).map_err(listen)?
         }
-        Err(e) => return Err(format!("cannot listen on {}: {e}", path.display())),
+        Err(e) => return Err(listen(e)),
     };
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot open {} to every user: {e}", path.display()))?;
+        .map_err(|source| SocketError::Permissions { path: at(), source })?;
     Ok(listener)
 }
 

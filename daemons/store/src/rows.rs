@@ -1,0 +1,231 @@
+//! The rows the [`StoreReader`](crate::StoreReader) returns: one type per table or query, with enums typed and
+//! counts unsigned.
+
+use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
+
+use crate::rounds::MissingCounts;
+use crate::words::StreamState;
+
+/// A stream as the store recorded it, with counts of what it stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRow {
+    pub stream_id: u32,
+    pub name: String,
+    pub filter: String,
+    /// The filter's parameters, as JSON text.
+    pub params: String,
+    pub sync_mode: SyncMode,
+    pub timeout_ms: u32,
+    /// `None` for a state this version does not know.
+    pub state: Option<StreamState>,
+    pub failure: Option<String>,
+    /// The protobuf type of its results, once known.
+    pub result_type: Option<String>,
+    /// The ranks that feed it (empty: all).
+    pub ranks: String,
+    pub opened_unix_ns: Option<u64>,
+    pub closed_unix_ns: Option<u64>,
+    /// Rounds stored.
+    pub rounds: u64,
+    /// Rounds stored at full coverage.
+    pub full_rounds: u64,
+    /// Packets that arrived after their round was stored.
+    pub late_packets: u64,
+}
+
+/// One row of `rounds`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundRow {
+    pub stream_id: u32,
+    pub stream: String,
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: MissingCounts,
+    /// A summary of the non-zero reasons, largest first (`lost: 16, late: 2`).
+    pub missing_reason: Option<String>,
+    pub late_ranks: u32,
+    pub result_bytes: u64,
+    pub pieces: u32,
+    pub first_dump_unix_ns: Option<u64>,
+    pub closed_unix_ns: Option<u64>,
+}
+
+impl RoundRow {
+    /// Every expected rank is covered.
+    pub fn is_full(&self) -> bool {
+        self.covered == self.expected
+    }
+}
+
+/// Where [`StoreReader::new_rounds`] left off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundCursor(pub(crate) i64);
+
+/// A round as a replay sends it: its coverage and its result as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRound {
+    pub round: u64,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: MissingCounts,
+    /// A passthrough round's `ProfileBatch` as it was stored; any other stream's final result.
+    pub payload: Vec<u8>,
+}
+
+/// One row of `samples`: a rank's event in a passthrough round. Metrics the rank's options left out are `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub event_id: u64,
+    pub calls: Option<u64>,
+    pub subrs: Option<u64>,
+    pub incl_us: Option<f64>,
+    pub excl_us: Option<f64>,
+    pub calls_total: Option<u64>,
+    pub subrs_total: Option<u64>,
+    pub incl_total_us: Option<f64>,
+    pub excl_total_us: Option<f64>,
+    pub dump_unix_ns: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `counters`: a rank's counter in a passthrough round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub counter_id: u64,
+    pub value: Option<f64>,
+    pub total: Option<f64>,
+    pub dump_unix_ns: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `results`: a filter's result as it encoded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub phase: u32,
+    pub payload: Vec<u8>,
+    pub late: bool,
+}
+
+/// One row of `stats`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: Option<u64>,
+    /// The event's (or counter's) id.
+    pub id: u64,
+    pub metric: Metric,
+    /// Ranks.
+    pub count: u64,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub min_app: Option<String>,
+    pub min_rank: Option<u32>,
+    pub max_app: Option<String>,
+    pub max_rank: Option<u32>,
+    pub late: bool,
+}
+
+/// One bin of `histograms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: Option<u64>,
+    pub id: u64,
+    pub metric: Metric,
+    pub bin: u32,
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    /// Ranks in the bin.
+    pub count: u64,
+    pub late: bool,
+}
+
+/// One row of `classes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: u64,
+    pub size: u64,
+    /// Compact ranges, `app:0-7,9`.
+    pub ranks: String,
+    pub example_event: Option<String>,
+    pub late: bool,
+}
+
+/// One row of `reductions`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReductionRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub raw_bytes: u64,
+    pub result_bytes: u64,
+    pub reduction_factor: Option<f64>,
+    pub classes: Option<u64>,
+    pub late: bool,
+}
+
+/// One row of `late_arrivals`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateArrival {
+    pub stream_id: u32,
+    pub round: u64,
+    pub ranks: u32,
+    pub bytes: u64,
+    pub arrived_unix_ns: Option<u64>,
+}
+
+/// One row of `nodes`: a node of the tree and its last known state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub node_id: String,
+    pub kind: NodeKind,
+    pub parent: Option<String>,
+    pub state: NodeState,
+    pub ranks_below: u32,
+    pub address: Option<String>,
+    pub detail: Option<String>,
+    pub first_seen_unix_ns: Option<u64>,
+    pub updated_unix_ns: Option<u64>,
+}
+
+/// The run at a glance, as `canopy up` prints it when the run ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreSummary {
+    pub rounds: u64,
+    pub streams: u64,
+    pub full_rounds: u64,
+    /// Rank-rounds covered, over all rounds.
+    pub covered: u64,
+    /// Rank-rounds expected, over all rounds.
+    pub expected: u64,
+    pub result_bytes: u64,
+    pub late_packets: u64,
+}
+
+impl StoreSummary {
+    /// Covered rank-rounds as a percentage of the expected ones (0 when nothing was expected).
+    pub fn coverage_pct(&self) -> f64 {
+        if self.expected == 0 {
+            0.0
+        } else {
+            100.0 * self.covered as f64 / self.expected as f64
+        }
+    }
+}
