@@ -25,6 +25,21 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "
 
 pub use canopy_wire::event_id;
 
+/// A stream's state, as the root reports it and the run store records it (canopy-store keeps its words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamState {
+    Open,
+    Closed,
+    Failed,
+}
+
+impl StreamState {
+    /// Whether the stream has ended (closed by a user, or failed).
+    pub fn is_ended(self) -> bool {
+        matches!(self, StreamState::Closed | StreamState::Failed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

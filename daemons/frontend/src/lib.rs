@@ -327,11 +327,6 @@ impl RootSink for StoreUp {
         failure: Option<&'a str>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let state = match state {
-                StreamState::Open => canopy_store::StreamState::Open,
-                StreamState::Closed => canopy_store::StreamState::Closed,
-                StreamState::Failed => canopy_store::StreamState::Failed,
-            };
             // The stream's result type is known from its filter once it opens; the API and the store take it
             // here.
             let result_type = match state {

@@ -74,19 +74,7 @@ words!(Metric {
 });
 
 /// A stream's state as the store records it (`streams.state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamState {
-    Open,
-    Closed,
-    Failed,
-}
-
-impl StreamState {
-    /// Whether the stream has ended (it gets a `closed_unix_ns`).
-    pub fn is_ended(self) -> bool {
-        matches!(self, StreamState::Closed | StreamState::Failed)
-    }
-}
+pub use canopy_proto::StreamState;
 
 words!(StreamState {
     Open => "open",

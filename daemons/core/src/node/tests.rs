@@ -322,6 +322,32 @@ async fn with_no_round_open_the_window_moves_to_a_waiting_child() {
     assert_eq!(admitted, Ok(true));
 }
 
+fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
+    RoleConfig::Root(RootOptions {
+        expect_ranks: 0,
+        streams,
+        exit_on_fin: false,
+        drain_timeout,
+        sink: Box::new(sink.clone()),
+    })
+}
+
+/// Reads what a child is sent until a control message `wanted` accepts.
+async fn until_control(
+    child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>,
+    wanted: fn(&control::Action) -> bool,
+) {
+    loop {
+        match child.recv().await {
+            Some(Ok(DownMessage {
+                msg: Some(down_message::Msg::Control(Control { action: Some(a) })),
+            })) if wanted(&a) => return,
+            Some(_) => continue,
+            None => panic!("the child's stream ended before the control it waits for"),
+        }
+    }
+}
+
 fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
     let (tx, rx) = mpsc::channel(16);
     let role = RoleConfig::Leaf(LeafOptions {
@@ -389,13 +415,7 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
 #[tokio::test(start_paused = true)]
 async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
     let sink = TestSink::default();
-    let role = RoleConfig::Root(RootOptions {
-        expect_ranks: 0,
-        streams: vec![spec(0)],
-        exit_on_fin: false,
-        drain_timeout: Duration::from_secs(30),
-        sink: Box::new(sink.clone()),
-    });
+    let role = root(vec![spec(0)], Duration::from_secs(30), &sink);
     let mut h = start(role, 8);
     let mut child = h.child("a", 1, 4).await;
     // The child hears the stream (given id 1), then the start: 4 ranks were expected and are there.
@@ -416,17 +436,7 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
     h.child_sends("a", 1, packet(1, 0, 4, 3)).await;
     h.stop.take().unwrap().send(()).unwrap();
     // The drain goes down; the child delivers one more round and finishes.
-    loop {
-        if let Some(Ok(DownMessage {
-            msg:
-                Some(down_message::Msg::Control(Control {
-                    action: Some(control::Action::Drain(_)),
-                })),
-        })) = child.recv().await
-        {
-            break;
-        }
-    }
+    until_control(&mut child, |a| matches!(a, control::Action::Drain(_))).await;
     h.child_sends("a", 1, packet(1, 1, 4, 4)).await;
     h.child_sends(
         "a",
@@ -438,17 +448,7 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
     )
     .await;
     // Fin-Ack goes down; the root waits for the child to hang up before it ends.
-    loop {
-        if let Some(Ok(DownMessage {
-            msg:
-                Some(down_message::Msg::Control(Control {
-                    action: Some(control::Action::FinAck(_)),
-                })),
-        })) = child.recv().await
-        {
-            break;
-        }
-    }
+    until_control(&mut child, |a| matches!(a, control::Action::FinAck(_))).await;
     assert!(!h.task.is_finished());
     let gone = ChildEvent::Gone {
         conn: 1,
@@ -469,13 +469,7 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
 #[tokio::test(start_paused = true)]
 async fn a_drain_that_times_out_closes_what_is_open_and_finishes() {
     let sink = TestSink::default();
-    let role = RoleConfig::Root(RootOptions {
-        expect_ranks: 0,
-        streams: vec![spec(1)],
-        exit_on_fin: false,
-        drain_timeout: Duration::from_secs(5),
-        sink: Box::new(sink.clone()),
-    });
+    let role = root(vec![spec(1)], Duration::from_secs(5), &sink);
     let mut h = start(role, 8);
     let _a = h.child("a", 1, 1).await;
     let _b = h.child("b", 2, 1).await;
@@ -499,16 +493,14 @@ async fn a_drain_that_times_out_closes_what_is_open_and_finishes() {
 #[tokio::test(start_paused = true)]
 async fn a_stream_whose_filter_is_unknown_fails_at_the_root_and_is_reported() {
     let sink = TestSink::default();
-    let role = RoleConfig::Root(RootOptions {
-        expect_ranks: 0,
-        streams: vec![StreamSpec {
+    let role = root(
+        vec![StreamSpec {
             filter: "nope".into(),
             ..spec(1)
         }],
-        exit_on_fin: false,
-        drain_timeout: Duration::from_secs(1),
-        sink: Box::new(sink.clone()),
-    });
+        Duration::from_secs(1),
+        &sink,
+    );
     let h = start(role, 8);
     let mut child = h.child("a", 1, 1).await;
     // The failed stream is not opened on a child that attaches.

@@ -20,43 +20,7 @@ pub struct RoundResult {
     pub late: bool,
 }
 
-/// The state of a stream, as the root reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamState {
-    Open,
-    Closed,
-    Failed,
-}
-
-impl StreamState {
-    /// The word the store and the API use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StreamState::Open => "open",
-            StreamState::Closed => "closed",
-            StreamState::Failed => "failed",
-        }
-    }
-}
-
-impl std::fmt::Display for StreamState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for StreamState {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "open" => Ok(StreamState::Open),
-            "closed" => Ok(StreamState::Closed),
-            "failed" => Ok(StreamState::Failed),
-            other => Err(format!("unknown stream state {other:?} (open, closed, failed)")),
-        }
-    }
-}
+pub use canopy_proto::StreamState;
 
 /// The way up: a parent link, or at the root the front-end's store, which hears every message the tree sends
 /// up (names, node events, status, fin).
