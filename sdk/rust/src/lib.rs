@@ -21,7 +21,7 @@
 //! from the tree (start, stop, events to include or exclude, a metric subset, the dump period, rank sampling)
 //! takes effect at the next dump.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 // The SDK runs in the application's threads and its own, never on tokio: std's monotonic clock is its clock.
 #![allow(
     clippy::disallowed_types,
