@@ -37,6 +37,8 @@ pub struct WindowState {
     pub lowest_awaited: Option<u64>,
     /// The highest round closed here.
     pub highest_closed: Option<u64>,
+    /// At a leaf, the lowest round of a dump it holds: with no round open, the window moves up to it.
+    pub lowest_held: Option<u64>,
     /// No limit at all: a leaf before collection starts holds its ranks' dumps itself, bounded per rank.
     pub unbounded: bool,
 }
@@ -93,10 +95,18 @@ impl Window {
                 (None, None) => s
                     .highest_closed
                     .map_or(0, |h| h + 1)
-                    .max(*self.wanted.borrow_and_update()),
+                    .max(*self.wanted.borrow_and_update())
+                    .max(s.lowest_held.unwrap_or(0)),
             };
             floor.saturating_add(self.max_in_flight)
         };
+        // A wait the window now covers is over: forget it (quietly), so it cannot move the window again later.
+        self.wanted_tx.send_if_modified(|w| {
+            if *w < limit {
+                *w = 0;
+            }
+            false
+        });
         self.limit.send_if_modified(|w| {
             let changed = *w != limit;
             *w = limit;

@@ -55,6 +55,8 @@ impl SimulatedRanks {
         let mut period_ns = self.schedule.period.as_nanos() as u64;
         let mut anchor: Option<(u64, u64)> = None;
         let mut next_round = 0u64;
+        // The rounds dumped so far end here: what a rank finishing now has delivered.
+        let mut dumped_end = 0u64;
         let names: HashMap<u64, String> = self.sim.names().into_iter().collect();
         let mut options = Measure::default();
         loop {
@@ -73,6 +75,7 @@ impl SimulatedRanks {
                             return;
                         }
                         next_round += 1;
+                        dumped_end = next_round;
                         if self.schedule.rounds > 0 && next_round >= self.schedule.rounds {
                             tracing::info!(rounds = next_round, "simulated ranks finished");
                             self.finish(next_round).await;
@@ -113,8 +116,8 @@ impl SimulatedRanks {
                     }
                 }
                 Some(control::Action::Drain(_)) => {
-                    tracing::info!(rounds = next_round, "drained: simulated ranks finished");
-                    self.finish(next_round).await;
+                    tracing::info!(rounds = dumped_end, "drained: simulated ranks finished");
+                    self.finish(dumped_end).await;
                     return;
                 }
                 Some(control::Action::FinAck(_)) | None => return,

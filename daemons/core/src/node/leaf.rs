@@ -2,7 +2,7 @@
 //! the same [`RankEvent`]s. Before collection starts the leaf holds each rank's dumps (bounded per rank; streams
 //! may not be open yet), and releases them in round order, as the window allows, once it starts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use canopy_proto::v1::control;
 use tokio::sync::mpsc;
@@ -26,6 +26,11 @@ pub(crate) struct Leaf {
     /// Collection has started: dumps go to the engine (once the hold is empty and the window allows).
     started: bool,
     held: BTreeMap<HeldKey, RankEvent>,
+    /// After the start, what arrives while dumps from before it are still held waits behind them, in arrival
+    /// order (each dump in it was admitted by the window when it came).
+    after_start: VecDeque<RankEvent>,
+    /// A drain came before the start: nothing is held any more.
+    drained: bool,
     /// Held dumps per rank source.
     held_dumps: HashMap<String, usize>,
     seq: u64,
@@ -50,6 +55,8 @@ impl Leaf {
             options,
             started: false,
             held: BTreeMap::new(),
+            after_start: VecDeque::new(),
+            drained: false,
             held_dumps: HashMap::new(),
             seq: 0,
             announced: 0,
@@ -65,27 +72,41 @@ impl Leaf {
         self.started = true;
     }
 
-    /// Whether dumps are held that the engine has not seen yet.
+    /// Whether events are held that the engine has not seen yet.
     pub(crate) fn holds(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || !self.after_start.is_empty()
     }
 
-    /// Places one event: what only describes the rank (attach, names, drop counts) applies now; dumps, gaps and
-    /// detaches are held before the start, and after it while older ones are still held, so they keep their order.
+    /// The lowest round of a held dump: with no round open, the window moves up to it, so a backlog that starts far
+    /// ahead (ranks that re-attached to a restarted agent) is not held forever.
+    pub(crate) fn lowest_held(&self) -> Option<u64> {
+        self.held.keys().map(|(round, _)| *round).find(|r| *r != u64::MAX)
+    }
+
+    /// Places one event. What only describes the ranks (names, drop counts) applies now, and so does an attach
+    /// before the start (the root counts the ranks to start). Dumps, gaps and detaches are held before the start,
+    /// in round order; after it, everything waits behind what is still held, in arrival order.
     pub(crate) fn place(&mut self, ev: RankEvent) -> Placed {
+        if let RankEvent::Attached { announced, .. } = &ev {
+            self.announced = self.announced.max(*announced);
+        }
+        if (self.started || self.drained)
+            && self.holds()
+            && !matches!(ev, RankEvent::Names(_) | RankEvent::DumpsDropped(_))
+        {
+            self.after_start.push_back(ev);
+            return Placed::Held { dropped: 0 };
+        }
         let at = match &ev {
             RankEvent::Attached { source, .. } => {
                 // A rank that vanished before the start and came back is not lost.
                 self.held.retain(|_, held| {
                     !matches!(held, RankEvent::Detached { source: s, finished_end: None } if s == source)
                 });
-                if let RankEvent::Attached { announced, .. } = &ev {
-                    self.announced = self.announced.max(*announced);
-                }
                 return Placed::Now(ev);
             }
             RankEvent::Names(_) | RankEvent::DumpsDropped(_) => return Placed::Now(ev),
-            _ if self.started && self.held.is_empty() => return Placed::Now(ev),
+            _ if self.started || self.drained => return Placed::Now(ev),
             RankEvent::Round { round, .. } => *round,
             RankEvent::RoundsDropped { from, .. } => *from,
             RankEvent::Detached { .. } => u64::MAX,
@@ -140,16 +161,16 @@ impl Leaf {
     }
 
     /// Once started: the held events of rounds below `limit`, in round order (a detach once every round before
-    /// it is out).
+    /// it is out), then what arrived after the start.
     pub(crate) fn release(&mut self, limit: u64) -> Vec<RankEvent> {
         let mut out = Vec::new();
-        if !self.started {
+        if !self.started && !self.drained {
             return out;
         }
         while let Some(entry) = self.held.first_entry() {
             let (round, _) = *entry.key();
             if round >= limit && round != u64::MAX {
-                break;
+                return out;
             }
             let ev = entry.remove();
             if let RankEvent::Round { source, .. } = &ev
@@ -159,7 +180,33 @@ impl Leaf {
             }
             out.push(ev);
         }
+        out.extend(self.after_start.drain(..));
         out
+    }
+
+    /// A drain before the start: collection will not start, so the held dumps are dropped (the count is
+    /// returned) and the detaches are released at once, so the leaf can finish; what comes after applies at once.
+    pub(crate) fn drain(&mut self) -> u64 {
+        if self.started || self.drained {
+            return 0;
+        }
+        self.drained = true;
+        let mut dropped = 0;
+        for (_, ev) in std::mem::take(&mut self.held) {
+            match ev {
+                RankEvent::Round { .. } => dropped += 1,
+                RankEvent::Detached { .. } => self.after_start.push_back(ev),
+                _ => {}
+            }
+        }
+        self.held_dumps.clear();
+        if dropped > 0 {
+            tracing::warn!(
+                dumps = dropped,
+                "drained before collection started: the held dumps are dropped"
+            );
+        }
+        dropped
     }
 }
 
@@ -217,7 +264,7 @@ mod tests {
             rounds(&first),
             vec![("a".into(), 0), ("b".into(), 0), ("a".into(), 1), ("b".into(), 1)]
         );
-        // A dump after the start waits behind the ones still held.
+        // What arrives after the start waits behind everything held before it, in arrival order.
         assert_eq!(l.place(dump("b", 3)), Placed::Held { dropped: 0 });
         let rest = l.release(10);
         assert_eq!(
@@ -225,8 +272,8 @@ mod tests {
             vec![
                 ("a".into(), 2),
                 ("b".into(), 2),
-                ("b".into(), 3),
-                ("detach a".into(), u64::MAX)
+                ("detach a".into(), u64::MAX),
+                ("b".into(), 3)
             ]
         );
         assert!(!l.holds());

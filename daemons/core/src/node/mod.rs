@@ -452,6 +452,10 @@ impl<U: Up> Node<U> {
                 leaf.start();
             }
             let _ = leaf.options.control.send(action.clone()).await;
+            if let control::Action::Drain(_) = action {
+                // Before the start, the held detaches go in (as the window moves next) so the leaf can finish.
+                self.counters.rank_dumps_dropped += leaf.drain();
+            }
         }
         if let control::Action::FinAck(_) = action {
             tracing::info!(node = %self.id, "finished (fin-ack from the root)");
@@ -532,6 +536,7 @@ impl<U: Up> Node<U> {
                 leaf.exit_after_fin = true;
                 let drain = control::Action::Drain(canopy_proto::v1::Drain {});
                 let _ = leaf.options.control.send(drain).await;
+                self.counters.rank_dumps_dropped += leaf.drain();
                 self.finish |= self.fin_sent;
             }
             // A relay leaves at once; its children re-attach when a relay comes back at the same address.
@@ -608,11 +613,15 @@ impl<U: Up> Node<U> {
     /// Moves the window after each input; at a leaf, the held dumps it now admits go in, which may move it again.
     async fn move_window(&mut self) {
         loop {
-            let unbounded = matches!(&self.role, Role::Leaf(leaf) if !leaf.started());
+            let (unbounded, lowest_held) = match &self.role {
+                Role::Leaf(leaf) => (!leaf.started(), leaf.lowest_held()),
+                _ => (false, None),
+            };
             self.window.update(WindowState {
                 lowest_open: self.engine.lowest_open_round(),
                 lowest_awaited: self.route.lowest_awaited(),
                 highest_closed: self.highest_closed,
+                lowest_held,
                 unbounded,
             });
             if !self.release_held().await {

@@ -265,10 +265,11 @@ impl<U: Up> Node<U> {
     /// A multi-phase round whose last phase never reached the root still gets its row: no result, and every rank
     /// of its first phase counted late, so no rank-round disappears.
     pub(super) async fn store_unfinished_round(&mut self, stream: u32, round: u64) {
-        let (Some(spec), Some(phases)) = (self.streams.spec(stream).cloned(), self.streams.phases(stream))
-        else {
+        // A stream that failed meanwhile still gets the row: its ranks are counted, not forgotten.
+        let Some(spec) = self.streams.spec(stream).cloned() else {
             return;
         };
+        let phases = self.streams.phases(stream).unwrap_or(1);
         let (mut coverage, first_dump) = self.route.recall(stream, round);
         let covered = coverage.covered;
         uncover(&mut coverage, MissingReason::Late, covered);

@@ -511,3 +511,71 @@ async fn a_stream_whose_filter_is_unknown_fails_at_the_root_and_is_reported() {
     );
     assert_eq!(*sink.1.lock().unwrap(), vec![(1, StreamState::Failed)]);
 }
+
+fn control(action: control::Action) -> Input {
+    let c = Control { action: Some(action) };
+    Input::Parent(ParentEvent::Message(down_message::Msg::Control(c)))
+}
+
+fn attached(rank: u32, from: u64) -> RankEvent {
+    RankEvent::Attached {
+        source: rank_source("app", rank),
+        from,
+        announced: 0,
+    }
+}
+
+fn detached(rank: u32, end: u64) -> RankEvent {
+    RankEvent::Detached {
+        source: rank_source("app", rank),
+        finished_end: Some(end),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaf_drained_before_the_start_drops_its_held_dumps_counted_and_finishes() {
+    let (role, _ranks_control) = leaf();
+    let mut h = start(role, 64);
+    h.input(Input::Ranks(vec![attached(0, 0), attached(1, 0)])).await;
+    h.open(1).await;
+    // Rank 0 dumps twice and finishes before collection ever starts; rank 1 dumps once.
+    h.input(rank_round(0, 0)).await;
+    h.input(rank_round(0, 1)).await;
+    h.input(Input::Ranks(vec![detached(0, 2)])).await;
+    h.input(rank_round(1, 0)).await;
+    h.input(control(control::Action::Drain(canopy_proto::v1::Drain {})))
+        .await;
+    // The drained rank 1 says it finished, as the socket and the simulator do at a drain.
+    h.input(Input::Ranks(vec![detached(1, 1)])).await;
+    // The leaf does not wait for a start that will not come: it says Fin, with no round closed.
+    assert_eq!(h.fin().await.rounds_end, 0);
+    // Its next status counts the three dumps it held and dropped.
+    tokio::time::advance(Duration::from_secs(3601)).await;
+    loop {
+        if let Some(up_message::Msg::Status(st)) = h.up.recv().await
+            && st.rank_dumps_dropped > 0
+        {
+            assert_eq!(st.rank_dumps_dropped, 3);
+            break;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_dumps_far_ahead_of_the_window_go_in_without_any_rank_waiting() {
+    let (role, _ranks_control) = leaf();
+    let mut h = start(role, 4);
+    // A rank that re-attached to a restarted agent: its dumps start at round 200, all before the Start.
+    h.input(Input::Ranks(vec![attached(0, 200)])).await;
+    h.open(1).await;
+    for round in 200..206 {
+        h.input(rank_round(0, round)).await;
+    }
+    h.input(Input::Ranks(vec![detached(0, 206)])).await;
+    h.input(control(control::Action::Start(root::start(0)))).await;
+    // Nothing waits at the window, yet every held round goes up, in order, and the leaf finishes.
+    for round in 200..206 {
+        assert_eq!(h.envelope().await.round, round);
+    }
+    assert_eq!(h.fin().await.rounds_end, 206);
+}
