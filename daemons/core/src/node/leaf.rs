@@ -2,7 +2,7 @@
 //! the same [`RankEvent`]s. Before collection starts the leaf holds each rank's dumps (bounded per rank; streams
 //! may not be open yet), and releases them in round order, as the window allows, once it starts.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use canopy_proto::v1::control;
 use tokio::sync::mpsc;
@@ -26,9 +26,6 @@ pub(crate) struct Leaf {
     /// Collection has started: dumps go to the engine (once the hold is empty and the window allows).
     started: bool,
     held: BTreeMap<HeldKey, RankEvent>,
-    /// After the start, what arrives while dumps from before it are still held waits behind them, in arrival
-    /// order (each dump in it was admitted by the window when it came).
-    after_start: VecDeque<RankEvent>,
     /// A drain came before the start: nothing is held any more.
     drained: bool,
     /// Held dumps per rank source.
@@ -55,7 +52,6 @@ impl Leaf {
             options,
             started: false,
             held: BTreeMap::new(),
-            after_start: VecDeque::new(),
             drained: false,
             held_dumps: HashMap::new(),
             seq: 0,
@@ -74,7 +70,7 @@ impl Leaf {
 
     /// Whether events are held that the engine has not seen yet.
     pub(crate) fn holds(&self) -> bool {
-        !self.held.is_empty() || !self.after_start.is_empty()
+        !self.held.is_empty()
     }
 
     /// The lowest round of a held dump: with no round open, the window moves up to it, so a backlog that starts far
@@ -84,32 +80,26 @@ impl Leaf {
     }
 
     /// Places one event. What only describes the ranks (names, drop counts) applies now, and so does an attach
-    /// before the start (the root counts the ranks to start). Dumps, gaps and detaches are held before the start,
-    /// in round order; after it, everything waits behind what is still held, in arrival order.
+    /// before the start (the root counts the ranks to start). Dumps and gaps are held before the start, in round
+    /// order, and after it while older ones are still held (a dump after the start was admitted by the window, so
+    /// it goes in at once); attaches and detaches then wait behind every held round, in arrival order.
     pub(crate) fn place(&mut self, ev: RankEvent) -> Placed {
         if let RankEvent::Attached { announced, .. } = &ev {
             self.announced = self.announced.max(*announced);
         }
-        if (self.started || self.drained)
-            && self.holds()
-            && !matches!(ev, RankEvent::Names(_) | RankEvent::DumpsDropped(_))
-        {
-            self.after_start.push_back(ev);
-            return Placed::Held { dropped: 0 };
-        }
         let at = match &ev {
-            RankEvent::Attached { source, .. } => {
+            RankEvent::Names(_) | RankEvent::DumpsDropped(_) => return Placed::Now(ev),
+            _ if (self.started || self.drained) && self.held.is_empty() => return Placed::Now(ev),
+            RankEvent::Attached { source, .. } if !self.started => {
                 // A rank that vanished before the start and came back is not lost.
                 self.held.retain(|_, held| {
                     !matches!(held, RankEvent::Detached { source: s, finished_end: None } if s == source)
                 });
                 return Placed::Now(ev);
             }
-            RankEvent::Names(_) | RankEvent::DumpsDropped(_) => return Placed::Now(ev),
-            _ if self.started || self.drained => return Placed::Now(ev),
             RankEvent::Round { round, .. } => *round,
             RankEvent::RoundsDropped { from, .. } => *from,
-            RankEvent::Detached { .. } => u64::MAX,
+            RankEvent::Attached { .. } | RankEvent::Detached { .. } => u64::MAX,
         };
         let mut dropped = 0;
         if let RankEvent::Round { source, .. } = &ev {
@@ -160,8 +150,8 @@ impl Leaf {
         1
     }
 
-    /// Once started: the held events of rounds below `limit`, in round order (a detach once every round before
-    /// it is out), then what arrived after the start.
+    /// Once started (or drained): the held events of rounds below `limit`, in round order (attaches and detaches
+    /// once every round before them is out).
     pub(crate) fn release(&mut self, limit: u64) -> Vec<RankEvent> {
         let mut out = Vec::new();
         if !self.started && !self.drained {
@@ -180,7 +170,6 @@ impl Leaf {
             }
             out.push(ev);
         }
-        out.extend(self.after_start.drain(..));
         out
     }
 
@@ -192,13 +181,14 @@ impl Leaf {
         }
         self.drained = true;
         let mut dropped = 0;
-        for (_, ev) in std::mem::take(&mut self.held) {
-            match ev {
-                RankEvent::Round { .. } => dropped += 1,
-                RankEvent::Detached { .. } => self.after_start.push_back(ev),
-                _ => {}
+        self.held.retain(|_, ev| match ev {
+            RankEvent::Round { .. } => {
+                dropped += 1;
+                false
             }
-        }
+            RankEvent::Detached { .. } => true,
+            _ => false,
+        });
         self.held_dumps.clear();
         if dropped > 0 {
             tracing::warn!(
@@ -264,7 +254,7 @@ mod tests {
             rounds(&first),
             vec![("a".into(), 0), ("b".into(), 0), ("a".into(), 1), ("b".into(), 1)]
         );
-        // What arrives after the start waits behind everything held before it, in arrival order.
+        // A dump after the start (admitted by the window) takes its place by round among those still held.
         assert_eq!(l.place(dump("b", 3)), Placed::Held { dropped: 0 });
         let rest = l.release(10);
         assert_eq!(
@@ -272,8 +262,8 @@ mod tests {
             vec![
                 ("a".into(), 2),
                 ("b".into(), 2),
-                ("detach a".into(), u64::MAX),
-                ("b".into(), 3)
+                ("b".into(), 3),
+                ("detach a".into(), u64::MAX)
             ]
         );
         assert!(!l.holds());
