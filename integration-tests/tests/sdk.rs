@@ -840,11 +840,15 @@ fn ranks_far_faster_than_the_tree_drop_and_count_dumps_and_every_stored_round_is
     wait_ranks(dir.path(), &mut procs, Duration::from_secs(60));
     let status = fe.wait_timeout(Duration::from_secs(40));
     if !status.is_some_and(|s| s.success()) {
-        let log = agent.log_text();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        // The agent's last lines are mostly drop counts; what the front-end last did says which round waited.
+        let tail = |log: String| {
+            let lines: Vec<String> = log.lines().rev().take(40).map(str::to_string).collect();
+            lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+        };
         panic!(
-            "front-end did not finish; the agent's last lines:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            "front-end did not finish; the agent's last lines:\n{}\nthe front-end's last lines:\n{}",
+            tail(agent.log_text()),
+            tail(fe.log_text())
         );
     }
     let mut stored = reader(&store).rounds(Select::all()).unwrap();
