@@ -82,7 +82,8 @@ impl Leaf {
     /// Places one event. What only describes the ranks (names, drop counts) applies now, and so does an attach
     /// before the start (the root counts the ranks to start). Dumps and gaps are held before the start, in round
     /// order, and after it while older ones are still held (a dump after the start was admitted by the window, so
-    /// it goes in at once); attaches and detaches then wait behind every held round, in arrival order.
+    /// it takes its place by round). A detach before the start waits behind the rank's held rounds; after it,
+    /// attaches and detaches apply at once.
     pub(crate) fn place(&mut self, ev: RankEvent) -> Placed {
         if let RankEvent::Attached { announced, .. } = &ev {
             self.announced = self.announced.max(*announced);
@@ -95,6 +96,11 @@ impl Leaf {
                 self.held.retain(|_, held| {
                     !matches!(held, RankEvent::Detached { source: s, finished_end: None } if s == source)
                 });
+                return Placed::Now(ev);
+            }
+            // After the start an attach or a detach applies at once: a finished rank's later rounds must not
+            // wait for it behind held rounds that wait for those very rounds to close.
+            RankEvent::Attached { .. } | RankEvent::Detached { .. } if self.started => {
                 return Placed::Now(ev);
             }
             RankEvent::Round { round, .. } => *round,
