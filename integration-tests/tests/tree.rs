@@ -4,6 +4,9 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
+use canopy_filter_histogram::HistogramFilter;
+use canopy_filter_sdk::{Filter, Level};
+use canopy_filter_test::{Collect, one_event_profile};
 use canopy_integration_tests::{Select, StreamState, Table, TreeBuilder, assert_eventually, reader};
 use canopy_proto::PROTOCOL_VERSION;
 use canopy_proto::v1::tree_client::TreeClient;
@@ -508,6 +511,96 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
     );
     fast.send(fin("eager")).await.unwrap();
     silent.send(fin("silent")).await.unwrap();
+    tree.wait_frontend(Duration::from_secs(10))
+        .await
+        .expect("front-end finishes");
+}
+
+/// A hand-made child's histogram packet of one rank: phase 0 from its profile, or phase 2 from the ranges the
+/// root sent down, made by the histogram filter itself as a leaf.
+fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]>) -> UpMessage {
+    let mut out = Collect::default();
+    match ranges {
+        None => leaf
+            .upstream(round, 0, &[&one_event_profile(0, round as f64)], &mut out)
+            .unwrap(),
+        Some(ranges) => leaf.downstream(round, 1, ranges, &mut out).unwrap(),
+    }
+    let (phase, payload) = out.up.remove(0);
+    let env = Envelope {
+        stream_id: 1,
+        round,
+        phase,
+        coverage: Some(Coverage {
+            covered: 1,
+            expected: 1,
+            missing: vec![],
+        }),
+        payload,
+        ..Envelope::default()
+    };
+    UpMessage {
+        msg: Some(up_message::Msg::Envelope(env)),
+    }
+}
+
+/// Waits on a hand-made child's down stream for the packet the root sends down for `round`.
+async fn wait_down_packet(down: &mut tonic::Streaming<DownMessage>, round: u64) -> Vec<u8> {
+    while let Ok(Some(m)) = down.message().await {
+        if let Some(down_message::Msg::Envelope(env)) = m.msg
+            && env.round == round
+        {
+            return env.payload;
+        }
+    }
+    panic!("round {round} never came down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rounds_answer_gets_through_after_the_window_moved_below_it() {
+    // A child first runs round 10 (the idle root moves its window there), then round 2: the window moves back
+    // down to [2, 6), below round 10, whose answer must still reach the root. Time-outs are a minute, so only
+    // the answers can finish the rounds.
+    let builder = TreeBuilder {
+        agents: 0,
+        expect_ranks: 1,
+        timeout_ms: 60_000,
+        max_rounds_in_flight: 4,
+        streams: vec!["histogram".into()],
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    let (child, resp) = raw_attach(&tree.frontend_addr, hello("ahead", PROTOCOL_VERSION, 1)).await;
+    let mut down = resp.expect("admitted");
+    wait_start(&mut down).await;
+    let mut leaf = HistogramFilter::create("", Level::Leaf).unwrap();
+    child.send(histogram_packet(&mut leaf, 10, None)).await.unwrap();
+    let ranges_10 = wait_down_packet(&mut down, 10).await;
+    child.send(histogram_packet(&mut leaf, 2, None)).await.unwrap();
+    let ranges_2 = wait_down_packet(&mut down, 2).await;
+    child
+        .send(histogram_packet(&mut leaf, 10, Some(&ranges_10)))
+        .await
+        .unwrap();
+    let store = tree.store.clone();
+    let stored = |round: u64| {
+        reader(&store)
+            .rounds(Select::all())
+            .unwrap()
+            .iter()
+            .any(|r| r.round == round && r.covered == 1)
+    };
+    assert_eventually!(
+        stored(10),
+        Duration::from_secs(10),
+        "round 10 was answered but never finished"
+    );
+    child
+        .send(histogram_packet(&mut leaf, 2, Some(&ranges_2)))
+        .await
+        .unwrap();
+    assert_eventually!(stored(2), Duration::from_secs(10), "round 2 never finished");
+    child.send(fin("ahead")).await.unwrap();
     tree.wait_frontend(Duration::from_secs(10))
         .await
         .expect("front-end finishes");

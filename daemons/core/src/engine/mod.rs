@@ -155,6 +155,16 @@ pub enum EngineError {
         round: u64,
         phase: u32,
     },
+    #[error(
+        "source {source_id} sent phase {phase} of round {round} of stream {stream}, but the round's phase 0 did not \
+         close here: a later phase answers a packet this node sent down"
+    )]
+    NoFirstPhase {
+        source_id: String,
+        stream: u32,
+        round: u64,
+        phase: u32,
+    },
 }
 
 /// How many closed rounds per (stream, phase) are remembered exactly to tell late packets from new ones.
@@ -429,15 +439,23 @@ impl RoundEngine {
                 partial: false,
             }));
         }
-        if self
-            .later_phase_participants(key)
-            .is_some_and(|p| !p.contains(&arrival.source))
-        {
-            // Its phase 0 missed the round here, so the round's result does not count its ranks: later
-            // phases from it are late too, or the phases would describe different ranks.
-            self.stats.late_packets += 1;
-            self.stats.late_ranks += u64::from(arrival.coverage.covered);
-            return Ok(Accepted::Late(arrival));
+        if key.phase > 0 {
+            let Some(participants) = self.later_phase_participants(key) else {
+                // Nothing went down for this round, so nothing may answer it: a later phase cannot open a round.
+                return Err(EngineError::NoFirstPhase {
+                    source_id: arrival.source,
+                    stream: key.stream,
+                    round: key.round,
+                    phase: key.phase,
+                });
+            };
+            if !participants.contains(&arrival.source) {
+                // Its phase 0 missed the round here, so the round's result does not count its ranks: later
+                // phases from it are late too, or the phases would describe different ranks.
+                self.stats.late_packets += 1;
+                self.stats.late_ranks += u64::from(arrival.coverage.covered);
+                return Ok(Accepted::Late(arrival));
+            }
         }
         let waits = self.waits_for(key, &arrival.source);
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {

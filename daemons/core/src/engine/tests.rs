@@ -228,6 +228,29 @@ fn later_phases_wait_only_for_the_sources_of_phase_0() {
 }
 
 #[test]
+fn a_later_phase_cannot_open_a_round() {
+    let mut e = engine(&[("a", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    let p2 = GroupKey { phase: 2, ..K };
+    let err = e.accept(p2, arrival("a", 4), now).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "source a sent phase 2 of round 0 of stream 1, but the round's phase 0 did not close here: a later phase \
+         answers a packet this node sent down"
+    );
+    assert!(!e.has_open_groups(), "nothing waits on a round nobody opened");
+    // Once phase 0 has closed, the same packet is the round's answer.
+    assert!(matches!(
+        e.accept(K, arrival("a", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+    assert!(matches!(
+        e.accept(p2, arrival("a", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+}
+
+#[test]
 fn uncover_moves_ranks_to_a_reason() {
     let mut c = full(10);
     uncover(&mut c, MissingReason::Malformed, 4);

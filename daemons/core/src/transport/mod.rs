@@ -17,6 +17,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::node::{ChildEvent, ChildSender, Input, ParentEvent, Refused};
 use crate::window::WindowGate;
 
+mod held;
+use held::Held;
+
 use canopy_proto::MAX_MESSAGE_BYTES;
 
 /// How long a child may take to send its Hello.
@@ -204,17 +207,8 @@ impl Tree for TreeService {
     }
 }
 
-/// Messages, and payload bytes, a child may have waiting above the window before its stream stops being read.
-const HELD_PER_CHILD: usize = 1024;
-const HELD_BYTES_PER_CHILD: usize = 64 * 1024 * 1024;
-
-/// Reads one child's stream into node inputs until it ends, and says why it ended.
-///
-/// A first-phase packet for a round at or above the window waits here, and what the child sends after it
-/// (other than packets of rounds inside the window) waits behind it, in order. Packets of rounds inside the
-/// window, which include every later phase of a round under way, pass at once: a child that ran ahead never
-/// holds back the later phases its parent waits for. Past `HELD_PER_CHILD` waiting messages or
-/// `HELD_BYTES_PER_CHILD` of their payloads the stream is not read until the window moves (back pressure).
+/// Reads one child's stream into node inputs until it ends, and says why it ended. What may not reach the node
+/// yet waits in [`Held`], which says what passes.
 async fn read_child(
     conn: u64,
     id: &str,
@@ -222,16 +216,7 @@ async fn read_child(
     inputs: &mpsc::Sender<Input>,
     mut window: WindowGate,
 ) -> String {
-    let mut held: std::collections::VecDeque<up_message::Msg> = std::collections::VecDeque::new();
-    let mut held_bytes = 0usize;
-    let size = |msg: &up_message::Msg| match msg {
-        up_message::Msg::Envelope(env) => env.payload.len(),
-        _ => 0,
-    };
-    let admits = |msg: &up_message::Msg, window: &WindowGate| match msg {
-        up_message::Msg::Envelope(env) => env.late || window.admits(env.round),
-        _ => true,
-    };
+    let mut held = Held::default();
     let forward = |msg: up_message::Msg| {
         Input::Child(ChildEvent::Message {
             conn,
@@ -241,27 +226,20 @@ async fn read_child(
     };
     let reason = loop {
         tokio::select! {
-            next = inbound.message(), if held.len() < HELD_PER_CHILD && held_bytes < HELD_BYTES_PER_CHILD => match next {
+            next = inbound.message(), if held.has_room() => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
-                    let passes = match &msg {
-                        up_message::Msg::Envelope(_) => admits(&msg, &window),
-                        // Anything else keeps its place behind the packets waiting.
-                        _ => held.is_empty(),
-                    };
-                    if passes {
+                    if held.passes(&msg, &window) {
                         if inputs.send(forward(msg)).await.is_err() {
                             return "node stopped".into();
                         }
                         continue;
                     }
-                    if let up_message::Msg::Envelope(env) = &msg
-                        && held.is_empty()
-                    {
+                    let first = held.first_round().is_none();
+                    held.hold(msg);
+                    if first && let Some(round) = held.first_round() {
                         // Tell the node what is waiting: with no round open it moves the window here.
-                        window.want(env.round);
+                        window.want(round);
                     }
-                    held_bytes += size(&msg);
-                    held.push_back(msg);
                 }
                 Ok(Some(UpMessage { msg: None })) => {}
                 Ok(None) => break "stream closed by child".to_string(),
@@ -271,23 +249,21 @@ async fn read_child(
                 if moved.is_none() {
                     return "node stopped".into();
                 }
-                while held.front().is_some_and(|m| admits(m, &window)) {
-                    let msg = held.pop_front().expect("front checked");
-                    held_bytes -= size(&msg);
+                for msg in held.release(&window) {
                     if inputs.send(forward(msg)).await.is_err() {
                         return "node stopped".into();
                     }
                 }
-                if let Some(up_message::Msg::Envelope(env)) = held.front() {
-                    window.want(env.round);
+                if let Some(round) = held.first_round() {
+                    window.want(round);
                 }
             }
         }
     };
     // What the child sent before it left still reaches the node, in order, as the window allows.
-    while let Some(msg) = held.pop_front() {
+    while let Some(msg) = held.pop() {
         if let up_message::Msg::Envelope(env) = &msg
-            && !admits(&msg, &window)
+            && !held::admitted(env, &window)
             && !window.admit(env.round).await
         {
             return "node stopped".into();
