@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod columns;
 pub mod decode;
 pub mod histogram;
 pub mod metrics;

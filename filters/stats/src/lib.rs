@@ -4,23 +4,28 @@
 #![forbid(unsafe_code)]
 
 use canopy_filter_common::summary::StatsMap;
-use canopy_filter_common::{Params, Values, decode, metrics};
-use canopy_filter_proto::v1::StatsResult;
+use canopy_filter_common::{Params, Values, columns, decode, metrics};
+use canopy_filter_proto::v1::{StatsColumns, StatsResult};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
 use prost::Message;
 
-/// One instance per stream per node. It keeps no state between calls: each round is one phase.
+/// One instance per stream per node. Each round is one phase; what it keeps between calls are buffers.
 #[derive(Debug)]
 pub struct StatsFilter {
     level: Level,
     values: Values,
     /// The leaf's events and counters of the round being summarized, kept between calls.
     buffers: canopy_filter_common::stream::Buffers,
+    /// The children's packets of the round being merged, decoded into buffers kept between rounds.
+    inputs: Vec<StatsColumns>,
+    /// The packet this node sends up, and its encoding.
+    merged: StatsColumns,
+    encoded: Vec<u8>,
 }
 
 impl StatsFilter {
     /// Leaf: summarizes its ranks' profiles into one packet.
-    fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
+    fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         self.buffers.clear();
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.buffers, out);
         let mut stats = StatsMap::new();
@@ -28,28 +33,28 @@ impl StatsFilter {
             let rank = p.rank_ref();
             metrics::extract_view(p, &self.buffers, self.values, |key, v| stats.add(key, v, &rank));
         }
-        StatsResult {
-            stats: stats.to_stats(),
-            raw_bytes,
-        }
+        columns::from_map(&stats, raw_bytes, &mut self.merged);
     }
 
-    /// Relay and root: merges the children's packets.
-    fn merge(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsResult {
-        let packets: Vec<StatsResult> =
-            decode::packets(inputs, "canopy.filters.v1.StatsResult", out, |_: &StatsResult| {
-                Ok(())
-            });
-        let mut stats = StatsMap::new();
-        let mut raw_bytes = 0u64;
-        for p in &packets {
-            stats.merge_stats(&p.stats);
-            raw_bytes = raw_bytes.saturating_add(p.raw_bytes);
+    /// Relay and root: merges the children's packets, taken in their canonical order, in one pass.
+    fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
+        if self.inputs.len() < inputs.len() {
+            self.inputs.resize_with(inputs.len(), StatsColumns::default);
         }
-        StatsResult {
-            stats: stats.to_stats(),
-            raw_bytes,
+        let mut good = Vec::with_capacity(inputs.len());
+        for (slot, i) in decode::canonical_order(inputs).into_iter().enumerate() {
+            let c = &mut self.inputs[slot];
+            c.clear();
+            let read = Message::merge(&mut *c, inputs[i])
+                .map_err(|e| e.to_string())
+                .and_then(|()| columns::check(c).map_err(|e| e.to_string()));
+            match read {
+                Ok(()) => good.push(slot),
+                Err(e) => out.reject(i, &format!("input is not a canopy.filters.v1.StatsColumns: {e}")),
+            }
         }
+        let packets: Vec<&StatsColumns> = good.iter().map(|&slot| &self.inputs[slot]).collect();
+        columns::merge(&packets, &mut self.merged);
     }
 }
 
@@ -64,6 +69,9 @@ impl Filter for StatsFilter {
             level,
             values: params.values()?,
             buffers: Default::default(),
+            inputs: Vec::new(),
+            merged: StatsColumns::default(),
+            encoded: Vec::new(),
         })
     }
 
@@ -77,11 +85,15 @@ impl Filter for StatsFilter {
         if phase != 0 {
             return Err(format!("stats has one phase (0), got phase {phase}"));
         }
-        let packet = match self.level {
+        match self.level {
             Level::Leaf => self.leaf(inputs, out),
             Level::Relay | Level::Root => self.merge(inputs, out),
-        };
-        out.up(0, &packet.encode_to_vec());
+        }
+        self.encoded.clear();
+        self.merged
+            .encode(&mut self.encoded)
+            .map_err(|e| format!("encoding the stats packet: {e}"))?;
+        out.up(0, &self.encoded);
         Ok(())
     }
 
@@ -95,14 +107,20 @@ impl Filter for StatsFilter {
         Err(format!("stats sends nothing down, got a phase {phase} packet"))
     }
 
-    /// The merged packet with every `std` filled.
+    /// The root's merged columns as the `StatsResult` stored, every `std` filled.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
         if phase != 0 {
             return Err(format!("stats has one phase (0), got phase {phase}"));
         }
-        let mut result = StatsResult::decode(packet)
-            .map_err(|e| format!("round {round}: the root's packet is not a StatsResult: {e}"))?;
-        canopy_filter_common::summary::finish_all(&mut result.stats);
+        let bad = |e: String| {
+            format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
+        };
+        let merged = StatsColumns::decode(packet).map_err(|e| bad(e.to_string()))?;
+        columns::check(&merged).map_err(|e| bad(e.to_string()))?;
+        let result = StatsResult {
+            stats: columns::to_stats(&merged),
+            raw_bytes: merged.raw_bytes,
+        };
         Ok(result.encode_to_vec())
     }
 }
@@ -141,15 +159,14 @@ mod tests {
         leaf.upstream(0, 0, &[&a, &bad, &b], &mut out).unwrap();
         assert_eq!(out.rejects.len(), 1);
         assert_eq!(out.rejects[0].0, 1);
-        let packet = StatsResult::decode(out.up[0].1.as_slice()).unwrap();
+        let packet = StatsColumns::decode(out.up[0].1.as_slice()).unwrap();
         assert_eq!(packet.raw_bytes, (a.len() + b.len()) as u64);
         let incl = packet
-            .stats
+            .metric
             .iter()
-            .find(|s| s.metric == Metric::Inclusive as i32)
+            .position(|m| *m == Metric::Inclusive as i32)
             .unwrap();
-        let s = incl.summary.as_ref().unwrap();
-        assert_eq!((s.count, s.mean), (2, 3.0));
+        assert_eq!((packet.count[incl], packet.mean[incl]), (2, 3.0));
 
         // A relay rejects a bad child packet and merges the good one.
         let mut relay = StatsFilter::create("{}", Level::Relay).unwrap();
@@ -157,7 +174,7 @@ mod tests {
         relay.upstream(0, 0, &[&bad, &out.up[0].1], &mut out2).unwrap();
         assert_eq!(out2.rejects.len(), 1);
         assert_eq!(out2.rejects[0].0, 0);
-        assert_eq!(StatsResult::decode(out2.up[0].1.as_slice()).unwrap(), packet);
+        assert_eq!(StatsColumns::decode(out2.up[0].1.as_slice()).unwrap(), packet);
     }
 
     #[test]
@@ -168,8 +185,8 @@ mod tests {
         assert_eq!(out.rejects.len(), 1);
         assert_eq!(out.up.len(), 1);
         assert_eq!(
-            StatsResult::decode(out.up[0].1.as_slice()).unwrap(),
-            StatsResult::default()
+            StatsColumns::decode(out.up[0].1.as_slice()).unwrap(),
+            StatsColumns::default()
         );
         // And with no inputs at all (a leaf without ranks).
         let mut out = Collect::default();

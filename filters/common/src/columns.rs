@@ -1,0 +1,440 @@
+//! Summaries as columns (`StatsColumns`): the packet the stats filter sends between levels. A relay merges its
+//! children's packets in one pass over their sorted keys into reused buffers, with no message per summary and
+//! no string per extreme; the root turns the merged columns into the `StatsResult` it stores.
+//!
+//! The arithmetic is [`crate::summary::merge`]'s, applied per key in the order of the inputs, so a relay's
+//! output is bit for bit what merging the same packets as `Summary` messages gives.
+
+use canopy_filter_proto::v1::{EventStats, RankRef, StatsColumns, Summary};
+
+use crate::metrics::Key;
+use crate::summary::{StatsMap, finish};
+
+/// Why a packet is not usable columns; a relay rejects such an input and merges the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnsError {
+    Length {
+        column: &'static str,
+        got: usize,
+        rows: usize,
+    },
+    Order {
+        row: usize,
+        id: u64,
+        metric: i32,
+    },
+    App {
+        row: usize,
+        index: u32,
+        apps: usize,
+    },
+    Empty {
+        row: usize,
+    },
+}
+
+impl std::fmt::Display for ColumnsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ColumnsError::Length { column, got, rows } => {
+                write!(f, "column {column} has {got} entries for {rows} rows")
+            }
+            ColumnsError::Order { row, id, metric } => write!(
+                f,
+                "row {row}: key ({id:#x}, {metric}) does not follow the previous row's (rows must be sorted, each \
+                 key once)"
+            ),
+            ColumnsError::App { row, index, apps } => {
+                write!(
+                    f,
+                    "row {row}: application index {index} is outside the table of {apps}"
+                )
+            }
+            ColumnsError::Empty { row } => {
+                write!(f, "row {row}: count is 0 (a row stands for at least one value)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ColumnsError {}
+
+/// Checks that a decoded packet is usable: every column as long as the keys, keys strictly increasing, every
+/// application index inside the table, no empty row.
+pub fn check(c: &StatsColumns) -> Result<(), ColumnsError> {
+    let rows = c.id.len();
+    let lengths = [
+        ("metric", c.metric.len()),
+        ("count", c.count.len()),
+        ("mean", c.mean.len()),
+        ("m2", c.m2.len()),
+        ("min", c.min.len()),
+        ("max", c.max.len()),
+        ("min_rank", c.min_rank.len()),
+        ("max_rank", c.max_rank.len()),
+        ("min_app", c.min_app.len()),
+        ("max_app", c.max_app.len()),
+    ];
+    for (column, got) in lengths {
+        if got != rows {
+            return Err(ColumnsError::Length { column, got, rows });
+        }
+    }
+    for row in 0..rows {
+        if row > 0 && key(c, row) <= key(c, row - 1) {
+            return Err(ColumnsError::Order {
+                row,
+                id: c.id[row],
+                metric: c.metric[row],
+            });
+        }
+        for index in [c.min_app[row], c.max_app[row]] {
+            if index as usize >= c.apps.len() {
+                return Err(ColumnsError::App {
+                    row,
+                    index,
+                    apps: c.apps.len(),
+                });
+            }
+        }
+        if c.count[row] == 0 {
+            return Err(ColumnsError::Empty { row });
+        }
+    }
+    Ok(())
+}
+
+fn key(c: &StatsColumns, row: usize) -> Key {
+    (c.id[row], c.metric[row])
+}
+
+/// Empties `c`, keeping its buffers.
+pub fn clear(c: &mut StatsColumns) {
+    c.id.clear();
+    c.metric.clear();
+    c.count.clear();
+    c.mean.clear();
+    c.m2.clear();
+    c.min.clear();
+    c.max.clear();
+    c.min_rank.clear();
+    c.max_rank.clear();
+    c.min_app.clear();
+    c.max_app.clear();
+    c.apps.clear();
+    c.raw_bytes = 0;
+}
+
+/// One row being merged; apps are indices into the output's sorted table, so comparing (app, rank) as
+/// numbers orders them as the strings do.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    count: u64,
+    mean: f64,
+    m2: f64,
+    min: f64,
+    max: f64,
+    min_at: (u32, u32),
+    max_at: (u32, u32),
+}
+
+impl Row {
+    /// `crate::summary::merge`, on a row: the same operations in the same order.
+    fn merge(&mut self, b: &Row) {
+        if b.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = *b;
+            return;
+        }
+        let na = self.count as f64;
+        let nb = b.count as f64;
+        let n = na + nb;
+        let delta = b.mean - self.mean;
+        self.mean += delta * nb / n;
+        self.m2 = self.m2 + b.m2 + delta * delta * na * nb / n;
+        self.count += b.count;
+        if b.min < self.min || (b.min == self.min && b.min_at < self.min_at) {
+            self.min = b.min;
+            self.min_at = b.min_at;
+        }
+        if b.max > self.max || (b.max == self.max && b.max_at < self.max_at) {
+            self.max = b.max;
+            self.max_at = b.max_at;
+        }
+    }
+
+    fn empty() -> Row {
+        Row {
+            count: 0,
+            mean: 0.0,
+            m2: 0.0,
+            min: 0.0,
+            max: 0.0,
+            min_at: (0, 0),
+            max_at: (0, 0),
+        }
+    }
+}
+
+fn push(out: &mut StatsColumns, key: Key, r: &Row) {
+    out.id.push(key.0);
+    out.metric.push(key.1);
+    out.count.push(r.count);
+    out.mean.push(r.mean);
+    out.m2.push(r.m2);
+    out.min.push(r.min);
+    out.max.push(r.max);
+    out.min_app.push(r.min_at.0);
+    out.min_rank.push(r.min_at.1);
+    out.max_app.push(r.max_at.0);
+    out.max_rank.push(r.max_at.1);
+}
+
+/// Sorts and dedups `apps` in place and returns, for each table in `tables`, where its entries went.
+fn union_apps<'a>(
+    apps: &mut Vec<String>,
+    tables: impl Iterator<Item = &'a [String]> + Clone,
+) -> Vec<Vec<u32>> {
+    apps.clear();
+    for t in tables.clone() {
+        apps.extend(t.iter().cloned());
+    }
+    apps.sort_unstable();
+    apps.dedup();
+    tables
+        .map(|t| {
+            t.iter()
+                .map(|a| apps.binary_search(a).expect("every app was added") as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Merges checked packets, taken in the order given, into `out` (cleared first): one pass over the sorted keys.
+pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
+    clear(out);
+    let to_out = union_apps(&mut out.apps, inputs.iter().map(|c| c.apps.as_slice()));
+    let mut at = vec![0usize; inputs.len()];
+    let mut raw_bytes = 0u64;
+    for c in inputs {
+        raw_bytes = raw_bytes.saturating_add(c.raw_bytes);
+    }
+    loop {
+        let next = inputs
+            .iter()
+            .zip(&at)
+            .filter(|(c, row)| **row < c.id.len())
+            .map(|(c, row)| key(c, *row))
+            .min();
+        let Some(next) = next else { break };
+        let mut merged = Row::empty();
+        for (i, c) in inputs.iter().enumerate() {
+            let row = at[i];
+            if row < c.id.len() && key(c, row) == next {
+                let apps = &to_out[i];
+                merged.merge(&Row {
+                    count: c.count[row],
+                    mean: c.mean[row],
+                    m2: c.m2[row],
+                    min: c.min[row],
+                    max: c.max[row],
+                    min_at: (apps[c.min_app[row] as usize], c.min_rank[row]),
+                    max_at: (apps[c.max_app[row] as usize], c.max_rank[row]),
+                });
+                at[i] += 1;
+            }
+        }
+        push(out, next, &merged);
+    }
+    out.raw_bytes = raw_bytes;
+}
+
+/// A leaf's summaries as columns, into `out` (cleared first).
+pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
+    clear(out);
+    let entries: Vec<(&Key, &Summary)> = map.iter().collect();
+    fn app(r: &Option<RankRef>) -> &str {
+        r.as_ref().map_or("", |r| r.app.as_str())
+    }
+    let names: Vec<String> = {
+        let mut names: Vec<&str> = entries
+            .iter()
+            .flat_map(|(_, s)| [app(&s.min_rank), app(&s.max_rank)])
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.into_iter().map(str::to_string).collect()
+    };
+    let index = |r: &Option<RankRef>| names.binary_search_by(|n| n.as_str().cmp(app(r))).unwrap_or(0) as u32;
+    let rank = |r: &Option<RankRef>| r.as_ref().map_or(0, |r| r.rank);
+    for (key, s) in entries.into_iter().filter(|(_, s)| s.count > 0) {
+        push(
+            out,
+            *key,
+            &Row {
+                count: s.count,
+                mean: s.mean,
+                m2: s.m2,
+                min: s.min,
+                max: s.max,
+                min_at: (index(&s.min_rank), rank(&s.min_rank)),
+                max_at: (index(&s.max_rank), rank(&s.max_rank)),
+            },
+        );
+    }
+    out.apps = names;
+    out.raw_bytes = raw_bytes;
+}
+
+/// The stored form: one `EventStats` per row, in key order, with `std` filled.
+pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
+    let rank = |app: u32, rank: u32| RankRef {
+        app: c.apps.get(app as usize).cloned().unwrap_or_default(),
+        rank,
+    };
+    (0..c.id.len())
+        .map(|row| {
+            let mut s = Summary {
+                count: c.count[row],
+                mean: c.mean[row],
+                m2: c.m2[row],
+                std: 0.0,
+                min: c.min[row],
+                max: c.max[row],
+                min_rank: Some(rank(c.min_app[row], c.min_rank[row])),
+                max_rank: Some(rank(c.max_app[row], c.max_rank[row])),
+            };
+            finish(&mut s);
+            EventStats {
+                id: c.id[row],
+                metric: c.metric[row],
+                summary: Some(s),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn r(app: &str, rank: u32) -> RankRef {
+        RankRef {
+            app: app.into(),
+            rank,
+        }
+    }
+
+    /// A leaf's map of `values`: (id, metric, value, app, rank).
+    fn map_of(values: &[(u64, i32, f64, &str, u32)]) -> StatsMap {
+        let mut m = StatsMap::new();
+        for &(id, metric, v, app, rank) in values {
+            m.add((id, metric), v, &r(app, rank));
+        }
+        m
+    }
+
+    fn columns_of(m: &StatsMap, raw: u64) -> StatsColumns {
+        let mut c = StatsColumns::default();
+        from_map(m, raw, &mut c);
+        c
+    }
+
+    #[test]
+    fn a_leaf_map_round_trips_through_columns() {
+        let m = map_of(&[
+            (9, 1, 3.0, "b", 4),
+            (2, 3, 1.0, "a", 0),
+            (2, 3, 5.0, "b", 1),
+            (2, 1, 2.0, "a", 7),
+        ]);
+        let c = columns_of(&m, 77);
+        check(&c).unwrap();
+        assert_eq!(c.apps, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(c.raw_bytes, 77);
+        assert_eq!(to_stats(&c), m.to_final_stats());
+    }
+
+    #[test]
+    fn ties_go_to_the_smallest_app_then_rank_across_inputs() {
+        let a = columns_of(&map_of(&[(1, 1, 2.0, "b", 0), (1, 1, 9.0, "b", 3)]), 0);
+        let b = columns_of(&map_of(&[(1, 1, 2.0, "a", 5), (1, 1, 9.0, "a", 8)]), 0);
+        let mut out = StatsColumns::default();
+        for order in [[&a, &b], [&b, &a]] {
+            merge(&order, &mut out);
+            let s = to_stats(&out)[0].summary.clone().unwrap();
+            assert_eq!((s.min_rank.unwrap(), s.max_rank.unwrap()), (r("a", 5), r("a", 8)));
+        }
+    }
+
+    #[test]
+    fn bad_packets_are_named() {
+        let good = columns_of(&map_of(&[(1, 1, 2.0, "a", 0), (2, 1, 2.0, "a", 0)]), 0);
+        let mut short = good.clone();
+        short.mean.pop();
+        assert_eq!(
+            check(&short).unwrap_err().to_string(),
+            "column mean has 1 entries for 2 rows"
+        );
+        let mut unsorted = good.clone();
+        unsorted.id.swap(0, 1);
+        assert_eq!(
+            check(&unsorted).unwrap_err().to_string(),
+            "row 1: key (0x1, 1) does not follow the previous row's (rows must be sorted, each key once)"
+        );
+        let mut app = good.clone();
+        app.max_app[1] = 3;
+        assert_eq!(
+            check(&app).unwrap_err().to_string(),
+            "row 1: application index 3 is outside the table of 1"
+        );
+        let mut empty = good;
+        empty.count[0] = 0;
+        assert_eq!(
+            check(&empty).unwrap_err().to_string(),
+            "row 0: count is 0 (a row stands for at least one value)"
+        );
+    }
+
+    proptest! {
+        /// Merging columns gives, bit for bit, what merging the same summaries as messages gives, whatever
+        /// keys each input holds.
+        #[test]
+        fn merging_columns_is_merging_summaries(
+            inputs in prop::collection::vec(
+                prop::collection::vec((0u64..6, 1i32..4, -5i32..5, 0usize..3, 0u32..9), 0..20),
+                1..6,
+            )
+        ) {
+            let apps = ["x", "y", "z"];
+            let maps: Vec<StatsMap> = inputs
+                .iter()
+                .map(|values| {
+                    let mut m = StatsMap::new();
+                    for &(id, metric, v, app, rank) in values {
+                        m.add((id, metric), f64::from(v) * 0.25, &r(apps[app], rank));
+                    }
+                    m
+                })
+                .collect();
+            let cols: Vec<StatsColumns> = maps.iter().map(|m| columns_of(m, 3)).collect();
+            for c in &cols {
+                prop_assert!(check(c).is_ok());
+            }
+            let refs: Vec<&StatsColumns> = cols.iter().collect();
+            let mut out = StatsColumns::default();
+            merge(&refs, &mut out);
+            prop_assert!(check(&out).is_ok());
+            prop_assert_eq!(out.raw_bytes, 3 * cols.len() as u64);
+            // The same packets merged as Summary messages, in the same order.
+            let mut expected = StatsMap::new();
+            for m in &maps {
+                expected.merge_stats(&m.to_stats());
+            }
+            prop_assert_eq!(to_stats(&out), expected.to_final_stats());
+        }
+    }
+}
