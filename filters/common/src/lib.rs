@@ -9,6 +9,7 @@
 
 pub mod columns;
 pub mod decode;
+pub mod fold;
 pub mod histogram;
 pub mod metrics;
 pub mod params;

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use canopy_filter_common::summary::StatsMap;
+use canopy_filter_common::fold::Fold;
 use canopy_filter_common::{Params, Values, columns, decode, metrics};
 use canopy_filter_proto::v1::{StatsColumns, StatsResult};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
@@ -16,6 +16,8 @@ pub struct StatsFilter {
     values: Values,
     /// The leaf's events and counters of the round being summarized, kept between calls.
     buffers: canopy_filter_common::stream::Buffers,
+    /// The leaf's summaries of the round, folded rank by rank.
+    fold: Fold,
     /// The children's packets of the round being merged, decoded into buffers kept between rounds.
     inputs: Vec<StatsColumns>,
     /// The packet this node sends up, and its encoding.
@@ -28,12 +30,14 @@ impl StatsFilter {
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         self.buffers.clear();
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.buffers, out);
-        let mut stats = StatsMap::new();
+        self.fold.clear();
         for p in &profiles {
-            let rank = p.rank_ref();
-            metrics::extract_view(p, &self.buffers, self.values, |key, v| stats.add(key, v, &rank));
+            let mut at = self.fold.rank(p.app, p.rank);
+            metrics::extract_view(p, &self.buffers, self.values, |key, v| {
+                self.fold.add(&mut at, key, v)
+            });
         }
-        columns::from_map(&stats, raw_bytes, &mut self.merged);
+        self.fold.to_columns(raw_bytes, &mut self.merged);
     }
 
     /// Relay and root: merges the children's packets, taken in their canonical order, in one pass.
@@ -69,6 +73,7 @@ impl Filter for StatsFilter {
             level,
             values: params.values()?,
             buffers: Default::default(),
+            fold: Fold::default(),
             inputs: Vec::new(),
             merged: StatsColumns::default(),
             encoded: Vec::new(),

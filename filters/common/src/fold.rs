@@ -1,0 +1,245 @@
+//! A leaf's summaries, folded rank by rank in one pass with no allocation per value, and handed over as
+//! columns.
+//!
+//! Rows live in a vector; the rank holding an extreme is an index into a table of applications, not a
+//! string. Ranks of one application usually report the same keys in the same order, so the row of the value
+//! at each position of the previous rank is tried first and the hash map is the fallback. The arithmetic is
+//! [`crate::summary::add_value`]'s, operation for operation, so the columns are bit for bit those of
+//! [`crate::summary::StatsMap`] turned into columns.
+
+use std::collections::HashMap;
+
+use canopy_filter_proto::v1::StatsColumns;
+
+use crate::columns;
+use crate::metrics::Key;
+use crate::summary::BuildKeyHasher;
+
+/// One key's summary: count, mean, m2, and each extreme with the (application index, rank) holding it.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    count: u64,
+    mean: f64,
+    m2: f64,
+    min: f64,
+    max: f64,
+    min_at: (u32, u32),
+    max_at: (u32, u32),
+}
+
+/// Where a rank's values go: its application's index and its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankAt {
+    app: u32,
+    rank: u32,
+    /// The position of the rank's next value.
+    next: usize,
+}
+
+/// The summaries of a leaf's round, kept between rounds so their buffers are reused.
+#[derive(Debug, Default)]
+pub struct Fold {
+    index: HashMap<Key, u32, BuildKeyHasher>,
+    keys: Vec<Key>,
+    rows: Vec<Row>,
+    apps: Vec<String>,
+    /// The row each position of the last rank's values went to.
+    by_position: Vec<u32>,
+}
+
+impl Fold {
+    /// Empties the fold for a new round, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.index.clear();
+        self.keys.clear();
+        self.rows.clear();
+        self.apps.clear();
+        self.by_position.clear();
+    }
+
+    /// Starts a rank's values.
+    pub fn rank(&mut self, app: &str, rank: u32) -> RankAt {
+        let app = match self.apps.iter().rposition(|a| a == app) {
+            Some(i) => i,
+            None => {
+                self.apps.push(app.to_string());
+                self.apps.len() - 1
+            }
+        };
+        RankAt {
+            app: app as u32,
+            rank,
+            next: 0,
+        }
+    }
+
+    /// Adds one value of the rank `at`: [`crate::summary::add_value`] on its key's row.
+    pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) {
+        let pos = at.next;
+        at.next += 1;
+        let row = match self.by_position.get(pos) {
+            Some(&row) if self.keys[row as usize] == key => row,
+            _ => {
+                let row = self.row_of(key);
+                if pos < self.by_position.len() {
+                    self.by_position[pos] = row;
+                } else {
+                    self.by_position.push(row);
+                }
+                row
+            }
+        };
+        let holder = (at.app, at.rank);
+        let apps = &self.apps;
+        // (app, rank) in the order of the application names, then the rank.
+        let before = |a: (u32, u32), b: (u32, u32)| {
+            if a.0 == b.0 {
+                a.1 < b.1
+            } else {
+                (apps[a.0 as usize].as_str(), a.1) < (apps[b.0 as usize].as_str(), b.1)
+            }
+        };
+        let r = &mut self.rows[row as usize];
+        if r.count == 0 {
+            *r = Row {
+                count: 1,
+                mean: v,
+                m2: 0.0,
+                min: v,
+                max: v,
+                min_at: holder,
+                max_at: holder,
+            };
+            return;
+        }
+        let na = r.count as f64;
+        let n = na + 1.0;
+        let delta = v - r.mean;
+        r.mean += delta * 1.0 / n;
+        r.m2 = r.m2 + 0.0 + delta * delta * na * 1.0 / n;
+        r.count += 1;
+        if v < r.min || (v == r.min && before(holder, r.min_at)) {
+            r.min = v;
+            r.min_at = holder;
+        }
+        if v > r.max || (v == r.max && before(holder, r.max_at)) {
+            r.max = v;
+            r.max_at = holder;
+        }
+    }
+
+    fn row_of(&mut self, key: Key) -> u32 {
+        let next = self.rows.len() as u32;
+        let row = *self.index.entry(key).or_insert(next);
+        if row == next {
+            self.keys.push(key);
+            self.rows.push(Row {
+                count: 0,
+                mean: 0.0,
+                m2: 0.0,
+                min: 0.0,
+                max: 0.0,
+                min_at: (0, 0),
+                max_at: (0, 0),
+            });
+        }
+        row
+    }
+
+    /// The summaries as columns sorted by key, into `out` (cleared first).
+    pub fn to_columns(&self, raw_bytes: u64, out: &mut StatsColumns) {
+        columns::clear(out);
+        let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
+        order.sort_unstable_by_key(|&r| self.keys[r as usize]);
+        // The table names only the applications that hold an extreme, sorted.
+        let mut used = vec![false; self.apps.len()];
+        for row in &self.rows {
+            used[row.min_at.0 as usize] = true;
+            used[row.max_at.0 as usize] = true;
+        }
+        let mut sorted: Vec<u32> = (0..self.apps.len() as u32)
+            .filter(|&a| used[a as usize])
+            .collect();
+        sorted.sort_unstable_by(|&a, &b| self.apps[a as usize].cmp(&self.apps[b as usize]));
+        let mut to_out = vec![0u32; self.apps.len()];
+        for (new, &old) in sorted.iter().enumerate() {
+            to_out[old as usize] = new as u32;
+        }
+        for r in order {
+            let (key, row) = (self.keys[r as usize], &self.rows[r as usize]);
+            out.id.push(key.0);
+            out.metric.push(key.1);
+            out.count.push(row.count);
+            out.mean.push(row.mean);
+            out.m2.push(row.m2);
+            out.min.push(row.min);
+            out.max.push(row.max);
+            out.min_app.push(to_out[row.min_at.0 as usize]);
+            out.min_rank.push(row.min_at.1);
+            out.max_app.push(to_out[row.max_at.0 as usize]);
+            out.max_rank.push(row.max_at.1);
+        }
+        out.apps
+            .extend(sorted.iter().map(|&a| self.apps[a as usize].clone()));
+        out.raw_bytes = raw_bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::StatsMap;
+    use canopy_filter_proto::v1::RankRef;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Folding gives, bit for bit, the columns of the same values added to a StatsMap, whatever the keys,
+        /// their order per rank, the ties and the applications.
+        #[test]
+        fn folding_is_adding_to_a_stats_map(
+            ranks in prop::collection::vec(
+                (0usize..3, 0u32..50, prop::collection::vec((0u64..8, 1i32..4, -4i32..4), 0..24)),
+                0..12,
+            )
+        ) {
+            let apps = ["b", "a", "c"];
+            let mut fold = Fold::default();
+            // Twice: the second round reuses the buffers of the first.
+            for _ in 0..2 {
+                fold.clear();
+                let mut map = StatsMap::new();
+                for (app, rank, values) in &ranks {
+                    let mut at = fold.rank(apps[*app], *rank);
+                    let holder = RankRef { app: apps[*app].into(), rank: *rank };
+                    for &(id, metric, v) in values {
+                        let v = f64::from(v) * 0.5;
+                        fold.add(&mut at, (id, metric), v);
+                        map.add((id, metric), v, &holder);
+                    }
+                }
+                let (mut folded, mut expected) = (StatsColumns::default(), StatsColumns::default());
+                fold.to_columns(9, &mut folded);
+                columns::from_map(&map, 9, &mut expected);
+                prop_assert!(columns::check(&folded).is_ok());
+                prop_assert_eq!(&folded, &expected);
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_reporting_the_same_keys_in_the_same_order_skip_the_hash_map() {
+        let mut fold = Fold::default();
+        for rank in 0..3 {
+            let mut at = fold.rank("a", rank);
+            for id in 0..4 {
+                fold.add(&mut at, (id, 1), f64::from(rank));
+            }
+        }
+        assert_eq!(fold.index.len(), 4);
+        assert_eq!(fold.by_position, vec![0, 1, 2, 3]);
+        let mut out = StatsColumns::default();
+        fold.to_columns(0, &mut out);
+        assert_eq!(out.count, vec![3; 4]);
+        assert_eq!(out.max_rank, vec![2; 4]);
+    }
+}
