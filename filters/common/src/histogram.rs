@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use canopy_filter_proto::v1::{Histogram, Range};
+use canopy_filter_proto::v1::{Histogram, Range, StatsColumns};
 
 use crate::metrics::Key;
 use crate::summary::StatsMap;
@@ -55,6 +55,18 @@ pub fn ranges_of(stats: &StatsMap) -> Vec<Range> {
             metric,
             lo: s.min,
             hi: s.max,
+        })
+        .collect()
+}
+
+/// The global ranges for binning from merged columns: one per row, lo = its min and hi = its max, sorted by key.
+pub fn ranges_of_columns(c: &StatsColumns) -> Vec<Range> {
+    (0..c.id.len())
+        .map(|row| Range {
+            id: c.id[row],
+            metric: c.metric[row],
+            lo: c.min[row],
+            hi: c.max[row],
         })
         .collect()
 }

@@ -10,12 +10,13 @@
 
 #![forbid(unsafe_code)]
 
+use canopy_filter_common::fold::Fold;
 use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
-use canopy_filter_common::summary::{self, StatsMap};
+use canopy_filter_common::stream::Buffers;
 use canopy_filter_common::three_phase::{self, ThreePhase};
-use canopy_filter_common::{Params, Values, decode, metrics};
-use canopy_filter_proto::v1::{HistogramPacket, HistogramResult, RankRef};
+use canopy_filter_common::{Params, Values, columns, decode, metrics};
+use canopy_filter_proto::v1::{HistogramPacket, HistogramResult, StatsColumns};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
 use prost::Message;
 
@@ -41,15 +42,25 @@ pub struct HistogramFilter {
     bins: u32,
     /// Leaf: the values of each open round.
     buffers: Rounds<Buffer>,
+    /// Leaf: the profiles of the round being read, and their summaries, kept between calls.
+    views: Buffers,
+    fold: Fold,
     /// Root: the merged summaries of each round between phase 0 and phase 2.
-    stats: Rounds<StatsMap>,
+    stats: Rounds<StatsColumns>,
+}
+
+/// The summaries a packet carries, checked; a packet without any carries none.
+fn summaries_of(p: &HistogramPacket) -> Result<(), String> {
+    p.summaries
+        .as_ref()
+        .map_or(Ok(()), |c| columns::check(c).map_err(|e| e.to_string()))
 }
 
 impl ThreePhase for HistogramFilter {
     const PACKET: &'static str = PACKET;
     type Packet = HistogramPacket;
     type Buffer = Buffer;
-    type Summaries = StatsMap;
+    type Summaries = StatsColumns;
     type Counts = HistogramPacket;
 
     fn level(&self) -> Level {
@@ -60,48 +71,46 @@ impl ThreePhase for HistogramFilter {
         &mut self.buffers
     }
 
-    fn summaries(&mut self) -> &mut Rounds<StatsMap> {
+    fn summaries(&mut self) -> &mut Rounds<StatsColumns> {
         &mut self.stats
     }
 
     /// Summaries up; the values buffered.
     fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (HistogramPacket, Buffer) {
-        let (profiles, raw_bytes) = decode::profiles(inputs, out);
-        let mut stats = StatsMap::new();
+        self.views.clear();
+        let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.views, out);
+        self.fold.clear();
         let mut samples = Samples::new();
         for p in &profiles {
-            let rank = RankRef {
-                app: p.app.clone(),
-                rank: p.rank,
-            };
-            for (key, v) in metrics::extract(p, self.values) {
-                stats.add(key, v, &rank);
+            let mut at = self.fold.rank(p.app, p.rank);
+            metrics::extract_view(p, &self.views, self.values, |key, v| {
+                self.fold.add(&mut at, key, v);
                 samples.add(key, v);
-            }
+            });
         }
-        (self.summaries_packet(&stats), Buffer { samples, raw_bytes })
+        let mut summaries = StatsColumns::default();
+        self.fold.to_columns(0, &mut summaries);
+        (self.summaries_packet(&summaries), Buffer { samples, raw_bytes })
     }
 
-    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsMap {
-        let packets: Vec<HistogramPacket> =
-            decode::packets(inputs, PACKET, out, |_: &HistogramPacket| Ok(()));
-        let mut stats = StatsMap::new();
-        for p in &packets {
-            stats.merge_stats(&p.stats);
-        }
-        stats
+    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsColumns {
+        let packets: Vec<HistogramPacket> = decode::packets(inputs, PACKET, out, summaries_of);
+        let summaries: Vec<&StatsColumns> = packets.iter().filter_map(|p| p.summaries.as_ref()).collect();
+        let mut merged = StatsColumns::default();
+        columns::merge(&summaries, &mut merged);
+        merged
     }
 
-    fn summaries_packet(&self, stats: &StatsMap) -> HistogramPacket {
+    fn summaries_packet(&self, merged: &StatsColumns) -> HistogramPacket {
         HistogramPacket {
-            stats: stats.to_stats(),
+            summaries: Some(merged.clone()),
             ..Default::default()
         }
     }
 
-    fn ranges_packet(&self, stats: &StatsMap) -> HistogramPacket {
+    fn ranges_packet(&self, merged: &StatsColumns) -> HistogramPacket {
         HistogramPacket {
-            ranges: histogram::ranges_of(stats),
+            ranges: histogram::ranges_of_columns(merged),
             ..Default::default()
         }
     }
@@ -137,16 +146,18 @@ impl ThreePhase for HistogramFilter {
         counts
     }
 
-    fn root_packet(&self, mut counts: HistogramPacket, stats: StatsMap) -> HistogramPacket {
-        counts.stats = stats.to_stats();
+    fn root_packet(&self, mut counts: HistogramPacket, merged: StatsColumns) -> HistogramPacket {
+        counts.summaries = Some(merged);
         counts
     }
 
     fn result(&self, packet: HistogramPacket) -> Vec<u8> {
-        let mut stats = packet.stats;
-        summary::finish_all(&mut stats);
         let result = HistogramResult {
-            stats,
+            stats: packet
+                .summaries
+                .as_ref()
+                .map(columns::to_stats)
+                .unwrap_or_default(),
             histograms: packet.histograms,
             raw_bytes: packet.raw_bytes,
             bins: self.bins,
@@ -168,6 +179,8 @@ impl Filter for HistogramFilter {
             values: params.values()?,
             bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
             buffers: Rounds::new(),
+            views: Buffers::default(),
+            fold: Fold::default(),
             stats: Rounds::new(),
         })
     }
@@ -326,15 +339,13 @@ mod tests {
         assert_eq!(out.rejects.len(), 1);
         assert_eq!(out.rejects[0].0, 1);
         let p0 = HistogramPacket::decode(out.up[0].1.as_slice()).unwrap();
-        let s = p0
-            .stats
+        let c = p0.summaries.as_ref().unwrap();
+        let incl = c
+            .metric
             .iter()
-            .find(|s| s.metric == Metric::Inclusive as i32)
-            .unwrap()
-            .summary
-            .clone()
+            .position(|m| *m == Metric::Inclusive as i32)
             .unwrap();
-        assert_eq!((s.count, s.min, s.max), (2, 1.0, 3.0));
+        assert_eq!((c.count[incl], c.min[incl], c.max[incl]), (2, 1.0, 3.0));
 
         // A relay rejects an undecodable packet in phase 0 and one with the wrong number of bins in phase 2.
         let mut relay = HistogramFilter::create(r#"{"bins": 4}"#, Level::Relay).unwrap();
@@ -344,11 +355,7 @@ mod tests {
         assert_eq!(HistogramPacket::decode(out0.up[0].1.as_slice()).unwrap(), p0);
 
         let ranges = HistogramPacket {
-            ranges: histogram::ranges_of(&{
-                let mut m = StatsMap::new();
-                m.merge_stats(&p0.stats);
-                m
-            }),
+            ranges: histogram::ranges_of_columns(p0.summaries.as_ref().unwrap()),
             ..Default::default()
         };
         let mut out1 = Collect::default();
