@@ -8,7 +8,7 @@
 use canopy_filter_proto::v1::{EventStats, RankRef, StatsColumns, Summary};
 
 use crate::metrics::Key;
-use crate::summary::{StatsMap, finish};
+use crate::summary::{StatsMap, finish, merge_moments};
 
 /// Why a packet is not usable columns; a relay rejects such an input and merges the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,22 +125,43 @@ pub fn clear(c: &mut StatsColumns) {
     c.raw_bytes = 0;
 }
 
-/// One row being merged; apps are indices into the output's sorted table, so comparing (app, rank) as
-/// numbers orders them as the strings do.
+/// One key's summary as a row: count, mean, m2, and each extreme with the (application index, rank) holding
+/// it. In merged columns the application table is sorted, so comparing (app, rank) as numbers orders them as
+/// the strings do; a leaf's fold, whose table is in the order met, compares the names.
 #[derive(Debug, Clone, Copy)]
-struct Row {
-    count: u64,
-    mean: f64,
-    m2: f64,
-    min: f64,
-    max: f64,
-    min_at: (u32, u32),
-    max_at: (u32, u32),
+pub(crate) struct Row {
+    pub(crate) count: u64,
+    pub(crate) mean: f64,
+    pub(crate) m2: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) min_at: (u32, u32),
+    pub(crate) max_at: (u32, u32),
 }
 
 impl Row {
-    /// `crate::summary::merge`, on a row: the same operations in the same order.
-    fn merge(&mut self, b: &Row) {
+    /// One value held by `at`.
+    pub(crate) fn single(v: f64, at: (u32, u32)) -> Row {
+        Row {
+            count: 1,
+            mean: v,
+            m2: 0.0,
+            min: v,
+            max: v,
+            min_at: at,
+            max_at: at,
+        }
+    }
+
+    pub(crate) fn empty() -> Row {
+        Row {
+            count: 0,
+            ..Row::single(0.0, (0, 0))
+        }
+    }
+
+    /// [`crate::summary::merge`] on rows: `before(a, b)` says whether holder `a` wins a tie against `b`.
+    pub(crate) fn merge(&mut self, b: &Row, before: impl Fn((u32, u32), (u32, u32)) -> bool) {
         if b.count == 0 {
             return;
         }
@@ -148,37 +169,21 @@ impl Row {
             *self = *b;
             return;
         }
-        let na = self.count as f64;
-        let nb = b.count as f64;
-        let n = na + nb;
-        let delta = b.mean - self.mean;
-        self.mean += delta * nb / n;
-        self.m2 = self.m2 + b.m2 + delta * delta * na * nb / n;
-        self.count += b.count;
-        if b.min < self.min || (b.min == self.min && b.min_at < self.min_at) {
+        (self.count, self.mean, self.m2) =
+            merge_moments((self.count, self.mean, self.m2), (b.count, b.mean, b.m2));
+        if b.min < self.min || (b.min == self.min && before(b.min_at, self.min_at)) {
             self.min = b.min;
             self.min_at = b.min_at;
         }
-        if b.max > self.max || (b.max == self.max && b.max_at < self.max_at) {
+        if b.max > self.max || (b.max == self.max && before(b.max_at, self.max_at)) {
             self.max = b.max;
             self.max_at = b.max_at;
         }
     }
-
-    fn empty() -> Row {
-        Row {
-            count: 0,
-            mean: 0.0,
-            m2: 0.0,
-            min: 0.0,
-            max: 0.0,
-            min_at: (0, 0),
-            max_at: (0, 0),
-        }
-    }
 }
 
-fn push(out: &mut StatsColumns, key: Key, r: &Row) {
+/// Appends a row to `out`.
+pub(crate) fn push(out: &mut StatsColumns, key: Key, r: &Row) {
     out.id.push(key.0);
     out.metric.push(key.1);
     out.count.push(r.count);
@@ -234,7 +239,7 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
             let row = at[i];
             if row < c.id.len() && key(c, row) == next {
                 let apps = &to_out[i];
-                merged.merge(&Row {
+                let incoming = Row {
                     count: c.count[row],
                     mean: c.mean[row],
                     m2: c.m2[row],
@@ -242,7 +247,8 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
                     max: c.max[row],
                     min_at: (apps[c.min_app[row] as usize], c.min_rank[row]),
                     max_at: (apps[c.max_app[row] as usize], c.max_rank[row]),
-                });
+                };
+                merged.merge(&incoming, |a, b| a < b);
                 at[i] += 1;
             }
         }

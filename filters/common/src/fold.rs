@@ -4,28 +4,16 @@
 //! Rows live in a vector; the rank holding an extreme is an index into a table of applications, not a
 //! string. Ranks of one application usually report the same keys in the same order, so the row of the value
 //! at each position of the previous rank is tried first and the hash map is the fallback. The arithmetic is
-//! [`crate::summary::add_value`]'s, operation for operation, so the columns are bit for bit those of
+//! [`crate::summary::add_value`]'s ([`crate::summary::merge_moments`]), so the columns are bit for bit those of
 //! [`crate::summary::StatsMap`] turned into columns.
 
 use std::collections::HashMap;
 
 use canopy_filter_proto::v1::StatsColumns;
 
-use crate::columns;
+use crate::columns::{self, Row};
 use crate::metrics::Key;
 use crate::summary::BuildKeyHasher;
-
-/// One key's summary: count, mean, m2, and each extreme with the (application index, rank) holding it.
-#[derive(Debug, Clone, Copy)]
-struct Row {
-    count: u64,
-    mean: f64,
-    m2: f64,
-    min: f64,
-    max: f64,
-    min_at: (u32, u32),
-    max_at: (u32, u32),
-}
 
 /// Where a rank's values go: its application's index and its number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +61,7 @@ impl Fold {
         }
     }
 
-    /// Adds one value of the rank `at`: [`crate::summary::add_value`] on its key's row.
+    /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does.
     pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) {
         let pos = at.next;
         at.next += 1;
@@ -99,33 +87,7 @@ impl Fold {
                 (apps[a.0 as usize].as_str(), a.1) < (apps[b.0 as usize].as_str(), b.1)
             }
         };
-        let r = &mut self.rows[row as usize];
-        if r.count == 0 {
-            *r = Row {
-                count: 1,
-                mean: v,
-                m2: 0.0,
-                min: v,
-                max: v,
-                min_at: holder,
-                max_at: holder,
-            };
-            return;
-        }
-        let na = r.count as f64;
-        let n = na + 1.0;
-        let delta = v - r.mean;
-        r.mean += delta * 1.0 / n;
-        r.m2 = r.m2 + 0.0 + delta * delta * na * 1.0 / n;
-        r.count += 1;
-        if v < r.min || (v == r.min && before(holder, r.min_at)) {
-            r.min = v;
-            r.min_at = holder;
-        }
-        if v > r.max || (v == r.max && before(holder, r.max_at)) {
-            r.max = v;
-            r.max_at = holder;
-        }
+        self.rows[row as usize].merge(&Row::single(v, holder), before);
     }
 
     fn row_of(&mut self, key: Key) -> u32 {
@@ -133,15 +95,7 @@ impl Fold {
         let row = *self.index.entry(key).or_insert(next);
         if row == next {
             self.keys.push(key);
-            self.rows.push(Row {
-                count: 0,
-                mean: 0.0,
-                m2: 0.0,
-                min: 0.0,
-                max: 0.0,
-                min_at: (0, 0),
-                max_at: (0, 0),
-            });
+            self.rows.push(Row::empty());
         }
         row
     }
@@ -166,18 +120,14 @@ impl Fold {
             to_out[old as usize] = new as u32;
         }
         for r in order {
-            let (key, row) = (self.keys[r as usize], &self.rows[r as usize]);
-            out.id.push(key.0);
-            out.metric.push(key.1);
-            out.count.push(row.count);
-            out.mean.push(row.mean);
-            out.m2.push(row.m2);
-            out.min.push(row.min);
-            out.max.push(row.max);
-            out.min_app.push(to_out[row.min_at.0 as usize]);
-            out.min_rank.push(row.min_at.1);
-            out.max_app.push(to_out[row.max_at.0 as usize]);
-            out.max_rank.push(row.max_at.1);
+            let row = &self.rows[r as usize];
+            let held = |at: (u32, u32)| (to_out[at.0 as usize], at.1);
+            let row = Row {
+                min_at: held(row.min_at),
+                max_at: held(row.max_at),
+                ..*row
+            };
+            columns::push(out, self.keys[r as usize], &row);
         }
         out.apps
             .extend(sorted.iter().map(|&a| self.apps[a as usize].clone()));

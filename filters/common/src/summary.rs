@@ -40,8 +40,24 @@ fn cmp_rank(a: &Option<RankRef>, b: &Option<RankRef>) -> Ordering {
     }
 }
 
-/// Merges `b` into `a`:
-/// `n = na + nb; delta = mb - ma; mean = ma + delta * nb / n; m2 = m2a + m2b + delta^2 * na * nb / n`.
+/// Count, mean and m2 of a non-empty set of values.
+pub type Moments = (u64, f64, f64);
+
+/// The moments of two non-empty sets together (Chan, Golub and LeVeque), the one place this arithmetic is
+/// written: `n = na + nb; delta = mb - ma; mean = ma + delta * nb / n; m2 = m2a + m2b + delta^2 * na * nb / n`.
+pub fn merge_moments(a: Moments, b: Moments) -> Moments {
+    let na = a.0 as f64;
+    let nb = b.0 as f64;
+    let n = na + nb;
+    let delta = b.1 - a.1;
+    (
+        a.0 + b.0,
+        a.1 + delta * nb / n,
+        a.2 + b.2 + delta * delta * na * nb / n,
+    )
+}
+
+/// Merges `b` into `a` ([`merge_moments`] for count, mean and m2).
 ///
 /// A tie on min (max) goes to the smallest (app, rank), so the result does not depend on merge order.
 /// `std` is left alone; [`finish`] fills it once all merging is done.
@@ -53,13 +69,7 @@ pub fn merge(a: &mut Summary, b: &Summary) {
         *a = b.clone();
         return;
     }
-    let na = a.count as f64;
-    let nb = b.count as f64;
-    let n = na + nb;
-    let delta = b.mean - a.mean;
-    a.mean += delta * nb / n;
-    a.m2 = a.m2 + b.m2 + delta * delta * na * nb / n;
-    a.count += b.count;
+    (a.count, a.mean, a.m2) = merge_moments((a.count, a.mean, a.m2), (b.count, b.mean, b.m2));
     if b.min < a.min || (b.min == a.min && cmp_rank(&b.min_rank, &a.min_rank) == Ordering::Less) {
         a.min = b.min;
         a.min_rank = b.min_rank.clone();
@@ -76,12 +86,7 @@ pub fn add_value(a: &mut Summary, v: f64, rank: &RankRef) {
         *a = single(v, rank);
         return;
     }
-    let na = a.count as f64;
-    let n = na + 1.0;
-    let delta = v - a.mean;
-    a.mean += delta * 1.0 / n;
-    a.m2 = a.m2 + 0.0 + delta * delta * na * 1.0 / n;
-    a.count += 1;
+    (a.count, a.mean, a.m2) = merge_moments((a.count, a.mean, a.m2), (1, v, 0.0));
     let wins = |held: &Option<RankRef>| match held {
         Some(h) => (rank.app.as_str(), rank.rank) < (h.app.as_str(), h.rank),
         None => true,
