@@ -662,14 +662,13 @@ async fn a_relay_whose_children_are_all_lost_does_not_claim_they_finished() {
     // relay:0 held agent:0 and agent:1: both lost, so it never said Fin; relay:1's agents finished on the drain.
     assert_eq!(node_state(&store, "relay:0"), Some(NodeState::Attached));
     assert_eq!(node_state(&store, "relay:1"), Some(NodeState::Finished));
+    // relay:0's 16 ranks are never counted stopped: a Fin from it would have turned them from lost into stopped.
+    // On the drain one of relay:1's agents may dump a round more than the other, so a round may count the 8
+    // ranks of the agent that finished first as stopped, never more.
     let rounds = reader(&store).rounds(Select::all()).unwrap();
-    assert_eq!(
-        rounds
-            .iter()
-            .map(|r| r.missing.get(MissingReason::Stopped))
-            .sum::<u32>(),
-        0
-    );
+    for r in &rounds {
+        assert!(r.missing.get(MissingReason::Stopped) <= 8, "{r:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
