@@ -18,9 +18,9 @@ pub async fn run(
         "\n## throughput: simulated ranks ({events} events, flash), 128 ranks per agent, in-process daemons over loopback gRPC"
     );
     println!(
-        "\n| ranks | fanout | filter | highest rate kept, rounds/s | stored rounds/s (median) | min | max | latency p50 ms | p99 ms (median) | p99 min | p99 max | next rate: stored/offered |"
+        "\n| ranks | fanout | filter | highest rate kept, rounds/s | stored rounds/s (median) | min | max | latency p50 ms | p99 ms (median) | p99 min | p99 max | CPU ms per round, whole process (median) | next rate: stored/offered |"
     );
-    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for &ranks in sizes {
         for &fanout in fanouts {
             for filter in filters {
@@ -57,12 +57,13 @@ pub async fn run(
                         let (r, rlo, rhi) = stats(runs.iter().map(|r| r.rate).collect());
                         let (p50, _, _) = stats(runs.iter().map(|r| r.p50_ms).collect());
                         let (p99, p99lo, p99hi) = stats(runs.iter().map(|r| r.p99_ms).collect());
+                        let (cpu, _, _) = stats(runs.iter().map(|r| r.cpu_ms_per_round).collect());
                         println!(
-                            "| {ranks} | {fanout} | {filter} | {rate} | {r:.1} | {rlo:.1} | {rhi:.1} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {next} |"
+                            "| {ranks} | {fanout} | {filter} | {rate} | {r:.1} | {rlo:.1} | {rhi:.1} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {cpu:.2} | {next} |"
                         );
                     }
                     None => println!(
-                        "| {ranks} | {fanout} | {filter} | below {} | | | | | | | | {next} |",
+                        "| {ranks} | {fanout} | {filter} | below {} | | | | | | | | | {next} |",
                         rates[0]
                     ),
                 }
