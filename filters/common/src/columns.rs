@@ -2,8 +2,9 @@
 //! children's packets in one pass over their sorted keys into reused buffers, with no message per summary and
 //! no string per extreme; the root turns the merged columns into the `StatsResult` it stores.
 //!
-//! The arithmetic is [`crate::summary::merge`]'s, applied per key in the order of the inputs, so a relay's
-//! output is bit for bit what merging the same packets as `Summary` messages gives.
+//! The arithmetic is [`crate::summary::merge`]'s ([`crate::summary::merge_moments`]), applied per key in the
+//! order the inputs are given (a relay gives them in their canonical order, by their bytes), so a relay's
+//! output is bit for bit what merging the same summaries as `Summary` messages in the same order gives.
 
 use canopy_filter_proto::v1::{EventStats, RankRef, StatsColumns, Summary};
 
@@ -254,10 +255,38 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
         }
         push(out, next, &merged);
     }
+    prune_apps(out);
     out.raw_bytes = raw_bytes;
 }
 
-/// A leaf's summaries as columns, into `out` (cleared first).
+/// Drops the applications no row names any more (the table stays sorted), so a child's long table does not
+/// travel further up than the rows that need it.
+fn prune_apps(out: &mut StatsColumns) {
+    let mut used = vec![false; out.apps.len()];
+    for &a in out.min_app.iter().chain(&out.max_app) {
+        used[a as usize] = true;
+    }
+    if used.iter().all(|u| *u) {
+        return;
+    }
+    let mut to_kept = vec![0u32; used.len()];
+    let mut kept = 0u32;
+    for (i, u) in used.iter().enumerate() {
+        to_kept[i] = kept;
+        kept += u32::from(*u);
+    }
+    for a in out.min_app.iter_mut().chain(out.max_app.iter_mut()) {
+        *a = to_kept[*a as usize];
+    }
+    let mut i = 0;
+    out.apps.retain(|_| {
+        i += 1;
+        used[i - 1]
+    });
+}
+
+/// A `StatsMap`'s summaries as columns, into `out` (cleared first). A summary without a holder (merged from a
+/// message that named none) is held by rank 0 of the application "".
 pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
     clear(out);
     let entries: Vec<(&Key, &Summary)> = map.iter().collect();
@@ -294,7 +323,8 @@ pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
     out.raw_bytes = raw_bytes;
 }
 
-/// The stored form: one `EventStats` per row, in key order, with `std` filled.
+/// The stored form: one `EventStats` per row, in key order, with `std` filled. `c` must have passed
+/// [`check`].
 pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
     let rank = |app: u32, rank: u32| RankRef {
         app: c.apps.get(app as usize).cloned().unwrap_or_default(),
@@ -374,6 +404,26 @@ mod tests {
             let s = to_stats(&out)[0].summary.clone().unwrap();
             assert_eq!((s.min_rank.unwrap(), s.max_rank.unwrap()), (r("a", 5), r("a", 8)));
         }
+    }
+
+    #[test]
+    fn counts_saturate_and_tables_keep_only_the_applications_still_named() {
+        let mut a = columns_of(&map_of(&[(1, 1, 2.0, "a", 0)]), 0);
+        a.count[0] = u64::MAX;
+        let b = columns_of(
+            &map_of(&[(1, 1, 1.0, "b", 0), (1, 1, 3.0, "b", 1), (2, 1, 1.0, "c", 0)]),
+            0,
+        );
+        let mut out = StatsColumns::default();
+        merge(&[&a, &b], &mut out);
+        check(&out).unwrap();
+        assert_eq!(out.count, vec![u64::MAX, 1]);
+        // "a" lost both extremes of key 1 to "b"; only "b" and "c" are named.
+        assert_eq!(out.apps, vec!["b".to_string(), "c".to_string()]);
+        assert_eq!(
+            (out.min_app.clone(), out.max_app.clone()),
+            (vec![0, 1], vec![0, 1])
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! columns.
 //!
 //! Rows live in a vector; the rank holding an extreme is an index into a table of applications, not a
-//! string. Ranks of one application usually report the same keys in the same order, so the row of the value
-//! at each position of the previous rank is tried first and the hash map is the fallback. The arithmetic is
+//! string. Ranks of one application usually report the same keys in the same order, so the row the value at
+//! each position last went to is tried first and the hash map is the fallback. The arithmetic is
 //! [`crate::summary::add_value`]'s ([`crate::summary::merge_moments`]), so the columns are bit for bit those of
 //! [`crate::summary::StatsMap`] turned into columns.
 
@@ -31,7 +31,7 @@ pub struct Fold {
     keys: Vec<Key>,
     rows: Vec<Row>,
     apps: Vec<String>,
-    /// The row each position of the last rank's values went to.
+    /// The row the value at each position went to, for the last rank that reached that position.
     by_position: Vec<u32>,
 }
 

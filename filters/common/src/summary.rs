@@ -51,7 +51,8 @@ pub fn merge_moments(a: Moments, b: Moments) -> Moments {
     let n = na + nb;
     let delta = b.1 - a.1;
     (
-        a.0 + b.0,
+        // Saturating: a hostile child's count cannot wrap a relay's to zero or panic it.
+        a.0.saturating_add(b.0),
         a.1 + delta * nb / n,
         a.2 + b.2 + delta * delta * na * nb / n,
     )

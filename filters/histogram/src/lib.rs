@@ -49,11 +49,11 @@ pub struct HistogramFilter {
     stats: Rounds<StatsColumns>,
 }
 
-/// The summaries a packet carries, checked; a packet without any carries none.
+/// Checks a phase-0 packet: it carries summaries (empty ones when its ranks reported nothing), and they are
+/// usable columns.
 fn summaries_of(p: &HistogramPacket) -> Result<(), String> {
-    p.summaries
-        .as_ref()
-        .map_or(Ok(()), |c| columns::check(c).map_err(|e| e.to_string()))
+    let c = p.summaries.as_ref().ok_or("a phase 0 packet without summaries")?;
+    columns::check(c).map_err(|e| e.to_string())
 }
 
 impl ThreePhase for HistogramFilter {
@@ -90,7 +90,11 @@ impl ThreePhase for HistogramFilter {
         }
         let mut summaries = StatsColumns::default();
         self.fold.to_columns(0, &mut summaries);
-        (self.summaries_packet(&summaries), Buffer { samples, raw_bytes })
+        let packet = HistogramPacket {
+            summaries: Some(summaries),
+            ..Default::default()
+        };
+        (packet, Buffer { samples, raw_bytes })
     }
 
     fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsColumns {
@@ -153,9 +157,11 @@ impl ThreePhase for HistogramFilter {
 
     fn result(&self, packet: HistogramPacket) -> Vec<u8> {
         let result = HistogramResult {
+            // The root's own packet carries the summaries; a late child's packet carries none that count.
             stats: packet
                 .summaries
                 .as_ref()
+                .filter(|c| columns::check(c).is_ok())
                 .map(columns::to_stats)
                 .unwrap_or_default(),
             histograms: packet.histograms,
@@ -327,6 +333,22 @@ mod tests {
             assert_eq!((s.count, s.mean, s.min, s.max), (3, 6.0, 5.0, 7.0));
             assert!(s.std > 0.8 && s.std < 0.9, "{}", s.std);
         }
+    }
+
+    #[test]
+    fn a_phase_0_packet_without_summaries_is_rejected() {
+        let mut relay = HistogramFilter::create("", Level::Relay).unwrap();
+        let empty = HistogramPacket::default().encode_to_vec();
+        let mut out = Collect::default();
+        relay.upstream(1, 0, &[&empty], &mut out).unwrap();
+        assert_eq!(
+            out.rejects,
+            vec![(
+                0,
+                "input is not a canopy.filters.v1.HistogramPacket: a phase 0 packet without summaries"
+                    .to_string()
+            )]
+        );
     }
 
     #[test]
