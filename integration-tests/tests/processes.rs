@@ -325,7 +325,18 @@ fn ctrl_c_stops_canopy_up_cleanly() {
     assert!(status.success(), "{log}");
     assert!(log.contains("(interrupted)"), "{log}");
     let rounds = read_rounds(&store);
-    assert!(rounds.iter().all(|r| r.covered == 8), "{rounds:#?}");
+    for (i, r) in rounds.iter().enumerate() {
+        if i + 1 < rounds.len() {
+            assert_eq!((r.covered, r.expected), (8, 8), "{rounds:#?}");
+        } else {
+            // As on SIGTERM: one agent may dump a last round after the other stopped; that round stores the
+            // first agent's ranks and counts the other's as stopped.
+            assert!(
+                r.covered == 8 || r.missing_reason.as_deref() == Some("stopped: 4"),
+                "{r:?}"
+            );
+        }
+    }
     // No daemon is left behind: no process still writes its output into the run's log directory.
     let logs = out_dir.join("logs");
     let leftover: Vec<String> = std::fs::read_dir("/proc")
