@@ -336,6 +336,23 @@ mod tests {
     }
 
     #[test]
+    fn finalize_leaves_out_summaries_that_are_not_usable_columns() {
+        // A late child's phase-2 packet reaches finalize as it is; broken columns in it must not panic the root.
+        let mut root = HistogramFilter::create("", Level::Root).unwrap();
+        let broken = HistogramPacket {
+            summaries: Some(StatsColumns {
+                id: vec![1, 2],
+                count: vec![1],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let bytes = root.finalize(3, 2, &broken.encode_to_vec()).unwrap();
+        let result = HistogramResult::decode(bytes.as_slice()).unwrap();
+        assert!(result.stats.is_empty());
+    }
+
+    #[test]
     fn a_phase_0_packet_without_summaries_is_rejected() {
         let mut relay = HistogramFilter::create("", Level::Relay).unwrap();
         let empty = HistogramPacket::default().encode_to_vec();
