@@ -7,6 +7,7 @@
 //! output is bit for bit what merging the same summaries as `Summary` messages in the same order gives.
 
 use canopy_filter_proto::v1::{EventStats, RankRef, StatsColumns, Summary};
+use prost::Message;
 
 use crate::metrics::Key;
 use crate::summary::{StatsMap, finish, merge_moments};
@@ -109,23 +110,6 @@ fn key(c: &StatsColumns, row: usize) -> Key {
     (c.id[row], c.metric[row])
 }
 
-/// Empties `c`, keeping its buffers.
-pub fn clear(c: &mut StatsColumns) {
-    c.id.clear();
-    c.metric.clear();
-    c.count.clear();
-    c.mean.clear();
-    c.m2.clear();
-    c.min.clear();
-    c.max.clear();
-    c.min_rank.clear();
-    c.max_rank.clear();
-    c.min_app.clear();
-    c.max_app.clear();
-    c.apps.clear();
-    c.raw_bytes = 0;
-}
-
 /// One key's summary as a row: count, mean, m2, and each extreme with the (application index, rank) holding
 /// it. In merged columns the application table is sorted, so comparing (app, rank) as numbers orders them as
 /// the strings do; a leaf's fold, whose table is in the order met, compares the names.
@@ -220,7 +204,8 @@ fn union_apps<'a>(
 
 /// Merges checked packets, taken in the order given, into `out` (cleared first): one pass over the sorted keys.
 pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
-    clear(out);
+    // prost's clear empties each column and keeps its buffer.
+    out.clear();
     let to_out = union_apps(&mut out.apps, inputs.iter().map(|c| c.apps.as_slice()));
     let mut at = vec![0usize; inputs.len()];
     let mut raw_bytes = 0u64;
@@ -288,7 +273,8 @@ fn prune_apps(out: &mut StatsColumns) {
 /// A `StatsMap`'s summaries as columns, into `out` (cleared first). A summary without a holder (merged from a
 /// message that named none) is held by rank 0 of the application "".
 pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
-    clear(out);
+    // prost's clear empties each column and keeps its buffer.
+    out.clear();
     let entries: Vec<(&Key, &Summary)> = map.iter().collect();
     fn app(r: &Option<RankRef>) -> &str {
         r.as_ref().map_or("", |r| r.app.as_str())

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use canopy_filter_proto::v1::StatsColumns;
+use prost::Message;
 
 use crate::columns::{self, Row};
 use crate::metrics::Key;
@@ -102,7 +103,7 @@ impl Fold {
 
     /// The summaries as columns sorted by key, into `out` (cleared first).
     pub fn to_columns(&self, raw_bytes: u64, out: &mut StatsColumns) {
-        columns::clear(out);
+        out.clear();
         let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
         order.sort_unstable_by_key(|&r| self.keys[r as usize]);
         // The table names only the applications that hold an extreme, sorted.
