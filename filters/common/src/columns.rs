@@ -145,6 +145,37 @@ impl Row {
         }
     }
 
+    /// `merge(&Row::single(v, at), before)` bit for bit, with the constants of a single value folded in:
+    /// the leaf's one operation per value.
+    #[inline]
+    pub(crate) fn add_one(
+        &mut self,
+        v: f64,
+        at: (u32, u32),
+        before: impl Fn((u32, u32), (u32, u32)) -> bool,
+    ) {
+        if self.count == 0 {
+            *self = Row::single(v, at);
+            return;
+        }
+        // merge_moments with nb = 1 and m2b = 0: `delta * 1.0` and `m2 + 0.0` change no bit (m2 is never
+        // -0.0: it starts at +0.0 and grows by squares).
+        let na = self.count as f64;
+        let n = na + 1.0;
+        let delta = v - self.mean;
+        self.count = self.count.saturating_add(1);
+        self.mean += delta / n;
+        self.m2 += delta * delta * na / n;
+        if v < self.min || (v == self.min && before(at, self.min_at)) {
+            self.min = v;
+            self.min_at = at;
+        }
+        if v > self.max || (v == self.max && before(at, self.max_at)) {
+            self.max = v;
+            self.max_at = at;
+        }
+    }
+
     /// [`crate::summary::merge`] on rows: `before(a, b)` says whether holder `a` wins a tie against `b`.
     pub(crate) fn merge(&mut self, b: &Row, before: impl Fn((u32, u32), (u32, u32)) -> bool) {
         if b.count == 0 {

@@ -88,7 +88,7 @@ impl Fold {
                 (apps[a.0 as usize].as_str(), a.1) < (apps[b.0 as usize].as_str(), b.1)
             }
         };
-        self.rows[row as usize].merge(&Row::single(v, holder), before);
+        self.rows[row as usize].add_one(v, holder, before);
     }
 
     fn row_of(&mut self, key: Key) -> u32 {

@@ -105,7 +105,39 @@ fn skip(buf: &mut &[u8], wt: WireType, tag: u32) -> Result<(), String> {
 
 fn read_event(mut buf: &[u8]) -> Result<EventView, String> {
     let mut e = EventView::default();
-    while !buf.is_empty() {
+    while let Some(&key) = buf.first() {
+        // The keys of fields 1 to 9 with their own wire types are one byte each: read them directly, and leave
+        // anything else (other fields, other wire types, longer keys) to the general path below.
+        let fixed = |buf: &mut &[u8]| -> Option<u64> {
+            let bytes: [u8; 8] = buf.get(1..9)?.try_into().ok()?;
+            *buf = &buf[9..];
+            Some(u64::from_le_bytes(bytes))
+        };
+        let varint = |buf: &mut &[u8]| -> Result<Option<u64>, String> {
+            *buf = &buf[1..];
+            match buf.first() {
+                Some(&b) if b < 0x80 => {
+                    *buf = &buf[1..];
+                    Ok(Some(u64::from(b)))
+                }
+                _ => decode_varint(buf).map(Some).map_err(err),
+            }
+        };
+        let read = match key {
+            0x09 => fixed(&mut buf).map(|v| e.id = v),
+            0x21 => fixed(&mut buf).map(|v| e.incl_us = f64::from_bits(v)),
+            0x29 => fixed(&mut buf).map(|v| e.excl_us = f64::from_bits(v)),
+            0x41 => fixed(&mut buf).map(|v| e.incl_total_us = f64::from_bits(v)),
+            0x49 => fixed(&mut buf).map(|v| e.excl_total_us = f64::from_bits(v)),
+            0x10 => varint(&mut buf)?.map(|v| e.calls = v),
+            0x18 => varint(&mut buf)?.map(|v| e.subrs = v),
+            0x30 => varint(&mut buf)?.map(|v| e.calls_total = v),
+            0x38 => varint(&mut buf)?.map(|v| e.subrs_total = v),
+            _ => None,
+        };
+        if read.is_some() {
+            continue;
+        }
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
         match tag {
             1 => e.id = take_fixed64(&mut buf, wt)?,

@@ -97,6 +97,11 @@ impl Measure {
             && !self.exclude.iter().any(|r| r.is_match(name))
     }
 
+    /// Whether the options leave out any event or counter by its name (include or exclude patterns).
+    pub fn selects_names(&self) -> bool {
+        !self.include.is_empty() || !self.exclude.is_empty()
+    }
+
     /// The metrics reported, as bits of `RankProfile.metrics` (0: all).
     pub fn metrics(&self) -> u32 {
         self.metrics
@@ -113,9 +118,10 @@ impl Measure {
         mut p: crate::v1::RankProfile,
         names: &std::collections::HashMap<u64, String>,
     ) -> crate::v1::RankProfile {
-        if !self.include.is_empty() || !self.exclude.is_empty() {
-            p.events
-                .retain(|e| self.reports(names.get(&e.event_id).map(String::as_str).unwrap_or("")));
+        if self.selects_names() {
+            let reported = |id: &u64| self.reports(names.get(id).map(String::as_str).unwrap_or(""));
+            p.events.retain(|e| reported(&e.event_id));
+            p.counters.retain(|c| reported(&c.counter_id));
         }
         p.metrics = self.metrics;
         if self.metrics != 0 && self.metrics & 8 == 0 {

@@ -2,17 +2,16 @@
 //! agent that starts late (or again) joins at the tree's current round. Each simulated rank is a rank source, as a
 //! rank on the socket is: it attaches, dumps each round (or is sampled out), and detaches when it finishes.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use canopy_core::node::{Input, RankEvent, rank_source, unix_ns};
 use canopy_core::options::Measure;
 use canopy_core::window::WindowGate;
-use canopy_proto::v1::{MissingReason, ProfileBatch, RankProfile, control};
-use prost::Message;
+use canopy_proto::v1::{MissingReason, control};
 use tokio::sync::mpsc;
 
-use super::Simulator;
+use super::{Selection, Simulator};
 
 /// How long after the tree's start (at least; ten periods if longer) a node counts as rejoining rather than
 /// starting late.
@@ -57,8 +56,9 @@ impl SimulatedRanks {
         let mut next_round = 0u64;
         // The rounds dumped so far end here: what a rank finishing now has delivered.
         let mut dumped_end = 0u64;
-        let names: HashMap<u64, String> = self.sim.names().into_iter().collect();
+        let names = self.sim.names();
         let mut options = Measure::default();
+        let mut left = HashSet::new();
         loop {
             let wait = anchor.map(|(t0, first)| {
                 let due = t0 + next_round.saturating_sub(first) * period_ns;
@@ -71,7 +71,7 @@ impl SimulatedRanks {
                     _ = tokio::time::sleep(d) => {
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
                         // window of rounds in flight.
-                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &names).await {
+                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left).await {
                             return;
                         }
                         next_round += 1;
@@ -103,6 +103,7 @@ impl SimulatedRanks {
                     match Measure::from_options(&o) {
                         Ok(m) => {
                             tracing::info!(?o, "measurement options changed");
+                            left = left_out(&m, &names);
                             options = m;
                         }
                         Err(e) => tracing::error!("measurement options ignored: {e}"),
@@ -125,31 +126,29 @@ impl SimulatedRanks {
         }
     }
 
-    /// Every rank's dump of `round`, as one input; false once the node has ended.
-    async fn dump(&mut self, round: u64, options: &Measure, names: &HashMap<u64, String>) -> bool {
+    /// Every rank's dump of `round`, as one input; false once the node has ended. `left_out` holds the ids the
+    /// options leave out by name.
+    async fn dump(&mut self, round: u64, options: &Measure, left_out: &HashSet<u64>) -> bool {
         let dump_unix_ns = unix_ns();
         let app = self.sim.app().to_string();
-        let events = self
-            .sim
-            .round(round)
-            .into_iter()
-            .map(|p| {
-                let rank = p.rank;
-                let profile = if options.samples_out(rank) {
-                    Err(MissingReason::SampledOut)
-                } else {
-                    let p = options.apply(stamp(p, dump_unix_ns), names);
-                    Ok(ProfileBatch { profiles: vec![p] }.encode_to_vec())
-                };
-                RankEvent::Round {
-                    source: rank_source(&app, rank),
-                    rank,
-                    round,
-                    dump_unix_ns,
-                    profile,
-                }
-            })
-            .collect();
+        let mut events = Vec::with_capacity(self.sim.ranks().len());
+        {
+            let selection = Selection {
+                reported: &|id| !left_out.contains(&id),
+                metrics: options.metrics(),
+                sampled_out: &|rank| options.samples_out(rank),
+            };
+            self.sim
+                .encode_round(round, dump_unix_ns, &selection, |rank, batch| {
+                    events.push(RankEvent::Round {
+                        source: rank_source(&app, rank),
+                        rank,
+                        round,
+                        dump_unix_ns,
+                        profile: batch.ok_or(MissingReason::SampledOut),
+                    });
+                });
+        }
         self.inputs.send(Input::Ranks(events)).await.is_ok()
     }
 
@@ -167,7 +166,14 @@ impl SimulatedRanks {
     }
 }
 
-fn stamp(mut p: RankProfile, dump: u64) -> RankProfile {
-    p.dump_unix_ns = dump;
-    p
+/// The ids of the names the options leave out.
+fn left_out(options: &Measure, names: &[(u64, String)]) -> HashSet<u64> {
+    if !options.selects_names() {
+        return HashSet::new();
+    }
+    names
+        .iter()
+        .filter(|(_, name)| !options.reports(name))
+        .map(|&(id, _)| id)
+        .collect()
 }

@@ -8,6 +8,8 @@ use std::str::FromStr;
 
 use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
+use canopy_wire::options::metric;
+use canopy_wire::write::{ProfileHeader, ProfileWriter};
 use rand_xoshiro::SplitMix64;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 
@@ -120,6 +122,8 @@ pub struct Simulator {
     envelope_us: f64,
     /// Rounds `0..next_round` are in the ranks' totals.
     next_round: u64,
+    scratch: Scratch,
+    writer: ProfileWriter,
 }
 
 impl Simulator {
@@ -195,6 +199,8 @@ impl Simulator {
             counter_ids,
             envelope_us,
             next_round: 0,
+            scratch: Scratch::default(),
+            writer: ProfileWriter::default(),
         }
     }
 
@@ -218,6 +224,92 @@ impl Simulator {
     /// order; skipped rounds are still accumulated, and asking for an earlier round than the last one
     /// restarts the accumulation from round 0. dump_unix_ns = 0 (the caller stamps it).
     pub fn round(&mut self, round: u64) -> Vec<RankProfile> {
+        let mut profiles = Vec::with_capacity(self.ranks.len());
+        let app = self.cfg.app.clone();
+        self.each_rank(round, |st, plan, samples, counter_ids, counters| {
+            profiles.push(RankProfile {
+                metrics: 0,
+                app: app.clone(),
+                rank: st.rank,
+                round,
+                dump_unix_ns: 0,
+                events: plan
+                    .iter()
+                    .zip(samples.iter().zip(&st.totals))
+                    .map(|(slot, (s, t))| event(slot.id, s, t))
+                    .collect(),
+                counters: counter_ids
+                    .iter()
+                    .zip(counters.iter().zip(&st.counter_totals))
+                    .map(|(&counter_id, (&value, &total))| CounterSample {
+                        counter_id,
+                        value,
+                        total,
+                    })
+                    .collect(),
+            });
+        });
+        profiles
+    }
+
+    /// Round `round` of every rank, as [`Simulator::round`] computes it, written straight to each rank's
+    /// encoded one-profile `ProfileBatch` under measurement options: only the events `reported` keeps, the
+    /// counters only if `metrics` reports them. `each` gets every rank's number and its batch, or `None`
+    /// for a rank `sampled_out` leaves out (its totals still grow).
+    pub fn encode_round(
+        &mut self,
+        round: u64,
+        dump_unix_ns: u64,
+        selection: &Selection<'_>,
+        mut each: impl FnMut(u32, Option<Vec<u8>>),
+    ) {
+        let mut writer = std::mem::take(&mut self.writer);
+        let app = std::mem::take(&mut self.cfg.app);
+        let with_counters = metric::reports(selection.metrics, metric::COUNTERS);
+        self.each_rank(round, |st, plan, samples, counter_ids, counters| {
+            if (selection.sampled_out)(st.rank) {
+                each(st.rank, None);
+                return;
+            }
+            writer.begin(&ProfileHeader {
+                app: &app,
+                rank: st.rank,
+                round,
+                dump_unix_ns,
+            });
+            for (slot, (s, t)) in plan.iter().zip(samples.iter().zip(&st.totals)) {
+                if (selection.reported)(slot.id) {
+                    writer.event(&event(slot.id, s, t));
+                }
+            }
+            if with_counters {
+                for (&counter_id, (&value, &total)) in
+                    counter_ids.iter().zip(counters.iter().zip(&st.counter_totals))
+                {
+                    if (selection.reported)(counter_id) {
+                        writer.counter(&CounterSample {
+                            counter_id,
+                            value,
+                            total,
+                        });
+                    }
+                }
+            }
+            let mut batch = Vec::with_capacity(64 + 80 * samples.len());
+            writer.finish_batch(selection.metrics, &mut batch);
+            each(st.rank, Some(batch));
+        });
+        self.cfg.app = app;
+        self.writer = writer;
+    }
+
+    /// Computes every rank's values of `round`, adds them to its totals, and hands them to `each` with the
+    /// rank's state (its totals include this round), its plan, and the counters.
+    fn each_rank(
+        &mut self,
+        round: u64,
+        mut each: impl FnMut(&RankState, &[Slot], &[Sample], &[u64], &[f64]),
+    ) {
         if round < self.next_round {
             for st in &mut self.ranks {
                 st.totals.fill(Sample::default());
@@ -225,149 +317,147 @@ impl Simulator {
             }
             self.next_round = 0;
         }
+        let mut scratch = std::mem::take(&mut self.scratch);
         while self.next_round < round {
             for i in 0..self.ranks.len() {
-                self.accumulate(i, self.next_round);
+                self.accumulate(i, self.next_round, &mut scratch);
             }
             self.next_round += 1;
         }
-        let profiles = (0..self.ranks.len())
-            .map(|i| {
-                let (samples, counters) = self.accumulate(i, round);
-                self.profile(i, round, &samples, &counters)
-            })
-            .collect();
+        for i in 0..self.ranks.len() {
+            self.accumulate(i, round, &mut scratch);
+            let st = &self.ranks[i];
+            each(
+                st,
+                &self.plans[st.plan],
+                &scratch.samples,
+                &self.counter_ids,
+                &scratch.counters,
+            );
+        }
+        self.scratch = scratch;
         self.next_round = round.saturating_add(1);
-        profiles
     }
 
-    /// Computes rank `i`'s values for `round` and adds them to its totals.
-    fn accumulate(&mut self, i: usize, round: u64) -> (Vec<Sample>, Vec<f64>) {
-        let (samples, counters) = self.sample(&self.ranks[i], round);
+    /// Computes rank `i`'s values for `round` into `out` and adds them to its totals.
+    fn accumulate(&mut self, i: usize, round: u64, out: &mut Scratch) {
+        self.sample(&self.ranks[i], round, out);
         let st = &mut self.ranks[i];
-        for (t, s) in st.totals.iter_mut().zip(&samples) {
+        for (t, s) in st.totals.iter_mut().zip(&out.samples) {
             t.calls += s.calls;
             t.subrs += s.subrs;
             t.incl += s.incl;
             t.excl += s.excl;
         }
-        for (t, c) in st.counter_totals.iter_mut().zip(&counters) {
+        for (t, c) in st.counter_totals.iter_mut().zip(&out.counters) {
             *t += c;
         }
-        (samples, counters)
     }
 
-    fn profile(&self, i: usize, round: u64, samples: &[Sample], counters: &[f64]) -> RankProfile {
-        let st = &self.ranks[i];
-        let events = self.plans[st.plan]
-            .iter()
-            .zip(samples.iter().zip(&st.totals))
-            .map(|(slot, (s, t))| EventSample {
-                event_id: slot.id,
-                calls: s.calls,
-                subrs: s.subrs,
-                incl_us: s.incl,
-                excl_us: s.excl,
-                calls_total: t.calls,
-                subrs_total: t.subrs,
-                incl_total_us: t.incl,
-                excl_total_us: t.excl,
-            })
-            .collect();
-        let counters = self
-            .counter_ids
-            .iter()
-            .zip(counters.iter().zip(&st.counter_totals))
-            .map(|(&counter_id, (&value, &total))| CounterSample {
-                counter_id,
-                value,
-                total,
-            })
-            .collect();
-        RankProfile {
-            metrics: 0,
-            app: self.cfg.app.clone(),
-            rank: st.rank,
-            round,
-            dump_unix_ns: 0,
-            events,
-            counters,
-        }
-    }
-
-    /// One rank's values for one round; a pure function of (seed, scenario, rank, round, event) and the
-    /// application size, so any agent simulating this rank computes the same.
-    fn sample(&self, st: &RankState, round: u64) -> (Vec<Sample>, Vec<f64>) {
+    /// One rank's values for one round, into `out`; a pure function of (seed, scenario, rank, round, event)
+    /// and the application size, so any agent simulating this rank computes the same.
+    fn sample(&self, st: &RankState, round: u64, out: &mut Scratch) {
         let sc = self.cfg.scenario;
         let plan = &self.plans[st.plan];
         let w = workload(sc, round);
-        let key = |id: u64| Keyed::of(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round, id]);
-        let mut out: Vec<Sample> = plan
-            .iter()
-            .map(|slot| {
-                let mut g = key(slot.id);
-                let (calls, us) = match slot.kind {
-                    Kind::Root => (slot.calls, slot.base_us * g.range(0.9, 1.1)),
-                    Kind::Compute => (
-                        slot.calls,
-                        slot.base_us * st.statics.speed * w * g.range(0.95, 1.05),
-                    ),
-                    Kind::Comm => (slot.calls, slot.base_us * st.statics.comm * w * g.range(0.8, 1.2)),
-                    Kind::Wait { spike } => {
-                        let base = (slot.base_us + st.wait_us) * w * g.range(0.85, 1.15);
-                        // The range keeps the spike >= 5x the neighbouring rounds even at opposite noise extremes.
-                        let factor = if spike && round == FLASH_SPIKE_ROUND {
-                            g.range(8.0, 12.0)
-                        } else {
-                            1.0
-                        };
-                        (slot.calls, base * factor)
-                    }
-                    Kind::Entry { load } => {
-                        let f = 1.0 + (st.statics.load - 1.0) * load;
-                        let calls = (slot.calls as f64 * f).round() as u64;
-                        (
-                            calls,
-                            slot.base_us * f * w * g.range(1.0 - NAMD_JITTER, 1.0 + NAMD_JITTER),
-                        )
-                    }
-                    // Busy + idle for now: the busy part is taken off below, once it is known.
-                    Kind::Idle => (8 + g.next_u64() % 17, self.envelope_us * w * g.range(1.01, 1.015)),
-                };
-                Sample {
-                    calls,
-                    subrs: 0,
-                    incl: us,
-                    excl: us,
+        let prefix = Keyed::prefix(&[self.cfg.seed, sc.tag(), u64::from(st.rank), round]);
+        let key = |id: u64| Keyed::with(prefix, id);
+        out.samples.clear();
+        out.samples.extend(plan.iter().map(|slot| {
+            let mut g = key(slot.id);
+            let (calls, us) = match slot.kind {
+                Kind::Root => (slot.calls, slot.base_us * g.range(0.9, 1.1)),
+                Kind::Compute => (
+                    slot.calls,
+                    slot.base_us * st.statics.speed * w * g.range(0.95, 1.05),
+                ),
+                Kind::Comm => (slot.calls, slot.base_us * st.statics.comm * w * g.range(0.8, 1.2)),
+                Kind::Wait { spike } => {
+                    let base = (slot.base_us + st.wait_us) * w * g.range(0.85, 1.15);
+                    // The range keeps the spike >= 5x the neighbouring rounds even at opposite noise extremes.
+                    let factor = if spike && round == FLASH_SPIKE_ROUND {
+                        g.range(8.0, 12.0)
+                    } else {
+                        1.0
+                    };
+                    (slot.calls, base * factor)
                 }
-            })
-            .collect();
+                Kind::Entry { load } => {
+                    let f = 1.0 + (st.statics.load - 1.0) * load;
+                    let calls = (slot.calls as f64 * f).round() as u64;
+                    (
+                        calls,
+                        slot.base_us * f * w * g.range(1.0 - NAMD_JITTER, 1.0 + NAMD_JITTER),
+                    )
+                }
+                // Busy + idle for now: the busy part is taken off below, once it is known.
+                Kind::Idle => (8 + g.next_u64() % 17, self.envelope_us * w * g.range(1.01, 1.015)),
+            };
+            Sample {
+                calls,
+                subrs: 0,
+                incl: us,
+                excl: us,
+            }
+        }));
+        let samples = &mut out.samples;
         if let Some(idle) = plan.iter().position(|s| matches!(s.kind, Kind::Idle)) {
-            let busy: f64 = out
+            let busy: f64 = samples
                 .iter()
                 .enumerate()
                 .filter(|&(j, _)| j != idle)
                 .map(|(_, s)| s.excl)
                 .sum();
-            let us = (out[idle].excl - busy).max(0.0);
-            out[idle].excl = us;
-            out[idle].incl = us;
+            let us = (samples[idle].excl - busy).max(0.0);
+            samples[idle].excl = us;
+            samples[idle].incl = us;
         }
         // Parents precede their children, so a backward walk completes each child before adding it up.
         for j in (0..plan.len()).rev() {
             if let Some(p) = plan[j].parent {
-                let (incl, calls) = (out[j].incl, out[j].calls);
-                out[p].incl += incl;
-                out[p].subrs += calls;
+                let (incl, calls) = (samples[j].incl, samples[j].calls);
+                samples[p].incl += incl;
+                samples[p].subrs += calls;
             }
         }
-        let counters = self
-            .counter_ids
-            .iter()
-            .map(|&id| (st.statics.bytes * w * key(id).range(0.9, 1.1)).round())
-            .collect();
-        (out, counters)
+        out.counters.clear();
+        out.counters.extend(
+            self.counter_ids
+                .iter()
+                .map(|&id| (st.statics.bytes * w * key(id).range(0.9, 1.1)).round()),
+        );
     }
+}
+
+/// Which of a round's profiles and values the simulated ranks report (measurement options).
+pub struct Selection<'a> {
+    /// Whether an event or counter id is reported.
+    pub reported: &'a dyn Fn(u64) -> bool,
+    /// `RankProfile.metrics`: 0 reports all; without the counters bit no counter is written.
+    pub metrics: u32,
+    /// Whether rank sampling leaves a rank out.
+    pub sampled_out: &'a dyn Fn(u32) -> bool,
+}
+
+fn event(id: u64, s: &Sample, t: &Sample) -> EventSample {
+    EventSample {
+        event_id: id,
+        calls: s.calls,
+        subrs: s.subrs,
+        incl_us: s.incl,
+        excl_us: s.excl,
+        calls_total: t.calls,
+        subrs_total: t.subrs,
+        incl_total_us: t.incl,
+        excl_total_us: t.excl,
+    }
+}
+
+/// A rank's values of one round, kept between ranks and rounds so they cost no allocation.
+#[derive(Debug, Default)]
+struct Scratch {
+    samples: Vec<Sample>,
+    counters: Vec<f64>,
 }
 
 /// How a region's time is made.
@@ -680,7 +770,20 @@ struct Keyed(SplitMix64);
 
 impl Keyed {
     fn of(key: &[u64]) -> Keyed {
-        let state = key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN));
+        Keyed::from_state(Keyed::prefix(key))
+    }
+
+    /// The hashed state of a key's first parts: `Keyed::with(Keyed::prefix(&[a, b]), c)` is
+    /// `Keyed::of(&[a, b, c])`, with the prefix hashed once for many draws.
+    fn prefix(key: &[u64]) -> u64 {
+        key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN))
+    }
+
+    fn with(prefix: u64, last: u64) -> Keyed {
+        Keyed::from_state(mix64(prefix ^ last).wrapping_add(GOLDEN))
+    }
+
+    fn from_state(state: u64) -> Keyed {
         // from_seed takes the bytes as the state as they are; seed_from_u64 would scramble them first.
         Keyed(SplitMix64::from_seed(state.to_le_bytes()))
     }

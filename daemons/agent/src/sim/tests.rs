@@ -309,3 +309,72 @@ fn scenario_names_round_trip() {
         "{err}"
     );
 }
+
+#[test]
+fn a_keys_prefix_hashed_once_draws_what_the_whole_key_draws() {
+    for key in [[1u64, 2, 3, 4, 5], [42, 1, 0, u64::MAX, 7], [0; 5]] {
+        let mut whole = Keyed::of(&key);
+        let mut split = Keyed::with(Keyed::prefix(&key[..4]), key[4]);
+        for _ in 0..4 {
+            assert_eq!(whole.next_u64(), split.next_u64());
+        }
+    }
+}
+
+/// The encoded rounds are the profiles of `Simulator::round` under `Measure::apply`, byte for byte: with no
+/// options, with names left out, with a metric subset that drops the counters, and with rank sampling.
+#[test]
+fn encoded_rounds_are_the_profiles_under_the_options() {
+    use canopy_proto::v1::{Options, ProfileBatch};
+    use canopy_wire::options::Measure;
+    use prost::Message;
+    let options = [
+        Options::default(),
+        Options {
+            include: vec!["^MPI_".into(), "Patch".into(), "bytes".into()],
+            exclude: vec!["Barrier".into()],
+            ..Default::default()
+        },
+        Options {
+            metrics: vec!["exclusive".into(), "calls".into()],
+            sample_below: 5,
+            ..Default::default()
+        },
+    ];
+    for sc in Scenario::ALL {
+        for o in &options {
+            let measure = Measure::from_options(o).unwrap();
+            let mut reference = Simulator::new(cfg(sc, 2, 6, 16));
+            let mut encoder = Simulator::new(cfg(sc, 2, 6, 16));
+            let names: HashMap<u64, String> = reference.names().into_iter().collect();
+            // Round 3 after 0 skips rounds 1 and 2; round 1 after 3 rewinds.
+            for round in [0, 3, 4, 1] {
+                let expected: Vec<(u32, Option<Vec<u8>>)> = reference
+                    .round(round)
+                    .into_iter()
+                    .map(|mut p| {
+                        p.dump_unix_ns = 77;
+                        let rank = p.rank;
+                        let batch = (!measure.samples_out(rank)).then(|| {
+                            ProfileBatch {
+                                profiles: vec![measure.apply(p, &names)],
+                            }
+                            .encode_to_vec()
+                        });
+                        (rank, batch)
+                    })
+                    .collect();
+                let mut got = Vec::new();
+                let reported = |id: u64| measure.reports(&names[&id]);
+                let selection = Selection {
+                    reported: &reported,
+                    metrics: measure.metrics(),
+                    sampled_out: &|rank| measure.samples_out(rank),
+                };
+                encoder.encode_round(round, 77, &selection, |rank, batch| got.push((rank, batch)));
+                assert_eq!(got, expected, "{sc} {o:?} round {round}");
+                assert!(got.iter().any(|(_, b)| b.is_some()));
+            }
+        }
+    }
+}

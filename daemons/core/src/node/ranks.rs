@@ -109,9 +109,17 @@ impl<U: Up> Node<U> {
             .feeds()
             .map(|(id, ranks)| (id, ranks.contains(rank)))
             .collect();
-        for (stream, chosen) in feeds {
+        // The last stream that takes the payload gets it; only the ones before it need a copy.
+        let last_chosen = feeds.iter().rposition(|&(_, chosen)| chosen);
+        let mut payload = Some(payload);
+        for (i, (stream, chosen)) in feeds.into_iter().enumerate() {
             let (payload, coverage) = if chosen {
-                (payload.clone(), coverage.clone())
+                let p = if Some(i) == last_chosen {
+                    payload.take().unwrap_or_default()
+                } else {
+                    payload.clone().unwrap_or_default()
+                };
+                (p, coverage.clone())
             } else {
                 (Vec::new(), absent(MissingReason::SampledOut))
             };

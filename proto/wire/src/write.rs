@@ -1,0 +1,300 @@
+//! Writing a `RankProfile` straight from its parts, without building an `EventSample` message per event: the
+//! bytes are exactly those prost writes for the same message (fields in tag order, default values left out),
+//! into buffers kept from one dump to the next.
+
+use prost::encoding::{encode_varint, encoded_len_varint};
+
+use crate::v1::{CounterSample, EventSample};
+
+/// A length-delimited field's key: the field number and wire type 2.
+const fn len_key(field: u8) -> u8 {
+    field << 3 | 2
+}
+
+/// Builds one encoded `RankProfile` at a time. Call [`ProfileWriter::begin`], then [`ProfileWriter::event`]
+/// and [`ProfileWriter::counter`] in the order the message lists them, then one of the `finish` methods.
+#[derive(Debug, Default)]
+pub struct ProfileWriter {
+    body: Vec<u8>,
+}
+
+/// The header fields of a `RankProfile` (tags 1 to 4).
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileHeader<'a> {
+    pub app: &'a str,
+    pub rank: u32,
+    pub round: u64,
+    pub dump_unix_ns: u64,
+}
+
+impl ProfileWriter {
+    /// Starts a profile, dropping whatever an unfinished one wrote.
+    pub fn begin(&mut self, h: &ProfileHeader<'_>) {
+        let b = &mut self.body;
+        b.clear();
+        if !h.app.is_empty() {
+            b.push(len_key(1));
+            encode_varint(h.app.len() as u64, b);
+            b.extend_from_slice(h.app.as_bytes());
+        }
+        varint_field(b, 2, u64::from(h.rank));
+        varint_field(b, 3, h.round);
+        varint_field(b, 4, h.dump_unix_ns);
+    }
+
+    /// Appends one event (field 5).
+    pub fn event(&mut self, e: &EventSample) {
+        // At most 2 bytes of key and length, 9 for the id and each double, 11 for each varint field.
+        let mut buf = Stack::<96>::new();
+        buf.push(len_key(5));
+        // An event is at most 89 bytes long, so its length takes one byte.
+        buf.push(event_len(e) as u8);
+        buf.fixed64(1, e.event_id);
+        buf.varint(2, e.calls);
+        buf.varint(3, e.subrs);
+        buf.double(4, e.incl_us);
+        buf.double(5, e.excl_us);
+        buf.varint(6, e.calls_total);
+        buf.varint(7, e.subrs_total);
+        buf.double(8, e.incl_total_us);
+        buf.double(9, e.excl_total_us);
+        self.body.extend_from_slice(buf.bytes());
+    }
+
+    /// Appends one counter (field 6), after every event.
+    pub fn counter(&mut self, c: &CounterSample) {
+        let b = &mut self.body;
+        let len = fixed64_len(c.counter_id) + double_len(c.value) + double_len(c.total);
+        b.push(len_key(6));
+        encode_varint(len as u64, b);
+        fixed64_field(b, 1, c.counter_id);
+        double_field(b, 2, c.value);
+        double_field(b, 3, c.total);
+    }
+
+    /// Ends the profile with its `metrics` (field 7) and appends it to `out` as an encoded `RankProfile`.
+    pub fn finish(&mut self, metrics: u32, out: &mut Vec<u8>) {
+        varint_field(&mut self.body, 7, u64::from(metrics));
+        out.extend_from_slice(&self.body);
+    }
+
+    /// Ends the profile as [`ProfileWriter::finish`] does and appends it to `out` as an encoded
+    /// `ProfileBatch` holding it alone.
+    pub fn finish_batch(&mut self, metrics: u32, out: &mut Vec<u8>) {
+        varint_field(&mut self.body, 7, u64::from(metrics));
+        out.reserve(1 + encoded_len_varint(self.body.len() as u64) + self.body.len());
+        out.push(len_key(1));
+        encode_varint(self.body.len() as u64, out);
+        out.extend_from_slice(&self.body);
+    }
+}
+
+fn varint_len(v: u64) -> usize {
+    if v == 0 { 0 } else { 1 + encoded_len_varint(v) }
+}
+
+fn fixed64_len(v: u64) -> usize {
+    if v == 0 { 0 } else { 9 }
+}
+
+fn double_len(v: f64) -> usize {
+    // prost leaves out 0.0 and -0.0 alike (it compares with ==).
+    if v == 0.0 { 0 } else { 9 }
+}
+
+fn event_len(e: &EventSample) -> usize {
+    fixed64_len(e.event_id)
+        + varint_len(e.calls)
+        + varint_len(e.subrs)
+        + double_len(e.incl_us)
+        + double_len(e.excl_us)
+        + varint_len(e.calls_total)
+        + varint_len(e.subrs_total)
+        + double_len(e.incl_total_us)
+        + double_len(e.excl_total_us)
+}
+
+/// A small buffer on the stack, written field by field and appended to the body in one copy.
+struct Stack<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Stack<N> {
+    fn new() -> Self {
+        Stack {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    fn raw_varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
+
+    fn eight(&mut self, field: u8, v: u64) {
+        self.push(field << 3 | 1);
+        self.bytes[self.len..self.len + 8].copy_from_slice(&v.to_le_bytes());
+        self.len += 8;
+    }
+
+    fn varint(&mut self, field: u8, v: u64) {
+        if v != 0 {
+            self.push(field << 3);
+            self.raw_varint(v);
+        }
+    }
+
+    fn fixed64(&mut self, field: u8, v: u64) {
+        if v != 0 {
+            self.eight(field, v);
+        }
+    }
+
+    fn double(&mut self, field: u8, v: f64) {
+        if v != 0.0 {
+            self.eight(field, v.to_bits());
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+fn varint_field(b: &mut Vec<u8>, field: u8, v: u64) {
+    if v != 0 {
+        b.push(field << 3);
+        encode_varint(v, b);
+    }
+}
+
+fn fixed64_field(b: &mut Vec<u8>, field: u8, v: u64) {
+    if v != 0 {
+        b.push(field << 3 | 1);
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn double_field(b: &mut Vec<u8>, field: u8, v: f64) {
+    if v != 0.0 {
+        b.push(field << 3 | 1);
+        b.extend_from_slice(&v.to_bits().to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1::{ProfileBatch, RankProfile};
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(0.0),
+            Just(-0.0),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            any::<f64>(),
+            0.0..1e6
+        ]
+    }
+
+    fn count() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0u64), 0u64..200, any::<u64>()]
+    }
+
+    fn event() -> impl Strategy<Value = EventSample> {
+        (
+            (count(), count(), count(), count(), count()),
+            (value(), value(), value(), value()),
+        )
+            .prop_map(
+                |((event_id, calls, subrs, calls_total, subrs_total), (a, b, c, d))| EventSample {
+                    event_id,
+                    calls,
+                    subrs,
+                    incl_us: a,
+                    excl_us: b,
+                    calls_total,
+                    subrs_total,
+                    incl_total_us: c,
+                    excl_total_us: d,
+                },
+            )
+    }
+
+    fn profile() -> impl Strategy<Value = RankProfile> {
+        (
+            prop_oneof![Just(String::new()), "[a-zé]{1,12}"],
+            any::<u32>(),
+            count(),
+            count(),
+            prop::collection::vec(event(), 0..12),
+            prop::collection::vec(
+                (count(), value(), value()).prop_map(|(counter_id, value, total)| CounterSample {
+                    counter_id,
+                    value,
+                    total,
+                }),
+                0..4,
+            ),
+            prop_oneof![Just(0u32), 0u32..16],
+        )
+            .prop_map(
+                |(app, rank, round, dump_unix_ns, events, counters, metrics)| RankProfile {
+                    app,
+                    rank,
+                    round,
+                    dump_unix_ns,
+                    events,
+                    counters,
+                    metrics,
+                },
+            )
+    }
+
+    fn write(w: &mut ProfileWriter, p: &RankProfile) {
+        w.begin(&ProfileHeader {
+            app: &p.app,
+            rank: p.rank,
+            round: p.round,
+            dump_unix_ns: p.dump_unix_ns,
+        });
+        for e in &p.events {
+            w.event(e);
+        }
+        for c in &p.counters {
+            w.counter(c);
+        }
+    }
+
+    proptest! {
+        /// The writer's bytes are prost's, for a profile and for a batch of one, with the writer reused.
+        #[test]
+        fn writes_what_prost_writes(profiles in prop::collection::vec(profile(), 1..4)) {
+            let mut w = ProfileWriter::default();
+            for p in &profiles {
+                let mut got = Vec::new();
+                write(&mut w, p);
+                w.finish(p.metrics, &mut got);
+                prop_assert_eq!(&got, &p.encode_to_vec());
+                let mut batch = vec![7u8];
+                write(&mut w, p);
+                w.finish_batch(p.metrics, &mut batch);
+                let expected = ProfileBatch { profiles: vec![p.clone()] }.encode_to_vec();
+                prop_assert_eq!(&batch[1..], expected.as_slice());
+            }
+        }
+    }
+}
