@@ -58,7 +58,7 @@ impl ProfileWriter {
         buf.varint(7, e.subrs_total);
         buf.double(8, e.incl_total_us);
         buf.double(9, e.excl_total_us);
-        self.body.extend_from_slice(buf.bytes());
+        buf.append_to(&mut self.body);
     }
 
     /// Appends one counter (field 6), after every event.
@@ -166,8 +166,12 @@ impl<const N: usize> Stack<N> {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+    /// Appends the bytes written: the whole array is copied (a fixed size, so a few wide moves instead of a
+    /// call to memmove) and the unwritten tail cut off again.
+    fn append_to(&self, out: &mut Vec<u8>) {
+        let end = out.len() + self.len;
+        out.extend_from_slice(&self.bytes);
+        out.truncate(end);
     }
 }
 
