@@ -62,6 +62,50 @@ pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
     out
 }
 
+/// The values of one metric that a rank contributes, as `extract` gives them for that metric: `f(id, value)` for
+/// each event the profile reports (each counter, for [`Metric::Counter`]), in the profile's order, unless the
+/// profile says it does not report the metric or the value is not finite. [`Metric::Unspecified`] gives none.
+pub fn each_value(profile: &RankProfile, values: Values, metric: Metric, mut f: impl FnMut(u64, f64)) {
+    let bit = match metric {
+        Metric::Unspecified => return,
+        Metric::Calls => 0,
+        Metric::Inclusive => 1,
+        Metric::Exclusive => 2,
+        Metric::Counter => 3,
+    };
+    if profile.metrics != 0 && profile.metrics & (1 << bit) == 0 {
+        return;
+    }
+    let mut emit = |id: u64, v: f64| {
+        if v.is_finite() {
+            f(id, v)
+        }
+    };
+    if metric == Metric::Counter {
+        for c in &profile.counters {
+            emit(
+                c.counter_id,
+                match values {
+                    Values::Round => c.value,
+                    Values::Cumulative => c.total,
+                },
+            );
+        }
+        return;
+    }
+    for e in &profile.events {
+        let v = match (values, metric) {
+            (Values::Round, Metric::Calls) => e.calls as f64,
+            (Values::Round, Metric::Inclusive) => e.incl_us,
+            (Values::Round, _) => e.excl_us,
+            (Values::Cumulative, Metric::Calls) => e.calls_total as f64,
+            (Values::Cumulative, Metric::Inclusive) => e.incl_total_us,
+            (Values::Cumulative, _) => e.excl_total_us,
+        };
+        emit(e.event_id, v);
+    }
+}
+
 /// As `extract`, for a profile read by `stream`: calls `f` with each sample, in the same order.
 pub fn extract_view(
     p: &crate::stream::ProfileView<'_>,
@@ -155,6 +199,35 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn each_value_gives_extract_for_one_metric() {
+        let masked = RankProfile {
+            metrics: 0b0110,
+            ..profile()
+        };
+        for p in [profile(), masked] {
+            for values in [Values::Round, Values::Cumulative] {
+                for metric in [
+                    Metric::Calls,
+                    Metric::Inclusive,
+                    Metric::Exclusive,
+                    Metric::Counter,
+                ] {
+                    let mut got = Vec::new();
+                    each_value(&p, values, metric, |id, v| got.push(((id, metric as i32), v)));
+                    let want: Vec<(Key, f64)> = extract(&p, values)
+                        .into_iter()
+                        .filter(|(k, _)| k.1 == metric as i32)
+                        .collect();
+                    assert_eq!(got, want, "{values:?} {metric:?} mask {:#b}", p.metrics);
+                }
+            }
+        }
+        let mut none = 0;
+        each_value(&profile(), Values::Round, Metric::Unspecified, |_, _| none += 1);
+        assert_eq!(none, 0);
     }
 
     #[test]

@@ -89,6 +89,15 @@ impl Params {
         }
     }
 
+    /// A boolean parameter, `default` when absent.
+    pub fn bool(&self, key: &str, default: bool) -> Result<bool, String> {
+        match self.map.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(format!("{key} must be true or false, got {}", kind(other))),
+        }
+    }
+
     /// The `values` parameter: `"round"` (the default) or `"cumulative"`.
     pub fn values(&self) -> Result<Values, String> {
         match self.choice("values", &["round", "cumulative"], "round")? {
@@ -184,6 +193,22 @@ mod tests {
         assert_eq!(
             get(r#"{"bins": null}"#).unwrap_err(),
             "bins must be an integer between 1 and 10000, got null"
+        );
+    }
+
+    #[test]
+    fn booleans() {
+        let get = |text: &str| Params::parse(text, &["on"]).unwrap().bool("on", false);
+        assert_eq!(get("{}"), Ok(false));
+        assert_eq!(get(r#"{"on": true}"#), Ok(true));
+        assert_eq!(get(r#"{"on": false}"#), Ok(false));
+        assert_eq!(
+            get(r#"{"on": 1}"#).unwrap_err(),
+            "on must be true or false, got 1"
+        );
+        assert_eq!(
+            get(r#"{"on": "yes"}"#).unwrap_err(),
+            "on must be true or false, got \"yes\""
         );
     }
 
