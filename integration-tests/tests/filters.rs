@@ -1,5 +1,6 @@
 //! The standard filters end to end on real trees: the FLASH Allreduce anomaly at round 100 in stats and
-//! histograms, and Uintah's three functional classes with a reduction factor that grows with the ranks.
+//! histograms, Uintah's three functional classes with a reduction factor that grows with the ranks, and
+//! classify's reduction factor under the ToM paper's schemes (Fig. 7).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -92,9 +93,12 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
     );
 }
 
-/// Runs the uintah scenario under classify with the "AMR L1 Patch Only" scheme; returns the store's path
-/// and the tree (kept alive for the store's directory).
-async fn uintah(ranks: u32) -> canopy_integration_tests::TreeSandbox {
+/// The "AMR L1 Patch Only" scheme of ToM's Fig. 7.
+const L1_PATCHES: &str = r#"{"scheme": "pattern", "pattern": "^Patch 1 ->"}"#;
+
+/// Runs the uintah scenario under classify with `params`; returns the tree (kept alive for the store's
+/// directory).
+async fn uintah(ranks: u32, params: &str) -> canopy_integration_tests::TreeSandbox {
     let builder = TreeBuilder {
         agents: 4,
         fanout: 2,
@@ -103,10 +107,7 @@ async fn uintah(ranks: u32) -> canopy_integration_tests::TreeSandbox {
         period_ms: 20,
         scenario: "uintah".into(),
         streams: vec!["classify".into()],
-        stream_params: vec![(
-            "classify".into(),
-            r#"{"scheme": "pattern", "pattern": "^Patch 1 ->"}"#.into(),
-        )],
+        stream_params: vec![("classify".into(), params.into())],
         ..TreeBuilder::default()
     };
     let mut tree = builder.start().await;
@@ -118,7 +119,7 @@ async fn uintah(ranks: u32) -> canopy_integration_tests::TreeSandbox {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uintah_amr_level_1_patches_give_three_classes_and_the_reduction_grows_with_ranks() {
-    let small = uintah(64).await;
+    let small = uintah(64, L1_PATCHES).await;
     let stored = reader(&small.store);
     let mut rows: Vec<(u64, String, u64)> = stored
         .classes(Select::all())
@@ -146,7 +147,7 @@ async fn uintah_amr_level_1_patches_give_three_classes_and_the_reduction_grows_w
         factors.iter().sum::<f64>() / factors.len() as f64
     };
     let rf_small = mean_factor(&stored.reductions(Select::all()).unwrap());
-    let large = uintah(256).await;
+    let large = uintah(256, L1_PATCHES).await;
     let reductions = reader(&large.store).reductions(Select::all()).unwrap();
     let rf_large = mean_factor(&reductions);
     let classes = reductions.iter().filter_map(|r| r.classes).max();
@@ -156,4 +157,31 @@ async fn uintah_amr_level_1_patches_give_three_classes_and_the_reduction_grows_w
         rf_large > rf_small * 1.5,
         "reduction factor 64 ranks: {rf_small}, 256 ranks: {rf_large}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uintah_at_64_ranks_reduces_as_much_as_tom_fig_7_or_more() {
+    // ToM at 64 ranks, 5 bins: AMR L1 patches 3 classes and RF about 12, MPI only 13 classes and RF 3, the
+    // default scheme one class per rank and RF 0.98.
+    for (params, classes, factor) in [
+        (L1_PATCHES, 3, 12.0),
+        (r#"{"scheme": "pattern", "pattern": "^MPI_"}"#, 13, 3.0),
+        ("{}", 64, 0.98),
+    ] {
+        let tree = uintah(64, params).await;
+        let stored = reader(&tree.store);
+        let rounds = stored.rounds(Select::all()).unwrap();
+        assert_eq!(rounds.len(), 10, "{params}");
+        assert!(rounds.iter().all(|r| r.is_full()), "{params}: {rounds:?}");
+        let reductions = stored.reductions(Select::all().late(false)).unwrap();
+        assert_eq!(reductions.len(), 10, "{params}");
+        for r in &reductions {
+            assert_eq!(r.classes, Some(classes), "{params}: round {}", r.round);
+            let rf = r.reduction_factor.unwrap();
+            assert!(rf >= factor, "{params}: round {} reduction factor {rf}", r.round);
+        }
+        // Every class has a histogram of each event its members report: 5 bins each.
+        let bins = stored.histograms(Select::all()).unwrap();
+        assert!(!bins.is_empty() && bins.iter().all(|b| b.bin < 5 && b.metric == Metric::Exclusive));
+    }
 }

@@ -219,9 +219,142 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
                     "{json}"
                 );
                 assert!(result["reductionFactor"].is_number(), "{json}");
+                assert_eq!(result["metric"], "METRIC_EXCLUSIVE", "{json}");
+                // The round is left out of the JSON when it is 0, as proto3 JSON leaves out defaults.
+                let round = json["round"].as_str().map_or(0, |r| r.parse().unwrap());
+                let stream_id = u32::try_from(json["streamId"].as_u64().unwrap()).unwrap();
+                classify_reads_as_stored(result, &tree.store, stream_id, round).await;
             }
             other => panic!("unexpected filter {other}"),
         }
         seen.insert(filter);
     }
+}
+
+/// Numbers of a JSON array (an absent field is an empty list): 64-bit integers are strings in proto3 JSON.
+fn u64s(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap().parse().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+fn f64s(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .map(|a| a.iter().map(|x| x.as_f64().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+/// A classify result as grpcurl prints it reads as the store holds it: the same classes with the same ranks,
+/// every class's counts as `histograms` rows between the result's range of each event, and the reduction.
+async fn classify_reads_as_stored(
+    result: &serde_json::Value,
+    store: &std::path::Path,
+    stream_id: u32,
+    round: u64,
+) {
+    use canopy_integration_tests::{Select, StoreReader, assert_eventually};
+    let reader = StoreReader::open(store).unwrap();
+    let select = Select::all().stream(stream_id).from_round(round);
+    let stored = |reader: &StoreReader| {
+        reader
+            .reductions(select)
+            .unwrap()
+            .iter()
+            .any(|r| r.round == round)
+    };
+    assert_eventually!(
+        stored(&reader),
+        Duration::from_secs(20),
+        "round {round} of stream {stream_id} never reached the store"
+    );
+    let number = |v: &serde_json::Value| v.as_str().map_or(0, |s| s.parse::<u64>().unwrap());
+    let classes = result["classes"].as_array().unwrap();
+    let reduction = reader
+        .reductions(select)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.round == round)
+        .unwrap();
+    assert_eq!(
+        (reduction.raw_bytes, reduction.result_bytes, reduction.classes),
+        (
+            number(&result["rawBytes"]),
+            number(&result["resultBytes"]),
+            Some(classes.len() as u64)
+        )
+    );
+
+    // Classes: id, size and ranks as text (the application named where it changes).
+    let mut want_classes = Vec::new();
+    for c in classes {
+        let mut text = String::new();
+        let mut app = None;
+        for r in c["ranks"].as_array().unwrap() {
+            if !text.is_empty() {
+                text.push(',');
+            }
+            let this = r["app"].as_str().unwrap_or_default();
+            if app != Some(this) && !this.is_empty() {
+                text.push_str(&format!("{this}:"));
+            }
+            app = Some(this);
+            let (first, last) = (r["first"].as_u64().unwrap_or(0), r["last"].as_u64().unwrap_or(0));
+            text.push_str(&if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            });
+        }
+        want_classes.push((number(&c["classId"]), c["size"].as_u64().unwrap(), text));
+    }
+    let mut got_classes: Vec<(u64, u64, String)> = reader
+        .classes(select)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.round == round)
+        .map(|c| (c.class_id, c.size, c.ranks))
+        .collect();
+    got_classes.sort();
+    want_classes.sort();
+    assert_eq!(got_classes, want_classes);
+
+    // Histograms: per class and event, `bins` counts; the first bin starts at the event's range's lo and the
+    // last ends at its hi.
+    let bins = result["bins"].as_u64().unwrap() as usize;
+    let ranges = &result["ranges"];
+    let (ids, los, his) = (u64s(&ranges["id"]), f64s(&ranges["lo"]), f64s(&ranges["hi"]));
+    let mut want_bins = Vec::new();
+    for c in classes {
+        let class_id = number(&c["classId"]);
+        let counts = u64s(&c["counts"]);
+        for (i, id) in u64s(&c["events"]).into_iter().enumerate() {
+            let j = ids.iter().position(|x| *x == id).unwrap();
+            for b in 0..bins {
+                let lo = (b == 0).then_some(los[j]);
+                let hi = (b + 1 == bins).then_some(his[j]);
+                want_bins.push((class_id, id, b as u32, counts[i * bins + b], lo, hi));
+            }
+        }
+    }
+    let mut got_bins: Vec<_> = reader
+        .histograms(select)
+        .unwrap()
+        .into_iter()
+        .filter(|h| h.round == round)
+        .map(|h| {
+            let bin = h.bin as usize;
+            (
+                h.class_id.unwrap(),
+                h.id,
+                h.bin,
+                h.count,
+                h.lo.filter(|_| bin == 0),
+                h.hi.filter(|_| bin + 1 == bins),
+            )
+        })
+        .collect();
+    got_bins.sort_by_key(|a| (a.0, a.1, a.2));
+    want_bins.sort_by_key(|a| (a.0, a.1, a.2));
+    assert!(!want_bins.is_empty(), "{result}");
+    assert_eq!(got_bins, want_bins);
 }

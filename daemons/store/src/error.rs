@@ -30,6 +30,14 @@ pub enum StoreError {
         round: u64,
         source: prost::DecodeError,
     },
+    #[error("the {what} of stream {stream_id} round {round} does not hold together: {reason}")]
+    Invalid {
+        /// The result message (`ClassResult`).
+        what: &'static str,
+        stream_id: u32,
+        round: u64,
+        reason: String,
+    },
     #[error("cannot start the store's {what} thread: {source}")]
     Thread { what: &'static str, source: io::Error },
 }

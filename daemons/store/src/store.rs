@@ -256,6 +256,12 @@ impl Store {
                 round,
                 source,
             },
+            tables::TableError::Invalid { what, reason } => StoreError::Invalid {
+                what,
+                stream_id,
+                round,
+                reason,
+            },
             tables::TableError::Sqlite(source) => StoreError::Sqlite {
                 path: self.path.clone(),
                 source,

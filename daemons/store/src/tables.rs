@@ -28,6 +28,8 @@ pub(crate) enum TableError {
         what: &'static str,
         source: prost::DecodeError,
     },
+    #[error("the {what} does not hold together: {reason}")]
+    Invalid { what: &'static str, reason: String },
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -80,7 +82,12 @@ pub(crate) fn write(
                     at.late
                 ])?;
                 at.stats(tx, class, &c.stats)?;
-                at.histograms(tx, class, &c.histograms)?;
+                // A class's histograms share the result's ranges: each row gets its event's bounds.
+                let histograms = r.histograms_of(c).map_err(|reason| TableError::Invalid {
+                    what: "ClassResult",
+                    reason,
+                })?;
+                at.histograms(tx, class, &histograms)?;
             }
             let classes = Some(r.classes.len() as i64);
             at.reduction(tx, r.raw_bytes, r.result_bytes, classes)?;

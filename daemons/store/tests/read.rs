@@ -3,8 +3,8 @@
 mod common;
 
 use canopy_proto::filters::v1::{
-    Class, ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, RankRef, StatsResult,
-    Summary,
+    BinRanges, Class, ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, RankRef,
+    StatsResult, Summary,
 };
 use canopy_proto::v1::{
     EventSample, MissingReason, NodeEvent, NodeKind, NodeState, ProfileBatch, RankProfile, SyncMode,
@@ -471,7 +471,7 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
     store
         .write_filter_tables(1, 2, "canopy.filters.v1.HistogramResult", &histogram, true)
         .unwrap();
-    let classes = ClassResult {
+    let class_result = ClassResult {
         classes: vec![Class {
             class_id: 7,
             size: 9,
@@ -481,16 +481,59 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
                 last: 9,
             }],
             example_event: "Patch 1 -> x".into(),
+            events: vec![5],
+            counts: vec![2, 7],
             ..Class::default()
         }],
         raw_bytes: 900,
         result_bytes: 90,
+        bins: 2,
+        metric: Metric::Exclusive as i32,
+        ranges: Some(BinRanges {
+            id: vec![2, 5],
+            lo: vec![0.0, 4.0],
+            hi: vec![1.0, 8.0],
+        }),
         ..ClassResult::default()
-    }
-    .encode_to_vec();
+    };
     store
-        .write_filter_tables(3, 4, "canopy.filters.v1.ClassResult", &classes, false)
+        .write_filter_tables(
+            3,
+            4,
+            "canopy.filters.v1.ClassResult",
+            &class_result.encode_to_vec(),
+            false,
+        )
         .unwrap();
+    // A class whose counts do not fit its events is refused whole, naming what is wrong.
+    let mut torn = class_result.clone();
+    torn.classes[0].counts.pop();
+    let err = store
+        .write_filter_tables(
+            3,
+            5,
+            "canopy.filters.v1.ClassResult",
+            &torn.encode_to_vec(),
+            false,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Invalid {
+                what: "ClassResult",
+                stream_id: 3,
+                round: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "the ClassResult of stream 3 round 5 does not hold together: class 0x0000000000000007 has 1 counts \
+         for 1 events of 2 bins"
+    );
     let err = store
         .write_filter_tables(1, 8, "canopy.filters.v1.StatsResult", &[0xff, 0xff], false)
         .unwrap_err();
@@ -514,7 +557,8 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
 
     let r = StoreReader::open(store.path()).unwrap();
     let bins = r.histograms(Select::all()).unwrap();
-    let shape: Vec<_> = bins
+    let (plain, classed): (Vec<_>, Vec<_>) = bins.iter().partition(|b| b.class_id.is_none());
+    let shape: Vec<_> = plain
         .iter()
         .map(|b| (b.bin, b.lo, b.hi, b.count, b.late))
         .collect();
@@ -527,11 +571,21 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
             (3, Some(7.5), Some(10.0), 4, true),
         ]
     );
-    assert!(
-        bins.iter()
-            .all(|b| b.metric == Metric::Inclusive && b.id == 3 && b.class_id.is_none())
+    assert!(plain.iter().all(|b| b.metric == Metric::Inclusive && b.id == 3));
+    // The class's histogram of event 5, between the result's range for it.
+    let class_bins: Vec<_> = classed
+        .iter()
+        .map(|b| (b.class_id, b.id, b.metric, b.bin, b.lo, b.hi, b.count, b.round))
+        .collect();
+    assert_eq!(
+        class_bins,
+        [
+            (Some(7), 5, Metric::Exclusive, 0, Some(4.0), Some(6.0), 2, 4),
+            (Some(7), 5, Metric::Exclusive, 1, Some(6.0), Some(8.0), 7, 4),
+        ]
     );
     let rows = r.classes(Select::all()).unwrap();
+    // The refused round 5 left no class behind.
     assert_eq!(rows.len(), 1);
     assert_eq!(
         (

@@ -1,5 +1,7 @@
 //! The classify filter (ToM's ClassFilter): ranks are grouped into functional classes by a hash of the event
-//! names they report, and each class gets its members (as rank ranges), per-event summaries and histograms.
+//! names they report, and each class gets its members (as rank ranges) and, for every event a member reports,
+//! the histogram of the members' values of one metric (exclusive time unless the `metric` parameter says
+//! otherwise). With `"summaries": true` a class also gets, per event, the members' summary of that metric.
 //!
 //! The class id of a rank is the xxh3-64 ([`canopy_wire::event_id`]) of its selected event names, sorted,
 //! deduplicated and joined with "\n". Scheme `all` selects every event the rank reports (events only, not
@@ -8,21 +10,26 @@
 //! never told (through `names`) takes its id in 16 hex digits as its name, so the class is still stable
 //! across ranks; the host should give the leaves the names before the first round.
 //!
-//! Per class the histograms follow the histogram filter's three phases ([`canopy_filter_common::three_phase`]),
-//! with one range per class and (id, metric): phase 0 up (members and summaries; leaves buffer values per
-//! class), phase 1 down (the per-class ranges), phase 2 up (per-class histograms). The result reports the
-//! reduction factor: raw profile bytes over the size of the result (ToM Fig. 7).
+//! The histograms follow ToM's three phases ([`canopy_filter_common::three_phase`]) with one range per event,
+//! shared by every class: phase 0 up, the classes' members (and summaries) and each event's min and max over
+//! the packet's ranks (leaves buffer their values per class); phase 1 down, the global ranges; phase 2 up, per
+//! class the counts of its events, `bins` per event. The result carries the ranges once and, per class, its
+//! rank ranges, its event ids and one flat array of counts, so a class costs a few bytes per event. Every list
+//! in a packet is sorted by id with no id twice, so a relay merges its children's packets in one pass. The
+//! result reports the reduction factor: raw profile bytes over the size of the result (ToM Fig. 7).
 
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
-use canopy_filter_common::histogram::{self, HistMap, Samples};
+use canopy_filter_common::histogram::bin_index;
 use canopy_filter_common::rounds::Rounds;
-use canopy_filter_common::summary::{self, StatsMap};
+use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::three_phase::{self, ThreePhase};
-use canopy_filter_common::{Params, Values, decode, metrics, ranks};
-use canopy_filter_proto::v1::{Class, ClassPacket, ClassResult, RankRange, RankRef};
+use canopy_filter_common::{Params, Values, columns, decode, metrics, ranks};
+use canopy_filter_proto::v1::{
+    BinRanges, Class, ClassPacket, ClassPart, ClassResult, Metric, RankRange, RankRef, StatsColumns,
+};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
 use canopy_wire::v1::RankProfile;
 use prost::Message;
@@ -34,6 +41,14 @@ pub const DEFAULT_BINS: u32 = 5;
 pub const MAX_BINS: u32 = 10_000;
 
 const PACKET: &str = "canopy.filters.v1.ClassPacket";
+
+/// The `metric` parameter's words, with the metric each names.
+const METRICS: [(&str, Metric); 4] = [
+    ("exclusive", Metric::Exclusive),
+    ("inclusive", Metric::Inclusive),
+    ("calls", Metric::Calls),
+    ("counter", Metric::Counter),
+];
 
 /// Which event names make a rank's class.
 #[derive(Debug, Clone)]
@@ -58,24 +73,18 @@ impl Scheme {
 #[derive(Debug, Default)]
 struct LeafClass {
     members: Vec<RankRange>,
-    stats: StatsMap,
-    samples: Samples,
     example: String,
+    /// (event id, value) of every member.
+    values: Vec<(u64, f64)>,
+    stats: StatsMap,
 }
 
-/// A leaf's values for a round, per class, kept from phase 0 until the ranges arrive.
+/// A leaf's values for a round, kept from phase 0 until the ranges arrive.
 #[derive(Debug, Default)]
 pub struct Buffer {
-    classes: BTreeMap<u64, Samples>,
+    /// Per class, sorted by class id: its members' (event id, value) pairs, sorted by event id.
+    classes: Vec<(u64, Vec<(u64, f64)>)>,
     raw_bytes: u64,
-}
-
-/// Phase 0 merged at a relay or the root.
-#[derive(Debug, Default)]
-pub struct Merged {
-    members: Vec<RankRange>,
-    stats: StatsMap,
-    example: Option<String>,
 }
 
 /// One instance per stream per node.
@@ -83,6 +92,8 @@ pub struct Merged {
 pub struct ClassifyFilter {
     level: Level,
     values: Values,
+    metric: Metric,
+    summaries: bool,
     bins: u32,
     scheme: Scheme,
     /// Leaf: event names by id, as the host gives them.
@@ -91,15 +102,15 @@ pub struct ClassifyFilter {
     selected: HashMap<u64, Option<String>>,
     /// Leaf: the values of each open round.
     buffers: Rounds<Buffer>,
-    /// Root: each round's merged classes between phase 0 and phase 2.
-    classes: Rounds<BTreeMap<u64, Merged>>,
+    /// Root: each round's merged phase 0 (classes and ranges) until its counts come up.
+    classes: Rounds<ClassPacket>,
 }
 
 impl ClassifyFilter {
-    /// The selected name of an event, or `None` if the scheme leaves it out.
-    fn select(&mut self, id: u64) -> Option<String> {
-        if let Some(s) = self.selected.get(&id) {
-            return s.clone();
+    /// Decides, once per event id, whether the scheme selects it and under which name.
+    fn remember(&mut self, id: u64) {
+        if self.selected.contains_key(&id) {
+            return;
         }
         let name = self
             .names
@@ -110,19 +121,193 @@ impl ClassifyFilter {
             Scheme::All => Some(name),
             Scheme::Pattern(re) => re.is_match(&name).then_some(name),
         };
-        self.selected.insert(id, chosen.clone());
-        chosen
+        self.selected.insert(id, chosen);
     }
 
     /// A rank's class id and its first selected name.
     fn class_of(&mut self, p: &RankProfile) -> (u64, String) {
-        let names: BTreeSet<String> = p.events.iter().filter_map(|e| self.select(e.event_id)).collect();
-        let joined = names.iter().map(String::as_str).collect::<Vec<_>>().join("\n");
+        for e in &p.events {
+            self.remember(e.event_id);
+        }
+        let mut names: Vec<&str> = p
+            .events
+            .iter()
+            .filter_map(|e| self.selected.get(&e.event_id).and_then(|s| s.as_deref()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
         (
-            canopy_wire::event_id(&joined),
-            names.into_iter().next().unwrap_or_default(),
+            canopy_wire::event_id(&names.join("\n")),
+            names.first().map(|n| n.to_string()).unwrap_or_default(),
         )
     }
+
+    /// Refuses a phase-0 packet this node cannot merge; the message names what is wrong.
+    fn check_summaries_packet(&self, p: &ClassPacket) -> Result<(), String> {
+        check_ranges(p.ranges.as_ref())?;
+        check_class_order(&p.classes)?;
+        for c in &p.classes {
+            if c.ranks.is_empty() {
+                return Err(format!("class {:#018x} has no ranks", c.class_id));
+            }
+            match (&c.summaries, self.summaries) {
+                (Some(_), false) => {
+                    return Err(format!(
+                        "class {:#018x} carries summaries, but this stream's summaries are off",
+                        c.class_id
+                    ));
+                }
+                (Some(s), true) => {
+                    columns::check(s).map_err(|e| format!("class {:#018x}: summaries: {e}", c.class_id))?;
+                    if let Some(m) = s.metric.iter().find(|m| **m != self.metric as i32) {
+                        return Err(format!(
+                            "class {:#018x}: summaries of metric {m}, this stream's is {}",
+                            c.class_id, self.metric as i32
+                        ));
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a phase-2 packet this node cannot merge; the message names what is wrong.
+    fn check_counts_packet(&self, p: &ClassPacket) -> Result<(), String> {
+        check_class_order(&p.classes)?;
+        let bins = self.bins as usize;
+        for c in &p.classes {
+            if c.counts.len() != c.events.len() * bins {
+                return Err(format!(
+                    "class {:#018x} has {} counts for {} events of {bins} bins",
+                    c.class_id,
+                    c.counts.len(),
+                    c.events.len()
+                ));
+            }
+            check_sorted(&c.events)
+                .map_err(|(i, id)| format!("class {:#018x}: {}", c.class_id, unsorted("event", i, id)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a list of ids first fails to increase: (position, id).
+fn check_sorted(ids: &[u64]) -> Result<(), (usize, u64)> {
+    match ids.windows(2).position(|w| w[1] <= w[0]) {
+        Some(i) => Err((i + 1, ids[i + 1])),
+        None => Ok(()),
+    }
+}
+
+fn unsorted(what: &str, i: usize, id: u64) -> String {
+    format!("{what} {id:#018x} at {i} does not follow the previous one (sorted, each once)")
+}
+
+fn check_class_order(classes: &[ClassPart]) -> Result<(), String> {
+    let ids: Vec<u64> = classes.iter().map(|c| c.class_id).collect();
+    check_sorted(&ids).map_err(|(i, id)| unsorted("class", i, id))
+}
+
+/// Checks ranges as a packet brings them: columns of one length, ids sorted and each once, and every range
+/// finite with lo <= hi (they are the min and max of finite values).
+fn check_ranges(ranges: Option<&BinRanges>) -> Result<(), String> {
+    let Some(r) = ranges else { return Ok(()) };
+    for (column, len) in [("lo", r.lo.len()), ("hi", r.hi.len())] {
+        if len != r.id.len() {
+            return Err(format!(
+                "ranges: column {column} has {len} entries for {} ids",
+                r.id.len()
+            ));
+        }
+    }
+    check_sorted(&r.id).map_err(|(i, id)| format!("ranges: {}", unsorted("event", i, id)))?;
+    for (i, &id) in r.id.iter().enumerate() {
+        let (lo, hi) = (r.lo[i], r.hi[i]);
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Err(format!(
+                "ranges: event {id:#018x} has the range [{lo}, {hi}] (finite, lo <= hi)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Walks the union of lists that are each sorted by `key` with no key twice: `f` gets each key once, in
+/// order, with where it is, (list, position), in every list that holds it, in the lists' order.
+fn union<T>(lists: &[&[T]], key: impl Fn(&T) -> u64, mut f: impl FnMut(u64, &[(usize, usize)])) {
+    let mut at = vec![0usize; lists.len()];
+    let mut found: Vec<(usize, usize)> = Vec::with_capacity(lists.len());
+    loop {
+        let next = lists
+            .iter()
+            .zip(&at)
+            .filter_map(|(l, &i)| l.get(i))
+            .map(&key)
+            .min();
+        let Some(k) = next else { break };
+        found.clear();
+        for (list, (l, i)) in lists.iter().zip(at.iter_mut()).enumerate() {
+            if l.get(*i).is_some_and(|item| key(item) == k) {
+                found.push((list, *i));
+                *i += 1;
+            }
+        }
+        f(k, &found);
+    }
+}
+
+/// The smaller of two values in IEEE total order, so that -0.0 and 0.0 merge the same in any order.
+fn min_total(a: f64, b: f64) -> f64 {
+    if b.total_cmp(&a).is_lt() { b } else { a }
+}
+
+fn max_total(a: f64, b: f64) -> f64 {
+    if b.total_cmp(&a).is_gt() { b } else { a }
+}
+
+/// Several packets' ranges as one: per event the smallest lo and the largest hi.
+fn merge_ranges(all: &[&BinRanges]) -> BinRanges {
+    let ids: Vec<&[u64]> = all.iter().map(|r| r.id.as_slice()).collect();
+    let mut out = BinRanges::default();
+    union(
+        &ids,
+        |id| *id,
+        |id, at| {
+            out.id.push(id);
+            out.lo.push(
+                at.iter()
+                    .map(|&(l, i)| all[l].lo[i])
+                    .fold(f64::INFINITY, min_total),
+            );
+            out.hi.push(
+                at.iter()
+                    .map(|&(l, i)| all[l].hi[i])
+                    .fold(f64::NEG_INFINITY, max_total),
+            );
+        },
+    );
+    out
+}
+
+/// Several parts of one class as one: the union of their events, each event's counts added (saturating).
+fn merge_counts_of(parts: &[&ClassPart], bins: usize, out: &mut ClassPart) {
+    let events: Vec<&[u64]> = parts.iter().map(|p| p.events.as_slice()).collect();
+    union(
+        &events,
+        |id| *id,
+        |id, at| {
+            let base = out.counts.len();
+            out.counts.resize(base + bins, 0);
+            for &(p, i) in at {
+                let add = &parts[p].counts[i * bins..(i + 1) * bins];
+                for (sum, add) in out.counts[base..].iter_mut().zip(add) {
+                    *sum = sum.saturating_add(*add);
+                }
+            }
+            out.events.push(id);
+        },
+    );
 }
 
 /// How many ranks normalized ranges hold, saturating at u32::MAX.
@@ -130,25 +315,14 @@ fn size(members: &[RankRange]) -> u32 {
     u32::try_from(ranks::count(members)).unwrap_or(u32::MAX)
 }
 
-/// A merged class as it goes up (histograms come later).
-fn to_class(id: u64, m: &Merged) -> Class {
-    Class {
-        class_id: id,
-        ranks: m.members.clone(),
-        size: size(&m.members),
-        stats: m.stats.to_stats(),
-        example_event: m.example.clone().unwrap_or_default(),
-        ..Default::default()
-    }
-}
-
 impl ThreePhase for ClassifyFilter {
     const PACKET: &'static str = PACKET;
     type Packet = ClassPacket;
     type Buffer = Buffer;
-    type Summaries = BTreeMap<u64, Merged>;
-    /// Per class, the children's histograms added up; and the raw bytes they stand for.
-    type Counts = (BTreeMap<u64, HistMap>, u64);
+    /// The classes' members, examples and summaries, and the ranges.
+    type Summaries = ClassPacket;
+    /// The classes' events and counts, and the raw bytes they stand for.
+    type Counts = ClassPacket;
 
     fn level(&self) -> Level {
         self.level
@@ -158,11 +332,11 @@ impl ThreePhase for ClassifyFilter {
         &mut self.buffers
     }
 
-    fn summaries(&mut self) -> &mut Rounds<BTreeMap<u64, Merged>> {
+    fn summaries(&mut self) -> &mut Rounds<ClassPacket> {
         &mut self.classes
     }
 
-    /// Classes with members and summaries up; the values buffered per class.
+    /// Classes with members (and summaries) and the leaf's ranges up; the values buffered per class.
     fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (ClassPacket, Buffer) {
         let (profiles, raw_bytes) = decode::profiles(inputs, out);
         let mut classes: BTreeMap<u64, LeafClass> = BTreeMap::new();
@@ -178,154 +352,217 @@ impl ThreePhase for ClassifyFilter {
                 first: p.rank,
                 last: p.rank,
             });
-            let rank = RankRef {
+            let rank = self.summaries.then(|| RankRef {
                 app: p.app.clone(),
                 rank: p.rank,
-            };
-            for (key, v) in metrics::extract(p, self.values) {
-                class.stats.add(key, v, &rank);
-                class.samples.add(key, v);
-            }
+            });
+            let metric = self.metric as i32;
+            metrics::each_value(p, self.values, self.metric, |id, v| {
+                class.values.push((id, v));
+                if let Some(rank) = &rank {
+                    class.stats.add((id, metric), v, rank);
+                }
+            });
         }
         let mut packet = ClassPacket::default();
         let mut buffer = Buffer {
             raw_bytes,
             ..Default::default()
         };
-        for (id, c) in classes {
-            let members = ranks::normalize(c.members);
-            packet.classes.push(Class {
+        // (id, lo, hi) of every event in every class, merged into the leaf's ranges below.
+        let mut extremes: Vec<(u64, f64, f64)> = Vec::new();
+        for (id, mut c) in classes {
+            c.values.sort_unstable_by_key(|(event, _)| *event);
+            for run in c.values.chunk_by(|a, b| a.0 == b.0) {
+                let lo = run.iter().map(|v| v.1).fold(f64::INFINITY, min_total);
+                let hi = run.iter().map(|v| v.1).fold(f64::NEG_INFINITY, max_total);
+                extremes.push((run[0].0, lo, hi));
+            }
+            let summaries = self.summaries.then(|| {
+                let mut s = StatsColumns::default();
+                columns::from_map(&c.stats, 0, &mut s);
+                s
+            });
+            packet.classes.push(ClassPart {
                 class_id: id,
-                size: size(&members),
-                ranks: members,
-                stats: c.stats.to_stats(),
+                ranks: ranks::normalize(c.members),
                 example_event: c.example,
+                summaries,
                 ..Default::default()
             });
-            buffer.classes.insert(id, c.samples);
+            buffer.classes.push((id, c.values));
         }
+        extremes.sort_unstable_by_key(|(id, _, _)| *id);
+        let mut ranges = BinRanges::default();
+        for run in extremes.chunk_by(|a, b| a.0 == b.0) {
+            ranges.id.push(run[0].0);
+            ranges
+                .lo
+                .push(run.iter().map(|e| e.1).fold(f64::INFINITY, min_total));
+            ranges
+                .hi
+                .push(run.iter().map(|e| e.2).fold(f64::NEG_INFINITY, max_total));
+        }
+        packet.ranges = Some(ranges);
         (packet, buffer)
     }
 
-    /// The children's classes merged by class id.
-    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> BTreeMap<u64, Merged> {
-        let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |_: &ClassPacket| Ok(()));
-        let mut merged: BTreeMap<u64, Merged> = BTreeMap::new();
-        for p in packets {
-            for c in p.classes {
-                let m = merged.entry(c.class_id).or_default();
-                m.members.extend(c.ranks);
-                m.stats.merge_stats(&c.stats);
+    /// The children's classes merged by class id, and their ranges by event.
+    fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> ClassPacket {
+        let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |p: &ClassPacket| {
+            self.check_summaries_packet(p)
+        });
+        let lists: Vec<&[ClassPart]> = packets.iter().map(|p| p.classes.as_slice()).collect();
+        let ranges: Vec<&BinRanges> = packets.iter().filter_map(|p| p.ranges.as_ref()).collect();
+        let mut merged = ClassPacket {
+            ranges: Some(merge_ranges(&ranges)),
+            ..Default::default()
+        };
+        union(
+            &lists,
+            |c| c.class_id,
+            |class_id, at| {
+                let parts: Vec<&ClassPart> = at.iter().map(|&(l, i)| &lists[l][i]).collect();
+                let ranks = ranks::normalize(parts.iter().flat_map(|p| p.ranks.iter().cloned()).collect());
                 // Members of a class share their names, so their examples agree; the smallest settles a hash
                 // collision the same way whatever the arrival order.
-                if m.example.as_ref().is_none_or(|e| c.example_event < *e) {
-                    m.example = Some(c.example_event);
-                }
-            }
-        }
-        for m in merged.values_mut() {
-            m.members = ranks::normalize(std::mem::take(&mut m.members));
-        }
+                let example_event = parts
+                    .iter()
+                    .map(|p| p.example_event.as_str())
+                    .min()
+                    .unwrap_or_default()
+                    .to_string();
+                let summaries = self.summaries.then(|| {
+                    let of: Vec<&StatsColumns> = parts.iter().filter_map(|p| p.summaries.as_ref()).collect();
+                    let mut s = StatsColumns::default();
+                    columns::merge(&of, &mut s);
+                    s
+                });
+                merged.classes.push(ClassPart {
+                    class_id,
+                    ranks,
+                    example_event,
+                    summaries,
+                    ..Default::default()
+                });
+            },
+        );
         merged
     }
 
-    fn summaries_packet(&self, merged: &BTreeMap<u64, Merged>) -> ClassPacket {
-        let classes = merged.iter().map(|(id, m)| to_class(*id, m)).collect();
+    fn summaries_packet(&self, merged: &ClassPacket) -> ClassPacket {
+        merged.clone()
+    }
+
+    /// The global range of every event, for every class.
+    fn ranges_packet(&self, merged: &ClassPacket) -> ClassPacket {
         ClassPacket {
-            classes,
-            raw_bytes: 0,
+            ranges: merged.ranges.clone(),
+            ..Default::default()
         }
     }
 
-    /// One range per class and (id, metric).
-    fn ranges_packet(&self, merged: &BTreeMap<u64, Merged>) -> ClassPacket {
-        let classes = merged
-            .iter()
-            .map(|(id, m)| Class {
-                class_id: *id,
-                ranges: histogram::ranges_of(&m.stats),
-                ..Default::default()
-            })
-            .collect();
-        ClassPacket {
-            classes,
-            raw_bytes: 0,
-        }
-    }
-
-    fn bin(&self, buffer: Buffer, down: ClassPacket) -> ClassPacket {
-        let ranges: HashMap<u64, &Class> = down.classes.iter().map(|c| (c.class_id, c)).collect();
+    /// Per class, the counts of its events' values in the bins of each event's global range. An event without
+    /// a range (the root never saw it, which a complete round cannot produce) is left out rather than binned
+    /// against a guess.
+    fn bin(&self, buffer: Buffer, down: ClassPacket) -> Result<ClassPacket, String> {
+        check_ranges(down.ranges.as_ref())?;
+        let ranges = down.ranges.unwrap_or_default();
+        let bins = self.bins as usize;
         let mut up = ClassPacket {
             raw_bytes: buffer.raw_bytes,
             ..Default::default()
         };
-        for (id, samples) in &buffer.classes {
-            let histograms = match ranges.get(id) {
-                Some(c) => samples.bin(&c.ranges, self.bins as usize),
-                None => Vec::new(),
+        for (class_id, values) in buffer.classes {
+            let mut part = ClassPart {
+                class_id,
+                ..Default::default()
             };
-            up.classes.push(Class {
-                class_id: *id,
-                histograms,
-                ..Default::default()
-            });
-        }
-        up
-    }
-
-    fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> (BTreeMap<u64, HistMap>, u64) {
-        let bins = self.bins as usize;
-        let packets: Vec<ClassPacket> = decode::packets(inputs, PACKET, out, |p: &ClassPacket| {
-            p.classes
-                .iter()
-                .try_for_each(|c| HistMap::check(&c.histograms, bins))
-        });
-        let mut merged: BTreeMap<u64, HistMap> = BTreeMap::new();
-        let mut raw_bytes = 0u64;
-        for p in &packets {
-            for c in &p.classes {
-                merged.entry(c.class_id).or_default().merge(&c.histograms);
+            // Both lists are sorted by event id: one walk finds every range.
+            let mut r = 0usize;
+            for run in values.chunk_by(|a, b| a.0 == b.0) {
+                let id = run[0].0;
+                r += ranges.id[r..].partition_point(|x| *x < id);
+                if ranges.id.get(r) != Some(&id) {
+                    continue;
+                }
+                let (lo, hi) = (ranges.lo[r], ranges.hi[r]);
+                let base = part.counts.len();
+                part.counts.resize(base + bins, 0);
+                for &(_, v) in run {
+                    part.counts[base + bin_index(v, lo, hi, bins)] += 1;
+                }
+                part.events.push(id);
             }
-            raw_bytes = raw_bytes.saturating_add(p.raw_bytes);
+            if !part.events.is_empty() {
+                up.classes.push(part);
+            }
         }
-        (merged, raw_bytes)
+        Ok(up)
     }
 
-    fn counts_packet(&self, (merged, raw_bytes): (BTreeMap<u64, HistMap>, u64)) -> ClassPacket {
-        let classes = merged
-            .into_iter()
-            .map(|(id, h)| Class {
-                class_id: id,
-                histograms: h.to_vec(),
-                ..Default::default()
-            })
-            .collect();
-        ClassPacket { classes, raw_bytes }
+    fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> ClassPacket {
+        let packets: Vec<ClassPacket> =
+            decode::packets(inputs, PACKET, out, |p: &ClassPacket| self.check_counts_packet(p));
+        let bins = self.bins as usize;
+        let lists: Vec<&[ClassPart]> = packets.iter().map(|p| p.classes.as_slice()).collect();
+        let mut merged = ClassPacket {
+            raw_bytes: packets
+                .iter()
+                .fold(0u64, |sum, p| sum.saturating_add(p.raw_bytes)),
+            ..Default::default()
+        };
+        union(
+            &lists,
+            |c| c.class_id,
+            |class_id, at| {
+                let parts: Vec<&ClassPart> = at.iter().map(|&(l, i)| &lists[l][i]).collect();
+                let mut part = ClassPart {
+                    class_id,
+                    ..Default::default()
+                };
+                merge_counts_of(&parts, bins, &mut part);
+                merged.classes.push(part);
+            },
+        );
+        merged
     }
 
-    /// The classes' members and summaries with their histograms.
-    fn root_packet(
-        &self,
-        (mut hists, raw_bytes): (BTreeMap<u64, HistMap>, u64),
-        merged: BTreeMap<u64, Merged>,
-    ) -> ClassPacket {
-        let classes = merged
-            .iter()
-            .map(|(id, m)| Class {
-                histograms: hists.remove(id).map(|h| h.to_vec()).unwrap_or_default(),
-                ..to_class(*id, m)
-            })
-            .collect();
-        ClassPacket { classes, raw_bytes }
+    fn counts_packet(&self, counts: ClassPacket) -> ClassPacket {
+        counts
     }
 
-    /// The result, with `std` filled, `result_bytes` its own encoded size without the two size fields, and
-    /// the reduction factor `raw_bytes / result_bytes`.
+    /// The round's classes with their counts and the ranges. Counts of a class the root did not see in phase 0
+    /// (a child late then, on time now) have no members to stand beside and are left out.
+    fn root_packet(&self, counts: ClassPacket, mut phase0: ClassPacket) -> ClassPacket {
+        let mut counted = counts.classes.into_iter().peekable();
+        for c in &mut phase0.classes {
+            while counted.next_if(|k| k.class_id < c.class_id).is_some() {}
+            if let Some(k) = counted.next_if(|k| k.class_id == c.class_id) {
+                c.events = k.events;
+                c.counts = k.counts;
+            }
+        }
+        phase0.raw_bytes = counts.raw_bytes;
+        phase0
+    }
+
+    /// The result, `result_bytes` its own encoded size without the two size fields, and the reduction factor
+    /// `raw_bytes / result_bytes`.
     fn result(&self, packet: ClassPacket) -> Vec<u8> {
-        let mut classes = packet.classes;
-        for c in &mut classes {
-            summary::finish_all(&mut c.stats);
-        }
+        let classes = packet
+            .classes
+            .into_iter()
+            .map(|c| Class {
+                class_id: c.class_id,
+                size: size(&c.ranks),
+                ranks: c.ranks,
+                stats: c.summaries.map(|s| columns::to_stats(&s)).unwrap_or_default(),
+                example_event: c.example_event,
+                events: c.events,
+                counts: c.counts,
+            })
+            .collect();
         let mut result = ClassResult {
             classes,
             raw_bytes: packet.raw_bytes,
@@ -333,6 +570,8 @@ impl ThreePhase for ClassifyFilter {
             reduction_factor: 0.0,
             scheme: self.scheme.describe(),
             bins: self.bins,
+            metric: self.metric as i32,
+            ranges: packet.ranges,
         };
         // Zero fields are not encoded, so this is the size without result_bytes and reduction_factor.
         let size = result.encoded_len() as u64;
@@ -352,9 +591,13 @@ impl Filter for ClassifyFilter {
     const PHASES: u32 = three_phase::PHASES;
 
     /// Params: `{"scheme": "all" | "pattern", "pattern": "<regex>" (with scheme pattern only),
-    /// "bins": 1..=10000 (5), "values": "round" | "cumulative"}`.
+    /// "bins": 1..=10000 (5), "metric": "exclusive" | "inclusive" | "calls" | "counter",
+    /// "summaries": false | true, "values": "round" | "cumulative"}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
-        let params = Params::parse(params, &["scheme", "pattern", "bins", "values"])?;
+        let params = Params::parse(
+            params,
+            &["scheme", "pattern", "bins", "metric", "summaries", "values"],
+        )?;
         let scheme = match (
             params.choice("scheme", &["all", "pattern"], "all")?,
             params.string("pattern")?,
@@ -366,9 +609,17 @@ impl Filter for ClassifyFilter {
                 Regex::new(p).map_err(|e| format!("pattern \"{p}\" is not a valid regex: {e}"))?,
             ),
         };
+        let words: Vec<&str> = METRICS.iter().map(|(w, _)| *w).collect();
+        let word = params.choice("metric", &words, "exclusive")?;
+        let metric = METRICS
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map_or(Metric::Exclusive, |(_, m)| *m);
         Ok(ClassifyFilter {
             level,
             values: params.values()?,
+            metric,
+            summaries: params.bool("summaries", false)?,
             bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
             scheme,
             names: HashMap::new(),
@@ -416,10 +667,10 @@ export_filter!(ClassifyFilter);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_filter_proto::v1::Metric;
     use canopy_filter_test::{Collect, encode_one};
-    use canopy_wire::v1::EventSample;
+    use canopy_wire::v1::{CounterSample, EventSample};
 
+    /// A rank of application "a" whose events have `v` as inclusive time and `v / 2` as exclusive time.
     fn profile(rank: u32, events: &[(&str, f64)]) -> Vec<u8> {
         encode_one(&RankProfile {
             app: "a".into(),
@@ -430,7 +681,7 @@ mod tests {
                     event_id: canopy_wire::event_id(n),
                     calls: 1,
                     incl_us: *v,
-                    excl_us: *v,
+                    excl_us: *v / 2.0,
                     ..Default::default()
                 })
                 .collect(),
@@ -486,6 +737,10 @@ mod tests {
             .collect()
     }
 
+    fn id(name: &str) -> u64 {
+        canopy_wire::event_id(name)
+    }
+
     #[test]
     fn params_errors() {
         let err = |p: &str| ClassifyFilter::create(p, Level::Leaf).unwrap_err();
@@ -505,12 +760,30 @@ mod tests {
         assert_eq!(err(r#"{"bins": 0}"#), "bins must be between 1 and 10000, got 0");
         assert_eq!(
             err(r#"{"schema": "all"}"#),
-            "unknown parameter \"schema\" (known: scheme, pattern, bins, values)"
+            "unknown parameter \"schema\" (known: scheme, pattern, bins, metric, summaries, values)"
+        );
+        assert_eq!(
+            err(r#"{"metric": "time"}"#),
+            "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\", got \"time\""
+        );
+        assert_eq!(
+            err(r#"{"summaries": "yes"}"#),
+            "summaries must be true or false, got \"yes\""
         );
         let f = ClassifyFilter::create("", Level::Root).unwrap();
-        assert_eq!((f.bins, f.scheme.describe()), (5, "all".to_string()));
-        let f = ClassifyFilter::create(r#"{"scheme": "pattern", "pattern": "^MPI_"}"#, Level::Root).unwrap();
-        assert_eq!(f.scheme.describe(), "pattern:^MPI_");
+        assert_eq!(
+            (f.bins, f.scheme.describe(), f.metric, f.summaries),
+            (5, "all".to_string(), Metric::Exclusive, false)
+        );
+        let f = ClassifyFilter::create(
+            r#"{"scheme": "pattern", "pattern": "^MPI_", "metric": "counter", "summaries": true}"#,
+            Level::Root,
+        )
+        .unwrap();
+        assert_eq!(
+            (f.scheme.describe(), f.metric, f.summaries),
+            ("pattern:^MPI_".to_string(), Metric::Counter, true)
+        );
     }
 
     #[test]
@@ -522,32 +795,131 @@ mod tests {
             profile(2, &[("a", 3.0), ("b", 1.0)]),
         ];
         let r1 = vec![
-            profile(0, &[("a", 1.0)]),
-            profile(1, &[("a", 5.0)]),
-            profile(2, &[("a", 9.0)]),
+            profile(0, &[("a", 2.0)]),
+            profile(1, &[("a", 10.0)]),
+            profile(2, &[("a", 18.0)]),
         ];
         // Both rounds' phase 0 before either's phase 1 and 2, completed in either order.
         for order in [[0, 1], [1, 0]] {
             let res = run_rounds(r#"{"bins": 2}"#, &["a", "b"], &[r0.clone(), r1.clone()], &order);
-            let a_only = canopy_wire::event_id("a");
-            let a_b = canopy_wire::event_id("a\nb");
-            let mut ids0: Vec<u64> = vec![a_only, a_b];
+            let mut ids0: Vec<u64> = vec![id("a"), id("a\nb")];
             ids0.sort();
             assert_eq!(
                 res[0].classes.iter().map(|c| c.class_id).collect::<Vec<_>>(),
                 ids0
             );
-            let c0 = res[0].classes.iter().find(|c| c.class_id == a_only).unwrap();
+            let c0 = res[0].classes.iter().find(|c| c.class_id == id("a")).unwrap();
             assert_eq!((c0.size, c0.example_event.as_str()), (2, "a"));
             assert_eq!(res[1].classes.len(), 1);
             assert_eq!(members(&res[1]), vec![vec![(0, 2)]]);
-            let h = res[1].classes[0]
-                .histograms
-                .iter()
-                .find(|h| h.metric == Metric::Inclusive as i32)
-                .unwrap();
-            assert_eq!((h.lo, h.hi, h.counts.clone()), (1.0, 9.0, vec![1, 2]));
+            // Exclusive times 1, 5 and 9 in two bins of [1, 9].
+            let c = &res[1].classes[0];
+            assert_eq!((c.events.clone(), c.counts.clone()), (vec![id("a")], vec![1, 2]));
+            let ranges = res[1].ranges.clone().unwrap();
+            assert_eq!(
+                (ranges.id, ranges.lo, ranges.hi),
+                (vec![id("a")], vec![1.0], vec![9.0])
+            );
         }
+    }
+
+    #[test]
+    fn one_range_per_event_serves_every_class() {
+        // Class {a}: ranks 0 and 1; class {a, b}: rank 2. Exclusive times of "a": 0, 4 and 8.
+        let round = vec![
+            profile(0, &[("a", 0.0)]),
+            profile(1, &[("a", 8.0)]),
+            profile(2, &[("a", 16.0), ("b", 6.0)]),
+        ];
+        let r = &run_rounds(r#"{"bins": 4}"#, &["a", "b"], &[round], &[0])[0];
+        assert_eq!(r.metric, Metric::Exclusive as i32);
+        let ranges = r.ranges.clone().unwrap();
+        let mut want = [(id("a"), 0.0, 8.0), (id("b"), 3.0, 3.0)];
+        want.sort_by_key(|w| w.0);
+        assert_eq!(
+            (ranges.id, ranges.lo, ranges.hi),
+            (
+                want.iter().map(|w| w.0).collect(),
+                want.iter().map(|w| w.1).collect(),
+                want.iter().map(|w| w.2).collect()
+            )
+        );
+        let a_only = r.classes.iter().find(|c| c.class_id == id("a")).unwrap();
+        assert_eq!(a_only.events, vec![id("a")]);
+        assert_eq!(a_only.counts, vec![1, 0, 1, 0]);
+        let a_b = r.classes.iter().find(|c| c.class_id == id("a\nb")).unwrap();
+        let counts_of = |event: u64| {
+            let i = a_b.events.iter().position(|e| *e == event).unwrap();
+            a_b.counts[i * 4..(i + 1) * 4].to_vec()
+        };
+        // "a" at 8, the top of its range: the last bin. "b" alone: bin 0 of a one-point range.
+        assert_eq!(
+            (counts_of(id("a")), counts_of(id("b"))),
+            (vec![0, 0, 0, 1], vec![1, 0, 0, 0])
+        );
+        // No summaries unless asked for.
+        assert!(r.classes.iter().all(|c| c.stats.is_empty()));
+    }
+
+    #[test]
+    fn the_metric_parameter_picks_the_values_and_summaries_come_on_request() {
+        let p = |rank: u32, calls: u64, counter: f64| {
+            encode_one(&RankProfile {
+                app: "a".into(),
+                rank,
+                events: vec![EventSample {
+                    event_id: id("a"),
+                    calls,
+                    incl_us: 100.0,
+                    excl_us: f64::NAN,
+                    ..Default::default()
+                }],
+                counters: vec![CounterSample {
+                    counter_id: id("bytes"),
+                    value: counter,
+                    total: counter,
+                }],
+                ..Default::default()
+            })
+        };
+        let round = vec![p(0, 1, 10.0), p(1, 3, 30.0), p(2, 5, 20.0)];
+        let run = |params: &str| run_rounds(params, &["a"], std::slice::from_ref(&round), &[0]).remove(0);
+
+        let calls = run(r#"{"metric": "calls", "bins": 2, "summaries": true}"#);
+        assert_eq!(calls.metric, Metric::Calls as i32);
+        let c = &calls.classes[0];
+        assert_eq!((c.events.clone(), c.counts.clone()), (vec![id("a")], vec![1, 2]));
+        assert_eq!(c.stats.len(), 1);
+        let s = c.stats[0].summary.clone().unwrap();
+        assert_eq!(c.stats[0].metric, Metric::Calls as i32);
+        assert_eq!((s.count, s.mean, s.min, s.max), (3, 3.0, 1.0, 5.0));
+        assert_eq!((s.min_rank.unwrap().rank, s.max_rank.unwrap().rank), (0, 2));
+        assert!((s.std - (8.0f64 / 3.0).sqrt()).abs() < 1e-12, "{}", s.std);
+
+        // Counters are binned by the counter's id; the class is still made of event names.
+        let counter = run(r#"{"metric": "counter", "bins": 2}"#);
+        let c = &counter.classes[0];
+        assert_eq!(c.class_id, id("a"));
+        assert_eq!(
+            (c.events.clone(), c.counts.clone()),
+            (vec![id("bytes")], vec![1, 2])
+        );
+        assert_eq!(counter.ranges.clone().unwrap().lo, vec![10.0]);
+
+        // Exclusive time is NaN on every rank: left out, so the class has members but no histogram.
+        let exclusive = run("{}");
+        assert_eq!(exclusive.classes[0].size, 3);
+        assert!(exclusive.classes[0].events.is_empty() && exclusive.classes[0].counts.is_empty());
+        assert!(exclusive.ranges.clone().unwrap_or_default().id.is_empty());
+    }
+
+    /// A leaf's phase-0 packet over `ranks`, and the leaf.
+    fn phase0(params: &str, ranks: &[Vec<u8>]) -> (ClassifyFilter, Vec<u8>) {
+        let mut leaf = named(params, Level::Leaf, &["a", "b"]);
+        let inputs: Vec<&[u8]> = ranks.iter().map(Vec::as_slice).collect();
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &inputs, &mut out).unwrap();
+        (leaf, out.up.remove(0).1)
     }
 
     #[test]
@@ -556,23 +928,165 @@ mod tests {
         let bad = vec![0x0a, 0x05, 0x01];
         let (p0, p1) = (profile(0, &[("a", 1.0)]), profile(1, &[("a", 2.0)]));
         let mut out = Collect::default();
-        leaf.upstream(0, 0, &[&p0, &bad, &p1], &mut out).unwrap();
+        leaf.upstream(1, 0, &[&p0, &bad, &p1], &mut out).unwrap();
         assert_eq!(out.rejects.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1]);
         let mut relay = ClassifyFilter::create("{}", Level::Relay).unwrap();
         let mut out2 = Collect::default();
-        relay.upstream(0, 0, &[&bad, &out.up[0].1], &mut out2).unwrap();
+        relay.upstream(1, 0, &[&bad, &out.up[0].1], &mut out2).unwrap();
         assert_eq!(out2.rejects.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0]);
         let packet = ClassPacket::decode(out2.up[0].1.as_slice()).unwrap();
         assert_eq!(packet.classes.len(), 1);
-        assert_eq!(packet.classes[0].size, 2);
+        assert_eq!(ranks::count(&packet.classes[0].ranks), 2);
 
         // Every input rejected: the leaf still answers both of its phases.
         let mut out = Collect::default();
-        leaf.upstream(1, 0, &[&bad], &mut out).unwrap();
+        leaf.upstream(2, 0, &[&bad], &mut out).unwrap();
         assert_eq!(out.up.len(), 1);
         let mut out = Collect::default();
-        leaf.downstream(1, 1, &[], &mut out).unwrap();
+        leaf.downstream(2, 1, &[], &mut out).unwrap();
         assert_eq!(out.up.len(), 1);
+    }
+
+    /// The rejection a relay gives `bad` next to a good packet, which it still merges.
+    fn rejection(params: &str, phase: u32, good: &[u8], bad: &ClassPacket) -> String {
+        let mut relay = ClassifyFilter::create(params, Level::Relay).unwrap();
+        let mut out = Collect::default();
+        relay
+            .upstream(0, phase, &[good, &bad.encode_to_vec()], &mut out)
+            .unwrap();
+        assert_eq!(out.rejects.len(), 1, "{:?}", out.rejects);
+        assert_eq!(out.rejects[0].0, 1);
+        let merged = ClassPacket::decode(out.up[0].1.as_slice()).unwrap();
+        assert_eq!(
+            merged,
+            ClassPacket::decode(good).unwrap(),
+            "the good input merged alone"
+        );
+        out.rejects[0].1.clone()
+    }
+
+    #[test]
+    fn malformed_summaries_are_rejected_by_name() {
+        let ranks = [profile(0, &[("a", 1.0)]), profile(1, &[("a", 4.0), ("b", 2.0)])];
+        let (_, good) = phase0("{}", &ranks);
+        let packet = ClassPacket::decode(good.as_slice()).unwrap();
+        let prefix = "input is not a canopy.filters.v1.ClassPacket: ";
+        let reject = |bad: &ClassPacket| rejection("{}", 0, &good, bad).replace(prefix, "");
+
+        let mut swapped = packet.clone();
+        swapped.classes.swap(0, 1);
+        let second = swapped.classes[1].class_id;
+        assert_eq!(
+            reject(&swapped),
+            format!("class {second:#018x} at 1 does not follow the previous one (sorted, each once)")
+        );
+        let mut no_ranks = packet.clone();
+        no_ranks.classes[0].ranks.clear();
+        assert_eq!(
+            reject(&no_ranks),
+            format!("class {:#018x} has no ranks", packet.classes[0].class_id)
+        );
+        let mut short = packet.clone();
+        short.ranges.as_mut().unwrap().hi.pop();
+        assert_eq!(reject(&short), "ranges: column hi has 1 entries for 2 ids");
+        let mut upside_down = packet.clone();
+        let r = upside_down.ranges.as_mut().unwrap();
+        r.lo[0] = 9.0;
+        let (first, hi) = (r.id[0], r.hi[0]);
+        assert_eq!(
+            reject(&upside_down),
+            format!("ranges: event {first:#018x} has the range [9, {hi}] (finite, lo <= hi)")
+        );
+        let mut summarized = packet.clone();
+        summarized.classes[0].summaries = Some(StatsColumns::default());
+        assert_eq!(
+            reject(&summarized),
+            format!(
+                "class {:#018x} carries summaries, but this stream's summaries are off",
+                packet.classes[0].class_id
+            )
+        );
+
+        // With summaries on, their columns are checked too.
+        let on = r#"{"summaries": true}"#;
+        let (_, good) = phase0(on, &ranks);
+        let mut bad = ClassPacket::decode(good.as_slice()).unwrap();
+        let s = bad.classes[0].summaries.as_mut().unwrap();
+        s.mean.clear();
+        let rows = s.id.len();
+        assert_eq!(
+            rejection(on, 0, &good, &bad).replace(prefix, ""),
+            format!(
+                "class {:#018x}: summaries: column mean has 0 entries for {rows} rows",
+                bad.classes[0].class_id
+            )
+        );
+    }
+
+    #[test]
+    fn malformed_counts_are_rejected_by_name_and_bad_ranges_fail_the_leaf() {
+        let (mut leaf, up) = phase0(
+            r#"{"bins": 3}"#,
+            &[profile(0, &[("a", 1.0)]), profile(1, &[("a", 4.0), ("b", 2.0)])],
+        );
+        let mut root = ClassifyFilter::create(r#"{"bins": 3}"#, Level::Root).unwrap();
+        let mut down = Collect::default();
+        root.upstream(0, 0, &[&up], &mut down).unwrap();
+        let ranges = down.down.remove(0).1;
+        let mut out = Collect::default();
+        leaf.downstream(0, 1, &ranges, &mut out).unwrap();
+        let good = out.up.remove(0).1;
+        let packet = ClassPacket::decode(good.as_slice()).unwrap();
+        let prefix = "input is not a canopy.filters.v1.ClassPacket: ";
+        let reject = |bad: &ClassPacket| rejection(r#"{"bins": 3}"#, 2, &good, bad).replace(prefix, "");
+
+        let two = packet
+            .classes
+            .iter()
+            .find(|c| c.events.len() == 2)
+            .unwrap()
+            .class_id;
+        let mut short = packet.clone();
+        short.classes.iter_mut().for_each(|c| {
+            if c.class_id == two {
+                c.counts.pop();
+            }
+        });
+        assert_eq!(
+            reject(&short),
+            format!("class {two:#018x} has 5 counts for 2 events of 3 bins")
+        );
+        let mut unsorted = packet.clone();
+        let c = unsorted.classes.iter_mut().find(|c| c.class_id == two).unwrap();
+        c.events.swap(0, 1);
+        let second = c.events[1];
+        assert_eq!(
+            reject(&unsorted),
+            format!(
+                "class {two:#018x}: event {second:#018x} at 1 does not follow the previous one (sorted, each once)"
+            )
+        );
+
+        // Ranges a leaf cannot bin against fail its call, naming the round.
+        let (mut leaf, _) = phase0("{}", &[profile(0, &[("a", 1.0)])]);
+        let bad = ClassPacket {
+            ranges: Some(BinRanges {
+                id: vec![id("a")],
+                lo: vec![f64::NAN],
+                hi: vec![1.0],
+            }),
+            ..Default::default()
+        };
+        let err = leaf
+            .downstream(0, 1, &bad.encode_to_vec(), &mut Collect::default())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "round 0: the phase 1 packet is unusable: ranges: event {:#018x} has the range [NaN, 1] (finite, lo <= hi)",
+                id("a")
+            )
+        );
     }
 
     #[test]
@@ -611,7 +1125,7 @@ mod tests {
         };
         let p = RankProfile {
             events: vec![ev("main"), ev("MPI_Send"), ev("MPI_Recv"), ev("MPI_Send")],
-            counters: vec![canopy_wire::v1::CounterSample {
+            counters: vec![CounterSample {
                 counter_id: canopy_wire::event_id("MPI_x"),
                 ..Default::default()
             }],

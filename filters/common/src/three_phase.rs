@@ -41,8 +41,9 @@ pub trait ThreePhase: Filter {
     fn summaries_packet(&self, merged: &Self::Summaries) -> Self::Packet;
     /// Phase 0 at the root: the global ranges that go down as phase 1.
     fn ranges_packet(&self, merged: &Self::Summaries) -> Self::Packet;
-    /// Phase 1 at a leaf: a round's buffered values binned against the ranges from the root.
-    fn bin(&self, buffer: Self::Buffer, ranges: Self::Packet) -> Self::Packet;
+    /// Phase 1 at a leaf: a round's buffered values binned against the ranges from the root; an error says why
+    /// the ranges are unusable.
+    fn bin(&self, buffer: Self::Buffer, ranges: Self::Packet) -> Result<Self::Packet, String>;
     /// Phase 2 at a relay or the root: the children's counts merged.
     fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> Self::Counts;
     /// Phase 2 at a relay: the merged counts as they go up.
@@ -119,7 +120,10 @@ pub fn downstream<F: ThreePhase>(
             };
             let ranges = F::Packet::decode(packet)
                 .map_err(|e| format!("round {round}: the phase 1 packet is not a {}: {e}", F::PACKET))?;
-            out.up(2, &f.bin(buffer, ranges).encode_to_vec());
+            let counts = f
+                .bin(buffer, ranges)
+                .map_err(|e| format!("round {round}: the phase 1 packet is unusable: {e}"))?;
+            out.up(2, &counts.encode_to_vec());
         }
         (level, phase) => {
             return Err(format!(
@@ -208,11 +212,14 @@ mod tests {
                 bytes: *merged,
             }
         }
-        fn bin(&self, buffer: u64, ranges: RankCount) -> RankCount {
-            RankCount {
+        fn bin(&self, buffer: u64, ranges: RankCount) -> Result<RankCount, String> {
+            if ranges.ranks != 0 {
+                return Err(format!("ranks is {}, the root sends 0", ranges.ranks));
+            }
+            Ok(RankCount {
                 ranks: buffer,
                 bytes: ranges.bytes,
-            }
+            })
         }
         fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> RankCount {
             sum(inputs, out)
@@ -331,6 +338,13 @@ mod tests {
         assert!(
             err.starts_with("round 9: the phase 1 packet is not a canopy.filters.v1.RankCount: "),
             "{err}"
+        );
+        // Ranges that decode but that the filter finds unusable fail the same way, with its reason.
+        upstream(&mut leaf, 9, 0, &[], &mut out).unwrap();
+        let odd = RankCount { ranks: 3, bytes: 0 }.encode_to_vec();
+        assert_eq!(
+            downstream(&mut leaf, 9, 1, &odd, &mut out).unwrap_err(),
+            "round 9: the phase 1 packet is unusable: ranks is 3, the root sends 0"
         );
         // The root's phase 2 of a round whose phase 0 it does not hold.
         let mut root = Toy::create("", Level::Root).unwrap();

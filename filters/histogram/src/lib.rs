@@ -119,12 +119,12 @@ impl ThreePhase for HistogramFilter {
         }
     }
 
-    fn bin(&self, buffer: Buffer, ranges: HistogramPacket) -> HistogramPacket {
-        HistogramPacket {
+    fn bin(&self, buffer: Buffer, ranges: HistogramPacket) -> Result<HistogramPacket, String> {
+        Ok(HistogramPacket {
             histograms: buffer.samples.bin(&ranges.ranges, self.bins as usize),
             raw_bytes: buffer.raw_bytes,
             ..Default::default()
-        }
+        })
     }
 
     /// The children's histograms added up.
