@@ -124,17 +124,25 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         iterations: u64,
     },
-    /// Bytes per round at the front-end for each standard filter against passthrough (ToM's Fig. 7).
+    /// Bytes per round at the front-end for each standard filter against passthrough, and classify's
+    /// reduction factor per classification scheme (ToM's Fig. 7).
     Reduction {
         #[arg(long, default_value = "64,256,1024", value_delimiter = ',')]
         ranks: Vec<u32>,
         #[arg(long, default_value = "uintah,flash", value_delimiter = ',')]
         scenarios: Vec<String>,
-        /// Events per rank (flash; uintah fixes its own).
+        /// Events per rank for flash; for uintah, the framework tasks every rank runs besides its MPI and
+        /// patch events.
         #[arg(long, default_value_t = 100)]
         events: u32,
         #[arg(long, default_value_t = 10)]
         rounds: u64,
+        /// Tables to print: `main` (every filter against passthrough), `schemes` (classify per scheme).
+        #[arg(long, default_value = "main,schemes", value_delimiter = ',')]
+        tables: Vec<String>,
+        /// classify's schemes for the `schemes` table: patch1 (`^Patch 1 ->`), mpi (`^MPI_`), all.
+        #[arg(long, default_value = "patch1,mpi,all", value_delimiter = ',')]
+        schemes: Vec<String>,
     },
     /// The application SDK on the application's thread: timer pairs, dumps, allocations.
     Sdk {
@@ -194,9 +202,18 @@ fn main() -> anyhow::Result<()> {
             scenarios,
             events,
             rounds,
+            tables,
+            schemes,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            rt.block_on(reduction::run(&ranks, &scenarios, events, rounds))
+            rt.block_on(reduction::run(&reduction::Plan {
+                sizes: &ranks,
+                scenarios: &scenarios,
+                events,
+                rounds,
+                tables: &tables,
+                schemes: &schemes,
+            }))
         }
         Command::Throughput {
             ranks,
