@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod cpu;
 mod topology_cmd;
 mod up;
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use canopy_store::{RoundCursor, StoreReader};
 use canopy_topology::{NodeName, Topology};
+
+use crate::cpu::{self, ByKind, Kind};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -64,9 +66,44 @@ pub struct UpArgs {
 
 struct Daemon {
     name: String,
+    kind: Kind,
     child: Child,
     log: PathBuf,
+    /// The last CPU reading of the process, taken before it is reaped.
+    cpu: Duration,
 }
+
+impl Daemon {
+    /// Takes a CPU reading, and the exit status once the process has exited (after its last reading).
+    fn reap(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        if let Some(pid) = self.child.id()
+            && let Some(r) = cpu::read(pid)
+        {
+            self.cpu = r.cpu;
+            if !r.exited {
+                return Ok(None);
+            }
+        }
+        self.child.try_wait()
+    }
+
+    /// Waits up to `limit` for the process to exit, reading its CPU until then.
+    async fn wait_reaped(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.reap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(REAP_POLL).await;
+        }
+    }
+}
+
+/// How often `canopy up` looks at its daemons: their CPU, whether they exited.
+const REAP_POLL: Duration = Duration::from_millis(20);
 
 pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -155,7 +192,7 @@ async fn launch_and_watch(
     ])
     .arg("--ready-file")
     .arg(&fe_ready);
-    daemons.push(spawn("frontend", fe, logs)?);
+    daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
     let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
     let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
     let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
@@ -181,7 +218,7 @@ async fn launch_and_watch(
         ])
         .arg("--ready-file")
         .arg(&ready_file);
-        daemons.push(spawn(&relay.to_string(), cmd, logs)?);
+        daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, logs)?);
         let n = daemons.len() - 1;
         let addr = wait_ready(&ready_file, &mut daemons[n]).await?;
         addr_of.insert(relay.clone(), addr.trim().to_string());
@@ -223,7 +260,7 @@ async fn launch_and_watch(
                 "--seed",
                 &args.seed.to_string(),
             ]);
-        daemons.push(spawn(&agent.to_string(), cmd, logs)?);
+        daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, logs)?);
         offset += n;
     }
     if !args.quiet {
@@ -248,23 +285,26 @@ async fn launch_and_watch(
     }
 
     let mut watcher = StoreWatcher::new(store.clone());
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(REAP_POLL);
+    let mut ticks = 0u64;
     let interrupted;
     loop {
         tokio::select! {
-            status = daemons[0].child.wait() => {
-                let status = status?;
-                watcher.show_new(args.quiet);
-                if !status.success() {
-                    bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
-                }
-                interrupted = false;
-                break;
-            }
             _ = tick.tick() => {
-                watcher.show_new(args.quiet);
+                ticks += 1;
+                if ticks.is_multiple_of(10) {
+                    watcher.show_new(args.quiet);
+                }
+                if let Some(status) = daemons[0].reap()? {
+                    watcher.show_new(args.quiet);
+                    if !status.success() {
+                        bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
+                    }
+                    interrupted = false;
+                    break;
+                }
                 for d in daemons.iter_mut().skip(1) {
-                    if let Ok(Some(status)) = d.child.try_wait()
+                    if let Ok(Some(status)) = d.reap()
                         && !status.success() {
                         eprintln!("canopy up: {} exited with {status}; see {}", d.name, d.log.display());
                     }
@@ -273,7 +313,7 @@ async fn launch_and_watch(
             _ = tokio::signal::ctrl_c() => {
                 eprintln!("canopy up: interrupted, draining the tree");
                 signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
-                let _ = tokio::time::timeout(Duration::from_secs(10), daemons[0].child.wait()).await;
+                daemons[0].wait_reaped(Duration::from_secs(10)).await;
                 watcher.show_new(args.quiet);
                 interrupted = true;
                 break;
@@ -284,7 +324,11 @@ async fn launch_and_watch(
     let deadline = Instant::now() + Duration::from_secs(5);
     for d in daemons.iter_mut().skip(1) {
         let left = deadline.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, d.child.wait()).await;
+        d.wait_reaped(left).await;
+    }
+    let mut by_kind = ByKind::default();
+    for d in daemons.iter() {
+        by_kind.add(d.kind, d.cpu);
     }
     let summary = StoreReader::open(&store)
         .and_then(|r| r.summary())
@@ -299,6 +343,12 @@ async fn launch_and_watch(
         summary.late_packets,
         if interrupted { " (interrupted)" } else { "" }
     );
+    let rounds = summary.rounds / summary.streams.max(1);
+    println!("  {}", by_kind.line(rounds));
+    let cpu_file = args.out.join("latest-cpu.json");
+    let json = serde_json::json!({ "store": store, "rounds": rounds, "cpu": by_kind });
+    std::fs::write(&cpu_file, format!("{json:#}\n"))
+        .with_context(|| format!("cannot write {}", cpu_file.display()))?;
     println!("  results: {}", store.display());
     println!(
         "  try: sqlite3 {} '{}'",
@@ -325,7 +375,7 @@ fn binaries_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn spawn(name: &str, mut cmd: Command, logs: &Path) -> anyhow::Result<Daemon> {
+fn spawn(name: &str, kind: Kind, mut cmd: Command, logs: &Path) -> anyhow::Result<Daemon> {
     let log = logs.join(format!("{}.log", name.replace([':', '/'], "-")));
     let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     cmd.stdin(Stdio::null())
@@ -337,8 +387,10 @@ fn spawn(name: &str, mut cmd: Command, logs: &Path) -> anyhow::Result<Daemon> {
     let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
     Ok(Daemon {
         name: name.to_string(),
+        kind,
         child,
         log,
+        cpu: Duration::ZERO,
     })
 }
 

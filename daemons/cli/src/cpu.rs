@@ -1,0 +1,142 @@
+//! The CPU time of the daemons `canopy up` runs, read from /proc/PID/stat, and how it adds up by kind of
+//! process. A process that has exited keeps its final figures there until it is reaped, so a daemon's last
+//! reading is taken before its exit status is collected.
+
+use std::time::Duration;
+
+/// One reading of a process.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// User plus system time.
+    pub cpu: Duration,
+    /// The process has exited (a zombie): this reading is its last.
+    pub exited: bool,
+}
+
+/// Reads /proc/PID/stat; `None` if the process is gone or /proc cannot be read.
+pub fn read(pid: u32) -> Option<Reading> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse(&stat, ticks_per_second()?)
+}
+
+fn ticks_per_second() -> Option<u64> {
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    u64::try_from(ticks).ok().filter(|&t| t > 0)
+}
+
+/// A stat line: `pid (comm) state ...`, where comm may hold spaces and parentheses; utime and stime are the
+/// 12th and 13th fields after the closing parenthesis, in clock ticks.
+fn parse(stat: &str, ticks: u64) -> Option<Reading> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = *fields.first()?;
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let t = utime + stime;
+    Some(Reading {
+        cpu: Duration::from_secs(t / ticks) + Duration::from_nanos((t % ticks) * 1_000_000_000 / ticks),
+        exited: state == "Z" || state == "X",
+    })
+}
+
+/// The kinds of daemon in a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    FrontEnd,
+    Relay,
+    Agent,
+}
+
+/// CPU by kind of process over a run.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
+pub struct ByKind {
+    pub frontend_s: f64,
+    pub relays: usize,
+    pub relays_s: f64,
+    pub agents: usize,
+    pub agents_s: f64,
+}
+
+impl ByKind {
+    pub fn add(&mut self, kind: Kind, cpu: Duration) {
+        let s = cpu.as_secs_f64();
+        match kind {
+            Kind::FrontEnd => self.frontend_s += s,
+            Kind::Relay => {
+                self.relays += 1;
+                self.relays_s += s;
+            }
+            Kind::Agent => {
+                self.agents += 1;
+                self.agents_s += s;
+            }
+        }
+    }
+
+    /// The summary line: seconds by kind, and milliseconds per round when rounds were stored.
+    pub fn line(&self, rounds: u64) -> String {
+        let mut s = format!(
+            "CPU (from /proc): front-end {:.2} s, {} relays {:.2} s, {} agents {:.2} s",
+            self.frontend_s, self.relays, self.relays_s, self.agents, self.agents_s
+        );
+        if rounds > 0 {
+            let per = |x: f64| x * 1e3 / rounds as f64;
+            s.push_str(&format!(
+                "; per round: {:.2} / {:.2} / {:.2} ms",
+                per(self.frontend_s),
+                per(self.relays_s),
+                per(self.agents_s)
+            ));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_user_plus_system_time_and_the_state() {
+        // comm with a space and a parenthesis; utime 150 and stime 50 ticks at 100 per second.
+        let line = "4242 (canopy (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 3 0 1000 0 0";
+        assert_eq!(
+            parse(line, 100),
+            Some(Reading {
+                cpu: Duration::from_secs(2),
+                exited: false
+            })
+        );
+        let zombie = line.replace(") S ", ") Z ");
+        assert!(parse(&zombie, 100).unwrap().exited);
+        assert_eq!(parse("4242 (short) S 1 2", 100), None);
+    }
+
+    #[test]
+    fn this_process_has_a_reading() {
+        // Burn a little CPU so the reading cannot be zero by accident of timing.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        assert!(x != 1);
+        let r = read(std::process::id()).expect("/proc/self/stat");
+        assert!(!r.exited);
+        assert!(r.cpu >= Duration::from_millis(10), "{r:?}");
+    }
+
+    #[test]
+    fn kinds_add_up_per_round() {
+        let mut k = ByKind::default();
+        k.add(Kind::FrontEnd, Duration::from_secs(1));
+        k.add(Kind::Relay, Duration::from_millis(500));
+        k.add(Kind::Relay, Duration::from_millis(500));
+        k.add(Kind::Agent, Duration::from_secs(4));
+        assert_eq!(
+            k.line(1000),
+            "CPU (from /proc): front-end 1.00 s, 2 relays 1.00 s, 1 agents 4.00 s; per round: 1.00 / 1.00 / 4.00 ms"
+        );
+    }
+}
