@@ -496,9 +496,7 @@ impl Frontend {
         let reflection_alpha = reflection_builder(&plugin_files).build_v1alpha()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(Duration::from_secs(5)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            canopy_core::transport::server()
                 .add_service(tree.into_server())
                 .add_service(api)
                 .add_service(health)

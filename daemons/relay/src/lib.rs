@@ -144,9 +144,7 @@ impl Relay {
         let service = TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(Duration::from_secs(5)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            canopy_core::transport::server()
                 .add_service(service.into_server())
                 .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener), async {
                     let _ = stop_rx.await;

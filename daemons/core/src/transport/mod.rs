@@ -31,6 +31,22 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Messages queued for one child before the node waits for that child to read them.
 const CHILD_QUEUE: usize = 1024;
 
+/// HTTP/2 flow-control window of every tree connection and stream, both ways. HTTP/2's default (64 KiB) is
+/// smaller than a round's packet at a few hundred ranks, and a sender that runs out of window waits for the
+/// receiver's window update: a round trip on every round. A connection buffers at most this much that its
+/// reader has not taken yet.
+pub const FLOW_WINDOW: u32 = 4 << 20;
+
+/// The gRPC server of a tree node (relay or front-end): keep-alives that find a dead peer, and the tree's
+/// flow-control window.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(5)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .initial_stream_window_size(Some(FLOW_WINDOW))
+        .initial_connection_window_size(Some(FLOW_WINDOW))
+}
+
 /// Why a parent turns a child away on Attach. The one mapping to a gRPC status is [`From<AttachError> for
 /// Status`]; the child's link reads the codes of refusals back with [`is_refusal`].
 #[derive(Debug, thiserror::Error)]
@@ -339,6 +355,8 @@ impl ParentLink {
             .connect_timeout(Duration::from_secs(2))
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(10))
+            .initial_stream_window_size(Some(FLOW_WINDOW))
+            .initial_connection_window_size(Some(FLOW_WINDOW))
             .tcp_nodelay(true);
         let channel = endpoint
             .connect()
