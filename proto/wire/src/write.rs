@@ -44,21 +44,24 @@ impl ProfileWriter {
 
     /// Appends one event (field 5).
     pub fn event(&mut self, e: &EventSample) {
-        // At most 2 bytes of key and length, 9 for the id and each double, 11 for each varint field.
-        let mut buf = Stack::<96>::new();
-        buf.push(len_key(5));
-        // An event is at most 89 bytes long, so its length takes one byte.
-        buf.push(event_len(e) as u8);
-        buf.fixed64(1, e.event_id);
-        buf.varint(2, e.calls);
-        buf.varint(3, e.subrs);
-        buf.double(4, e.incl_us);
-        buf.double(5, e.excl_us);
-        buf.varint(6, e.calls_total);
-        buf.varint(7, e.subrs_total);
-        buf.double(8, e.incl_total_us);
-        buf.double(9, e.excl_total_us);
-        buf.append_to(&mut self.body);
+        // Key and length, then at most 9 bytes for the id and each double and 11 for each varint field: an
+        // event is at most 89 bytes long, so its length takes one byte and is filled in once the fields are
+        // written. Written in place: bytes stored one by one and read back wider stall the CPU.
+        let b = &mut self.body;
+        b.reserve(91);
+        let start = b.len();
+        b.push(len_key(5));
+        b.push(0);
+        fixed64_field(b, 1, e.event_id);
+        varint_field(b, 2, e.calls);
+        varint_field(b, 3, e.subrs);
+        double_field(b, 4, e.incl_us);
+        double_field(b, 5, e.excl_us);
+        varint_field(b, 6, e.calls_total);
+        varint_field(b, 7, e.subrs_total);
+        double_field(b, 8, e.incl_total_us);
+        double_field(b, 9, e.excl_total_us);
+        b[start + 1] = (b.len() - start - 2) as u8;
     }
 
     /// Appends one counter (field 6), after every event.
@@ -89,10 +92,6 @@ impl ProfileWriter {
     }
 }
 
-fn varint_len(v: u64) -> usize {
-    if v == 0 { 0 } else { 1 + encoded_len_varint(v) }
-}
-
 fn fixed64_len(v: u64) -> usize {
     if v == 0 { 0 } else { 9 }
 }
@@ -102,83 +101,14 @@ fn double_len(v: f64) -> usize {
     if v == 0.0 { 0 } else { 9 }
 }
 
-fn event_len(e: &EventSample) -> usize {
-    fixed64_len(e.event_id)
-        + varint_len(e.calls)
-        + varint_len(e.subrs)
-        + double_len(e.incl_us)
-        + double_len(e.excl_us)
-        + varint_len(e.calls_total)
-        + varint_len(e.subrs_total)
-        + double_len(e.incl_total_us)
-        + double_len(e.excl_total_us)
-}
-
-/// A small buffer on the stack, written field by field and appended to the body in one copy.
-struct Stack<const N: usize> {
-    bytes: [u8; N],
-    len: usize,
-}
-
-impl<const N: usize> Stack<N> {
-    fn new() -> Self {
-        Stack {
-            bytes: [0; N],
-            len: 0,
-        }
-    }
-
-    fn push(&mut self, b: u8) {
-        self.bytes[self.len] = b;
-        self.len += 1;
-    }
-
-    fn raw_varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.push(v as u8);
-    }
-
-    fn eight(&mut self, field: u8, v: u64) {
-        self.push(field << 3 | 1);
-        self.bytes[self.len..self.len + 8].copy_from_slice(&v.to_le_bytes());
-        self.len += 8;
-    }
-
-    fn varint(&mut self, field: u8, v: u64) {
-        if v != 0 {
-            self.push(field << 3);
-            self.raw_varint(v);
-        }
-    }
-
-    fn fixed64(&mut self, field: u8, v: u64) {
-        if v != 0 {
-            self.eight(field, v);
-        }
-    }
-
-    fn double(&mut self, field: u8, v: f64) {
-        if v != 0.0 {
-            self.eight(field, v.to_bits());
-        }
-    }
-
-    /// Appends the bytes written: the whole array is copied (a fixed size, so a few wide moves instead of a
-    /// call to memmove) and the unwritten tail cut off again.
-    fn append_to(&self, out: &mut Vec<u8>) {
-        let end = out.len() + self.len;
-        out.extend_from_slice(&self.bytes);
-        out.truncate(end);
-    }
-}
-
-fn varint_field(b: &mut Vec<u8>, field: u8, v: u64) {
+fn varint_field(b: &mut Vec<u8>, field: u8, mut v: u64) {
     if v != 0 {
         b.push(field << 3);
-        encode_varint(v, b);
+        while v >= 0x80 {
+            b.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        b.push(v as u8);
     }
 }
 
