@@ -105,39 +105,58 @@ fn skip(buf: &mut &[u8], wt: WireType, tag: u32) -> Result<(), String> {
 
 fn read_event(mut buf: &[u8]) -> Result<EventView, String> {
     let mut e = EventView::default();
-    while let Some(&key) = buf.first() {
-        // The keys of fields 1 to 9 with their own wire types are one byte each: read them directly, and leave
-        // anything else (other fields, other wire types, longer keys) to the general path below.
-        let fixed = |buf: &mut &[u8]| -> Option<u64> {
-            let bytes: [u8; 8] = buf.get(1..9)?.try_into().ok()?;
-            *buf = &buf[9..];
-            Some(u64::from_le_bytes(bytes))
-        };
-        let varint = |buf: &mut &[u8]| -> Result<Option<u64>, String> {
-            *buf = &buf[1..];
-            match buf.first() {
-                Some(&b) if b < 0x80 => {
-                    *buf = &buf[1..];
-                    Ok(Some(u64::from(b)))
-                }
-                _ => decode_varint(buf).map(Some).map_err(err),
-            }
-        };
-        let read = match key {
-            0x09 => fixed(&mut buf).map(|v| e.id = v),
-            0x21 => fixed(&mut buf).map(|v| e.incl_us = f64::from_bits(v)),
-            0x29 => fixed(&mut buf).map(|v| e.excl_us = f64::from_bits(v)),
-            0x41 => fixed(&mut buf).map(|v| e.incl_total_us = f64::from_bits(v)),
-            0x49 => fixed(&mut buf).map(|v| e.excl_total_us = f64::from_bits(v)),
-            0x10 => varint(&mut buf)?.map(|v| e.calls = v),
-            0x18 => varint(&mut buf)?.map(|v| e.subrs = v),
-            0x30 => varint(&mut buf)?.map(|v| e.calls_total = v),
-            0x38 => varint(&mut buf)?.map(|v| e.subrs_total = v),
-            _ => None,
-        };
-        if read.is_some() {
-            continue;
+    // Writers put the fields in tag order with one-byte keys, leaving out the zeros: read them in that order,
+    // each behind a test that predicts well, and leave whatever follows (another order, other fields or wire
+    // types, longer keys) to the general loop, where a field seen again overrides, as protobuf says.
+    let fixed = |buf: &mut &[u8], key: u8| -> Option<u64> {
+        if buf.first() != Some(&key) {
+            return None;
         }
+        let bytes: [u8; 8] = buf.get(1..9)?.try_into().ok()?;
+        *buf = &buf[9..];
+        Some(u64::from_le_bytes(bytes))
+    };
+    let varint = |buf: &mut &[u8], key: u8| -> Result<Option<u64>, String> {
+        if buf.first() != Some(&key) {
+            return Ok(None);
+        }
+        *buf = &buf[1..];
+        match buf.first() {
+            Some(&b) if b < 0x80 => {
+                *buf = &buf[1..];
+                Ok(Some(u64::from(b)))
+            }
+            _ => decode_varint(buf).map(Some).map_err(err),
+        }
+    };
+    if let Some(v) = fixed(&mut buf, 0x09) {
+        e.id = v;
+    }
+    if let Some(v) = varint(&mut buf, 0x10)? {
+        e.calls = v;
+    }
+    if let Some(v) = varint(&mut buf, 0x18)? {
+        e.subrs = v;
+    }
+    if let Some(v) = fixed(&mut buf, 0x21) {
+        e.incl_us = f64::from_bits(v);
+    }
+    if let Some(v) = fixed(&mut buf, 0x29) {
+        e.excl_us = f64::from_bits(v);
+    }
+    if let Some(v) = varint(&mut buf, 0x30)? {
+        e.calls_total = v;
+    }
+    if let Some(v) = varint(&mut buf, 0x38)? {
+        e.subrs_total = v;
+    }
+    if let Some(v) = fixed(&mut buf, 0x41) {
+        e.incl_total_us = f64::from_bits(v);
+    }
+    if let Some(v) = fixed(&mut buf, 0x49) {
+        e.excl_total_us = f64::from_bits(v);
+    }
+    while !buf.is_empty() {
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
         match tag {
             1 => e.id = take_fixed64(&mut buf, wt)?,
@@ -292,6 +311,52 @@ mod tests {
             assert_eq!(events, p.events);
             assert_eq!(buffers.counters[v.counters.clone()][0].total, 4.0);
         }
+    }
+
+    /// Fields in another order than the writers', and fields seen twice (the last wins), read as prost reads
+    /// them.
+    #[test]
+    fn reads_fields_in_any_order_as_prost_does() {
+        let part = |e: EventSample| e.encode_to_vec();
+        let mut event = part(EventSample {
+            excl_total_us: 4.5,
+            subrs: 300,
+            ..Default::default()
+        });
+        event.extend(part(EventSample {
+            event_id: 7,
+            calls: 2,
+            incl_us: 1.0,
+            ..Default::default()
+        }));
+        event.extend(part(EventSample {
+            calls: 1 << 40,
+            excl_total_us: 9.0,
+            ..Default::default()
+        }));
+        let mut profile = Vec::new();
+        prost::encoding::uint32::encode(2, &3, &mut profile);
+        prost::encoding::bytes::encode(5, &event, &mut profile);
+        let mut batch = Vec::new();
+        prost::encoding::bytes::encode(1, &profile, &mut batch);
+        let expected = ProfileBatch::decode(batch.as_slice()).unwrap().profiles[0].events[0];
+        assert_eq!((expected.calls, expected.excl_total_us, expected.subrs), (1 << 40, 9.0, 300));
+        let mut buffers = Buffers::default();
+        let views = read_batch(&batch, &mut buffers).unwrap();
+        assert_eq!(views[0].rank, 3);
+        let e = buffers.events[0];
+        let got = EventSample {
+            event_id: e.id,
+            calls: e.calls,
+            subrs: e.subrs,
+            incl_us: e.incl_us,
+            excl_us: e.excl_us,
+            calls_total: e.calls_total,
+            subrs_total: e.subrs_total,
+            incl_total_us: e.incl_total_us,
+            excl_total_us: e.excl_total_us,
+        };
+        assert_eq!(got, expected);
     }
 
     #[test]
