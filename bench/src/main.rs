@@ -346,7 +346,7 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                             expected: 1,
                             missing: vec![],
                         },
-                        payload: p.clone(),
+                        payload: p.clone().into(),
                         first_dump_unix_ns: 0,
                     };
                     if let Accepted::Closed(c) = e.accept(
@@ -358,7 +358,7 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                         a,
                         now,
                     )? {
-                        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_slice()).collect();
+                        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_ref()).collect();
                         std::hint::black_box(filter.upstream(round, 0, &inputs)?);
                     }
                 }

@@ -62,8 +62,9 @@ impl Fold {
         }
     }
 
-    /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does.
-    pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) {
+    /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does, and returns the
+    /// row: rows are numbered from 0 in the order keys first appear in the round.
+    pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) -> u32 {
         let pos = at.next;
         at.next += 1;
         let row = match self.by_position.get(pos) {
@@ -89,6 +90,7 @@ impl Fold {
             }
         };
         self.rows[row as usize].add_one(v, holder, before);
+        row
     }
 
     fn row_of(&mut self, key: Key) -> u32 {

@@ -71,23 +71,43 @@ pub fn ranges_of_columns(c: &StatsColumns) -> Vec<Range> {
         .collect()
 }
 
-/// The raw values a leaf keeps for a round between phase 0 and phase 1.
+/// The raw values a leaf keeps for a round between phase 0 and phase 1, by the row its [`crate::fold::Fold`]
+/// gave each key (rows are numbered from 0 in the order keys first appear), so keeping a value costs no lookup.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples {
-    map: BTreeMap<Key, Vec<f64>>,
+    rows: Vec<(Key, Vec<f64>)>,
+    /// Capacity of a new row's values: the ranks of the round.
+    ranks: usize,
 }
 
 impl Samples {
-    pub fn new() -> Samples {
-        Samples::default()
+    /// Samples of a round of `ranks` ranks (a hint for the buffers' size).
+    pub fn with_ranks(ranks: usize) -> Samples {
+        Samples {
+            rows: Vec::new(),
+            ranks,
+        }
     }
 
-    pub fn add(&mut self, key: Key, v: f64) {
-        self.map.entry(key).or_default().push(v);
+    /// Keeps `v` of `key` in `row`, the row [`crate::fold::Fold::add`] returned for it.
+    ///
+    /// # Panics
+    /// If `row` is neither the next new row nor the row already holding `key`: the caller broke the contract.
+    pub fn add(&mut self, row: u32, key: Key, v: f64) {
+        let r = row as usize;
+        if r == self.rows.len() {
+            let mut values = Vec::with_capacity(self.ranks);
+            values.push(v);
+            self.rows.push((key, values));
+            return;
+        }
+        let (held, values) = &mut self.rows[r];
+        assert_eq!(*held, key, "row {row} holds another key");
+        values.push(v);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.rows.is_empty()
     }
 
     /// Bins the buffered values with the global `ranges`: one histogram per buffered key that has a range,
@@ -95,8 +115,10 @@ impl Samples {
     /// is left out rather than binned against a guess.
     pub fn bin(&self, ranges: &[Range], bins: usize) -> Vec<Histogram> {
         let by_key: BTreeMap<Key, &Range> = ranges.iter().map(|r| ((r.id, r.metric), r)).collect();
-        let mut out = Vec::with_capacity(self.map.len());
-        for (key, values) in &self.map {
+        let mut order: Vec<&(Key, Vec<f64>)> = self.rows.iter().collect();
+        order.sort_unstable_by_key(|(key, _)| *key);
+        let mut out = Vec::with_capacity(self.rows.len());
+        for (key, values) in order {
             let Some(range) = by_key.get(key) else { continue };
             let mut counts = vec![0u64; bins];
             for &v in values {
@@ -197,17 +219,18 @@ mod tests {
             rank: 0,
         };
         let mut stats = StatsMap::new();
-        let mut left = Samples::new();
-        let mut right = Samples::new();
+        let mut left = Samples::with_ranks(4);
+        let mut right = Samples::with_ranks(4);
+        // Key (5, 1) first on the right, so its rows are in another order than the keys.
+        right.add(0, (5, 1), 7.0);
         for (i, v) in [0.0, 1.0, 2.0, 3.0, 4.0].into_iter().enumerate() {
             stats.add((1, 2), v, &rank);
             if i % 2 == 0 {
-                left.add((1, 2), v)
+                left.add(0, (1, 2), v)
             } else {
-                right.add((1, 2), v)
+                right.add(1, (1, 2), v)
             }
         }
-        right.add((5, 1), 7.0);
         stats.add((5, 1), 7.0, &rank);
         let ranges = ranges_of(&stats);
         let mut m = HistMap::new();

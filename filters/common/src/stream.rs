@@ -340,7 +340,10 @@ mod tests {
         let mut batch = Vec::new();
         prost::encoding::bytes::encode(1, &profile, &mut batch);
         let expected = ProfileBatch::decode(batch.as_slice()).unwrap().profiles[0].events[0];
-        assert_eq!((expected.calls, expected.excl_total_us, expected.subrs), (1 << 40, 9.0, 300));
+        assert_eq!(
+            (expected.calls, expected.excl_total_us, expected.subrs),
+            (1 << 40, 9.0, 300)
+        );
         let mut buffers = Buffers::default();
         let views = read_batch(&batch, &mut buffers).unwrap();
         assert_eq!(views[0].rank, 3);

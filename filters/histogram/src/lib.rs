@@ -80,12 +80,12 @@ impl ThreePhase for HistogramFilter {
         self.views.clear();
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.views, out);
         self.fold.clear();
-        let mut samples = Samples::new();
+        let mut samples = Samples::with_ranks(profiles.len());
         for p in &profiles {
             let mut at = self.fold.rank(p.app, p.rank);
             metrics::extract_view(p, &self.views, self.values, |key, v| {
-                self.fold.add(&mut at, key, v);
-                samples.add(key, v);
+                let row = self.fold.add(&mut at, key, v);
+                samples.add(row, key, v);
             });
         }
         let mut summaries = StatsColumns::default();

@@ -34,7 +34,7 @@ impl StatsFilter {
         for p in &profiles {
             let mut at = self.fold.rank(p.app, p.rank);
             metrics::extract_view(p, &self.buffers, self.values, |key, v| {
-                self.fold.add(&mut at, key, v)
+                self.fold.add(&mut at, key, v);
             });
         }
         self.fold.to_columns(raw_bytes, &mut self.merged);

@@ -105,7 +105,8 @@ const DROPPED_SPANS: usize = 256;
 pub struct Arrival {
     pub source: SourceId,
     pub coverage: Coverage,
-    pub payload: Vec<u8>,
+    /// Shared, not copied, when one rank's dump feeds several streams.
+    pub payload: bytes::Bytes,
     pub first_dump_unix_ns: u64,
 }
 

@@ -14,7 +14,7 @@ fn arrival(src: &str, n: u32) -> Arrival {
     Arrival {
         source: src.into(),
         coverage: full(n),
-        payload: vec![],
+        payload: Default::default(),
         first_dump_unix_ns: 0,
     }
 }
@@ -363,7 +363,7 @@ mod props {
                 add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
                 on_time_expected[*r as usize] += covered;
                 let key = GroupKey { stream: 7, round: *r, phase: 0 };
-                let a = Arrival { source: format!("s{i}"), coverage: cov, payload: vec![], first_dump_unix_ns: 0 };
+                let a = Arrival { source: format!("s{i}"), coverage: cov, payload: Default::default(), first_dump_unix_ns: 0 };
                 match e.accept(key, a, t0).unwrap() {
                     Accepted::Closed(c) => closed.push(c),
                     Accepted::Late(a) => late_packets.push(a),
@@ -377,7 +377,7 @@ mod props {
                 for (i, (n, f, _)) in sources.iter().enumerate() {
                     if matches!(f, Fate::Late) {
                         let key = GroupKey { stream: 7, round: r, phase: 0 };
-                        let a = Arrival { source: format!("s{i}"), coverage: full(*n), payload: vec![], first_dump_unix_ns: 0 };
+                        let a = Arrival { source: format!("s{i}"), coverage: full(*n), payload: Default::default(), first_dump_unix_ns: 0 };
                         let late = matches!(e.accept(key, a, t0).unwrap(), Accepted::Late(_));
                         prop_assert!(late);
                     }

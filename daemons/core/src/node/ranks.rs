@@ -94,14 +94,14 @@ impl<U: Up> Node<U> {
             _ => {}
         }
         let (payload, coverage) = match profile {
-            Ok(p) => (p, full()),
+            Ok(p) => (bytes::Bytes::from(p), full()),
             Err(MissingReason::Stopped) => {
                 let closed = self
                     .engine
                     .set_source_state(&source, SourceState::Stopped { end: round });
                 return self.on_closed_all(closed).await;
             }
-            Err(reason) => (Vec::new(), absent(reason)),
+            Err(reason) => (bytes::Bytes::new(), absent(reason)),
         };
         // A stream fed by chosen ranks only (detail) counts the others as sampled out.
         let feeds: Vec<(u32, bool)> = self
@@ -109,19 +109,12 @@ impl<U: Up> Node<U> {
             .feeds()
             .map(|(id, ranks)| (id, ranks.contains(rank)))
             .collect();
-        // The last stream that takes the payload gets it; only the ones before it need a copy.
-        let last_chosen = feeds.iter().rposition(|&(_, chosen)| chosen);
-        let mut payload = Some(payload);
-        for (i, (stream, chosen)) in feeds.into_iter().enumerate() {
+        for (stream, chosen) in feeds {
+            // Every stream shares the one payload.
             let (payload, coverage) = if chosen {
-                let p = if Some(i) == last_chosen {
-                    payload.take().unwrap_or_default()
-                } else {
-                    payload.clone().unwrap_or_default()
-                };
-                (p, coverage.clone())
+                (payload.clone(), coverage.clone())
             } else {
-                (Vec::new(), absent(MissingReason::SampledOut))
+                (bytes::Bytes::new(), absent(MissingReason::SampledOut))
             };
             let key = GroupKey {
                 stream,

@@ -18,7 +18,7 @@ impl<U: Up> Node<U> {
         let arrival = Arrival {
             source,
             coverage: env.coverage.unwrap_or_default(),
-            payload: env.payload,
+            payload: env.payload.into(),
             first_dump_unix_ns: env.first_dump_unix_ns,
         };
         if env.late {
@@ -82,7 +82,7 @@ impl<U: Up> Node<U> {
             .iter()
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
-        let inputs: Vec<&[u8]> = used.iter().map(|a| a.payload.as_slice()).collect();
+        let inputs: Vec<&[u8]> = used.iter().map(|a| a.payload.as_ref()).collect();
         let Some(out) = self
             .streams
             .upstream(c.key.stream, c.key.round, c.key.phase, &inputs)
@@ -205,7 +205,7 @@ impl<U: Up> Node<U> {
             Role::Leaf(_) => self
                 .streams
                 .late_leaf_packet(key.stream, key.round, key.phase, &a.payload),
-            Role::Relay | Role::Root(_) => a.payload,
+            Role::Relay | Role::Root(_) => a.payload.to_vec(),
         };
         if payload.is_empty()
             && let Role::Root(root) = &mut self.role
