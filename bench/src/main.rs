@@ -10,6 +10,7 @@
 
 mod offload;
 mod perturbation;
+mod processes;
 mod reduction;
 mod sdk;
 mod throughput;
@@ -35,6 +36,10 @@ struct Args {
     /// Repeats of each measurement; the table shows their median, min and max.
     #[arg(long, default_value_t = 5, global = true)]
     repeats: usize,
+    /// tree and throughput: run each tree as separate processes (`canopy up`, from beside this executable)
+    /// instead of in-process daemons, and report CPU per round by kind of process, from /proc.
+    #[arg(long, global = true)]
+    processes: bool,
 }
 
 #[derive(Subcommand)]
@@ -194,6 +199,7 @@ fn main() -> anyhow::Result<()> {
                 period_ms,
                 rounds,
                 filter,
+                processes: args.processes,
             };
             rt.block_on(tree(&shape, args.repeats))
         }
@@ -224,11 +230,14 @@ fn main() -> anyhow::Result<()> {
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(throughput::run(
-                &ranks,
-                &fanouts,
-                &filters,
-                &rates,
-                events,
+                &throughput::Sweep {
+                    sizes: &ranks,
+                    fanouts: &fanouts,
+                    filters: &filters,
+                    rates: &rates,
+                    events,
+                    processes: args.processes,
+                },
                 args.repeats,
             ))
         }
@@ -395,6 +404,8 @@ pub struct Shape {
     pub period_ms: u64,
     pub rounds: u64,
     pub filter: String,
+    /// Separate processes (`canopy up`) instead of in-process daemons.
+    pub processes: bool,
 }
 
 /// One run of a tree on loopback, read back from its store.
@@ -407,9 +418,11 @@ pub struct TreeRun {
     pub first_quarter_ms: f64,
     pub last_quarter_ms: f64,
     pub coverage: f64,
-    /// CPU of the whole process (every daemon of the tree, and the simulated ranks' generation at the agents)
-    /// per round stored, in ms.
+    /// CPU of every daemon of the tree (with the simulated ranks' generation at the agents) per round stored,
+    /// in ms: the whole process's in-process, the sum of the processes' with `processes`.
     pub cpu_ms_per_round: f64,
+    /// With `processes`: the CPU per round by kind of process.
+    pub cpu_by_kind: Option<processes::CpuByKind>,
 }
 
 /// User and system CPU this process has used.
@@ -422,6 +435,11 @@ fn process_cpu() -> anyhow::Result<Duration> {
 
 /// Runs one tree of `shape` to its end.
 pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
+    if shape.processes {
+        let dir = tempfile::tempdir()?;
+        let (store, cpu) = processes::run(shape, dir.path())?;
+        return read_run(&store, cpu.total(), Some(cpu));
+    }
     let builder = TreeBuilder {
         agents: shape.agents,
         fanout: shape.fanout,
@@ -440,7 +458,23 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         .await
         .map_err(anyhow::Error::msg)?;
     let cpu = process_cpu()? - cpu_before;
-    let mut stored = canopy_store::StoreReader::open(&sandbox.store)?.rounds(canopy_store::Select::all())?;
+    let rounds = canopy_store::StoreReader::open(&sandbox.store)?
+        .rounds(canopy_store::Select::all())?
+        .len();
+    read_run(
+        &sandbox.store,
+        cpu.as_secs_f64() * 1e3 / rounds.max(1) as f64,
+        None,
+    )
+}
+
+/// A finished run's figures, from its store.
+fn read_run(
+    store: &std::path::Path,
+    cpu_ms_per_round: f64,
+    cpu_by_kind: Option<processes::CpuByKind>,
+) -> anyhow::Result<TreeRun> {
+    let mut stored = canopy_store::StoreReader::open(store)?.rounds(canopy_store::Select::all())?;
     stored.sort_by_key(|r| r.round);
     let rows: Vec<(i64, i64, i64, i64)> = stored
         .iter()
@@ -465,7 +499,8 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         first_quarter_ms: percentile(lat[..q.min(lat.len())].to_vec(), 0.5),
         last_quarter_ms: percentile(lat[lat.len().saturating_sub(q)..].to_vec(), 0.5),
         coverage: 100.0 * cov as f64 / exp.max(1) as f64,
-        cpu_ms_per_round: cpu.as_secs_f64() * 1e3 / rows.len().max(1) as f64,
+        cpu_ms_per_round,
+        cpu_by_kind,
     })
 }
 
@@ -477,10 +512,16 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
         events,
         period_ms,
         ref filter,
+        processes,
         ..
     } = *shape;
+    let how = if processes {
+        "separate processes (canopy up)"
+    } else {
+        "in-process daemons"
+    };
     println!(
-        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, in-process daemons over loopback gRPC"
+        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, {how} over loopback gRPC"
     );
     let offered = 1000.0 / period_ms as f64;
     let mut rates = Vec::new();
@@ -488,9 +529,11 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
     let mut p99s = Vec::new();
     let mut coverage = Vec::new();
     let mut cpu = Vec::new();
+    let mut by_kind = Vec::new();
     for _ in 0..repeats {
         let run = tree_run(shape).await?;
         cpu.push(run.cpu_ms_per_round);
+        by_kind.extend(run.cpu_by_kind);
         rates.push(run.rate);
         p50s.push(run.p50_ms);
         p99s.push(run.p99_ms);
@@ -509,11 +552,36 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
         "| {offered:.1} | {r:.1} | {rlo:.1} | {rhi:.1} | {:.3} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {c:.1} |",
         r / offered
     );
-    // Its own table, so the one above keeps its columns for the tools that read it.
+    // Their own tables, so the one above keeps its columns for the tools that read it.
+    if !by_kind.is_empty() {
+        print_cpu_by_kind(&[(format!("{} runs", by_kind.len()), by_kind)]);
+        return Ok(());
+    }
     println!(
         "\n| CPU ms per round stored, whole process: every daemon and the simulated ranks' generation (median) | min | max |"
     );
     println!("|---:|---:|---:|");
     println!("| {cpu:.2} | {cpu_lo:.2} | {cpu_hi:.2} |");
     Ok(())
+}
+
+/// CPU per round by kind of process, one row per labelled set of repeats: median, min and max of each kind.
+pub fn print_cpu_by_kind(rows: &[(String, Vec<processes::CpuByKind>)]) {
+    println!(
+        "\n| CPU ms per round stored, from /proc (median, min to max) | front-end | relays, all | agents, all (with the simulated ranks) | total |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (label, runs) in rows {
+        let col = |f: fn(&processes::CpuByKind) -> f64| {
+            let (m, lo, hi) = stats(runs.iter().map(f).collect());
+            format!("{m:.2} ({lo:.2} to {hi:.2})")
+        };
+        println!(
+            "| {label} | {} | {} | {} | {} |",
+            col(|c| c.frontend),
+            col(|c| c.relays),
+            col(|c| c.agents),
+            col(processes::CpuByKind::total)
+        );
+    }
 }

@@ -6,21 +6,39 @@
 
 use crate::{Shape, stats, tree_run};
 
-pub async fn run(
-    sizes: &[u32],
-    fanouts: &[usize],
-    filters: &[String],
-    rates: &[u64],
-    events: u32,
-    repeats: usize,
-) -> anyhow::Result<()> {
+/// What `throughput` sweeps.
+pub struct Sweep<'a> {
+    pub sizes: &'a [u32],
+    pub fanouts: &'a [usize],
+    pub filters: &'a [String],
+    pub rates: &'a [u64],
+    pub events: u32,
+    /// Separate processes (`canopy up`), with CPU by kind of process.
+    pub processes: bool,
+}
+
+pub async fn run(sweep: &Sweep<'_>, repeats: usize) -> anyhow::Result<()> {
+    let Sweep {
+        sizes,
+        fanouts,
+        filters,
+        rates,
+        events,
+        processes,
+    } = *sweep;
+    let how = if processes {
+        "separate processes (canopy up)"
+    } else {
+        "in-process daemons"
+    };
     println!(
-        "\n## throughput: simulated ranks ({events} events, flash), 128 ranks per agent, in-process daemons over loopback gRPC"
+        "\n## throughput: simulated ranks ({events} events, flash), 128 ranks per agent, {how} over loopback gRPC"
     );
     println!(
-        "\n| ranks | fanout | filter | highest rate kept, rounds/s | stored rounds/s (median) | min | max | latency p50 ms | p99 ms (median) | p99 min | p99 max | CPU ms per round, whole process (median) | next rate: stored/offered |"
+        "\n| ranks | fanout | filter | highest rate kept, rounds/s | stored rounds/s (median) | min | max | latency p50 ms | p99 ms (median) | p99 min | p99 max | CPU ms per round, all daemons (median) | next rate: stored/offered |"
     );
     println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let mut by_kind = Vec::new();
     for &ranks in sizes {
         for &fanout in fanouts {
             for filter in filters {
@@ -36,6 +54,7 @@ pub async fn run(
                         period_ms,
                         rounds: (rate * 3).clamp(30, 600),
                         filter: filter.clone(),
+                        processes,
                     };
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
@@ -58,6 +77,13 @@ pub async fn run(
                         let (p50, _, _) = stats(runs.iter().map(|r| r.p50_ms).collect());
                         let (p99, p99lo, p99hi) = stats(runs.iter().map(|r| r.p99_ms).collect());
                         let (cpu, _, _) = stats(runs.iter().map(|r| r.cpu_ms_per_round).collect());
+                        let kinds: Vec<_> = runs.iter().filter_map(|r| r.cpu_by_kind).collect();
+                        if !kinds.is_empty() {
+                            by_kind.push((
+                                format!("{ranks} ranks, fanout {fanout}, {filter}, {rate} rounds/s"),
+                                kinds,
+                            ));
+                        }
                         println!(
                             "| {ranks} | {fanout} | {filter} | {rate} | {r:.1} | {rlo:.1} | {rhi:.1} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {cpu:.2} | {next} |"
                         );
@@ -69,6 +95,9 @@ pub async fn run(
                 }
             }
         }
+    }
+    if !by_kind.is_empty() {
+        crate::print_cpu_by_kind(&by_kind);
     }
     Ok(())
 }
