@@ -102,8 +102,9 @@ impl Daemon {
     }
 }
 
-/// How often `canopy up` looks at its daemons: their CPU, whether they exited.
-const REAP_POLL: Duration = Duration::from_millis(20);
+/// How often `canopy up` looks at its daemons: their CPU, whether they exited. Reading /proc for a large
+/// tree costs `canopy up` itself some CPU, so not more often than this.
+const REAP_POLL: Duration = Duration::from_millis(100);
 
 pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -292,7 +293,7 @@ async fn launch_and_watch(
         tokio::select! {
             _ = tick.tick() => {
                 ticks += 1;
-                if ticks.is_multiple_of(10) {
+                if ticks.is_multiple_of(2) {
                     watcher.show_new(args.quiet);
                 }
                 if let Some(status) = daemons[0].reap()? {
