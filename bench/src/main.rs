@@ -8,6 +8,7 @@
     reason = "benchmarks measure wall time and never run on a paused clock"
 )]
 
+mod latency;
 mod offload;
 mod perturbation;
 mod processes;
@@ -72,6 +73,28 @@ enum Command {
         rounds: u64,
         /// The stream's filter: passthrough, stats, histogram or classify.
         #[arg(long, default_value = "passthrough")]
+        filter: String,
+    },
+    /// Where a round's latency goes, hop by hop: a tree of separate processes at a light rate, with the
+    /// nodes' latency account on.
+    Latency {
+        /// An MRNet topology file or a balanced spec, instead of --agents and --fanout.
+        #[arg(long)]
+        topology: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 1024)]
+        ranks: u32,
+        #[arg(long, default_value_t = 16)]
+        agents: usize,
+        #[arg(long, default_value_t = 4)]
+        fanout: usize,
+        #[arg(long, default_value_t = 100)]
+        events: u32,
+        /// Milliseconds between two rounds (40: 25 rounds/s).
+        #[arg(long, default_value_t = 40)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        #[arg(long, default_value = "stats")]
         filter: String,
     },
     /// The highest round rate a tree sustains, per size, fanout and filter, with its latency.
@@ -220,6 +243,28 @@ fn main() -> anyhow::Result<()> {
                 tables: &tables,
                 schemes: &schemes,
             }))
+        }
+        Command::Latency {
+            topology,
+            ranks,
+            agents,
+            fanout,
+            events,
+            period_ms,
+            rounds,
+            filter,
+        } => {
+            let shape = Shape {
+                ranks,
+                agents,
+                fanout,
+                events,
+                period_ms,
+                rounds,
+                filter,
+                processes: true,
+            };
+            latency::run(&shape, topology.as_deref(), args.repeats)
         }
         Command::Throughput {
             ranks,

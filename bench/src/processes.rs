@@ -24,6 +24,14 @@ impl CpuByKind {
 
 /// Runs `shape` with `canopy up` in `dir`; returns the run's store and the CPU it cost by kind of process.
 pub fn run(shape: &Shape, dir: &Path) -> anyhow::Result<(PathBuf, CpuByKind)> {
+    let mut cmd = up_command(shape, None, dir)?;
+    finish(&mut cmd)?;
+    read_cpu(&dir.join("latest-cpu.json"))
+}
+
+/// `canopy up` for `shape` (or for a topology file's tree, with the shape's ranks and rates), quiet, its
+/// store and logs in `dir`.
+pub fn up_command(shape: &Shape, topology: Option<&Path>, dir: &Path) -> anyhow::Result<Command> {
     let exe = std::env::current_exe()?;
     let canopy = exe.with_file_name("canopy");
     if !canopy.is_file() {
@@ -32,19 +40,30 @@ pub fn run(shape: &Shape, dir: &Path) -> anyhow::Result<(PathBuf, CpuByKind)> {
             canopy.display()
         );
     }
-    let out = Command::new(&canopy)
-        .args(["up", "--quiet", "--timeout-ms", "5000"])
-        .args(["--ranks", &shape.ranks.to_string()])
-        .args(["--agents", &shape.agents.to_string()])
-        .args(["--fanout", &shape.fanout.to_string()])
-        .args(["--events", &shape.events.to_string()])
+    let mut cmd = Command::new(&canopy);
+    cmd.args(["up", "--quiet", "--timeout-ms", "5000"])
+        .args(["--ranks", &shape.ranks.to_string()]);
+    match topology {
+        Some(file) => {
+            cmd.arg("--topology").arg(file);
+        }
+        None => {
+            cmd.args(["--agents", &shape.agents.to_string()])
+                .args(["--fanout", &shape.fanout.to_string()]);
+        }
+    }
+    cmd.args(["--events", &shape.events.to_string()])
         .args(["--rounds", &shape.rounds.to_string()])
         .args(["--period-ms", &shape.period_ms.to_string()])
         .args(["--filters", &shape.filter])
         .arg("--out")
-        .arg(dir)
-        .output()
-        .with_context(|| format!("cannot run {}", canopy.display()))?;
+        .arg(dir);
+    Ok(cmd)
+}
+
+/// Runs a `canopy up` to its end; its error output on a failure.
+pub fn finish(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd.output().context("cannot run canopy up")?;
     if !out.status.success() {
         bail!(
             "canopy up failed ({}): {}",
@@ -52,7 +71,7 @@ pub fn run(shape: &Shape, dir: &Path) -> anyhow::Result<(PathBuf, CpuByKind)> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    read_cpu(&dir.join("latest-cpu.json"))
+    Ok(())
 }
 
 /// Reads `canopy up`'s latest-cpu.json: the store, the rounds per stream, and seconds of CPU by kind.

@@ -60,15 +60,12 @@ impl SimulatedRanks {
         let mut options = Measure::default();
         let mut left = HashSet::new();
         loop {
-            let wait = anchor.map(|(t0, first)| {
-                let due = t0 + next_round.saturating_sub(first) * period_ns;
-                Duration::from_nanos(due.saturating_sub(unix_ns()))
-            });
+            let wait = anchor.map(|(t0, first)| t0 + next_round.saturating_sub(first) * period_ns);
             let action = match wait {
                 None => self.control.recv().await,
-                Some(d) => tokio::select! {
+                Some(due) => tokio::select! {
                     a = self.control.recv() => a,
-                    _ = tokio::time::sleep(d) => {
+                    _ = sleep_until_unix(due) => {
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
                         // window of rounds in flight.
                         if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left).await {
@@ -163,6 +160,25 @@ impl SimulatedRanks {
             })
             .collect();
         let _ = self.inputs.send(Input::Ranks(events)).await;
+    }
+}
+
+/// How close to its due time a round's wake-up is left to the OS timer instead of tokio's.
+const FINE_SLEEP: Duration = Duration::from_micros(1500);
+
+/// Sleeps until the wall-clock time `due_ns`. Tokio's timer ticks in whole milliseconds counted from each
+/// runtime's start, so agents told to dump at the same instant would wake up to a millisecond apart, and that
+/// spread would count in every round's latency; the last stretch is slept on a blocking thread, with the OS
+/// timer's precision (tens of microseconds).
+#[allow(clippy::disallowed_methods)] // std's sleep on a blocking thread, not on a runtime worker
+async fn sleep_until_unix(due_ns: u64) {
+    let left = Duration::from_nanos(due_ns.saturating_sub(unix_ns()));
+    if left > FINE_SLEEP {
+        tokio::time::sleep(left - FINE_SLEEP).await;
+    }
+    let left = Duration::from_nanos(due_ns.saturating_sub(unix_ns()));
+    if !left.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
     }
 }
 

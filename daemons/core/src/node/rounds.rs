@@ -10,6 +10,8 @@ use super::*;
 impl<U: Up> Node<U> {
     pub(super) async fn on_envelope(&mut self, source: String, env: Envelope) {
         self.counters.highest_seen = self.counters.highest_seen.max(env.round);
+        tracing::debug!(target: crate::LATENCY, node = %self.id, child = %source, round = env.round, phase = env.phase,
+            first_dump_ns = env.first_dump_unix_ns, at_ns = super::unix_ns(), "packet in");
         let key = GroupKey {
             stream: env.stream_id,
             round: env.round,
@@ -75,6 +77,7 @@ impl<U: Up> Node<U> {
     }
 
     pub(super) async fn on_closed(&mut self, c: Closed) {
+        let closed_ns = super::unix_ns();
         self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
         // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs.
         let used: Vec<&Arrival> = c
@@ -106,6 +109,8 @@ impl<U: Up> Node<U> {
             tracing::warn!(node = %self.id, source = %input.source, stream = c.key.stream, round = c.key.round,
                 "payload rejected by filter {filter}: {reason}");
         }
+        tracing::debug!(target: crate::LATENCY, node = %self.id, round = c.key.round, phase = c.key.phase,
+            first_dump_ns = c.first_dump_unix_ns, closed_ns, filtered_ns = super::unix_ns(), "round closed");
         self.route
             .remember(c.key.stream, c.key.round, &coverage, c.first_dump_unix_ns);
         self.emit(c.key.stream, c.key.round, out, coverage, c.first_dump_unix_ns)

@@ -244,6 +244,10 @@ async fn read_child(
         tokio::select! {
             next = inbound.message(), if held.has_room() => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
+                    if let up_message::Msg::Envelope(e) = &msg {
+                        tracing::debug!(target: crate::LATENCY, child = %id, round = e.round, phase = e.phase,
+                            first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(), "packet read");
+                    }
                     if held.passes(&msg, &window) {
                         if inputs.send(forward(msg)).await.is_err() {
                             return "node stopped".into();
@@ -413,7 +417,14 @@ impl ParentLink {
             }
             tokio::select! {
                 out = self.outbound.recv() => match out {
-                    Some(msg) => *pending = Some(msg),
+                    Some(msg) => {
+                        if let Some(up_message::Msg::Envelope(e)) = &msg.msg {
+                            tracing::debug!(target: crate::LATENCY, node = %self.hello.borrow().node_id, round = e.round,
+                                phase = e.phase, first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(),
+                                "packet out");
+                        }
+                        *pending = Some(msg)
+                    }
                     None => {
                         // The node ended. Ending the up stream lets the parent read everything sent before; it then
                         // ends the down stream, and only then is it certain that nothing was cut off.
