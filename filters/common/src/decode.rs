@@ -151,7 +151,10 @@ mod tests {
         assert_eq!(rejected(&out_a), vec![3]);
         assert_eq!(rejected(&out_b), vec![3]);
         let got: Vec<(&str, u32, u32)> = views.iter().map(|v| (v.app, v.rank, v.metrics)).collect();
-        let want: Vec<(&str, u32, u32)> = expected.iter().map(|p| (p.app.as_str(), p.rank, p.metrics)).collect();
+        let want: Vec<(&str, u32, u32)> = expected
+            .iter()
+            .map(|p| (p.app.as_str(), p.rank, p.metrics))
+            .collect();
         assert_eq!(got, want);
         assert_eq!(got.iter().filter(|v| v.1 == 3).count(), 5);
     }
