@@ -9,6 +9,7 @@
 )]
 
 mod latency;
+mod leaf;
 mod offload;
 mod perturbation;
 mod processes;
@@ -96,6 +97,19 @@ enum Command {
         rounds: u64,
         #[arg(long, default_value = "stats")]
         filter: String,
+    },
+    /// A leaf agent's work per rank-round, with the simulated ranks' generation apart from the leaf filter.
+    Leaf {
+        /// Simulated ranks of the agent.
+        #[arg(long, default_value_t = 64)]
+        ranks: u32,
+        #[arg(long, default_value_t = 100)]
+        events: u32,
+        #[arg(long, default_value_t = 200)]
+        rounds: u64,
+        /// Leaf filters timed, each over the same encoded rounds.
+        #[arg(long, default_value = "stats,histogram", value_delimiter = ',')]
+        filters: Vec<String>,
     },
     /// The highest round rate a tree sustains, per size, fanout and filter, with its latency.
     Throughput {
@@ -244,6 +258,12 @@ fn main() -> anyhow::Result<()> {
                 schemes: &schemes,
             }))
         }
+        Command::Leaf {
+            ranks,
+            events,
+            rounds,
+            filters,
+        } => leaf::run(ranks, events, rounds, &filters, args.repeats),
         Command::Latency {
             topology,
             ranks,

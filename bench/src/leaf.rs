@@ -1,0 +1,74 @@
+//! `canopy-bench leaf`: a leaf agent's work per rank-round, in one thread, with the simulated ranks' own work
+//! apart: generating and encoding a round's profiles (in a deployment, the ranks' work, done by the SDK in
+//! the application) against the leaf filter reading and folding them (the agent's work). The rest of an
+//! agent's CPU (runtime, round engine, transport) is what a whole-process figure adds to these two.
+
+use std::time::Instant;
+
+use canopy_agent::sim::{Scenario, Selection, SimConfig, Simulator};
+use canopy_core::filter::{FilterFactory, Level};
+
+use crate::stats;
+
+#[allow(clippy::disallowed_types)] // a benchmark's wall clock, on its own thread
+pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: usize) -> anyhow::Result<()> {
+    println!(
+        "\n## leaf: one agent's {ranks} simulated ranks (flash, {events} events), {rounds} rounds, one thread: us per rank-round"
+    );
+    println!("| work | us per rank-round (median) | min | max |");
+    println!("|---|---:|---:|---:|");
+    let plugins = canopy_core::plugin::filters_from(&[]);
+    let rank_rounds = (u64::from(ranks) * rounds) as f64;
+    let mut generate = Vec::new();
+    let mut fold: Vec<Vec<f64>> = vec![Vec::new(); filters.len()];
+    for _ in 0..repeats {
+        let mut sim = Simulator::new(SimConfig {
+            scenario: Scenario::Flash,
+            ranks,
+            events,
+            rank_offset: 0,
+            total_ranks: ranks,
+            seed: 1,
+            app: "sim".into(),
+        });
+        let selection = Selection {
+            reported: &|_| true,
+            metrics: 0,
+            sampled_out: &|_| false,
+        };
+        let mut batches: Vec<Vec<Vec<u8>>> = Vec::with_capacity(rounds as usize);
+        let t = Instant::now();
+        for round in 0..rounds {
+            let mut batch = Vec::with_capacity(ranks as usize);
+            sim.encode_round(round, 1, &selection, |_, b| batch.extend(b));
+            batches.push(batch);
+        }
+        generate.push(t.elapsed().as_secs_f64() * 1e6 / rank_rounds);
+        for (f, name) in filters.iter().enumerate() {
+            // The real plugin, loaded from beside this executable as the agent loads it.
+            let mut filter = plugins.create(name, "", Level::Leaf)?;
+            let t = Instant::now();
+            for (round, batch) in batches.iter().enumerate() {
+                let inputs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+                let out = filter.upstream(round as u64, 0, &inputs)?;
+                std::hint::black_box(out);
+            }
+            fold[f].push(t.elapsed().as_secs_f64() * 1e6 / rank_rounds);
+        }
+    }
+    let row = |label: &str, xs: Vec<f64>| {
+        let (m, lo, hi) = stats(xs);
+        println!("| {label} | {m:.2} | {lo:.2} | {hi:.2} |");
+    };
+    row(
+        "the simulated ranks: generate and encode (the ranks' work)",
+        generate,
+    );
+    for (name, xs) in filters.iter().zip(fold) {
+        row(
+            &format!("the leaf's `{name}` filter: read and fold (the agent's work)"),
+            xs,
+        );
+    }
+    Ok(())
+}
