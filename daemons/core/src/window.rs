@@ -119,7 +119,12 @@ impl Window {
 impl WindowGate {
     /// Whether a packet of `round` may be handed over now.
     pub fn admits(&self, round: u64) -> bool {
-        round < *self.limit.borrow()
+        round < self.limit()
+    }
+
+    /// The current limit: rounds below it may be handed over.
+    pub fn limit(&self) -> u64 {
+        *self.limit.borrow()
     }
 
     /// Waits until `round` is inside the window; false once the node has ended.

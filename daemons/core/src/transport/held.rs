@@ -28,7 +28,12 @@ pub(crate) struct Held {
 
 /// Whether the window lets a packet through now.
 pub(crate) fn admitted(env: &Envelope, window: &WindowGate) -> bool {
-    env.late || env.phase > 0 || window.admits(env.round)
+    admitted_below(env, window.limit())
+}
+
+/// [`admitted`] against a limit read once, for a scan of many packets.
+fn admitted_below(env: &Envelope, limit: u64) -> bool {
+    env.late || env.phase > 0 || env.round < limit
 }
 
 fn size(msg: &Msg) -> usize {
@@ -66,10 +71,29 @@ impl Held {
     /// packet precedes.
     pub(crate) fn release(&mut self, window: &WindowGate) -> Vec<Msg> {
         let mut out = Vec::new();
+        let limit = window.limit();
+        let goes = |msg: &Msg| match msg {
+            Msg::Envelope(env) => admitted_below(env, limit),
+            _ => true,
+        };
+        // Usually the window moved to the first packet held: take what goes from the front, and scan (and move)
+        // the rest only if a packet further back goes too.
+        while self.msgs.front().is_some_and(goes) {
+            let msg = self.msgs.pop_front().expect("a front message");
+            self.bytes -= size(&msg);
+            out.push(msg);
+        }
+        let later = self
+            .msgs
+            .iter()
+            .any(|m| matches!(m, Msg::Envelope(env) if admitted_below(env, limit)));
+        if !later {
+            return out;
+        }
         let mut kept = VecDeque::new();
         for msg in self.msgs.drain(..) {
             let goes = match &msg {
-                Msg::Envelope(env) => admitted(env, window),
+                Msg::Envelope(env) => admitted_below(env, limit),
                 _ => kept.is_empty(),
             };
             if goes {
