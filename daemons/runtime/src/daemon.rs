@@ -22,8 +22,8 @@ pub fn main<C, F, Fut, E>(
 ) -> ExitCode
 where
     F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: std::fmt::Display + IsRefusal,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + IsRefusal + Send + 'static,
 {
     let config = match loaded {
         Ok(c) => c,
@@ -67,8 +67,11 @@ where
                 _ = tokio::time::sleep(FORCE_AFTER) => "the clean shutdown took too long",
             }
         };
+        // On a worker, not on this thread: the daemon's tasks (streams, links, ranks) hand it work all the
+        // time, and waking a task on a worker is cheaper than waking the thread that blocks on the runtime.
+        let daemon = tokio::spawn(run(config, shutdown));
         tokio::select! {
-            r = run(config, shutdown) => Some(r),
+            r = daemon => Some(r.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))),
             why = force => {
                 tracing::warn!("exiting at once: {why}");
                 eprintln!("canopy-{role}: exiting at once: {why}");
@@ -160,8 +163,8 @@ pub fn run_main<C, R, Fut, E>(role: &str, name: &'static str, about: &'static st
 where
     C: DaemonConfig,
     R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: std::fmt::Display + IsRefusal,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + IsRefusal + Send + 'static,
 {
     use clap::FromArgMatches;
     let matches = command::<C>(name, about).get_matches();
