@@ -205,6 +205,10 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The in-process daemons log to stderr when asked to (CANOPY_LOG=canopy::latency=debug, say); quiet otherwise.
+    if std::env::var_os("CANOPY_LOG").is_some() {
+        canopy_runtime::telemetry::init(canopy_runtime::config::LogFormat::Text, "warn");
+    }
     if !matches!(args.command, Command::OffloadRank { .. }) {
         println!(
             "# canopy-bench on {} cores",
