@@ -11,11 +11,8 @@ use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
 use tokio::sync::mpsc;
 
+use super::timer::WallTimer;
 use super::{Selection, Simulator};
-
-/// How long after the tree's start (at least; ten periods if longer) a node counts as rejoining rather than
-/// starting late.
-const REJOIN_AFTER: Duration = Duration::from_millis(500);
 
 /// When the simulated ranks dump, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -59,13 +56,14 @@ impl SimulatedRanks {
         let names = self.sim.names();
         let mut options = Measure::default();
         let mut left = HashSet::new();
+        let timer = WallTimer::new();
         loop {
             let wait = anchor.map(|(t0, first)| t0 + next_round.saturating_sub(first) * period_ns);
             let action = match wait {
                 None => self.control.recv().await,
                 Some(due) => tokio::select! {
                     a = self.control.recv() => a,
-                    _ = sleep_until_unix(due) => {
+                    _ = timer.sleep_until(due) => {
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
                         // window of rounds in flight.
                         if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left).await {
@@ -84,11 +82,11 @@ impl SimulatedRanks {
             };
             match action {
                 Some(control::Action::Start(s)) => {
-                    // Round k is every rank's k-th dump: a node that got Start a little late dumps the rounds it
-                    // missed at once; one that joins long after the start (a restart) begins at the current round.
-                    let since = unix_ns().saturating_sub(s.start_unix_ns);
-                    let rejoin_after = (REJOIN_AFTER.as_nanos() as u64).max(10 * period_ns);
-                    next_round = if since > rejoin_after {
+                    // Round k is every rank's k-th dump: a node the Start reached late (a loaded machine) dumps the
+                    // rounds it missed at once, so no round lacks its ranks; one that attached after the start (it
+                    // joined late or restarted) begins at the tree's current round.
+                    next_round = if s.rejoin {
+                        let since = unix_ns().saturating_sub(s.start_unix_ns);
                         next_round.max(s.first_round + since / period_ns)
                     } else {
                         next_round.max(s.first_round)
@@ -163,25 +161,6 @@ impl SimulatedRanks {
     }
 }
 
-/// How close to its due time a round's wake-up is left to the OS timer instead of tokio's.
-const FINE_SLEEP: Duration = Duration::from_micros(1500);
-
-/// Sleeps until the wall-clock time `due_ns`. Tokio's timer ticks in whole milliseconds counted from each
-/// runtime's start, so agents told to dump at the same instant would wake up to a millisecond apart, and that
-/// spread would count in every round's latency; the last stretch is slept on a blocking thread, with the OS
-/// timer's precision (tens of microseconds).
-#[allow(clippy::disallowed_methods)] // std's sleep on a blocking thread, not on a runtime worker
-async fn sleep_until_unix(due_ns: u64) {
-    let left = Duration::from_nanos(due_ns.saturating_sub(unix_ns()));
-    if left > FINE_SLEEP {
-        tokio::time::sleep(left - FINE_SLEEP).await;
-    }
-    let left = Duration::from_nanos(due_ns.saturating_sub(unix_ns()));
-    if !left.is_zero() {
-        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
-    }
-}
-
 /// The ids of the names the options leave out.
 fn left_out(options: &Measure, names: &[(u64, String)]) -> HashSet<u64> {
     if !options.selects_names() {
@@ -192,4 +171,73 @@ fn left_out(options: &Measure, names: &[(u64, String)]) -> HashSet<u64> {
         .filter(|(_, name)| !options.reports(name))
         .map(|&(id, _)| id)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Scenario, SimConfig};
+    use canopy_core::window::Window;
+    use canopy_proto::v1::Start;
+
+    /// The first round the simulated ranks dump after a Start stamped ten seconds ago.
+    async fn first_round_after_a_late_start(rejoin: bool) -> u64 {
+        let sim = Simulator::new(SimConfig {
+            scenario: Scenario::Flash,
+            ranks: 2,
+            events: 4,
+            rank_offset: 0,
+            total_ranks: 2,
+            seed: 1,
+            app: "app".into(),
+        });
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let (inputs, mut node) = mpsc::channel(16);
+        let (_window, gate) = Window::new(1 << 40);
+        let ranks = SimulatedRanks {
+            sim,
+            schedule: Schedule {
+                period: Duration::from_millis(1),
+                rounds: 0,
+            },
+            control,
+            inputs,
+            window: gate,
+        };
+        let clock = tokio::spawn(ranks.run());
+        let start = Start {
+            start_unix_ns: unix_ns() - 10_000_000_000,
+            first_round: 5,
+            rejoin,
+        };
+        control_tx.send(control::Action::Start(start)).unwrap();
+        let mut first = None;
+        while first.is_none() {
+            match node.recv().await {
+                Some(Input::Ranks(events)) => {
+                    first = events.iter().find_map(|e| match e {
+                        RankEvent::Round { round, .. } => Some(*round),
+                        _ => None,
+                    })
+                }
+                Some(_) => {}
+                None => panic!("the simulated ranks ended before dumping"),
+            }
+        }
+        clock.abort();
+        first.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_start_that_reached_the_node_late_dumps_from_its_first_round() {
+        // A loaded machine delayed the broadcast Start: no round may lack these ranks.
+        assert_eq!(first_round_after_a_late_start(false).await, 5);
+    }
+
+    #[tokio::test]
+    async fn a_node_that_rejoins_begins_at_the_trees_current_round() {
+        let first = first_round_after_a_late_start(true).await;
+        // Ten seconds of 1 ms rounds after round 5, give or take the test's own pace.
+        assert!((10_005..10_500).contains(&first), "began at round {first}");
+    }
 }

@@ -1,6 +1,7 @@
 //! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
 
 pub mod clock;
+mod timer;
 
 use std::collections::HashSet;
 use std::fmt;

@@ -34,7 +34,7 @@ impl ControlState {
     }
 
     /// What a child attaching now must hear, in order: the options first (the Start that follows may make the
-    /// child dump at once), then the start or stop, then a drain under way.
+    /// child dump at once), then the start or stop (a start marked as a rejoin), then a drain under way.
     pub(crate) fn replay(&self) -> Vec<Control> {
         let mut out: Vec<Control> = self
             .options
@@ -42,6 +42,11 @@ impl ControlState {
             .chain(self.collection.iter())
             .cloned()
             .collect();
+        for c in &mut out {
+            if let Some(control::Action::Start(s)) = &mut c.action {
+                s.rejoin = true;
+            }
+        }
         if self.draining {
             out.push(Control {
                 action: Some(control::Action::Drain(Drain {})),
@@ -84,5 +89,38 @@ mod tests {
         assert_eq!(r[0], options(50, 2));
         assert!(matches!(r[1].action, Some(control::Action::Stop(_))));
         assert!(matches!(r[2].action, Some(control::Action::Drain(_))));
+    }
+
+    #[test]
+    fn a_child_attaching_after_the_start_hears_a_rejoin_and_the_broadcast_one_does_not() {
+        let mut s = ControlState::default();
+        let start = canopy_proto::v1::Start {
+            start_unix_ns: 7,
+            first_round: 3,
+            rejoin: false,
+        };
+        s.record(&Control {
+            action: Some(control::Action::Start(start)),
+        });
+        let r = s.replay();
+        assert_eq!(r.len(), 1);
+        let Some(control::Action::Start(replayed)) = &r[0].action else {
+            panic!("the replay is not a start: {r:?}");
+        };
+        assert_eq!(
+            *replayed,
+            canopy_proto::v1::Start {
+                rejoin: true,
+                ..start
+            }
+        );
+        // What was recorded (and broadcast) stays as the parent sent it.
+        let Some(Control {
+            action: Some(control::Action::Start(kept)),
+        }) = &s.collection
+        else {
+            panic!("no start recorded");
+        };
+        assert!(!kept.rejoin);
     }
 }

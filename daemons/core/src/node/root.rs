@@ -116,5 +116,6 @@ pub(crate) fn start(first_round: u64) -> Start {
     Start {
         start_unix_ns: super::unix_ns(),
         first_round,
+        rejoin: false,
     }
 }
