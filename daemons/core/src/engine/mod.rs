@@ -2,7 +2,10 @@
 //!
 //! It is synchronous and clock-agnostic (the caller passes `now`), so the coverage rules can be property-tested
 //! without a runtime. A group closes when every live source has delivered (wait-for-all), when its time-out
-//! expires, or at once (don't-wait). Every expected rank of a closed group is either covered or counted under
+//! expires, or at once (don't-wait). The time-out is for silence, not for being behind: a group past its time-out
+//! still waits while a source it lacks was heard within the time-out (delivering older rounds under load; the
+//! window of rounds in flight bounds how far behind it can be), and closes once every source it lacks has been
+//! silent that long. Every expected rank of a closed group is either covered or counted under
 //! exactly one missing reason.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -78,6 +81,8 @@ struct Source {
     /// Rounds [from, end) whose dumps never left the rank (its SDK's queue was full): not waited for, and
     /// counted as dropped.
     dropped: std::collections::VecDeque<(u64, u64)>,
+    /// When its last packet arrived.
+    heard: Option<Instant>,
 }
 
 impl Source {
@@ -254,6 +259,7 @@ impl RoundEngine {
                 from,
                 stopped_before: false,
                 dropped,
+                heard: None,
             },
         );
         self.recount();
@@ -407,9 +413,10 @@ impl RoundEngine {
 
     /// Places one packet.
     pub fn accept(&mut self, key: GroupKey, arrival: Arrival, now: Instant) -> Result<Accepted, EngineError> {
-        if !self.sources.contains_key(&arrival.source) {
+        let Some(source) = self.sources.get_mut(&arrival.source) else {
             return Err(EngineError::UnknownSource(arrival.source));
-        }
+        };
+        source.heard = Some(now);
         let sync = *self
             .streams
             .get(&key.stream)
@@ -486,15 +493,36 @@ impl RoundEngine {
         }
     }
 
-    /// Closes every group whose time-out has passed.
+    /// Closes every group whose time-out has passed and whose missing sources have all been silent for it; a
+    /// group that lacks a source heard more recently waits until the time-out after that source was last heard.
     pub fn expire(&mut self, now: Instant) -> Vec<Closed> {
-        let due: Vec<GroupKey> = self
+        let due: Vec<(GroupKey, Option<Instant>)> = self
             .open
             .iter()
             .filter(|(_, g)| g.deadline <= now)
-            .map(|(k, _)| *k)
+            .map(|(k, g)| (*k, self.last_heard_missing(*k, g)))
             .collect();
-        due.into_iter().map(|k| self.close(k)).collect()
+        let mut closed = Vec::new();
+        for (key, heard) in due {
+            let timeout = self
+                .streams
+                .get(&key.stream)
+                .map_or(Duration::ZERO, |s| s.timeout);
+            match heard.map(|h| h + timeout).filter(|&later| later > now) {
+                Some(later) => self.open.get_mut(&key).expect("a due group is open").deadline = later,
+                None => closed.push(self.close(key)),
+            }
+        }
+        closed
+    }
+
+    /// When a source the group waits for and lacks was last heard (the latest of them); `None` if none was.
+    fn last_heard_missing(&self, key: GroupKey, group: &OpenGroup) -> Option<Instant> {
+        self.sources
+            .iter()
+            .filter(|(id, _)| !group.from.contains(*id) && self.waits_for(key, id))
+            .filter_map(|(_, s)| s.heard)
+            .max()
     }
 
     /// Closes every open group now, as a drain does.

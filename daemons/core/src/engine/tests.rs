@@ -109,6 +109,47 @@ fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
 }
 
 #[test]
+fn a_source_behind_but_delivering_is_waited_for_past_the_time_out() {
+    let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let at = |round| GroupKey { round, ..K };
+    // a runs ahead; b is behind, delivering older rounds every 60 ms.
+    for round in 0..4 {
+        e.accept(at(round), arrival("a", 1), t0).unwrap();
+    }
+    for round in 0..3 {
+        let now = t0 + ms(60 * (round + 1));
+        let Accepted::Closed(c) = e.accept(at(round), arrival("b", 1), now).unwrap() else {
+            panic!("round {round} did not close when b delivered it");
+        };
+        assert!(!c.partial, "round {round}");
+        assert!(e.expire(now).is_empty(), "b was heard just now: round 3 waits");
+    }
+    // b falls silent after round 2 (heard last at 180 ms): round 3 closes a time-out later, without it.
+    assert!(e.expire(t0 + ms(279)).is_empty());
+    let closed = e.expire(t0 + ms(280));
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].key.round, 3);
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 1);
+    assert!(closed[0].partial);
+}
+
+#[test]
+fn a_source_that_delivered_is_not_what_a_group_waits_on() {
+    // a is heard all the time, but the round has a's packet; b, which it lacks, was never heard.
+    let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    e.accept(K, arrival("a", 1), t0).unwrap();
+    e.accept(GroupKey { round: 1, ..K }, arrival("a", 1), t0 + ms(90))
+        .unwrap();
+    let closed = e.expire(t0 + ms(100));
+    assert_eq!(closed.len(), 1, "round 0 waits on b alone, silent all along");
+    assert_eq!(closed[0].key.round, 0);
+    assert_eq!(e.next_deadline(), Some(t0 + ms(190)));
+}
+#[test]
 fn a_restarted_source_that_answers_for_fewer_ranks_counts_the_others_lost() {
     let mut e = engine(&[("relay", 16), ("b", 4)], SyncMode::WaitForAll);
     // The relay comes back knowing only one of its two agents.
