@@ -41,6 +41,9 @@ pub struct WindowState {
     pub lowest_held: Option<u64>,
     /// No limit at all: a leaf before collection starts holds its ranks' dumps itself, bounded per rank.
     pub unbounded: bool,
+    /// The parent's credit: the window ends there if that is lower (never below the lowest round under way, which
+    /// must be able to finish).
+    pub credit: Option<u64>,
 }
 
 impl Window {
@@ -76,6 +79,22 @@ impl Window {
         *self.limit.borrow()
     }
 
+    /// The round a producer waits for, if the window (held down by the parent's credit) does not cover it.
+    pub fn waiting_beyond(&self) -> Option<u64> {
+        let wanted = *self.wanted.borrow();
+        (wanted > 0 && wanted >= self.limit()).then_some(wanted)
+    }
+
+    /// What a child waits for (its Want): moves the window as a producer here waiting for `round` would.
+    pub fn want(&self, round: u64) {
+        raise(&self.wanted_tx, round);
+    }
+
+    /// How far the limit moves before the children hear a new credit: a quarter of the window.
+    pub fn credit_step(&self) -> u64 {
+        (self.max_in_flight / 4).max(1)
+    }
+
     /// Completes when a producer starts waiting for a round beyond any it waited for before.
     pub async fn waited(&mut self) {
         if self.wanted.changed().await.is_err() {
@@ -89,16 +108,22 @@ impl Window {
         let limit = if s.unbounded {
             u64::MAX
         } else {
-            let floor = match (s.lowest_open, s.lowest_awaited) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(floor), None) | (None, Some(floor)) => floor,
-                (None, None) => s
-                    .highest_closed
+            let under_way = match (s.lowest_open, s.lowest_awaited) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (Some(floor), None) | (None, Some(floor)) => Some(floor),
+                (None, None) => None,
+            };
+            let floor = under_way.unwrap_or_else(|| {
+                s.highest_closed
                     .map_or(0, |h| h + 1)
                     .max(*self.wanted.borrow_and_update())
-                    .max(s.lowest_held.unwrap_or(0)),
-            };
-            floor.saturating_add(self.max_in_flight)
+                    .max(s.lowest_held.unwrap_or(0))
+            });
+            let own = floor.saturating_add(self.max_in_flight);
+            match s.credit {
+                Some(credit) => own.min(credit.max(under_way.map_or(0, |r| r + 1))),
+                None => own,
+            }
         };
         // A wait the window now covers is over: forget it (quietly), so it cannot move the window again later.
         self.wanted_tx.send_if_modified(|w| {
@@ -142,13 +167,7 @@ impl WindowGate {
 
     /// Tells the node that a packet of `round` waits.
     pub fn want(&self, round: u64) {
-        self.wanted.send_if_modified(|w| {
-            let more = round > *w;
-            if more {
-                *w = round;
-            }
-            more
-        });
+        raise(&self.wanted, round);
     }
 
     /// Waits until the window moves and returns its new limit; `None` once the node has ended.
@@ -156,6 +175,17 @@ impl WindowGate {
         self.limit.changed().await.ok()?;
         Some(*self.limit.borrow_and_update())
     }
+}
+
+/// Records a wait for `round` if it is beyond any recorded (which wakes the node).
+fn raise(wanted: &watch::Sender<u64>, round: u64) {
+    wanted.send_if_modified(|w| {
+        let more = round > *w;
+        if more {
+            *w = round;
+        }
+        more
+    });
 }
 
 #[cfg(test)]

@@ -285,7 +285,8 @@ impl Up for StoreUp {
             up_message::Msg::StreamError(e) => {
                 tracing::error!(stream = e.stream_id, node = %e.node_id, "stream error: {}", e.reason);
             }
-            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) => {}
+            // The root has no parent to ask for rounds: it never sends a Want.
+            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) | up_message::Msg::Want(_) => {}
         }
     }
 }

@@ -9,6 +9,7 @@
 
 mod children;
 mod control_state;
+mod credit;
 mod input;
 mod leaf;
 mod lifecycle;
@@ -28,8 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canopy_proto::v1::{
-    Control, DownMessage, EventName, Fin, Hello, NameDictionary, NodeEvent, NodeKind, NodeState, OpenStream,
-    StreamSpec, control, down_message, up_message,
+    Control, Credit, DownMessage, EventName, Fin, Hello, NameDictionary, NodeEvent, NodeKind, NodeState,
+    OpenStream, StreamSpec, Want, control, down_message, up_message,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -127,6 +128,7 @@ pub struct Node<U: Up> {
     names: HashMap<u64, String>,
     counters: NodeCounters,
     window: Window,
+    credit: credit::Credit,
     role: Role,
     /// For a node with a parent: the Hello its link sends.
     hello: Option<watch::Sender<Hello>>,
@@ -171,6 +173,7 @@ impl<U: Up> Node<U> {
             names: HashMap::new(),
             counters: NodeCounters::default(),
             window,
+            credit: credit::Credit::default(),
             hello: (!matches!(role, Role::Root(_))).then_some(hello_tx),
             role,
             status_interval: config.status_interval,
@@ -300,7 +303,15 @@ impl<U: Up> Node<U> {
             })
         });
         let controls = self.control.replay().into_iter().map(down_message::Msg::Control);
-        for msg in opens.collect::<Vec<_>>().into_iter().chain(controls) {
+        let credit = down_message::Msg::Credit(Credit {
+            below: self.window.limit(),
+        });
+        for msg in opens
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(controls)
+            .chain([credit])
+        {
             let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
         }
         self.children.attach(&id, conn, tx, hello.ranks_announced);
@@ -341,6 +352,8 @@ impl<U: Up> Node<U> {
                 self.node_event(ev).await;
             }
             up_message::Msg::Status(st) => self.up.send(up_message::Msg::Status(st)).await,
+            // The transport takes a child's Want itself; one that reaches the node counts the same.
+            up_message::Msg::Want(w) => self.window.want(w.round),
             up_message::Msg::Fin(fin) => {
                 let ev = self.children.finish(&id, &self.id);
                 let closed = self
@@ -438,6 +451,7 @@ impl<U: Up> Node<U> {
             }
             down_message::Msg::Control(c) => self.on_control(c).await,
             down_message::Msg::Envelope(env) => self.on_downstream(env).await,
+            down_message::Msg::Credit(c) => self.credit.heard(c.below),
         }
     }
 
@@ -617,13 +631,20 @@ impl<U: Up> Node<U> {
                 Role::Leaf(leaf) => (!leaf.started(), leaf.lowest_held()),
                 _ => (false, None),
             };
-            self.window.update(WindowState {
+            let limit = self.window.update(WindowState {
                 lowest_open: self.engine.lowest_open_round(),
                 lowest_awaited: self.route.lowest_awaited(),
                 highest_closed: self.highest_closed,
                 lowest_held,
                 unbounded,
+                credit: self.credit.cap(),
             });
+            if let Some(below) = self.credit.give(limit, self.window.credit_step()) {
+                self.broadcast(down_message::Msg::Credit(Credit { below })).await;
+            }
+            if let Some(round) = self.credit.want(self.window.waiting_beyond()) {
+                self.up.send(up_message::Msg::Want(Want { round })).await;
+            }
             if !self.release_held().await {
                 break;
             }

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use canopy_proto::v1::{
-    Control, Coverage, DownMessage, Envelope, Fin, Hello, MissingReason, NodeKind, OpenStream, StreamSpec,
-    SyncMode, control, down_message, up_message,
+    Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, MissingReason, NodeKind, OpenStream,
+    StreamSpec, SyncMode, control, down_message, up_message,
 };
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -322,6 +322,82 @@ async fn with_no_round_open_the_window_moves_to_a_waiting_child() {
     assert_eq!(admitted, Ok(true));
 }
 
+/// The credits a child has heard so far.
+fn credits(child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>) -> Vec<u64> {
+    let mut out = Vec::new();
+    while let Ok(Ok(DownMessage { msg: Some(msg) })) = child.try_recv() {
+        if let down_message::Msg::Credit(c) = msg {
+            out.push(c.below);
+        }
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn children_hear_the_window_as_credit_when_they_attach_and_as_it_moves() {
+    let h = start(RoleConfig::Relay, 16);
+    let mut a = h.child("a", 1, 1).await;
+    h.open(1).await;
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a), vec![16]);
+    // Rounds 0 to 2 close: the limit moves by 3, less than a quarter of the window, and nobody is told.
+    for round in 0..3 {
+        h.child_sends("a", 1, packet(1, round, 1, 1)).await;
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a), Vec::<u64>::new());
+    assert!(h.window.admits(18), "the window itself did move");
+    // Round 3 closes too: the limit has moved a quarter of the window since the credit.
+    h.child_sends("a", 1, packet(1, 3, 1, 1)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a), vec![20]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
+    let mut h = start(RoleConfig::Relay, 64);
+    let mut a = h.child("a", 1, 1).await;
+    h.open(1).await;
+    let credit = |below| Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit { below })));
+    h.input(credit(4)).await;
+    tokio::task::yield_now().await;
+    assert!(h.window.admits(3));
+    assert!(!h.window.admits(4), "the parent takes rounds below 4 only");
+    // The child hears the capped window, so it sends nothing this node would only hold.
+    assert_eq!(credits(&mut a).last(), Some(&4));
+    // A producer waiting at round 4 makes the node ask its parent for it, once.
+    let mut gate = h.window.clone();
+    let waiter = tokio::spawn(async move { gate.admit(4).await });
+    let want = loop {
+        match h.up.recv().await.expect("node ended") {
+            up_message::Msg::Want(w) => break w.round,
+            _ => continue,
+        }
+    };
+    assert_eq!(want, 4);
+    assert!(!waiter.is_finished());
+    // The parent's window moves: the producer goes on.
+    h.input(credit(20)).await;
+    assert!(waiter.await.unwrap());
+    assert!(h.window.admits(19) && !h.window.admits(20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_under_way_can_finish_whatever_the_credit() {
+    let h = start(RoleConfig::Relay, 64);
+    let _a = h.child("a", 1, 1).await;
+    let _b = h.child("b", 2, 1).await;
+    h.open(1).await;
+    // Round 10 is open here (b has not delivered) when the parent's credit falls to 5, as a parent that
+    // restarted would give: b may still deliver round 10.
+    h.child_sends("a", 1, packet(1, 10, 1, 1)).await;
+    let credit = down_message::Msg::Credit(Credit { below: 5 });
+    h.input(Input::Parent(ParentEvent::Message(credit))).await;
+    tokio::task::yield_now().await;
+    assert!(h.window.admits(10));
+    assert!(!h.window.admits(11));
+}
+
 fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
     RoleConfig::Root(RootOptions {
         expect_ranks: 0,
@@ -421,8 +497,12 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
     // The child hears the stream (given id 1), then the start: 4 ranks were expected and are there.
     let mut heard = Vec::new();
     while heard.len() < 2 {
-        if let Some(Ok(DownMessage { msg: Some(m) })) = child.recv().await {
-            heard.push(m);
+        match child.recv().await {
+            Some(Ok(DownMessage {
+                msg: Some(down_message::Msg::Credit(_)),
+            })) => {}
+            Some(Ok(DownMessage { msg: Some(m) })) => heard.push(m),
+            _ => {}
         }
     }
     assert!(matches!(&heard[0], down_message::Msg::OpenStream(o) if o.spec.as_ref().unwrap().stream_id == 1));
@@ -503,8 +583,13 @@ async fn a_stream_whose_filter_is_unknown_fails_at_the_root_and_is_reported() {
     );
     let h = start(role, 8);
     let mut child = h.child("a", 1, 1).await;
-    // The failed stream is not opened on a child that attaches.
-    let first = child.recv().await.unwrap().unwrap();
+    // The failed stream is not opened on a child that attaches (it hears control and credit only).
+    let first = loop {
+        let msg = child.recv().await.unwrap().unwrap();
+        if !matches!(msg.msg, Some(down_message::Msg::Credit(_))) {
+            break msg;
+        }
+    };
     assert!(
         matches!(first.msg, Some(down_message::Msg::Control(_))),
         "{first:?}"

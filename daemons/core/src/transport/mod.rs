@@ -244,6 +244,11 @@ async fn read_child(
         tokio::select! {
             next = inbound.message(), if held.has_room() => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
+                    if let up_message::Msg::Want(w) = &msg {
+                        // Flow control, not data: it never waits behind held packets.
+                        window.want(w.round);
+                        continue;
+                    }
                     if let up_message::Msg::Envelope(e) = &msg {
                         tracing::debug!(target: crate::LATENCY, child = %id, round = e.round, phase = e.phase,
                             first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(), "packet read");

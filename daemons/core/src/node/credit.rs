@@ -1,0 +1,94 @@
+//! Flow control by rounds between a node and its neighbours: the credit it hears from its parent (which caps its
+//! window), the credit it gives its children (its window's limit, sent again each time it has moved a quarter of
+//! the window), and the Want it sends up when its own producers wait beyond the parent's credit.
+
+/// A node's side of the credit exchange. Its methods return what to send; the node sends it.
+#[derive(Debug, Default)]
+pub(crate) struct Credit {
+    /// The parent's last credit: rounds below it may go up.
+    from_parent: Option<u64>,
+    /// The last credit sent down.
+    given: Option<u64>,
+    /// The last round asked for with a Want since the parent's credit last moved.
+    wanted: u64,
+}
+
+impl Credit {
+    /// The cap on this node's window.
+    pub(crate) fn cap(&self) -> Option<u64> {
+        self.from_parent
+    }
+
+    /// The parent's credit arrived.
+    pub(crate) fn heard(&mut self, below: u64) {
+        self.from_parent = Some(below);
+        if below > self.wanted {
+            self.wanted = 0;
+        }
+    }
+
+    /// The credit to give the children after the window moved to `limit`, if they should hear it now: when it
+    /// moved back, or `step` rounds on. (A child hears the limit when it attaches, so the first needs no
+    /// broadcast.)
+    pub(crate) fn give(&mut self, limit: u64, step: u64) -> Option<u64> {
+        let due = match self.given {
+            None => {
+                self.given = Some(limit);
+                false
+            }
+            Some(given) => limit < given || limit >= given.saturating_add(step),
+        };
+        if due {
+            self.given = Some(limit);
+        }
+        due.then_some(limit)
+    }
+
+    /// The Want to send up for a producer waiting at `waiting` beyond the window, unless it was sent already.
+    pub(crate) fn want(&mut self, waiting: Option<u64>) -> Option<u64> {
+        let round = waiting?;
+        if self.from_parent.is_none() || round <= self.wanted {
+            return None;
+        }
+        self.wanted = round;
+        Some(round)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_hear_the_credit_every_step_and_whenever_it_falls() {
+        let mut c = Credit::default();
+        assert_eq!(
+            c.give(64, 16),
+            None,
+            "children hear the first limit as they attach"
+        );
+        assert_eq!(c.give(70, 16), None);
+        assert_eq!(c.give(79, 16), None);
+        assert_eq!(c.give(80, 16), Some(80));
+        assert_eq!(
+            c.give(40, 16),
+            Some(40),
+            "a window that moved back is told at once"
+        );
+    }
+
+    #[test]
+    fn a_want_goes_up_once_per_round_and_again_after_the_credit_moves() {
+        let mut c = Credit::default();
+        assert_eq!(c.want(Some(100)), None, "the root has no parent to ask");
+        c.heard(64);
+        assert_eq!(c.cap(), Some(64));
+        assert_eq!(c.want(None), None);
+        assert_eq!(c.want(Some(100)), Some(100));
+        assert_eq!(c.want(Some(100)), None);
+        assert_eq!(c.want(Some(90)), None);
+        assert_eq!(c.want(Some(120)), Some(120));
+        c.heard(200);
+        assert_eq!(c.want(Some(230)), Some(230));
+    }
+}
