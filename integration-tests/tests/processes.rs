@@ -203,6 +203,31 @@ fn a_config_value_of_the_wrong_type_exits_64_naming_the_key_and_the_file() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // Sizes that would exhaust memory are refused at validate, with the key and the limit.
+    for (env, value, says) in [
+        (
+            "CANOPY_AGENT_SIMULATE_RANKS",
+            "4294967295",
+            "more than any node may answer for (16777216)",
+        ),
+        (
+            "CANOPY_AGENT_SIMULATE_EVENTS",
+            "100000",
+            "times simulate_ranks is 6400000000, more than 16777216",
+        ),
+    ] {
+        let out = Command::new(bin_dir().join("canopy-agent"))
+            .args(["validate", "--config"])
+            .arg(&config)
+            .env("CANOPY_AGENT_SIMULATE_RANKS", "64000")
+            .env(env, value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{env}={value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+
     // A semantic error from a flag names the flag; an unknown stream filter names the filter.
     let out = Command::new(bin_dir().join("canopy-frontend"))
         .args(["validate", "--streams", "nope"])

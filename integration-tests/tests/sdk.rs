@@ -547,6 +547,22 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
         0,
         "the refused connection is closed"
     );
+    // Sizes no application has: refused with the reason, and nothing the agent tells its parent changes (a count
+    // past the tree's bound would get the agent itself refused).
+    for (rank, nranks, says) in [
+        (
+            5,
+            u32::MAX,
+            "announces 4294967295 ranks, more than any node may answer for (16777216)",
+        ),
+        (3, 3, "is not below the application's announced size 3"),
+    ] {
+        let mut odd = RawRank::connect(&socket, rank, nranks);
+        match odd.read().msg {
+            Some(agent_message::Msg::Refused(r)) => assert!(r.reason.contains(says), "{}", r.reason),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 
     let dump_rounds = |ranks: &mut [RawRank], which: &[usize], rounds: std::ops::Range<u64>| {
         for round in rounds {

@@ -361,6 +361,86 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
     assert_eq!(high.iter().filter(|r| **r >= 100).count(), 4);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
+    let builder = TreeBuilder {
+        agents: 1,
+        ranks: 8,
+        expect_ranks: 12,
+        rounds: 4,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    // A hello that counts more ranks than any node may answer for: refused by name.
+    let (_tx, resp) = raw_attach(&tree.frontend_addr, hello("huge", PROTOCOL_VERSION, u32::MAX)).await;
+    let status = resp.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "child huge counts 4294967295 ranks, more than any node may answer for (16777216)"
+    );
+    // A child of 4 ranks whose packets count more than it has, or do not add up: refused, so no round's counts
+    // are inflated or wrapped; its ranks count as late in those rounds.
+    let (tx, resp) = raw_attach(&tree.frontend_addr, hello("inflater", PROTOCOL_VERSION, 4)).await;
+    let mut down = resp.expect("admitted");
+    wait_start(&mut down).await;
+    let with_coverage = |round: u64, coverage: Coverage| {
+        let mut msg = batch_envelope(round, 100..104);
+        if let Some(up_message::Msg::Envelope(env)) = &mut msg.msg {
+            env.coverage = Some(coverage);
+        }
+        msg
+    };
+    let inflated = Coverage {
+        covered: u32::MAX,
+        expected: u32::MAX,
+        missing: vec![],
+    };
+    let inexact = Coverage {
+        covered: 4,
+        expected: 4,
+        missing: vec![canopy_proto::v1::Missing {
+            reason: MissingReason::Late as i32,
+            ranks: 7,
+        }],
+    };
+    for msg in [
+        with_coverage(0, inflated),
+        with_coverage(1, inexact),
+        batch_envelope(2, 100..104),
+        batch_envelope(3, 100..104),
+    ] {
+        tx.send(msg).await.unwrap();
+    }
+    tx.send(UpMessage {
+        msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
+            node_id: "inflater".into(),
+            rounds_end: 4,
+        })),
+    })
+    .await
+    .unwrap();
+    tree.wait_frontend(Duration::from_secs(30))
+        .await
+        .expect("the tree goes on");
+    let rounds = tree.rounds();
+    assert_eq!(rounds.len(), 4);
+    for r in &rounds {
+        assert_eq!(r.expected, 12, "round {}: {r:?}", r.round);
+        if r.round < 2 {
+            assert_eq!(
+                (r.covered, r.missing.get(MissingReason::Late)),
+                (8, 4),
+                "round {}: {r:?}",
+                r.round
+            );
+        } else {
+            assert_eq!(r.covered, 12, "round {}: {r:?}", r.round);
+        }
+    }
+}
+
 /// Waits on a hand-made child's down stream until the root's Start.
 async fn wait_start(down: &mut tonic::Streaming<DownMessage>) {
     while let Ok(Some(m)) = down.message().await {

@@ -16,6 +16,10 @@ pub use canopy_filter_proto as filters;
 /// The version a node states in its Hello; a parent refuses a child that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The most ranks one node may answer for (2^24): a Hello, NodeEvent or packet that counts more is refused, so no
+/// count from the wire can overflow a sum of them.
+pub const MAX_RANKS: u32 = 1 << 24;
+
 /// Largest message either side of a Canopy gRPC connection accepts: a passthrough round of thousands of ranks
 /// is several megabytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;

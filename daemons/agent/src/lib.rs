@@ -106,6 +106,9 @@ impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     }
 }
 
+/// The most events the simulated ranks keep in all (ranks x events): each keeps its cumulative profile.
+pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
+
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         check_host_port("parent", &self.parent)?;
@@ -126,6 +129,24 @@ impl CheckConfig for AgentConfig {
         }
         if let Err(e) = self.simulate_scenario.parse::<Scenario>() {
             return Err(ConfigIssue::new("simulate_scenario", e.to_string()));
+        }
+        if self.simulate_ranks > canopy_proto::MAX_RANKS {
+            return Err(ConfigIssue::new(
+                "simulate_ranks",
+                format!(
+                    "is more than any node may answer for ({})",
+                    canopy_proto::MAX_RANKS
+                ),
+            ));
+        }
+        let slots = u64::from(self.simulate_ranks) * u64::from(self.simulate_events);
+        if slots > MAX_SIMULATED_SLOTS {
+            return Err(ConfigIssue::new(
+                "simulate_events",
+                format!(
+                    "times simulate_ranks is {slots}, more than {MAX_SIMULATED_SLOTS} (about 1 GiB of simulated profiles)"
+                ),
+            ));
         }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
             return Err(ConfigIssue::new(

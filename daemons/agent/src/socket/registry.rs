@@ -163,6 +163,24 @@ impl Ranks {
                 format!("rank {} (pid {}) names no application", h.rank, h.pid),
             );
         }
+        if h.nranks > canopy_proto::MAX_RANKS {
+            let reason = format!(
+                "rank {} of {} (pid {}) announces {} ranks, more than any node may answer for ({})",
+                h.rank,
+                h.app,
+                h.pid,
+                h.nranks,
+                canopy_proto::MAX_RANKS
+            );
+            return self.refuse(conn, reason);
+        }
+        if h.nranks > 0 && h.rank >= h.nranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) is not below the application's announced size {}",
+                h.rank, h.app, h.pid, h.nranks
+            );
+            return self.refuse(conn, reason);
+        }
         let twin = self
             .conns
             .values()

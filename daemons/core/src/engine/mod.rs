@@ -288,7 +288,14 @@ impl RoundEngine {
 
     /// Ranks served below this node, live or not: the `expected` of every round.
     pub fn ranks_expected(&self) -> u32 {
-        self.sources.values().map(|s| s.ranks_below).sum()
+        self.sources
+            .values()
+            .fold(0u32, |sum, s| sum.saturating_add(s.ranks_below))
+    }
+
+    /// The ranks a source answers for, if it is known.
+    pub fn ranks_below(&self, id: &str) -> Option<u32> {
+        self.sources.get(id).map(|s| s.ranks_below)
     }
 
     pub fn live_sources(&self) -> usize {

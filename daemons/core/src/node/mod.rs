@@ -28,6 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use canopy_proto::MAX_RANKS;
 use canopy_proto::v1::{
     Control, Credit, DownMessage, EventName, Fin, Hello, NameDictionary, NodeEvent, NodeKind, NodeState,
     OpenStream, StreamSpec, Want, control, down_message, up_message,
@@ -343,6 +344,12 @@ impl<U: Up> Node<U> {
             }
             up_message::Msg::Names(dict) => self.on_names(dict.names).await,
             up_message::Msg::NodeEvent(ev) => {
+                if ev.ranks_below > MAX_RANKS || ev.ranks_announced > MAX_RANKS {
+                    tracing::warn!(node = %self.id, child = %id, ranks_below = ev.ranks_below,
+                        ranks_announced = ev.ranks_announced, "node event refused: more than {MAX_RANKS} ranks");
+                    self.counters.malformed += 1;
+                    return;
+                }
                 if ev.node_id == id {
                     // A relay's count of ranks below changed as its own children came and went.
                     self.engine.set_ranks_below(&id, ev.ranks_below);

@@ -17,9 +17,17 @@ impl<U: Up> Node<U> {
             round: env.round,
             phase: env.phase,
         };
+        let coverage = env.coverage.unwrap_or_default();
+        let ranks_below = self.engine.ranks_below(&source).unwrap_or(0);
+        if let Err(reason) = crate::coverage::check_child_coverage(&coverage, ranks_below) {
+            tracing::warn!(node = %self.id, child = %source, stream = env.stream_id, round = env.round,
+                "packet refused: {reason}");
+            self.counters.malformed += 1;
+            return;
+        }
         let arrival = Arrival {
             source,
-            coverage: env.coverage.unwrap_or_default(),
+            coverage,
             payload: env.payload.into(),
             first_dump_unix_ns: env.first_dump_unix_ns,
         };

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use canopy_proto::PROTOCOL_VERSION;
 use canopy_proto::v1::tree_client::TreeClient;
 use canopy_proto::v1::tree_server::Tree;
 use canopy_proto::v1::{DownMessage, Hello, UpMessage, Welcome, down_message, up_message};
+use canopy_proto::{MAX_RANKS, PROTOCOL_VERSION};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -62,6 +62,8 @@ pub enum AttachError {
     },
     #[error("hello has an empty node id")]
     EmptyNodeId,
+    #[error("child {child} counts {ranks} ranks, more than any node may answer for ({max})")]
+    TooManyRanks { child: String, ranks: u32, max: u32 },
     #[error("node id {child} is already attached to {parent}")]
     AlreadyAttached { child: String, parent: String },
     #[error("no hello within 10 s")]
@@ -80,7 +82,9 @@ impl From<AttachError> for Status {
         let msg = e.to_string();
         match e {
             AttachError::VersionMismatch { .. } => Status::failed_precondition(msg),
-            AttachError::EmptyNodeId | AttachError::FirstNotHello => Status::invalid_argument(msg),
+            AttachError::EmptyNodeId | AttachError::FirstNotHello | AttachError::TooManyRanks { .. } => {
+                Status::invalid_argument(msg)
+            }
             AttachError::AlreadyAttached { .. } => Status::already_exists(msg),
             AttachError::NoHello => Status::deadline_exceeded(msg),
             AttachError::ShuttingDown => Status::unavailable(msg),
@@ -141,6 +145,16 @@ impl TreeService {
         }
         if hello.node_id.is_empty() {
             return Err(AttachError::EmptyNodeId);
+        }
+        let ranks = hello.ranks_below.max(hello.ranks_announced);
+        if ranks > MAX_RANKS {
+            let e = AttachError::TooManyRanks {
+                child: hello.node_id.clone(),
+                ranks,
+                max: MAX_RANKS,
+            };
+            tracing::error!(child = %hello.node_id, "refused child: {e}");
+            return Err(e);
         }
         let mut attached = self.attached.lock().expect("attached registry");
         // A registration whose stream is already gone (a child restarted before its old reader noticed) is stale.
