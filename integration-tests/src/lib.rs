@@ -415,6 +415,42 @@ impl Proc {
         }
     }
 
+    /// As `start`, with the process's limit on open descriptors (soft and hard) set to `fds`.
+    pub fn start_with_fd_limit(dir: &Path, name: &str, label: &str, args: &[&str], fds: u32) -> Proc {
+        let log = dir.join(format!("{label}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let bin = bin_dir().join(name);
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
+            .arg(&bin)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file)
+            .spawn()
+            .expect("daemon starts");
+        Proc {
+            name: label.to_string(),
+            child,
+            log,
+        }
+    }
+
+    /// CPU time the process has used so far (user and system), from /proc.
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th, in 1/100 s.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: u64 = after
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum();
+        Duration::from_millis(ticks * 10)
+    }
+
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig);
     }

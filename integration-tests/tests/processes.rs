@@ -643,3 +643,68 @@ fn canopy_watch_draws_a_live_table_on_a_terminal() {
             .is_some_and(|s| s.success())
     );
 }
+
+#[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the test watches another process for two seconds; no runtime worker is blocked"
+)]
+fn out_of_descriptors_the_frontend_backs_off_logs_and_serves_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("frontend.ready");
+    let out = dir.path().join("out");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        out.to_str().unwrap(),
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    let mut fe = Proc::start_with_fd_limit(dir.path(), "canopy-frontend", "frontend", &args, 64);
+    let addr = canopy_integration_tests::ready_field(
+        &canopy_integration_tests::wait_ready_file(&ready, &mut fe),
+        "addr",
+    );
+    // More connections than the front-end has descriptors: the kernel queues the rest, and every accept fails.
+    let flood: Vec<std::net::TcpStream> = (0..120)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(flood.len() > 64, "only {} connections", flood.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let before = fe.cpu_time();
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = fe.cpu_time() - before;
+    // Retrying at once would keep a core busy all along.
+    assert!(
+        spent < Duration::from_millis(500),
+        "the front-end used {spent:?} of CPU in 2 s"
+    );
+    let log = std::fs::read_to_string(&fe.log).unwrap();
+    let lines = log.matches("accepting a connection failed").count();
+    assert!(
+        (1..=4).contains(&lines),
+        "{lines} log lines about failed accepts:\n{log}"
+    );
+    assert!(log.contains("Too many open files"), "{log}");
+    // Once the flood ends, the API answers again.
+    drop(flood);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(bin_dir().join("canopy"))
+            .args(["streams", "list", "--frontend", &addr])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(20)).is_some());
+}

@@ -37,6 +37,10 @@ where
         return ExitCode::SUCCESS;
     }
     crate::telemetry::init(log, "info");
+    match crate::net::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(limit, "open descriptors"),
+        Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
