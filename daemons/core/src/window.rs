@@ -41,6 +41,9 @@ pub struct WindowState {
     pub lowest_held: Option<u64>,
     /// No limit at all: a leaf before collection starts holds its ranks' dumps itself, bounded per rank.
     pub unbounded: bool,
+    /// Inputs wait in the node's queue: a round may be about to open, so a producer's wait cannot move the window
+    /// yet (it would let a child far ahead in before the rounds already sent).
+    pub inputs_pending: bool,
     /// The parent's credit: the window ends there if that is lower (never below the lowest round under way, which
     /// must be able to finish).
     pub credit: Option<u64>,
@@ -114,9 +117,10 @@ impl Window {
                 (None, None) => None,
             };
             let floor = under_way.unwrap_or_else(|| {
+                let wanted = *self.wanted.borrow_and_update();
                 s.highest_closed
                     .map_or(0, |h| h + 1)
-                    .max(*self.wanted.borrow_and_update())
+                    .max(if s.inputs_pending { 0 } else { wanted })
                     .max(s.lowest_held.unwrap_or(0))
             });
             let own = floor.saturating_add(self.max_in_flight);

@@ -644,6 +644,7 @@ impl<U: Up> Node<U> {
                 highest_closed: self.highest_closed,
                 lowest_held,
                 unbounded,
+                inputs_pending: !self.inputs.is_empty(),
                 credit: self.credit.cap(),
             });
             if let Some(below) = self.credit.give(limit, self.window.credit_step()) {
