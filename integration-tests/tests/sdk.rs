@@ -547,6 +547,23 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
         0,
         "the refused connection is closed"
     );
+    // A length prefix past the agent's frame limit (1 MiB by default), with nothing behind it: the connection is
+    // closed at once, nothing allocated for it.
+    let mut claims: Vec<UnixStream> = (0..48)
+        .map(|_| {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(&(16u32 << 20).to_le_bytes()).unwrap();
+            s
+        })
+        .collect();
+    for s in &mut claims {
+        assert_eq!(
+            s.read(&mut [0u8; 8]).unwrap(),
+            0,
+            "a 16 MiB claim is closed by the agent"
+        );
+    }
     // Sizes no application has: refused with the reason, and nothing the agent tells its parent changes (a count
     // past the tree's bound would get the agent itself refused).
     for (rank, nranks, says) in [

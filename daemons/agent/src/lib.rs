@@ -41,6 +41,10 @@ pub struct AgentConfig {
     /// announced); beyond it the oldest are dropped and counted.
     #[arg(long)]
     pub hold_dumps: usize,
+    /// The largest frame a rank may send on the socket, in bytes (a dump of some 20,000 events fits in the
+    /// default, 1 MiB); a larger one ends the rank's connection.
+    #[arg(long)]
+    pub max_frame_bytes: usize,
     /// Simulated ranks this agent serves (0: none).
     #[arg(long)]
     pub simulate_ranks: u32,
@@ -85,6 +89,7 @@ impl Default for AgentConfig {
             parent: "127.0.0.1:7400".into(),
             socket: canopy_wire::default_socket_path().display().to_string(),
             hold_dumps: 256,
+            max_frame_bytes: 1 << 20,
             simulate_ranks: 0,
             simulate_events: 20,
             simulate_period_ms: 100,
@@ -120,6 +125,12 @@ impl CheckConfig for AgentConfig {
         }
         if self.socket.is_empty() {
             return Err(ConfigIssue::new("socket", "is empty (a path, or none)"));
+        }
+        if !(4096..=canopy_wire::MAX_FRAME).contains(&self.max_frame_bytes) {
+            return Err(ConfigIssue::new(
+                "max_frame_bytes",
+                format!("must be from 4096 to {} bytes", canopy_wire::MAX_FRAME),
+            ));
         }
         if self.hold_dumps == 0 {
             return Err(ConfigIssue::new("hold_dumps", "must be at least 1"));
@@ -254,7 +265,13 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     let (serve, socket_file) = match socket {
         Some((listener, file)) => {
             tracing::info!(socket = %file.0.display(), "serving ranks on the socket");
-            let serve = socket::serve(listener, handles.inputs.clone(), sock_rx, handles.window.clone());
+            let serve = socket::serve(
+                listener,
+                handles.inputs.clone(),
+                sock_rx,
+                handles.window.clone(),
+                config.max_frame_bytes,
+            );
             (Some(tokio::spawn(serve)), Some(file))
         }
         None => (None, None),

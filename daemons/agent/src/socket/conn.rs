@@ -3,7 +3,7 @@
 
 use canopy_core::window::WindowGate;
 use canopy_wire::v1::{AgentMessage, RankMessage, rank_message};
-use canopy_wire::{FrameError, encode_frame, read_frame_async};
+use canopy_wire::{FrameError, FrameLimits, encode_frame, read_frame_async};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -17,6 +17,7 @@ pub(super) async fn connection(
     events: mpsc::Sender<Event>,
     mut outbound: mpsc::Receiver<AgentMessage>,
     mut gate: WindowGate,
+    limits: FrameLimits,
 ) {
     let (mut rd, mut wr) = stream.into_split();
     let mut writer = tokio::spawn(async move {
@@ -36,7 +37,7 @@ pub(super) async fn connection(
     let reason = loop {
         // The agent closing the connection (a refusal, a protocol error) ends the writer, and the reading.
         let read = tokio::select! {
-            r = read_frame_async::<RankMessage>(&mut rd, &mut buf) => r,
+            r = read_frame_async::<RankMessage>(&mut rd, &mut buf, limits) => r,
             _ = &mut writer => {
                 let _ = events.send(Event::Closed(id, "closed by the agent".into())).await;
                 return;
@@ -47,7 +48,9 @@ pub(super) async fn connection(
             Ok(_) => break "bad message: empty".into(),
             Err(FrameError::Closed) => break "connection closed".to_string(),
             Err(FrameError::Io(e)) => break format!("read failed: {e}"),
-            Err(e @ FrameError::TooLong(_)) => break format!("bad frame: {e}"),
+            Err(e @ (FrameError::TooLong { .. } | FrameError::Stalled { .. })) => {
+                break format!("bad frame: {e}");
+            }
             Err(e @ FrameError::Truncated(_)) => break e.to_string(),
             Err(FrameError::Decode(e)) => break format!("bad message: {e}"),
         };

@@ -105,7 +105,12 @@ pub async fn serve(
     inputs: mpsc::Sender<Input>,
     mut control: mpsc::UnboundedReceiver<control::Action>,
     window: WindowGate,
+    max_frame_bytes: usize,
 ) {
+    let limits = canopy_wire::FrameLimits {
+        max_bytes: max_frame_bytes,
+        ..Default::default()
+    };
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let mut ranks = Ranks::new(inputs);
     let mut next_conn = 0u64;
@@ -116,7 +121,7 @@ pub async fn serve(
                     next_conn += 1;
                     let (tx, rx) = mpsc::channel(RANK_QUEUE);
                     ranks.connected(next_conn, tx);
-                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, window.clone()));
+                    tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, window.clone(), limits));
                 }
                 Err(e) => {
                     tracing::warn!("agent socket: accept failed: {e}");
