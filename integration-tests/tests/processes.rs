@@ -708,3 +708,78 @@ fn out_of_descriptors_the_frontend_backs_off_logs_and_serves_again() {
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(20)).is_some());
 }
+
+/// The pid of a child of `parent` whose command line holds `program`.
+fn child_pid(parent: u32, program: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        (ppid == parent && String::from_utf8_lossy(&cmdline).contains(program)).then_some(pid)
+    })
+}
+
+#[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the test polls another process's store; no runtime worker is blocked"
+)]
+fn canopy_up_restarts_a_relay_and_an_agent_that_die() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let mut up = Proc::start(
+        dir.path(),
+        "canopy",
+        "up",
+        &[
+            "up",
+            "--ranks",
+            "64",
+            "--agents",
+            "4",
+            "--fanout",
+            "2",
+            "--rounds",
+            "150",
+            "--period-ms",
+            "30",
+            "--timeout-ms",
+            "300",
+            "--quiet",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    let store = out_dir.join("latest.sqlite");
+    let parent = up.child.id();
+    let rounds_stored = || if store.exists() { read_rounds(&store).len() } else { 0 };
+    let wait_rounds = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while rounds_stored() < n {
+            assert!(Instant::now() < deadline, "fewer than {n} rounds stored");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let kill = |program: &str| {
+        let pid = child_pid(parent, program).unwrap_or_else(|| panic!("no {program} of this run"));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    };
+    wait_rounds(20);
+    kill("canopy-relay");
+    wait_rounds(70);
+    kill("canopy-agent");
+    let status = up.wait_timeout(Duration::from_secs(60)).expect("canopy up finishes");
+    let log = std::fs::read_to_string(&up.log).unwrap();
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("exited with signal: 9 (SIGKILL); restarting it in 100 ms").count(), 2, "{log}");
+    assert_eq!(log.matches(" restarted\n").count(), 2, "{log}");
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds.len(), 150, "{log}");
+    // The tree is whole again after each restart: the last rounds have every rank.
+    assert!(
+        rounds.iter().rev().take(20).all(|r| r.covered == 64 && r.expected == 64),
+        "{:?}",
+        rounds.iter().rev().take(20).map(|r| (r.round, r.covered)).collect::<Vec<_>>()
+    );
+}

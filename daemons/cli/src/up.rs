@@ -67,10 +67,74 @@ pub struct UpArgs {
 struct Daemon {
     name: String,
     kind: Kind,
+    launch: Launch,
     child: Child,
     log: PathBuf,
     /// The last CPU reading of the process, taken before it is reaped.
     cpu: Duration,
+    /// The CPU of the processes this daemon ran as before it was restarted.
+    cpu_before: Duration,
+    supervision: Supervision,
+}
+
+/// How to start a daemon (again).
+#[derive(Debug, Clone)]
+struct Launch {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+impl Launch {
+    fn new(program: PathBuf) -> Self {
+        Self {
+            program,
+            args: Vec::new(),
+        }
+    }
+
+    fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Replaces the value that follows `flag`.
+    fn set(&mut self, flag: &str, value: &str) {
+        if let Some(i) = self.args.iter().position(|a| a == flag)
+            && let Some(v) = self.args.get_mut(i + 1)
+        {
+            *v = value.to_string();
+        }
+    }
+}
+
+/// A relay or agent that dies is started again, as systemd's `Restart=on-failure` would: after 100 ms, doubling
+/// to 5 s while it keeps dying within 10 s of its start. One that exits cleanly, is refused by its parent (76) or
+/// has a bad configuration (64) is not.
+#[derive(Debug)]
+enum Supervision {
+    Running { since: Instant, backoff: Duration },
+    Restarting { at: Instant, backoff: Duration },
+    Done,
+}
+
+const RESTART_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// A daemon up this long before it died is restarted after the shortest back-off again.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// Whether a daemon that exited with `status` is started again.
+fn restarts_after(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal().is_some() {
+        return true;
+    }
+    let refused = i32::from(canopy_runtime::daemon::EXIT_REFUSED);
+    !matches!(status.code(), Some(0))
+        && status.code() != Some(canopy_runtime::config::EXIT_CONFIG)
+        && status.code() != Some(refused)
 }
 
 impl Daemon {
@@ -85,6 +149,53 @@ impl Daemon {
             }
         }
         self.child.try_wait()
+    }
+
+    /// Looks after a relay or agent: one that died is started again after its back-off. Returns a line to print
+    /// when something happened.
+    fn supervise(&mut self, logs: &Path) -> anyhow::Result<Option<String>> {
+        let now = Instant::now();
+        match self.supervision {
+            Supervision::Running { since, backoff } => {
+                let Ok(Some(status)) = self.reap() else {
+                    return Ok(None);
+                };
+                if !restarts_after(status) {
+                    self.supervision = Supervision::Done;
+                    return Ok((!status.success())
+                        .then(|| format!("{} exited with {status}; see {}", self.name, self.log.display())));
+                }
+                let backoff = if now.duration_since(since) >= STABLE_AFTER {
+                    RESTART_BACKOFF.0
+                } else {
+                    (backoff * 2).clamp(RESTART_BACKOFF.0, RESTART_BACKOFF.1)
+                };
+                self.supervision = Supervision::Restarting {
+                    at: now + backoff,
+                    backoff,
+                };
+                Ok(Some(format!(
+                    "{} exited with {status}; restarting it in {} ms (see {})",
+                    self.name,
+                    backoff.as_millis(),
+                    self.log.display()
+                )))
+            }
+            Supervision::Restarting { at, backoff } if now >= at => {
+                let fresh = start(&self.name, &self.launch, logs, true)?;
+                self.cpu_before += self.cpu;
+                self.cpu = Duration::ZERO;
+                self.child = fresh;
+                self.supervision = Supervision::Running { since: now, backoff };
+                Ok(Some(format!("{} restarted", self.name)))
+            }
+            Supervision::Restarting { .. } | Supervision::Done => Ok(None),
+        }
+    }
+
+    /// CPU of every process this daemon ran as.
+    fn cpu_total(&self) -> Duration {
+        self.cpu_before + self.cpu
     }
 
     /// Waits up to `limit` for the process to exit, reading its CPU until then.
@@ -168,7 +279,7 @@ async fn launch_and_watch(
 ) -> anyhow::Result<ExitCode> {
     let root = topology.root().clone();
     let fe_ready = ready_dir.join("frontend");
-    let mut fe = Command::new(bin_dir.join("canopy-frontend"));
+    let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
     fe.args([
         "--node-id",
         &root.to_string(),
@@ -177,8 +288,7 @@ async fn launch_and_watch(
         "--exit-on-fin",
         "true",
     ])
-    .arg("--out")
-    .arg(&args.out)
+    .args(["--out".to_string(), args.out.display().to_string()])
     .args(["--streams", &args.filters.join(",")])
     .args(
         args.filter_params
@@ -191,8 +301,7 @@ async fn launch_and_watch(
         "--stream-timeout-ms",
         &args.timeout_ms.to_string(),
     ])
-    .arg("--ready-file")
-    .arg(&fe_ready);
+    .args(["--ready-file".to_string(), fe_ready.display().to_string()]);
     daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
     let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
     let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
@@ -208,7 +317,7 @@ async fn launch_and_watch(
     for relay in &relays {
         let parent = topology.parent(relay).context("relay without parent")?;
         let ready_file = ready_dir.join(format!("relay-{}", daemons.len()));
-        let mut cmd = Command::new(bin_dir.join("canopy-relay"));
+        let mut cmd = Launch::new(bin_dir.join("canopy-relay"));
         cmd.args([
             "--node-id",
             &relay.to_string(),
@@ -217,12 +326,14 @@ async fn launch_and_watch(
             "--parent",
             &addr_of[parent],
         ])
-        .arg("--ready-file")
-        .arg(&ready_file);
+        .args(["--ready-file".to_string(), ready_file.display().to_string()]);
         daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, logs)?);
         let n = daemons.len() - 1;
         let addr = wait_ready(&ready_file, &mut daemons[n]).await?;
-        addr_of.insert(relay.clone(), addr.trim().to_string());
+        let addr = addr.trim().to_string();
+        // Started again, it listens where its children look for it.
+        daemons[n].launch.set("--listen", &addr);
+        addr_of.insert(relay.clone(), addr);
     }
     let per = args.ranks / leaves.len() as u32;
     let extra = args.ranks % leaves.len() as u32;
@@ -230,7 +341,7 @@ async fn launch_and_watch(
     for (i, agent) in leaves.iter().enumerate() {
         let n = per + u32::from((i as u32) < extra);
         let parent = topology.parent(agent).context("agent without parent")?;
-        let mut cmd = Command::new(bin_dir.join("canopy-agent"));
+        let mut cmd = Launch::new(bin_dir.join("canopy-agent"));
         let socket = match (&args.socket, i) {
             (Some(path), 0) => path.display().to_string(),
             _ => "none".to_string(),
@@ -305,9 +416,8 @@ async fn launch_and_watch(
                     break;
                 }
                 for d in daemons.iter_mut().skip(1) {
-                    if let Ok(Some(status)) = d.reap()
-                        && !status.success() {
-                        eprintln!("canopy up: {} exited with {status}; see {}", d.name, d.log.display());
+                    if let Some(line) = d.supervise(logs)? {
+                        eprintln!("canopy up: {line}");
                     }
                 }
             }
@@ -329,7 +439,7 @@ async fn launch_and_watch(
     }
     let mut by_kind = ByKind::default();
     for d in daemons.iter() {
-        by_kind.add(d.kind, d.cpu);
+        by_kind.add(d.kind, d.cpu_total());
     }
     let summary = StoreReader::open(&store)
         .and_then(|r| r.summary())
@@ -376,23 +486,46 @@ fn binaries_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn spawn(name: &str, kind: Kind, mut cmd: Command, logs: &Path) -> anyhow::Result<Daemon> {
-    let log = logs.join(format!("{}.log", name.replace([':', '/'], "-")));
-    let file = std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-    cmd.stdin(Stdio::null())
+fn spawn(name: &str, kind: Kind, launch: Launch, logs: &Path) -> anyhow::Result<Daemon> {
+    let child = start(name, &launch, logs, false)?;
+    Ok(Daemon {
+        name: name.to_string(),
+        kind,
+        launch,
+        child,
+        log: log_path(name, logs),
+        cpu: Duration::ZERO,
+        cpu_before: Duration::ZERO,
+        supervision: Supervision::Running {
+            since: Instant::now(),
+            backoff: Duration::ZERO,
+        },
+    })
+}
+
+fn log_path(name: &str, logs: &Path) -> PathBuf {
+    logs.join(format!("{}.log", name.replace([':', '/'], "-")))
+}
+
+/// Starts a daemon's process, its output to its log (appended to when it is started again).
+fn start(name: &str, launch: &Launch, logs: &Path, again: bool) -> anyhow::Result<Child> {
+    let log = log_path(name, logs);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(again)
+        .truncate(!again)
+        .open(&log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
         .kill_on_drop(true);
     // Keep the daemons out of the terminal's process group: Ctrl-C reaches `canopy up`, which drains them.
     cmd.process_group(0);
-    let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
-    Ok(Daemon {
-        name: name.to_string(),
-        kind,
-        child,
-        log,
-        cpu: Duration::ZERO,
-    })
+    cmd.spawn().with_context(|| format!("cannot start {name}"))
 }
 
 async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
