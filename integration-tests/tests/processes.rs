@@ -753,7 +753,13 @@ fn canopy_up_restarts_a_relay_and_an_agent_that_die() {
     );
     let store = out_dir.join("latest.sqlite");
     let parent = up.child.id();
-    let rounds_stored = || if store.exists() { read_rounds(&store).len() } else { 0 };
+    let rounds_stored = || {
+        if store.exists() {
+            read_rounds(&store).len()
+        } else {
+            0
+        }
+    };
     let wait_rounds = |n: usize| {
         let deadline = Instant::now() + Duration::from_secs(30);
         while rounds_stored() < n {
@@ -769,17 +775,33 @@ fn canopy_up_restarts_a_relay_and_an_agent_that_die() {
     kill("canopy-relay");
     wait_rounds(70);
     kill("canopy-agent");
-    let status = up.wait_timeout(Duration::from_secs(60)).expect("canopy up finishes");
+    let status = up
+        .wait_timeout(Duration::from_secs(60))
+        .expect("canopy up finishes");
     let log = std::fs::read_to_string(&up.log).unwrap();
     assert!(status.success(), "{log}");
-    assert_eq!(log.matches("exited with signal: 9 (SIGKILL); restarting it in 100 ms").count(), 2, "{log}");
+    assert_eq!(
+        log.matches("exited with signal: 9 (SIGKILL); restarting it in 100 ms")
+            .count(),
+        2,
+        "{log}"
+    );
     assert_eq!(log.matches(" restarted\n").count(), 2, "{log}");
     let rounds = read_rounds(&store);
     assert_eq!(rounds.len(), 150, "{log}");
     // The tree is whole again after each restart: the last rounds have every rank.
     assert!(
-        rounds.iter().rev().take(20).all(|r| r.covered == 64 && r.expected == 64),
+        rounds
+            .iter()
+            .rev()
+            .take(20)
+            .all(|r| r.covered == 64 && r.expected == 64),
         "{:?}",
-        rounds.iter().rev().take(20).map(|r| (r.round, r.covered)).collect::<Vec<_>>()
+        rounds
+            .iter()
+            .rev()
+            .take(20)
+            .map(|r| (r.round, r.covered))
+            .collect::<Vec<_>>()
     );
 }
