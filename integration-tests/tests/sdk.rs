@@ -941,3 +941,32 @@ fn ranks_far_faster_than_the_tree_drop_and_count_dumps_and_every_stored_round_is
     );
     assert_eq!(reported, dropped_in_rows + whole_rounds_dropped);
 }
+
+#[test]
+fn an_application_that_announces_more_ranks_than_come_starts_at_the_start_time_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, store) =
+        start_frontend(dir.path(), &["--streams", "stats", "--start-timeout-ms", "500"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    // The application says 6 ranks; 2 come. The run is not blocked: it starts half a second after the first.
+    let mut ranks: Vec<RawRank> = (0..2).map(|r| RawRank::connect(&socket, r, 6)).collect();
+    for round in 0..3 {
+        for (i, r) in ranks.iter_mut().enumerate() {
+            r.dump(i as u32, round);
+        }
+    }
+    wait_for("rounds 0-2", Duration::from_secs(10), || {
+        read_rounds(&store).len() >= 3
+    });
+    for r in read_rounds(&store).iter().take(3) {
+        assert_eq!((r.covered, r.expected), (2, 6), "{r:?}");
+        assert_eq!(r.missing.get(MissingReason::Absent), 4, "{r:?}");
+    }
+    drop(ranks);
+    agent.signal(Signal::SIGTERM);
+    fe.signal(Signal::SIGTERM);
+    let _ = agent.wait_timeout(Duration::from_secs(10));
+    let _ = fe.wait_timeout(Duration::from_secs(10));
+}

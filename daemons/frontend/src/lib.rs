@@ -52,6 +52,10 @@ pub struct FrontendConfig {
     /// Start collection once this many ranks are attached (0: as soon as any are).
     #[arg(long)]
     pub expect_ranks: u32,
+    /// Milliseconds after the first rank attached that collection starts even if announced ranks are missing
+    /// (they count as absent in every round); 0: wait for them all.
+    #[arg(long)]
+    pub start_timeout_ms: u64,
     /// Exit once every child has finished (the run ends with its application).
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub exit_on_fin: bool,
@@ -144,6 +148,7 @@ impl Default for FrontendConfig {
             stream_timeout_ms: 1000,
             sync_mode: "wait_for_all".into(),
             expect_ranks: 0,
+            start_timeout_ms: 30_000,
             exit_on_fin: false,
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
@@ -428,6 +433,8 @@ impl Frontend {
             max_rounds_in_flight: config.max_rounds_in_flight,
             role: RoleConfig::Root(RootOptions {
                 expect_ranks: config.expect_ranks,
+                start_timeout: (config.start_timeout_ms > 0)
+                    .then(|| Duration::from_millis(config.start_timeout_ms)),
                 streams,
                 exit_on_fin: config.exit_on_fin,
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),

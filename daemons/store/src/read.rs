@@ -11,7 +11,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
 use crate::StoreError;
 use crate::profiles::{self, PROFILE_BATCH_TYPE};
-use crate::rounds::{MissingCounts, missing_columns};
+use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::sql::{id_of, sat, unsigned};
@@ -248,7 +248,7 @@ impl StoreReader {
         let (clause, values) = select.clause(false);
         let sql = format!(
             "SELECT {ROUND_COLUMNS}, {} FROM rounds{clause} ORDER BY stream_id, round",
-            missing_columns()
+            missing_columns_at(self.version)
         );
         self.rows(&sql, &values, round_row)
     }
@@ -258,7 +258,7 @@ impl StoreReader {
     pub fn new_rounds(&self, cursor: &mut RoundCursor) -> Result<Vec<RoundRow>, StoreError> {
         let sql = format!(
             "SELECT {ROUND_COLUMNS}, {}, rowid FROM rounds WHERE rowid > ?1 ORDER BY rowid",
-            missing_columns()
+            missing_columns_at(self.version)
         );
         let rows = self.rows(&sql, &[cursor.0], |r| {
             let rowid: i64 = r.get(ROUND_FIELDS + REASON_COUNT)?;

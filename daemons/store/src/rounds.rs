@@ -54,6 +54,22 @@ impl MissingCounts {
 }
 
 /// The missing columns in the proto's order, as SQL: `missing_unspecified, missing_late, ...`.
+/// The missing counts as a reader of a store at `version` selects them: a reason whose column came later reads as
+/// 0 there.
+pub(crate) fn missing_columns_at(version: u32) -> String {
+    if version >= 4 {
+        return missing_columns().to_string();
+    }
+    MissingReason::WORDS
+        .iter()
+        .map(|(r, _)| match r {
+            MissingReason::Absent => format!("0 AS {}", missing_column(*r)),
+            _ => missing_column(*r),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn missing_columns() -> &'static str {
     static COLUMNS: OnceLock<String> = OnceLock::new();
     COLUMNS.get_or_init(|| {

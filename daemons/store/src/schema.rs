@@ -13,7 +13,8 @@ use rusqlite_migration::{M, Migrations};
 /// - 2: `rounds.missing_dropped` (ranks that dropped a round in the application).
 /// - 3: `profile_batches`, every passthrough result as the encoded `ProfileBatch` it arrived as, so a replay
 ///   sends exactly the bytes that were stored.
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: `rounds.missing_absent` (announced ranks that had not attached when the start time-out passed).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -197,8 +198,14 @@ CREATE INDEX profile_batches_by_round ON profile_batches (stream_id, round);
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '3');
 ";
 
+/// Version 4: announced ranks that never attached before collection started without them.
+const V4: &str = "
+ALTER TABLE rounds ADD COLUMN missing_absent INTEGER NOT NULL DEFAULT 0;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '4');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
-const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3)];
+const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4)];
 
 fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -42,6 +42,7 @@ words!(MissingReason {
     Malformed => "malformed",
     NotWaited => "not_waited",
     Dropped => "dropped",
+    Absent => "absent",
 });
 
 words!(NodeKind {

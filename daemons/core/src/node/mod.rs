@@ -257,14 +257,19 @@ impl<U: Up> Node<U> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let drain = match &self.role {
-            Role::Root(root) => root.drain_deadline(),
-            _ => None,
+        let (drain, start) = match &self.role {
+            Role::Root(root) => (root.drain_deadline(), root.start_deadline()),
+            _ => (None, None),
         };
-        [self.engine.next_deadline(), self.route.next_deadline(), drain]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.engine.next_deadline(),
+            self.route.next_deadline(),
+            drain,
+            start,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---- children ----
@@ -507,7 +512,7 @@ impl<U: Up> Node<U> {
         let ranks = self.engine.ranks_expected();
         let announced = self.announced_below();
         if let Role::Root(root) = &mut self.role {
-            if root.starts(ranks, announced) {
+            if root.starts(ranks, announced, Instant::now()) {
                 let start = root::start(self.highest_closed.map_or(0, |h| h + 1));
                 let action = Some(control::Action::Start(start));
                 self.on_control(Control { action }).await;

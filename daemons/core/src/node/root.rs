@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use canopy_proto::v1::{Start, StreamSpec, control};
+use canopy_proto::v1::{Coverage, MissingReason, Start, StreamSpec, control};
 use tokio::time::Instant;
 
 use super::input::Collection;
@@ -13,6 +13,9 @@ use super::up::RootSink;
 pub struct RootOptions {
     /// Start collection once this many ranks are attached (0: at the first child).
     pub expect_ranks: u32,
+    /// Start collection this long after the first rank attached even if some announced ranks have not (they
+    /// count as absent); `None`: wait for them all.
+    pub start_timeout: Option<Duration>,
     /// Streams to open at start.
     pub streams: Vec<StreamSpec>,
     /// Finish the node once every child has sent Fin (a run that ends with its application).
@@ -27,6 +30,7 @@ impl std::fmt::Debug for RootOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RootOptions")
             .field("expect_ranks", &self.expect_ranks)
+            .field("start_timeout", &self.start_timeout)
             .field("streams", &self.streams)
             .field("exit_on_fin", &self.exit_on_fin)
             .field("drain_timeout", &self.drain_timeout)
@@ -38,6 +42,10 @@ pub(crate) struct Root {
     pub(crate) opts: RootOptions,
     /// Collection was started (or stopped) once: attaching ranks no longer start it.
     started: bool,
+    /// When the first rank attached while collection waited: the start time-out counts from there.
+    waiting_since: Option<Instant>,
+    /// Collection started at the time-out, without every announced rank.
+    started_short: bool,
     draining_until: Option<Instant>,
     next_stream_id: u32,
 }
@@ -47,6 +55,8 @@ impl Root {
         Self {
             opts,
             started: false,
+            waiting_since: None,
+            started_short: false,
             draining_until: None,
             next_stream_id: 1,
         }
@@ -62,24 +72,56 @@ impl Root {
 
     /// Whether collection starts now, with `attached` ranks below and `announced` the largest application size
     /// they announced. Ranks that announce their application's size hold the start until all are attached, so
-    /// the first rounds do not close before the last rank's first dump.
-    pub(crate) fn starts(&mut self, attached: u32, announced: u32) -> bool {
-        if self.started || self.draining_until.is_some() {
+    /// the first rounds do not close before the last rank's first dump; but no longer than the start time-out
+    /// after the first rank attached, so a wrong announcement (or a rank that never comes) cannot block the run.
+    pub(crate) fn starts(&mut self, attached: u32, announced: u32, now: Instant) -> bool {
+        if self.started || self.draining_until.is_some() || attached == 0 {
             return false;
         }
+        let since = *self.waiting_since.get_or_insert(now);
         let target = self.opts.expect_ranks.max(announced);
-        if attached == 0 || attached < target {
-            if announced > 0 && attached > 0 {
-                tracing::info!(attached, waiting_for = target, "waiting for ranks to attach");
-            }
-            return false;
+        if attached >= target {
+            self.started = true;
+            tracing::info!(
+                ranks = attached,
+                "all expected ranks attached: starting collection"
+            );
+            return true;
         }
-        self.started = true;
-        tracing::info!(
-            ranks = attached,
-            "all expected ranks attached: starting collection"
-        );
-        true
+        if self.opts.start_timeout.is_some_and(|t| now >= since + t) {
+            self.started = true;
+            self.started_short = true;
+            tracing::warn!(
+                attached,
+                expected = target,
+                "start time-out: starting collection without the ranks not attached (counted absent)"
+            );
+            return true;
+        }
+        if announced > 0 {
+            tracing::info!(attached, waiting_for = target, "waiting for ranks to attach");
+        }
+        false
+    }
+
+    /// When the start time-out ends the wait for ranks, if one is under way.
+    pub(crate) fn start_deadline(&self) -> Option<Instant> {
+        if self.started {
+            return None;
+        }
+        Some(self.waiting_since? + self.opts.start_timeout?)
+    }
+
+    /// A round's result counts the ranks that were announced but never attached as absent, once collection
+    /// started without them.
+    pub(crate) fn count_absent(&self, coverage: &mut Coverage, announced: u32) {
+        let target = self.opts.expect_ranks.max(announced);
+        if !self.started_short || coverage.expected >= target {
+            return;
+        }
+        let absent = target - coverage.expected;
+        coverage.expected = target;
+        crate::coverage::add_missing(coverage, MissingReason::Absent, absent);
     }
 
     /// Stop pauses every rank; Start resumes them, numbering on from `first_round`. Either marks collection

@@ -171,6 +171,10 @@ impl<U: Up> Node<U> {
 
     /// A packet this node sends up: to the parent, or at the root, finalized into a result.
     pub(super) async fn send_up(&mut self, env: Envelope) {
+        let announced = match self.role {
+            Role::Root(_) => self.announced_below(),
+            _ => 0,
+        };
         let Role::Root(root) = &mut self.role else {
             self.counters.bytes_out += env.payload.len() as u64;
             return self.up.send(up_message::Msg::Envelope(env)).await;
@@ -198,11 +202,15 @@ impl<U: Up> Node<U> {
             Some(Err(e)) => return self.stream_error(env.stream_id, e.to_string()).await,
             None => return,
         };
+        let mut coverage = env.coverage.unwrap_or_default();
+        if !late {
+            root.count_absent(&mut coverage, announced);
+        }
         let result = RoundResult {
             stream: spec,
             round: env.round,
             phase: env.phase,
-            coverage: env.coverage.unwrap_or_default(),
+            coverage,
             first_dump_unix_ns: env.first_dump_unix_ns,
             payload,
             late,
@@ -260,10 +268,17 @@ impl<U: Up> Node<U> {
                 self.store_unfinished_round(stream, round).await;
             }
         }
-        let drain_over = match &self.role {
-            Role::Root(root) => root.drain_deadline().is_some_and(|d| d <= now),
-            _ => false,
+        let (drain_over, start_due) = match &self.role {
+            Role::Root(root) => (
+                root.drain_deadline().is_some_and(|d| d <= now),
+                root.start_deadline().is_some_and(|d| d <= now),
+            ),
+            _ => (false, false),
         };
+        if start_due {
+            // The start time-out: collection starts with the ranks that are there.
+            self.ranks_changed().await;
+        }
         if drain_over && !self.finish {
             tracing::warn!(
                 live = self.engine.live_sources(),
@@ -286,6 +301,10 @@ impl<U: Up> Node<U> {
         let (mut coverage, first_dump) = self.route.recall(stream, round);
         let covered = coverage.covered;
         uncover(&mut coverage, MissingReason::Late, covered);
+        let announced = self.announced_below();
+        if let Role::Root(root) = &self.role {
+            root.count_absent(&mut coverage, announced);
+        }
         let result = RoundResult {
             stream: spec,
             round,

@@ -400,12 +400,55 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
 
 fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
     RoleConfig::Root(RootOptions {
+        start_timeout: None,
         expect_ranks: 0,
         streams,
         exit_on_fin: false,
         drain_timeout,
         sink: Box::new(sink.clone()),
     })
+}
+
+#[tokio::test(start_paused = true)]
+async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never_came_absent() {
+    let sink = TestSink::default();
+    let role = RoleConfig::Root(RootOptions {
+        start_timeout: Some(Duration::from_secs(2)),
+        expect_ranks: 8,
+        streams: vec![spec(0)],
+        exit_on_fin: false,
+        drain_timeout: Duration::from_secs(1),
+        sink: Box::new(sink.clone()),
+    });
+    let h = start(role, 8);
+    let mut child = h.child("a", 1, 4).await;
+    // 4 of the 8 expected ranks: no start yet.
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let started = |child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>| {
+        let mut seen = false;
+        while let Ok(Ok(DownMessage { msg: Some(m) })) = child.try_recv() {
+            seen |= matches!(
+                m,
+                down_message::Msg::Control(Control {
+                    action: Some(control::Action::Start(_))
+                })
+            );
+        }
+        seen
+    };
+    assert!(!started(&mut child), "started before the time-out");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(started(&mut child), "not started at the time-out");
+    // Its rounds count the 4 ranks that never attached as absent, not as missing data of the ones there.
+    h.child_sends("a", 1, packet(1, 0, 4, 3)).await;
+    let result = loop {
+        if let Some(r) = sink.0.lock().unwrap().first() {
+            break r.coverage.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!((result.covered, result.expected), (4, 8));
+    assert_eq!(missing_for(&result, MissingReason::Absent), 4);
 }
 
 /// Reads what a child is sent until a control message `wanted` accepts.
