@@ -398,33 +398,26 @@ impl Proc {
 
     /// As `start`, with more environment variables.
     pub fn start_with_env(dir: &Path, name: &str, label: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let log = dir.join(format!("{label}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = std::process::Command::new(bin_dir().join(name))
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone().expect("log file"))
-            .stderr(file)
-            .spawn()
-            .expect("daemon starts");
-        Proc {
-            name: label.to_string(),
-            child,
-            log,
-        }
+        let mut cmd = std::process::Command::new(bin_dir().join(name));
+        cmd.args(args).envs(env.iter().copied());
+        Proc::spawn(dir, label, cmd)
     }
 
     /// As `start`, with the process's limit on open descriptors (soft and hard) set to `fds`.
     pub fn start_with_fd_limit(dir: &Path, name: &str, label: &str, args: &[&str], fds: u32) -> Proc {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
+            .arg(bin_dir().join(name))
+            .args(args);
+        Proc::spawn(dir, label, cmd)
+    }
+
+    /// Runs `cmd` with stdout and stderr into `dir/label.log`.
+    fn spawn(dir: &Path, label: &str, mut cmd: std::process::Command) -> Proc {
         let log = dir.join(format!("{label}.log"));
         let file = std::fs::File::create(&log).expect("log file");
-        let bin = bin_dir().join(name);
-        let child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
-            .arg(&bin)
-            .args(args)
+        let child = cmd
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)
@@ -524,6 +517,15 @@ pub fn ready_field(ready: &str, key: &str) -> String {
 
 /// A front-end on port 0 with `extra` flags; returns it, its address and its store.
 pub fn start_frontend(dir: &Path, extra: &[&str]) -> (Proc, String, std::path::PathBuf) {
+    start_frontend_with(dir, extra, None)
+}
+
+/// As [`start_frontend`], with the process's limit on open descriptors set to `fds` if given.
+pub fn start_frontend_with(
+    dir: &Path,
+    extra: &[&str],
+    fds: Option<u32>,
+) -> (Proc, String, std::path::PathBuf) {
     let ready = dir.join("frontend.ready");
     let out = dir.join("out");
     let mut args = vec![
@@ -535,7 +537,10 @@ pub fn start_frontend(dir: &Path, extra: &[&str]) -> (Proc, String, std::path::P
         ready.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let mut fe = Proc::start(dir, "canopy-frontend", "frontend", &args);
+    let mut fe = match fds {
+        Some(fds) => Proc::start_with_fd_limit(dir, "canopy-frontend", "frontend", &args, fds),
+        None => Proc::start(dir, "canopy-frontend", "frontend", &args),
+    };
     let contents = wait_ready_file(&ready, &mut fe);
     (
         fe,

@@ -651,21 +651,7 @@ fn canopy_watch_draws_a_live_table_on_a_terminal() {
 )]
 fn out_of_descriptors_the_frontend_backs_off_logs_and_serves_again() {
     let dir = tempfile::tempdir().unwrap();
-    let ready = dir.path().join("frontend.ready");
-    let out = dir.path().join("out");
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--out",
-        out.to_str().unwrap(),
-        "--ready-file",
-        ready.to_str().unwrap(),
-    ];
-    let mut fe = Proc::start_with_fd_limit(dir.path(), "canopy-frontend", "frontend", &args, 64);
-    let addr = canopy_integration_tests::ready_field(
-        &canopy_integration_tests::wait_ready_file(&ready, &mut fe),
-        "addr",
-    );
+    let (mut fe, addr, _store) = canopy_integration_tests::start_frontend_with(dir.path(), &[], Some(64));
     // More connections than the front-end has descriptors: the kernel queues the rest, and every accept fails.
     let flood: Vec<std::net::TcpStream> = (0..120)
         .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
