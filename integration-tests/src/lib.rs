@@ -67,6 +67,8 @@ pub struct TreeBuilder {
     pub subscriber_buffer: usize,
     /// Agents serve real ranks on `DIR/agent-K.sock` (K from 0) instead of simulated ones.
     pub socket_dir: Option<PathBuf>,
+    /// Mutual TLS between the nodes, with the tests' [`credentials`]; otherwise plaintext on loopback.
+    pub tls: bool,
 }
 
 impl Default for TreeBuilder {
@@ -90,6 +92,7 @@ impl Default for TreeBuilder {
             extra_filter_dirs: Vec::new(),
             subscriber_buffer: 1024,
             socket_dir: None,
+            tls: false,
         }
     }
 }
@@ -150,6 +153,10 @@ impl TreeBuilder {
             streams: self.streams.clone(),
             stream_params: self.stream_params.iter().cloned().collect(),
             subscriber_buffer: self.subscriber_buffer,
+            tls_ca: self.node_tls().ca,
+            tls_cert: self.node_tls().cert,
+            tls_key: self.node_tls().key,
+            insecure: self.node_tls().insecure,
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");
@@ -183,6 +190,10 @@ impl TreeBuilder {
                 parent: addr_of[&parent].clone(),
                 listen: "127.0.0.1:0".into(),
                 filter_path: self.filter_path(),
+                tls_ca: self.node_tls().ca,
+                tls_cert: self.node_tls().cert,
+                tls_key: self.node_tls().key,
+                insecure: self.node_tls().insecure,
                 ..RelayConfig::default()
             };
             let relay = Relay::bind(config).await.expect("relay binds");
@@ -252,7 +263,22 @@ impl TreeBuilder {
             total_ranks: self.ranks,
             rounds: self.rounds,
             filter_path: self.filter_path(),
+            tls_ca: self.node_tls().ca,
+            tls_cert: self.node_tls().cert,
+            tls_key: self.node_tls().key,
+            insecure: self.node_tls().insecure,
             ..AgentConfig::default()
+        }
+    }
+
+    /// Every node's TLS keys: the tests' node certificate, or plaintext.
+    pub fn node_tls(&self) -> canopy_runtime::tls::TlsFiles {
+        match self.tls {
+            true => credentials().node(),
+            false => canopy_runtime::tls::TlsFiles {
+                insecure: true,
+                ..Default::default()
+            },
         }
     }
 }
@@ -383,6 +409,56 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The credentials of every daemon and client the tests start as processes: one CA for the test binary (made on
+/// first use, its key thrown away), as `canopy up` makes one per run. Directories left by test binaries that have
+/// ended are removed.
+pub fn credentials() -> &'static canopy_runtime::tls::Credentials {
+    static CREDS: std::sync::OnceLock<canopy_runtime::tls::Credentials> = std::sync::OnceLock::new();
+    CREDS.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        if let Ok(entries) = std::fs::read_dir(&tmp) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name
+                    .strip_prefix("canopy-test-tls-")
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = tmp.join(format!("canopy-test-tls-{}", std::process::id()));
+        canopy_runtime::tls::write_credentials(&dir, &[], 1, true).expect("the tests' certificates")
+    })
+}
+
+/// The flags a daemon started by the tests gets for TLS: the node certificate (and, at the front-end, the token
+/// file). Nothing if the test chose (`--insecure`, `--tls-ca`) or the program is not a daemon.
+fn security_args(name: &str, args: &[&str]) -> Vec<String> {
+    let daemon = matches!(name, "canopy-frontend" | "canopy-relay" | "canopy-agent");
+    if !daemon || args.iter().any(|a| matches!(*a, "--insecure" | "--tls-ca")) {
+        return Vec::new();
+    }
+    let creds = credentials();
+    let node = creds.node();
+    let path = |p: Option<PathBuf>| p.unwrap_or_default().display().to_string();
+    let mut flags = vec![
+        "--tls-ca".to_string(),
+        path(node.ca),
+        "--tls-cert".to_string(),
+        path(node.cert),
+        "--tls-key".to_string(),
+        path(node.key),
+    ];
+    if name == "canopy-frontend" && !args.contains(&"--token-file") {
+        flags.extend(["--token-file".to_string(), creds.tokens().display().to_string()]);
+    }
+    flags
+}
+
 /// A real daemon process; killed when dropped.
 pub struct Proc {
     pub name: String,
@@ -399,7 +475,10 @@ impl Proc {
     /// As `start`, with more environment variables.
     pub fn start_with_env(dir: &Path, name: &str, label: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut cmd = std::process::Command::new(bin_dir().join(name));
-        cmd.args(args).envs(env.iter().copied());
+        cmd.args(args)
+            .args(security_args(name, args))
+            .env("CANOPY_TLS_DIR", &credentials().dir)
+            .envs(env.iter().copied());
         Proc::spawn(dir, label, cmd)
     }
 
@@ -409,7 +488,8 @@ impl Proc {
         cmd.arg("-c")
             .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
             .arg(bin_dir().join(name))
-            .args(args);
+            .args(args)
+            .args(security_args(name, args));
         Proc::spawn(dir, label, cmd)
     }
 
@@ -592,10 +672,18 @@ pub fn build_c_example(dir: &Path, plain: bool) -> PathBuf {
     out
 }
 
+/// The built `canopy` command, with the tests' client certificate (`CANOPY_TLS_DIR`).
+pub fn canopy_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin_dir().join("canopy"));
+    cmd.env("CANOPY_TLS_DIR", &credentials().dir);
+    cmd
+}
+
 /// Runs `canopy ARGS` (the built one) and returns its stdout, asserting it succeeded.
 pub fn canopy_cli(args: &[&str]) -> String {
     let out = std::process::Command::new(bin_dir().join("canopy"))
         .args(args)
+        .env("CANOPY_TLS_DIR", &credentials().dir)
         .output()
         .expect("canopy runs");
     assert!(

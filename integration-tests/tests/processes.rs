@@ -181,7 +181,7 @@ fn a_config_value_of_the_wrong_type_exits_64_naming_the_key_and_the_file() {
     assert!(err.contains("expected u32"), "{err}");
 
     // The same key from the environment names the variable; a valid file passes.
-    std::fs::write(&config, "[agent]\nparent = \"127.0.0.1:7400\"\n").unwrap();
+    std::fs::write(&config, "[agent]\nparent = \"127.0.0.1:7400\"\ninsecure = true\n").unwrap();
     let out = Command::new(bin_dir().join("canopy-agent"))
         .args(["validate", "--config"])
         .arg(&config)
@@ -250,7 +250,7 @@ fn a_malformed_mrnet_topology_file_is_reported_with_line_and_column() {
         "# a tree\nfe:0 => r:0 r:1 ;\nr:0 => a:0 a:1\nr:1 => a:2 ;\n",
     )
     .unwrap();
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args(["topology", "--file"])
         .arg(&file)
         .output()
@@ -264,7 +264,7 @@ fn a_malformed_mrnet_topology_file_is_reported_with_line_and_column() {
         "# a tree\nfe:0 => r:0 r:1 ;\nr:0 => a:0 a:1 ;\nr:1 => a:2 ;\n",
     )
     .unwrap();
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args(["topology", "--file"])
         .arg(&file)
         .output()
@@ -280,7 +280,7 @@ fn a_malformed_mrnet_topology_file_is_reported_with_line_and_column() {
 fn canopy_up_runs_a_whole_tree_to_full_coverage() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args([
             "up",
             "--ranks",
@@ -432,7 +432,7 @@ fn canopy_up_lays_a_tree_from_an_mrnet_topology_file() {
     )
     .unwrap();
     let out_dir = dir.path().join("out");
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args([
             "up",
             "--ranks",
@@ -469,7 +469,7 @@ fn canopy_up_lays_a_tree_from_an_mrnet_topology_file() {
 fn canopy_up_runs_stats_histogram_and_classify_at_once_over_the_same_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args([
             "up",
             "--ranks",
@@ -587,7 +587,7 @@ fn the_canopy_client_commands_drive_a_running_tree() {
     assert!(closed.contains("closed"), "{closed}");
 
     // A front-end that is not there gets a clear error.
-    let out = Command::new(bin_dir().join("canopy"))
+    let out = canopy_integration_tests::canopy_command()
         .args(["streams", "list", "--frontend", "127.0.0.1:1"])
         .output()
         .unwrap();
@@ -617,6 +617,7 @@ fn canopy_watch_draws_a_live_table_on_a_terminal() {
         bin_dir().join("canopy").display()
     );
     let status = Command::new("script")
+        .env("CANOPY_TLS_DIR", &canopy_integration_tests::credentials().dir)
         .args(["-q", "-e", "-c", &cmd])
         .arg(&screen)
         .stdin(std::process::Stdio::null())
@@ -677,7 +678,7 @@ fn out_of_descriptors_the_frontend_backs_off_logs_and_serves_again() {
     drop(flood);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = Command::new(bin_dir().join("canopy"))
+        let out = canopy_integration_tests::canopy_command()
             .args(["streams", "list", "--frontend", &addr])
             .output()
             .unwrap();

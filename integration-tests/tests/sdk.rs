@@ -720,7 +720,7 @@ fn an_agent_refuses_a_socket_another_agent_serves_and_one_that_would_serve_nothi
     let mut first = start_socket_agent(dir.path(), "agent-0", "127.0.0.1:9", &socket);
     wait_socket(&socket, &mut first);
     let out = Command::new(bin_dir().join("canopy-agent"))
-        .args(["--parent", "127.0.0.1:9", "--socket"])
+        .args(["--insecure", "--parent", "127.0.0.1:9", "--socket"])
         .arg(&socket)
         .output()
         .unwrap();

@@ -172,4 +172,20 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
         4
     );
     assert_eq!(nodes.iter().filter(|n| n.kind == NodeKind::Relay).count(), 2);
+    // The tree ran on mutual TLS with the run's own CA, its files private to the job's user.
+    assert!(job_out.contains("--tls-dir"), "{job_out}");
+    let tls = results.join("tls");
+    for file in [
+        "ca.pem",
+        "node.pem",
+        "node.key",
+        "client.pem",
+        "client.key",
+        "tokens",
+    ] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tls.join(file)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    assert!(!tls.join("ca.key").exists(), "the run's CA key was kept");
 }

@@ -80,6 +80,18 @@ pub struct AgentConfig {
     /// /usr/lib/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
+    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this node's certificate (its names include canopy-node).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this node's private key (not readable by other users).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Plaintext instead of TLS: allowed on loopback addresses only.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 impl Default for AgentConfig {
@@ -101,6 +113,22 @@ impl Default for AgentConfig {
             rounds: 0,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure: false,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// The TLS keys, as the runtime checks and loads them.
+    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
+        canopy_runtime::tls::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            insecure: self.insecure,
         }
     }
 }
@@ -165,6 +193,8 @@ impl CheckConfig for AgentConfig {
                 "is smaller than rank_offset + simulate_ranks",
             ));
         }
+        // Last: a wrong value elsewhere is the more useful message.
+        self.tls().check(&[("parent", &self.parent)])?;
         Ok(())
     }
 }
@@ -175,13 +205,15 @@ pub enum AgentError {
     Node(#[from] NodeError),
     #[error("agent socket: {0}")]
     Socket(#[from] socket::SocketError),
+    #[error("TLS: {0}")]
+    Tls(#[from] canopy_runtime::tls::TlsError),
 }
 
 impl canopy_runtime::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
         matches!(
             self,
-            AgentError::Node(NodeError::Refused(_)) | AgentError::Socket(_)
+            AgentError::Node(NodeError::Refused(_)) | AgentError::Socket(_) | AgentError::Tls(_)
         )
     }
 }
@@ -197,6 +229,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     } else {
         config.node_id.clone()
     };
+    let tls = config.tls().load()?;
     let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
     let simulator = Simulator::new(SimConfig {
         scenario,
@@ -235,6 +268,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         hello: handles.hello.clone(),
         outbound: up_rx,
         inputs: handles.inputs.clone(),
+        tls: tls.map(|t| t.client()),
     };
     let mut link = tokio::spawn(link.run());
     let schedule = Schedule {

@@ -29,6 +29,43 @@ pub struct Target {
     /// Print JSON (one object per line) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The directory holding ca.pem, client.pem and client.key (`canopy up` writes OUT/tls, `canopy certs`
+    /// makes one). Default: ./canopy-out/tls if it exists.
+    #[arg(long, env = "CANOPY_TLS_DIR", global = true, value_name = "DIR")]
+    pub tls_dir: Option<std::path::PathBuf>,
+    /// Plaintext, for a front-end started with --insecure (loopback only).
+    #[arg(long, global = true, conflicts_with = "tls_dir")]
+    pub insecure: bool,
+}
+
+impl Target {
+    /// The client's TLS settings: `None` for plaintext.
+    fn tls(&self) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+        if self.insecure {
+            anyhow::ensure!(
+                canopy_runtime::tls::is_loopback(&self.frontend),
+                "--insecure is for loopback addresses only, and the front-end is {}",
+                self.frontend
+            );
+            return Ok(None);
+        }
+        let dir = match &self.tls_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir = std::path::PathBuf::from("canopy-out/tls");
+                anyhow::ensure!(
+                    dir.join("client.pem").is_file(),
+                    "no client certificate: give --tls-dir DIR (`canopy up` writes OUT/tls; `canopy certs` makes \
+                     one) or --insecure for a plaintext front-end on loopback"
+                );
+                dir
+            }
+        };
+        let tls = canopy_runtime::tls::TlsFiles::in_dir(&dir, "client")
+            .load()?
+            .context("a TLS directory gives TLS")?;
+        Ok(Some(tls.client()))
+    }
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -92,16 +129,18 @@ pub enum CtlCmd {
 }
 
 pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>> {
-    let url = format!("http://{}", target.frontend);
-    let channel = tonic::transport::Endpoint::from_shared(url.clone())?
-        .connect()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach the front-end at {} (is it running? --frontend ADDR)",
-                target.frontend
-            )
-        })?;
+    let tls = target.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", target.frontend))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let channel = endpoint.connect().await.with_context(|| {
+        format!(
+            "cannot reach the front-end at {} (is it running? --frontend ADDR)",
+            target.frontend
+        )
+    })?;
     Ok(FrontendClient::new(channel).max_decoding_message_size(canopy_proto::MAX_MESSAGE_BYTES))
 }
 

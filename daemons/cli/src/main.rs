@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod certs;
 mod client;
 mod cpu;
 mod topology_cmd;
@@ -44,6 +45,9 @@ enum Command {
         #[command(subcommand)]
         cmd: client::CtlCmd,
     },
+    /// Make the certificates of a tree: a site CA, node and client certificates, or one run's set.
+    #[command(subcommand)]
+    Certs(certs::CertsCmd),
     /// A live table per stream: top events, histograms, classes.
     Watch {
         #[command(flatten)]
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Up(a) => up::run(a),
         Command::Topology(a) => topology_cmd::run(a),
+        Command::Certs(cmd) => certs::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
         Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
         Command::Watch { target, args } => block_on(client::watch(target, args)),

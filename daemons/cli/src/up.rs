@@ -62,6 +62,10 @@ pub struct UpArgs {
     /// CANOPY_AGENT_SOCKET set to it). The other agents serve simulated ranks only.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Plaintext instead of mutual TLS (the tree is on loopback either way). Without it, the run gets a CA of its
+    /// own, its certificates and a bearer token in OUT/tls.
+    #[arg(long)]
+    insecure: bool,
 }
 
 struct Daemon {
@@ -249,6 +253,14 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
     std::fs::create_dir_all(&ready_dir)?;
+    // A CA for this run alone: its key is never written, so no other certificate can join the tree.
+    let creds = match args.insecure {
+        true => None,
+        false => Some(
+            canopy_runtime::tls::write_credentials(&args.out.join("tls"), &[], 30, true)
+                .context("cannot make the run's certificates")?,
+        ),
+    };
 
     let mut daemons: Vec<Daemon> = Vec::new();
     let result = launch_and_watch(
@@ -258,6 +270,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         &bin_dir,
         &logs,
         &ready_dir,
+        creds.as_ref(),
         &mut daemons,
     )
     .await;
@@ -275,8 +288,25 @@ async fn launch_and_watch(
     bin_dir: &Path,
     logs: &Path,
     ready_dir: &Path,
+    creds: Option<&canopy_runtime::tls::Credentials>,
     daemons: &mut Vec<Daemon>,
 ) -> anyhow::Result<ExitCode> {
+    // Every daemon's flags for the tree's security: the node certificate, or plaintext.
+    let security: Vec<String> = match creds {
+        Some(c) => {
+            let node = c.node();
+            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            vec![
+                "--tls-ca".into(),
+                path(&node.ca),
+                "--tls-cert".into(),
+                path(&node.cert),
+                "--tls-key".into(),
+                path(&node.key),
+            ]
+        }
+        None => vec!["--insecure".into()],
+    };
     let root = topology.root().clone();
     let fe_ready = ready_dir.join("frontend");
     let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
@@ -301,7 +331,11 @@ async fn launch_and_watch(
         "--stream-timeout-ms",
         &args.timeout_ms.to_string(),
     ])
-    .args(["--ready-file".to_string(), fe_ready.display().to_string()]);
+    .args(["--ready-file".to_string(), fe_ready.display().to_string()])
+    .args(security.iter().cloned());
+    if let Some(c) = creds {
+        fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
+    }
     daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
     let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
     let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
@@ -326,7 +360,8 @@ async fn launch_and_watch(
             "--parent",
             &addr_of[parent],
         ])
-        .args(["--ready-file".to_string(), ready_file.display().to_string()]);
+        .args(["--ready-file".to_string(), ready_file.display().to_string()])
+        .args(security.iter().cloned());
         daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, logs)?);
         let n = daemons.len() - 1;
         let addr = wait_ready(&ready_file, &mut daemons[n]).await?;
@@ -346,7 +381,8 @@ async fn launch_and_watch(
             (Some(path), 0) => path.display().to_string(),
             _ => "none".to_string(),
         };
-        cmd.args(["--node-id", &agent.to_string(), "--parent", &addr_of[parent]])
+        cmd.args(security.iter().cloned())
+            .args(["--node-id", &agent.to_string(), "--parent", &addr_of[parent]])
             .args(["--socket", &socket])
             .args([
                 "--simulate-ranks",
@@ -387,12 +423,25 @@ async fn launch_and_watch(
         println!("  store {}", store.display());
         println!("  logs  {}", logs.display());
         let first = args.filters.first().map(String::as_str).unwrap_or("stats");
-        println!("  API   grpcurl -plaintext {fe_addr} list");
-        println!(
-            "        grpcurl -plaintext -d '{{\"streamNames\": [\"{first}\"]}}' {fe_addr} canopy.v1.Frontend/Subscribe"
-        );
-        println!("        grpcurl -plaintext {fe_addr} canopy.v1.Frontend/Topology");
-        println!("        canopy watch --frontend {fe_addr}");
+        match creds {
+            Some(c) => {
+                let dir = c.dir.display();
+                let grpcurl =
+                    format!("grpcurl -cacert {dir}/ca.pem -H \"authorization: Bearer $(cat {dir}/token)\"");
+                println!("  API   {grpcurl} {fe_addr} list");
+                println!(
+                    "        {grpcurl} -d '{{\"streamNames\": [\"{first}\"]}}' {fe_addr} canopy.v1.Frontend/Subscribe"
+                );
+                println!("        canopy watch --frontend {fe_addr} --tls-dir {dir}");
+            }
+            None => {
+                println!("  API   grpcurl -plaintext {fe_addr} list");
+                println!(
+                    "        grpcurl -plaintext -d '{{\"streamNames\": [\"{first}\"]}}' {fe_addr} canopy.v1.Frontend/Subscribe"
+                );
+                println!("        canopy watch --frontend {fe_addr} --insecure");
+            }
+        }
         println!("  Ctrl-C stops the run cleanly (the tree drains first)");
     }
 

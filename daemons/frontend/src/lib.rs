@@ -79,6 +79,25 @@ pub struct FrontendConfig {
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Connections this node's port keeps open at once; more are closed as they come.
+    #[arg(long)]
+    pub max_connections: usize,
+    /// Bearer tokens API clients may present (`authorization: Bearer TOKEN`): one `ROLE TOKEN` per line, role
+    /// read or control; not readable by other users.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this node's certificate (its names include canopy-node).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this node's private key (not readable by other users).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Plaintext instead of TLS: allowed on loopback addresses only.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`); as a
@@ -156,6 +175,24 @@ impl Default for FrontendConfig {
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             ready_file: None,
+            max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
+            token_file: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure: false,
+        }
+    }
+}
+
+impl FrontendConfig {
+    /// The TLS keys, as the runtime checks and loads them.
+    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
+        canopy_runtime::tls::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            insecure: self.insecure,
         }
     }
 }
@@ -169,6 +206,15 @@ impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         check_addr("listen", &self.listen)?;
+        if self.insecure && self.token_file.is_some() {
+            return Err(ConfigIssue::new(
+                "token_file",
+                "bearer tokens need TLS: on a plaintext port every caller is admitted",
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigIssue::new("max_connections", "must be at least 1"));
+        }
         // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
         let filters = canopy_core::plugin::filters_from(&self.filter_path);
         let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
@@ -217,6 +263,8 @@ impl CheckConfig for FrontendConfig {
         if self.out.as_os_str().is_empty() {
             return Err(ConfigIssue::new("out", "must name a directory"));
         }
+        // Last: a wrong value elsewhere is the more useful message.
+        self.tls().check(&[("listen", &self.listen)])?;
         Ok(())
     }
 }
@@ -241,6 +289,10 @@ pub enum FrontendError {
     Server(#[from] tonic::transport::Error),
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] canopy_runtime::tls::TlsError),
+    #[error("token file: {0}")]
+    Tokens(#[from] canopy_runtime::auth::TokenFileError),
 }
 
 impl canopy_runtime::daemon::IsRefusal for FrontendError {
@@ -378,11 +430,21 @@ pub struct Frontend {
     shared: Arc<api::Shared>,
     filters: Arc<canopy_core::plugin::PluginFilters>,
     writer: WriterThread,
+    tls: Option<canopy_runtime::tls::Tls>,
+    gate: canopy_runtime::auth::Gate,
 }
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
-        // The port first: a front-end that cannot serve leaves no empty run behind.
+        // Credentials and the port first: a front-end that cannot serve leaves no empty run behind.
+        let tls = config.tls().load()?;
+        let gate = match (&tls, &config.token_file) {
+            (None, _) => canopy_runtime::auth::Gate::open(),
+            (Some(_), None) => canopy_runtime::auth::Gate::new(Default::default()),
+            (Some(_), Some(path)) => {
+                canopy_runtime::auth::Gate::new(canopy_runtime::auth::Tokens::load(path)?)
+            }
+        };
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         let mut store = Store::create(&config.out)?;
         let addr = listener.local_addr()?;
@@ -453,6 +515,8 @@ impl Frontend {
             shared,
             filters,
             writer,
+            tls,
+            gate,
         })
     }
 
@@ -481,6 +545,8 @@ impl Frontend {
             shared,
             filters,
             writer,
+            tls,
+            gate,
         } = self;
         let api = api::FrontendApi {
             root: RootHandle::new(handles.inputs.clone()),
@@ -503,14 +569,19 @@ impl Frontend {
         let reflection = reflection_builder(&plugin_files).build_v1()?;
         let reflection_alpha = reflection_builder(&plugin_files).build_v1alpha()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let limits = canopy_runtime::net::ListenLimits {
+            max_connections: config.max_connections,
+            ..Default::default()
+        };
+        // A client certificate is asked for but not required: API clients may present a bearer token instead.
         let server = tokio::spawn(
-            canopy_core::transport::server()
+            canopy_core::transport::server(tls.map(|t| t.server(false)), gate)?
                 .add_service(tree.into_server())
                 .add_service(api)
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(reflection_alpha)
-                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener), async {
+                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
                     let _ = stop_rx.await;
                 }),
         );

@@ -41,6 +41,21 @@ pub struct RelayConfig {
     /// Written with the bound address once the relay serves (for launchers using port 0).
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Connections this node's port keeps open at once; more are closed as they come.
+    #[arg(long)]
+    pub max_connections: usize,
+    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this node's certificate (its names include canopy-node).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this node's private key (not readable by other users).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Plaintext instead of TLS: allowed on loopback addresses only.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 impl Default for RelayConfig {
@@ -53,6 +68,23 @@ impl Default for RelayConfig {
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             ready_file: None,
+            max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure: false,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// The TLS keys, as the runtime checks and loads them.
+    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
+        canopy_runtime::tls::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            insecure: self.insecure,
         }
     }
 }
@@ -67,9 +99,15 @@ impl CheckConfig for RelayConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         check_host_port("parent", &self.parent)?;
         check_addr("listen", &self.listen)?;
+        if self.max_connections == 0 {
+            return Err(ConfigIssue::new("max_connections", "must be at least 1"));
+        }
         if self.max_rounds_in_flight == 0 {
             return Err(ConfigIssue::new("max_rounds_in_flight", "must be at least 1"));
         }
+        // Last: a wrong value elsewhere is the more useful message.
+        self.tls()
+            .check(&[("listen", &self.listen), ("parent", &self.parent)])?;
         Ok(())
     }
 }
@@ -82,6 +120,8 @@ pub enum RelayError {
     Node(#[from] NodeError),
     #[error("tree server failed: {0}")]
     Server(#[from] tonic::transport::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] canopy_runtime::tls::TlsError),
 }
 
 impl canopy_runtime::daemon::IsRefusal for RelayError {
@@ -93,16 +133,19 @@ impl canopy_runtime::daemon::IsRefusal for RelayError {
 /// A relay bound to its port, ready to run.
 pub struct Relay {
     config: RelayConfig,
+    tls: Option<canopy_runtime::tls::Tls>,
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
 }
 
 impl Relay {
     pub async fn bind(config: RelayConfig) -> Result<Self, RelayError> {
+        let tls = config.tls().load()?;
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         let addr = listener.local_addr()?;
         Ok(Self {
             config,
+            tls,
             listener,
             addr,
         })
@@ -115,6 +158,7 @@ impl Relay {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
         let Relay {
             config,
+            tls,
             listener,
             addr,
         } = self;
@@ -139,14 +183,24 @@ impl Relay {
             hello: handles.hello.clone(),
             outbound: up_rx,
             inputs: handles.inputs.clone(),
+            tls: tls.as_ref().map(|t| t.client()),
         };
         let mut link = tokio::spawn(link.run());
         let service = TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let limits = canopy_runtime::net::ListenLimits {
+            max_connections: config.max_connections,
+            ..Default::default()
+        };
+        // Only the tree's daemons call a relay: a peer without a node certificate cannot finish the handshake.
+        let gate = match tls {
+            Some(_) => canopy_runtime::auth::Gate::new(Default::default()),
+            None => canopy_runtime::auth::Gate::open(),
+        };
         let server = tokio::spawn(
-            canopy_core::transport::server()
+            canopy_core::transport::server(tls.map(|t| t.server(true)), gate)?
                 .add_service(service.into_server())
-                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener), async {
+                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
                     let _ = stop_rx.await;
                 }),
         );

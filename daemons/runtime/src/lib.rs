@@ -4,9 +4,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod config;
 pub mod daemon;
 pub mod net;
 pub mod notify;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;

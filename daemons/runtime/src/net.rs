@@ -8,20 +8,54 @@ pub fn hostname() -> String {
         .unwrap_or_default()
 }
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// Accepted connections with Nagle's algorithm off: control and small envelopes must not wait for an ACK.
+/// What a listener allows any peer, known or not.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenLimits {
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// How long a new connection may stay silent before its first byte (a TLS ClientHello, an HTTP/2 preface).
+    pub first_byte: Duration,
+}
+
+impl Default for ListenLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            first_byte: FIRST_BYTE_TIMEOUT,
+        }
+    }
+}
+
+/// Connections a listener keeps open at once unless configured otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// How long a connection may stay silent before its first byte unless configured otherwise.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepted connections with Nagle's algorithm off (control and small envelopes must not wait for an ACK),
+/// within `limits`.
 ///
 /// A failed accept is never handed to the server, which would try again at once and spin (out of descriptors,
 /// the listener stays readable): the listener waits instead, 10 ms doubling to 1 s while accepts keep failing,
 /// and the failures are logged at most once a second with their count. A connection that was reset before it
 /// could be taken is skipped without waiting.
-pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = io::Result<TcpStream>> {
-    futures::stream::unfold(Acceptor::new(listener), |mut acceptor| async move {
+pub fn incoming(
+    listener: TcpListener,
+    limits: ListenLimits,
+) -> impl tokio_stream::Stream<Item = io::Result<Conn>> {
+    futures::stream::unfold(Acceptor::new(listener, limits), |mut acceptor| async move {
         let stream = acceptor.next().await;
         Some((Ok(stream), acceptor))
     })
@@ -32,41 +66,72 @@ const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duratio
 
 struct Acceptor {
     listener: TcpListener,
+    limits: ListenLimits,
+    open: Arc<Semaphore>,
     backoff: Duration,
     /// Failures since the last log line, and when that was.
     failures: u64,
     logged: Option<Instant>,
+    /// Connections closed for the limit since the last log line, and when that was.
+    over: u64,
+    over_logged: Option<Instant>,
 }
 
 impl Acceptor {
-    fn new(listener: TcpListener) -> Self {
+    fn new(listener: TcpListener, limits: ListenLimits) -> Self {
         Self {
             listener,
+            open: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
             backoff: Duration::ZERO,
             failures: 0,
             logged: None,
+            over: 0,
+            over_logged: None,
         }
     }
 
-    async fn next(&mut self) -> TcpStream {
+    fn addr(&self) -> String {
+        self.listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    }
+
+    async fn next(&mut self) -> Conn {
         loop {
             match self.listener.accept().await {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     self.backoff = Duration::ZERO;
+                    let Ok(permit) = self.open.clone().try_acquire_owned() else {
+                        self.over += 1;
+                        if self
+                            .over_logged
+                            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                        {
+                            tracing::warn!(
+                                addr = %self.addr(), %peer, closed = self.over,
+                                "closing new connections: {} are open, the most this listener keeps",
+                                self.limits.max_connections
+                            );
+                            self.over_logged = Some(Instant::now());
+                            self.over = 0;
+                        }
+                        continue;
+                    };
                     // A peer gone already: nothing to serve.
                     if stream.set_nodelay(true).is_ok() {
-                        return stream;
+                        return Conn {
+                            stream,
+                            _permit: permit,
+                            silence: Some(Box::pin(tokio::time::sleep(self.limits.first_byte))),
+                        };
                     }
                 }
                 Err(e) => {
                     self.failures += 1;
                     if self.logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                        let addr = self
-                            .listener
-                            .local_addr()
-                            .map(|a| a.to_string())
-                            .unwrap_or_default();
-                        tracing::warn!(%addr, failures = self.failures, "accepting a connection failed: {e}");
+                        tracing::warn!(addr = %self.addr(), failures = self.failures, "accepting a connection failed: {e}");
                         self.logged = Some(Instant::now());
                         self.failures = 0;
                     }
@@ -78,6 +143,83 @@ impl Acceptor {
                 }
             }
         }
+    }
+}
+
+/// An accepted connection: it holds its place under the listener's limit until dropped, and fails its first read
+/// if the peer sends nothing within the first-byte time-out.
+pub struct Conn {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+    /// Until the first byte arrives.
+    silence: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.silence = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match self.silence.as_mut().map(|s| s.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the peer sent nothing after connecting",
+                ))),
+                _ => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
     }
 }
 
@@ -117,9 +259,62 @@ mod tests {
         use tokio_stream::StreamExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut accepted = Box::pin(incoming(listener));
+        let mut accepted = Box::pin(incoming(listener, ListenLimits::default()));
         let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let stream = accepted.next().await.unwrap().unwrap();
-        assert!(stream.nodelay().unwrap());
+        let conn = accepted.next().await.unwrap().unwrap();
+        assert!(conn.stream.nodelay().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_listener_keeps_at_most_its_limit_open() {
+        use tokio::io::AsyncReadExt;
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ListenLimits {
+            max_connections: 2,
+            ..Default::default()
+        };
+        let mut accepted = Box::pin(incoming(listener, limits));
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let first = accepted.next().await.unwrap().unwrap();
+        let _second = accepted.next().await.unwrap().unwrap();
+        // The third is closed as it is accepted: its client reads the end of the stream.
+        let next = tokio::time::timeout(Duration::from_millis(300), accepted.next()).await;
+        assert!(next.is_err(), "a third connection was handed to the server");
+        let mut byte = [0u8; 1];
+        assert_eq!(clients[2].read(&mut byte).await.unwrap(), 0);
+        // One closes: the next connection takes its place.
+        drop(first);
+        let _fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(accepted.next().await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_fails_its_first_read() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ListenLimits {
+            first_byte: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let mut accepted = Box::pin(incoming(listener, limits));
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut conn = accepted.next().await.unwrap().unwrap();
+        let mut buf = [0u8; 8];
+        let err = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // One that speaks in time is not cut off later, however long it then pauses.
+        let mut talker = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut conn = accepted.next().await.unwrap().unwrap();
+        talker.write_all(b"x").await.unwrap();
+        assert_eq!(conn.read(&mut buf).await.unwrap(), 1);
+        let pause = tokio::time::timeout(Duration::from_millis(300), conn.read(&mut buf)).await;
+        assert!(pause.is_err(), "a connection that spoke was cut off: {pause:?}");
     }
 }

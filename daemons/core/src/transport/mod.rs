@@ -37,14 +37,25 @@ const CHILD_QUEUE: usize = 1024;
 /// reader has not taken yet.
 pub const FLOW_WINDOW: u32 = 4 << 20;
 
-/// The gRPC server of a tree node (relay or front-end): keep-alives that find a dead peer, and the tree's
-/// flow-control window.
-pub fn server() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+/// The gRPC server of a tree node (relay or front-end): keep-alives that find a dead peer, the tree's
+/// flow-control window, TLS when given (the handshake times out), and every call judged by `gate` first.
+pub fn server(
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    gate: canopy_runtime::auth::Gate,
+) -> Result<
+    tonic::transport::Server<tower_layer::Stack<canopy_runtime::auth::Gate, tower_layer::Identity>>,
+    tonic::transport::Error,
+> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    Ok(builder
         .http2_keepalive_interval(Some(Duration::from_secs(5)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .initial_stream_window_size(Some(FLOW_WINDOW))
         .initial_connection_window_size(Some(FLOW_WINDOW))
+        .layer(gate))
 }
 
 /// Why a parent turns a child away on Attach. The one mapping to a gRPC status is [`From<AttachError> for
@@ -321,6 +332,8 @@ pub struct ParentLink {
     pub hello: watch::Receiver<Hello>,
     pub outbound: mpsc::Receiver<UpMessage>,
     pub inputs: mpsc::Sender<Input>,
+    /// The node's certificate and the CA its parent's must chain to; `None`: plaintext (loopback only).
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl ParentLink {
@@ -373,8 +386,15 @@ impl ParentLink {
 
     async fn session(&mut self, pending: &mut Option<UpMessage>) -> Result<(), SessionEnd> {
         let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.parent))
-            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", self.parent)))?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", self.parent))
+            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", self.parent)))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| SessionEnd::Refused(format!("bad TLS settings: {}", error_chain(&e))))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(2))
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(10))
