@@ -609,13 +609,15 @@ pub fn start_frontend_with(
     let ready = dir.join("frontend.ready");
     let out = dir.join("out");
     let mut args = vec![
-        "--listen",
-        "127.0.0.1:0",
         "--out",
         out.to_str().unwrap(),
         "--ready-file",
         ready.to_str().unwrap(),
     ];
+    // Port 0 unless the test chose an address.
+    if !extra.contains(&"--listen") {
+        args.extend(["--listen", "127.0.0.1:0"]);
+    }
     args.extend_from_slice(extra);
     let mut fe = match fds {
         Some(fds) => Proc::start_with_fd_limit(dir, "canopy-frontend", "frontend", &args, fds),
