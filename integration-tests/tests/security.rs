@@ -394,7 +394,7 @@ fn a_child_refuses_an_impostor_parent_and_attaches_to_the_real_one_on_its_addres
 }
 
 #[test]
-fn silent_connections_are_closed_and_a_listener_keeps_its_limit() {
+fn silent_connections_and_stalled_handshakes_are_closed_and_a_listener_keeps_its_limit() {
     use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
     let (fe, addr, _store) = start_frontend(dir.path(), &["--max-connections", "200"]);
@@ -413,7 +413,13 @@ fn silent_connections_are_closed_and_a_listener_keeps_its_limit() {
         }
     }
     assert_eq!(closed_at_once, 100, "connections closed at once for the limit");
-    // The others, silent, are closed once the first-byte time-out (10 s) passes.
+    // Some of the others begin a TLS handshake and stall: the start of a record that promises 255 bytes.
+    for s in flood.iter_mut().take(50) {
+        use std::io::Write;
+        let _ = s.write_all(&[0x16, 0x03, 0x01, 0x00, 0xff]);
+    }
+    // The silent ones are closed once the first-byte time-out (10 s) passes, the stalled handshakes once the
+    // handshake time-out (10 s) does.
     std::thread::sleep(Duration::from_secs(11));
     let mut open = 0;
     for s in &mut flood {
