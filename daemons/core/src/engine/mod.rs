@@ -71,7 +71,15 @@ impl SourceState {
 
 #[derive(Debug, Clone)]
 struct Source {
+    /// The ranks the source answers for in rounds not yet closed: the most it ever reported, less the ranks that
+    /// left below it before their first dump.
     ranks_below: u32,
+    /// The count the source itself reported last (its hello or its latest node event). A report below it means
+    /// ranks left below the source before their first dump: `ranks_below` goes down by as many.
+    reported: u32,
+    /// The most ranks the source ever answered for: the bound on the coverage of its packets (a packet of a
+    /// round that opened before ranks left still counts them).
+    ceiling: u32,
     state: SourceState,
     /// The first round the source takes part in: a rank that attached (or came back) at its k-th dump is not
     /// waited for in the rounds below k.
@@ -119,6 +127,9 @@ pub struct Arrival {
 struct OpenGroup {
     arrived: Vec<Arrival>,
     from: HashSet<SourceId>,
+    /// Ranks of sources forgotten while this group was open (they left before their first dump): it still
+    /// counts them, as lost.
+    left: u32,
     /// How many of the arrivals come from sources this group waits for; compared with the number of such
     /// sources, so completion is checked without walking the sources per packet.
     live_arrived: usize,
@@ -249,12 +260,17 @@ impl RoundEngine {
     /// A source's ranks never shrink within a run: a restarted relay that reports fewer ranks than it had (its
     /// children not back yet) still answers for all of them, and the missing ones count as lost.
     pub fn add_source_from(&mut self, id: &str, ranks_below: u32, from: u64) {
-        let known = self.sources.get(id).map_or(0, |s| s.ranks_below);
+        let (known, ceiling) = self
+            .sources
+            .get(id)
+            .map_or((0, 0), |s| (s.ranks_below, s.ceiling));
         let dropped = self.sources.remove(id).map(|s| s.dropped).unwrap_or_default();
         self.sources.insert(
             id.to_string(),
             Source {
                 ranks_below: ranks_below.max(known),
+                reported: ranks_below,
+                ceiling: ceiling.max(ranks_below).max(known),
                 state: SourceState::Live,
                 from,
                 stopped_before: false,
@@ -275,11 +291,51 @@ impl RoundEngine {
         self.recount();
     }
 
-    /// A source's count of ranks below grows (children attached); it does not shrink within a run.
-    pub fn set_ranks_below(&mut self, id: &str, ranks_below: u32) {
-        if let Some(s) = self.sources.get_mut(id) {
+    /// A source reports its count of ranks below. A count above its last report grows what it answers for
+    /// (children attached; never below what it had: a restarted relay still answers for the children not back
+    /// yet). A count below its last report can only mean ranks left below it before their first dump (a node's
+    /// count otherwise never goes down within its run): it answers for as many fewer from now on, so rounds not
+    /// yet open stop expecting them. Returns whether the count went down.
+    pub fn set_ranks_below(&mut self, id: &str, ranks_below: u32) -> bool {
+        let Some(s) = self.sources.get_mut(id) else {
+            return false;
+        };
+        let shrunk = ranks_below < s.reported;
+        if shrunk {
+            s.ranks_below = s.ranks_below.saturating_sub(s.reported - ranks_below);
+        } else {
             s.ranks_below = s.ranks_below.max(ranks_below);
         }
+        s.reported = ranks_below;
+        s.ceiling = s.ceiling.max(ranks_below);
+        shrunk
+    }
+
+    /// Forgets a source that left before it ever delivered (a rank that hung up or finished before its first
+    /// dump): rounds that open from now on do not expect it; the groups open now count it once more, as lost
+    /// (they were opened expecting it). Groups that were waiting only for it close now.
+    pub fn forget_source(&mut self, id: &str) -> Vec<Closed> {
+        let Some(s) = self.sources.remove(id) else {
+            return Vec::new();
+        };
+        for g in self.open.values_mut() {
+            if !g.from.contains(id) {
+                g.left = g.left.saturating_add(s.ranks_below);
+            }
+        }
+        self.recount();
+        let ready: Vec<GroupKey> = self
+            .open
+            .iter()
+            .filter(|(k, g)| self.all_live_arrived(**k, g))
+            .map(|(k, _)| *k)
+            .collect();
+        ready.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    /// The most ranks a source ever answered for: no packet of it may cover more.
+    pub fn ranks_ceiling(&self, id: &str) -> Option<u32> {
+        self.sources.get(id).map(|s| s.ceiling)
     }
 
     pub fn source_state(&self, id: &str) -> Option<SourceState> {
@@ -476,6 +532,7 @@ impl RoundEngine {
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {
             arrived: Vec::new(),
             from: HashSet::new(),
+            left: 0,
             live_arrived: 0,
             deadline: now + sync.timeout,
         });
@@ -620,6 +677,8 @@ impl RoundEngine {
                 add_missing(&mut coverage, MissingReason::Lost, gone);
             }
         }
+        coverage.expected = coverage.expected.saturating_add(group.left);
+        add_missing(&mut coverage, MissingReason::Lost, group.left);
         let mut partial = false;
         for (id, s) in &self.sources {
             if group.from.contains(id) {

@@ -167,6 +167,70 @@ fn a_restarted_source_that_answers_for_fewer_ranks_counts_the_others_lost() {
 }
 
 #[test]
+fn a_source_forgotten_before_its_first_packet_counts_lost_in_the_open_rounds_only() {
+    let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);
+    for i in 0..1000 {
+        e.add_source(&format!("forged{i}"), 1);
+        e.set_source_state(&format!("forged{i}"), SourceState::Lost);
+    }
+    let now = Instant::now();
+    e.accept(K, arrival("a", 1), now).unwrap();
+    // Round 0 is open when the forged ranks leave: it was opened expecting them, so it counts them lost.
+    for i in 0..1000 {
+        assert!(e.forget_source(&format!("forged{i}")).is_empty());
+    }
+    assert_eq!(e.ranks_expected(), 2);
+    let Accepted::Closed(c) = e.accept(K, arrival("b", 1), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!((c.coverage.covered, c.coverage.expected), (2, 1002));
+    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 1000);
+    assert!(coverage_is_exact(&c.coverage));
+    // Every later round expects the two real ranks only.
+    let k1 = GroupKey { round: 1, ..K };
+    e.accept(k1, arrival("a", 1), now).unwrap();
+    let Accepted::Closed(c) = e.accept(k1, arrival("b", 1), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!(c.coverage, full(2));
+}
+
+#[test]
+fn a_forgotten_live_source_no_longer_holds_the_round_it_was_waited_for_in() {
+    let mut e = engine(&[("a", 1), ("silent", 1)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    assert!(matches!(
+        e.accept(K, arrival("a", 1), now).unwrap(),
+        Accepted::Pending
+    ));
+    let closed = e.forget_source("silent");
+    assert_eq!(closed.len(), 1, "round 0 waited only for the rank that left");
+    assert_eq!((closed[0].coverage.covered, closed[0].coverage.expected), (1, 2));
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 1);
+    assert!(!closed[0].partial);
+}
+
+#[test]
+fn a_child_reporting_fewer_ranks_than_it_last_did_answers_for_as_many_fewer() {
+    let mut e = engine(&[("relay", 16), ("b", 4)], SyncMode::WaitForAll);
+    e.set_ranks_below("relay", 1016);
+    assert_eq!(e.ranks_expected(), 1020);
+    // 1000 ranks below the relay left before their first dump.
+    assert!(e.set_ranks_below("relay", 16));
+    assert_eq!(e.ranks_expected(), 20);
+    // A packet of a round that opened before they left still counts them: within what the relay ever had.
+    assert_eq!(e.ranks_ceiling("relay"), Some(1016));
+    // A restarted relay that knows 8 of its 16 ranks still answers for 16; when one of its 8 leaves before its
+    // first dump it answers for 15, and the 7 still missing count as lost.
+    e.add_source("relay", 8);
+    assert_eq!(e.ranks_expected(), 20);
+    assert!(e.set_ranks_below("relay", 7));
+    assert_eq!(e.ranks_expected(), 19);
+    assert!(!e.set_ranks_below("relay", 15), "growth is not a shrink");
+    assert_eq!(e.ranks_below("relay"), Some(15));
+}
+
+#[test]
 fn a_lost_source_is_not_waited_for_and_its_ranks_count_as_lost() {
     let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
     let now = Instant::now();

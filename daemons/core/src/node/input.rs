@@ -81,6 +81,10 @@ pub enum RankEvent {
     },
     /// Dumps the ranks could not deliver (as they reported them).
     DumpsDropped(u64),
+    /// A rank left (hung up, or finished) before it ever delivered a dump or reported one dropped: it is forgotten.
+    /// Rounds not yet open do not expect it (they would count it lost in every round to come), the rounds open now
+    /// count it lost once, and its announced size no longer holds the start.
+    Left { source: String, announced: u32 },
 }
 
 /// From the root's API (the front-end) or a test.

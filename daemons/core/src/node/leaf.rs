@@ -31,8 +31,9 @@ pub(crate) struct Leaf {
     /// Held dumps per rank source.
     held_dumps: HashMap<String, usize>,
     seq: u64,
-    /// The largest application size the leaf's ranks announced.
-    pub(crate) announced: u32,
+    /// How many attaches announced each application size (a rank that re-attaches counts again; a rank that left
+    /// before its first dump takes its one back): the largest with any is what the leaf announces.
+    announced: BTreeMap<u32, u64>,
     /// Told to shut down: the leaf leaves once its Fin is sent.
     pub(crate) exit_after_fin: bool,
 }
@@ -55,9 +56,14 @@ impl Leaf {
             drained: false,
             held_dumps: HashMap::new(),
             seq: 0,
-            announced: 0,
+            announced: BTreeMap::new(),
             exit_after_fin: false,
         }
+    }
+
+    /// The largest application size the leaf's ranks announced (those that left before their first dump aside).
+    pub(crate) fn announced(&self) -> u32 {
+        self.announced.keys().next_back().copied().unwrap_or(0)
     }
 
     pub(crate) fn started(&self) -> bool {
@@ -85,11 +91,25 @@ impl Leaf {
     /// it takes its place by round). A detach before the start waits behind the rank's held rounds; after it,
     /// attaches and detaches apply at once.
     pub(crate) fn place(&mut self, ev: RankEvent) -> Placed {
-        if let RankEvent::Attached { announced, .. } = &ev {
-            self.announced = self.announced.max(*announced);
+        match &ev {
+            RankEvent::Attached { announced, .. } if *announced > 0 => {
+                *self.announced.entry(*announced).or_default() += 1;
+            }
+            RankEvent::Left { announced, .. } => {
+                if let Some(n) = self.announced.get_mut(announced) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.announced.remove(announced);
+                    }
+                }
+            }
+            _ => {}
         }
         let at = match &ev {
-            RankEvent::Names(_) | RankEvent::DumpsDropped(_) => return Placed::Now(ev),
+            // A rank that left before its first dump has nothing held: it is forgotten at once.
+            RankEvent::Names(_) | RankEvent::DumpsDropped(_) | RankEvent::Left { .. } => {
+                return Placed::Now(ev);
+            }
             _ if (self.started || self.drained) && self.held.is_empty() => return Placed::Now(ev),
             RankEvent::Attached { source, .. } if !self.started => {
                 // A rank that vanished before the start and came back is not lost.
@@ -310,8 +330,27 @@ mod tests {
             announced: 4,
         };
         assert!(matches!(l.place(back), Placed::Now(_)));
-        assert_eq!(l.announced, 4);
+        assert_eq!(l.announced(), 4);
         l.start();
         assert_eq!(rounds(&l.release(100)), vec![("a".into(), 0)]);
+    }
+
+    #[test]
+    fn a_rank_that_left_before_its_first_dump_takes_back_its_announced_size() {
+        let mut l = leaf(10);
+        let attach = |source: &str, announced| RankEvent::Attached {
+            source: source.into(),
+            from: 0,
+            announced,
+        };
+        l.place(attach("real", 8));
+        l.place(attach("forged", 1 << 20));
+        assert_eq!(l.announced(), 1 << 20);
+        let left = RankEvent::Left {
+            source: "forged".into(),
+            announced: 1 << 20,
+        };
+        assert!(matches!(l.place(left), Placed::Now(RankEvent::Left { .. })));
+        assert_eq!(l.announced(), 8, "the forged size no longer holds the start");
     }
 }

@@ -356,8 +356,12 @@ impl<U: Up> Node<U> {
                     return;
                 }
                 if ev.node_id == id {
-                    // A relay's count of ranks below changed as its own children came and went.
-                    self.engine.set_ranks_below(&id, ev.ranks_below);
+                    // A relay's count of ranks below changed as its own children came and went; a lower count
+                    // than it reported last says ranks below it left before their first dump.
+                    if self.engine.set_ranks_below(&id, ev.ranks_below) {
+                        tracing::info!(node = %self.id, child = %id, ranks_below = ev.ranks_below,
+                            "ranks below a child left before their first dump: rounds from now on expect fewer");
+                    }
                     self.children.set_announced(&id, ev.ranks_announced);
                     self.ranks_changed().await;
                 }
@@ -500,7 +504,7 @@ impl<U: Up> Node<U> {
     /// The largest application size announced below this node.
     fn announced_below(&self) -> u32 {
         let own = match &self.role {
-            Role::Leaf(leaf) => leaf.announced,
+            Role::Leaf(leaf) => leaf.announced(),
             _ => 0,
         };
         self.children.announced().max(own)

@@ -69,6 +69,11 @@ impl<U: Up> Node<U> {
                 self.on_closed_all(closed).await;
             }
             RankEvent::DumpsDropped(n) => self.counters.rank_dumps_dropped += n,
+            RankEvent::Left { source, .. } => {
+                let closed = self.engine.forget_source(&source);
+                self.on_closed_all(closed).await;
+                self.ranks_changed().await;
+            }
         }
     }
 

@@ -18,7 +18,8 @@ impl<U: Up> Node<U> {
             phase: env.phase,
         };
         let coverage = env.coverage.unwrap_or_default();
-        let ranks_below = self.engine.ranks_below(&source).unwrap_or(0);
+        // Against the most the child ever answered for: a round that opened before ranks left below it counts them.
+        let ranks_below = self.engine.ranks_ceiling(&source).unwrap_or(0);
         if let Err(reason) = crate::coverage::check_child_coverage(&coverage, ranks_below) {
             tracing::warn!(node = %self.id, child = %source, stream = env.stream_id, round = env.round,
                 "packet refused: {reason}");
