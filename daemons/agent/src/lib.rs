@@ -37,6 +37,15 @@ pub struct AgentConfig {
     /// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
     #[arg(long)]
     pub socket: String,
+    /// The group whose members may use the socket: it is then mode 0660 in that group (and a directory the agent
+    /// makes for it 0710), else 0600. Empty: none.
+    #[arg(long)]
+    pub socket_group: String,
+    /// Who may use the socket, checked on every connection (SO_PEERCRED): user names or uids, and `@group` for a
+    /// group's members; comma-separated as a flag. Empty: the agent's own user, and the socket_group's members.
+    /// The agent's own user is always allowed.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_users: Vec<String>,
     /// Dumps held per rank until the tree starts collection (it waits for every rank the application
     /// announced); beyond it the oldest are dropped and counted.
     #[arg(long)]
@@ -100,6 +109,8 @@ impl Default for AgentConfig {
             node_id: String::new(),
             parent: "127.0.0.1:7400".into(),
             socket: canopy_wire::default_socket_path().display().to_string(),
+            socket_group: String::new(),
+            allowed_users: Vec::new(),
             hold_dumps: 256,
             max_frame_bytes: 1 << 20,
             simulate_ranks: 0,
@@ -139,6 +150,19 @@ impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     }
 }
 
+impl AgentConfig {
+    /// Who may use the socket, as `socket_group` and `allowed_users` say; the error names the key.
+    pub fn socket_access(&self) -> Result<socket::Access, ConfigIssue> {
+        socket::Access::from_config(&self.allowed_users, &self.socket_group).map_err(|e| {
+            let key = match e {
+                socket::AccessError::NoGroup(ref g) if self.socket_group.trim() == g => "socket_group",
+                _ => "allowed_users",
+            };
+            ConfigIssue::new(key, e.to_string())
+        })
+    }
+}
+
 /// The most events the simulated ranks keep in all (ranks x events): each keeps its cumulative profile.
 pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
@@ -154,6 +178,7 @@ impl CheckConfig for AgentConfig {
         if self.socket.is_empty() {
             return Err(ConfigIssue::new("socket", "is empty (a path, or none)"));
         }
+        self.socket_access()?;
         if !(4096..=canopy_wire::MAX_FRAME).contains(&self.max_frame_bytes) {
             return Err(ConfigIssue::new(
                 "max_frame_bytes",
@@ -244,7 +269,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         "none" => None,
         path => {
             let path = PathBuf::from(path);
-            let listener = socket::bind(&path).map_err(AgentError::Socket)?;
+            let access = config
+                .socket_access()
+                .map_err(|e| AgentError::Socket(socket::SocketError::Access(e.to_string())))?;
+            let listener = socket::bind_with(&path, access).map_err(AgentError::Socket)?;
             Some((listener, socket::SocketFile(path)))
         }
     };

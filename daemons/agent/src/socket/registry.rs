@@ -1,9 +1,10 @@
 //! The ranks attached through the socket: who is attached on which connection, what each has reported, and the
 //! control every rank gets. Each rank is a rank source of the leaf, fed as `RankEvent`s.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use canopy_core::node::{Input, RankEvent, rank_source};
+use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
 use canopy_wire::RANK_PROTOCOL_VERSION;
 use canopy_wire::batch_of_one;
@@ -23,10 +24,27 @@ struct Attached {
     rank: u32,
     pid: u32,
     source: String,
+    /// The application's size it announced.
+    nranks: u32,
     /// The round after the last one the rank dumped.
     next_round: u64,
     finished: bool,
 }
+
+/// An application's size, as its first rank announced it: every other rank must announce the same. Kept while
+/// one of its ranks is connected, and for the rest of the run once one of them dumped (a hello that comes and goes
+/// without a dump cannot fix the size of an application that starts later).
+struct AppSize {
+    nranks: u32,
+    /// Who announced it: rank and pid.
+    by: (u32, u32),
+    connected: usize,
+    dumped: bool,
+}
+
+/// How far past the agent's current rounds a hello's first round may be: as many dumps as an SDK's queue can
+/// hold (CANOPY_QUEUE_DUMPS is at most 65,536), so a rank that re-attaches with its queue full is in reach.
+pub(super) const FIRST_ROUND_REACH: u64 = 1 << 16;
 
 impl Attached {
     fn who(&self) -> String {
@@ -43,10 +61,19 @@ pub(super) struct Ranks {
     draining: bool,
     /// The running total of dumps each rank reported dropped, across its reconnections.
     dropped: HashMap<String, u64>,
+    /// The leaf's window: where its rounds are, for a hello's first round.
+    window: WindowGate,
+    /// The connection each attached rank is on (by its source id), finished or not, until it closes.
+    attached: HashMap<String, u64>,
+    /// Each application's announced size.
+    apps: HashMap<String, AppSize>,
+    /// The ranks that dumped (or reported dumps dropped) at least once: one that leaves before is forgotten, not
+    /// lost.
+    dumped: HashSet<String>,
 }
 
 impl Ranks {
-    pub(super) fn new(inputs: mpsc::Sender<Input>) -> Self {
+    pub(super) fn new(inputs: mpsc::Sender<Input>, window: WindowGate) -> Self {
         Ranks {
             inputs,
             conns: HashMap::new(),
@@ -54,6 +81,44 @@ impl Ranks {
             options: Options::default(),
             draining: false,
             dropped: HashMap::new(),
+            window,
+            attached: HashMap::new(),
+            apps: HashMap::new(),
+            dumped: HashSet::new(),
+        }
+    }
+
+    /// A rank delivered (or reported dropped) a dump: it took part in the run.
+    fn took_part(&mut self, source: &str, app: &str) {
+        if !self.dumped.contains(source) {
+            self.dumped.insert(source.to_string());
+        }
+        if let Some(size) = self.apps.get_mut(app) {
+            size.dumped = true;
+        }
+    }
+
+    /// How a rank that finished or hung up leaves: forgotten if it never dumped (it would count as lost, or
+    /// stopped, in every round to come), else finished after its rounds below `finished_end`, or lost.
+    fn leaving(&self, a: &Attached, finished_end: Option<u64>) -> RankEvent {
+        if self.dumped.contains(&a.source) {
+            return RankEvent::Detached {
+                source: a.source.clone(),
+                finished_end,
+            };
+        }
+        let how = if finished_end.is_some() {
+            "finished"
+        } else {
+            "hung up"
+        };
+        tracing::warn!(
+            "{} {how} before its first dump: forgotten, rounds from now on do not expect it",
+            a.who()
+        );
+        RankEvent::Left {
+            source: a.source.clone(),
+            announced: a.nranks,
         }
     }
 
@@ -134,10 +199,11 @@ impl Ranks {
                 }
                 a.finished = true;
                 tracing::info!(rounds = f.rounds_end, dropped = f.dropped, "{} finished", a.who());
-                let detached = RankEvent::Detached {
-                    source: a.source.clone(),
-                    finished_end: Some(f.rounds_end.max(a.next_round)),
+                let end = f.rounds_end.max(a.next_round);
+                let Some(a) = self.conns.get(&conn).and_then(|c| c.rank.as_ref()) else {
+                    return;
                 };
+                let detached = self.leaving(a, Some(end));
                 self.send(detached).await;
                 if let Some(tx) = self.conns.get(&conn).and_then(|c| c.tx.as_ref()) {
                     let _ = tx.try_send(AgentMessage {
@@ -181,11 +247,22 @@ impl Ranks {
             );
             return self.refuse(conn, reason);
         }
+        if let Some(size) = self.apps.get(&h.app)
+            && size.nranks != h.nranks
+        {
+            let reason = format!(
+                "rank {} of {} (pid {}) announces {} ranks, but {} has {} (announced first by rank {}, pid {})",
+                h.rank, h.app, h.pid, h.nranks, h.app, size.nranks, size.by.0, size.by.1
+            );
+            return self.refuse(conn, reason);
+        }
+        let source = rank_source(&h.app, h.rank);
+        // The same rank while its first connection is open (finished or not): one connection per rank.
         let twin = self
-            .conns
-            .values()
-            .filter_map(|c| c.rank.as_ref())
-            .find(|a| a.app == h.app && a.rank == h.rank && !a.finished);
+            .attached
+            .get(&source)
+            .and_then(|c| self.conns.get(c))
+            .and_then(|c| c.rank.as_ref());
         if let Some(twin) = twin {
             let reason = format!(
                 "rank {} of {} (pid {}) is already attached (pid {})",
@@ -193,7 +270,20 @@ impl Ranks {
             );
             return self.refuse(conn, reason);
         }
-        let source = rank_source(&h.app, h.rank);
+        // A first round far past the leaf's rounds would count the rank as missing in every round until then. The
+        // leaf takes rounds below its window's limit now (before collection starts, from round 0).
+        let here = match self.window.limit() {
+            u64::MAX => 0,
+            limit => limit,
+        };
+        if h.next_round > here.saturating_add(FIRST_ROUND_REACH) {
+            let reason = format!(
+                "rank {} of {} (pid {}) starts at round {}, more than {FIRST_ROUND_REACH} rounds past this \
+                 agent's rounds (below {here})",
+                h.rank, h.app, h.pid, h.next_round
+            );
+            return self.refuse(conn, reason);
+        }
         tracing::info!(
             from_round = h.next_round,
             nranks = h.nranks,
@@ -209,11 +299,20 @@ impl Ranks {
         if let Some(tx) = &c.tx {
             let _ = tx.try_send(control);
         }
+        let size = self.apps.entry(h.app.clone()).or_insert(AppSize {
+            nranks: h.nranks,
+            by: (h.rank, h.pid),
+            connected: 0,
+            dumped: false,
+        });
+        size.connected += 1;
+        self.attached.insert(source.clone(), conn);
         c.rank = Some(Attached {
             app: h.app,
             rank: h.rank,
             pid: h.pid,
             source: source.clone(),
+            nranks: h.nranks,
             next_round: h.next_round,
             finished: false,
         });
@@ -258,6 +357,8 @@ impl Ranks {
             dump_unix_ns: d.dump_unix_ns,
             profile,
         };
+        let (source, app) = (a.source.clone(), a.app.clone());
+        self.took_part(&source, &app);
         self.send(round).await;
     }
 
@@ -287,21 +388,31 @@ impl Ranks {
             from,
             end,
         };
+        let (source, app) = (a.source.clone(), a.app.clone());
+        self.took_part(&source, &app);
         self.send(dropped).await;
     }
 
     pub(super) async fn on_closed(&mut self, conn: u64, reason: String) {
         let Some(c) = self.conns.remove(&conn) else { return };
         let Some(a) = c.rank else { return };
+        if self.attached.get(&a.source) == Some(&conn) {
+            self.attached.remove(&a.source);
+        }
+        if let Some(size) = self.apps.get_mut(&a.app) {
+            size.connected = size.connected.saturating_sub(1);
+            if size.connected == 0 && !size.dumped {
+                self.apps.remove(&a.app);
+            }
+        }
         if a.finished {
             return;
         }
-        tracing::warn!("{} vanished ({reason}): its rounds close as lost", a.who());
-        let lost = RankEvent::Detached {
-            source: a.source,
-            finished_end: None,
-        };
-        self.send(lost).await;
+        if self.dumped.contains(&a.source) {
+            tracing::warn!("{} vanished ({reason}): its rounds close as lost", a.who());
+        }
+        let gone = self.leaving(&a, None);
+        self.send(gone).await;
     }
 
     pub(super) async fn on_control(&mut self, action: control::Action) {
