@@ -75,6 +75,10 @@ enum Command {
         /// The stream's filter: passthrough, stats, histogram or classify.
         #[arg(long, default_value = "passthrough")]
         filter: String,
+        /// The links between the nodes: tls (mutual TLS, as deployed), plaintext, or both (each repeat runs
+        /// plaintext then TLS, and TLS's ratio to plaintext is printed).
+        #[arg(long, default_value = "tls", value_parser = ["tls", "plaintext", "both"])]
+        security: String,
     },
     /// Where a round's latency goes, hop by hop: a tree of separate processes at a light rate, with the
     /// nodes' latency account on.
@@ -230,6 +234,7 @@ fn main() -> anyhow::Result<()> {
             period_ms,
             rounds,
             filter,
+            security,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let shape = Shape {
@@ -241,8 +246,13 @@ fn main() -> anyhow::Result<()> {
                 rounds,
                 filter,
                 processes: args.processes,
+                tls: security != "plaintext",
             };
-            rt.block_on(tree(&shape, args.repeats))
+            if security == "both" {
+                rt.block_on(tls_cost(&shape, args.repeats))
+            } else {
+                rt.block_on(tree(&shape, args.repeats))
+            }
         }
         Command::Reduction {
             ranks,
@@ -287,6 +297,7 @@ fn main() -> anyhow::Result<()> {
                 rounds,
                 filter,
                 processes: true,
+                tls: true,
             };
             latency::run(&shape, topology.as_deref(), args.repeats)
         }
@@ -475,6 +486,8 @@ pub struct Shape {
     pub filter: String,
     /// Separate processes (`canopy up`) instead of in-process daemons.
     pub processes: bool,
+    /// Mutual TLS between the nodes (the default of a deployed tree); otherwise plaintext on loopback.
+    pub tls: bool,
 }
 
 /// One run of a tree on loopback, read back from its store.
@@ -518,6 +531,7 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         events: shape.events,
         timeout_ms: 5000,
         streams: vec![shape.filter.clone()],
+        tls: shape.tls,
         ..TreeBuilder::default()
     };
     let cpu_before = process_cpu()?;
@@ -631,6 +645,55 @@ async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
     );
     println!("|---:|---:|---:|");
     println!("| {cpu:.2} | {cpu_lo:.2} | {cpu_hi:.2} |");
+    Ok(())
+}
+
+/// What mutual TLS costs: each repeat runs the tree in plaintext, then on TLS, in this process; the medians of
+/// both, and TLS's ratio to plaintext.
+async fn tls_cost(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
+    let how = if shape.processes {
+        "separate processes (canopy up)"
+    } else {
+        "in-process daemons"
+    };
+    println!(
+        "\n## tree, plaintext against mutual TLS: {} simulated ranks, {} agents, fanout {}, {} events, one round every {} ms, {}, {how}",
+        shape.ranks, shape.agents, shape.fanout, shape.events, shape.period_ms, shape.filter
+    );
+    let mut runs: [Vec<TreeRun>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..repeats {
+        for (i, tls) in [false, true].into_iter().enumerate() {
+            let shape = Shape {
+                tls,
+                filter: shape.filter.clone(),
+                ..*shape
+            };
+            runs[i].push(tree_run(&shape).await?);
+        }
+    }
+    println!(
+        "| links | stored rounds/s (median) | min | max | latency p50 ms | latency p99 ms | CPU ms per round (median) | min | max | coverage % |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut medians = Vec::new();
+    for (label, runs) in ["plaintext", "mutual TLS"].into_iter().zip(&runs) {
+        let (r, rlo, rhi) = stats(runs.iter().map(|r| r.rate).collect());
+        let (p50, _, _) = stats(runs.iter().map(|r| r.p50_ms).collect());
+        let (p99, _, _) = stats(runs.iter().map(|r| r.p99_ms).collect());
+        let (cpu, cpu_lo, cpu_hi) = stats(runs.iter().map(|r| r.cpu_ms_per_round).collect());
+        let (c, _, _) = stats(runs.iter().map(|r| r.coverage).collect());
+        println!(
+            "| {label} | {r:.1} | {rlo:.1} | {rhi:.1} | {p50:.2} | {p99:.2} | {cpu:.2} | {cpu_lo:.2} | {cpu_hi:.2} | {c:.1} |"
+        );
+        medians.push((r, cpu, p50));
+    }
+    let ((r0, c0, p0), (r1, c1, p1)) = (medians[0], medians[1]);
+    println!(
+        "\nTLS/plaintext: throughput {:.3}, CPU per round {:.3}, latency p50 {:.3}",
+        r1 / r0.max(f64::MIN_POSITIVE),
+        c1 / c0.max(f64::MIN_POSITIVE),
+        p1 / p0.max(f64::MIN_POSITIVE)
+    );
     Ok(())
 }
 

@@ -43,6 +43,9 @@ pub fn up_command(shape: &Shape, topology: Option<&Path>, dir: &Path) -> anyhow:
     let mut cmd = Command::new(&canopy);
     cmd.args(["up", "--quiet", "--timeout-ms", "5000"])
         .args(["--ranks", &shape.ranks.to_string()]);
+    if !shape.tls {
+        cmd.arg("--insecure");
+    }
     match topology {
         Some(file) => {
             cmd.arg("--topology").arg(file);

@@ -55,6 +55,7 @@ pub async fn run(sweep: &Sweep<'_>, repeats: usize) -> anyhow::Result<()> {
                         rounds: (rate * 3).clamp(30, 600),
                         filter: filter.clone(),
                         processes,
+                        tls: true,
                     };
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
