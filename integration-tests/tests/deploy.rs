@@ -71,6 +71,22 @@ fn every_installed_unit_verifies_and_a_broken_one_does_not() {
     );
     let out = verify(&units);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The installed filter path holds the standard filters only: the plugin the tests build to misbehave is in
+    // the build tree, never where an installed daemon looks.
+    let mut plugins: Vec<String> = std::fs::read_dir(root.path().join("usr/lib/canopy/filters"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    plugins.sort();
+    assert_eq!(
+        plugins,
+        [
+            "libcanopy_filter_classify.so",
+            "libcanopy_filter_histogram.so",
+            "libcanopy_filter_passthrough.so",
+            "libcanopy_filter_stats.so"
+        ]
+    );
     for unit in &units {
         let text = std::fs::read_to_string(unit).unwrap();
         for needed in [
