@@ -317,6 +317,9 @@ async fn launch_and_watch(
         "127.0.0.1:0",
         "--exit-on-fin",
         "true",
+        // Every `canopy up` is a run of its own, even after one that was killed.
+        "--resume",
+        "false",
     ])
     .args(["--out".to_string(), args.out.display().to_string()])
     .args(["--streams", &args.filters.join(",")])

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod error;
+pub mod resume;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -76,6 +77,10 @@ pub struct FrontendConfig {
     /// /usr/lib/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
+    /// Continue the latest run's store under `out` if the front-end that wrote it did not end it (it crashed or
+    /// was killed): the same file, the same stream ids. A run that ended is never continued.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub resume: bool,
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -177,6 +182,7 @@ impl Default for FrontendConfig {
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             token_file: None,
+            resume: true,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
@@ -446,7 +452,18 @@ impl Frontend {
             }
         };
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
-        let mut store = Store::create(&config.out)?;
+        // The run an earlier front-end on this `out` did not end (it died) goes on in the same store.
+        let prior = match config.resume {
+            true => resume::unfinished_run(&config.out)?,
+            false => None,
+        };
+        let mut store = match &prior {
+            Some(run) => {
+                tracing::info!(store = %run.path.display(), "continuing the run an earlier front-end did not end");
+                Store::open(&run.path)?
+            }
+            None => Store::create(&config.out)?,
+        };
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
@@ -459,12 +476,11 @@ impl Frontend {
             ..Default::default()
         })?;
         let sync = parse_sync_mode(&config.sync_mode).unwrap_or(SyncMode::WaitForAll);
-        let streams = config
+        let configured = config
             .streams
             .iter()
-            .enumerate()
-            .map(|(i, filter)| StreamSpec {
-                stream_id: i as u32 + 1,
+            .map(|filter| StreamSpec {
+                stream_id: 0,
                 name: filter.clone(),
                 filter: filter.clone(),
                 params: config.stream_params.get(filter).cloned().unwrap_or_default(),
@@ -473,6 +489,24 @@ impl Frontend {
                 timeout_ms: config.stream_timeout_ms,
             })
             .collect();
+        let plan = resume::plan(configured, prior.as_ref());
+        let ids: Vec<String> = plan.config_ids.iter().map(u32::to_string).collect();
+        store.set_meta(resume::CONFIG_STREAMS, &ids.join(","))?;
+        if let Some(prior) = &prior {
+            for spec in &plan.close {
+                store.put_stream(spec, canopy_store::StreamState::Closed, None, None)?;
+            }
+            let n = prior.restarts + 1;
+            store.set_meta(resume::RESTARTS, &n.to_string())?;
+            store.set_meta(&format!("restart_{n}"), &plan.changes.join("; "))?;
+            tracing::info!(restart = n, "streams: {}", plan.changes.join("; "));
+        }
+        let first_free_stream_id = prior
+            .as_ref()
+            .and_then(|p| p.streams.iter().map(|s| s.stream_id).max())
+            .unwrap_or(0)
+            .max(plan.open.iter().map(|s| s.stream_id).max().unwrap_or(0))
+            + 1;
         let filters = canopy_core::plugin::filters_from(&config.filter_path);
         let shared = api::Shared::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
@@ -497,7 +531,9 @@ impl Frontend {
                 expect_ranks: config.expect_ranks,
                 start_timeout: (config.start_timeout_ms > 0)
                     .then(|| Duration::from_millis(config.start_timeout_ms)),
-                streams,
+                streams: plan.open,
+                closed_below: plan.closed_below,
+                first_free_stream_id,
                 exit_on_fin: config.exit_on_fin,
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),
                 sink: Box::new(up.clone()),
@@ -598,6 +634,10 @@ impl Frontend {
         let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        if result.is_ok() {
+            // Ended here: a front-end started on this `out` later begins a new run.
+            Store::open(&store_path)?.set_meta(resume::ENDED, &canopy_core::node::unix_ns().to_string())?;
+        }
         tracing::info!(store = %store_path.display(), "front-end stopped");
         result?;
         Ok(())

@@ -191,6 +191,15 @@ impl StoreReader {
         self.version
     }
 
+    /// Per stream, the highest round stored.
+    pub fn last_rounds(&self) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.rows(
+            "SELECT stream_id, MAX(round) FROM rounds GROUP BY stream_id ORDER BY stream_id",
+            &[],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
     /// A `meta` fact (`node_id`, `rounds_end`, `started_unix_ns`...).
     pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.conn

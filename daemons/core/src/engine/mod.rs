@@ -225,6 +225,8 @@ pub struct RoundEngine {
     streams: HashMap<u32, StreamSync>,
     open: BTreeMap<GroupKey, OpenGroup>,
     closed: HashMap<(u32, u32), ClosedRounds>,
+    /// Per stream, the rounds an earlier run of this root closed and stored: every round below is closed here.
+    resumed: HashMap<u32, u64>,
     stats: EngineStats,
     live: usize,
     /// Live sources by their first round (almost always 0).
@@ -453,11 +455,18 @@ impl RoundEngine {
     }
 
     /// Closes a stream; its open groups are returned closed (partial where sources were missing).
+    /// A stream continued from an earlier run of this root, whose rounds below `below` were closed and stored
+    /// then: their packets are late here, so no round is stored twice.
+    pub fn closed_below(&mut self, stream: u32, below: u64) {
+        self.resumed.insert(stream, below);
+    }
+
     pub fn close_stream(&mut self, stream: u32) -> Vec<Closed> {
         let keys: Vec<GroupKey> = self.open.keys().filter(|k| k.stream == stream).copied().collect();
         let out = keys.into_iter().map(|k| self.close(k)).collect();
         self.streams.remove(&stream);
         self.closed.retain(|(s, _), _| *s != stream);
+        self.resumed.remove(&stream);
         out
     }
 
@@ -488,6 +497,10 @@ impl RoundEngine {
             .closed
             .get(&(key.stream, key.phase))
             .is_some_and(|c| c.contains(key.round))
+            || self
+                .resumed
+                .get(&key.stream)
+                .is_some_and(|below| key.round < *below)
         {
             self.stats.late_packets += 1;
             self.stats.late_ranks += u64::from(arrival.coverage.covered);

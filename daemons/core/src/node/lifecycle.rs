@@ -91,8 +91,17 @@ impl<U: Up> Node<U> {
 
     pub(super) async fn open_stream(&mut self, spec: StreamSpec) -> bool {
         let id = spec.stream_id;
-        if self.streams.contains(id) {
-            return true;
+        match self.streams.spec(id) {
+            // The parent tells a child that comes back what it already runs.
+            Some(known) if *known == spec => return true,
+            // The same id for another stream (a root restarted with another table): the old one ends here first,
+            // so none of its packets reach the new filter.
+            Some(known) => {
+                tracing::warn!(node = %self.id, stream = id, old = %known.filter, new = %spec.filter,
+                    "the parent reopened stream {id} with another spec: closing the old one");
+                self.close_stream(id).await;
+            }
+            None => {}
         }
         match self.streams.open(spec, &self.names) {
             Ok(sync) => {

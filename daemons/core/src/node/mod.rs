@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canopy_proto::MAX_RANKS;
 use canopy_proto::v1::{
-    Control, Credit, DownMessage, EventName, Fin, Hello, NameDictionary, NodeEvent, NodeKind, NodeState,
-    OpenStream, StreamSpec, Want, control, down_message, up_message,
+    Control, Credit, DownMessage, EventName, Fin, Hello, LiveStreams, NameDictionary, NodeEvent, NodeKind,
+    NodeState, OpenStream, StreamSpec, Want, control, down_message, up_message,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -209,8 +209,18 @@ impl<U: Up> Node<U> {
         tokio::pin!(shutdown);
         let mut shutdown_seen = false;
         if let Role::Root(root) = &mut self.role {
+            let below = std::mem::take(&mut root.opts.closed_below);
             for spec in std::mem::take(&mut root.opts.streams) {
                 self.open_stream_at_root(spec).await;
+            }
+            for (stream, round) in below {
+                self.engine.closed_below(stream, round);
+            }
+            // Every id below the first free one that is not open was an earlier run's stream.
+            if let Role::Root(root) = &self.role {
+                for id in 1..root.opts.first_free_stream_id {
+                    self.streams.ended_before(id);
+                }
             }
         }
         let mut status = tokio::time::interval(self.status_interval);
@@ -303,6 +313,9 @@ impl<U: Up> Node<U> {
 
     async fn on_child_attached(&mut self, conn: u64, hello: Hello, peer: String, tx: ChildSender) {
         let id = hello.node_id.clone();
+        let table = down_message::Msg::LiveStreams(LiveStreams {
+            live: self.streams.live_specs().map(|s| s.stream_id).collect(),
+        });
         let opens = self.streams.live_specs().map(|spec| {
             down_message::Msg::OpenStream(OpenStream {
                 spec: Some(for_children(spec)),
@@ -312,9 +325,9 @@ impl<U: Up> Node<U> {
         let credit = down_message::Msg::Credit(Credit {
             below: self.window.limit(),
         });
-        for msg in opens
-            .collect::<Vec<_>>()
+        for msg in [table]
             .into_iter()
+            .chain(opens.collect::<Vec<_>>())
             .chain(controls)
             .chain([credit])
         {
@@ -468,6 +481,17 @@ impl<U: Up> Node<U> {
             down_message::Msg::Control(c) => self.on_control(c).await,
             down_message::Msg::Envelope(env) => self.on_downstream(env).await,
             down_message::Msg::Credit(c) => self.credit.heard(c.below),
+            down_message::Msg::LiveStreams(table) => {
+                // What the parent no longer runs ends here and below.
+                for id in self.streams.ids() {
+                    if !table.live.contains(&id) {
+                        tracing::info!(node = %self.id, stream = id, "the parent does not run stream {id}: closing it");
+                        self.close_stream(id).await;
+                        let close = canopy_proto::v1::CloseStream { stream_id: id };
+                        self.broadcast(down_message::Msg::CloseStream(close)).await;
+                    }
+                }
+            }
         }
     }
 

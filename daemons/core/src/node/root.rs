@@ -18,6 +18,11 @@ pub struct RootOptions {
     pub start_timeout: Option<Duration>,
     /// Streams to open at start.
     pub streams: Vec<StreamSpec>,
+    /// Streams continued from an earlier run of this root (a restart on the same store): each with the round
+    /// below which its rounds are stored already.
+    pub closed_below: Vec<(u32, u64)>,
+    /// The lowest id a stream opened later may take: the ids below were this run's already (0: none were).
+    pub first_free_stream_id: u32,
     /// Finish the node once every child has sent Fin (a run that ends with its application).
     pub exit_on_fin: bool,
     /// How long a drain waits for the tree before closing what is left.
@@ -52,13 +57,14 @@ pub(crate) struct Root {
 
 impl Root {
     pub(crate) fn new(opts: RootOptions) -> Self {
+        let next_stream_id = opts.first_free_stream_id.max(1);
         Self {
             opts,
             started: false,
             waiting_since: None,
             started_short: false,
             draining_until: None,
-            next_stream_id: 1,
+            next_stream_id,
         }
     }
 

@@ -121,10 +121,6 @@ impl StreamTable {
         }
     }
 
-    pub(crate) fn contains(&self, id: u32) -> bool {
-        self.streams.contains_key(&id)
-    }
-
     pub(crate) fn known(&self, id: u32) -> Known {
         match self.streams.get(&id) {
             Some(s) if s.filter.is_some() => Known::Live,
@@ -144,6 +140,19 @@ impl StreamTable {
 
     pub(crate) fn spec(&self, id: u32) -> Option<&StreamSpec> {
         self.streams.get(&id).map(|s| &s.spec)
+    }
+
+    /// A stream that ended before this node began (an earlier run of this root had it): its packets still on
+    /// their way are expected, not malformed.
+    pub(crate) fn ended_before(&mut self, id: u32) {
+        if !self.streams.contains_key(&id) {
+            self.closed.insert(id);
+        }
+    }
+
+    /// Every stream this node runs or keeps as failed, in id order.
+    pub(crate) fn ids(&self) -> Vec<u32> {
+        self.streams.keys().copied().collect()
     }
 
     /// The live streams' specs, in id order.

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use canopy_proto::v1::{
-    Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, MissingReason, NodeKind, OpenStream,
-    StreamSpec, SyncMode, control, down_message, up_message,
+    Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, LiveStreams, MissingReason, NodeKind,
+    OpenStream, StreamSpec, SyncMode, control, down_message, up_message,
 };
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -400,6 +400,8 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
 
 fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
     RoleConfig::Root(RootOptions {
+        closed_below: Vec::new(),
+        first_free_stream_id: 0,
         start_timeout: None,
         expect_ranks: 0,
         streams,
@@ -413,6 +415,8 @@ fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> R
 async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never_came_absent() {
     let sink = TestSink::default();
     let role = RoleConfig::Root(RootOptions {
+        closed_below: Vec::new(),
+        first_free_stream_id: 0,
         start_timeout: Some(Duration::from_secs(2)),
         expect_ranks: 8,
         streams: vec![spec(0)],
@@ -544,6 +548,9 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
             Some(Ok(DownMessage {
                 msg: Some(down_message::Msg::Credit(_)),
             })) => {}
+            Some(Ok(DownMessage {
+                msg: Some(down_message::Msg::LiveStreams(l)),
+            })) => assert_eq!(l.live, [1]),
             Some(Ok(DownMessage { msg: Some(m) })) => heard.push(m),
             _ => {}
         }
@@ -629,8 +636,11 @@ async fn a_stream_whose_filter_is_unknown_fails_at_the_root_and_is_reported() {
     // The failed stream is not opened on a child that attaches (it hears control and credit only).
     let first = loop {
         let msg = child.recv().await.unwrap().unwrap();
-        if !matches!(msg.msg, Some(down_message::Msg::Credit(_))) {
-            break msg;
+        match &msg.msg {
+            Some(down_message::Msg::Credit(_)) => {}
+            // The table of live streams is empty.
+            Some(down_message::Msg::LiveStreams(l)) => assert!(l.live.is_empty()),
+            _ => break msg,
         }
     };
     assert!(
@@ -706,4 +716,49 @@ async fn held_dumps_far_ahead_of_the_window_go_in_without_any_rank_waiting() {
         assert_eq!(h.envelope().await.round, round);
     }
     assert_eq!(h.fin().await.rounds_end, 206);
+}
+
+/// The next message a child hears that is neither a credit nor the table of live streams.
+async fn next_told(child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>) -> down_message::Msg {
+    loop {
+        match child.recv().await.unwrap().unwrap().msg {
+            Some(down_message::Msg::Credit(_)) | Some(down_message::Msg::LiveStreams(_)) | None => {}
+            Some(m) => return m,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_the_parent_replaces_or_no_longer_runs_ends_here_and_below() {
+    let mut h = start(RoleConfig::Relay, 64);
+    let mut a = h.child("a", 1, 1).await;
+    // Stream 1 of a filter this node does not have: it fails here.
+    let broken = StreamSpec {
+        filter: "nope".into(),
+        ..spec(1)
+    };
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(broken) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    assert!(matches!(
+        next_told(&mut a).await,
+        down_message::Msg::OpenStream(_)
+    ));
+    // The parent (a root restarted with another table) reopens id 1 with another spec: the failed stream ends
+    // here and the new one runs, so the child's packet goes up through the new filter.
+    h.open(1).await;
+    assert!(
+        matches!(next_told(&mut a).await, down_message::Msg::OpenStream(o) if o.spec.as_ref().unwrap().filter == "concat")
+    );
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    let env = tokio::time::timeout(Duration::from_secs(5), h.envelope())
+        .await
+        .expect("the packet did not go up: the failed stream was kept");
+    assert_eq!(
+        (env.stream_id, env.round, env.payload.as_slice()),
+        (1, 0, &[7u8][..])
+    );
+    // A parent whose table has no stream 1 any more: it closes here and below.
+    let table = down_message::Msg::LiveStreams(LiveStreams { live: vec![] });
+    h.input(Input::Parent(ParentEvent::Message(table))).await;
+    assert!(matches!(next_told(&mut a).await, down_message::Msg::CloseStream(c) if c.stream_id == 1));
 }

@@ -1,0 +1,272 @@
+//! A front-end started again on the same `out` after its predecessor died (a crash, a kill) continues that run:
+//! the same store, the same stream ids, and no round stored twice. A run its front-end ended (at the
+//! application's end, or drained on a signal) is never continued: the next front-end starts a new one.
+//!
+//! The stream table is planned from what the store holds and what the front-end is configured with:
+//! - a configured stream the earlier run also opened from its configuration, with the same filter, name and
+//!   parameters, keeps its id;
+//! - one opened through the API (`CreateStream`) and still open is opened again under its id;
+//! - a configured stream that is new gets an id above every id the run ever used;
+//! - one the earlier configuration opened and this one no longer names is closed.
+//!
+//! Ids are never reused within a run, so no child ever feeds an old stream's packets to another filter under
+//! the same id. The store's `meta` keeps what changed at each restart (`restart_1`, `restart_2`, ...).
+
+use std::path::{Path, PathBuf};
+
+use canopy_proto::v1::StreamSpec;
+use canopy_store::{LATEST, StoreError, StoreReader, StreamRow, StreamState};
+
+/// `meta` key: the ids of the streams the run opened from its configuration, comma-separated.
+pub const CONFIG_STREAMS: &str = "config_streams";
+/// `meta` key: when the front-end ended the run (absent: it did not, and a restart continues it).
+pub const ENDED: &str = "ended_unix_ns";
+/// `meta` key: how many times the run was continued.
+pub const RESTARTS: &str = "restarts";
+
+/// What an earlier front-end left of a run it did not end.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    pub path: PathBuf,
+    pub streams: Vec<StreamRow>,
+    /// Per stream, the highest round stored.
+    pub last_rounds: Vec<(u32, u64)>,
+    /// The streams it opened from its configuration.
+    pub config_streams: Vec<u32>,
+    pub restarts: u32,
+}
+
+/// The latest run under `out`, if its front-end did not end it.
+pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
+    let latest = out.join(LATEST);
+    let Ok(path) = std::fs::canonicalize(&latest) else {
+        return Ok(None);
+    };
+    let reader = StoreReader::open(&path)?;
+    if reader.meta(ENDED)?.is_some() {
+        return Ok(None);
+    }
+    let config_streams = reader
+        .meta(CONFIG_STREAMS)?
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|id| id.trim().parse().ok())
+        .collect();
+    let restarts = reader.meta(RESTARTS)?.and_then(|n| n.parse().ok()).unwrap_or(0);
+    Ok(Some(Unfinished {
+        streams: reader.streams()?,
+        last_rounds: reader.last_rounds()?,
+        config_streams,
+        restarts,
+        path,
+    }))
+}
+
+/// The streams a front-end opens at start, and what a continued run's store must be told.
+#[derive(Debug, Default, PartialEq)]
+pub struct StreamPlan {
+    /// Opened at start, each with its id.
+    pub open: Vec<StreamSpec>,
+    /// Streams of the earlier run that end now.
+    pub close: Vec<StreamSpec>,
+    /// Per continued stream, the round below which the store holds its rounds already.
+    pub closed_below: Vec<(u32, u64)>,
+    /// The ids of the streams opened from the configuration.
+    pub config_ids: Vec<u32>,
+    /// What changed, one phrase per stream (empty for a new run).
+    pub changes: Vec<String>,
+}
+
+/// Plans the stream table: `configured` are the configuration's streams (ids unset), `prior` the run being
+/// continued, if any.
+pub fn plan(configured: Vec<StreamSpec>, prior: Option<&Unfinished>) -> StreamPlan {
+    let Some(prior) = prior else {
+        let open: Vec<StreamSpec> = configured
+            .into_iter()
+            .zip(1..)
+            .map(|(spec, id)| StreamSpec {
+                stream_id: id,
+                ..spec
+            })
+            .collect();
+        return StreamPlan {
+            config_ids: open.iter().map(|s| s.stream_id).collect(),
+            open,
+            ..Default::default()
+        };
+    };
+    let mut next_id = prior.streams.iter().map(|s| s.stream_id).max().unwrap_or(0) + 1;
+    let was_open: Vec<StreamSpec> = prior
+        .streams
+        .iter()
+        .filter(|s| s.state == Some(StreamState::Open))
+        .map(spec_of)
+        .collect();
+    let mut plan = StreamPlan::default();
+    let mut kept: Vec<u32> = Vec::new();
+    for spec in configured {
+        let same = was_open.iter().find(|old| {
+            prior.config_streams.contains(&old.stream_id)
+                && !kept.contains(&old.stream_id)
+                && old.filter == spec.filter
+                && old.name == spec.name
+                && old.params == spec.params
+                && old.sync_mode == spec.sync_mode
+                && old.timeout_ms == spec.timeout_ms
+                && old.ranks == spec.ranks
+        });
+        let spec = match same {
+            Some(old) => {
+                kept.push(old.stream_id);
+                plan.changes
+                    .push(format!("kept {} ({})", old.name, old.stream_id));
+                old.clone()
+            }
+            None => {
+                let id = next_id;
+                next_id += 1;
+                plan.changes.push(format!("opened {} ({id})", spec.name));
+                StreamSpec {
+                    stream_id: id,
+                    ..spec
+                }
+            }
+        };
+        plan.config_ids.push(spec.stream_id);
+        plan.open.push(spec);
+    }
+    for old in was_open {
+        if kept.contains(&old.stream_id) {
+            continue;
+        }
+        if prior.config_streams.contains(&old.stream_id) {
+            plan.changes
+                .push(format!("closed {} ({})", old.name, old.stream_id));
+            plan.close.push(old);
+        } else {
+            plan.changes.push(format!(
+                "reopened {} ({}), opened through the API",
+                old.name, old.stream_id
+            ));
+            plan.open.push(old);
+        }
+    }
+    plan.closed_below = prior
+        .last_rounds
+        .iter()
+        .filter(|(id, _)| plan.open.iter().any(|s| s.stream_id == *id))
+        .map(|(id, round)| (*id, round + 1))
+        .collect();
+    plan
+}
+
+fn spec_of(row: &StreamRow) -> StreamSpec {
+    StreamSpec {
+        stream_id: row.stream_id,
+        name: row.name.clone(),
+        filter: row.filter.clone(),
+        params: row.params.clone(),
+        ranks: row.ranks.clone(),
+        sync_mode: row.sync_mode as i32,
+        timeout_ms: row.timeout_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::SyncMode;
+
+    fn spec(name: &str) -> StreamSpec {
+        StreamSpec {
+            name: name.into(),
+            filter: name.into(),
+            sync_mode: SyncMode::WaitForAll as i32,
+            timeout_ms: 1000,
+            ..Default::default()
+        }
+    }
+
+    fn row(id: u32, name: &str, state: StreamState) -> StreamRow {
+        let s = spec(name);
+        StreamRow {
+            stream_id: id,
+            name: s.name,
+            filter: s.filter,
+            params: s.params,
+            sync_mode: SyncMode::WaitForAll,
+            timeout_ms: s.timeout_ms,
+            state: Some(state),
+            failure: None,
+            result_type: None,
+            ranks: String::new(),
+            opened_unix_ns: None,
+            closed_unix_ns: None,
+            rounds: 0,
+            full_rounds: 0,
+            late_packets: 0,
+        }
+    }
+
+    #[test]
+    fn a_new_run_numbers_its_streams_from_one() {
+        let plan = plan(vec![spec("stats"), spec("histogram")], None);
+        let ids: Vec<u32> = plan.open.iter().map(|s| s.stream_id).collect();
+        assert_eq!(ids, [1, 2]);
+        assert_eq!(plan.config_ids, [1, 2]);
+        assert!(plan.close.is_empty() && plan.closed_below.is_empty());
+    }
+
+    #[test]
+    fn a_continued_run_keeps_ids_never_reuses_one_and_says_what_changed() {
+        let prior = Unfinished {
+            path: PathBuf::new(),
+            streams: vec![
+                row(1, "stats", StreamState::Open),
+                row(2, "histogram", StreamState::Open),
+                row(3, "passthrough", StreamState::Closed),
+                row(4, "classify", StreamState::Open),
+            ],
+            last_rounds: vec![(1, 41), (2, 40), (4, 39)],
+            // Stream 4 was opened through the API.
+            config_streams: vec![1, 2],
+            restarts: 0,
+        };
+        // Restarted with stats and passthrough: stats keeps 1, histogram closes, passthrough is new (5, not 3),
+        // classify comes back under 4.
+        let plan = plan(vec![spec("stats"), spec("passthrough")], Some(&prior));
+        let open: Vec<(u32, &str)> = plan.open.iter().map(|s| (s.stream_id, s.name.as_str())).collect();
+        assert_eq!(open, [(1, "stats"), (5, "passthrough"), (4, "classify")]);
+        assert_eq!(plan.close.iter().map(|s| s.stream_id).collect::<Vec<_>>(), [2]);
+        assert_eq!(plan.config_ids, [1, 5]);
+        assert_eq!(plan.closed_below, [(1, 42), (4, 40)]);
+        assert_eq!(
+            plan.changes,
+            [
+                "kept stats (1)",
+                "opened passthrough (5)",
+                "closed histogram (2)",
+                "reopened classify (4), opened through the API"
+            ]
+        );
+    }
+
+    #[test]
+    fn other_parameters_make_another_stream() {
+        let prior = Unfinished {
+            path: PathBuf::new(),
+            streams: vec![row(1, "stats", StreamState::Open)],
+            last_rounds: vec![(1, 9)],
+            config_streams: vec![1],
+            restarts: 0,
+        };
+        let changed = StreamSpec {
+            params: r#"{"top": 3}"#.into(),
+            ..spec("stats")
+        };
+        let plan = plan(vec![changed], Some(&prior));
+        assert_eq!(plan.open[0].stream_id, 2);
+        assert_eq!(plan.close[0].stream_id, 1);
+        assert!(plan.closed_below.is_empty());
+    }
+}
