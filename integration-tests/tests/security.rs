@@ -444,3 +444,55 @@ fn silent_connections_and_stalled_handshakes_are_closed_and_a_listener_keeps_its
     );
     drop(flood);
 }
+
+#[test]
+fn strangers_on_the_agent_socket_cost_it_no_memory_and_are_cut_off() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, addr, _store) = start_frontend(dir.path(), &[]);
+    let socket = dir.path().join("sock/agent.sock");
+    let agent = canopy_integration_tests::start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        UnixStream::connect(&socket).is_ok()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_before = rss_kib(agent.child.id());
+    // 48 connections that claim a 16 MiB frame, 48 that claim 1 MiB (the limit) and send 10 bytes of it.
+    let mut over: Vec<UnixStream> = (0..48).map(|_| UnixStream::connect(&socket).unwrap()).collect();
+    for s in &mut over {
+        s.write_all(&(16u32 << 20).to_le_bytes()).unwrap();
+    }
+    let mut stalled: Vec<UnixStream> = (0..48).map(|_| UnixStream::connect(&socket).unwrap()).collect();
+    for s in &mut stalled {
+        s.write_all(&(1u32 << 20).to_le_bytes()).unwrap();
+        s.write_all(&[0u8; 10]).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = rss_kib(agent.child.id()).saturating_sub(rss_before);
+    assert!(grown < 50 * 1024, "the agent grew by {grown} KiB");
+    // A frame over the limit ends its connection at once.
+    let ended = |s: &mut UnixStream, wait: Duration| {
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0u8; 256];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    };
+    for s in &mut over {
+        assert!(ended(s, Duration::from_secs(2)), "a 16 MiB claim was kept open");
+    }
+    // A frame whose bytes stop coming ends its connection after the body time-out (10 s).
+    std::thread::sleep(Duration::from_secs(10));
+    for s in &mut stalled {
+        assert!(ended(s, Duration::from_secs(2)), "a stalled frame was kept open");
+    }
+    // (A connection that never said hello is closed without a log line: nothing of a rank's is lost.)
+    let grown = rss_kib(agent.child.id()).saturating_sub(rss_before);
+    assert!(grown < 50 * 1024, "the agent grew by {grown} KiB");
+}
