@@ -302,6 +302,19 @@ fn a_relay_killed_and_started_again_on_its_port_is_rejoined_and_the_tree_heals()
         reason = "lets the children notice the lost parent; there is no event to wait on from here"
     )]
     std::thread::sleep(Duration::from_millis(700));
+    // The agents' way to the root went through the dead relay: they show as lost with it, never attached.
+    wait("the agents shown lost with the relay", &|| {
+        let nodes = canopy_integration_tests::reader(&store)
+            .nodes()
+            .unwrap_or_default();
+        ["agent-0", "agent-1"].iter().all(|id| {
+            nodes.iter().any(|n| {
+                n.node_id == *id
+                    && n.state == canopy_proto::v1::NodeState::Lost
+                    && n.detail.as_deref() == Some("lost with relay-0, its way to the root")
+            })
+        })
+    });
     let before = read_rounds(&store).last().map_or(0, |r| r.round);
     // As Restart=on-failure would: the same command, the same port.
     let _relay = start_relay_on(dir.path(), &addr, &listen);
@@ -311,6 +324,17 @@ fn a_relay_killed_and_started_again_on_its_port_is_rejoined_and_the_tree_heals()
             .filter(|r| r.round > before + 5 && r.covered == 16)
             .count()
             >= 10
+    });
+    // Back under the restarted relay, they are attached again.
+    wait("the agents attached again", &|| {
+        let nodes = canopy_integration_tests::reader(&store)
+            .nodes()
+            .unwrap_or_default();
+        nodes
+            .iter()
+            .filter(|n| n.node_id.starts_with("agent-") && n.state == canopy_proto::v1::NodeState::Attached)
+            .count()
+            == 2
     });
     // While the relay was away its ranks were counted, never dropped silently.
     for r in read_rounds(&store) {

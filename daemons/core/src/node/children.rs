@@ -20,8 +20,9 @@ struct Child {
 pub(crate) enum Gone {
     /// It had finished: nothing is lost.
     Finished,
-    /// It had not: its ranks are lost, and this is the event that says so.
-    Lost(NodeEvent),
+    /// It had not: its ranks are lost, and this is the event that says so; then the events of the nodes below
+    /// it that were attached, lost with it (their way to the root went through it).
+    Lost(NodeEvent, Vec<NodeEvent>),
 }
 
 #[derive(Default)]
@@ -61,7 +62,25 @@ impl ChildTable {
         ev.parent_id = parent.to_string();
         ev.state = NodeState::Lost as i32;
         ev.detail = reason;
-        Some(Gone::Lost(ev))
+        Some(Gone::Lost(ev, self.below(id)))
+    }
+
+    /// The nodes below `id` (as last reported) that were attached, each as lost with it.
+    fn below(&self, id: &str) -> Vec<NodeEvent> {
+        let mut out = Vec::new();
+        let mut parents = vec![id.to_string()];
+        while let Some(parent) = parents.pop() {
+            for ev in self.subtree.values().filter(|ev| ev.parent_id == parent) {
+                parents.push(ev.node_id.clone());
+                if ev.state == NodeState::Attached as i32 {
+                    let mut lost = ev.clone();
+                    lost.state = NodeState::Lost as i32;
+                    lost.detail = format!("lost with {id}, its way to the root");
+                    out.push(lost);
+                }
+            }
+        }
+        out
     }
 
     /// The child sent Fin; returns the event that says so.
@@ -87,9 +106,19 @@ impl ChildTable {
         self.children.values().map(|c| c.announced).max().unwrap_or(0)
     }
 
-    /// Remembers the latest event of a node below.
+    /// Remembers the latest event of a node below. An event that leaves the parent or the address out (a
+    /// count of ranks that changed, say) keeps the ones known, as the store does.
     pub(crate) fn record(&mut self, ev: &NodeEvent) {
-        self.subtree.insert(ev.node_id.clone(), ev.clone());
+        let mut ev = ev.clone();
+        if let Some(known) = self.subtree.get(&ev.node_id) {
+            if ev.parent_id.is_empty() {
+                ev.parent_id = known.parent_id.clone();
+            }
+            if ev.address.is_empty() {
+                ev.address = known.address.clone();
+            }
+        }
+        self.subtree.insert(ev.node_id.clone(), ev);
     }
 
     /// Every node below as last reported, for a parent this node attaches (again) to.
@@ -142,7 +171,8 @@ mod tests {
         assert!(t.any_connected());
         assert_eq!(t.announced(), 8);
         match t.gone("a", 2, "reset".into(), "p") {
-            Some(Gone::Lost(ev)) => {
+            Some(Gone::Lost(ev, below)) => {
+                assert!(below.is_empty());
                 assert_eq!(ev.state, NodeState::Lost as i32);
                 assert_eq!(ev.detail, "reset");
                 assert_eq!(ev.parent_id, "p");
@@ -150,6 +180,42 @@ mod tests {
             other => panic!("expected lost, got {other:?}"),
         }
         assert!(!t.any_connected());
+    }
+
+    #[test]
+    fn the_nodes_below_a_lost_child_are_lost_with_it() {
+        let mut t = ChildTable::default();
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        t.attach("relay-a", 1, tx, 0);
+        let ev = |id: &str, parent: &str, state: NodeState| NodeEvent {
+            node_id: id.into(),
+            parent_id: parent.into(),
+            state: state as i32,
+            ..Default::default()
+        };
+        t.record(&ev("relay-a", "p", NodeState::Attached));
+        t.record(&ev("relay-b", "relay-a", NodeState::Attached));
+        t.record(&ev("agent-1", "relay-b", NodeState::Attached));
+        t.record(&ev("agent-2", "relay-b", NodeState::Finished));
+        t.record(&ev("agent-3", "relay-c", NodeState::Attached));
+        // A later event of agent-1 that leaves its parent out keeps the one known.
+        t.record(&ev("agent-1", "", NodeState::Attached));
+        let Some(Gone::Lost(_, below)) = t.gone("relay-a", 1, "reset".into(), "p") else {
+            panic!("not lost");
+        };
+        let mut lost: Vec<(&str, &str)> = below
+            .iter()
+            .map(|e| (e.node_id.as_str(), e.detail.as_str()))
+            .collect();
+        lost.sort();
+        assert_eq!(
+            lost,
+            [
+                ("agent-1", "lost with relay-a, its way to the root"),
+                ("relay-b", "lost with relay-a, its way to the root")
+            ]
+        );
+        assert!(below.iter().all(|e| e.state == NodeState::Lost as i32));
     }
 
     #[test]

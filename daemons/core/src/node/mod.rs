@@ -299,11 +299,14 @@ impl<U: Up> Node<U> {
             }
             ChildEvent::Gone { conn, id, reason } => {
                 match self.children.gone(&id, conn, reason.clone(), &self.id) {
-                    Some(Gone::Lost(ev)) => {
+                    Some(Gone::Lost(ev, below)) => {
                         tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
                         let closed = self.engine.set_source_state(&id, SourceState::Lost);
                         self.on_closed_all(closed).await;
                         self.node_event(ev).await;
+                        for ev in below {
+                            self.node_event(ev).await;
+                        }
                     }
                     Some(Gone::Finished) | None => {}
                 }

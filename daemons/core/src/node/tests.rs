@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use canopy_proto::v1::{
-    Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, LiveStreams, MissingReason, NodeKind,
-    OpenStream, StreamSpec, SyncMode, control, down_message, up_message,
+    Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, LiveStreams, MissingReason, NodeEvent,
+    NodeKind, NodeState, OpenStream, StreamSpec, SyncMode, control, down_message, up_message,
 };
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -761,4 +761,33 @@ async fn a_stream_the_parent_replaces_or_no_longer_runs_ends_here_and_below() {
     let table = down_message::Msg::LiveStreams(LiveStreams { live: vec![] });
     h.input(Input::Parent(ParentEvent::Message(table))).await;
     assert!(matches!(next_told(&mut a).await, down_message::Msg::CloseStream(c) if c.stream_id == 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_nodes_below_a_lost_child_are_reported_lost_with_it() {
+    let mut h = start(RoleConfig::Relay, 64);
+    let _r = h.child("r", 1, 4).await;
+    let agent = NodeEvent {
+        node_id: "a".into(),
+        parent_id: "r".into(),
+        state: NodeState::Attached as i32,
+        ranks_below: 4,
+        ..Default::default()
+    };
+    h.child_sends("r", 1, up_message::Msg::NodeEvent(agent)).await;
+    h.input(Input::Child(ChildEvent::Gone {
+        conn: 1,
+        id: "r".into(),
+        reason: "reset".into(),
+    }))
+    .await;
+    let lost = loop {
+        match h.up.recv().await.expect("node ended") {
+            up_message::Msg::NodeEvent(ev) if ev.node_id == "a" && ev.state == NodeState::Lost as i32 => {
+                break ev;
+            }
+            _ => continue,
+        }
+    };
+    assert_eq!(lost.detail, "lost with r, its way to the root");
 }
