@@ -15,7 +15,7 @@ use std::time::Duration;
 use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, control};
-use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_host_port};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -29,7 +29,8 @@ pub struct AgentConfig {
     /// This node's id in the tree; unique among its parent's children. Default: agent@HOST.
     #[arg(long)]
     pub node_id: String,
-    /// The parent's address (a relay or the front-end), host:port.
+    /// The parent's address (a relay or the front-end), host:port; more, separated by commas, are the parents
+    /// that adopt this node, in order, when its parent is lost.
     #[arg(long)]
     pub parent: String,
     /// The Unix socket real ranks attach to through the SDK (CANOPY_AGENT_SOCKET on their side); "none" to
@@ -168,7 +169,7 @@ pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
-        check_host_port("parent", &self.parent)?;
+        canopy_runtime::config::check_parents("parent", &self.parent)?;
         if self.simulate_ranks == 0 && self.socket == "none" {
             return Err(ConfigIssue::new(
                 "socket",
@@ -219,7 +220,9 @@ impl CheckConfig for AgentConfig {
             ));
         }
         // Last: a wrong value elsewhere is the more useful message.
-        self.tls().check(&[("parent", &self.parent)])?;
+        let parents = canopy_runtime::config::parents(&self.parent);
+        let addrs: Vec<(&str, &str)> = parents.iter().map(|p| ("parent", p.as_str())).collect();
+        self.tls().check(&addrs)?;
         Ok(())
     }
 }
@@ -292,7 +295,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     };
     let (node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
     let link = ParentLink {
-        parent: config.parent.clone(),
+        parents: canopy_runtime::config::parents(&config.parent),
         hello: handles.hello.clone(),
         outbound: up_rx,
         inputs: handles.inputs.clone(),

@@ -352,7 +352,7 @@ async fn launch_and_watch(
         .cloned()
         .collect();
     for relay in &relays {
-        let parent = topology.parent(relay).context("relay without parent")?;
+        topology.parent(relay).context("relay without parent")?;
         let ready_file = ready_dir.join(format!("relay-{}", daemons.len()));
         let mut cmd = Launch::new(bin_dir.join("canopy-relay"));
         cmd.args([
@@ -361,7 +361,7 @@ async fn launch_and_watch(
             "--listen",
             "127.0.0.1:0",
             "--parent",
-            &addr_of[parent],
+            &parents(topology, relay, &addr_of),
         ])
         .args(["--ready-file".to_string(), ready_file.display().to_string()])
         .args(security.iter().cloned());
@@ -378,14 +378,19 @@ async fn launch_and_watch(
     let mut offset = 0u32;
     for (i, agent) in leaves.iter().enumerate() {
         let n = per + u32::from((i as u32) < extra);
-        let parent = topology.parent(agent).context("agent without parent")?;
+        topology.parent(agent).context("agent without parent")?;
         let mut cmd = Launch::new(bin_dir.join("canopy-agent"));
         let socket = match (&args.socket, i) {
             (Some(path), 0) => path.display().to_string(),
             _ => "none".to_string(),
         };
         cmd.args(security.iter().cloned())
-            .args(["--node-id", &agent.to_string(), "--parent", &addr_of[parent]])
+            .args([
+                "--node-id",
+                &agent.to_string(),
+                "--parent",
+                &parents(topology, agent, &addr_of),
+            ])
             .args(["--socket", &socket])
             .args([
                 "--simulate-ranks",
@@ -519,6 +524,20 @@ async fn launch_and_watch(
         canopy_store::EXAMPLE_QUERY
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node's `--parent`: its parent, then every ancestor up to the root, which adopt it in turn when the one it
+/// is attached to is lost.
+fn parents(topology: &Topology, node: &NodeName, addr_of: &HashMap<NodeName, String>) -> String {
+    let mut list = Vec::new();
+    let mut at = topology.parent(node);
+    while let Some(p) = at {
+        if let Some(addr) = addr_of.get(p) {
+            list.push(addr.clone());
+        }
+        at = topology.parent(p);
+    }
+    list.join(",")
 }
 
 fn binaries_dir() -> anyhow::Result<PathBuf> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::{ParentLink, TreeService};
 use canopy_proto::v1::NodeKind;
-use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr, check_host_port};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
 use serde::{Deserialize, Serialize};
 
 /// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, and a `--kebab-case` flag per key).
@@ -21,7 +21,8 @@ pub struct RelayConfig {
     /// This node's id in the tree; unique among its parent's children. Default: relay@HOST:PORT.
     #[arg(long)]
     pub node_id: String,
-    /// The parent's address (a relay or the front-end), host:port.
+    /// The parent's address (a relay or the front-end), host:port; more, separated by commas, are the parents
+    /// that adopt this node, in order, when its parent is lost.
     #[arg(long)]
     pub parent: String,
     /// Where children attach, ip:port (port 0 picks a free port).
@@ -97,7 +98,7 @@ impl canopy_runtime::daemon::DaemonConfig for RelayConfig {
 
 impl CheckConfig for RelayConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
-        check_host_port("parent", &self.parent)?;
+        canopy_runtime::config::check_parents("parent", &self.parent)?;
         check_addr("listen", &self.listen)?;
         if self.max_connections == 0 {
             return Err(ConfigIssue::new("max_connections", "must be at least 1"));
@@ -106,8 +107,10 @@ impl CheckConfig for RelayConfig {
             return Err(ConfigIssue::new("max_rounds_in_flight", "must be at least 1"));
         }
         // Last: a wrong value elsewhere is the more useful message.
-        self.tls()
-            .check(&[("listen", &self.listen), ("parent", &self.parent)])?;
+        let mut addrs = vec![("listen", self.listen.as_str())];
+        let parents = canopy_runtime::config::parents(&self.parent);
+        addrs.extend(parents.iter().map(|p| ("parent", p.as_str())));
+        self.tls().check(&addrs)?;
         Ok(())
     }
 }
@@ -179,7 +182,7 @@ impl Relay {
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
         node.set_listen_addr(advertised(addr));
         let link = ParentLink {
-            parent: config.parent.clone(),
+            parents: canopy_runtime::config::parents(&config.parent),
             hello: handles.hello.clone(),
             outbound: up_rx,
             inputs: handles.inputs.clone(),

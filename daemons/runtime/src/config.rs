@@ -235,6 +235,29 @@ pub fn check_host_port(key: &str, value: &str) -> Result<(), ConfigIssue> {
     }
 }
 
+/// A node's parents, in order of preference: `host:port` addresses separated by commas (the first is its parent;
+/// the others adopt it when that one is lost).
+pub fn parents(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Checks a list of parents: at least one, each `host:port`.
+pub fn check_parents(key: &str, value: &str) -> Result<(), ConfigIssue> {
+    let list = parents(value);
+    if list.is_empty() {
+        return Err(ConfigIssue::new(
+            key,
+            "names no parent (host:port, more separated by commas)",
+        ));
+    }
+    list.iter().try_for_each(|p| check_host_port(key, p))
+}
+
 /// Where a daemon writes its bound address once it is ready, for launchers that start it on port 0.
 pub fn write_ready_file(path: Option<&PathBuf>, contents: &str) -> std::io::Result<()> {
     let Some(path) = path else { return Ok(()) };

@@ -455,6 +455,16 @@ impl RoundEngine {
     }
 
     /// Closes a stream; its open groups are returned closed (partial where sources were missing).
+    /// `ranks` that a lost source answered for moved under another source (their node was adopted elsewhere
+    /// below this node): the lost source answers for as many fewer from now on, so no rank is expected twice.
+    pub fn ranks_moved_away(&mut self, id: &str, ranks: u32) {
+        if let Some(s) = self.sources.get_mut(id) {
+            s.ranks_below = s.ranks_below.saturating_sub(ranks);
+            s.reported = s.reported.saturating_sub(ranks);
+        }
+        self.recount();
+    }
+
     /// A stream continued from an earlier run of this root, whose rounds below `below` were closed and stored
     /// then: their packets are late here, so no round is stored twice.
     pub fn closed_below(&mut self, stream: u32, below: u64) {

@@ -29,6 +29,9 @@ pub(crate) enum Gone {
 pub(crate) struct ChildTable {
     children: HashMap<String, Child>,
     subtree: BTreeMap<String, NodeEvent>,
+    /// Nodes that moved from below a child that was not known lost yet (the adopter heard of them first): the
+    /// child, and the ranks it answers for no more once it is.
+    moved: HashMap<String, (String, u32)>,
 }
 
 impl ChildTable {
@@ -119,6 +122,43 @@ impl ChildTable {
             }
         }
         self.subtree.insert(ev.node_id.clone(), ev);
+    }
+
+    /// The child of `this` (a node's own id) that `id` was last known to be below, or `id` itself if it was a
+    /// child: the first step on its way to the root from here.
+    pub(crate) fn way_from(&self, this: &str, id: &str) -> Option<String> {
+        let mut at = id.to_string();
+        for _ in 0..=self.subtree.len() {
+            let parent = &self.subtree.get(&at)?.parent_id;
+            if parent == this {
+                return Some(at);
+            }
+            at = parent.clone();
+        }
+        None
+    }
+
+    /// Remembers that `node` moved from below `child` with `ranks`, for when `child` is known lost.
+    pub(crate) fn moved_from(&mut self, node: &str, child: &str, ranks: u32) {
+        self.moved.insert(node.to_string(), (child.to_string(), ranks));
+    }
+
+    /// The ranks of the nodes that moved from below `child`, now that it is lost (each counted once).
+    pub(crate) fn take_moved(&mut self, child: &str) -> u32 {
+        let mut ranks = 0u32;
+        self.moved.retain(|_, (from, r)| {
+            let keep = from != child;
+            if !keep {
+                ranks = ranks.saturating_add(*r);
+            }
+            keep
+        });
+        ranks
+    }
+
+    /// The latest event of a node below.
+    pub(crate) fn recorded(&self, id: &str) -> Option<&NodeEvent> {
+        self.subtree.get(id)
     }
 
     /// Every node below as last reported, for a parent this node attaches (again) to.

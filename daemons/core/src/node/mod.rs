@@ -303,6 +303,12 @@ impl<U: Up> Node<U> {
                         tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
                         let closed = self.engine.set_source_state(&id, SourceState::Lost);
                         self.on_closed_all(closed).await;
+                        let moved = self.children.take_moved(&id);
+                        if moved > 0 {
+                            tracing::info!(node = %self.id, child = %id, ranks = moved,
+                                "nodes below the lost child were adopted already: their ranks are expected where they are");
+                            self.engine.ranks_moved_away(&id, moved);
+                        }
                         self.node_event(ev).await;
                         for ev in below {
                             self.node_event(ev).await;
@@ -524,8 +530,45 @@ impl<U: Up> Node<U> {
     // ---- the tree's size, start and end ----
 
     async fn node_event(&mut self, ev: NodeEvent) {
+        self.adoption(&ev);
         self.children.record(&ev);
         self.up.send(up_message::Msg::NodeEvent(ev)).await;
+    }
+
+    /// A node attached below this one that was last known under a child now lost (it was adopted elsewhere
+    /// below here): that child answers for its ranks no more, so they are expected once, where they are now.
+    fn adoption(&mut self, ev: &NodeEvent) {
+        if ev.state != NodeState::Attached as i32 || ev.parent_id.is_empty() {
+            return;
+        }
+        let Some(known) = self.children.recorded(&ev.node_id) else {
+            return;
+        };
+        // (Shown lost with its parent, or still attached as far as this node heard.)
+        let was_below = [NodeState::Attached as i32, NodeState::Lost as i32].contains(&known.state);
+        if known.parent_id == ev.parent_id || !was_below {
+            return;
+        }
+        let ranks = known.ranks_below;
+        let Some(old) = self.children.way_from(&self.id, &ev.node_id) else {
+            return;
+        };
+        let new = if ev.parent_id == self.id {
+            Some(ev.node_id.clone())
+        } else {
+            self.children.way_from(&self.id, &ev.parent_id)
+        };
+        if new.as_deref() == Some(old.as_str()) {
+            return;
+        }
+        if self.engine.source_state(&old) != Some(SourceState::Lost) {
+            // The adopter was heard from before the loss of `old` was: settled when it is.
+            self.children.moved_from(&ev.node_id, &old, ranks);
+            return;
+        }
+        tracing::info!(node = %self.id, adopted = %ev.node_id, from = %old, ranks,
+            "a node below a lost child was adopted: its ranks are expected where it is now");
+        self.engine.ranks_moved_away(&old, ranks);
     }
 
     /// The largest application size announced below this node.

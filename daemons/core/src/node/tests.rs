@@ -791,3 +791,46 @@ async fn the_nodes_below_a_lost_child_are_reported_lost_with_it() {
     };
     assert_eq!(lost.detail, "lost with r, its way to the root");
 }
+
+/// A relay "r" with an agent "a" of 8 ranks below it; then, in the order asked, "a" attaches here directly and
+/// "r" is lost. Returns the coverage of the next round "a" delivers.
+async fn adopted(lost_first: bool) -> Coverage {
+    let mut h = start(RoleConfig::Relay, 64);
+    let _r = h.child("r", 1, 8).await;
+    h.open(1).await;
+    let below_r = NodeEvent {
+        node_id: "a".into(),
+        parent_id: "r".into(),
+        state: NodeState::Attached as i32,
+        ranks_below: 8,
+        ..Default::default()
+    };
+    h.child_sends("r", 1, up_message::Msg::NodeEvent(below_r)).await;
+    let gone = Input::Child(ChildEvent::Gone {
+        conn: 1,
+        id: "r".into(),
+        reason: "reset".into(),
+    });
+    if lost_first {
+        h.input(gone).await;
+        let _a = h.child("a", 2, 8).await;
+        h.child_sends("a", 2, packet(1, 0, 8, 1)).await;
+    } else {
+        let _a = h.child("a", 2, 8).await;
+        h.input(gone).await;
+        h.child_sends("a", 2, packet(1, 0, 8, 1)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(5), h.envelope())
+        .await
+        .expect("no round went up")
+        .coverage
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_adopted_from_below_a_lost_child_is_expected_once_whichever_is_heard_first() {
+    for lost_first in [true, false] {
+        let c = adopted(lost_first).await;
+        assert_eq!((c.covered, c.expected), (8, 8), "lost first: {lost_first}: {c:?}");
+    }
+}

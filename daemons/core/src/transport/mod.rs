@@ -327,7 +327,10 @@ async fn read_child(
 
 /// The child's side: keeps one Attach stream to the parent, re-attaching with back-off after failures.
 pub struct ParentLink {
-    pub parent: String,
+    /// The parents this node may attach to, in order of preference: the first, then (when it is lost or cannot
+    /// be reached) the next, around the list. A node stays with the parent it is attached to until that one is
+    /// lost: a parent that comes back takes no child from its adopter.
+    pub parents: Vec<String>,
     /// The Hello to send; the node keeps it current (its ranks below change as children attach).
     pub hello: watch::Receiver<Hello>,
     pub outbound: mpsc::Receiver<UpMessage>,
@@ -342,12 +345,14 @@ impl ParentLink {
         let mut backoff = Duration::from_millis(50);
         let mut failures = 0u32;
         let mut pending: Option<UpMessage> = None;
+        let mut at = 0usize;
         loop {
-            match self.session(&mut pending).await {
+            let parent = self.parents.get(at).cloned().unwrap_or_default();
+            match self.session(&parent, &mut pending).await {
                 Ok(()) => return,
                 Err(SessionEnd::Refused(message)) => {
                     let refused = Refused {
-                        parent: self.parent.clone(),
+                        parent: parent.clone(),
                         message,
                     };
                     tracing::error!("{refused}");
@@ -369,9 +374,21 @@ impl ParentLink {
                     failures += 1;
                     if attached {
                         // Also the normal end of a finished tree, which stops this link right after.
-                        tracing::info!(parent = %self.parent, "parent stream ended: {reason}");
+                        tracing::info!(parent = %parent, "parent stream ended: {reason}");
                     } else if failures == 1 || failures.is_multiple_of(20) {
-                        tracing::warn!(parent = %self.parent, attempts = failures, "cannot reach parent: {reason}");
+                        tracing::warn!(parent = %parent, attempts = failures, "cannot reach parent: {reason}");
+                    }
+                    // The next parent of the list; the back-off grows once every one of them has been tried.
+                    if self.parents.len() > 1 {
+                        at = (at + 1) % self.parents.len();
+                        if !attached && at != 0 {
+                            if self.outbound.is_closed() && self.outbound.is_empty() {
+                                return;
+                            }
+                            tracing::info!(parent = %self.parents[at], "trying the next parent");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
                     }
                 }
             }
@@ -384,11 +401,11 @@ impl ParentLink {
         }
     }
 
-    async fn session(&mut self, pending: &mut Option<UpMessage>) -> Result<(), SessionEnd> {
+    async fn session(&mut self, parent: &str, pending: &mut Option<UpMessage>) -> Result<(), SessionEnd> {
         let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", self.parent))
-            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", self.parent)))?;
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", parent))
+            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", parent)))?;
         if let Some(tls) = &self.tls {
             endpoint = endpoint
                 .tls_config(tls.clone())
@@ -429,7 +446,7 @@ impl ParentLink {
             Ok(Some(DownMessage {
                 msg: Some(down_message::Msg::Welcome(w)),
             })) => {
-                tracing::info!(parent = %self.parent, parent_id = %w.parent_id, "attached to parent");
+                tracing::info!(parent = %parent, parent_id = %w.parent_id, "attached to parent");
             }
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
             Err(s) => {
@@ -470,7 +487,7 @@ impl ParentLink {
                         drop(tx);
                         let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
                         if tokio::time::timeout(CLOSE_TIMEOUT, drained).await.is_err() {
-                            tracing::warn!(parent = %self.parent, "parent did not end the stream after this node's last message");
+                            tracing::warn!(parent = %parent, "parent did not end the stream after this node's last message");
                         }
                         return Ok(());
                     }
