@@ -243,9 +243,9 @@ async fn roles_are_enforced_and_strangers_cannot_read_control_or_attach() {
     for (who, tls, token, expect) in cases {
         let got = try_roles(&addr, tls, token).await;
         // A connection that fails below gRPC (a failed handshake, plaintext against TLS) surfaces as Unavailable,
-        // Unknown or Internal depending on when the client sees it: all mean no call was served.
+        // Unknown, Internal or Cancelled depending on when the client sees it: all mean no call was served.
         let norm = |c: Code| match c {
-            Code::Unknown | Code::Internal => Code::Unavailable,
+            Code::Unknown | Code::Internal | Code::Cancelled => Code::Unavailable,
             c => c,
         };
         assert_eq!((norm(got.0), norm(got.1)), expect, "{who}");
