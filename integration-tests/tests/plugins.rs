@@ -262,3 +262,144 @@ async fn a_multi_phase_filter_refuses_a_dont_wait_stream() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("filter histogram has 3 phases"));
 }
+
+/// rankcount (filters/examples/c) renamed, with a fault hooked in front of one call at one level.
+fn faulty_rankcount(name: &str, call: &str, level: &str, fault: &str) -> String {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/examples/c/rankcount.c"),
+    )
+    .unwrap();
+    let entry = match call {
+        "upstream" => "static int rc_upstream(",
+        "finalize" => "static int rc_finalize(",
+        other => panic!("no hook for {other}"),
+    };
+    let hook = format!(
+        "static volatile int *volatile nowhere;\n\
+         static void fault(uint32_t level) {{ if (level == {level}) {{ {fault} }} }}\n\
+         static int hooked_{call}(void *inst, uint64_t round, uint32_t phase, {params});\n\
+         {entry}void *inst, uint64_t round, uint32_t phase, {params}) {{\n\
+             fault(((struct rankcount *)inst)->level);\n\
+             return hooked_{call}(inst, round, phase, {args});\n\
+         }}\n\
+         static int hooked_{call}(",
+        params = if call == "upstream" {
+            "const canopy_bytes *inputs, size_t n, const canopy_emitter *out"
+        } else {
+            "canopy_bytes packet, const canopy_emitter *out"
+        },
+        args = if call == "upstream" {
+            "inputs, n, out"
+        } else {
+            "packet, out"
+        },
+    );
+    format!("#include <unistd.h>\n{source}")
+        .replacen(entry, &hook, 1)
+        .replace("\"rankcount\"", &format!("\"{name}\""))
+}
+
+/// A stream's failure reason and how long after its open the store said so.
+async fn failed_within(tree: &TreeSandbox, name: &str, filter: &str) -> (String, Duration) {
+    let opened = tokio::time::Instant::now();
+    assert!(tree.root.open_stream(spec(name, filter, "")).await);
+    let store = tree.store.clone();
+    assert_eventually!(
+        stream_state(&store, name).is_some_and(|(state, _)| state == Some(StreamState::Failed)),
+        Duration::from_secs(30),
+        "stream {name} was not marked failed: {:?}",
+        stream_state(&store, name)
+    );
+    let why = stream_state(&store, name).unwrap().1.unwrap_or_default();
+    (why, opened.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_plugin_that_hangs_segfaults_or_aborts_fails_only_its_stream_and_stats_loses_no_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let spins = faulty_rankcount(
+        "spins",
+        "upstream",
+        "CANOPY_LEVEL_RELAY",
+        "for (;;) { usleep(100000); }",
+    );
+    build_c_filter(dir.path(), "spins", &spins);
+    let segv = faulty_rankcount("segv", "upstream", "CANOPY_LEVEL_LEAF", "*nowhere = 1;");
+    build_c_filter(dir.path(), "segv", &segv);
+    let aborts = faulty_rankcount("aborts", "finalize", "CANOPY_LEVEL_ROOT", "abort();");
+    build_c_filter(dir.path(), "aborts", &aborts);
+    let timeout = Duration::from_millis(1500);
+    let mut tree = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 32,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        extra_filter_dirs: vec![dir.path().to_path_buf()],
+        filter_call_timeout_ms: timeout.as_millis() as u64,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        rounds_of(&store, Select::all().stream(1)) >= 3,
+        Duration::from_secs(20),
+        "no stats rounds"
+    );
+    let first = reader(&store).rounds(Select::all().stream(1)).unwrap();
+    let before = first.iter().map(|r| r.round).max().unwrap();
+
+    // A relay's upstream never returns: the watchdog fails the stream at that relay, and only that stream.
+    let (why, took) = failed_within(&tree, "spins", "spins").await;
+    assert!(
+        why.starts_with("node relay:") && why.contains("filter spins: upstream call stuck for"),
+        "{why}"
+    );
+    assert!(took <= timeout + Duration::from_secs(1), "took {took:?}: {why}");
+    // A leaf dereferences NULL: caught on its stream's worker, the agent lives.
+    let (why, took) = failed_within(&tree, "segv", "segv").await;
+    assert!(
+        why.starts_with("node agent:")
+            && why.contains("filter segv: upstream crashed with SIGSEGV (signal 11)")
+            && why.contains("libcanopy_filter_segv.so"),
+        "{why}"
+    );
+    assert!(took <= Duration::from_secs(1), "took {took:?}: {why}");
+    // The root aborts in finalize: the front-end lives and records it.
+    let (why, took) = failed_within(&tree, "aborts", "aborts").await;
+    assert!(
+        why.starts_with("node frontend:0")
+            && why.contains("filter aborts: finalize crashed with SIGABRT (signal 6)")
+            && why.contains("libcanopy_filter_aborts.so"),
+        "{why}"
+    );
+    assert!(took <= Duration::from_secs(1), "took {took:?}: {why}");
+
+    // Every daemon lived, and stats lost no round: every round from before the faults on is stored, whole.
+    let after = rounds_of(&store, Select::all().stream(1));
+    assert_eventually!(
+        rounds_of(&store, Select::all().stream(1)) >= after + 10,
+        Duration::from_secs(20),
+        "the stats stream stopped"
+    );
+    let rounds = reader(&store)
+        .rounds(Select::all().stream(1).from_round(before))
+        .unwrap();
+    // The newest few may still be on their way.
+    let last = rounds.iter().map(|r| r.round).max().unwrap() - 5;
+    let rounds: Vec<_> = rounds.into_iter().filter(|r| r.round <= last).collect();
+    let numbers: std::collections::BTreeSet<u64> = rounds.iter().map(|r| r.round).collect();
+    assert_eq!(numbers.len() as u64, last - before + 1, "stats rounds missing");
+    let partial: Vec<_> = rounds.iter().filter(|r| r.covered != 32).collect();
+    assert!(partial.is_empty(), "stats rounds not whole: {partial:?}");
+    assert_eq!(
+        reader(&store).stream(1).unwrap().and_then(|s| s.state),
+        Some(StreamState::Open)
+    );
+    tree.shutdown("frontend:0");
+    tree.wait_frontend(Duration::from_secs(20))
+        .await
+        .expect("the front-end drains and exits cleanly");
+}
