@@ -7,6 +7,4 @@
 
 pub mod filter;
 #[allow(unsafe_code)]
-pub mod guard;
-#[allow(unsafe_code)]
 pub mod plugin;
