@@ -14,6 +14,10 @@ use std::fmt;
 /// The largest tree a spec may ask for; beyond it a typo (`b:64^6`) would exhaust memory instead of failing.
 const MAX_NODES: usize = 1 << 22;
 
+/// The most levels below the root a spec may lay out. A tree of daemons is a few levels deep; a chain of millions
+/// of fanout-1 levels (`b:1^1777737`) is a mistake that would take quadratic time to lay out.
+const MAX_LEVELS: usize = 64;
+
 /// One node of a topology: `host:index` in MRNet's notation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeName {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::mrnet::is_host_name;
-use crate::{Builder, MAX_NODES, NodeName, Topology, TopologyError, spec_error};
+use crate::{Builder, MAX_LEVELS, MAX_NODES, NodeName, Topology, TopologyError, spec_error};
 
 impl Topology {
     /// A spec string: `kary:F` (every node has up to F children, filled breadth-first) or `b:F1xF2x...` /
@@ -27,6 +27,12 @@ impl Topology {
         match kind {
             "kary" => {
                 let fanout = parse_count(arg, "fanout")?;
+                if fanout == 1 && hosts.len() > MAX_LEVELS + 1 {
+                    return Err(spec_error(format!(
+                        "`kary:1` over {} hosts is a chain of more than {MAX_LEVELS} levels",
+                        hosts.len()
+                    )));
+                }
                 let names = round_robin(hosts, hosts.len());
                 Ok(Builder::from_bfs(names, |i| (i - 1) / fanout).finish(0))
             }
@@ -72,6 +78,9 @@ fn parse_balanced(arg: &str) -> Result<Vec<usize>, TopologyError> {
             Some((f, d)) => (parse_count(f, "fanout")?, parse_count(d, "level count")?),
             None => (parse_count(term, "fanout")?, 1),
         };
+        if fanouts.len().saturating_add(levels) > MAX_LEVELS {
+            return Err(spec_error(format!("`b:{arg}` has more than {MAX_LEVELS} levels")));
+        }
         for _ in 0..levels {
             level_len = level_len.saturating_mul(fanout);
             nodes = nodes.saturating_add(level_len);
@@ -196,10 +205,14 @@ mod tests {
             ("b:^3", &h, "missing fanout"),
             ("b:64^6", &h, "`b:64^6` has more than 4194304 nodes"),
             (
-                "b:1^99999999999",
-                &h,
-                "`b:1^99999999999` has more than 4194304 nodes",
+                "kary:1",
+                &(0..66).map(|i| format!("h{i}")).collect::<Vec<_>>(),
+                "`kary:1` over 66 hosts is a chain of more than 64 levels",
             ),
+            // A chain found by the topology fuzz target: laying it out took 14 s and 1.4 GB.
+            ("b:1^1777737", &h, "`b:1^1777737` has more than 64 levels"),
+            ("b:1^30x1^40", &h, "`b:1^30x1^40` has more than 64 levels"),
+            ("b:1^99999999999", &h, "`b:1^99999999999` has more than 64 levels"),
             ("kary:2", &[], "no hosts"),
             ("b:2", &[], "no hosts"),
         ];
