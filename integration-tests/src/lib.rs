@@ -459,6 +459,20 @@ fn security_args(name: &str, args: &[&str]) -> Vec<String> {
     flags
 }
 
+/// Polls `cond` every 20 ms until it holds; panics naming `what` once `timeout` has passed. For the tests that
+/// wait on real processes by the wall clock.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of other processes; no runtime worker is blocked"
+)]
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A real daemon process; killed when dropped.
 pub struct Proc {
     pub name: String,

@@ -15,9 +15,11 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use canopy_integration_tests::{Proc, bin_dir, read_rounds, start_frontend, start_relay, start_socket_agent};
+use canopy_integration_tests::{
+    Proc, bin_dir, read_rounds, start_frontend, start_relay, start_socket_agent, wait_for,
+};
 use canopy_proto::v1::MissingReason;
 use canopy_wire::v1::{
     AgentMessage, EventSample, RankDump, RankFin, RankHello, RankMessage, RankProfile, agent_message,
@@ -28,18 +30,6 @@ use nix::sys::signal::Signal;
 use prost::Message;
 
 const NOBODY: u32 = 65534;
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a synchronous poll of another process; no runtime worker is blocked"
-)]
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[allow(
     clippy::disallowed_methods,

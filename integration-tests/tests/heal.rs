@@ -9,16 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay};
+use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay, wait_for};
 use canopy_proto::v1::NodeState;
-
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[test]
 fn orphans_of_a_killed_relay_are_adopted_and_every_round_expects_each_rank_once() {

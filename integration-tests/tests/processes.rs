@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, Select, Table, bin_dir, read_rounds, reader, start_frontend};
+use canopy_integration_tests::{Proc, Select, Table, bin_dir, read_rounds, reader, start_frontend, wait_for};
 use canopy_proto::v1::{MissingReason, NodeKind, NodeState};
 use nix::sys::signal::Signal;
 
@@ -36,18 +36,6 @@ fn start_agent(dir: &Path, id: &str, parent: &str, ranks: u32, offset: u32, roun
         "20",
     ];
     Proc::start(dir, "canopy-agent", id, &args)
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a synchronous poll of another process; no runtime worker is blocked"
-)]
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn rounds_in(store: &Path) -> u64 {

@@ -8,18 +8,10 @@
 )]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay};
+use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay, wait_for};
 use canopy_store::StreamState;
-
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn rounds_of(store: &Path, stream: u32) -> Vec<canopy_integration_tests::RoundRow> {
     read_rounds(store)

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, build_c_example, read_rounds, reader, start_frontend, start_socket_agent,
+    Proc, Select, bin_dir, build_c_example, read_rounds, reader, start_frontend, start_socket_agent, wait_for,
 };
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
@@ -72,18 +72,6 @@ fn wait_ranks(dir: &Path, ranks: &mut [Child], timeout: Duration) {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a synchronous poll of another process; no runtime worker is blocked"
-)]
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend};
+use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, wait_for};
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::tree_client::TreeClient;
 use canopy_proto::v1::{
@@ -119,14 +119,6 @@ async fn try_roles(addr: &str, tls: Option<ClientTlsConfig>, token: Option<&str>
         Err(s) => s.code(),
     };
     (read, control)
-}
-
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn agent_args<'a>(id: &'a str, parent: &'a str, ranks: &'a str) -> Vec<&'a str> {
