@@ -424,7 +424,10 @@ fn tree_down() {
             first_round: 0,
             rejoin: false,
         })));
-        b.extend(down(down_message::Msg::Credit(Credit { below: 16 })));
+        b.extend(down(down_message::Msg::Credit(Credit {
+            below: 16,
+            closed_below: 0,
+        })));
         b.extend(down(down_message::Msg::Envelope(Envelope {
             stream_id: 2,
             round: 0,

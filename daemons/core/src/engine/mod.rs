@@ -666,6 +666,40 @@ impl RoundEngine {
         in_round && self.later_phase_participants(key).is_none_or(|p| p.contains(id))
     }
 
+    /// The rounds of `stream` whose phase 0 `source` delivered here, as far as this node remembers (the open
+    /// rounds, and the last closed ones): spans `[from, end)`, ascending. Rounds of a stream that does not wait
+    /// are never grouped, so none is known for it.
+    pub fn delivered_by(&self, source: &str, stream: u32) -> Vec<(u64, u64)> {
+        let closed = self
+            .participants
+            .iter()
+            .filter(|((s, _), from)| *s == stream && from.contains(source))
+            .map(|((_, round), _)| *round);
+        let open = self
+            .open
+            .iter()
+            .filter(|(k, g)| k.stream == stream && k.phase == 0 && g.from.contains(source))
+            .map(|(k, _)| k.round);
+        let mut rounds: Vec<u64> = closed.chain(open).collect();
+        rounds.sort_unstable();
+        rounds.dedup();
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for r in rounds {
+            match spans.last_mut() {
+                Some((_, end)) if *end == r => *end = r + 1,
+                _ => spans.push((r, r + 1)),
+            }
+        }
+        spans
+    }
+
+    /// Whether a stream groups its rounds (waits for its sources), rather than merging each arrival at once.
+    pub fn groups_rounds(&self, stream: u32) -> bool {
+        self.streams
+            .get(&stream)
+            .is_some_and(|s| s.mode != SyncMode::DontWait)
+    }
+
     /// The sources that took part in phase 0 of a round, if it closed here (a node sends a round's later
     /// packets down to these only).
     pub fn participants(&self, stream: u32, round: u64) -> Option<&HashSet<SourceId>> {

@@ -57,6 +57,27 @@ fn wait_for_all_closes_when_every_live_source_delivered() {
 }
 
 #[test]
+fn the_rounds_a_source_delivered_are_known_closed_or_open_as_spans() {
+    let mut e = engine(&[("a", 16), ("b", 16)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    let key = |round| GroupKey { round, ..K };
+    for round in [0, 1, 2, 4, 5] {
+        e.accept(key(round), arrival("a", 16), now).unwrap();
+    }
+    for round in [0, 1, 3] {
+        e.accept(key(round), arrival("b", 16), now).unwrap();
+    }
+    // Rounds 0 and 1 closed with both; 2, 4 and 5 are open with a only; 3 open with b only.
+    assert_eq!(e.delivered_by("a", 1), [(0, 3), (4, 6)]);
+    assert_eq!(e.delivered_by("b", 1), [(0, 2), (3, 4)]);
+    assert!(e.delivered_by("a", 2).is_empty(), "another stream");
+    assert!(e.groups_rounds(1));
+    let mut d = engine(&[("a", 16)], SyncMode::DontWait);
+    d.accept(K, arrival("a", 16), now).unwrap();
+    assert!(!d.groups_rounds(1), "a stream that does not wait has no rounds to tell");
+}
+
+#[test]
 fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
     let now = Instant::now();

@@ -30,8 +30,8 @@ pub(crate) struct ChildTable {
     children: HashMap<String, Child>,
     subtree: BTreeMap<String, NodeEvent>,
     /// Nodes that moved from below a child that was not known lost yet (the adopter heard of them first): the
-    /// child, and the ranks it answers for no more once it is.
-    moved: HashMap<String, (String, u32)>,
+    /// child, the ranks it answers for no more once it is, and whether this node is the adopter.
+    moved: HashMap<String, (String, u32, bool)>,
 }
 
 impl ChildTable {
@@ -138,22 +138,35 @@ impl ChildTable {
         None
     }
 
-    /// Remembers that `node` moved from below `child` with `ranks`, for when `child` is known lost.
-    pub(crate) fn moved_from(&mut self, node: &str, child: &str, ranks: u32) {
-        self.moved.insert(node.to_string(), (child.to_string(), ranks));
+    /// Remembers that `node` moved from below `child` with `ranks` (to this node itself when `adopted_here`), for
+    /// when `child` is known lost.
+    pub(crate) fn moved_from(&mut self, node: &str, child: &str, ranks: u32, adopted_here: bool) {
+        self.moved
+            .insert(node.to_string(), (child.to_string(), ranks, adopted_here));
     }
 
-    /// The ranks of the nodes that moved from below `child`, now that it is lost (each counted once).
-    pub(crate) fn take_moved(&mut self, child: &str) -> u32 {
+    /// The ranks of the nodes that moved from below `child`, now that it is lost (each counted once), and those
+    /// of them this node adopted.
+    pub(crate) fn take_moved(&mut self, child: &str) -> (u32, Vec<String>) {
         let mut ranks = 0u32;
-        self.moved.retain(|_, (from, r)| {
+        let mut here = Vec::new();
+        self.moved.retain(|node, (from, r, adopted_here)| {
             let keep = from != child;
             if !keep {
                 ranks = ranks.saturating_add(*r);
+                if *adopted_here {
+                    here.push(node.clone());
+                }
             }
             keep
         });
-        ranks
+        here.sort();
+        (ranks, here)
+    }
+
+    /// The sender of a connected child's down stream.
+    pub(crate) fn sender(&self, id: &str) -> Option<ChildSender> {
+        self.children.get(id).and_then(|c| c.tx.clone())
     }
 
     /// The latest event of a node below.

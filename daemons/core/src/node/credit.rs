@@ -11,6 +11,8 @@ pub(crate) struct Credit {
     given: Option<u64>,
     /// The last round asked for with a Want since the parent's credit last moved.
     wanted: u64,
+    /// The root's watermark as the parent passed it on: every round below it closed at the root.
+    closed_below: u64,
 }
 
 impl Credit {
@@ -19,9 +21,15 @@ impl Credit {
         self.from_parent
     }
 
-    /// The parent's credit arrived.
-    pub(crate) fn heard(&mut self, below: u64) {
+    /// The root's watermark as heard from the parent (0: none yet), passed on to the children with the credit.
+    pub(crate) fn closed_below(&self) -> u64 {
+        self.closed_below
+    }
+
+    /// The parent's credit arrived, with the root's watermark.
+    pub(crate) fn heard(&mut self, below: u64, closed_below: u64) {
         self.from_parent = Some(below);
+        self.closed_below = self.closed_below.max(closed_below);
         if below > self.wanted {
             self.wanted = 0;
         }
@@ -81,14 +89,14 @@ mod tests {
     fn a_want_goes_up_once_per_round_and_again_after_the_credit_moves() {
         let mut c = Credit::default();
         assert_eq!(c.want(Some(100)), None, "the root has no parent to ask");
-        c.heard(64);
+        c.heard(64, 0);
         assert_eq!(c.cap(), Some(64));
         assert_eq!(c.want(None), None);
         assert_eq!(c.want(Some(100)), Some(100));
         assert_eq!(c.want(Some(100)), None);
         assert_eq!(c.want(Some(90)), None);
         assert_eq!(c.want(Some(120)), Some(120));
-        c.heard(200);
+        c.heard(200, 0);
         assert_eq!(c.want(Some(230)), Some(230));
     }
 }

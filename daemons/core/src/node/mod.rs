@@ -303,7 +303,7 @@ impl<U: Up> Node<U> {
                         tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
                         let closed = self.engine.set_source_state(&id, SourceState::Lost);
                         self.on_closed_all(closed).await;
-                        let moved = self.children.take_moved(&id);
+                        let (moved, own) = self.children.take_moved(&id);
                         if moved > 0 {
                             tracing::info!(node = %self.id, child = %id, ranks = moved,
                                 "nodes below the lost child were adopted already: their ranks are expected where they are");
@@ -312,6 +312,9 @@ impl<U: Up> Node<U> {
                         self.node_event(ev).await;
                         for ev in below {
                             self.node_event(ev).await;
+                        }
+                        for adopted in own {
+                            self.ask_resend(&adopted, &id).await;
                         }
                     }
                     Some(Gone::Finished) | None => {}
@@ -333,6 +336,7 @@ impl<U: Up> Node<U> {
         let controls = self.control.replay().into_iter().map(down_message::Msg::Control);
         let credit = down_message::Msg::Credit(Credit {
             below: self.window.limit(),
+            closed_below: self.closed_below(),
         });
         for msg in [table]
             .into_iter()
@@ -489,7 +493,9 @@ impl<U: Up> Node<U> {
             }
             down_message::Msg::Control(c) => self.on_control(c).await,
             down_message::Msg::Envelope(env) => self.on_downstream(env).await,
-            down_message::Msg::Credit(c) => self.credit.heard(c.below),
+            down_message::Msg::Credit(c) => self.credit.heard(c.below, c.closed_below),
+            // The link answers an adopter's request itself, from what it kept.
+            down_message::Msg::Resend(_) => {}
             down_message::Msg::LiveStreams(table) => {
                 // What the parent no longer runs ends here and below.
                 for id in self.streams.ids() {
@@ -530,45 +536,49 @@ impl<U: Up> Node<U> {
     // ---- the tree's size, start and end ----
 
     async fn node_event(&mut self, ev: NodeEvent) {
-        self.adoption(&ev);
+        let resend = self.adoption(&ev);
+        let child = ev.node_id.clone();
         self.children.record(&ev);
         self.up.send(up_message::Msg::NodeEvent(ev)).await;
+        if let Some(lost) = resend {
+            self.ask_resend(&child, &lost).await;
+        }
     }
 
     /// A node attached below this one that was last known under a child now lost (it was adopted elsewhere
     /// below here): that child answers for its ranks no more, so they are expected once, where they are now.
-    fn adoption(&mut self, ev: &NodeEvent) {
+    /// Returns the lost child when the adopted node is this node's own child: it is asked for what the lost one
+    /// did not deliver.
+    fn adoption(&mut self, ev: &NodeEvent) -> Option<String> {
         if ev.state != NodeState::Attached as i32 || ev.parent_id.is_empty() {
-            return;
+            return None;
         }
-        let Some(known) = self.children.recorded(&ev.node_id) else {
-            return;
-        };
+        let known = self.children.recorded(&ev.node_id)?;
         // (Shown lost with its parent, or still attached as far as this node heard.)
         let was_below = [NodeState::Attached as i32, NodeState::Lost as i32].contains(&known.state);
         if known.parent_id == ev.parent_id || !was_below {
-            return;
+            return None;
         }
         let ranks = known.ranks_below;
-        let Some(old) = self.children.way_from(&self.id, &ev.node_id) else {
-            return;
-        };
-        let new = if ev.parent_id == self.id {
+        let old = self.children.way_from(&self.id, &ev.node_id)?;
+        let own_child = ev.parent_id == self.id;
+        let new = if own_child {
             Some(ev.node_id.clone())
         } else {
             self.children.way_from(&self.id, &ev.parent_id)
         };
         if new.as_deref() == Some(old.as_str()) {
-            return;
+            return None;
         }
         if self.engine.source_state(&old) != Some(SourceState::Lost) {
             // The adopter was heard from before the loss of `old` was: settled when it is.
-            self.children.moved_from(&ev.node_id, &old, ranks);
-            return;
+            self.children.moved_from(&ev.node_id, &old, ranks, own_child);
+            return None;
         }
         tracing::info!(node = %self.id, adopted = %ev.node_id, from = %old, ranks,
             "a node below a lost child was adopted: its ranks are expected where it is now");
         self.engine.ranks_moved_away(&old, ranks);
+        own_child.then_some(old)
     }
 
     /// The largest application size announced below this node.
@@ -616,6 +626,51 @@ impl<U: Up> Node<U> {
 
     fn next_round(&self) -> u64 {
         self.highest_closed.map_or(0, |h| h + 1)
+    }
+
+    /// The root's watermark, which releases what the nodes below keep of the rounds it closed: at the root, the
+    /// lowest round still open (or the next one); elsewhere, what the parent passed on.
+    fn closed_below(&self) -> u64 {
+        match &self.role {
+            Role::Root(_) => self
+                .engine
+                .lowest_open_round()
+                .unwrap_or_else(|| self.next_round()),
+            _ => self.credit.closed_below(),
+        }
+    }
+
+    /// Tells `child`, adopted after `lost` (its way up before) was lost, which rounds `lost` delivered here, so it
+    /// sends again what it had sent up for every other round.
+    async fn ask_resend(&mut self, child: &str, lost: &str) {
+        let Some(tx) = self.children.sender(child) else {
+            return;
+        };
+        let streams = self
+            .streams
+            .ids()
+            .into_iter()
+            .filter(|id| self.engine.groups_rounds(*id))
+            .map(|stream_id| canopy_proto::v1::StreamRounds {
+                stream_id,
+                delivered: self
+                    .engine
+                    .delivered_by(lost, stream_id)
+                    .into_iter()
+                    .map(|(from, end)| canopy_proto::v1::RoundSpan { from, end })
+                    .collect(),
+            })
+            .collect();
+        tracing::info!(node = %self.id, %child, %lost, "asking the adopted child for what the lost node did not deliver");
+        let resend = canopy_proto::v1::Resend {
+            lost: lost.to_string(),
+            streams,
+        };
+        let _ = tx
+            .send(Ok(DownMessage {
+                msg: Some(down_message::Msg::Resend(resend)),
+            }))
+            .await;
     }
 
     async fn on_shutdown(&mut self) {
@@ -727,7 +782,9 @@ impl<U: Up> Node<U> {
                 credit: self.credit.cap(),
             });
             if let Some(below) = self.credit.give(limit, self.window.credit_step()) {
-                self.broadcast(down_message::Msg::Credit(Credit { below })).await;
+                let closed_below = self.closed_below();
+                self.broadcast(down_message::Msg::Credit(Credit { below, closed_below }))
+                    .await;
             }
             if let Some(round) = self.credit.want(self.window.waiting_beyond()) {
                 self.up.send(up_message::Msg::Want(Want { round })).await;

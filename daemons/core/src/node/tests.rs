@@ -358,7 +358,12 @@ async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
     let mut h = start(RoleConfig::Relay, 64);
     let mut a = h.child("a", 1, 1).await;
     h.open(1).await;
-    let credit = |below| Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit { below })));
+    let credit = |below| {
+        Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit {
+            below,
+            closed_below: 0,
+        })))
+    };
     h.input(credit(4)).await;
     tokio::task::yield_now().await;
     assert!(h.window.admits(3));
@@ -391,7 +396,10 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
     // Round 10 is open here (b has not delivered) when the parent's credit falls to 5, as a parent that
     // restarted would give: b may still deliver round 10.
     h.child_sends("a", 1, packet(1, 10, 1, 1)).await;
-    let credit = down_message::Msg::Credit(Credit { below: 5 });
+    let credit = down_message::Msg::Credit(Credit {
+        below: 5,
+        closed_below: 0,
+    });
     h.input(Input::Parent(ParentEvent::Message(credit))).await;
     tokio::task::yield_now().await;
     assert!(h.window.admits(10));

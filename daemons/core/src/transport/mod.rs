@@ -18,7 +18,9 @@ use crate::node::{ChildEvent, ChildSender, Input, ParentEvent, Refused};
 use crate::window::WindowGate;
 
 mod held;
+mod kept;
 use held::Held;
+use kept::Kept;
 
 use canopy_proto::MAX_MESSAGE_BYTES;
 
@@ -339,16 +341,27 @@ pub struct ParentLink {
     pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
+/// A link's state across its sessions (attachments to a parent): what it sent up and may have to send again.
+#[derive(Default)]
+struct Sessions {
+    /// The current session (counted from 1 as sessions begin).
+    current: u64,
+    kept: Kept,
+    /// Packets an adopter asked for again, sent before anything new.
+    again: std::collections::VecDeque<UpMessage>,
+}
+
 impl ParentLink {
     /// Runs until the node stops or the parent refuses this node (then `Input::Refused` is sent).
     pub async fn run(mut self) {
         let mut backoff = Duration::from_millis(50);
         let mut failures = 0u32;
         let mut pending: Option<UpMessage> = None;
+        let mut sessions = Sessions::default();
         let mut at = 0usize;
         loop {
             let parent = self.parents.get(at).cloned().unwrap_or_default();
-            match self.session(&parent, &mut pending).await {
+            match self.session(&parent, &mut pending, &mut sessions).await {
                 Ok(()) => return,
                 Err(SessionEnd::Refused(message)) => {
                     let refused = Refused {
@@ -364,6 +377,9 @@ impl ParentLink {
                 }
                 Err(SessionEnd::Lost { attached, reason }) => {
                     if attached {
+                        sessions
+                            .kept
+                            .session_ended(sessions.current, tokio::time::Instant::now());
                         backoff = Duration::from_millis(50);
                         failures = 0;
                         let _ = self
@@ -401,7 +417,12 @@ impl ParentLink {
         }
     }
 
-    async fn session(&mut self, parent: &str, pending: &mut Option<UpMessage>) -> Result<(), SessionEnd> {
+    async fn session(
+        &mut self,
+        parent: &str,
+        pending: &mut Option<UpMessage>,
+        sessions: &mut Sessions,
+    ) -> Result<(), SessionEnd> {
         let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", parent))
@@ -456,6 +477,7 @@ impl ParentLink {
                 });
             }
         }
+        sessions.current += 1;
         if self
             .inputs
             .send(Input::Parent(ParentEvent::Attached))
@@ -465,11 +487,26 @@ impl ParentLink {
             return Ok(());
         }
         loop {
-            if let Some(msg) = pending.take()
-                && let Err(e) = tx.send(msg).await
-            {
-                *pending = Some(e.0);
-                return Err(lost(true, "parent stream closed".into()));
+            if pending.is_none() {
+                *pending = sessions.again.pop_front();
+            }
+            if let Some(msg) = pending.take() {
+                // A copy of every packet, kept until the root has closed its round: what the parent takes may
+                // die with it.
+                let copy = match &msg.msg {
+                    Some(up_message::Msg::Envelope(env)) => Some(env.clone()),
+                    _ => None,
+                };
+                if let Err(e) = tx.send(msg).await {
+                    *pending = Some(e.0);
+                    return Err(lost(true, "parent stream closed".into()));
+                }
+                if let Some(env) = copy {
+                    sessions.kept.keep(sessions.current, env);
+                }
+                if !sessions.again.is_empty() {
+                    continue;
+                }
             }
             tokio::select! {
                 out = self.outbound.recv() => match out {
@@ -493,7 +530,18 @@ impl ParentLink {
                     }
                 },
                 down = inbound.message() => match down {
+                    Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
+                        let again = sessions.kept.resend(sessions.current, &resend);
+                        tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
+                            "adopted: sending again what the lost node had not passed on");
+                        sessions.again.extend(again.into_iter().map(|env| UpMessage {
+                            msg: Some(up_message::Msg::Envelope(env)),
+                        }));
+                    }
                     Ok(Some(DownMessage { msg: Some(msg) })) => {
+                        if let down_message::Msg::Credit(c) = &msg && c.closed_below > 0 {
+                            sessions.kept.release(sessions.current, c.closed_below);
+                        }
                         if self.inputs.send(Input::Parent(ParentEvent::Message(msg))).await.is_err() {
                             return Ok(());
                         }
