@@ -104,3 +104,140 @@ fn orphans_of_a_killed_relay_are_adopted_and_every_round_expects_each_rank_once_
         );
     }
 }
+
+/// Trees of random shape as real processes, a relay killed with SIGKILL at a random moment: every round of the
+/// run is stored, each rank expected once in it, and each rank-round either in the round or among its late
+/// arrivals, never both.
+#[test]
+fn no_rank_round_is_lost_or_counted_twice_whatever_the_tree_and_the_moment_a_relay_dies() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases: 4,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let trees = (2usize..=3).prop_flat_map(|fanout| {
+        (
+            Just(fanout),
+            (fanout + 1)..=7,
+            0u64..100,
+            16u64..=64,
+            any::<prop::sample::Index>(),
+        )
+    });
+    runner
+        .run(&trees, |(fanout, agents, kill_after_ms, in_flight, victim)| {
+            relay_killed_in_a_tree(fanout, agents, kill_after_ms, in_flight, victim);
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn relay_killed_in_a_tree(
+    fanout: usize,
+    agents: usize,
+    kill_after_ms: u64,
+    in_flight: u64,
+    victim: proptest::sample::Index,
+) {
+    const ROUNDS: u64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let topology = canopy_topology::Topology::for_leaves(agents, fanout).unwrap();
+    let ranks = agents as u32 * 4;
+    let (mut fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--expect-ranks",
+            &ranks.to_string(),
+            "--exit-on-fin",
+            "true",
+            "--max-rounds-in-flight",
+            &in_flight.to_string(),
+        ],
+    );
+    let root = topology.root().clone();
+    let mut addr_of = std::collections::HashMap::from([(root.to_string(), fe_addr)]);
+    // A node's parent, then every ancestor up to the root, as `canopy up` gives them.
+    let parents_of = |n: &canopy_topology::NodeName, addr_of: &std::collections::HashMap<String, String>| {
+        let mut list = Vec::new();
+        let mut at = topology.parent(n).cloned();
+        while let Some(p) = at {
+            list.push(addr_of[&p.to_string()].clone());
+            at = topology.parent(&p).cloned();
+        }
+        list.join(",")
+    };
+    let mut relays = Vec::new();
+    for n in topology
+        .nodes()
+        .filter(|n| **n != root && !topology.children(n).is_empty())
+    {
+        let (relay, addr) = start_relay(
+            dir.path(),
+            &n.to_string(),
+            &parents_of(n, &addr_of),
+            "127.0.0.1:0",
+        );
+        addr_of.insert(n.to_string(), addr);
+        relays.push(relay);
+    }
+    let mut procs = Vec::new();
+    for (i, leaf) in topology.leaves().into_iter().enumerate() {
+        let args = [
+            "--node-id".to_string(),
+            leaf.to_string(),
+            "--parent".into(),
+            parents_of(leaf, &addr_of),
+            "--socket".into(),
+            "none".into(),
+            "--simulate-ranks".into(),
+            "4".into(),
+            "--rank-offset".into(),
+            (i * 4).to_string(),
+            "--total-ranks".into(),
+            ranks.to_string(),
+            "--simulate-period-ms".into(),
+            "20".into(),
+            "--rounds".into(),
+            ROUNDS.to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        procs.push(Proc::start(dir.path(), "canopy-agent", &leaf.to_string(), &args));
+    }
+    let victim = victim.index(relays.len());
+    let shape = format!(
+        "{agents} agents, fanout {fanout}, {in_flight} rounds in flight, {} killed {kill_after_ms} ms after round 3",
+        relays[victim].name
+    );
+    wait_for("3 rounds", Duration::from_secs(30), || {
+        read_rounds(&store).len() >= 3
+    });
+    std::thread::sleep(Duration::from_millis(kill_after_ms));
+    relays[victim].signal(Signal::SIGKILL);
+    let _ = relays[victim].child.wait();
+    assert!(
+        fe.wait_timeout(Duration::from_secs(30)).is_some(),
+        "{shape}: the run did not finish"
+    );
+    let stored = read_rounds(&store);
+    let table: Vec<String> = stored
+        .iter()
+        .map(|r| {
+            format!(
+                "{}:{}+{}/{} {:?}",
+                r.round, r.covered, r.late_ranks, r.expected, r.missing_reason
+            )
+        })
+        .collect();
+    assert_eq!(stored.len() as u64, ROUNDS, "{shape}: rounds stored {table:?}");
+    for r in &stored {
+        assert_eq!(r.expected, ranks, "{shape}: {r:?}");
+        assert_eq!(
+            r.covered + r.late_ranks,
+            ranks,
+            "{shape}: a rank-round lost or counted twice: {r:?}"
+        );
+    }
+}
