@@ -74,7 +74,10 @@ fn the_rounds_a_source_delivered_are_known_closed_or_open_as_spans() {
     assert!(e.groups_rounds(1));
     let mut d = engine(&[("a", 16)], SyncMode::DontWait);
     d.accept(K, arrival("a", 16), now).unwrap();
-    assert!(!d.groups_rounds(1), "a stream that does not wait has no rounds to tell");
+    assert!(
+        !d.groups_rounds(1),
+        "a stream that does not wait has no rounds to tell"
+    );
 }
 
 #[test]
