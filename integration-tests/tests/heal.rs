@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay, wait_for};
-use canopy_proto::v1::NodeState;
+use canopy_proto::v1::{MissingReason, NodeState};
 use nix::sys::signal::Signal;
 
 #[test]
@@ -240,4 +240,121 @@ fn relay_killed_in_a_tree(
             "{shape}: a rank-round lost or counted twice: {r:?}"
         );
     }
+}
+
+/// A relay stopped (SIGSTOP) for 25 s under load: its agents give it up at the keep-alive time-out and are
+/// adopted by the front-end; when it runs again it comes back with none of their ranks. Every rank is expected
+/// once in every round, and every rank-round is in its round, late, or missing with its reason (none lost).
+#[test]
+fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
+    let (relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
+    let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
+    let agent = |id: &str, relay: &str, offset: &str| {
+        let parents = format!("{relay},{fe_addr}");
+        let args = [
+            "--node-id",
+            id,
+            "--parent",
+            &parents,
+            "--socket",
+            "none",
+            "--simulate-ranks",
+            "16",
+            "--rank-offset",
+            offset,
+            "--total-ranks",
+            "64",
+            "--simulate-period-ms",
+            "100",
+        ];
+        Proc::start(dir.path(), "canopy-agent", id, &args)
+    };
+    let _agents = [
+        agent("agent-0", &relay0_addr, "0"),
+        agent("agent-1", &relay0_addr, "16"),
+        agent("agent-2", &relay1_addr, "32"),
+        agent("agent-3", &relay1_addr, "48"),
+    ];
+    wait_for("10 full rounds", Duration::from_secs(30), || {
+        read_rounds(&store).iter().filter(|r| r.covered == 64).count() >= 10
+    });
+    let stopped_at = Instant::now();
+    relay0.signal(Signal::SIGSTOP);
+    wait_for("the agents adopted", Duration::from_secs(25), || {
+        let nodes = reader(&store).nodes().unwrap_or_default();
+        ["agent-0", "agent-1"].iter().all(|id| {
+            nodes.iter().any(|n| {
+                n.node_id == *id && n.state == NodeState::Attached && n.parent.as_deref() == Some("frontend")
+            })
+        })
+    });
+    let adopted = stopped_at.elapsed();
+    wait_for("relay-0 lost", Duration::from_secs(10), || {
+        reader(&store)
+            .node("relay-0")
+            .unwrap()
+            .is_some_and(|n| n.state == NodeState::Lost)
+    });
+    let relay = reader(&store).node("relay-0").unwrap().unwrap();
+    eprintln!(
+        "adopted {adopted:?} after the stop, relay-0 lost {:?} after it: {relay:?}",
+        stopped_at.elapsed()
+    );
+    assert!(
+        adopted > Duration::from_secs(10) && adopted < Duration::from_secs(20),
+        "adopted {adopted:?} after the stop: not at the keep-alive time-out"
+    );
+    assert_eq!(relay.state, NodeState::Lost, "{relay:?}");
+    assert!(
+        relay.detail.as_deref().unwrap_or_default().contains("keep-alive"),
+        "{relay:?}"
+    );
+    std::thread::sleep(Duration::from_secs(25).saturating_sub(stopped_at.elapsed()));
+    relay0.signal(Signal::SIGCONT);
+    wait_for("relay-0 back", Duration::from_secs(20), || {
+        reader(&store)
+            .node("relay-0")
+            .unwrap()
+            .is_some_and(|n| n.state == NodeState::Attached)
+    });
+    let back = read_rounds(&store).last().unwrap().round;
+    wait_for(
+        "10 full rounds after relay-0 is back",
+        Duration::from_secs(20),
+        || {
+            read_rounds(&store)
+                .iter()
+                .filter(|r| r.round > back && r.covered == 64)
+                .count()
+                >= 10
+        },
+    );
+    let nodes = reader(&store).nodes().unwrap();
+    for id in ["agent-0", "agent-1"] {
+        let n = nodes.iter().find(|n| n.node_id == id).unwrap();
+        assert_eq!(
+            (n.state, n.parent.as_deref()),
+            (NodeState::Attached, Some("frontend")),
+            "{n:?}"
+        );
+    }
+    let relay = nodes.iter().find(|n| n.node_id == "relay-0").unwrap();
+    assert_eq!(
+        (relay.state, relay.ranks_below),
+        (NodeState::Attached, 0),
+        "{relay:?}"
+    );
+    let rounds = read_rounds(&store);
+    let upto = rounds.last().unwrap().round.saturating_sub(5);
+    let (mut late, mut dropped) = (0, 0);
+    for r in rounds.iter().filter(|r| r.round <= upto) {
+        assert_eq!(r.expected, 64, "{r:?}");
+        assert_eq!(r.missing.get(MissingReason::Lost), 0, "rank-rounds lost: {r:?}");
+        assert!(r.covered + r.late_ranks <= 64, "counted twice: {r:?}");
+        late += r.late_ranks;
+        dropped += r.missing.get(MissingReason::Dropped);
+    }
+    eprintln!("rank-rounds late: {late}, dropped at the agents while their parent did not read: {dropped}");
 }

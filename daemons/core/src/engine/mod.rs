@@ -91,6 +91,13 @@ struct Source {
     dropped: std::collections::VecDeque<(u64, u64)>,
     /// When its last packet arrived.
     heard: Option<Instant>,
+    /// Ranks taken off this source because the nodes below it that served them were adopted elsewhere, which its
+    /// own count still includes until it hears of the adoption: a lower count it reports next takes these off
+    /// first, as they are off already.
+    moved_unheard: u32,
+    /// The source came back after its nodes below were adopted elsewhere: what it sends for rounds below this
+    /// was held from before its loss, and was sent again by the adopted nodes.
+    stale_before: Option<u64>,
 }
 
 impl Source {
@@ -278,9 +285,60 @@ impl RoundEngine {
                 stopped_before: false,
                 dropped,
                 heard: None,
+                moved_unheard: 0,
+                stale_before: None,
             },
         );
         self.recount();
+    }
+
+    /// Revives a lost source some of whose nodes below were adopted elsewhere while it was away (a relay that
+    /// was stopped, say): it answers for the ranks of `ranks_below` less the adopted ones, takes part from round
+    /// `from` on, and what it sends for earlier rounds is stale ([`RoundEngine::is_stale`]). Returns the ranks
+    /// taken off, 0 if none were adopted (then it is revived as [`RoundEngine::add_source`] does).
+    pub fn rejoin_source(&mut self, id: &str, ranks_below: u32, from: u64) -> u32 {
+        let moved = self
+            .sources
+            .get(id)
+            .filter(|s| s.state == SourceState::Lost)
+            .map_or(0, |s| s.moved_unheard.min(ranks_below));
+        if moved == 0 {
+            self.add_source(id, ranks_below);
+            return 0;
+        }
+        let s = self.sources.get_mut(id).expect("a lost source");
+        s.ranks_below = ranks_below.saturating_sub(moved).max(s.ranks_below);
+        s.reported = ranks_below;
+        s.ceiling = s.ceiling.max(ranks_below);
+        s.moved_unheard = moved;
+        s.state = SourceState::Live;
+        s.from = from;
+        s.stopped_before = false;
+        s.heard = None;
+        s.stale_before = Some(from);
+        self.recount();
+        moved
+    }
+
+    /// Whether a packet of `round` from `id` is stale: sent by a source that came back after its nodes below
+    /// were adopted, for a round before it came back. Its ranks were sent again by the adopted nodes.
+    pub fn is_stale(&self, id: &str, round: u64) -> bool {
+        self.sources
+            .get(id)
+            .and_then(|s| s.stale_before)
+            .is_some_and(|before| round < before)
+    }
+
+    /// The round after every round open or closed here: a source that comes back takes part from it on.
+    pub fn next_unseen_round(&self) -> u64 {
+        let open = self.open.keys().map(|k| k.round + 1).max().unwrap_or(0);
+        let closed = self
+            .closed
+            .values()
+            .filter_map(|c| c.exact.last().map(|r| r + 1).or(Some(c.horizon)))
+            .max()
+            .unwrap_or(0);
+        open.max(closed)
     }
 
     /// Makes a stopped source live again from round `from` on: the rounds it skipped count it as stopped.
@@ -302,11 +360,16 @@ impl RoundEngine {
         let Some(s) = self.sources.get_mut(id) else {
             return false;
         };
-        let shrunk = ranks_below < s.reported;
-        if shrunk {
-            s.ranks_below = s.ranks_below.saturating_sub(s.reported - ranks_below);
+        let mut shrunk = false;
+        if ranks_below < s.reported {
+            let fewer = s.reported - ranks_below;
+            // Ranks adopted elsewhere while the source was away are off already.
+            let off = fewer.min(s.moved_unheard);
+            s.moved_unheard -= off;
+            s.ranks_below = s.ranks_below.saturating_sub(fewer - off);
+            shrunk = fewer > off;
         } else {
-            s.ranks_below = s.ranks_below.max(ranks_below);
+            s.ranks_below = s.ranks_below.max(ranks_below.saturating_sub(s.moved_unheard));
         }
         s.reported = ranks_below;
         s.ceiling = s.ceiling.max(ranks_below);
@@ -460,7 +523,7 @@ impl RoundEngine {
     pub fn ranks_moved_away(&mut self, id: &str, ranks: u32) {
         if let Some(s) = self.sources.get_mut(id) {
             s.ranks_below = s.ranks_below.saturating_sub(ranks);
-            s.reported = s.reported.saturating_sub(ranks);
+            s.moved_unheard = s.moved_unheard.saturating_add(ranks);
         }
         self.recount();
     }

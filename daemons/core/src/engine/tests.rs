@@ -81,6 +81,36 @@ fn the_rounds_a_source_delivered_are_known_closed_or_open_as_spans() {
 }
 
 #[test]
+fn a_source_that_comes_back_after_its_nodes_were_adopted_answers_for_the_rest_from_its_return() {
+    let mut e = engine(&[("relay", 40), ("agent-a", 0)], SyncMode::WaitForAll);
+    // 32 of the relay's ranks were adopted by agent-a's side while the relay was still thought live.
+    e.add_source("agent-a", 32);
+    e.ranks_moved_away("relay", 32);
+    assert_eq!(e.ranks_expected(), 40);
+    // The relay still counts them until it hears: the same count again changes nothing.
+    assert!(!e.set_ranks_below("relay", 40));
+    assert_eq!(e.ranks_below("relay"), Some(8));
+    e.set_source_state("relay", SourceState::Lost);
+    // It comes back with its old count: the adopted ranks stay off, and what it held from before is stale.
+    assert_eq!(e.rejoin_source("relay", 40, 7), 32);
+    assert_eq!(e.ranks_below("relay"), Some(8));
+    assert!(e.is_stale("relay", 6));
+    assert!(!e.is_stale("relay", 7));
+    assert!(!e.is_stale("agent-a", 0));
+    // Then it hears, and reports the ranks it has: nothing more comes off.
+    assert!(!e.set_ranks_below("relay", 8));
+    assert_eq!(e.ranks_below("relay"), Some(8));
+    // A child that grows later still counts.
+    e.set_ranks_below("relay", 12);
+    assert_eq!(e.ranks_expected(), 44);
+    // A lost source none of whose nodes moved comes back as before.
+    let mut f = engine(&[("relay", 16)], SyncMode::WaitForAll);
+    f.set_source_state("relay", SourceState::Lost);
+    assert_eq!(f.rejoin_source("relay", 16, 3), 0);
+    assert!(!f.is_stale("relay", 0));
+}
+
+#[test]
 fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
     let now = Instant::now();

@@ -32,6 +32,8 @@ pub(crate) struct ChildTable {
     /// Nodes that moved from below a child that was not known lost yet (the adopter heard of them first): the
     /// child, the ranks it answers for no more once it is, and whether this node is the adopter.
     moved: HashMap<String, (String, u32, bool)>,
+    /// Per lost child, the nodes below it that were adopted elsewhere: told to the child if it comes back.
+    adopted_away: HashMap<String, Vec<String>>,
 }
 
 impl ChildTable {
@@ -150,18 +152,50 @@ impl ChildTable {
     pub(crate) fn take_moved(&mut self, child: &str) -> (u32, Vec<String>) {
         let mut ranks = 0u32;
         let mut here = Vec::new();
+        let mut away = Vec::new();
         self.moved.retain(|node, (from, r, adopted_here)| {
             let keep = from != child;
             if !keep {
                 ranks = ranks.saturating_add(*r);
+                away.push(node.clone());
                 if *adopted_here {
                     here.push(node.clone());
                 }
             }
             keep
         });
+        for node in away {
+            self.adopted_away(child, &node);
+        }
         here.sort();
         (ranks, here)
+    }
+
+    /// Remembers that `node`, below the lost `child`, was adopted elsewhere.
+    pub(crate) fn adopted_away(&mut self, child: &str, node: &str) {
+        let nodes = self.adopted_away.entry(child.to_string()).or_default();
+        if !nodes.iter().any(|n| n == node) {
+            nodes.push(node.to_string());
+        }
+    }
+
+    /// The nodes below `child` adopted elsewhere while it was lost, now that it is back.
+    pub(crate) fn take_adopted_away(&mut self, child: &str) -> Vec<String> {
+        self.adopted_away.remove(child).unwrap_or_default()
+    }
+
+    /// Forgets a node that is no longer below this one (it was adopted elsewhere), and the nodes below it.
+    pub(crate) fn forget(&mut self, id: &str) {
+        let mut gone = vec![id.to_string()];
+        while let Some(at) = gone.pop() {
+            self.subtree.remove(&at);
+            gone.extend(
+                self.subtree
+                    .values()
+                    .filter(|ev| ev.parent_id == at)
+                    .map(|ev| ev.node_id.clone()),
+            );
+        }
     }
 
     /// The sender of a connected child's down stream.

@@ -346,8 +346,17 @@ impl<U: Up> Node<U> {
         {
             let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
         }
-        self.children.attach(&id, conn, tx, hello.ranks_announced);
-        self.engine.add_source(&id, hello.ranks_below);
+        self.children.attach(&id, conn, tx.clone(), hello.ranks_announced);
+        let from = self.engine.next_unseen_round();
+        let moved = self.engine.rejoin_source(&id, hello.ranks_below, from);
+        let adopted = self.children.take_adopted_away(&id);
+        if moved > 0 {
+            tracing::info!(node = %self.id, child = %id, ranks = moved, from, nodes = ?adopted,
+                "a lost child came back after nodes below it were adopted elsewhere: it answers for them no more, \
+                 and takes part from round {from} on");
+            let msg = down_message::Msg::Adopted(canopy_proto::v1::Adopted { nodes: adopted });
+            let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
+        }
         let address = if hello.listen_addr.is_empty() {
             peer
         } else {
@@ -379,6 +388,11 @@ impl<U: Up> Node<U> {
                     tracing::warn!(node = %self.id, child = %id, ranks_below = ev.ranks_below,
                         ranks_announced = ev.ranks_announced, "node event refused: more than {MAX_RANKS} ranks");
                     self.counters.malformed += 1;
+                    return;
+                }
+                if ev.node_id != id && self.is_stale_view(&id, &ev) {
+                    tracing::debug!(node = %self.id, child = %id, about = %ev.node_id,
+                        "ignored a child's stale view of a node adopted elsewhere");
                     return;
                 }
                 if ev.node_id == id {
@@ -496,6 +510,7 @@ impl<U: Up> Node<U> {
             down_message::Msg::Credit(c) => self.credit.heard(c.below, c.closed_below),
             // The link answers an adopter's request itself, from what it kept.
             down_message::Msg::Resend(_) => {}
+            down_message::Msg::Adopted(a) => self.on_adopted_away(a.nodes).await,
             down_message::Msg::LiveStreams(table) => {
                 // What the parent no longer runs ends here and below.
                 for id in self.streams.ids() {
@@ -536,7 +551,7 @@ impl<U: Up> Node<U> {
     // ---- the tree's size, start and end ----
 
     async fn node_event(&mut self, ev: NodeEvent) {
-        let resend = self.adoption(&ev);
+        let resend = self.adoption(&ev).await;
         let child = ev.node_id.clone();
         self.children.record(&ev);
         self.up.send(up_message::Msg::NodeEvent(ev)).await;
@@ -545,11 +560,11 @@ impl<U: Up> Node<U> {
         }
     }
 
-    /// A node attached below this one that was last known under a child now lost (it was adopted elsewhere
-    /// below here): that child answers for its ranks no more, so they are expected once, where they are now.
-    /// Returns the lost child when the adopted node is this node's own child: it is asked for what the lost one
-    /// did not deliver.
-    fn adoption(&mut self, ev: &NodeEvent) -> Option<String> {
+    /// A node attached below this one that was last known under another child (it was adopted elsewhere below
+    /// here, its parent lost or given up): that child answers for its ranks no more, so they are expected once,
+    /// where they are now. Returns the lost child when the adopted node is this node's own child: it is asked for
+    /// what the lost one did not deliver.
+    async fn adoption(&mut self, ev: &NodeEvent) -> Option<String> {
         if ev.state != NodeState::Attached as i32 || ev.parent_id.is_empty() {
             return None;
         }
@@ -570,15 +585,57 @@ impl<U: Up> Node<U> {
         if new.as_deref() == Some(old.as_str()) {
             return None;
         }
-        if self.engine.source_state(&old) != Some(SourceState::Lost) {
-            // The adopter was heard from before the loss of `old` was: settled when it is.
-            self.children.moved_from(&ev.node_id, &old, ranks, own_child);
-            return None;
-        }
         tracing::info!(node = %self.id, adopted = %ev.node_id, from = %old, ranks,
-            "a node below a lost child was adopted: its ranks are expected where it is now");
+            "a node below another child was adopted: its ranks are expected where it is now");
         self.engine.ranks_moved_away(&old, ranks);
-        own_child.then_some(old)
+        self.children.adopted_away(&old, &ev.node_id);
+        if self.engine.source_state(&old) == Some(SourceState::Lost) {
+            return own_child.then_some(old);
+        }
+        // `old` is not given up here yet (a stopped relay: its children give it up at their keep-alive time-out,
+        // this node a moment later). It hears that the node left it; the adopted node is asked for what `old`
+        // held once `old` is lost, when what it delivered is known.
+        self.children.moved_from(&ev.node_id, &old, 0, own_child);
+        if let Some(tx) = self.children.sender(&old) {
+            let adopted = canopy_proto::v1::Adopted {
+                nodes: vec![ev.node_id.clone()],
+            };
+            let msg = Some(down_message::Msg::Adopted(adopted));
+            let _ = tx.send(Ok(DownMessage { msg })).await;
+        }
+        None
+    }
+
+    /// Whether `child`'s event about a node below it is out of date: the node is attached here by another way
+    /// (it was adopted elsewhere while `child` was away, and `child` still reports it lost).
+    fn is_stale_view(&self, child: &str, ev: &NodeEvent) -> bool {
+        ev.state != NodeState::Attached as i32
+            && self
+                .children
+                .recorded(&ev.node_id)
+                .is_some_and(|known| known.state == NodeState::Attached as i32)
+            && self.children.way_from(&self.id, &ev.node_id).as_deref() != Some(child)
+    }
+
+    /// The parent says nodes below this one were adopted elsewhere while it was away: it answers for them no
+    /// more.
+    async fn on_adopted_away(&mut self, nodes: Vec<String>) {
+        for node in nodes {
+            let Some(way) = self.children.way_from(&self.id, &node) else {
+                continue;
+            };
+            let ranks = self.children.recorded(&node).map_or(0, |ev| ev.ranks_below);
+            tracing::info!(node = %self.id, adopted = %node, via = %way, ranks,
+                "a node below was adopted elsewhere: this node answers for its ranks no more");
+            if way == node {
+                let closed = self.engine.forget_source(&node);
+                self.on_closed_all(closed).await;
+            } else {
+                self.engine.ranks_moved_away(&way, ranks);
+            }
+            self.children.forget(&node);
+        }
+        self.ranks_changed().await;
     }
 
     /// The largest application size announced below this node.

@@ -17,6 +17,14 @@ impl<U: Up> Node<U> {
             round: env.round,
             phase: env.phase,
         };
+        if self.engine.is_stale(&source, env.round) {
+            self.counters.stale_packets += 1;
+            if self.counters.stale_packets == 1 || self.counters.stale_packets.is_multiple_of(100) {
+                tracing::info!(node = %self.id, child = %source, round = env.round, count = self.counters.stale_packets,
+                    "dropped a packet held from before the child was lost: the nodes adopted meanwhile sent its ranks again");
+            }
+            return;
+        }
         let coverage = env.coverage.unwrap_or_default();
         // Against the most the child ever answered for: a round that opened before ranks left below it counts them.
         let ranks_below = self.engine.ranks_ceiling(&source).unwrap_or(0);

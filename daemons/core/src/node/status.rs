@@ -14,6 +14,9 @@ pub struct NodeCounters {
     pub rank_dumps_dropped: u64,
     /// The highest round any packet or rank dump brought here.
     pub highest_seen: u64,
+    /// Packets a child that came back had held from before its loss, dropped because the nodes adopted
+    /// meanwhile sent their ranks again.
+    pub stale_packets: u64,
 }
 
 impl NodeCounters {

@@ -27,6 +27,11 @@ use canopy_proto::MAX_MESSAGE_BYTES;
 /// How long a child may take to send its Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often each end of a tree connection pings the other when it has heard nothing, and how long it waits for
+/// the answer before it gives the connection up: a stopped or unreachable peer is lost after 15 s at most.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a link that has sent its last message waits for the parent to end the stream.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -53,8 +58,8 @@ pub fn server(
         builder = builder.tls_config(tls)?;
     }
     Ok(builder
-        .http2_keepalive_interval(Some(Duration::from_secs(5)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .initial_stream_window_size(Some(FLOW_WINDOW))
         .initial_connection_window_size(Some(FLOW_WINDOW))
         .layer(gate))
@@ -260,6 +265,9 @@ async fn read_child(
     mut window: WindowGate,
 ) -> String {
     let mut held = Held::default();
+    // A child sends its status every second: a stream that ends after a longer silence was ended by the server's
+    // keep-alive (hyper ends it as if the child had), not by the child.
+    let mut heard = tokio::time::Instant::now();
     let forward = |msg: up_message::Msg| {
         Input::Child(ChildEvent::Message {
             conn,
@@ -271,6 +279,7 @@ async fn read_child(
         tokio::select! {
             next = inbound.message(), if held.has_room() => match next {
                 Ok(Some(UpMessage { msg: Some(msg) })) => {
+                    heard = tokio::time::Instant::now();
                     if let up_message::Msg::Want(w) = &msg {
                         // Flow control, not data: it never waits behind held packets.
                         window.want(w.round);
@@ -294,6 +303,12 @@ async fn read_child(
                     }
                 }
                 Ok(Some(UpMessage { msg: None })) => {}
+                Ok(None) if heard.elapsed() >= KEEPALIVE_INTERVAL => {
+                    break format!(
+                        "keep-alive time-out: nothing from the child for {:.0} s, and no answer to pings",
+                        heard.elapsed().as_secs_f64()
+                    )
+                }
                 Ok(None) => break "stream closed by child".to_string(),
                 Err(status) => break format!("stream failed: {}", status.message()),
             },
@@ -434,8 +449,8 @@ impl ParentLink {
         }
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(2))
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(10))
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .initial_stream_window_size(Some(FLOW_WINDOW))
             .initial_connection_window_size(Some(FLOW_WINDOW))
             .tcp_nodelay(true);
