@@ -101,9 +101,10 @@ struct Source {
 }
 
 impl Source {
-    /// Whether the groups of `round` wait for this source (before its dropped rounds are taken out).
+    /// Whether the groups of `round` wait for this source (before its dropped rounds are taken out). A source
+    /// that answers for no ranks (a relay whose children are elsewhere, or not there yet) is never waited for.
     fn attached_in(&self, round: u64) -> bool {
-        round >= self.from && self.state.expected_in(round)
+        self.ranks_below > 0 && round >= self.from && self.state.expected_in(round)
     }
 
     fn expected_in(&self, round: u64) -> bool {
@@ -360,6 +361,7 @@ impl RoundEngine {
         let Some(s) = self.sources.get_mut(id) else {
             return false;
         };
+        let before = s.ranks_below;
         let mut shrunk = false;
         if ranks_below < s.reported {
             let fewer = s.reported - ranks_below;
@@ -373,6 +375,11 @@ impl RoundEngine {
         }
         s.reported = ranks_below;
         s.ceiling = s.ceiling.max(ranks_below);
+        let had = s.ranks_below;
+        if (before == 0) != (had == 0) {
+            // A source that answers for no ranks is not waited for.
+            self.recount();
+        }
         shrunk
     }
 
@@ -419,6 +426,7 @@ impl RoundEngine {
         self.sources.get(id).map(|s| s.ranks_below)
     }
 
+    /// Live sources that answer for ranks (one with none has nothing to deliver or finish).
     pub fn live_sources(&self) -> usize {
         self.live
     }
@@ -428,12 +436,12 @@ impl RoundEngine {
         self.live = self
             .sources
             .values()
-            .filter(|s| s.state == SourceState::Live)
+            .filter(|s| s.state == SourceState::Live && s.ranks_below > 0)
             .count();
         self.live_from.clear();
         self.finished_ends.clear();
         self.finished_spans.clear();
-        for s in self.sources.values() {
+        for s in self.sources.values().filter(|s| s.ranks_below > 0) {
             match s.state.end() {
                 Some(end) if s.from == 0 => *self.finished_ends.entry(end).or_default() += 1,
                 Some(end) => self.finished_spans.push((s.from, end)),

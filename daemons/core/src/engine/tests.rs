@@ -111,6 +111,29 @@ fn a_source_that_comes_back_after_its_nodes_were_adopted_answers_for_the_rest_fr
 }
 
 #[test]
+fn a_source_that_answers_for_no_ranks_is_not_waited_for_until_it_has_some() {
+    let mut e = engine(&[("relay-a", 16), ("relay-b", 0)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    assert_eq!(e.live_sources(), 1, "nothing to deliver or finish under relay-b");
+    let Accepted::Closed(c) = e.accept(K, arrival("relay-a", 16), now).unwrap() else {
+        panic!("round 0 waited for a source with no ranks")
+    };
+    assert_eq!(c.coverage, full(16));
+    // Children attach below relay-b: from now on it is waited for.
+    e.set_ranks_below("relay-b", 8);
+    assert_eq!(e.live_sources(), 2);
+    let k1 = GroupKey { round: 1, ..K };
+    assert!(matches!(
+        e.accept(k1, arrival("relay-a", 16), now).unwrap(),
+        Accepted::Pending
+    ));
+    assert!(matches!(
+        e.accept(k1, arrival("relay-b", 8), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+}
+
+#[test]
 fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
     let now = Instant::now();
