@@ -1,6 +1,7 @@
 //! A real Slurm cluster on this one machine (deploy/slurm/local-cluster.sh: munged, slurmctld, and four slurmd
 //! for node1..node4 on 127.0.0.2..5): a batch job runs the SDK's C example on 4 nodes x 4 ranks through
-//! deploy/slurm/canopy-run, and the front-end's store holds every round of every rank at full coverage.
+//! deploy/slurm/canopy-run, and the front-end's store holds every round of every rank at full coverage. A second,
+//! longer job has both its relays killed while it runs: canopy-run starts them again, and no rank-round is lost.
 //!
 //! It needs root and Debian's slurm-wlm and munge, which `.ci/run` installs; it sets CANOPY_SLURM_TEST=1 so a
 //! missing piece fails the test there. Elsewhere the test says why it cannot run and passes.
@@ -188,4 +189,114 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
         assert_eq!(mode & 0o777, 0o600, "{file}");
     }
     assert!(!tls.join("ca.key").exists(), "the run's CA key was kept");
+
+    relays_killed_mid_run_are_started_again_and_no_rank_round_is_lost(dir.path(), &conf, &stencil);
+}
+
+/// A second job on the same cluster, long enough to kill both relays while it runs: canopy-run starts them
+/// again on their addresses, their agents are adopted by the front-end meanwhile, and every rank-round of the
+/// run is in its round or among its late arrivals.
+fn relays_killed_mid_run_are_started_again_and_no_rank_round_is_lost(
+    dir: &Path,
+    conf: &Path,
+    stencil: &Path,
+) {
+    let iterations = 40;
+    let results = dir.join("out-killed");
+    let job = dir.join("job-killed.sh");
+    let job_out_path = dir.join("job-killed.out");
+    std::fs::write(
+        &job,
+        format!(
+            "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=4\n#SBATCH --output={out}\n\
+             {run} --bin {bin} --fanout 2 --filters stats --out {results} -- {stencil} {iterations} 64 100000\n",
+            out = job_out_path.display(),
+            run = repo().join("deploy/slurm/canopy-run").display(),
+            bin = bin_dir().display(),
+            results = results.display(),
+            stencil = stencil.display(),
+        ),
+    )
+    .unwrap();
+    let mut sbatch = Command::new("sbatch")
+        .arg("--wait")
+        .arg(&job)
+        .env("SLURM_CONF", conf)
+        .current_dir(dir)
+        .spawn()
+        .unwrap();
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a synchronous poll of other processes; no runtime worker is blocked"
+    )]
+    let sleep = std::thread::sleep;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let read_out = || std::fs::read_to_string(&job_out_path).unwrap_or_default();
+    while !read_out().contains("canopy-run: tree up:") {
+        assert!(
+            Instant::now() < deadline,
+            "the tree did not come up:\n{}",
+            read_out()
+        );
+        assert!(
+            sbatch.try_wait().unwrap().is_none(),
+            "the job ended early:\n{}",
+            read_out()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    sleep(Duration::from_secs(1));
+    // This job's relays (not the supervising shells, whose command lines name the same files).
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if comm.trim() == "canopy-relay"
+            && String::from_utf8_lossy(&cmdline).contains(&*results.to_string_lossy())
+            && let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>()
+        {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            killed += 1;
+        }
+    }
+    assert_eq!(killed, 2, "the job's relays");
+    let status = loop {
+        if let Some(status) = sbatch.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = sbatch.kill();
+            panic!("the job did not end in 240 s");
+        }
+        sleep(Duration::from_millis(100));
+    };
+    let job_out = read_out();
+    assert!(status.success(), "the job failed ({status}):\n{job_out}");
+    assert!(
+        job_out.contains("canopy-run: application exited with 0; results in"),
+        "{job_out}"
+    );
+    for relay in ["relay-0", "relay-1"] {
+        let log = std::fs::read_to_string(results.join(format!("logs/{relay}.log"))).unwrap_or_default();
+        assert!(
+            log.contains("exited with 137; starting it again"),
+            "{relay}: {log}"
+        );
+    }
+    let rounds = read_rounds(&results.join("latest.sqlite"));
+    assert_eq!(rounds.len(), iterations, "{rounds:?}\n{job_out}");
+    for r in &rounds {
+        assert_eq!(r.expected, 16, "{r:?}");
+        assert_eq!(
+            r.covered + r.late_ranks,
+            16,
+            "a rank-round lost or counted twice: {r:?}"
+        );
+    }
+    // The relays came back, with none of the agents, which stay with the front-end that adopted them.
+    let nodes = reader(&results.join("latest.sqlite")).nodes().unwrap();
+    for n in nodes.iter().filter(|n| n.kind == NodeKind::Agent) {
+        assert_eq!(n.parent.as_deref(), Some("frontend"), "{n:?}");
+    }
 }
