@@ -8,6 +8,7 @@
     reason = "benchmarks measure wall time and never run on a paused clock"
 )]
 
+mod heal;
 mod latency;
 mod leaf;
 mod offload;
@@ -46,6 +47,17 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    /// A relay killed with SIGKILL at a random moment under load, in fresh trees of processes: the time back to
+    /// full coverage, and the rank-rounds lost or counted twice.
+    Heal {
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+        #[arg(long, default_value_t = 100)]
+        period_ms: u64,
+        /// Rounds per trial (the kill comes after round 10).
+        #[arg(long, default_value_t = 60)]
+        rounds: u64,
+    },
     /// One node's round engine and passthrough merge, in-process, against concatenating the same bytes.
     Engine {
         /// Sources (children or ranks) per node, comma-separated.
@@ -221,6 +233,11 @@ fn main() -> anyhow::Result<()> {
         println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
     }
     match args.command {
+        Command::Heal {
+            trials,
+            period_ms,
+            rounds,
+        } => heal::run(trials, period_ms, rounds),
         Command::Engine {
             sources,
             rounds,
