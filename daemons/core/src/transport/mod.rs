@@ -32,6 +32,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest a link waits between two rounds of attempts to reach its parents (before the random part).
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
 /// How long a link that has sent its last message waits for the parent to end the stream.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -369,7 +372,7 @@ struct Sessions {
 impl ParentLink {
     /// Runs until the node stops or the parent refuses this node (then `Input::Refused` is sent).
     pub async fn run(mut self) {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Self::backoff();
         let mut failures = 0u32;
         let mut pending: Option<UpMessage> = None;
         let mut sessions = Sessions::default();
@@ -395,7 +398,7 @@ impl ParentLink {
                         sessions
                             .kept
                             .session_ended(sessions.current, tokio::time::Instant::now());
-                        backoff = Duration::from_millis(50);
+                        backoff = Self::backoff();
                         failures = 0;
                         let _ = self
                             .inputs
@@ -409,7 +412,7 @@ impl ParentLink {
                     } else if failures == 1 || failures.is_multiple_of(20) {
                         tracing::warn!(parent = %parent, attempts = failures, "cannot reach parent: {reason}");
                     }
-                    // The next parent of the list; the back-off grows once every one of them has been tried.
+                    // The next parent of the list at once; the back-off only once every one of them was tried.
                     if self.parents.len() > 1 {
                         at = (at + 1) % self.parents.len();
                         if !attached && at != 0 {
@@ -417,7 +420,6 @@ impl ParentLink {
                                 return;
                             }
                             tracing::info!(parent = %self.parents[at], "trying the next parent");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
                     }
@@ -427,9 +429,20 @@ impl ParentLink {
                 // The node ended while the parent was away: nothing is left to deliver.
                 return;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
         }
+    }
+
+    /// The delays between rounds of attempts: from 50 ms, doubling to 2 s, each with a random part (up to as
+    /// much again) so the children of a lost node do not all retry at the same moments.
+    fn backoff() -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(MAX_BACKOFF)
+            .with_jitter()
+            .without_max_times()
+            .build()
     }
 
     async fn session(
