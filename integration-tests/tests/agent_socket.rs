@@ -497,6 +497,47 @@ fn hellos_that_would_poison_a_run_are_refused_with_what_is_wrong() {
 }
 
 #[test]
+fn a_flood_of_refused_hellos_is_logged_at_most_once_a_second_with_the_count_held_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", "127.0.0.1:9", &socket);
+    wait_socket(&socket, &mut agent);
+    let _first = RawRank::hello(&socket, "app", 0, 3, 0).accepted();
+    let started = std::time::Instant::now();
+    let floods = 300;
+    for _ in 0..floods {
+        let reason = RawRank::hello(&socket, "app", 1, 4, 0).refused();
+        assert!(reason.contains("announces 4 ranks, but app has 3"), "{reason}");
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    // The last held-back refusals are told by the next line: one more, a second later.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the log's limit is by the wall clock: nothing to wait on but a second"
+    )]
+    std::thread::sleep(Duration::from_millis(1100));
+    let _ = RawRank::hello(&socket, "app", 1, 4, 0).refused();
+    let log = agent.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused a rank")).collect();
+    assert!(
+        lines.len() as u64 <= seconds + 2,
+        "{} lines for {floods} refusals in {seconds} s",
+        lines.len()
+    );
+    let held: u64 = lines
+        .iter()
+        .filter_map(|l| l.split(" more refused since the last such line").next())
+        .filter_map(|l| l.rsplit('(').next())
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        lines.len() as u64 + held,
+        floods + 1,
+        "every refusal counted once: {lines:?}"
+    );
+}
+
+#[test]
 fn a_thousand_hellos_are_refused_or_forgotten_and_later_rounds_count_the_real_ranks_only() {
     let dir = tempfile::tempdir().unwrap();
     let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--streams", "stats"]);

@@ -12,9 +12,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
-
-use tokio::time::Instant;
 
 use futures::future::Either;
 use rustls_pki_types::CertificateDer;
@@ -176,13 +173,7 @@ struct GateState {
     /// Plaintext on loopback (`insecure`): there is no identity to check, every call passes.
     open: bool,
     tokens: Tokens,
-    log: Mutex<RefusalLog>,
-}
-
-#[derive(Debug, Default)]
-struct RefusalLog {
-    last: Option<Instant>,
-    unlogged: u64,
+    log: Mutex<crate::telemetry::EverySecond>,
 }
 
 impl Gate {
@@ -201,7 +192,7 @@ impl Gate {
             state: Arc::new(GateState {
                 open,
                 tokens,
-                log: Mutex::new(RefusalLog::default()),
+                log: Mutex::new(crate::telemetry::EverySecond::default()),
             }),
         }
     }
@@ -268,13 +259,9 @@ impl Gate {
     /// Refusals are logged with the peer, at most once a second, with how many were not.
     fn log_refusal(&self, peer: &str, why: &str) {
         let mut log = self.state.log.lock().unwrap_or_else(|p| p.into_inner());
-        if log.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-            log.unlogged += 1;
-            return;
+        if let Some(held) = log.pass() {
+            tracing::warn!(%peer, unlogged_since = held, "call refused: {why}");
         }
-        tracing::warn!(%peer, unlogged_since = log.unlogged, "call refused: {why}");
-        log.last = Some(Instant::now());
-        log.unlogged = 0;
     }
 }
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 
 /// What a listener allows any peer, known or not.
 #[derive(Debug, Clone, Copy)]
@@ -69,12 +68,10 @@ struct Acceptor {
     limits: ListenLimits,
     open: Arc<Semaphore>,
     backoff: Duration,
-    /// Failures since the last log line, and when that was.
-    failures: u64,
-    logged: Option<Instant>,
-    /// Connections closed for the limit since the last log line, and when that was.
-    over: u64,
-    over_logged: Option<Instant>,
+    /// Failed accepts, logged at most once a second.
+    failures: crate::telemetry::EverySecond,
+    /// Connections closed for the limit, logged at most once a second.
+    over: crate::telemetry::EverySecond,
 }
 
 impl Acceptor {
@@ -84,10 +81,8 @@ impl Acceptor {
             open: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             backoff: Duration::ZERO,
-            failures: 0,
-            logged: None,
-            over: 0,
-            over_logged: None,
+            failures: Default::default(),
+            over: Default::default(),
         }
     }
 
@@ -104,18 +99,12 @@ impl Acceptor {
                 Ok((stream, peer)) => {
                     self.backoff = Duration::ZERO;
                     let Ok(permit) = self.open.clone().try_acquire_owned() else {
-                        self.over += 1;
-                        if self
-                            .over_logged
-                            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
-                        {
+                        if let Some(held) = self.over.pass() {
                             tracing::warn!(
-                                addr = %self.addr(), %peer, closed = self.over,
+                                addr = %self.addr(), %peer, closed = held + 1,
                                 "closing new connections: {} are open, the most this listener keeps",
                                 self.limits.max_connections
                             );
-                            self.over_logged = Some(Instant::now());
-                            self.over = 0;
                         }
                         continue;
                     };
@@ -129,11 +118,8 @@ impl Acceptor {
                     }
                 }
                 Err(e) => {
-                    self.failures += 1;
-                    if self.logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                        tracing::warn!(addr = %self.addr(), failures = self.failures, "accepting a connection failed: {e}");
-                        self.logged = Some(Instant::now());
-                        self.failures = 0;
+                    if let Some(held) = self.failures.pass() {
+                        tracing::warn!(addr = %self.addr(), failures = held + 1, "accepting a connection failed: {e}");
                     }
                     if is_one_connection(&e) {
                         continue;

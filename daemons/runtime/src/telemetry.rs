@@ -34,3 +34,44 @@ pub fn trace_init() {
         .with_test_writer()
         .try_init();
 }
+
+/// A log line that may repeat without end (a refusal, a failed accept), let through at most once a second so a
+/// flood cannot fill the disk or drown the other lines.
+#[derive(Debug, Default)]
+pub struct EverySecond {
+    last: Option<tokio::time::Instant>,
+    held: u64,
+}
+
+impl EverySecond {
+    /// One more occurrence: `Some(held)` when it is to be logged now, with how many were held back since the
+    /// last line that went through; `None` when it is held back.
+    pub fn pass(&mut self) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            self.held += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
+#[cfg(test)]
+mod every_second_tests {
+    use super::EverySecond;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_line_a_second_with_the_count_held_back() {
+        let mut log = EverySecond::default();
+        assert_eq!(log.pass(), Some(0));
+        assert_eq!(log.pass(), None);
+        assert_eq!(log.pass(), None);
+        tokio::time::advance(std::time::Duration::from_millis(1001)).await;
+        assert_eq!(log.pass(), Some(2));
+        assert_eq!(log.pass(), None);
+    }
+}

@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use nix::unistd::{Gid, Group, Uid, User};
-use tokio::time::{Duration, Instant};
 
 /// Why an access setting cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,32 +161,6 @@ impl Access {
 
 /// Refusals logged at most once a second, each line saying how many were not logged since the last one (a
 /// stranger that reconnects in a loop must not fill the log).
-#[derive(Debug, Default)]
-pub(super) struct RefusalLog {
-    next: Option<Instant>,
-    unlogged: u64,
-}
-
-impl RefusalLog {
-    pub(super) fn refused(&mut self, reason: &str) {
-        let now = Instant::now();
-        if self.next.is_some_and(|next| now < next) {
-            self.unlogged += 1;
-            return;
-        }
-        if self.unlogged > 0 {
-            tracing::warn!(
-                "agent socket: refused a connection: {reason} ({} more refused since the last such line)",
-                self.unlogged
-            );
-        } else {
-            tracing::warn!("agent socket: refused a connection: {reason}");
-        }
-        self.unlogged = 0;
-        self.next = Some(now + Duration::from_secs(1));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

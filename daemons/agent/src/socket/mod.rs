@@ -19,7 +19,6 @@ use nix::unistd::Uid;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use access::RefusalLog;
 use conn::connection;
 use registry::Ranks;
 
@@ -225,7 +224,7 @@ pub async fn serve(
     };
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let Listener { listener, access } = listener;
-    let mut refusals = RefusalLog::default();
+    let mut refusals = canopy_runtime::telemetry::EverySecond::default();
     let mut ranks = Ranks::new(inputs, window.clone());
     let mut next_conn = 0u64;
     loop {
@@ -233,7 +232,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     if let Some(reason) = peer_refusal(&stream, &access) {
-                        refusals.refused(&reason);
+                        if let Some(held) = refusals.pass() {
+                            tracing::warn!("agent socket: refused a connection: {reason}{}", held_back(held));
+                        }
                         tokio::spawn(refuse(stream, reason));
                         continue;
                     }
@@ -293,4 +294,12 @@ async fn refuse(mut stream: UnixStream, reason: String) {
         }
     })
     .await;
+}
+
+/// The tail of a refusal's log line that counts the refusals held back since the last such line.
+pub(crate) fn held_back(held: u64) -> String {
+    match held {
+        0 => String::new(),
+        n => format!(" ({n} more refused since the last such line)"),
+    }
 }

@@ -70,6 +70,8 @@ pub(super) struct Ranks {
     /// The ranks that dumped (or reported dumps dropped) at least once: one that leaves before is forgotten, not
     /// lost.
     dumped: HashSet<String>,
+    /// Refused hellos, logged at most once a second (a local flood of bad hellos cannot fill the log).
+    refusals: canopy_runtime::telemetry::EverySecond,
 }
 
 impl Ranks {
@@ -85,6 +87,7 @@ impl Ranks {
             attached: HashMap::new(),
             apps: HashMap::new(),
             dumped: HashSet::new(),
+            refusals: Default::default(),
         }
     }
 
@@ -148,7 +151,9 @@ impl Ranks {
 
     /// Refuses a connection: the rank is told why, the connection closes.
     fn refuse(&mut self, conn: u64, reason: String) {
-        tracing::warn!("agent socket: refused a rank: {reason}");
+        if let Some(held) = self.refusals.pass() {
+            tracing::warn!("agent socket: refused a rank: {reason}{}", super::held_back(held));
+        }
         if let Some(c) = self.conns.get_mut(&conn)
             && let Some(tx) = c.tx.take()
         {
