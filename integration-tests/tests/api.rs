@@ -591,3 +591,38 @@ async fn a_replayed_passthrough_round_is_the_live_one_byte_for_byte() {
         compared += 1;
     }
 }
+
+/// At the normal end of a run every subscription ends with OK after its last round, live or replayed, and
+/// one that begins after the end gets the stored rounds and ends too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_ends_with_ok_after_the_last_round_when_the_run_ends() {
+    let mut tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 20,
+        period_ms: 20,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let req = SubscribeRequest {
+        start: Some(subscribe_request::Start::Replay(true)),
+        ..Default::default()
+    };
+    let mut s = api.subscribe(req.clone()).await.unwrap().into_inner();
+    let mut rounds = BTreeSet::new();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(30), s.message()).await {
+            Ok(Ok(Some(u))) => {
+                rounds.insert(u.round);
+            }
+            Ok(Ok(None)) => break Ok(()),
+            Ok(Err(status)) => break Err(status),
+            Err(_) => panic!("the subscription did not end within 30 s of its last update"),
+        }
+    };
+    assert!(end.is_ok(), "the subscription ended with {end:?}, not OK");
+    assert_eq!(rounds, (0..20).collect::<BTreeSet<u64>>());
+    tree.wait_frontend(Duration::from_secs(10)).await.unwrap();
+}

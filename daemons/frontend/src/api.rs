@@ -32,6 +32,8 @@ pub struct Shared {
     /// Each stream's result type (the Any's type, and how the store keeps it): the front-end's one record of
     /// it, set when the stream opens. The store's `streams.result_type` is written from it.
     result_types: Mutex<HashMap<u32, String>>,
+    /// The run has ended: every result is out, and each subscription ends (with OK) once it has sent them.
+    ended: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -41,7 +43,13 @@ impl Shared {
             live,
             status: Mutex::default(),
             result_types: Mutex::default(),
+            ended: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// The run ended (the tree finished or drained): subscriptions end once they have sent what they hold.
+    pub fn end(&self) {
+        self.ended.send_replace(true);
     }
 
     /// The result type of a stream's results; empty if the stream never opened.
@@ -273,6 +281,7 @@ impl FrontendApi {
             .map(|u| (u.stream_id, u.round))
             .collect();
         let shared = self.shared.clone();
+        let mut ended = self.shared.ended.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RoundUpdate, Status>>(16);
         tokio::spawn(async move {
             for u in stored {
@@ -281,34 +290,50 @@ impl FrontendApi {
                 }
             }
             let mut missed = 0u64;
+            let update = |r: &RoundResult, missed: u64| {
+                let wanted = wanted(r.stream.stream_id, &r.stream.name)
+                    && (r.late || !seen.contains(&(r.stream.stream_id, r.round)));
+                wanted.then(|| RoundUpdate {
+                    stream_id: r.stream.stream_id,
+                    stream: r.stream.name.clone(),
+                    filter: r.stream.filter.clone(),
+                    round: r.round,
+                    phase: r.phase,
+                    coverage: Some(r.coverage.clone()),
+                    result: Some(any_of(&shared.result_type(r.stream.stream_id), r.payload.clone())),
+                    late: r.late,
+                    missed,
+                    replayed: false,
+                })
+            };
             loop {
                 // The client hanging up ends the task even while its streams are quiet.
                 let received = tokio::select! {
                     _ = tx.closed() => return,
                     r = live.recv() => r,
+                    _ = async { drop(ended.wait_for(|ended| *ended).await) } => {
+                        // The run is over: what is queued still goes out, then the stream ends with OK.
+                        loop {
+                            match live.try_recv() {
+                                Ok(r) => {
+                                    if let Some(u) = update(&r, missed) {
+                                        missed = 0;
+                                        if tx.send(Ok(u)).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
+                                Err(broadcast::error::TryRecvError::Lagged(n)) => missed += n,
+                                Err(_) => return,
+                            }
+                        }
+                    }
                 };
                 match received {
                     Ok(r) => {
-                        if !wanted(r.stream.stream_id, &r.stream.name)
-                            || (!r.late && seen.contains(&(r.stream.stream_id, r.round)))
-                        {
-                            continue;
-                        }
-                        let result_type = shared.result_type(r.stream.stream_id);
-                        let update = RoundUpdate {
-                            stream_id: r.stream.stream_id,
-                            stream: r.stream.name.clone(),
-                            filter: r.stream.filter.clone(),
-                            round: r.round,
-                            phase: r.phase,
-                            coverage: Some(r.coverage.clone()),
-                            result: Some(any_of(&result_type, r.payload.clone())),
-                            late: r.late,
-                            missed,
-                            replayed: false,
-                        };
+                        let Some(u) = update(&r, missed) else { continue };
                         missed = 0;
-                        if tx.send(Ok(update)).await.is_err() {
+                        if tx.send(Ok(u)).await.is_err() {
                             return;
                         }
                     }

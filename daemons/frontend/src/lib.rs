@@ -586,7 +586,7 @@ impl Frontend {
         } = self;
         let api = api::FrontendApi {
             root: RootHandle::new(handles.inputs.clone()),
-            shared,
+            shared: shared.clone(),
             filters: filters.clone(),
             store: store_path.clone(),
         };
@@ -627,6 +627,8 @@ impl Frontend {
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
         let result = node.run(shutdown).await;
+        // Every result is out: subscriptions send what they hold and end with OK before the server stops.
+        shared.end();
         health_reporter
             .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
