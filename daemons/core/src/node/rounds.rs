@@ -95,6 +95,15 @@ impl<U: Up> Node<U> {
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
         let inputs: Vec<&[u8]> = used.iter().map(|a| a.payload.as_ref()).collect();
+        if c.key.phase == 0
+            && let (Some(phases), Some(spec)) =
+                (self.streams.phases(c.key.stream), self.streams.spec(c.key.stream))
+        {
+            // A multi-phase round is under way from here, not only once its filter's answer is routed: a window
+            // that moved past it in between would fall back when the answer came.
+            self.route
+                .begin(c.key.stream, c.key.round, phases, spec.timeout_ms, Instant::now());
+        }
         let Some(out) = self
             .streams
             .upstream(c.key.stream, c.key.round, c.key.phase, &inputs)
@@ -122,8 +131,13 @@ impl<U: Up> Node<U> {
             first_dump_ns = c.first_dump_unix_ns, closed_ns, filtered_ns = super::unix_ns(), "round closed");
         self.route
             .remember(c.key.stream, c.key.round, &coverage, c.first_dump_unix_ns);
+        // A first phase that emitted nothing ends its round here: no later phase will come for it.
+        let ends = c.key.phase == 0 && out.up.is_empty() && out.down.is_empty();
         self.emit(c.key.stream, c.key.round, out, coverage, c.first_dump_unix_ns)
             .await;
+        if ends {
+            self.route.end(c.key.stream, c.key.round);
+        }
     }
 
     /// Routes what a filter emitted: down to the children whose first phase made the round here, and up (at the
