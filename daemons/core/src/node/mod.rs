@@ -48,6 +48,7 @@ pub use input::{
 pub use leaf::LeafOptions;
 pub use root::RootOptions;
 pub use status::NodeCounters;
+pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
 pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
 
 use children::{ChildTable, Gone};
@@ -123,6 +124,8 @@ pub struct Node<U: Up> {
     inputs: mpsc::Receiver<Input>,
     engine: RoundEngine,
     streams: StreamTable,
+    /// The answers of the streams' filter calls, which run off this task.
+    filter_done: mpsc::UnboundedReceiver<streams::Done>,
     children: ChildTable,
     route: Router,
     control: ControlState,
@@ -161,13 +164,15 @@ impl<U: Up> Node<U> {
             ranks_announced: 0,
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
+        let (streams, filter_done) = StreamTable::new(config.filters, role.level());
         let node = Node {
             id: config.node_id,
             kind: config.kind,
             up,
             inputs: rx,
             engine: RoundEngine::new(),
-            streams: StreamTable::new(config.filters, role.level()),
+            streams,
+            filter_done,
             children: ChildTable::default(),
             route: Router::default(),
             control: ControlState::default(),
@@ -196,6 +201,12 @@ impl<U: Up> Node<U> {
         if let Some(h) = &self.hello {
             h.send_modify(|h| h.listen_addr = addr);
         }
+    }
+
+    /// How long one call into a filter may run before the watchdog fails its stream
+    /// ([`streams::DEFAULT_FILTER_CALL_TIMEOUT`] unless set).
+    pub fn set_filter_call_timeout(&mut self, timeout: Duration) {
+        self.streams.set_call_timeout(timeout);
     }
 
     /// Counters for tests and status.
@@ -232,6 +243,7 @@ impl<U: Up> Node<U> {
                     Some(input) => self.handle(input).await?,
                     None => break,
                 },
+                Some(done) = self.filter_done.recv() => self.on_filter_done(done).await,
                 _ = sleep_until(deadline) => self.on_timer().await,
                 _ = status.tick() => self.send_status().await,
                 _ = self.window.waited() => {}
@@ -274,6 +286,7 @@ impl<U: Up> Node<U> {
         [
             self.engine.next_deadline(),
             self.route.next_deadline(),
+            self.streams.next_deadline(),
             drain,
             start,
         ]
@@ -655,6 +668,7 @@ impl<U: Up> Node<U> {
             && self.engine.any_finished()
             && !self.engine.has_open_groups()
             && !self.route.is_awaiting()
+            && !self.streams.busy()
             && !holding;
         if self.fin_sent || !done {
             return;
