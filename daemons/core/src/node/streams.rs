@@ -24,8 +24,9 @@ use crate::ranks::RankSet;
 /// The default filter-call time-out (`filter_call_timeout_ms`).
 pub const DEFAULT_FILTER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Calls that may wait for a stream's filter; one more fails the stream (its filter does not keep up).
-pub const FILTER_QUEUE: usize = 256;
+/// Calls that may wait for a stream's filter; one more fails the stream (its filter does not keep up). As many as
+/// the node's input queue holds, so a burst the node took in (a don't-wait stream's pieces, one call each) fits.
+pub const FILTER_QUEUE: usize = 4096;
 
 /// Stuck calls of one filter a node tolerates (their threads abandoned) before it refuses new streams of it.
 pub const MAX_STUCK_PER_FILTER: usize = 4;
