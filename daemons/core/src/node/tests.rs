@@ -38,6 +38,30 @@ impl FilterInstance for Concat {
     }
 }
 
+/// Released once a test is done with its stuck calls.
+static RELEASE_STUCK: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A filter whose upstream does not return until the test releases it.
+struct Stuck;
+
+impl FilterInstance for Stuck {
+    fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let mut released = RELEASE_STUCK.0.lock().unwrap();
+        while !*released {
+            released = RELEASE_STUCK.1.wait(released).unwrap();
+        }
+        Ok(Output::default())
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
 struct Filters;
 
 impl FilterFactory for Filters {
@@ -49,6 +73,7 @@ impl FilterFactory for Filters {
     ) -> Result<Box<dyn FilterInstance>, FilterError> {
         match name {
             "concat" => Ok(Box::new(Concat)),
+            "stuck" => Ok(Box::new(Stuck)),
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: "concat".into(),
@@ -117,6 +142,10 @@ struct Harness {
 }
 
 fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
+    start_with(role, max_in_flight, DEFAULT_FILTER_CALL_TIMEOUT)
+}
+
+fn start_with(role: RoleConfig, max_in_flight: u64, call_timeout: Duration) -> Harness {
     let (up_tx, up) = mpsc::unbounded_channel();
     let config = NodeConfig {
         node_id: "n".into(),
@@ -126,7 +155,8 @@ fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
         role,
         status_interval: Duration::from_secs(3600),
     };
-    let (node, handles) = Node::new(config, TestUp(up_tx));
+    let (mut node, handles) = Node::new(config, TestUp(up_tx));
+    node.set_filter_call_timeout(call_timeout);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(node.run(async {
         let _ = stop_rx.await;
@@ -833,4 +863,89 @@ async fn a_node_adopted_from_below_a_lost_child_is_expected_once_whichever_is_he
         let c = adopted(lost_first).await;
         assert_eq!((c.covered, c.expected), (8, 8), "lost first: {lost_first}: {c:?}");
     }
+}
+
+/// The next stream error sent up, skipping other messages; `None` if none comes within `within`.
+async fn stream_error(h: &mut Harness, within: Duration) -> Option<canopy_proto::v1::StreamError> {
+    let deadline = Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, h.up.recv()).await {
+            Ok(Some(up_message::Msg::StreamError(e))) => return Some(e),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Real time: the watchdog measures how long a thread has been in a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter_past_the_bound() {
+    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let _child = h.child("a", 1, 1).await;
+    let open = |id: u32, filter: &str| {
+        let mut spec = spec(id);
+        spec.filter = filter.into();
+        down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })
+    };
+    h.input(Input::Parent(ParentEvent::Message(open(1, "concat"))))
+        .await;
+    h.input(Input::Parent(ParentEvent::Message(open(2, "stuck"))))
+        .await;
+    let started = Instant::now();
+    h.child_sends("a", 1, packet(2, 0, 1, 9)).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    // The other stream goes on while stream 2's call hangs.
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.round, env.payload.clone()), (1, 0, vec![1]));
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("the watchdog fired");
+    assert_eq!(e.stream_id, 2);
+    assert!(
+        e.reason.contains("filter stuck: upstream call stuck for")
+            && e.reason.contains("(1 stuck on this node)"),
+        "{}",
+        e.reason
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    h.child_sends("a", 1, packet(1, 1, 1, 2)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.round), (1, 1));
+
+    // Three more stuck calls of the filter reach the bound; the next stream of it is refused at open.
+    for id in 3..=5 {
+        h.input(Input::Parent(ParentEvent::Message(open(id, "stuck"))))
+            .await;
+        h.child_sends("a", 1, packet(id, 2, 1, 9)).await;
+        let e = stream_error(&mut h, Duration::from_secs(5))
+            .await
+            .expect("the watchdog fired");
+        assert_eq!(e.stream_id, id);
+    }
+    h.input(Input::Parent(ParentEvent::Message(open(6, "stuck"))))
+        .await;
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("refused");
+    assert_eq!(e.stream_id, 6);
+    assert!(
+        e.reason.contains("4 of its calls are stuck on this node"),
+        "{}",
+        e.reason
+    );
+    // Other filters still open.
+    h.input(Input::Parent(ParentEvent::Message(open(7, "concat"))))
+        .await;
+    h.child_sends("a", 1, packet(7, 3, 1, 7)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.payload), (7, vec![7]));
+
+    // Calls that return after all take their threads off the count: the filter opens again.
+    *RELEASE_STUCK.0.lock().unwrap() = true;
+    RELEASE_STUCK.1.notify_all();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.input(Input::Parent(ParentEvent::Message(open(8, "stuck"))))
+        .await;
+    h.child_sends("a", 1, packet(8, 4, 1, 8)).await;
+    assert!(stream_error(&mut h, Duration::from_millis(500)).await.is_none());
 }
