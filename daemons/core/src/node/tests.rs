@@ -62,6 +62,75 @@ impl FilterInstance for Stuck {
     }
 }
 
+/// Released when a test lets the two-phase filter's first phase answer.
+static RELEASE_PHASED: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A two-phase filter whose first phase answers only once the test releases it: its inputs go up, and the packet
+/// the parent sends down comes back up as the last phase.
+struct Phased;
+
+impl FilterInstance for Phased {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        if phase == 0 {
+            let mut released = RELEASE_PHASED.0.lock().unwrap();
+            while !*released {
+                released = RELEASE_PHASED.1.wait(released).unwrap();
+            }
+        }
+        let payload = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output {
+            up: vec![Packet {
+                phase,
+                payload: packet.to_vec(),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+
+    fn phases(&self) -> u32 {
+        2
+    }
+}
+
+/// A two-phase filter whose first phase goes up and whose second fails: the parent's answer fails the stream.
+struct FailsLate;
+
+impl FilterInstance for FailsLate {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let payload = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Err(FilterError::Failed {
+            filter: "fails-late".into(),
+            reason: "cannot read the ranges".into(),
+        })
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+
+    fn phases(&self) -> u32 {
+        2
+    }
+}
+
 struct Filters;
 
 impl FilterFactory for Filters {
@@ -74,6 +143,8 @@ impl FilterFactory for Filters {
         match name {
             "concat" => Ok(Box::new(Concat)),
             "stuck" => Ok(Box::new(Stuck)),
+            "phased" => Ok(Box::new(Phased)),
+            "fails-late" => Ok(Box::new(FailsLate)),
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: "concat".into(),
@@ -948,4 +1019,85 @@ async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter
         .await;
     h.child_sends("a", 1, packet(8, 4, 1, 8)).await;
     assert!(stream_error(&mut h, Duration::from_millis(500)).await.is_none());
+}
+
+/// Real time: the first phase's call runs on its stream's thread while the node's loop goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_want_is_not_lost() {
+    let mut h = start(RoleConfig::Relay, 4);
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "phased".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    // Round 0's first phase closes; its call waits. The child waits far ahead, at round 100.
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    h.child_sends("a", 1, up_message::Msg::Want(Want { round: 100 }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Round 0 is under way although nothing is open and nothing was emitted yet: the window stays at it (moving
+    // to the Want and back when the answer came would forget the Want, and the child would wait for ever).
+    assert!(h.window.admits(3));
+    assert!(
+        !h.window.admits(4),
+        "the window moved past a round whose filter had not answered"
+    );
+    *RELEASE_PHASED.0.lock().unwrap() = true;
+    RELEASE_PHASED.1.notify_all();
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.phase, env.payload), (0, 0, vec![7]));
+    assert!(!h.window.admits(4), "round 0 waits for its last phase");
+    // The parent's answer comes down; the last phase goes up, and the window moves to the child's Want.
+    let down = Envelope {
+        stream_id: 1,
+        round: 0,
+        phase: 1,
+        payload: vec![42],
+        ..Default::default()
+    };
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Envelope(
+        down,
+    ))))
+    .await;
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.phase, env.payload), (0, 1, vec![42]));
+    let mut gate = h.window.clone();
+    let admitted = tokio::time::timeout(Duration::from_secs(2), gate.admit(100)).await;
+    assert_eq!(admitted, Ok(true), "the child's Want was lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
+    let mut h = start(RoleConfig::Relay, 4);
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "fails-late".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    assert_eq!(h.envelope().await.phase, 0);
+    assert!(!h.window.admits(4), "round 0 waits for its last phase");
+    let down = Envelope {
+        stream_id: 1,
+        round: 0,
+        phase: 1,
+        payload: vec![1],
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Envelope(
+        down,
+    ))))
+    .await;
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("the stream failed");
+    assert!(e.reason.contains("cannot read the ranges"), "{}", e.reason);
+    // Round 0 will never finish: the window moves on now, not after twice the time-out and a second.
+    let mut gate = h.window.clone();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_millis(100), gate.admit(4)).await,
+        Ok(true)
+    );
+    assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
 }
