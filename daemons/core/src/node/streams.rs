@@ -616,9 +616,10 @@ impl StreamTable {
 
     /// When the watchdog next looks at a running call.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.streams
-            .values()
-            .filter_map(|s| s.worker.as_ref()?.busy)
+        let live = self.streams.values().filter_map(|s| s.worker.as_ref());
+        let closing = self.closing.values().map(|(_, w)| w);
+        live.chain(closing)
+            .filter_map(|w| w.busy)
             .map(|(_, since)| since + self.call_timeout)
             .min()
     }
@@ -650,6 +651,29 @@ impl StreamTable {
                     n
                 ),
             ));
+        }
+        // A closed stream's call stuck the same way is abandoned too, with nothing left to fail: its last rounds
+        // go unanswered, and the node does not wait for them to finish.
+        let timeout = self.call_timeout;
+        let stuck: Vec<u32> = self
+            .closing
+            .iter()
+            .filter(|(_, (_, w))| {
+                w.busy
+                    .is_some_and(|(_, since)| now.saturating_duration_since(since) >= timeout)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stuck {
+            let Some((spec, w)) = self.closing.remove(&id) else {
+                continue;
+            };
+            let n = self.stuck.entry(spec.filter.clone()).or_default();
+            let n = n.fetch_add(1, Ordering::Relaxed) + 1;
+            w.counted.store(true, Ordering::Relaxed);
+            tracing::error!(stream = id, filter = %spec.filter, stuck = n,
+                "a closed stream's filter call is stuck past filter_call_timeout_ms: its thread is abandoned and \
+                 its last rounds go unanswered");
         }
         out
     }

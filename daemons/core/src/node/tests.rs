@@ -131,6 +131,30 @@ impl FilterInstance for FailsLate {
     }
 }
 
+/// Never released: the call of a stream closed while it hangs.
+static NEVER: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A filter whose upstream never returns.
+struct Hangs;
+
+impl FilterInstance for Hangs {
+    fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let mut released = NEVER.0.lock().unwrap();
+        while !*released {
+            released = NEVER.1.wait(released).unwrap();
+        }
+        Ok(Output::default())
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
 struct Filters;
 
 impl FilterFactory for Filters {
@@ -144,6 +168,7 @@ impl FilterFactory for Filters {
             "concat" => Ok(Box::new(Concat)),
             "stuck" => Ok(Box::new(Stuck)),
             "phased" => Ok(Box::new(Phased)),
+            "hangs" => Ok(Box::new(Hangs)),
             "fails-late" => Ok(Box::new(FailsLate)),
             _ => Err(FilterError::Unknown {
                 name: name.into(),
@@ -1100,4 +1125,35 @@ async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
         Ok(true)
     );
     assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
+}
+
+/// Real time: the watchdog measures how long a thread has been in a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finishing() {
+    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "hangs".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    // Closed while its call hangs: the close keeps the call to answer its last round.
+    let close = down_message::Msg::CloseStream(canopy_proto::v1::CloseStream { stream_id: 1 });
+    h.input(Input::Parent(ParentEvent::Message(close))).await;
+    h.child_sends(
+        "a",
+        1,
+        up_message::Msg::Fin(Fin {
+            node_id: "a".into(),
+            rounds_end: 1,
+        }),
+    )
+    .await;
+    // The watchdog abandons the closed stream's stuck call too, and the node finishes.
+    let fin = tokio::time::timeout(Duration::from_secs(2), h.fin()).await;
+    assert_eq!(
+        fin.map(|f| f.rounds_end).ok(),
+        Some(1),
+        "the node waited for a stuck call"
+    );
 }
