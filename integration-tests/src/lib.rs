@@ -69,6 +69,8 @@ pub struct TreeBuilder {
     pub socket_dir: Option<PathBuf>,
     /// Mutual TLS between the nodes, with the tests' [`credentials`]; otherwise plaintext on loopback.
     pub tls: bool,
+    /// Every node's `filter_call_timeout_ms`: how long a filter call may run before its stream fails.
+    pub filter_call_timeout_ms: u64,
 }
 
 impl Default for TreeBuilder {
@@ -93,6 +95,7 @@ impl Default for TreeBuilder {
             subscriber_buffer: 1024,
             socket_dir: None,
             tls: false,
+            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
         }
     }
 }
@@ -148,6 +151,7 @@ impl TreeBuilder {
             node_id: topology.root().to_string(),
             max_rounds_in_flight: self.max_rounds_in_flight,
             filter_path: self.filter_path(),
+            filter_call_timeout_ms: self.filter_call_timeout_ms,
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
@@ -190,6 +194,7 @@ impl TreeBuilder {
                 parent: addr_of[&parent].clone(),
                 listen: "127.0.0.1:0".into(),
                 filter_path: self.filter_path(),
+                filter_call_timeout_ms: self.filter_call_timeout_ms,
                 tls_ca: self.node_tls().ca,
                 tls_cert: self.node_tls().cert,
                 tls_key: self.node_tls().key,
@@ -263,6 +268,7 @@ impl TreeBuilder {
             total_ranks: self.ranks,
             rounds: self.rounds,
             filter_path: self.filter_path(),
+            filter_call_timeout_ms: self.filter_call_timeout_ms,
             tls_ca: self.node_tls().ca,
             tls_cert: self.node_tls().cert,
             tls_key: self.node_tls().key,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use canopy_integration_tests::{
-    Select, StoreReader, StreamState, Table, TreeBuilder, TreeSandbox, assert_eventually, reader,
+    Proc, Select, StoreReader, StreamState, Table, TreeBuilder, TreeSandbox, assert_eventually, canopy_cli,
+    plugin_dir, reader, start_frontend, wait_for, wait_ready_file,
 };
 use canopy_proto::v1::{StreamSpec, SyncMode};
 use prost::Message;
@@ -261,4 +262,203 @@ async fn a_multi_phase_filter_refuses_a_dont_wait_stream() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("filter histogram has 3 phases"));
+}
+
+/// rankcount (filters/examples/c) renamed, with a fault hooked in front of one call at one level.
+fn faulty_rankcount(name: &str, call: &str, level: &str, fault: &str) -> String {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/examples/c/rankcount.c"),
+    )
+    .unwrap();
+    let (entry, params, args) = match call {
+        "upstream" => (
+            "static int rc_upstream(",
+            "const canopy_bytes *inputs, size_t n, const canopy_emitter *out",
+            "inputs, n, out",
+        ),
+        "finalize" => (
+            "static int rc_finalize(",
+            "canopy_bytes packet, const canopy_emitter *out",
+            "packet, out",
+        ),
+        other => panic!("no hook for {other}"),
+    };
+    let hook = format!(
+        "static volatile int *volatile nowhere;\n\
+         static void fault(uint32_t level) {{ if (level == {level}) {{ {fault} }} }}\n\
+         static int hooked_{call}(void *inst, uint64_t round, uint32_t phase, {params});\n\
+         {entry}void *inst, uint64_t round, uint32_t phase, {params}) {{\n\
+             fault(((struct rankcount *)inst)->level);\n\
+             return hooked_{call}(inst, round, phase, {args});\n\
+         }}\n\
+         static int hooked_{call}("
+    );
+    format!("#include <unistd.h>\n{source}")
+        .replacen(entry, &hook, 1)
+        .replace("\"rankcount\"", &format!("\"{name}\""))
+}
+
+/// A daemon process of the contained tree, with the filter path and the call time-out every node gets.
+fn contained(dir: &Path, bin: &str, label: &str, args: &[&str], filters: &[&str]) -> Proc {
+    let args: Vec<&str> = args.iter().chain(filters).copied().collect();
+    Proc::start(dir, bin, label, &args)
+}
+
+/// A relay of the contained tree, once it serves; returns it with its address.
+fn contained_relay(dir: &Path, id: &str, parent: &str, filters: &[&str]) -> (Proc, String) {
+    let ready = dir.join(format!("{id}.ready"));
+    let args = [
+        "--node-id",
+        id,
+        "--parent",
+        parent,
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-file",
+        ready.to_str().unwrap(),
+    ];
+    let mut relay = contained(dir, "canopy-relay", id, &args, filters);
+    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
+    (relay, addr)
+}
+
+/// Real daemons, each its own process, with C plugins built here: one whose upstream loops for ever at the relays,
+/// one that writes through NULL in upstream at the leaves, one that aborts in finalize at the root. Each is opened
+/// beside a stats stream; each fails its stream alone, with the node and the reason, within the call time-out and
+/// a second; stats loses no round and covers every rank in each; no daemon dies.
+#[test]
+#[allow(
+    clippy::disallowed_types,
+    reason = "a synchronous test of real processes, timed by the wall clock"
+)]
+fn c_plugins_that_hang_segfault_or_abort_in_real_daemons_fail_only_their_stream_and_stats_loses_no_round() {
+    use std::time::Instant;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("filters");
+    std::fs::create_dir(&plugins).unwrap();
+    let hang = "for (;;) { usleep(100000); }";
+    let faults = [
+        ("spins", "upstream", "CANOPY_LEVEL_RELAY", hang),
+        ("segv", "upstream", "CANOPY_LEVEL_LEAF", "*nowhere = 1;"),
+        ("aborts", "finalize", "CANOPY_LEVEL_ROOT", "abort();"),
+    ];
+    for (name, call, level, fault) in faults {
+        build_c_filter(&plugins, name, &faulty_rankcount(name, call, level, fault));
+    }
+    let timeout = Duration::from_millis(1500);
+    let path = format!("{}:{}", plugin_dir().display(), plugins.display());
+    let timeout_ms = timeout.as_millis().to_string();
+    let filters = [
+        "--filter-path",
+        path.as_str(),
+        "--filter-call-timeout-ms",
+        timeout_ms.as_str(),
+    ];
+    let fe_args: Vec<&str> = ["--streams", "stats", "--expect-ranks", "32"]
+        .into_iter()
+        .chain(filters)
+        .collect();
+    let (mut fe, addr, store) = start_frontend(dir.path(), &fe_args);
+    let mut daemons = Vec::new();
+    let mut relays = Vec::new();
+    for r in 0..2 {
+        let (relay, relay_addr) = contained_relay(dir.path(), &format!("relay:{r}"), &addr, &filters);
+        daemons.push(relay);
+        relays.push(relay_addr);
+    }
+    for a in 0..4u32 {
+        let (id, offset) = (format!("agent:{a}"), (a * 8).to_string());
+        let args = [
+            "--node-id",
+            &id,
+            "--parent",
+            &relays[a as usize / 2],
+            "--socket",
+            "none",
+            "--simulate-ranks",
+            "8",
+            "--rank-offset",
+            &offset,
+            "--simulate-period-ms",
+            "20",
+        ];
+        daemons.push(contained(dir.path(), "canopy-agent", &id, &args, &filters));
+    }
+    let stats = || rounds_of(&store, Select::all().stream(1));
+    wait_for("stats rounds", Duration::from_secs(30), || stats() >= 3);
+    let before = reader(&store)
+        .rounds(Select::all().stream(1))
+        .unwrap()
+        .iter()
+        .map(|r| r.round)
+        .max()
+        .unwrap();
+
+    let expected = [
+        ("spins", "node relay:", "filter spins: upstream call stuck for"),
+        (
+            "segv",
+            "node agent:",
+            "filter segv: upstream crashed with SIGSEGV (signal 11) in ",
+        ),
+        (
+            "aborts",
+            "node frontend",
+            "filter aborts: finalize crashed with SIGABRT (signal 6) in ",
+        ),
+    ];
+    for (name, node, reason) in expected {
+        let opened = Instant::now();
+        canopy_cli(&["streams", "open", name, "--name", name, "--frontend", &addr]);
+        let failed = || stream_state(&store, name).is_some_and(|(s, _)| s == Some(StreamState::Failed));
+        wait_for(&format!("stream {name} failed"), Duration::from_secs(30), failed);
+        let took = opened.elapsed();
+        let why = stream_state(&store, name).unwrap().1.unwrap_or_default();
+        eprintln!("{name}: failed {took:?} after its open: {why}");
+        assert!(why.starts_with(node) && why.contains(reason), "{name}: {why}");
+        if name != "spins" {
+            // The signal and the plugin that raised it.
+            assert!(why.contains(&format!("libcanopy_filter_{name}.so")), "{why}");
+        }
+        assert!(
+            took <= timeout + Duration::from_secs(1),
+            "{name} failed after {took:?}: {why}"
+        );
+    }
+
+    // No daemon died, and stats lost no round: every round from before the faults on is stored, whole.
+    for d in daemons.iter_mut().chain([&mut fe]) {
+        assert!(
+            d.child.try_wait().unwrap().is_none(),
+            "{} died:\n{}",
+            d.name,
+            d.log_text()
+        );
+    }
+    let after = stats();
+    wait_for("10 more stats rounds", Duration::from_secs(20), || {
+        stats() >= after + 10
+    });
+    let rounds = reader(&store)
+        .rounds(Select::all().stream(1).from_round(before))
+        .unwrap();
+    // The newest few may still be on their way.
+    let last = rounds.iter().map(|r| r.round).max().unwrap() - 5;
+    let rounds: Vec<_> = rounds.into_iter().filter(|r| r.round <= last).collect();
+    let numbers: std::collections::BTreeSet<u64> = rounds.iter().map(|r| r.round).collect();
+    assert_eq!(numbers.len() as u64, last - before + 1, "stats rounds missing");
+    let partial: Vec<_> = rounds.iter().filter(|r| r.covered != 32).collect();
+    assert!(partial.is_empty(), "stats rounds not whole: {partial:?}");
+    assert_eq!(
+        reader(&store).stream(1).unwrap().and_then(|s| s.state),
+        Some(StreamState::Open)
+    );
+    // The front-end drains the tree and exits cleanly, the relay's stuck thread still running.
+    fe.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = fe.wait_timeout(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "front-end: {status:?}\n{}",
+        fe.log_text()
+    );
 }

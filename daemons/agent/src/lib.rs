@@ -90,6 +90,9 @@ pub struct AgentConfig {
     /// /usr/lib/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
+    /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
+    #[arg(long)]
+    pub filter_call_timeout_ms: u64,
     /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -125,6 +128,7 @@ impl Default for AgentConfig {
             rounds: 0,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
+            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
@@ -169,6 +173,12 @@ pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
+        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
+            return Err(ConfigIssue::new(
+                "filter_call_timeout_ms",
+                "must be between 10 and 3600000 (an hour)",
+            ));
+        }
         canopy_runtime::config::check_parents("parent", &self.parent)?;
         if self.simulate_ranks == 0 && self.socket == "none" {
             return Err(ConfigIssue::new(
@@ -293,7 +303,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         }),
         status_interval: Duration::from_secs(1),
     };
-    let (node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
+    let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
+    node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
     let link = ParentLink {
         parents: canopy_runtime::config::parents(&config.parent),
         hello: handles.hello.clone(),

@@ -77,6 +77,9 @@ pub struct FrontendConfig {
     /// /usr/lib/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
+    /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
+    #[arg(long)]
+    pub filter_call_timeout_ms: u64,
     /// Continue the latest run's store under `out` if the front-end that wrote it did not end it (it crashed or
     /// was killed): the same file, the same stream ids. A run that ended is never continued.
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -179,6 +182,7 @@ impl Default for FrontendConfig {
             subscriber_buffer: 1024,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
+            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             token_file: None,
@@ -211,6 +215,12 @@ impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
 
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
+        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
+            return Err(ConfigIssue::new(
+                "filter_call_timeout_ms",
+                "must be between 10 and 3600000 (an hour)",
+            ));
+        }
         check_addr("listen", &self.listen)?;
         if self.insecure && self.token_file.is_some() {
             return Err(ConfigIssue::new(
@@ -540,7 +550,8 @@ impl Frontend {
             }),
             status_interval: Duration::from_secs(1),
         };
-        let (node, handles) = Node::new(node_config, up);
+        let (mut node, handles) = Node::new(node_config, up);
+        node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
         Ok(Self {
             config,
             listener,

@@ -39,6 +39,9 @@ pub struct RelayConfig {
     /// /usr/lib/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
+    /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
+    #[arg(long)]
+    pub filter_call_timeout_ms: u64,
     /// Written with the bound address once the relay serves (for launchers using port 0).
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -68,6 +71,7 @@ impl Default for RelayConfig {
             max_rounds_in_flight: 64,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
+            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             tls_ca: None,
@@ -98,6 +102,12 @@ impl canopy_runtime::daemon::DaemonConfig for RelayConfig {
 
 impl CheckConfig for RelayConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
+        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
+            return Err(ConfigIssue::new(
+                "filter_call_timeout_ms",
+                "must be between 10 and 3600000 (an hour)",
+            ));
+        }
         canopy_runtime::config::check_parents("parent", &self.parent)?;
         check_addr("listen", &self.listen)?;
         if self.max_connections == 0 {
@@ -181,6 +191,7 @@ impl Relay {
         };
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
         node.set_listen_addr(advertised(addr));
+        node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
         let link = ParentLink {
             parents: canopy_runtime::config::parents(&config.parent),
             hello: handles.hello.clone(),

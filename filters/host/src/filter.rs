@@ -38,6 +38,14 @@ pub enum FilterError {
     BadParams { filter: String, reason: String },
     #[error("filter {filter} failed: {reason}")]
     Failed { filter: String, reason: String },
+    /// A native crash inside the call, caught: the instance is abandoned and never called again.
+    #[error("filter {filter}: {call} crashed with {} (signal {signal}) in {}", crate::guard::signal_name(*.signal), .plugin.display())]
+    Crashed {
+        filter: String,
+        call: String,
+        signal: i32,
+        plugin: std::path::PathBuf,
+    },
     #[error("filter {name}: cannot load {path}: {reason}")]
     Load {
         name: String,

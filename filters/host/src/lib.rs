@@ -7,4 +7,6 @@
 
 pub mod filter;
 #[allow(unsafe_code)]
+pub mod guard;
+#[allow(unsafe_code)]
 pub mod plugin;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use canopy_filter_abi as abi;
 
 use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
+use crate::guard::guarded;
 
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
 /// executable (a build tree), `../lib/canopy/filters` from it (an installation under any prefix), then the
@@ -49,6 +50,13 @@ struct Plugin {
     result_type: String,
     phases: u32,
     _lib: libloading::Library,
+}
+
+impl Plugin {
+    fn create_fn(&self) -> unsafe extern "C" fn(*const u8, usize, u32, *const abi::Emitter) -> *mut c_void {
+        // SAFETY: the vtable was checked at load and lives as long as the library this `Plugin` holds.
+        unsafe { (*self.vtable).create }
+    }
 }
 
 // SAFETY: the vtable is immutable static data inside the library, which `Plugin` keeps loaded.
@@ -200,8 +208,15 @@ impl FilterFactory for PluginFilters {
         };
         let mut sink = Sink::default();
         let emitter = sink.emitter();
+        let create = plugin.create_fn();
         // SAFETY: the vtable is valid (plugin loaded); params and the emitter live across the call.
-        let instance = unsafe { ((*plugin.vtable).create)(params.as_ptr(), params.len(), level, &emitter) };
+        let instance = guarded(|| unsafe { create(params.as_ptr(), params.len(), level, &emitter) })
+            .map_err(|signal| FilterError::Crashed {
+                filter: name.to_string(),
+                call: "create".into(),
+                signal,
+                plugin: plugin.path.clone(),
+            })?;
         if instance.is_null() {
             let reason = sink
                 .fail
@@ -215,6 +230,7 @@ impl FilterFactory for PluginFilters {
             plugin,
             instance,
             name: name.to_string(),
+            crashed: None,
         }))
     }
 
@@ -254,6 +270,8 @@ struct PluginFilter {
     plugin: Arc<Plugin>,
     instance: *mut c_void,
     name: String,
+    /// The call that crashed and its signal: the instance is abandoned (never called, never destroyed).
+    crashed: Option<(String, i32)>,
 }
 
 // SAFETY: the instance is only ever used through `&mut self` (one call at a time) by the node that owns it.
@@ -263,8 +281,16 @@ unsafe impl Sync for PluginFilter {}
 
 impl Drop for PluginFilter {
     fn drop(&mut self) {
-        // SAFETY: created by this plugin's `create`, destroyed once.
-        unsafe { ((*self.plugin.vtable).destroy)(self.instance) }
+        if self.crashed.is_some() {
+            return;
+        }
+        // SAFETY: the vtable is valid while the plugin is loaded.
+        let destroy = unsafe { (*self.plugin.vtable).destroy };
+        let instance = self.instance;
+        // SAFETY: created by this plugin's `create`, destroyed once. A crash here only leaks the instance.
+        if let Err(signal) = guarded(|| unsafe { destroy(instance) }) {
+            tracing::error!(filter = %self.name, "destroy crashed with {}", crate::guard::signal_name(signal));
+        }
     }
 }
 
@@ -325,20 +351,46 @@ impl PluginFilter {
         packet: &[u8],
         call: &str,
     ) -> Result<Output, FilterError> {
+        self.alive(call)?;
         let mut sink = Sink::default();
         let emitter = sink.emitter();
+        let instance = self.instance;
+        let bytes = abi::Bytes::from_slice(packet);
         // SAFETY: `entry` is this instance's plugin's (valid while the plugin is loaded); the packet and the
         // emitter live across the call.
-        let code = unsafe {
-            entry(
-                self.instance,
-                round,
-                phase,
-                abi::Bytes::from_slice(packet),
-                &emitter,
-            )
-        };
+        let code = guarded(|| unsafe { entry(instance, round, phase, bytes, &emitter) });
+        let code = self.survived(code, call)?;
         self.finish(sink, code, call)
+    }
+
+    /// An instance that crashed is never called again.
+    fn alive(&self, call: &str) -> Result<(), FilterError> {
+        match &self.crashed {
+            None => Ok(()),
+            Some((crashed, signal)) => Err(FilterError::Failed {
+                filter: self.name.clone(),
+                reason: format!(
+                    "{call} refused: {crashed} crashed with {} before",
+                    crate::guard::signal_name(*signal)
+                ),
+            }),
+        }
+    }
+
+    /// A guarded call's outcome: a crash abandons the instance.
+    fn survived<R>(&mut self, out: Result<R, i32>, call: &str) -> Result<R, FilterError> {
+        out.map_err(|signal| {
+            self.crashed = Some((call.to_string(), signal));
+            tracing::error!(filter = %self.name, plugin = %self.plugin.path.display(), call,
+                "the plugin crashed with {} (signal {signal}): its instance is abandoned",
+                crate::guard::signal_name(signal));
+            FilterError::Crashed {
+                filter: self.name.clone(),
+                call: call.to_string(),
+                signal,
+                plugin: self.plugin.path.clone(),
+            }
+        })
     }
 
     fn finish(&self, sink: Sink, code: i32, call: &str) -> Result<Output, FilterError> {
@@ -357,20 +409,16 @@ impl PluginFilter {
 
 impl FilterInstance for PluginFilter {
     fn upstream(&mut self, round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        self.alive("upstream")?;
         let descs: Vec<abi::Bytes> = inputs.iter().map(|i| abi::Bytes::from_slice(i)).collect();
         let mut sink = Sink::default();
         let emitter = sink.emitter();
+        // SAFETY: the vtable was checked at load and outlives the instance (see `Plugin`).
+        let upstream = unsafe { (*self.plugin.vtable).upstream };
+        let (instance, ptr, len) = (self.instance, descs.as_ptr(), descs.len());
         // SAFETY: instance and vtable are valid; inputs and the emitter live across the call.
-        let code = unsafe {
-            ((*self.plugin.vtable).upstream)(
-                self.instance,
-                round,
-                phase,
-                descs.as_ptr(),
-                descs.len(),
-                &emitter,
-            )
-        };
+        let code = guarded(|| unsafe { upstream(instance, round, phase, ptr, len, &emitter) });
+        let code = self.survived(code, "upstream")?;
         self.finish(sink, code, "upstream")
     }
 
@@ -402,6 +450,9 @@ impl FilterInstance for PluginFilter {
     }
 
     fn names(&mut self, names: &[(u64, String)]) {
+        if self.crashed.is_some() {
+            return;
+        }
         // SAFETY: the vtable is valid while the plugin is loaded.
         let Some(f) = (unsafe { (*self.plugin.vtable).names }) else {
             return;
@@ -413,7 +464,9 @@ impl FilterInstance for PluginFilter {
                 name: abi::Bytes::from_slice(n.as_bytes()),
             })
             .collect();
+        let (instance, ptr, len) = (self.instance, descs.as_ptr(), descs.len());
         // SAFETY: the names live across the call.
-        unsafe { f(self.instance, descs.as_ptr(), descs.len()) }
+        let out = guarded(|| unsafe { f(instance, ptr, len) });
+        let _ = self.survived(out, "names");
     }
 }

@@ -764,6 +764,34 @@ impl RoundEngine {
         spans
     }
 
+    /// The lowest round that has not closed here in every stream that groups its rounds (`None` without such a
+    /// stream): every round below it closed in each of them, whatever order they closed in.
+    pub fn lowest_unclosed_round(&self) -> Option<u64> {
+        self.streams
+            .iter()
+            .filter(|(_, sync)| sync.mode != SyncMode::DontWait)
+            .map(|(id, _)| {
+                let mut r = self.resumed.get(id).copied().unwrap_or(0);
+                if let Some(closed) = self.closed.get(&(*id, 0)) {
+                    r = r.max(closed.horizon);
+                    for c in closed.exact.range(r..) {
+                        if *c != r {
+                            break;
+                        }
+                        r += 1;
+                    }
+                }
+                let open = self
+                    .open
+                    .keys()
+                    .filter(|k| k.stream == *id)
+                    .map(|k| k.round)
+                    .min();
+                open.map_or(r, |o| o.min(r))
+            })
+            .min()
+    }
+
     /// Whether a stream groups its rounds (waits for its sources), rather than merging each arrival at once.
     pub fn groups_rounds(&self, stream: u32) -> bool {
         self.streams

@@ -134,6 +134,23 @@ fn a_source_that_answers_for_no_ranks_is_not_waited_for_until_it_has_some() {
 }
 
 #[test]
+fn the_lowest_unclosed_round_is_below_any_gap_whatever_order_rounds_closed_in() {
+    let mut e = engine(&[("a", 1)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    assert_eq!(e.lowest_unclosed_round(), Some(0));
+    for round in [0, 1, 3, 4] {
+        e.accept(GroupKey { round, ..K }, arrival("a", 1), now).unwrap();
+    }
+    // Round 2 never opened here: nothing above it is released.
+    assert_eq!(e.lowest_unclosed_round(), Some(2));
+    e.accept(GroupKey { round: 2, ..K }, arrival("a", 1), now).unwrap();
+    assert_eq!(e.lowest_unclosed_round(), Some(5));
+    let mut d = engine(&[("a", 1)], SyncMode::DontWait);
+    d.accept(K, arrival("a", 1), now).unwrap();
+    assert_eq!(d.lowest_unclosed_round(), None, "a stream that does not wait has no rounds to close");
+}
+
+#[test]
 fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
     let now = Instant::now();

@@ -9,7 +9,7 @@ pub(crate) struct Credit {
     from_parent: Option<u64>,
     /// The last credit sent down.
     given: Option<u64>,
-    /// The last round asked for with a Want since the parent's credit last moved.
+    /// The last round asked for with a Want since the parent's last credit.
     wanted: u64,
     /// The root's watermark as the parent passed it on: every round below it closed at the root.
     closed_below: u64,
@@ -26,13 +26,14 @@ impl Credit {
         self.closed_below
     }
 
-    /// The parent's credit arrived, with the root's watermark.
+    /// The parent's credit arrived, with the root's watermark. A producer still waiting beyond it asks again:
+    /// the parent forgets a Want once its window covers it, so a window that covered it and fell back (or a
+    /// parent that restarted, or an adopter) may no longer know it, and a Want sent only once would leave the
+    /// producer waiting for ever.
     pub(crate) fn heard(&mut self, below: u64, closed_below: u64) {
         self.from_parent = Some(below);
         self.closed_below = self.closed_below.max(closed_below);
-        if below > self.wanted {
-            self.wanted = 0;
-        }
+        self.wanted = 0;
     }
 
     /// The credit to give the children after the window moved to `limit`, if they should hear it now: when it
@@ -98,5 +99,20 @@ mod tests {
         assert_eq!(c.want(Some(120)), Some(120));
         c.heard(200, 0);
         assert_eq!(c.want(Some(230)), Some(230));
+    }
+
+    #[test]
+    fn a_want_goes_up_again_after_a_credit_that_does_not_cover_it() {
+        let mut c = Credit::default();
+        c.heard(64, 0);
+        assert_eq!(c.want(Some(100)), Some(100));
+        // The parent's window covered round 100 for a moment (so it forgot the Want) and fell back: its credit
+        // is below 100 again, and the producer still waits there.
+        c.heard(60, 0);
+        assert_eq!(c.want(Some(100)), Some(100), "the Want is not sent again");
+        assert_eq!(c.want(Some(100)), None);
+        // A new parent (a restart, an adopter) hears it too.
+        c.heard(70, 0);
+        assert_eq!(c.want(Some(100)), Some(100));
     }
 }

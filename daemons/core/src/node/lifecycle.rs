@@ -134,6 +134,8 @@ impl<U: Up> Node<U> {
         }
         self.streams.fail(stream);
         let _ = self.engine.close_stream(stream);
+        // Its rounds under way here will not finish: they hold the window no longer.
+        self.route.forget_stream(stream);
         let e = StreamError {
             stream_id: stream,
             node_id: self.id.clone(),
@@ -148,6 +150,11 @@ impl<U: Up> Node<U> {
             return;
         };
         let _ = self.engine.close_stream(stream);
+        // Its rounds under way will not finish: each gets its row now (its ranks counted late), and they hold
+        // the window no longer.
+        for round in self.route.take_stream(stream) {
+            self.store_unfinished_round(stream, round).await;
+        }
         self.stream_state(&spec, StreamState::Failed, Some(&reason)).await;
         let close = canopy_proto::v1::CloseStream { stream_id: stream };
         self.broadcast(down_message::Msg::CloseStream(close)).await;

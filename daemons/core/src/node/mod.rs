@@ -48,6 +48,7 @@ pub use input::{
 pub use leaf::LeafOptions;
 pub use root::RootOptions;
 pub use status::NodeCounters;
+pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
 pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
 
 use children::{ChildTable, Gone};
@@ -123,6 +124,8 @@ pub struct Node<U: Up> {
     inputs: mpsc::Receiver<Input>,
     engine: RoundEngine,
     streams: StreamTable,
+    /// The answers of the streams' filter calls, which run off this task.
+    filter_done: mpsc::UnboundedReceiver<streams::Done>,
     children: ChildTable,
     route: Router,
     control: ControlState,
@@ -161,13 +164,15 @@ impl<U: Up> Node<U> {
             ranks_announced: 0,
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
+        let (streams, filter_done) = StreamTable::new(config.filters, role.level());
         let node = Node {
             id: config.node_id,
             kind: config.kind,
             up,
             inputs: rx,
             engine: RoundEngine::new(),
-            streams: StreamTable::new(config.filters, role.level()),
+            streams,
+            filter_done,
             children: ChildTable::default(),
             route: Router::default(),
             control: ControlState::default(),
@@ -196,6 +201,12 @@ impl<U: Up> Node<U> {
         if let Some(h) = &self.hello {
             h.send_modify(|h| h.listen_addr = addr);
         }
+    }
+
+    /// How long one call into a filter may run before the watchdog fails its stream
+    /// ([`streams::DEFAULT_FILTER_CALL_TIMEOUT`] unless set).
+    pub fn set_filter_call_timeout(&mut self, timeout: Duration) {
+        self.streams.set_call_timeout(timeout);
     }
 
     /// Counters for tests and status.
@@ -232,6 +243,7 @@ impl<U: Up> Node<U> {
                     Some(input) => self.handle(input).await?,
                     None => break,
                 },
+                Some(done) = self.filter_done.recv() => self.on_filter_done(done).await,
                 _ = sleep_until(deadline) => self.on_timer().await,
                 _ = status.tick() => self.send_status().await,
                 _ = self.window.waited() => {}
@@ -274,6 +286,7 @@ impl<U: Up> Node<U> {
         [
             self.engine.next_deadline(),
             self.route.next_deadline(),
+            self.streams.next_deadline(),
             drain,
             start,
         ]
@@ -686,12 +699,13 @@ impl<U: Up> Node<U> {
     }
 
     /// The root's watermark, which releases what the nodes below keep of the rounds it closed: at the root, the
-    /// lowest round still open (or the next one); elsewhere, what the parent passed on.
+    /// lowest round not closed in every stream (rounds close out of order: one above it may be closed, one below
+    /// never opened yet); elsewhere, what the parent passed on.
     fn closed_below(&self) -> u64 {
         match &self.role {
             Role::Root(_) => self
                 .engine
-                .lowest_open_round()
+                .lowest_unclosed_round()
                 .unwrap_or_else(|| self.next_round()),
             _ => self.credit.closed_below(),
         }
@@ -767,6 +781,7 @@ impl<U: Up> Node<U> {
             && self.engine.any_finished()
             && !self.engine.has_open_groups()
             && !self.route.is_awaiting()
+            && !self.streams.busy()
             && !holding;
         if self.fin_sent || !done {
             return;

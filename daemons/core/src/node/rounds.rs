@@ -5,6 +5,7 @@
 use canopy_proto::v1::{Coverage, DownMessage, Envelope, MissingReason, down_message, up_message};
 use tokio::time::Instant;
 
+use super::streams::{Answer, Call, Done, Queued, Then};
 use super::*;
 
 impl<U: Up> Node<U> {
@@ -58,18 +59,95 @@ impl<U: Up> Node<U> {
 
     /// A packet from the parent for one of this node's streams (a multi-phase filter's later phase).
     pub(super) async fn on_downstream(&mut self, env: Envelope) {
-        let Some(out) = self
-            .streams
-            .downstream(env.stream_id, env.round, env.phase, &env.payload)
-        else {
+        let call = Call::Downstream {
+            round: env.round,
+            phase: env.phase,
+            packet: env.payload,
+        };
+        let then = Then::Down { round: env.round };
+        self.call_filter(env.stream_id, call, then).await;
+    }
+
+    /// Queues a call into a stream's filter; a stream whose filter does not keep up fails.
+    async fn call_filter(&mut self, stream: u32, call: Call, then: Then) -> bool {
+        match self.streams.submit(stream, call, then) {
+            Queued::Yes => true,
+            Queued::NotLive => false,
+            Queued::Full(reason) => {
+                self.stream_error(stream, reason).await;
+                false
+            }
+        }
+    }
+
+    /// A filter call's answer, back from its worker: the packet or round it was made for goes on.
+    pub(super) async fn on_filter_done(&mut self, done: Done) {
+        let Some((stream, then, answer)) = self.streams.done(done) else {
             return;
         };
-        match out {
-            Ok(out) => {
-                let (cov, first) = self.route.recall(env.stream_id, env.round);
-                self.emit(env.stream_id, env.round, out, cov, first).await;
+        match (then, answer) {
+            (
+                Then::Closed {
+                    key,
+                    coverage,
+                    first_dump,
+                    inputs,
+                },
+                Answer::Output(out),
+            ) => match out {
+                Ok(out) => self.on_filtered(key, coverage, first_dump, &inputs, out).await,
+                Err(e) => self.stream_error(stream, e.to_string()).await,
+            },
+            (Then::Down { round }, Answer::Output(out)) => match out {
+                Ok(out) => {
+                    let (cov, first) = self.route.recall(stream, round);
+                    self.emit(stream, round, out, cov, first).await;
+                }
+                Err(e) => self.stream_error(stream, e.to_string()).await,
+            },
+            (
+                Then::Finalize {
+                    round,
+                    phase,
+                    coverage,
+                    first_dump,
+                    late,
+                },
+                Answer::Result(result),
+            ) => {
+                let payload = match result {
+                    Ok(payload) => payload,
+                    // A late packet the filter cannot read (a multi-phase filter's early phase) is kept as a late
+                    // arrival without a result, and never fails the stream.
+                    Err(e) if late => {
+                        tracing::warn!(stream, round, phase, "late packet kept without a result: {e}");
+                        Vec::new()
+                    }
+                    Err(e) => return self.stream_error(stream, e.to_string()).await,
+                };
+                self.store_result(stream, round, phase, coverage, first_dump, late, payload)
+                    .await;
             }
-            Err(e) => self.stream_error(env.stream_id, e.to_string()).await,
+            (
+                Then::LateLeaf {
+                    key,
+                    coverage,
+                    first_dump,
+                },
+                Answer::Output(out),
+            ) => {
+                let payload = match out {
+                    Ok(out) if out.rejected.is_empty() => {
+                        out.up.into_iter().next().map(|p| p.payload).unwrap_or_default()
+                    }
+                    Ok(_) | Err(_) => Vec::new(),
+                };
+                self.late_up(key, coverage, first_dump, payload).await;
+            }
+            (Then::Nothing, _) => {}
+            (_, Answer::Names) | (_, Answer::Result(_)) | (Then::Finalize { .. }, Answer::Output(_)) => {
+                tracing::error!(node = %self.id, stream, "a filter call answered with the wrong kind of answer");
+            }
         }
     }
 
@@ -102,36 +180,68 @@ impl<U: Up> Node<U> {
             .iter()
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
-        let inputs: Vec<&[u8]> = used.iter().map(|a| a.payload.as_ref()).collect();
-        let Some(out) = self
-            .streams
-            .upstream(c.key.stream, c.key.round, c.key.phase, &inputs)
-        else {
-            return;
+        let inputs: Vec<bytes::Bytes> = used.iter().map(|a| a.payload.clone()).collect();
+        let sources: Vec<(String, u32)> = used
+            .iter()
+            .map(|a| (a.source.to_string(), a.coverage.covered))
+            .collect();
+        tracing::debug!(target: crate::LATENCY, node = %self.id, round = c.key.round, phase = c.key.phase,
+            first_dump_ns = c.first_dump_unix_ns, closed_ns, "round closed");
+        let call = Call::Upstream {
+            round: c.key.round,
+            phase: c.key.phase,
+            inputs,
         };
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => return self.stream_error(c.key.stream, e.to_string()).await,
+        let then = Then::Closed {
+            key: c.key,
+            coverage: c.coverage,
+            first_dump: c.first_dump_unix_ns,
+            inputs: sources,
         };
-        let mut coverage = c.coverage;
+        let stream = c.key.stream;
+        if self.call_filter(stream, call, then).await
+            && c.key.phase == 0
+            && let (Some(phases), Some(spec)) = (self.streams.phases(stream), self.streams.spec(stream))
+        {
+            // A multi-phase round is under way from here, not only once its filter's answer is routed: a window
+            // that moved past it in between would fall back when the answer came.
+            self.route
+                .begin(stream, c.key.round, phases, spec.timeout_ms, Instant::now());
+        }
+    }
+
+    /// A closed group's filter answered: rejected inputs are counted, and what it emitted goes on.
+    async fn on_filtered(
+        &mut self,
+        key: GroupKey,
+        mut coverage: Coverage,
+        first_dump: u64,
+        inputs: &[(String, u32)],
+        out: Output,
+    ) {
         for (i, reason) in &out.rejected {
-            let Some(input) = used.get(*i) else { continue };
-            uncover(&mut coverage, MissingReason::Malformed, input.coverage.covered);
+            let Some((source, covered)) = inputs.get(*i) else {
+                continue;
+            };
+            uncover(&mut coverage, MissingReason::Malformed, *covered);
             self.counters.malformed += 1;
             let filter = self
                 .streams
-                .spec(c.key.stream)
+                .spec(key.stream)
                 .map(|s| s.filter.clone())
                 .unwrap_or_default();
-            tracing::warn!(node = %self.id, source = %input.source, stream = c.key.stream, round = c.key.round,
+            tracing::warn!(node = %self.id, source = %source, stream = key.stream, round = key.round,
                 "payload rejected by filter {filter}: {reason}");
         }
-        tracing::debug!(target: crate::LATENCY, node = %self.id, round = c.key.round, phase = c.key.phase,
-            first_dump_ns = c.first_dump_unix_ns, closed_ns, filtered_ns = super::unix_ns(), "round closed");
-        self.route
-            .remember(c.key.stream, c.key.round, &coverage, c.first_dump_unix_ns);
-        self.emit(c.key.stream, c.key.round, out, coverage, c.first_dump_unix_ns)
-            .await;
+        tracing::debug!(target: crate::LATENCY, node = %self.id, round = key.round, phase = key.phase,
+            first_dump_ns = first_dump, filtered_ns = super::unix_ns(), "round filtered");
+        self.route.remember(key.stream, key.round, &coverage, first_dump);
+        // A first phase that emitted nothing ends its round here: no later phase will come for it.
+        let ends = key.phase == 0 && out.up.is_empty() && out.down.is_empty();
+        self.emit(key.stream, key.round, out, coverage, first_dump).await;
+        if ends {
+            self.route.end(key.stream, key.round);
+        }
     }
 
     /// Routes what a filter emitted: down to the children whose first phase made the round here, and up (at the
@@ -184,43 +294,59 @@ impl<U: Up> Node<U> {
             Role::Root(_) => self.announced_below(),
             _ => 0,
         };
-        let Role::Root(root) = &mut self.role else {
+        let _ = announced;
+        let Role::Root(_) = &mut self.role else {
             self.counters.bytes_out += env.payload.len() as u64;
             return self.up.send(up_message::Msg::Envelope(env)).await;
         };
-        let Some(spec) = self.streams.live_spec(env.stream_id).cloned() else {
+        let call = Call::Finalize {
+            round: env.round,
+            phase: env.phase,
+            payload: env.payload,
+        };
+        let then = Then::Finalize {
+            round: env.round,
+            phase: env.phase,
+            coverage: env.coverage,
+            first_dump: env.first_dump_unix_ns,
+            late: env.late,
+        };
+        self.call_filter(env.stream_id, call, then).await;
+    }
+
+    /// At the root: a finalized result goes to the sink, with the ranks never announced counted absent.
+    #[allow(clippy::too_many_arguments)]
+    async fn store_result(
+        &mut self,
+        stream: u32,
+        round: u64,
+        phase: u32,
+        coverage: Option<Coverage>,
+        first_dump: u64,
+        late: bool,
+        payload: Vec<u8>,
+    ) {
+        let announced = self.announced_below();
+        // A stream closed meanwhile still stores the rounds its close cut short.
+        let Some(spec) = self
+            .streams
+            .spec(stream)
+            .or_else(|| self.streams.closing_spec(stream))
+            .cloned()
+        else {
             return;
         };
-        let finalized = self
-            .streams
-            .finalize(env.stream_id, env.round, env.phase, &env.payload);
-        let late = env.late;
-        let payload = match finalized {
-            Some(Ok(payload)) => payload,
-            // A late packet the filter cannot read (a multi-phase filter's early phase) is kept as a late arrival
-            // without a result, and never fails the stream.
-            Some(Err(e)) if late => {
-                tracing::warn!(
-                    stream = env.stream_id,
-                    round = env.round,
-                    phase = env.phase,
-                    "late packet kept without a result: {e}"
-                );
-                Vec::new()
-            }
-            Some(Err(e)) => return self.stream_error(env.stream_id, e.to_string()).await,
-            None => return,
-        };
-        let mut coverage = env.coverage.unwrap_or_default();
+        let Role::Root(root) = &mut self.role else { return };
+        let mut coverage = coverage.unwrap_or_default();
         if !late {
             root.count_absent(&mut coverage, announced);
         }
         let result = RoundResult {
             stream: spec,
-            round: env.round,
-            phase: env.phase,
+            round,
+            phase,
             coverage,
-            first_dump_unix_ns: env.first_dump_unix_ns,
+            first_dump_unix_ns: first_dump,
             payload,
             late,
         };
@@ -231,12 +357,33 @@ impl<U: Up> Node<U> {
     /// packet a single-phase filter sends (a multi-phase round has moved on, so only its coverage goes up).
     pub(super) async fn on_late(&mut self, key: GroupKey, a: Arrival) {
         tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
+        if let Role::Leaf(_) = self.role
+            && self.streams.phases(key.stream) == Some(1)
+        {
+            let call = Call::Upstream {
+                round: key.round,
+                phase: key.phase,
+                inputs: vec![a.payload.clone()],
+            };
+            let then = Then::LateLeaf {
+                key,
+                coverage: a.coverage.clone(),
+                first_dump: a.first_dump_unix_ns,
+            };
+            if self.call_filter(key.stream, call, then).await {
+                return;
+            }
+        }
         let payload = match &self.role {
-            Role::Leaf(_) => self
-                .streams
-                .late_leaf_packet(key.stream, key.round, key.phase, &a.payload),
+            // A multi-phase round has moved on (or the stream is not live): only the coverage goes up.
+            Role::Leaf(_) => Vec::new(),
             Role::Relay | Role::Root(_) => a.payload.to_vec(),
         };
+        self.late_up(key, a.coverage, a.first_dump_unix_ns, payload).await;
+    }
+
+    /// A late packet goes up (at the root: stored, with its result if it carries one).
+    async fn late_up(&mut self, key: GroupKey, coverage: Coverage, first_dump: u64, payload: Vec<u8>) {
         if payload.is_empty()
             && let Role::Root(root) = &mut self.role
         {
@@ -248,8 +395,8 @@ impl<U: Up> Node<U> {
                 stream: spec,
                 round: key.round,
                 phase: key.phase,
-                coverage: a.coverage,
-                first_dump_unix_ns: a.first_dump_unix_ns,
+                coverage,
+                first_dump_unix_ns: first_dump,
                 payload,
                 late: true,
             };
@@ -259,16 +406,20 @@ impl<U: Up> Node<U> {
             stream_id: key.stream,
             round: key.round,
             phase: key.phase,
-            coverage: Some(a.coverage),
+            coverage: Some(coverage),
             payload,
             late: true,
-            first_dump_unix_ns: a.first_dump_unix_ns,
+            first_dump_unix_ns: first_dump,
         };
         self.send_up(env).await;
     }
 
     pub(super) async fn on_timer(&mut self) {
         let now = Instant::now();
+        // The watchdog: a filter call that runs past the time-out fails its stream, and only its stream.
+        for (stream, reason) in self.streams.stuck(now) {
+            self.stream_error(stream, reason).await;
+        }
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
         for (stream, round) in self.route.expired(now) {

@@ -67,6 +67,21 @@ impl Router {
         }
     }
 
+    /// A multi-phase round whose first phase closed here is under way from now on (before its filter answers),
+    /// until it ends as [`Router::track`] says or twice its time-out and a second have passed.
+    pub(crate) fn begin(&mut self, stream: u32, round: u64, phases: u32, timeout_ms: u32, now: Instant) {
+        if phases <= 1 {
+            return;
+        }
+        let deadline = now + Duration::from_millis(2 * u64::from(timeout_ms) + 1000);
+        self.awaiting.entry((stream, round)).or_insert(deadline);
+    }
+
+    /// A round that ends here before its last phase (its first phase emitted nothing).
+    pub(crate) fn end(&mut self, stream: u32, round: u64) {
+        self.awaiting.remove(&(stream, round));
+    }
+
     /// The rounds given up by `now`, no longer awaited.
     pub(crate) fn expired(&mut self, now: Instant) -> Vec<(u32, u64)> {
         let mut gone: Vec<(u32, u64)> = self
@@ -85,6 +100,19 @@ impl Router {
     /// A closed stream's rounds are awaited no more: packets still on their way are expected, not malformed.
     pub(crate) fn forget_stream(&mut self, stream: u32) {
         self.awaiting.retain(|(s, _), _| *s != stream);
+    }
+
+    /// A failed stream's rounds under way here, no longer awaited (in order): none of them will finish.
+    pub(crate) fn take_stream(&mut self, stream: u32) -> Vec<u64> {
+        let mut rounds: Vec<u64> = self
+            .awaiting
+            .keys()
+            .filter(|(s, _)| *s == stream)
+            .map(|(_, round)| *round)
+            .collect();
+        rounds.sort_unstable();
+        self.forget_stream(stream);
+        rounds
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
@@ -129,6 +157,30 @@ mod tests {
         // Single-phase rounds are never awaited.
         r.track(2, 8, 1, 1000, &out(&[0], &[]), t0);
         assert!(!r.is_awaiting());
+    }
+
+    #[test]
+    fn a_multi_phase_round_is_under_way_from_its_first_close_until_it_ends_or_fails() {
+        let mut r = Router::default();
+        let t0 = Instant::now();
+        r.begin(1, 7, 3, 1000, t0);
+        r.begin(2, 8, 1, 1000, t0);
+        assert_eq!(
+            r.lowest_awaited(),
+            Some(7),
+            "single-phase rounds are never awaited"
+        );
+        // Its filter's answer sends the first phase up: still under way, with the deadline it began with.
+        r.track(1, 7, 3, 1000, &out(&[0], &[]), t0 + Duration::from_secs(5));
+        assert_eq!(r.next_deadline(), Some(t0 + Duration::from_millis(3000)));
+        // A first phase that emitted nothing ends the round.
+        r.begin(1, 9, 3, 1000, t0);
+        r.end(1, 9);
+        // A failed stream's rounds are handed back, in order, and awaited no more.
+        r.begin(1, 5, 3, 1000, t0);
+        r.begin(3, 6, 2, 1000, t0);
+        assert_eq!(r.take_stream(1), vec![5, 7]);
+        assert_eq!(r.lowest_awaited(), Some(6));
     }
 
     #[test]

@@ -38,6 +38,123 @@ impl FilterInstance for Concat {
     }
 }
 
+/// Released once a test is done with its stuck calls.
+static RELEASE_STUCK: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A filter whose upstream does not return until the test releases it.
+struct Stuck;
+
+impl FilterInstance for Stuck {
+    fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let mut released = RELEASE_STUCK.0.lock().unwrap();
+        while !*released {
+            released = RELEASE_STUCK.1.wait(released).unwrap();
+        }
+        Ok(Output::default())
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
+/// Released when a test lets the two-phase filter's first phase answer.
+static RELEASE_PHASED: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A two-phase filter whose first phase answers only once the test releases it: its inputs go up, and the packet
+/// the parent sends down comes back up as the last phase.
+struct Phased;
+
+impl FilterInstance for Phased {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        if phase == 0 {
+            let mut released = RELEASE_PHASED.0.lock().unwrap();
+            while !*released {
+                released = RELEASE_PHASED.1.wait(released).unwrap();
+            }
+        }
+        let payload = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output {
+            up: vec![Packet {
+                phase,
+                payload: packet.to_vec(),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+
+    fn phases(&self) -> u32 {
+        2
+    }
+}
+
+/// A two-phase filter whose first phase goes up and whose second fails: the parent's answer fails the stream.
+struct FailsLate;
+
+impl FilterInstance for FailsLate {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let payload = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Err(FilterError::Failed {
+            filter: "fails-late".into(),
+            reason: "cannot read the ranges".into(),
+        })
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+
+    fn phases(&self) -> u32 {
+        2
+    }
+}
+
+/// Never released: the call of a stream closed while it hangs.
+static NEVER: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// A filter whose upstream never returns.
+struct Hangs;
+
+impl FilterInstance for Hangs {
+    fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let mut released = NEVER.0.lock().unwrap();
+        while !*released {
+            released = NEVER.1.wait(released).unwrap();
+        }
+        Ok(Output::default())
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
 struct Filters;
 
 impl FilterFactory for Filters {
@@ -49,6 +166,10 @@ impl FilterFactory for Filters {
     ) -> Result<Box<dyn FilterInstance>, FilterError> {
         match name {
             "concat" => Ok(Box::new(Concat)),
+            "stuck" => Ok(Box::new(Stuck)),
+            "phased" => Ok(Box::new(Phased)),
+            "hangs" => Ok(Box::new(Hangs)),
+            "fails-late" => Ok(Box::new(FailsLate)),
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: "concat".into(),
@@ -117,6 +238,10 @@ struct Harness {
 }
 
 fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
+    start_with(role, max_in_flight, DEFAULT_FILTER_CALL_TIMEOUT)
+}
+
+fn start_with(role: RoleConfig, max_in_flight: u64, call_timeout: Duration) -> Harness {
     let (up_tx, up) = mpsc::unbounded_channel();
     let config = NodeConfig {
         node_id: "n".into(),
@@ -126,7 +251,8 @@ fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
         role,
         status_interval: Duration::from_secs(3600),
     };
-    let (node, handles) = Node::new(config, TestUp(up_tx));
+    let (mut node, handles) = Node::new(config, TestUp(up_tx));
+    node.set_filter_call_timeout(call_timeout);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(node.run(async {
         let _ = stop_rx.await;
@@ -841,4 +967,201 @@ async fn a_node_adopted_from_below_a_lost_child_is_expected_once_whichever_is_he
         let c = adopted(lost_first).await;
         assert_eq!((c.covered, c.expected), (8, 8), "lost first: {lost_first}: {c:?}");
     }
+}
+
+/// The next stream error sent up, skipping other messages; `None` if none comes within `within`.
+async fn stream_error(h: &mut Harness, within: Duration) -> Option<canopy_proto::v1::StreamError> {
+    let deadline = Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, h.up.recv()).await {
+            Ok(Some(up_message::Msg::StreamError(e))) => return Some(e),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Real time: the watchdog measures how long a thread has been in a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter_past_the_bound() {
+    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let _child = h.child("a", 1, 1).await;
+    let open = |id: u32, filter: &str| {
+        let mut spec = spec(id);
+        spec.filter = filter.into();
+        down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })
+    };
+    h.input(Input::Parent(ParentEvent::Message(open(1, "concat"))))
+        .await;
+    h.input(Input::Parent(ParentEvent::Message(open(2, "stuck"))))
+        .await;
+    let started = Instant::now();
+    h.child_sends("a", 1, packet(2, 0, 1, 9)).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    // The other stream goes on while stream 2's call hangs.
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.round, env.payload.clone()), (1, 0, vec![1]));
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("the watchdog fired");
+    assert_eq!(e.stream_id, 2);
+    assert!(
+        e.reason.contains("filter stuck: upstream call stuck for")
+            && e.reason.contains("(1 stuck on this node)"),
+        "{}",
+        e.reason
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    h.child_sends("a", 1, packet(1, 1, 1, 2)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.round), (1, 1));
+
+    // Three more stuck calls of the filter reach the bound; the next stream of it is refused at open.
+    for id in 3..=5 {
+        h.input(Input::Parent(ParentEvent::Message(open(id, "stuck"))))
+            .await;
+        h.child_sends("a", 1, packet(id, 2, 1, 9)).await;
+        let e = stream_error(&mut h, Duration::from_secs(5))
+            .await
+            .expect("the watchdog fired");
+        assert_eq!(e.stream_id, id);
+    }
+    h.input(Input::Parent(ParentEvent::Message(open(6, "stuck"))))
+        .await;
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("refused");
+    assert_eq!(e.stream_id, 6);
+    assert!(
+        e.reason.contains("4 of its calls are stuck on this node"),
+        "{}",
+        e.reason
+    );
+    // Other filters still open.
+    h.input(Input::Parent(ParentEvent::Message(open(7, "concat"))))
+        .await;
+    h.child_sends("a", 1, packet(7, 3, 1, 7)).await;
+    let env = h.envelope().await;
+    assert_eq!((env.stream_id, env.payload), (7, vec![7]));
+
+    // Calls that return after all take their threads off the count: the filter opens again.
+    *RELEASE_STUCK.0.lock().unwrap() = true;
+    RELEASE_STUCK.1.notify_all();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.input(Input::Parent(ParentEvent::Message(open(8, "stuck"))))
+        .await;
+    h.child_sends("a", 1, packet(8, 4, 1, 8)).await;
+    assert!(stream_error(&mut h, Duration::from_millis(500)).await.is_none());
+}
+
+/// Real time: the first phase's call runs on its stream's thread while the node's loop goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_want_is_not_lost() {
+    let mut h = start(RoleConfig::Relay, 4);
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "phased".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    // Round 0's first phase closes; its call waits. The child waits far ahead, at round 100.
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    h.child_sends("a", 1, up_message::Msg::Want(Want { round: 100 }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Round 0 is under way although nothing is open and nothing was emitted yet: the window stays at it (moving
+    // to the Want and back when the answer came would forget the Want, and the child would wait for ever).
+    assert!(h.window.admits(3));
+    assert!(
+        !h.window.admits(4),
+        "the window moved past a round whose filter had not answered"
+    );
+    *RELEASE_PHASED.0.lock().unwrap() = true;
+    RELEASE_PHASED.1.notify_all();
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.phase, env.payload), (0, 0, vec![7]));
+    assert!(!h.window.admits(4), "round 0 waits for its last phase");
+    // The parent's answer comes down; the last phase goes up, and the window moves to the child's Want.
+    let down = Envelope {
+        stream_id: 1,
+        round: 0,
+        phase: 1,
+        payload: vec![42],
+        ..Default::default()
+    };
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Envelope(
+        down,
+    ))))
+    .await;
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.phase, env.payload), (0, 1, vec![42]));
+    let mut gate = h.window.clone();
+    let admitted = tokio::time::timeout(Duration::from_secs(2), gate.admit(100)).await;
+    assert_eq!(admitted, Ok(true), "the child's Want was lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
+    let mut h = start(RoleConfig::Relay, 4);
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "fails-late".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    assert_eq!(h.envelope().await.phase, 0);
+    assert!(!h.window.admits(4), "round 0 waits for its last phase");
+    let down = Envelope {
+        stream_id: 1,
+        round: 0,
+        phase: 1,
+        payload: vec![1],
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Envelope(
+        down,
+    ))))
+    .await;
+    let e = stream_error(&mut h, Duration::from_secs(5))
+        .await
+        .expect("the stream failed");
+    assert!(e.reason.contains("cannot read the ranges"), "{}", e.reason);
+    // Round 0 will never finish: the window moves on now, not after twice the time-out and a second.
+    let mut gate = h.window.clone();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_millis(100), gate.admit(4)).await,
+        Ok(true)
+    );
+    assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
+}
+
+/// Real time: the watchdog measures how long a thread has been in a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finishing() {
+    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "hangs".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
+    // Closed while its call hangs: the close keeps the call to answer its last round.
+    let close = down_message::Msg::CloseStream(canopy_proto::v1::CloseStream { stream_id: 1 });
+    h.input(Input::Parent(ParentEvent::Message(close))).await;
+    h.child_sends(
+        "a",
+        1,
+        up_message::Msg::Fin(Fin {
+            node_id: "a".into(),
+            rounds_end: 1,
+        }),
+    )
+    .await;
+    // The watchdog abandons the closed stream's stuck call too, and the node finishes.
+    let fin = tokio::time::timeout(Duration::from_secs(2), h.fin()).await;
+    assert_eq!(
+        fin.map(|f| f.rounds_end).ok(),
+        Some(1),
+        "the node waited for a stuck call"
+    );
 }
