@@ -241,6 +241,17 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
     Ok(excess)
 }
 
+/// The round's row counts every late packet stored for it so far (some came before the row was written).
+pub(crate) fn count_late_arrivals(tx: &Transaction<'_>, stream_id: u32, round: u64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE rounds SET late_ranks = (SELECT coalesce(sum(ranks), 0) FROM late_arrivals
+                                         WHERE stream_id = ?1 AND round = ?2)
+         WHERE stream_id = ?1 AND round = ?2",
+    )?
+    .execute(params![stream_id, sat(round)])?;
+    Ok(())
+}
+
 /// A packet that reached the root after its round had closed: one `late_arrivals` row, and the round row's
 /// `late_ranks` grows by `ranks`. Returns whether the round has a row.
 pub(crate) fn add_late(

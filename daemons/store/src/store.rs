@@ -61,7 +61,13 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     checkpointer: Option<Checkpointer>,
+    /// Rounds a late packet reached before their row was written (the root's filter was still finalizing the
+    /// round, or an earlier run closed it): their row's `late_ranks` counts those packets once it is written.
+    late_before_row: std::collections::BTreeSet<(u32, u64)>,
 }
+
+/// The most rounds remembered for late packets that came before their row; the oldest are forgotten beyond.
+const LATE_BEFORE_ROW: usize = 4096;
 
 impl Drop for Store {
     fn drop(&mut self) {
@@ -188,8 +194,12 @@ impl Store {
     /// `counters` row per (rank, counter). On a decode error nothing is written.
     pub fn write_round(&mut self, rec: &RoundRecord, payload: Payload<'_>) -> Result<(), StoreError> {
         let batch = decode(rec.stream_id, rec.round, payload)?;
+        let late_first = self.late_before_row.remove(&(rec.stream_id, rec.round));
         let excess = self.in_transaction(|tx| {
             let ranks_over = rounds::upsert(tx, rec, payload.len())?;
+            if late_first {
+                rounds::count_late_arrivals(tx, rec.stream_id, rec.round)?;
+            }
             write_payload(tx, rec.stream_id, rec.round, payload, batch.as_ref(), false)?;
             Ok(ranks_over)
         })?;
@@ -222,13 +232,13 @@ impl Store {
             Ok(has_row)
         })?;
         if !has_row {
-            // The root never stored this round (it closed before a restart, say); late_arrivals still has it.
-            tracing::warn!(
-                stream_id,
-                round,
-                ranks,
-                "late packet for a round the store has no row for"
-            );
+            // The round's result is still being finalized (its row comes next), or an earlier run of this root
+            // closed it: late_arrivals has the packet, and a row written later counts it.
+            tracing::debug!(stream_id, round, ranks, "late packet before its round's row");
+            self.late_before_row.insert((stream_id, round));
+            while self.late_before_row.len() > LATE_BEFORE_ROW {
+                self.late_before_row.pop_first();
+            }
         }
         Ok(())
     }
@@ -346,6 +356,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             checkpointer: None,
+            late_before_row: Default::default(),
         };
         let wal = store.configure().map_err(store.sqlite())?;
         schema::migrate(&mut store.conn).map_err(|source| StoreError::Migrate {

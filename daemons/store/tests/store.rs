@@ -531,3 +531,31 @@ fn create_reports_a_directory_it_cannot_make() {
         "{err}"
     );
 }
+
+#[test]
+fn a_late_packet_stored_before_its_rounds_row_is_counted_when_the_row_comes() {
+    let dir = tempdir("late-first");
+    let mut store = Store::create(dir.path()).unwrap();
+    store.put_stream(&spec(1), StreamState::Open, None, None).unwrap();
+    // The root's filter is still finalizing round 5 when the late piece of it is stored.
+    store.write_late(1, 5, 4, 0, Payload::None).unwrap();
+    store.write_late(1, 5, 2, 0, Payload::None).unwrap();
+    store
+        .write_round(&record(1, 5, 10, 16, &[(MissingReason::Late, 6)]), Payload::None)
+        .unwrap();
+    // And a late packet after the row, as usual.
+    store
+        .write_round(&record(1, 6, 12, 16, &[(MissingReason::Late, 4)]), Payload::None)
+        .unwrap();
+    store.write_late(1, 6, 4, 0, Payload::None).unwrap();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let open = Connection::open(&path).unwrap();
+    assert_eq!(
+        table(
+            &open,
+            "SELECT round || ':' || late_ranks FROM rounds ORDER BY round"
+        ),
+        ["5:6", "6:4"]
+    );
+}

@@ -143,11 +143,16 @@ fn the_lowest_unclosed_round_is_below_any_gap_whatever_order_rounds_closed_in() 
     }
     // Round 2 never opened here: nothing above it is released.
     assert_eq!(e.lowest_unclosed_round(), Some(2));
-    e.accept(GroupKey { round: 2, ..K }, arrival("a", 1), now).unwrap();
+    e.accept(GroupKey { round: 2, ..K }, arrival("a", 1), now)
+        .unwrap();
     assert_eq!(e.lowest_unclosed_round(), Some(5));
     let mut d = engine(&[("a", 1)], SyncMode::DontWait);
     d.accept(K, arrival("a", 1), now).unwrap();
-    assert_eq!(d.lowest_unclosed_round(), None, "a stream that does not wait has no rounds to close");
+    assert_eq!(
+        d.lowest_unclosed_round(),
+        None,
+        "a stream that does not wait has no rounds to close"
+    );
 }
 
 #[test]

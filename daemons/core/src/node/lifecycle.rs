@@ -94,6 +94,18 @@ impl<U: Up> Node<U> {
         match self.streams.spec(id) {
             // The parent tells a child that comes back what it already runs.
             Some(known) if *known == spec => return true,
+            // An adopter (a level higher than the lost parent) gives a longer time-out: the same stream, which
+            // goes on with its filter and the rounds it holds.
+            Some(known)
+                if StreamSpec {
+                    timeout_ms: spec.timeout_ms,
+                    ..known.clone()
+                } == spec =>
+            {
+                self.streams.set_timeout(id, spec.timeout_ms);
+                self.engine.open_stream(id, streams::sync_of(&spec));
+                return true;
+            }
             // The same id for another stream (a root restarted with another table): the old one ends here first,
             // so none of its packets reach the new filter.
             Some(known) => {

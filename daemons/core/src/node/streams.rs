@@ -327,10 +327,7 @@ impl StreamTable {
                 Ok((filter, ranks))
             })
             .and_then(|(filter, ranks)| {
-                let mode = match SyncMode::try_from(spec.sync_mode) {
-                    Ok(SyncMode::DontWait) => SyncMode::DontWait,
-                    _ => SyncMode::WaitForAll,
-                };
+                let StreamSync { mode, timeout } = sync_of(&spec);
                 if mode == SyncMode::DontWait && filter.phases() > 1 {
                     // Its later phases need every packet of the round's first phase merged first.
                     return Err(format!(
@@ -339,7 +336,6 @@ impl StreamTable {
                         filter.phases()
                     ));
                 }
-                let timeout = Duration::from_millis(u64::from(spec.timeout_ms.max(1)));
                 Ok((filter, ranks, StreamSync { mode, timeout }))
             });
         match created {
@@ -422,6 +418,14 @@ impl StreamTable {
 
     pub(crate) fn spec(&self, id: u32) -> Option<&StreamSpec> {
         self.streams.get(&id).map(|s| &s.spec)
+    }
+
+    /// A stream's time-out changed (an adopter is a level higher than the lost parent, so it gives its children
+    /// a longer one): the stream goes on, with its filter and its rounds in flight.
+    pub(crate) fn set_timeout(&mut self, id: u32, timeout_ms: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.spec.timeout_ms = timeout_ms;
+        }
     }
 
     /// A stream that ended before this node began (an earlier run of this root had it): its packets still on
@@ -692,6 +696,18 @@ impl StreamTable {
 
 /// What the hand-off to a stream's thread costs per call, against the same call made directly. Prints, never fails
 /// on a time: `cargo test -p canopy-core hand_off -- --ignored --nocapture`.
+/// How a stream's rounds synchronize, from its spec (an unset mode waits for all).
+pub(crate) fn sync_of(spec: &StreamSpec) -> StreamSync {
+    let mode = match SyncMode::try_from(spec.sync_mode) {
+        Ok(SyncMode::DontWait) => SyncMode::DontWait,
+        _ => SyncMode::WaitForAll,
+    };
+    StreamSync {
+        mode,
+        timeout: Duration::from_millis(u64::from(spec.timeout_ms.max(1))),
+    }
+}
+
 #[cfg(test)]
 mod hand_off {
     #![allow(
