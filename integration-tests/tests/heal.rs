@@ -93,7 +93,7 @@ fn orphans_of_a_killed_relay_are_adopted_and_every_round_expects_each_rank_once_
             "a rank-round lost or counted twice: {r:?}"
         );
     }
-    // The agents show attached to their adopter.
+    // The agents show attached to their adopter, and their history the way there.
     let nodes = reader(&store).nodes().unwrap();
     for id in ["agent-0", "agent-1"] {
         let n = nodes.iter().find(|n| n.node_id == id).unwrap();
@@ -101,6 +101,22 @@ fn orphans_of_a_killed_relay_are_adopted_and_every_round_expects_each_rank_once_
             (n.state, n.parent.as_deref()),
             (NodeState::Attached, Some("frontend")),
             "{n:?}"
+        );
+        let history: Vec<(Option<String>, NodeState)> = reader(&store)
+            .node_history(id)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.parent, c.state))
+            .collect();
+        assert_eq!(
+            history.first(),
+            Some(&(Some("relay-0".into()), NodeState::Attached)),
+            "{history:?}"
+        );
+        assert_eq!(
+            history.last(),
+            Some(&(Some("frontend".into()), NodeState::Attached)),
+            "{history:?}"
         );
     }
 }

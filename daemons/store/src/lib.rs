@@ -22,8 +22,8 @@ pub use profiles::PROFILE_BATCH_TYPE;
 pub use read::{EXAMPLE_QUERY, Select, StoreReader, Table};
 pub use rounds::{MissingCounts, RoundRecord};
 pub use rows::{
-    ClassRow, CounterRow, HistogramRow, LateArrival, NodeRow, ReductionRow, ResultRow, RoundCursor, RoundRow,
-    SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
+    ClassRow, CounterRow, HistogramRow, LateArrival, NodeChange, NodeRow, ReductionRow, ResultRow,
+    RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, LATEST, Payload, Store};

@@ -602,6 +602,27 @@ impl StoreReader {
         )
     }
 
+    /// A node's history, oldest first: its parent and state each time either changed (an adoption, a loss, a
+    /// return), with the ranks below it and the detail then.
+    pub fn node_history(&self, node_id: &str) -> Result<Vec<NodeChange>, StoreError> {
+        let change = |r: &Row<'_>| {
+            Ok(NodeChange {
+                parent: r.get(0)?,
+                state: NodeState::from_word(&r.get::<_, String>(1)?).unwrap_or(NodeState::Unspecified),
+                ranks_below: r.get(2)?,
+                detail: r.get(3)?,
+                at_unix_ns: opt_u64(r, 4)?,
+            })
+        };
+        self.conn
+            .prepare_cached(
+                "SELECT parent, COALESCE(state, ''), COALESCE(ranks_below, 0), detail, at_unix_ns
+                 FROM node_history WHERE node_id = ?1 ORDER BY at_unix_ns, rowid",
+            )
+            .and_then(|mut st| st.query_map([node_id], change)?.collect())
+            .map_err(self.sqlite())
+    }
+
     /// One node, by id.
     pub fn node(&self, node_id: &str) -> Result<Option<NodeRow>, StoreError> {
         Ok(self.nodes()?.into_iter().find(|n| n.node_id == node_id))

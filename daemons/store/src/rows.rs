@@ -191,6 +191,16 @@ pub struct LateArrival {
     pub arrived_unix_ns: Option<u64>,
 }
 
+/// One row of `node_history`: a node's parent and state from a moment on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeChange {
+    pub parent: Option<String>,
+    pub state: NodeState,
+    pub ranks_below: u32,
+    pub detail: Option<String>,
+    pub at_unix_ns: Option<u64>,
+}
+
 /// One row of `nodes`: a node of the tree and its last known state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRow {

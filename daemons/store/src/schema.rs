@@ -14,7 +14,7 @@ use rusqlite_migration::{M, Migrations};
 /// - 3: `profile_batches`, every passthrough result as the encoded `ProfileBatch` it arrived as, so a replay
 ///   sends exactly the bytes that were stored.
 /// - 4: `rounds.missing_absent` (announced ranks that had not attached when the start time-out passed).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -204,8 +204,33 @@ ALTER TABLE rounds ADD COLUMN missing_absent INTEGER NOT NULL DEFAULT 0;
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '4');
 ";
 
+/// Version 5: every node's history, a row each time its parent or its state changes (an adoption, a loss, a
+/// return), kept by the store itself from `nodes`.
+const V5: &str = "
+CREATE TABLE node_history (
+    node_id TEXT NOT NULL,
+    parent TEXT,
+    state TEXT,
+    ranks_below INTEGER,
+    detail TEXT,
+    at_unix_ns INTEGER
+);
+CREATE INDEX node_history_by_node ON node_history (node_id, at_unix_ns);
+CREATE TRIGGER node_history_on_insert AFTER INSERT ON nodes BEGIN
+    INSERT INTO node_history VALUES (NEW.node_id, NEW.parent, NEW.state, NEW.ranks_below, NEW.detail,
+                                     NEW.updated_unix_ns);
+END;
+CREATE TRIGGER node_history_on_change AFTER UPDATE ON nodes
+    WHEN OLD.parent IS NOT NEW.parent OR OLD.state IS NOT NEW.state BEGIN
+    INSERT INTO node_history VALUES (NEW.node_id, NEW.parent, NEW.state, NEW.ranks_below, NEW.detail,
+                                     NEW.updated_unix_ns);
+END;
+INSERT INTO node_history SELECT node_id, parent, state, ranks_below, detail, updated_unix_ns FROM nodes;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '5');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
-const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4)];
+const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)];
 
 fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

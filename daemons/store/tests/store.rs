@@ -69,7 +69,7 @@ fn every_column_reads_back_from_a_fresh_connection() {
         ),
         [
             format!("pid|{pid}"),
-            "schema_version|4".into(),
+            "schema_version|5".into(),
             "tree|kary:2^2".into()
         ]
     );
@@ -558,4 +558,56 @@ fn a_late_packet_stored_before_its_rounds_row_is_counted_when_the_row_comes() {
         ),
         ["5:6", "6:4"]
     );
+}
+
+#[test]
+fn a_nodes_history_keeps_each_change_of_parent_or_state() {
+    let dir = tempdir("history");
+    let mut store = Store::create(dir.path()).unwrap();
+    let ev = |parent: &str, state: NodeState, ranks: u32, detail: &str| NodeEvent {
+        node_id: "agent-0".into(),
+        parent_id: parent.into(),
+        kind: NodeKind::Agent as i32,
+        state: state as i32,
+        ranks_below: ranks,
+        address: "10.0.0.1:1".into(),
+        detail: detail.into(),
+        ranks_announced: 0,
+    };
+    store
+        .put_node(&ev("relay-0", NodeState::Attached, 4, ""))
+        .unwrap();
+    // More ranks under the same parent: no change of parent or state, no history row.
+    store
+        .put_node(&ev("relay-0", NodeState::Attached, 8, ""))
+        .unwrap();
+    store
+        .put_node(&ev(
+            "relay-0",
+            NodeState::Lost,
+            8,
+            "lost with relay-0, its way to the root",
+        ))
+        .unwrap();
+    store
+        .put_node(&ev("frontend", NodeState::Attached, 8, ""))
+        .unwrap();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let reader = canopy_store::StoreReader::open(&path).unwrap();
+    let history: Vec<(Option<String>, NodeState, u32)> = reader
+        .node_history("agent-0")
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.parent, c.state, c.ranks_below))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (Some("relay-0".into()), NodeState::Attached, 4),
+            (Some("relay-0".into()), NodeState::Lost, 8),
+            (Some("frontend".into()), NodeState::Attached, 8),
+        ]
+    );
+    assert!(reader.node_history("nobody").unwrap().is_empty());
 }
