@@ -596,6 +596,34 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
         .expect("front-end finishes");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_with_a_larger_window_than_the_root_keep_their_agents_going() {
+    // The root lets 2 rounds be in flight, the relays 64 (their default): the relays' limit follows the root's
+    // credit a round at a time, and their agents must hear it move, not wait for it to move 16 rounds.
+    for max_rounds_in_flight in [2, 4] {
+        let builder = TreeBuilder {
+            agents: 4,
+            fanout: 2,
+            ranks: 16,
+            rounds: 40,
+            period_ms: 20,
+            max_rounds_in_flight,
+            ..TreeBuilder::default()
+        };
+        let mut tree = builder.start().await;
+        assert_eq!(tree.relay_addrs.len(), 2);
+        tree.wait_frontend(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("window {max_rounds_in_flight}: the tree stalled: {e}"));
+        let rounds = tree.rounds();
+        assert_eq!(rounds.len(), 40, "window {max_rounds_in_flight}");
+        assert!(
+            rounds.iter().all(|r| (r.covered, r.expected) == (16, 16)),
+            "window {max_rounds_in_flight}: {rounds:#?}"
+        );
+    }
+}
+
 /// A hand-made child's histogram packet of one rank: phase 0 from its profile, or phase 2 from the ranges the
 /// root sent down, made by the histogram filter itself as a leaf.
 fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]>) -> UpMessage {
