@@ -139,7 +139,7 @@ fn no_rank_round_is_lost_or_counted_twice_whatever_the_tree_and_the_moment_a_rel
             Just(fanout),
             (fanout + 1)..=7,
             0u64..100,
-            16u64..=64,
+            2u64..=64,
             any::<prop::sample::Index>(),
         )
     });

@@ -596,6 +596,85 @@ async fn rounds_beyond_the_in_flight_limit_wait_for_earlier_ones() {
         .expect("front-end finishes");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_with_a_larger_window_than_the_root_keep_their_agents_going() {
+    // The root lets 2 rounds be in flight, the relays 64 (their default): the relays' limit follows the root's
+    // credit a round at a time, and their agents must hear it move, not wait for it to move 16 rounds.
+    for max_rounds_in_flight in [2, 4] {
+        let builder = TreeBuilder {
+            agents: 4,
+            fanout: 2,
+            ranks: 16,
+            rounds: 40,
+            period_ms: 20,
+            max_rounds_in_flight,
+            ..TreeBuilder::default()
+        };
+        let mut tree = builder.start().await;
+        assert_eq!(tree.relay_addrs.len(), 2);
+        tree.wait_frontend(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("window {max_rounds_in_flight}: the tree stalled: {e}"));
+        let rounds = tree.rounds();
+        assert_eq!(rounds.len(), 40, "window {max_rounds_in_flight}");
+        assert!(
+            rounds.iter().all(|r| (r.covered, r.expected) == (16, 16)),
+            "window {max_rounds_in_flight}: {rounds:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_ranks_attached_before_its_parent_answered_never_reports_fewer() {
+    use canopy_core::node::{ChildEvent, Input};
+    // A port nobody serves yet: the agent's simulated ranks attach one by one while its link retries.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = TreeBuilder::default().agent_config("agent:0", &addr.to_string(), 4, 0);
+    let agent = tokio::spawn(canopy_agent::run(config, std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A hand-made parent: what the node behind it would hear.
+    let (inputs, mut heard) = mpsc::channel(64);
+    let (_window, gate) = canopy_core::window::Window::new(64);
+    let service = canopy_core::transport::TreeService::new("parent".into(), inputs, gate);
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service.into_server())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut counts = Vec::new();
+    let mut down = Vec::new();
+    // The link retries within a second; what it sends after its Hello follows at once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(Some(input)) = tokio::time::timeout_at(deadline, heard.recv()).await {
+        match input {
+            Input::Child(ChildEvent::Attached { hello, tx, .. }) => {
+                counts.push(hello.ranks_below);
+                down.push(tx);
+            }
+            Input::Child(ChildEvent::Message {
+                msg: up_message::Msg::NodeEvent(ev),
+                ..
+            }) if ev.node_id == "agent:0" => counts.push(ev.ranks_below),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        counts.first(),
+        Some(&4),
+        "the ranks attached before the parent answered"
+    );
+    assert!(
+        counts.iter().all(|&c| c == 4),
+        "the parent heard older counts after the Hello: {counts:?}"
+    );
+    agent.abort();
+    server.abort();
+}
+
 /// A hand-made child's histogram packet of one rank: phase 0 from its profile, or phase 2 from the ranges the
 /// root sent down, made by the histogram filter itself as a leaf.
 fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]>) -> UpMessage {

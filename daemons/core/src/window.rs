@@ -18,6 +18,11 @@ pub struct Window {
     /// Kept so that `wanted` never reports closed while the node lives.
     wanted_tx: Arc<watch::Sender<u64>>,
     max_in_flight: u64,
+    /// A quarter of the window as it stands (from its floor to its limit), which the parent's credit may make
+    /// much smaller than `max_in_flight`.
+    step: u64,
+    /// The highest wait the last move covered: a child waiting there has not heard the limit yet.
+    answered: Option<u64>,
 }
 
 /// A producer's side: may a round be handed over yet?
@@ -65,6 +70,8 @@ impl Window {
             wanted: wanted_rx,
             wanted_tx,
             max_in_flight,
+            step: (max_in_flight / 4).max(1),
+            answered: None,
         };
         (window, gate)
     }
@@ -93,9 +100,17 @@ impl Window {
         raise(&self.wanted_tx, round);
     }
 
-    /// How far the limit moves before the children hear a new credit: a quarter of the window.
+    /// How far the limit moves before the children hear a new credit: a quarter of the window as it stands. Not
+    /// of `max_in_flight`: under a parent whose credit holds the window to a few rounds, the limit never gets a
+    /// quarter of `max_in_flight` past what the children heard, and they would wait at their credit for ever.
     pub fn credit_step(&self) -> u64 {
-        (self.max_in_flight / 4).max(1)
+        self.step
+    }
+
+    /// The highest round a producer (or a child, with its Want) waited for that the last move of the window
+    /// covered. The children's credit may not cover it yet: the child waiting there must hear the new limit.
+    pub fn answered(&self) -> Option<u64> {
+        self.answered
     }
 
     /// Completes when a producer starts waiting for a round beyond any it waited for before.
@@ -108,8 +123,8 @@ impl Window {
     /// Moves the window: it starts at the lowest round still under way here; with none, after the last closed
     /// round, or at the highest round a producer waits for.
     pub fn update(&mut self, s: WindowState) -> u64 {
-        let limit = if s.unbounded {
-            u64::MAX
+        let (limit, floor) = if s.unbounded {
+            (u64::MAX, None)
         } else {
             let under_way = match (s.lowest_open, s.lowest_awaited) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -124,18 +139,28 @@ impl Window {
                     .max(s.lowest_held.unwrap_or(0))
             });
             let own = floor.saturating_add(self.max_in_flight);
-            match s.credit {
+            let limit = match s.credit {
                 Some(credit) => own.min(credit.max(under_way.map_or(0, |r| r + 1))),
                 None => own,
-            }
+            };
+            (limit, Some(floor))
         };
-        // A wait the window now covers is over: forget it (quietly), so it cannot move the window again later.
+        self.step = match floor {
+            Some(floor) => limit.saturating_sub(floor) / 4,
+            None => self.max_in_flight / 4,
+        }
+        .max(1);
+        // A wait the window now covers is over: forget it (quietly), so it cannot move the window again later,
+        // and say which it was, so a child that waits there hears the limit.
+        let mut answered = None;
         self.wanted_tx.send_if_modified(|w| {
             if *w < limit {
+                answered = (*w > 0).then_some(*w);
                 *w = 0;
             }
             false
         });
+        self.answered = answered;
         self.limit.send_if_modified(|w| {
             let changed = *w != limit;
             *w = limit;
@@ -228,6 +253,38 @@ mod tests {
         });
         assert_eq!(limit, 102);
         assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_credit_step_is_a_quarter_of_the_window_the_parents_credit_leaves() {
+        let (mut window, gate) = Window::new(64);
+        assert_eq!(window.credit_step(), 16);
+        let limit = window.update(WindowState {
+            highest_closed: Some(3),
+            credit: Some(8),
+            ..Default::default()
+        });
+        assert_eq!((limit, window.credit_step()), (8, 1));
+        let limit = window.update(WindowState {
+            highest_closed: Some(3),
+            credit: Some(100),
+            ..Default::default()
+        });
+        assert_eq!((limit, window.credit_step()), (68, 16));
+        // A wait the window covers now is reported once, as answered.
+        gate.want(70);
+        let limit = window.update(WindowState {
+            lowest_open: Some(10),
+            credit: Some(100),
+            ..Default::default()
+        });
+        assert_eq!((limit, window.answered()), (74, Some(70)));
+        window.update(WindowState {
+            highest_closed: Some(9),
+            credit: Some(100),
+            ..Default::default()
+        });
+        assert_eq!(window.answered(), None);
     }
 
     #[tokio::test]

@@ -37,15 +37,19 @@ impl Credit {
     }
 
     /// The credit to give the children after the window moved to `limit`, if they should hear it now: when it
-    /// moved back, or `step` rounds on. (A child hears the limit when it attaches, so the first needs no
-    /// broadcast.)
-    pub(crate) fn give(&mut self, limit: u64, step: u64) -> Option<u64> {
+    /// moved back, `step` rounds on, or past a round `answered` that a child waits at beyond the last credit.
+    /// (A child hears the limit when it attaches, so the first needs no broadcast.)
+    pub(crate) fn give(&mut self, limit: u64, step: u64, answered: Option<u64>) -> Option<u64> {
         let due = match self.given {
             None => {
                 self.given = Some(limit);
                 false
             }
-            Some(given) => limit < given || limit >= given.saturating_add(step),
+            Some(given) => {
+                limit < given
+                    || limit >= given.saturating_add(step)
+                    || answered.is_some_and(|round| round >= given && round < limit)
+            }
         };
         if due {
             self.given = Some(limit);
@@ -72,18 +76,28 @@ mod tests {
     fn children_hear_the_credit_every_step_and_whenever_it_falls() {
         let mut c = Credit::default();
         assert_eq!(
-            c.give(64, 16),
+            c.give(64, 16, None),
             None,
             "children hear the first limit as they attach"
         );
-        assert_eq!(c.give(70, 16), None);
-        assert_eq!(c.give(79, 16), None);
-        assert_eq!(c.give(80, 16), Some(80));
+        assert_eq!(c.give(70, 16, None), None);
+        assert_eq!(c.give(79, 16, None), None);
+        assert_eq!(c.give(80, 16, None), Some(80));
         assert_eq!(
-            c.give(40, 16),
+            c.give(40, 16, None),
             Some(40),
             "a window that moved back is told at once"
         );
+    }
+
+    #[test]
+    fn a_child_waiting_beyond_its_credit_hears_the_limit_that_covers_it() {
+        let mut c = Credit::default();
+        assert_eq!(c.give(64, 16, None), None);
+        assert_eq!(c.give(66, 16, Some(63)), None, "its credit covers it");
+        assert_eq!(c.give(66, 16, Some(64)), Some(66));
+        assert_eq!(c.give(67, 16, Some(66)), Some(67));
+        assert_eq!(c.give(68, 16, Some(68)), None, "the limit does not cover it");
     }
 
     #[test]

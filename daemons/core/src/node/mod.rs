@@ -853,7 +853,8 @@ impl<U: Up> Node<U> {
                 inputs_pending: !self.inputs.is_empty(),
                 credit: self.credit.cap(),
             });
-            if let Some(below) = self.credit.give(limit, self.window.credit_step()) {
+            let step = self.window.credit_step();
+            if let Some(below) = self.credit.give(limit, step, self.window.answered()) {
                 let closed_below = self.closed_below();
                 self.broadcast(down_message::Msg::Credit(Credit { below, closed_below }))
                     .await;

@@ -513,6 +513,73 @@ async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
     assert!(h.window.admits(19) && !h.window.admits(20));
 }
 
+/// A relay with the default window of 64 under a root that lets 4 rounds be in flight: the relay's limit follows
+/// the root's credit a round or so at a time and never gets 16 rounds (a quarter of its own window) past what its
+/// children heard.
+async fn relay_under_a_small_credit() -> (Harness, mpsc::Receiver<Result<DownMessage, tonic::Status>>) {
+    let mut h = start(RoleConfig::Relay, 64);
+    let mut a = h.child("a", 1, 1).await;
+    h.open(1).await;
+    h.input(parent_credit(4)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a).last(), Some(&4));
+    for round in 0..4 {
+        h.child_sends("a", 1, packet(1, round, 1, 1)).await;
+        assert_eq!(h.envelope().await.round, round);
+    }
+    (h, a)
+}
+
+fn parent_credit(below: u64) -> Input {
+    Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit {
+        below,
+        closed_below: 0,
+    })))
+}
+
+#[tokio::test(start_paused = true)]
+async fn children_hear_a_credit_capped_by_the_parent_as_it_moves_a_quarter_of_what_is_left() {
+    let (h, mut a) = relay_under_a_small_credit().await;
+    // The root closed rounds 0 to 3: its credit moves on a round at a time, up to 8.
+    for below in 5..=8 {
+        h.input(parent_credit(below)).await;
+    }
+    tokio::task::yield_now().await;
+    assert!(h.window.admits(7) && !h.window.admits(8));
+    // The child waits at round 4: it must hear that the window moved, or the tree stalls.
+    let heard = credits(&mut a);
+    assert!(
+        heard.last().is_some_and(|&c| c > 4),
+        "the child still holds a credit of 4 while the window reaches 8: {heard:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_child_waiting_at_a_round_the_window_covers_hears_the_credit() {
+    let mut h = start(RoleConfig::Relay, 16);
+    let mut a = h.child("a", 1, 1).await;
+    let _b = h.child("b", 2, 1).await;
+    h.open(1).await;
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a), vec![16]);
+    // a delivers up to its credit, b rounds 0 to 2 only: the window moves to [3, 19), less than a quarter on.
+    for round in 0..16 {
+        h.child_sends("a", 1, packet(1, round, 1, 1)).await;
+    }
+    for round in 0..3 {
+        h.child_sends("b", 2, packet(1, round, 1, 2)).await;
+        assert_eq!(h.envelope().await.round, round);
+    }
+    tokio::task::yield_now().await;
+    assert!(h.window.admits(18) && !h.window.admits(19));
+    assert_eq!(credits(&mut a), Vec::<u64>::new());
+    // a waits at round 16 and says so: the window covers it, so a hears the credit it has not heard yet.
+    h.child_sends("a", 1, up_message::Msg::Want(Want { round: 16 }))
+        .await;
+    tokio::task::yield_now().await;
+    assert_eq!(credits(&mut a), vec![19]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_round_under_way_can_finish_whatever_the_credit() {
     let h = start(RoleConfig::Relay, 64);

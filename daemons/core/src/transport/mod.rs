@@ -476,7 +476,16 @@ impl ParentLink {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         // One slot: what the transport has not taken yet is lost if the stream breaks, so keep it small.
         let (tx, rx) = mpsc::channel::<UpMessage>(1);
+        // The node queues an event about itself each time its count of ranks changes, after it updates the Hello:
+        // those queued before the Hello is read are older than it. Sent after it, they would take the parent back
+        // to older counts (ranks that attach one by one while the parent is away: 4, then 1, 2, 3, 4), which it
+        // reads as ranks that left before their first dump.
+        let mut superseded = self.outbound.len();
         let hello = self.hello.borrow().clone();
+        let own_id = hello.node_id.clone();
+        if pending.as_ref().is_some_and(|msg| is_own_count(msg, &own_id)) {
+            *pending = None;
+        }
         let _ = tx
             .send(UpMessage {
                 msg: Some(up_message::Msg::Hello(hello)),
@@ -539,6 +548,12 @@ impl ParentLink {
             tokio::select! {
                 out = self.outbound.recv() => match out {
                     Some(msg) => {
+                        if superseded > 0 {
+                            superseded -= 1;
+                            if is_own_count(&msg, &own_id) {
+                                continue;
+                            }
+                        }
                         if let Some(up_message::Msg::Envelope(e)) = &msg.msg {
                             tracing::debug!(target: crate::LATENCY, node = %self.hello.borrow().node_id, round = e.round,
                                 phase = e.phase, first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(),
@@ -581,6 +596,12 @@ impl ParentLink {
             }
         }
     }
+}
+
+/// Whether `msg` is node `id`'s report of its own count of ranks (an event about a child names the child's parent).
+fn is_own_count(msg: &UpMessage, id: &str) -> bool {
+    matches!(&msg.msg, Some(up_message::Msg::NodeEvent(ev))
+        if ev.node_id == id && ev.parent_id.is_empty() && ev.state == canopy_proto::v1::NodeState::Attached as i32)
 }
 
 enum SessionEnd {
