@@ -306,6 +306,22 @@ fn canopy_up_runs_a_whole_tree_to_full_coverage() {
     assert_eq!(rounds.len(), 50);
     assert!(rounds.iter().all(|r| r.covered == 64 && r.expected == 64));
     assert_eq!(nodes_of(&store, NodeKind::Relay), 2);
+    // Every daemon's log: plain text, each line naming the node that wrote it.
+    let mut files = 0;
+    for entry in std::fs::read_dir(out_dir.join("logs")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().replace(".log", "");
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        assert!(!text.contains('\x1b'), "{name}: escape codes in its log");
+        let (role, id) = match name.as_str() {
+            "frontend" => ("frontend", "frontend:0".to_string()),
+            n => (n.split('-').next().unwrap(), n.replacen('-', ":", 1)),
+        };
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            assert!(line.starts_with(&format!("[{role} {id}] ")), "{name}: {line}");
+        }
+        files += 1;
+    }
+    assert_eq!(files, 7, "a log per daemon");
 }
 
 #[test]

@@ -267,6 +267,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     } else {
         config.node_id.clone()
     };
+    canopy_runtime::telemetry::set_node("agent", &node_id);
     let tls = config.tls().load()?;
     let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
     let simulator = Simulator::new(SimConfig {

@@ -452,6 +452,7 @@ pub struct Frontend {
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
+        canopy_runtime::telemetry::set_node("frontend", &config.node_id);
         // Credentials and the port first: a front-end that cannot serve leaves no empty run behind.
         let tls = config.tls().load()?;
         let gate = match (&tls, &config.token_file) {

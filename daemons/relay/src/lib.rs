@@ -180,6 +180,7 @@ impl Relay {
         } else {
             config.node_id.clone()
         };
+        canopy_runtime::telemetry::set_node("relay", &node_id);
         let (up_tx, up_rx) = tokio::sync::mpsc::channel(256);
         let node_config = NodeConfig {
             node_id: node_id.clone(),

@@ -36,7 +36,7 @@ where
         println!("canopy-{role}: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    crate::telemetry::init(log, "info");
+    crate::telemetry::init_daemon(log, "info");
     match crate::net::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),

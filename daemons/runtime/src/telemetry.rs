@@ -4,12 +4,67 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber. `RUST_LOG` (or `CANOPY_LOG`) overrides `default_level`.
+/// The node this process runs, named on every text log line once it is known.
+static NODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the node on every text log line from now on, in a daemon's process (it runs one node; its id may be
+/// known only once it listens, as a relay's default id has its port). A process that runs several nodes (a
+/// test, the in-process benchmarks) names none.
+pub fn set_node(role: &str, id: &str) {
+    if ONE_NODE.load(std::sync::atomic::Ordering::Relaxed) {
+        let _ = NODE.set(format!("{role} {id}"));
+    }
+}
+
+/// Set by a daemon's main: this process runs one node.
+static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A daemon's logs: as [`init`], each text line naming the node once [`set_node`] has said which.
+pub fn init_daemon(format: LogFormat, default_level: &str) {
+    ONE_NODE.store(true, std::sync::atomic::Ordering::Relaxed);
+    init(format, default_level);
+}
+
+/// A text line's format, after the node's name.
+struct Named<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for Named<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if let Some(node) = NODE.get() {
+            write!(writer, "[{node}] ")?;
+        }
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
+/// Installs the global subscriber. `CANOPY_LOG` (or `RUST_LOG`) overrides `default_level`; one that does not
+/// parse is reported, and `default_level` used.
 pub fn init(format: LogFormat, default_level: &str) {
-    let filter = std::env::var("CANOPY_LOG")
-        .ok()
-        .and_then(|v| EnvFilter::try_new(v).ok())
-        .or_else(|| EnvFilter::try_from_default_env().ok())
+    let mut refused = None;
+    let mut parsed = |var: &str| {
+        let value = std::env::var(var).ok()?;
+        match EnvFilter::try_new(&value) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                refused.get_or_insert(format!(
+                    "{var}={value:?} is not a log filter ({e}); logging at {default_level}"
+                ));
+                None
+            }
+        }
+    };
+    let filter = parsed("CANOPY_LOG")
+        .or_else(|| parsed("RUST_LOG"))
         .unwrap_or_else(|| EnvFilter::new(default_level));
     // Colours only on a terminal: a log file or the journal gets plain text.
     let builder = tracing_subscriber::fmt()
@@ -17,13 +72,19 @@ pub fn init(format: LogFormat, default_level: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .event_format(Named(tracing_subscriber::fmt::format()))
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .try_init(),
     };
+    if let Some(refused) = refused {
+        eprintln!("{refused}");
+        tracing::warn!("{refused}");
+    }
 }
 
 /// For tests: logs to the test harness's captured output, `warn` unless `RUST_LOG` says otherwise.
