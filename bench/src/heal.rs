@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use canopy_integration_tests::{Proc, read_rounds, start_frontend, start_relay};
+use canopy_integration_tests::{Proc, SimAgent, read_rounds, start_frontend, start_relay};
 
 /// One trial's figures.
 struct Trial {
@@ -93,32 +93,16 @@ fn one(trial: usize, offset_ms: u64, period_ms: u64, rounds: u64) -> anyhow::Res
     ];
     let mut agents: Vec<Proc> = Vec::new();
     for a in 0..4u32 {
-        let parents = format!("{},{fe_addr}", relays[a as usize / 2].1);
-        let args = [
-            "--node-id".to_string(),
-            format!("agent-{a}"),
-            "--parent".into(),
-            parents,
-            "--socket".into(),
-            "none".into(),
-            "--simulate-ranks".into(),
-            "16".into(),
-            "--rank-offset".into(),
-            (a * 16).to_string(),
-            "--total-ranks".into(),
-            RANKS.to_string(),
-            "--simulate-period-ms".into(),
-            period_ms.to_string(),
-            "--rounds".into(),
-            rounds.to_string(),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        agents.push(Proc::start(
-            dir.path(),
-            "canopy-agent",
-            &format!("agent-{a}"),
-            &args,
-        ));
+        let agent = SimAgent {
+            id: &format!("agent-{a}"),
+            parents: &format!("{},{fe_addr}", relays[a as usize / 2].1),
+            ranks: 16,
+            offset: a * 16,
+            total: RANKS,
+            period_ms,
+            rounds,
+        };
+        agents.push(agent.start(dir.path()));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while read_rounds(&store).len() < 10 {

@@ -719,9 +719,14 @@ pub fn canopy_cli(args: &[&str]) -> String {
 /// A relay process with `id`, attached to `parent`, listening on `listen` (port 0: the kernel picks); returns it
 /// once it serves, with the address it serves on.
 pub fn start_relay(dir: &Path, id: &str, parent: &str, listen: &str) -> (Proc, String) {
+    start_relay_with(dir, id, parent, listen, &[])
+}
+
+/// As [`start_relay`], with more flags.
+pub fn start_relay_with(dir: &Path, id: &str, parent: &str, listen: &str, extra: &[&str]) -> (Proc, String) {
     let ready = dir.join(format!("{id}.ready"));
     let _ = std::fs::remove_file(&ready);
-    let args = [
+    let mut args = vec![
         "--node-id",
         id,
         "--parent",
@@ -731,7 +736,54 @@ pub fn start_relay(dir: &Path, id: &str, parent: &str, listen: &str) -> (Proc, S
         "--ready-file",
         ready.to_str().expect("ready path"),
     ];
+    args.extend_from_slice(extra);
     let mut relay = Proc::start(dir, "canopy-relay", id, &args);
     let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
     (relay, addr)
+}
+
+/// An agent process serving simulated ranks only (no socket).
+pub struct SimAgent<'a> {
+    pub id: &'a str,
+    /// Its parent, then the parents that adopt it in turn, comma-separated.
+    pub parents: &'a str,
+    pub ranks: u32,
+    /// The first rank's number.
+    pub offset: u32,
+    /// Ranks in the whole application.
+    pub total: u32,
+    pub period_ms: u64,
+    /// Rounds before its ranks finish (0: until stopped).
+    pub rounds: u64,
+}
+
+impl SimAgent<'_> {
+    pub fn start(&self, dir: &Path) -> Proc {
+        let numbers = [
+            self.ranks.to_string(),
+            self.offset.to_string(),
+            self.total.to_string(),
+            self.period_ms.to_string(),
+            self.rounds.to_string(),
+        ];
+        let args = [
+            "--node-id",
+            self.id,
+            "--parent",
+            self.parents,
+            "--socket",
+            "none",
+            "--simulate-ranks",
+            &numbers[0],
+            "--rank-offset",
+            &numbers[1],
+            "--total-ranks",
+            &numbers[2],
+            "--simulate-period-ms",
+            &numbers[3],
+            "--rounds",
+            &numbers[4],
+        ];
+        Proc::start(dir, "canopy-agent", self.id, &args)
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, read_rounds, reader, start_frontend, start_relay, wait_for};
+use canopy_integration_tests::{SimAgent, read_rounds, reader, start_frontend, start_relay, wait_for};
 use canopy_proto::v1::{MissingReason, NodeState};
 use nix::sys::signal::Signal;
 
@@ -23,31 +23,23 @@ fn orphans_of_a_killed_relay_are_adopted_and_every_round_expects_each_rank_once_
     let (mut relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
     let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
     // Each agent's parents: its relay, then the front-end.
-    let agent = |id: &str, relay: &str, offset: &str| {
-        let parents = format!("{relay},{fe_addr}");
-        let args = [
-            "--node-id",
+    let agent = |id: &str, relay: &str, offset: u32| {
+        SimAgent {
             id,
-            "--parent",
-            &parents,
-            "--socket",
-            "none",
-            "--simulate-ranks",
-            "8",
-            "--rank-offset",
+            parents: &format!("{relay},{fe_addr}"),
+            ranks: 8,
             offset,
-            "--total-ranks",
-            "32",
-            "--simulate-period-ms",
-            "20",
-        ];
-        Proc::start(dir.path(), "canopy-agent", id, &args)
+            total: 32,
+            period_ms: 20,
+            rounds: 0,
+        }
+        .start(dir.path())
     };
     let agents = [
-        agent("agent-0", &relay0_addr, "0"),
-        agent("agent-1", &relay0_addr, "8"),
-        agent("agent-2", &relay1_addr, "16"),
-        agent("agent-3", &relay1_addr, "24"),
+        agent("agent-0", &relay0_addr, 0),
+        agent("agent-1", &relay0_addr, 8),
+        agent("agent-2", &relay1_addr, 16),
+        agent("agent-3", &relay1_addr, 24),
     ];
     wait_for("10 full rounds", Duration::from_secs(30), || {
         read_rounds(&store).iter().filter(|r| r.covered == 32).count() >= 10
@@ -201,26 +193,16 @@ fn relay_killed_in_a_tree(
     }
     let mut procs = Vec::new();
     for (i, leaf) in topology.leaves().into_iter().enumerate() {
-        let args = [
-            "--node-id".to_string(),
-            leaf.to_string(),
-            "--parent".into(),
-            parents_of(leaf, &addr_of),
-            "--socket".into(),
-            "none".into(),
-            "--simulate-ranks".into(),
-            "4".into(),
-            "--rank-offset".into(),
-            (i * 4).to_string(),
-            "--total-ranks".into(),
-            ranks.to_string(),
-            "--simulate-period-ms".into(),
-            "20".into(),
-            "--rounds".into(),
-            ROUNDS.to_string(),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        procs.push(Proc::start(dir.path(), "canopy-agent", &leaf.to_string(), &args));
+        let agent = SimAgent {
+            id: &leaf.to_string(),
+            parents: &parents_of(leaf, &addr_of),
+            ranks: 4,
+            offset: i as u32 * 4,
+            total: ranks,
+            period_ms: 20,
+            rounds: ROUNDS,
+        };
+        procs.push(agent.start(dir.path()));
     }
     let victim = victim.index(relays.len());
     let shape = format!(
@@ -267,31 +249,23 @@ fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no
     let (_fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
     let (relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
     let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
-    let agent = |id: &str, relay: &str, offset: &str| {
-        let parents = format!("{relay},{fe_addr}");
-        let args = [
-            "--node-id",
+    let agent = |id: &str, relay: &str, offset: u32| {
+        SimAgent {
             id,
-            "--parent",
-            &parents,
-            "--socket",
-            "none",
-            "--simulate-ranks",
-            "16",
-            "--rank-offset",
+            parents: &format!("{relay},{fe_addr}"),
+            ranks: 16,
             offset,
-            "--total-ranks",
-            "64",
-            "--simulate-period-ms",
-            "100",
-        ];
-        Proc::start(dir.path(), "canopy-agent", id, &args)
+            total: 64,
+            period_ms: 100,
+            rounds: 0,
+        }
+        .start(dir.path())
     };
     let _agents = [
-        agent("agent-0", &relay0_addr, "0"),
-        agent("agent-1", &relay0_addr, "16"),
-        agent("agent-2", &relay1_addr, "32"),
-        agent("agent-3", &relay1_addr, "48"),
+        agent("agent-0", &relay0_addr, 0),
+        agent("agent-1", &relay0_addr, 16),
+        agent("agent-2", &relay1_addr, 32),
+        agent("agent-3", &relay1_addr, 48),
     ];
     wait_for("10 full rounds", Duration::from_secs(30), || {
         read_rounds(&store).iter().filter(|r| r.covered == 64).count() >= 10

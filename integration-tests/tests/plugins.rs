@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use canopy_integration_tests::{
     Proc, Select, StoreReader, StreamState, Table, TreeBuilder, TreeSandbox, assert_eventually, canopy_cli,
-    plugin_dir, reader, start_frontend, wait_for, wait_ready_file,
+    plugin_dir, reader, start_frontend, wait_for,
 };
 use canopy_proto::v1::{StreamSpec, SyncMode};
 use prost::Message;
@@ -306,20 +306,7 @@ fn contained(dir: &Path, bin: &str, label: &str, args: &[&str], filters: &[&str]
 
 /// A relay of the contained tree, once it serves; returns it with its address.
 fn contained_relay(dir: &Path, id: &str, parent: &str, filters: &[&str]) -> (Proc, String) {
-    let ready = dir.join(format!("{id}.ready"));
-    let args = [
-        "--node-id",
-        id,
-        "--parent",
-        parent,
-        "--listen",
-        "127.0.0.1:0",
-        "--ready-file",
-        ready.to_str().unwrap(),
-    ];
-    let mut relay = contained(dir, "canopy-relay", id, &args, filters);
-    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
-    (relay, addr)
+    canopy_integration_tests::start_relay_with(dir, id, parent, "127.0.0.1:0", filters)
 }
 
 /// Real daemons, each its own process, with C plugins built here: one whose upstream loops for ever at the relays,
