@@ -257,6 +257,21 @@ fn the_fortran_mpi_example_reports_every_timer_of_every_rank_with_exact_call_cou
     let want = Some((iterations * n * 8) as f64);
     let expect: BTreeMap<u32, Option<f64>> = (0..ranks).map(|r| (r, want)).collect();
     assert_eq!(totals, expect, "bytes_exchanged totals at the last round");
+    // The message-send events: the profile module counts them as messages_sent and bytes_sent, one message to
+    // the one neighbour per iteration.
+    for (counter, per_iteration) in [("messages_sent", 1.0), ("bytes_sent", (n * 8) as f64)] {
+        let ids = ids_named(&store, counter);
+        let totals: BTreeMap<u32, Option<f64>> = stored
+            .counters(Select::all())
+            .unwrap()
+            .iter()
+            .filter(|c| ids.contains(&c.counter_id) && c.round == last)
+            .map(|c| (c.rank, c.total))
+            .collect();
+        let want = Some(iterations as f64 * per_iteration);
+        let expect: BTreeMap<u32, Option<f64>> = (0..ranks).map(|r| (r, want)).collect();
+        assert_eq!(totals, expect, "{counter} totals at the last round");
+    }
     drop(agent);
 }
 
