@@ -10,13 +10,25 @@ use std::time::Instant;
 
 use crate::stats;
 
-/// A stand-in agent: reads and discards whatever each connection sends.
+/// A stand-in agent: accepts each rank (the control a rank waits for before it sends a dump), then reads and
+/// discards whatever the connection sends.
 fn sink(path: &std::path::Path) -> anyhow::Result<()> {
+    use canopy_wire::v1::{AgentMessage, RankControl, agent_message};
     let listener = UnixListener::bind(path)?;
+    let accept = AgentMessage {
+        msg: Some(agent_message::Msg::Control(RankControl {
+            collecting: true,
+            options: None,
+        })),
+    };
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            let accept = accept.clone();
             std::thread::spawn(move || {
                 let mut stream = stream;
+                if canopy_wire::write_frame(&mut stream, &accept).is_err() {
+                    return;
+                }
                 let mut buf = vec![0u8; 1 << 16];
                 while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
             });

@@ -25,6 +25,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The shortest and longest wait between two looks at the queue.
 const MIN_POLL: Duration = Duration::from_millis(1);
 const MAX_POLL: Duration = Duration::from_millis(20);
+/// Trace events a queued snapshot's buffer keeps room for after it was shipped.
+const TRACE_KEPT: usize = 4096;
 /// A write the agent does not take within this time ends the connection; the dump is sent again on the next.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -226,7 +228,7 @@ pub(crate) fn run(sdk: &'static Sdk) {
             continue;
         }
         let snap = lock(&sdk.state).ready.pop_front();
-        let Some(snap) = snap else {
+        let Some(mut snap) = snap else {
             if finishing {
                 let (rounds_end, dropped) = {
                     let st = lock(&sdk.state);
@@ -271,6 +273,10 @@ pub(crate) fn run(sdk: &'static Sdk) {
             Ok(()) => {
                 backoff = MIN_BACKOFF;
                 sdk.link.delivered.fetch_add(1, Ordering::Relaxed);
+                // A large trace's buffer is let go, so the queue does not keep the largest trace per slot.
+                if snap.trace.capacity() > TRACE_KEPT {
+                    snap.trace = Vec::new();
+                }
                 lock(&sdk.state).free.push(snap);
             }
             Err(e) => {

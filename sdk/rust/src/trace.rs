@@ -15,6 +15,8 @@ use crate::events::{Module, kind};
 pub const DEFAULT_EVENTS: usize = 16_384;
 /// The most CANOPY_TRACE_EVENTS may ask for.
 pub const MAX_EVENTS: usize = 1 << 22;
+/// The most trace events one dump ships (about 7 MB encoded, well inside a frame); the rest are counted as lost.
+pub const MAX_PER_DUMP: usize = 1 << 18;
 
 /// One recorded event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,15 +55,18 @@ impl Ring {
         }
     }
 
-    /// Moves the records out, oldest first.
+    /// Moves the records out, oldest first, while `out` holds fewer than `MAX_PER_DUMP`; returns the records
+    /// lost (overwritten before, or left out now).
     fn drain_into(&mut self, out: &mut Vec<(u32, Record)>) -> u64 {
         let cap = self.records.len();
         let first = (self.next + cap - self.len) % cap;
-        for k in 0..self.len {
+        let room = MAX_PER_DUMP.saturating_sub(out.len()).min(self.len);
+        for k in 0..room {
             out.push((self.thread, self.records[(first + k) % cap]));
         }
+        let left_out = (self.len - room) as u64;
         self.len = 0;
-        std::mem::take(&mut self.lost)
+        std::mem::take(&mut self.lost) + left_out
     }
 }
 
@@ -223,5 +228,10 @@ mod tests {
         out.clear();
         assert_eq!(ring.drain_into(&mut out), 0);
         assert!(out.is_empty());
+        // A dump that is full already takes no more: the ring's records count as lost.
+        ring.push(Record::default());
+        let mut full = vec![(0, Record::default()); MAX_PER_DUMP];
+        assert_eq!(ring.drain_into(&mut full), 1);
+        assert_eq!(full.len(), MAX_PER_DUMP);
     }
 }
