@@ -46,6 +46,20 @@ fn a_key_that_once_had_no_flag_is_set_and_named_by_it() {
         "{err}"
     );
 
+    // An unknown measurement module is named, with the ones there are.
+    let out = Command::new(bin_dir().join("canopy-frontend"))
+        .args(["validate", "--modules", "profile,tau"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "bad config value for `--modules` (from command-line flags): unknown measurement module \"tau\" (profile, trace, null)"
+        ),
+        "{err}"
+    );
+
     // Repeated map entries and a value-taking bool reach the configuration too.
     let out = Command::new(bin_dir().join("canopy-frontend"))
         .args(["validate", "--streams", "stats,classify", "--exit-on-fin", "true"])

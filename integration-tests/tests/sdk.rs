@@ -1000,12 +1000,15 @@ fn traced_begins(store: &Path, from: u64, activity: u64) -> BTreeMap<(u32, u64, 
 fn a_detail_request_makes_its_ranks_ship_their_trace_and_modules_switch_from_the_root() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough"]);
+    // The front-end's configuration puts the trace module in force on every rank from the start.
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &["--streams", "passthrough", "--modules", "profile,trace"],
+    );
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
     wait_socket(&socket, &mut agent);
-    let env = [("CANOPY_MODULES", "profile,trace")];
-    let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &env);
+    let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &[]);
     wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
     let settle = |store: &Path| {
         let sent = max_round(store);

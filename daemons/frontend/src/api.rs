@@ -51,6 +51,12 @@ impl Shared {
         })
     }
 
+    /// Sets the options in force (the last ones set); returns the options to send down.
+    pub fn set_options(&self, o: canopy_proto::v1::Options) -> canopy_proto::v1::Options {
+        self.options.lock().expect("options").0 = o;
+        self.effective_options()
+    }
+
     /// The options to send down: the last ones set, with the detail streams' ranks added to `trace_ranks`.
     fn effective_options(&self) -> canopy_proto::v1::Options {
         let (base, detail) = &*self.options.lock().expect("options");
@@ -436,8 +442,7 @@ impl FrontendApi {
             }
             Some(control_request::Action::Options(o)) => {
                 canopy_core::options::Measure::from_options(&o).map_err(ApiError::BadOptions)?;
-                self.shared.options.lock().expect("options").0 = o;
-                if !self.root.options(self.shared.effective_options()).await {
+                if !self.root.options(self.shared.set_options(o)).await {
                     return Err(ApiError::ShuttingDown);
                 }
                 return Ok(ControlResponse {

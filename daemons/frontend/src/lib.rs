@@ -60,6 +60,10 @@ pub struct FrontendConfig {
     /// Exit once every child has finished (the run ends with its application).
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub exit_on_fin: bool,
+    /// The measurement modules every rank runs from the start (profile, trace, null); empty: each rank's own
+    /// CANOPY_MODULES. `canopy ctl set --modules` changes them during the run.
+    #[arg(long, value_delimiter = ',')]
+    pub modules: Vec<String>,
     /// Milliseconds a shutdown waits for the tree to deliver what it holds.
     #[arg(long)]
     pub drain_timeout_ms: u64,
@@ -177,6 +181,7 @@ impl Default for FrontendConfig {
             expect_ranks: 0,
             start_timeout_ms: 30_000,
             exit_on_fin: false,
+            modules: Vec::new(),
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
@@ -215,6 +220,13 @@ impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
 
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
+        let modules = canopy_proto::v1::Options {
+            modules: self.modules.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = canopy_core::options::Measure::from_options(&modules) {
+            return Err(ConfigIssue::new("modules", e.to_string()));
+        }
         if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
             return Err(ConfigIssue::new(
                 "filter_call_timeout_ms",
@@ -637,6 +649,15 @@ impl Frontend {
         canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
+        if !config.modules.is_empty() {
+            // The modules every rank runs: options in force from the start, told to every child that attaches.
+            let root = RootHandle::new(handles.inputs.clone());
+            let options = shared.set_options(canopy_proto::v1::Options {
+                modules: config.modules.clone(),
+                ..Default::default()
+            });
+            tokio::spawn(async move { root.options(options).await });
+        }
         drop(handles);
         let result = node.run(shutdown).await;
         // Every result is out: subscriptions send what they hold and end with OK before the server stops.
