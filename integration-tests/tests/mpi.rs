@@ -441,3 +441,95 @@ fn bad_dump_settings_are_named_on_stderr_and_the_program_runs_on() {
     assert!(stderr.contains("dumping every 1000 ms instead"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+#[test]
+fn the_library_exports_the_sdk_and_a_program_that_dumps_itself_reaches_the_same_sdk() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    // The SDK's C functions and MPI's names, C and Fortran, are in the library's dynamic symbols.
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils) runs");
+    let symbols = text(&nm.stdout);
+    for name in [
+        "canopy_init",
+        "canopy_dump",
+        "canopy_finalize",
+        "canopy_timer_get",
+        "canopy_activity",
+        "canopy_send",
+        "MPI_Init",
+        "MPI_Allreduce",
+        "MPI_Finalize",
+        "mpi_allreduce_",
+        "mpi_init_",
+    ] {
+        assert!(
+            symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "{name} is not exported by {}:\n{symbols}",
+            lib.display()
+        );
+    }
+
+    // A program that dumps by itself, linked with the wrapper alone (no -lcanopy): its own timer and the
+    // wrapper's MPI_Barrier land in the same rounds, one per canopy_dump.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("dumps_itself.c");
+    std::fs::write(
+        &src,
+        r#"#include <mpi.h>
+#include <canopy.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    canopy_timer *step = canopy_timer_get("step");
+    for (int i = 0; i < 12; i++) {
+        canopy_start(step);
+        MPI_Barrier(MPI_COMM_WORLD);
+        canopy_stop(step);
+        if (canopy_dump() != 0) printf("dump: %s\n", canopy_last_error());
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let libdir = lib.parent().unwrap().display().to_string();
+    let exe = dir.path().join("dumps_itself");
+    let status = Command::new("mpicc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/c/include"))
+        .arg(format!("-L{libdir}"))
+        .arg(format!("-Wl,-rpath,{libdir}"))
+        .arg("-lcanopy_mpi")
+        .status()
+        .unwrap();
+    assert!(status.success(), "mpicc dumps_itself.c -lcanopy_mpi failed");
+    let tree = start_tree(dir.path());
+    let env = [
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "app".to_string()),
+    ];
+    let run = mpirun(&exe, &[], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "", "a dump failed");
+    let store = tree.finished();
+    assert_eq!(
+        assert_full_coverage(&store),
+        12,
+        "one round per canopy_dump, none from the wrapper"
+    );
+    for name in ["step", "MPI_Barrier"] {
+        let calls = stored_calls(&store, name);
+        assert_eq!(calls.len() as u32, RANKS, "{name}: {calls:?}");
+        assert!(calls.values().all(|c| *c == 12), "{name}: {calls:?}");
+    }
+}
