@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs a Canopy build: the daemons and the canopy command, the filter plugins, the application SDK (library,
-# header, pkg-config file), the systemd units and the example configuration.
+# header, the Fortran module's source, pkg-config file), the systemd units and the example configuration.
 #
 #   deploy/install.sh [--prefix /usr] [--destdir DIR] [--profile release] [--unitdir DIR] [--confdir DIR]
 #
@@ -61,6 +61,9 @@ install -m 0644 "$target/libcanopy.a" "$libdir/libcanopy.a"
 # The MPI wrapper (link -lcanopy_mpi or preload it; canopy-run --mpi finds it in ../lib).
 install -m 0755 "$target/libcanopy_mpi.so" "$libdir/libcanopy_mpi.so"
 install -m 0644 "$root/sdk/c/include/canopy.h" "$incdir/canopy.h"
+# The Fortran module as source: a .mod file is specific to the compiler that made it, so applications compile
+# canopy.f90 with their own (sdk/README.md).
+install -m 0644 "$root/sdk/c/fortran/canopy.f90" "$incdir/canopy.f90"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" "$root/sdk/c/canopy.pc.in" > "$pcdir/canopy.pc"
 for unit in "$root"/deploy/systemd/*.service; do
     sed -e "s|/usr/bin/|$prefix/bin/|g" "$unit" > "$unitdir/$(basename "$unit")"

@@ -106,6 +106,37 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         }
         copy_us.push(start.elapsed().as_nanos() as f64 / 1000.0 / dumps as f64);
     }
+    // The event interface: the cost of one event (half a begin+end pair) with each set of modules in force,
+    // against one clock read (what a timed event cannot do without).
+    let sets: [&[&str]; 5] = [
+        &[],
+        &["null"],
+        &["profile"],
+        &["trace"],
+        &["profile", "trace", "null"],
+    ];
+    let activity = canopy_sdk::activity("event")?;
+    let mut per_set: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
+    let mut clock_event_ns = Vec::new();
+    for _ in 0..repeats {
+        for (k, set) in sets.iter().enumerate() {
+            canopy_sdk::set_modules(set)?;
+            let start = Instant::now();
+            for _ in 0..pairs {
+                activity.begin();
+                activity.end();
+            }
+            per_set[k].push(start.elapsed().as_nanos() as f64 / (2 * pairs) as f64);
+        }
+        let start = Instant::now();
+        let mut sink = 0u64;
+        for _ in 0..pairs {
+            sink = sink.wrapping_add(Instant::now().elapsed().as_nanos() as u64);
+        }
+        std::hint::black_box(sink);
+        clock_event_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64 / 2.0);
+    }
+    canopy_sdk::set_modules(&["profile"])?;
     let _ = canopy_sdk::finalize();
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -132,6 +163,24 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     println!(
         "| heap allocations on the timing thread in {pairs} start+stop pairs | {m:.0} | {lo:.0} | {hi:.0} | | |"
     );
+    println!(
+        "\n## sdk: cost per event (begin or end of an activity) by the modules in force, {pairs} pairs per repeat"
+    );
+    println!("\n| modules | median ns | min | max | baseline (median) | median/baseline |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let (b, _, _) = stats(clock_event_ns);
+    for (set, times) in sets.iter().zip(per_set) {
+        let (m, lo, hi) = stats(times);
+        let name = if set.is_empty() {
+            "none".to_string()
+        } else {
+            set.join(" + ")
+        };
+        println!(
+            "| {name} | {m:.1} | {lo:.1} | {hi:.1} | one clock read: {b:.1} | {:.2} |",
+            m / b
+        );
+    }
     println!(
         "\ndumps dropped (queue full): {dropped}; SDK stats: {:?}",
         canopy_sdk::stats()

@@ -142,6 +142,8 @@ fn measure_options() {
                 metrics: vec!["exclusive".into(), "calls".into()],
                 period_ms: 100,
                 sample_below: 0,
+                modules: vec!["profile".into(), "trace".into()],
+                trace_ranks: "0-3,17".into(),
             },
         ),
         (

@@ -634,6 +634,16 @@ int main(void) {
     canopy_timer *t = canopy_timer_get(NULL);
     printf("null timer: %p %s\n", (void *)t, canopy_last_error());
     canopy_start(NULL); canopy_stop(NULL);
+    int a = canopy_activity("work"), same = canopy_activity("work");
+    canopy_timer *work = canopy_timer_get("work");
+    printf("activity: %d %d %s\n", a >= 0, a == same, work ? "timer" : "no timer");
+    rc = canopy_activity(NULL);
+    printf("null activity: %d %s\n", rc, canopy_last_error());
+    rc = canopy_counter_id(NULL);
+    printf("null counter: %d %s\n", rc, canopy_last_error());
+    canopy_begin(-1); canopy_end(123456); canopy_count(-5, 1.0); canopy_send(-1, 8); /* ignored */
+    canopy_begin(a); canopy_send(1, 64); canopy_idle_begin(); canopy_idle_end(); canopy_end(a);
+    canopy_count(canopy_counter_id("items"), 2.0);
     rc = canopy_init("errors", 3, 2);
     printf("bad rank: %d %s\n", rc, canopy_last_error());
     rc = canopy_init(NULL, -1, -1);
@@ -677,6 +687,15 @@ int main(void) {
         out.contains("dump before init: -2 canopy is not initialized"),
         "{out}"
     );
+    assert!(out.contains("activity: 1 1 timer"), "{out}");
+    assert!(
+        out.contains("null activity: -1 canopy_activity: the name is NULL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("null counter: -1 canopy_counter_id: the name is NULL"),
+        "{out}"
+    );
     assert!(
         out.contains("null timer: (nil) canopy_timer_get: the name is NULL"),
         "{out}"
@@ -697,6 +716,13 @@ int main(void) {
     let out = run(&[("CANOPY_QUEUE_DUMPS", "0")]);
     assert!(
         out.contains("init error: bad value \"0\" in CANOPY_QUEUE_DUMPS: must be between 1 and 65536"),
+        "{out}"
+    );
+    let out = run(&[("CANOPY_MODULES", "profile,tau")]);
+    assert!(
+        out.contains(
+            "init error: bad value \"profile,tau\" in CANOPY_MODULES: unknown measurement module \"tau\" (profile, trace, null)"
+        ),
         "{out}"
     );
 }
@@ -957,4 +983,118 @@ fn an_application_that_announces_more_ranks_than_come_starts_at_the_start_time_o
     fe.signal(Signal::SIGTERM);
     let _ = agent.wait_timeout(Duration::from_secs(10));
     let _ = fe.wait_timeout(Duration::from_secs(10));
+}
+
+/// Rows of `trace` at or above round `from`, per (stream, round, rank): the begins of `activity`.
+fn traced_begins(store: &Path, from: u64, activity: u64) -> BTreeMap<(u32, u64, u32), u64> {
+    let mut out = BTreeMap::new();
+    for t in reader(store).trace(Select::all().from_round(from)).unwrap() {
+        if t.kind == "begin" && t.event_id == Some(activity) {
+            *out.entry((t.stream_id, t.round, t.rank)).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_detail_request_makes_its_ranks_ship_their_trace_and_modules_switch_from_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let env = [("CANOPY_MODULES", "profile,trace")];
+    let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &env);
+    wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
+    let settle = |store: &Path| {
+        let sent = max_round(store);
+        wait_for("rounds after the change", Duration::from_secs(20), || {
+            max_round(store) >= sent + 15
+        });
+        sent + 8
+    };
+    assert!(
+        reader(&store).trace(Select::all()).unwrap().is_empty(),
+        "no rank ships a trace before one is asked for"
+    );
+
+    // A detail stream for ranks 1 and 2: they ship their trace, in every passthrough stream.
+    let opened = canopy(&addr, &["ctl", "detail", "1-2"]);
+    let detail: u32 = opened
+        .trim()
+        .rsplit("stream ")
+        .next()
+        .and_then(|s| s.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no stream id in {opened:?}"));
+    settle(&store);
+    let sweep = *ids_named(&store, "sweep").iter().next().expect("sweep named");
+    // Control applies at each rank's next dump after it arrives; the round after the first traced one is whole.
+    let all = traced_begins(&store, 0, sweep);
+    let from = (1..=2)
+        .map(|rank| {
+            all.keys()
+                .filter(|k| k.2 == rank)
+                .map(|k| k.1)
+                .min()
+                .unwrap_or_else(|| panic!("rank {rank} shipped no trace: {all:?}"))
+        })
+        .max()
+        .unwrap()
+        + 1;
+    let begins = traced_begins(&store, from, sweep);
+    let traced_ranks: BTreeSet<u32> = begins.keys().map(|k| k.2).collect();
+    assert_eq!(traced_ranks, BTreeSet::from([1, 2]), "{begins:?}");
+    // The trace module and the profile module saw the same events: as many traced begins of "sweep" in a
+    // round as the profile counts calls.
+    let calls: BTreeMap<(u32, u64, u32), u64> = reader(&store)
+        .samples(Select::all().from_round(from))
+        .unwrap()
+        .iter()
+        .filter(|s| s.event_id == sweep && (1..=2).contains(&s.rank))
+        .map(|s| ((s.stream_id, s.round, s.rank), s.calls.unwrap_or(0)))
+        .collect();
+    let both: Vec<_> = calls.keys().filter(|k| begins.contains_key(k)).collect();
+    assert!(both.len() >= 10, "{calls:?}");
+    for k in &calls.keys().cloned().collect::<Vec<_>>() {
+        assert_eq!(begins.get(k).copied().unwrap_or(0), calls[k], "{k:?}");
+    }
+    assert!(
+        begins.keys().any(|k| k.0 == detail) && begins.keys().any(|k| k.0 != detail),
+        "both streams store the trace: {:?}",
+        begins.keys().map(|k| k.0).collect::<BTreeSet<_>>()
+    );
+
+    // Closing the detail stream ends the traces.
+    canopy(&addr, &["streams", "close", &detail.to_string()]);
+    let from = settle(&store) as u64;
+    assert!(traced_begins(&store, from, sweep).is_empty());
+
+    // The root switches the profile module off: the profiles go on, with no calls in them; then on again.
+    canopy(&addr, &["ctl", "set", "--modules", "null"]);
+    let from = settle(&store) as u64;
+    let later = reader(&store).samples(Select::all().from_round(from)).unwrap();
+    assert!(!later.is_empty() && later.iter().all(|s| s.calls == Some(0)));
+    canopy(&addr, &["ctl", "set", "--modules", "profile"]);
+    let from = settle(&store) as u64;
+    let later = reader(&store).samples(Select::all().from_round(from)).unwrap();
+    assert!(
+        later
+            .iter()
+            .filter(|s| s.event_id == sweep)
+            .all(|s| s.calls == Some(1))
+    );
+    assert!(
+        reader(&store)
+            .trace(Select::all().from_round(from))
+            .unwrap()
+            .is_empty()
+    );
+
+    for r in &mut ranks {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }

@@ -6,7 +6,9 @@
 /// The `canopy.v1` package.
 pub mod v1 {
     tonic::include_proto!("canopy.v1");
-    pub use canopy_wire::v1::{CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile};
+    pub use canopy_wire::v1::{
+        CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile, TraceEvent, TraceKind,
+    };
 }
 
 /// The results and packets of the standard filters (`canopy.filters.v1`): canopy-filter-proto's types, so

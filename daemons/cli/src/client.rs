@@ -118,6 +118,13 @@ pub enum CtlCmd {
         /// Only ranks below this number report; the others count as sampled out.
         #[arg(long, default_value_t = 0)]
         sample_below: u32,
+        /// The measurement modules the ranks run: profile, trace, null (comma-separated; none: each rank's
+        /// own CANOPY_MODULES).
+        #[arg(long, value_delimiter = ',')]
+        modules: Vec<String>,
+        /// The ranks that ship their event trace (the trace module) with each profile, as ranges: 0,17,40-43.
+        #[arg(long, default_value = "")]
+        trace_ranks: String,
     },
     /// Full detail (raw profiles) from chosen ranks, in a stream of its own; close it to end the detail.
     Detail {
@@ -249,12 +256,16 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             metrics,
             period_ms,
             sample_below,
+            modules,
+            trace_ranks,
         } => control_request::Action::Options(canopy_proto::v1::Options {
             include,
             exclude,
             metrics,
             period_ms,
             sample_below,
+            modules,
+            trace_ranks,
         }),
         CtlCmd::Detail { ranks, name } => {
             control_request::Action::Detail(canopy_proto::v1::DetailRequest { ranks, name })

@@ -8,7 +8,7 @@ pub mod engine;
 pub use canopy_filter_host::{filter, plugin};
 pub mod node;
 pub use canopy_wire::options;
-pub mod ranks;
+pub use canopy_wire::ranks;
 pub mod transport;
 pub mod window;
 

@@ -1,7 +1,7 @@
 //! `canopy.v1.Frontend`: the API users and scripts (grpcurl, the `canopy` command) use on the front-end's port.
 //! Live results come from the root as it finalizes them; everything else is read from the run's store.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,9 @@ pub struct Shared {
     result_types: Mutex<HashMap<u32, String>>,
     /// The run has ended: every result is out, and each subscription ends (with OK) once it has sent them.
     ended: tokio::sync::watch::Sender<bool>,
+    /// The measurement options last set through the API, and the open detail streams' ranks, which the options
+    /// sent down add to `trace_ranks` (the ranks a detail stream watches ship their event trace).
+    options: Mutex<(canopy_proto::v1::Options, BTreeMap<u32, String>)>,
 }
 
 impl Shared {
@@ -44,7 +47,20 @@ impl Shared {
             status: Mutex::default(),
             result_types: Mutex::default(),
             ended: tokio::sync::watch::Sender::new(false),
+            options: Mutex::default(),
         })
+    }
+
+    /// The options to send down: the last ones set, with the detail streams' ranks added to `trace_ranks`.
+    fn effective_options(&self) -> canopy_proto::v1::Options {
+        let (base, detail) = &*self.options.lock().expect("options");
+        let mut o = base.clone();
+        let ranks: Vec<&str> = std::iter::once(base.trace_ranks.as_str())
+            .chain(detail.values().map(String::as_str))
+            .filter(|r| !r.trim().is_empty())
+            .collect();
+        o.trace_ranks = ranks.join(",");
+        o
     }
 
     /// The run ended (the tree finished or drained): subscriptions end once they have sent what they hold.
@@ -349,6 +365,17 @@ impl FrontendApi {
     async fn close(&self, id: u32) -> Result<StreamInfo, ApiError> {
         // The root decides: the store may not have caught up with a stream opened a moment ago.
         let closed = self.root.close_stream_checked(id).await;
+        let was_detail = self
+            .shared
+            .options
+            .lock()
+            .expect("options")
+            .1
+            .remove(&id)
+            .is_some();
+        if closed == Some(true) && was_detail && !self.root.options(self.shared.effective_options()).await {
+            return Err(ApiError::ShuttingDown);
+        }
         let known = read(self.store.clone(), move |r| r.stream(id)).await?;
         match (closed, known) {
             (None, _) => Err(ApiError::ShuttingDown),
@@ -380,6 +407,7 @@ impl FrontendApi {
                 if chosen.is_all() {
                     return Err(ApiError::DetailWithoutRanks);
                 }
+                let chosen_text = d.ranks.clone();
                 let name = if d.name.is_empty() {
                     "detail".to_string()
                 } else {
@@ -392,6 +420,15 @@ impl FrontendApi {
                     ..CreateStreamRequest::default()
                 };
                 let info = self.open(req).await?;
+                self.shared
+                    .options
+                    .lock()
+                    .expect("options")
+                    .1
+                    .insert(info.stream_id, chosen_text);
+                if !self.root.options(self.shared.effective_options()).await {
+                    return Err(ApiError::ShuttingDown);
+                }
                 return Ok(ControlResponse {
                     applied: "detail".into(),
                     stream_id: info.stream_id,
@@ -399,7 +436,8 @@ impl FrontendApi {
             }
             Some(control_request::Action::Options(o)) => {
                 canopy_core::options::Measure::from_options(&o).map_err(ApiError::BadOptions)?;
-                if !self.root.options(o).await {
+                self.shared.options.lock().expect("options").0 = o;
+                if !self.root.options(self.shared.effective_options()).await {
                     return Err(ApiError::ShuttingDown);
                 }
                 return Ok(ControlResponse {

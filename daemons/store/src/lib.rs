@@ -23,7 +23,7 @@ pub use read::{EXAMPLE_QUERY, Select, StoreReader, Table};
 pub use rounds::{MissingCounts, RoundRecord};
 pub use rows::{
     ClassRow, CounterRow, HistogramRow, LateArrival, NodeChange, NodeRow, ReductionRow, ResultRow,
-    RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
+    RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow, TraceRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, LATEST, Payload, Store};

@@ -2,7 +2,7 @@
 //! for byte), and taken apart into `samples` (rank x event) and `counters` (rank x counter) rows for queries.
 
 use canopy_wire::options::metric;
-use canopy_wire::v1::ProfileBatch;
+use canopy_wire::v1::{ProfileBatch, TraceKind};
 use rusqlite::{Connection, Transaction, params};
 
 use crate::sql::{id_bits, sat};
@@ -31,8 +31,39 @@ pub(crate) fn write(
         "INSERT INTO counters (stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
+    let mut trace = tx.prepare_cached(
+        "INSERT INTO trace (stream_id, round, app, rank, thread, unix_ns, kind, event_id, peer, bytes, late)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?;
     for p in &batch.profiles {
         let dump = (p.dump_unix_ns > 0).then(|| sat(p.dump_unix_ns));
+        for t in &p.trace {
+            let kind = TraceKind::try_from(t.kind).unwrap_or_default();
+            let (id, send) = match kind {
+                TraceKind::Begin | TraceKind::End => (Some(id_bits(t.id)), false),
+                TraceKind::Send => (None, true),
+                _ => (None, false),
+            };
+            trace.execute(params![
+                stream_id,
+                round,
+                p.app,
+                p.rank,
+                t.thread,
+                sat(t.unix_ns),
+                trace_word(kind),
+                id,
+                send.then_some(t.peer),
+                send.then(|| sat(t.bytes)),
+                late
+            ])?;
+        }
+        if p.trace_lost > 0 {
+            tx.prepare_cached(
+                "INSERT INTO trace_lost (stream_id, round, app, rank, lost) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![stream_id, round, p.app, p.rank, sat(p.trace_lost)])?;
+        }
         // A metric the rank's options left out is stored as NULL, not as a zero it never measured.
         let has = |bit: u32| metric::reports(p.metrics, bit);
         let (calls, incl, excl) = (has(metric::CALLS), has(metric::INCLUSIVE), has(metric::EXCLUSIVE));
@@ -70,6 +101,18 @@ pub(crate) fn write(
         }
     }
     Ok(())
+}
+
+/// The word the `trace` table keeps for a kind of event.
+pub fn trace_word(kind: TraceKind) -> &'static str {
+    match kind {
+        TraceKind::Begin => "begin",
+        TraceKind::End => "end",
+        TraceKind::Send => "send",
+        TraceKind::IdleBegin => "idle_begin",
+        TraceKind::IdleEnd => "idle_end",
+        TraceKind::Unspecified => "unknown",
+    }
 }
 
 /// The batches a round was closed with (late ones left out), in the order they were stored, as one encoded

@@ -84,6 +84,7 @@ pub enum Table {
     Rounds,
     Samples,
     Counters,
+    Trace,
     Results,
     ProfileBatches,
     Stats,
@@ -103,6 +104,7 @@ impl Table {
             Table::Rounds => "rounds",
             Table::Samples => "samples",
             Table::Counters => "counters",
+            Table::Trace => "trace",
             Table::Results => "results",
             Table::ProfileBatches => "profile_batches",
             Table::Stats => "stats",
@@ -122,6 +124,7 @@ impl Table {
             self,
             Table::Samples
                 | Table::Counters
+                | Table::Trace
                 | Table::Results
                 | Table::ProfileBatches
                 | Table::Stats
@@ -427,6 +430,30 @@ impl StoreReader {
                 total: r.get(6)?,
                 dump_unix_ns: opt_u64(r, 7)?,
                 late: r.get(8)?,
+            })
+        })
+    }
+
+    /// Rows of `trace`, by stream, round, app, rank, thread, then in time order.
+    pub fn trace(&self, select: Select) -> Result<Vec<TraceRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, app, rank, thread, unix_ns, kind, event_id, peer, bytes, late
+             FROM trace{clause} ORDER BY stream_id, round, app, rank, thread, unix_ns, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(TraceRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                app: r.get(2)?,
+                rank: r.get(3)?,
+                thread: r.get(4)?,
+                unix_ns: u64_at(r, 5)?,
+                kind: r.get(6)?,
+                event_id: r.get::<_, Option<i64>>(7)?.map(id_of),
+                peer: r.get(8)?,
+                bytes: opt_u64(r, 9)?,
+                late: r.get(10)?,
             })
         })
     }

@@ -94,6 +94,25 @@ pub struct SampleRow {
     pub late: bool,
 }
 
+/// One row of `trace`: one event of a rank's trace, shipped with its profile of a passthrough round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub thread: u32,
+    pub unix_ns: u64,
+    /// begin, end, send, idle_begin or idle_end.
+    pub kind: String,
+    /// The activity, for begin and end.
+    pub event_id: Option<u64>,
+    /// The destination rank and the bytes, for a send.
+    pub peer: Option<u32>,
+    pub bytes: Option<u64>,
+    pub late: bool,
+}
+
 /// One row of `counters`: a rank's counter in a passthrough round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterRow {

@@ -14,7 +14,9 @@ use rusqlite_migration::{M, Migrations};
 /// - 3: `profile_batches`, every passthrough result as the encoded `ProfileBatch` it arrived as, so a replay
 ///   sends exactly the bytes that were stored.
 /// - 4: `rounds.missing_absent` (announced ranks that had not attached when the start time-out passed).
-pub const SCHEMA_VERSION: u32 = 5;
+/// - 5: `node_history`, every change of a node's parent or state.
+/// - 6: `trace`, the event traces ranks ship with their profiles (the trace module).
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -229,8 +231,36 @@ INSERT INTO node_history SELECT node_id, parent, state, ranks_below, detail, upd
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '5');
 ";
 
+/// Version 6: the event traces of the ranks options name in `trace_ranks`, one row per event, from passthrough
+/// results (kind: begin, end, send, idle_begin, idle_end; event_id for begin and end; peer and bytes for a send),
+/// and per rank and round the events a full trace buffer overwrote (`trace_lost`, only where some were).
+const V6: &str = "
+CREATE TABLE trace (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT,
+    rank INTEGER,
+    thread INTEGER,
+    unix_ns INTEGER,
+    kind TEXT,
+    event_id INTEGER,
+    peer INTEGER,
+    bytes INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX trace_by_round ON trace (stream_id, round);
+CREATE TABLE trace_lost (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT,
+    rank INTEGER,
+    lost INTEGER
+);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '6');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
-const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)];
+const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5), M::up(V6)];
 
 fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -60,6 +60,7 @@ fn odd_batch(ranks: &[u32]) -> Vec<u8> {
                     ..EventSample::default()
                 }],
                 counters: Vec::new(),
+                ..RankProfile::default()
             })
             .collect(),
     }

@@ -69,7 +69,7 @@ fn every_column_reads_back_from_a_fresh_connection() {
         ),
         [
             format!("pid|{pid}"),
-            "schema_version|5".into(),
+            "schema_version|6".into(),
             "tree|kary:2^2".into()
         ]
     );
@@ -130,6 +130,29 @@ fn every_column_reads_back_from_a_fresh_connection() {
              FROM counters ORDER BY rank"
         ),
         ["1|7|lulesh|0|42|0.5|9.0|1000|0", "1|7|lulesh|1|42|1.5|9.0|1001|0"]
+    );
+    // Each rank's trace, one row per event (the late rank's marked), and the events rank 1 lost.
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, round, app, rank, thread, unix_ns, kind, event_id, peer, bytes, late
+             FROM trace ORDER BY rank, unix_ns"
+        ),
+        [
+            "1|7|lulesh|0|0|10|begin|-1|NULL|NULL|0",
+            "1|7|lulesh|0|0|11|send|NULL|1|4096|0",
+            "1|7|lulesh|0|0|12|end|-1|NULL|NULL|0",
+            "1|7|lulesh|1|0|10|begin|-1|NULL|NULL|0",
+            "1|7|lulesh|1|0|11|send|NULL|2|4096|0",
+            "1|7|lulesh|1|0|12|end|-1|NULL|NULL|0",
+            "1|7|lulesh|2|0|10|begin|-1|NULL|NULL|1",
+            "1|7|lulesh|2|0|11|send|NULL|3|4096|1",
+            "1|7|lulesh|2|0|12|end|-1|NULL|NULL|1",
+        ]
+    );
+    assert_eq!(
+        table(&conn, "SELECT stream_id, round, app, rank, lost FROM trace_lost"),
+        ["1|7|lulesh|1|3"]
     );
     assert_eq!(
         table(

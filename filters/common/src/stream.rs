@@ -279,6 +279,7 @@ mod tests {
                 total: 4.0,
             }],
             metrics: 6,
+            ..RankProfile::default()
         };
         ProfileBatch {
             profiles: vec![profile(1), profile(2)],

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod options;
+pub mod ranks;
 pub mod write;
 
 use std::io::{self, Read, Write};

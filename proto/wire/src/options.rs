@@ -12,7 +12,14 @@ pub struct Measure {
     /// Bits as in `RankProfile.metrics`; 0: all.
     metrics: u32,
     sample_below: u32,
+    /// The measurement modules named by the options (empty: each rank's own choice).
+    modules: Vec<String>,
+    /// The ranks that ship their trace (none when the options name none).
+    trace_ranks: Option<crate::ranks::RankSet>,
 }
+
+/// The measurement modules a rank can run, by the names options and CANOPY_MODULES give them.
+pub const MODULES: [&str; 3] = ["profile", "trace", "null"];
 
 /// The metrics a rank reports of each event, as bits of `RankProfile.metrics` (0: all of them).
 pub mod metric {
@@ -49,6 +56,8 @@ pub enum OptionsError {
     Pattern { pattern: String, reason: String },
     Metric(String),
     Period(u64),
+    Module(String),
+    TraceRanks(crate::ranks::RankSetError),
 }
 
 impl std::fmt::Display for OptionsError {
@@ -61,6 +70,10 @@ impl std::fmt::Display for OptionsError {
             OptionsError::Period(p) => {
                 write!(f, "period_ms {p} is over the limit of {MAX_PERIOD_MS} (one hour)")
             }
+            OptionsError::Module(m) => {
+                write!(f, "unknown measurement module {m:?} ({})", MODULES.join(", "))
+            }
+            OptionsError::TraceRanks(e) => write!(f, "trace_ranks: {e}"),
         }
     }
 }
@@ -83,12 +96,32 @@ impl Measure {
         if o.period_ms != 0 && !(1..=MAX_PERIOD_MS).contains(&o.period_ms) {
             return Err(OptionsError::Period(o.period_ms));
         }
+        if let Some(m) = o.modules.iter().find(|m| !MODULES.contains(&m.as_str())) {
+            return Err(OptionsError::Module(m.clone()));
+        }
+        let trace_ranks = if o.trace_ranks.trim().is_empty() {
+            None
+        } else {
+            Some(crate::ranks::RankSet::parse(&o.trace_ranks).map_err(OptionsError::TraceRanks)?)
+        };
         Ok(Measure {
             include: o.include.iter().map(compile).collect::<Result<_, _>>()?,
             exclude: o.exclude.iter().map(compile).collect::<Result<_, _>>()?,
             metrics,
             sample_below: o.sample_below,
+            modules: o.modules.clone(),
+            trace_ranks,
         })
+    }
+
+    /// The measurement modules the options name (empty: each rank keeps its own choice).
+    pub fn modules(&self) -> &[String] {
+        &self.modules
+    }
+
+    /// Whether this rank ships its event trace.
+    pub fn traces(&self, rank: u32) -> bool {
+        self.trace_ranks.as_ref().is_some_and(|s| s.contains(rank))
     }
 
     /// Whether the options report the event (or counter) of this name.
@@ -187,5 +220,35 @@ mod tests {
             Measure::from_options(&bad).unwrap_err().to_string(),
             "unknown metric \"speed\" (calls, inclusive, exclusive, counters)"
         );
+        let bad = Options {
+            modules: vec!["profile".into(), "tracer".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            Measure::from_options(&bad).unwrap_err().to_string(),
+            "unknown measurement module \"tracer\" (profile, trace, null)"
+        );
+        let bad = Options {
+            trace_ranks: "3-1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            Measure::from_options(&bad).unwrap_err().to_string(),
+            "trace_ranks: bad rank range \"3-1\": 3 is above 1"
+        );
+    }
+
+    #[test]
+    fn trace_ranks_name_the_ranks_that_ship_a_trace() {
+        let none = Measure::from_options(&Options::default()).unwrap();
+        assert!(!none.traces(0));
+        let some = Measure::from_options(&Options {
+            trace_ranks: "0,5-6".into(),
+            modules: vec!["trace".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(some.traces(0) && some.traces(6) && !some.traces(1));
+        assert_eq!(some.modules(), ["trace".to_string()]);
     }
 }

@@ -194,6 +194,8 @@ mod tests {
                     events,
                     counters,
                     metrics,
+                    // Simulated ranks, the writer's one user, ship no trace.
+                    ..RankProfile::default()
                 },
             )
     }

@@ -16,6 +16,8 @@
  *   CANOPY_QUEUE_DUMPS          dumps queued while the agent is absent or slow (default 64)
  *   CANOPY_FINALIZE_TIMEOUT_MS  how long canopy_finalize waits for the agent's FINACK (default 5000)
  *   CANOPY_RANK, CANOPY_NRANKS  override the launcher's rank and size
+ *   CANOPY_MODULES              the measurement modules in force: profile, trace, null (default profile)
+ *   CANOPY_TRACE_EVENTS         events each thread's trace ring holds (default 16384)
  */
 #ifndef CANOPY_H
 #define CANOPY_H
@@ -53,6 +55,35 @@ void canopy_stop(canopy_timer *t);
 
 /* Adds value to the counter of this name (bytes sent, cache misses...). */
 void canopy_counter(const char *name, double value);
+
+/* The event interface. Every timer and counter call above is an event too; the measurement modules in force
+ * (CANOPY_MODULES, or the tree's options) receive them: "profile" (the profile of each dump), "trace" (a bounded
+ * event trace, shipped by the ranks the options name in trace_ranks) and "null" (takes every event, does
+ * nothing). No event blocks, and none allocates once its thread has seen the names it uses. */
+
+/* The id (>= 0) of the activity of this name, made on first use: the same name gives the same id, and the
+ * timer of that name is the same activity. < 0 on error (canopy_last_error() says why). */
+int canopy_activity(const char *name);
+
+/* The activity begins or ends on the calling thread; an end must match the activity begun last on the thread
+ * (another is ignored and counted). Ids that were not handed out are ignored. */
+void canopy_begin(int activity);
+void canopy_end(int activity);
+
+/* A message of `bytes` bytes was sent to rank `dest`. The profile module adds it to the counters
+ * "messages_sent" and "bytes_sent"; the trace module records it. */
+void canopy_send(int dest, uint64_t bytes);
+
+/* The calling thread becomes idle, and busy again: the profile module times it as the activity "Idle". */
+void canopy_idle_begin(void);
+void canopy_idle_end(void);
+
+/* The id (>= 0) of the counter of this name, made on first use; < 0 on error. */
+int canopy_counter_id(const char *name);
+
+/* Adds value to the counter of this id, on the calling thread (cheaper than canopy_counter: no name lookup).
+ * Ids that were not handed out, and values that are not finite, are ignored. */
+void canopy_count(int counter, double value);
 
 /* Offloads this round's profile (ToM's TAU_DB_DUMP): round k is the rank's k-th dump. Never blocks. */
 int canopy_dump(void);

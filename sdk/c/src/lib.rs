@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_double, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use canopy_sdk::{Error, Timer};
+use canopy_sdk::{Activity, Counter, Error, Timer};
 
 /// The opaque handle C code holds: a `canopy_sdk::Timer`, which lives as long as the process.
 #[allow(non_camel_case_types)]
@@ -165,4 +165,82 @@ pub unsafe extern "C" fn canopy_stats(dumps: *mut u64, dropped: *mut u64, delive
         }
     }
     i32::from(s.connected)
+}
+
+/// See canopy.h.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canopy_activity(name: *const c_char) -> c_int {
+    let mut out = -1;
+    let code = guard(|| {
+        // SAFETY: as documented above.
+        let name = unsafe { str_arg(name, "the activity name") }?
+            .ok_or_else(|| Error::Invalid("canopy_activity: the name is NULL".into()))?;
+        out = canopy_sdk::activity(name)?.index() as c_int;
+        Ok(())
+    });
+    if code < 0 { code } else { out }
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_begin(activity: c_int) {
+    if let Some(a) = u32::try_from(activity).ok().and_then(Activity::from_index) {
+        a.begin();
+    }
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_end(activity: c_int) {
+    if let Some(a) = u32::try_from(activity).ok().and_then(Activity::from_index) {
+        a.end();
+    }
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_send(dest: c_int, bytes: u64) {
+    if let Ok(dest) = u32::try_from(dest) {
+        canopy_sdk::send(dest, bytes);
+    }
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_idle_begin() {
+    canopy_sdk::idle_begin();
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_idle_end() {
+    canopy_sdk::idle_end();
+}
+
+/// See canopy.h.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canopy_counter_id(name: *const c_char) -> c_int {
+    let mut out = -1;
+    let code = guard(|| {
+        // SAFETY: as documented above.
+        let name = unsafe { str_arg(name, "the counter name") }?
+            .ok_or_else(|| Error::Invalid("canopy_counter_id: the name is NULL".into()))?;
+        out = canopy_sdk::counter_id(name)?.index() as c_int;
+        Ok(())
+    });
+    if code < 0 { code } else { out }
+}
+
+/// See canopy.h.
+#[unsafe(no_mangle)]
+pub extern "C" fn canopy_count(counter: c_int, value: c_double) {
+    if let Some(c) = u32::try_from(counter).ok().and_then(Counter::from_index) {
+        c.add(value);
+    }
 }

@@ -20,7 +20,6 @@
 // The C SDK, linked in whole: its canopy_* functions are exported from this library.
 extern crate canopy;
 
-mod compat;
 mod policy;
 
 use std::sync::OnceLock;

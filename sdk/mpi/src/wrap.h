@@ -12,13 +12,6 @@
 
 #include "canopy.h"
 
-int canopy_activity(const char *name);
-void canopy_begin(int activity);
-void canopy_end(int activity);
-void canopy_send(int dest, uint64_t bytes);
-int canopy_counter_id(const char *name);
-void canopy_count(int counter, double value);
-
 /* Generated with the wrappers: the number of wrapped calls, their activity names ("MPI_Send") and the names of
  * their byte counters ("MPI_Allreduce bytes"). */
 extern const int cm_count;

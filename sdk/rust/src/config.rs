@@ -22,6 +22,11 @@ pub struct Config {
     pub queue_dumps: usize,
     /// How long finalize waits for the agent's FINACK (CANOPY_FINALIZE_TIMEOUT_MS, default 5000).
     pub finalize_timeout: Duration,
+    /// The measurement modules in force from `init` (CANOPY_MODULES, default "profile"), as bits; the tree's
+    /// options may switch them.
+    pub modules: u32,
+    /// Events each thread's trace ring holds (CANOPY_TRACE_EVENTS, default 16384).
+    pub trace_events: usize,
 }
 
 /// Where launchers put a process's rank, first match wins.
@@ -126,6 +131,30 @@ impl Config {
             // At most a day: the application's exit must not hang on it.
             Some(v) => Duration::from_millis(parse::<u64>("CANOPY_FINALIZE_TIMEOUT_MS", &v)?.min(86_400_000)),
         };
+        let modules = match var("CANOPY_MODULES") {
+            None => 1,
+            Some(v) => {
+                let names: Vec<String> = v.split(',').map(|n| n.trim().to_string()).collect();
+                crate::events::modules_named(&names).map_err(|reason| Error::BadEnv {
+                    var: "CANOPY_MODULES",
+                    value: v.clone(),
+                    reason,
+                })?
+            }
+        };
+        let trace_events = match var("CANOPY_TRACE_EVENTS") {
+            None => crate::trace::DEFAULT_EVENTS,
+            Some(v) => match parse::<usize>("CANOPY_TRACE_EVENTS", &v)? {
+                n @ 1..=crate::trace::MAX_EVENTS => n,
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "CANOPY_TRACE_EVENTS",
+                        value: v,
+                        reason: format!("must be between 1 and {}", crate::trace::MAX_EVENTS),
+                    });
+                }
+            },
+        };
         Ok(Config {
             app: if app.is_empty() {
                 var("CANOPY_APP").unwrap_or_else(program_name)
@@ -138,6 +167,8 @@ impl Config {
             period,
             queue_dumps,
             finalize_timeout,
+            modules,
+            trace_events,
         })
     }
 }

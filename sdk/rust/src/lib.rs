@@ -14,6 +14,12 @@
 //! canopy_sdk::finalize().unwrap();
 //! ```
 //!
+//! Every call is an event of the event interface (events.rs): activities begin and end (timers are
+//! activities), messages are sent, threads go idle and busy, counters move. The measurement modules in force
+//! receive them: the profile module (the rank's profile at each dump), the trace module (a bounded event trace,
+//! shipped by the ranks the options name) and the null module; CANOPY_MODULES chooses them at start and the
+//! tree's options switch them at a dump.
+//!
 //! Inclusive and exclusive times come from a per-thread stack of running timers; the timers of several
 //! threads add up into the rank's profile. No call blocks on I/O or aborts: a dump copies a snapshot into a
 //! bounded queue and returns; when the agent is absent, dead or slow, the SDK counts the dumps it drops,
@@ -29,8 +35,10 @@
 )]
 
 mod config;
+mod events;
 mod measure;
 mod ship;
+mod trace;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +49,7 @@ pub use canopy_wire::event_id;
 use canopy_wire::options::Measure;
 use canopy_wire::v1::RankControl;
 pub use config::Config;
+pub use events::{Activity, Counter, activity, counter_id, idle_begin, idle_end, modules, send};
 pub use measure::{MAX_NAMES, Scope, Timer};
 use measure::{Totals, registry};
 
@@ -137,6 +146,15 @@ pub fn counter(name: &str, value: f64) -> Result<(), Error> {
     measure::counter(name, value)
 }
 
+/// Puts these measurement modules in force from now on ("profile", "trace", "null"), until the tree's
+/// options name others. The error names an unknown module.
+pub fn set_modules(names: &[&str]) -> Result<(), Error> {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let bits = events::modules_named(&names).map_err(Error::Invalid)?;
+    events::set_modules(bits);
+    Ok(())
+}
+
 /// Why a dump carries no profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -158,6 +176,10 @@ struct Snapshot {
     measure: Arc<Measure>,
     /// Which options `measure` is (they change at most once per dump).
     measure_gen: u64,
+    /// (thread, event) of the trace since the previous dump, when this rank ships its trace.
+    trace: Vec<(u32, trace::Record)>,
+    /// Trace events recorded since the previous dump and not in `trace`.
+    trace_lost: u64,
 }
 
 impl Snapshot {
@@ -170,6 +192,8 @@ impl Snapshot {
             counters: Vec::with_capacity(16),
             measure: Arc::new(Measure::default()),
             measure_gen: 0,
+            trace: Vec::new(),
+            trace_lost: 0,
         }
     }
 }
@@ -200,6 +224,8 @@ struct State {
     measure: Arc<Measure>,
     measure_gen: u64,
     sampled_out: bool,
+    /// Whether the options name this rank in `trace_ranks`.
+    traced: bool,
     period: Option<Duration>,
     control_seen: u64,
     ready: VecDeque<Snapshot>,
@@ -255,6 +281,7 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         measure: Arc::new(Measure::default()),
         measure_gen: 0,
         sampled_out: false,
+        traced: false,
         period: config.period,
         control_seen: 0,
         ready: VecDeque::with_capacity(config.queue_dumps),
@@ -275,6 +302,8 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         return Err(Error::AlreadyInitialized);
     }
     let sdk = SDK.get().expect("set above");
+    trace::set_capacity(sdk.config.trace_events);
+    events::set_modules(sdk.config.modules);
     let handle = std::thread::Builder::new()
         .name("canopy-ship".into())
         .spawn(move || ship::run(sdk))
@@ -400,6 +429,13 @@ impl Sdk {
         snap.kind = kind;
         snap.timers.clear();
         snap.counters.clear();
+        snap.trace.clear();
+        snap.trace_lost = 0;
+        if st.traced || events::in_force("trace") {
+            // The trace since the previous dump: shipped by a traced rank's profile, else let go.
+            let keep = st.traced && kind == Kind::Profile;
+            snap.trace_lost = trace::take(keep, &mut snap.trace);
+        }
         if kind == Kind::Profile {
             snap.measure = st.measure.clone();
             snap.measure_gen = st.measure_gen;
@@ -433,6 +469,16 @@ impl Sdk {
         match Measure::from_options(&options) {
             Ok(m) => {
                 st.sampled_out = m.samples_out(self.config.rank);
+                st.traced = m.traces(self.config.rank);
+                let modules = if m.modules().is_empty() {
+                    Ok(self.config.modules)
+                } else {
+                    events::modules_named(m.modules())
+                };
+                match modules {
+                    Ok(bits) => events::set_modules(bits),
+                    Err(e) => self.link.note(format!("measurement modules ignored: {e}")),
+                }
                 st.measure = Arc::new(m);
                 st.measure_gen += 1;
             }

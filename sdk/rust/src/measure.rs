@@ -1,11 +1,11 @@
 //! Where timers and counters keep their values: a process-wide registry of names and, per thread, a table of
 //! accumulators that only its own thread writes and any dump reads.
 //!
-//! Start and stop touch only the calling thread's table and stack: no lock, no allocation once the thread has
-//! used the timer, two clock reads. A dump sums every thread's table, so timers from several threads of one
+//! This is the profile module's state (see events.rs): begin and end touch only the calling thread's table
+//! and stack: no lock, no allocation once the thread has used the timer, two clock reads. A dump sums every thread's table, so timers from several threads of one
 //! rank add up into the rank's profile; the tables of threads that ended still count.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,20 +36,22 @@ impl Timer {
         self.id
     }
 
-    /// Starts the timer on the calling thread.
+    /// The timer's index: the id of the activity of the same name.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Starts the timer on the calling thread: the begin event of its activity.
     #[inline]
     pub fn start(&'static self) {
-        let now = Instant::now();
-        // A thread being torn down has no table left: its timers are not counted.
-        let _ = LOCAL.try_with(|l| l.start(self.index, now));
+        crate::events::Activity(self.index).begin();
     }
 
     /// Stops the timer on the calling thread; it must be the one that started last and is still running
     /// there. Any other stop is ignored and counted (see `mismatched_stops`).
     #[inline]
     pub fn stop(&'static self) {
-        let now = Instant::now();
-        let _ = LOCAL.try_with(|l| l.stop(self.index, now));
+        crate::events::Activity(self.index).end();
     }
 
     /// Starts the timer and stops it when the guard is dropped.
@@ -140,6 +142,8 @@ struct Frame {
 struct Local {
     table: Arc<ThreadTable>,
     stack: RefCell<Vec<Frame>>,
+    /// The profile module's switch-on the stack belongs to (see `events::PROFILE_EPOCH`).
+    epoch: Cell<u64>,
     /// Counter name hash to index, so a counter update takes no lock once the thread has seen the name.
     counters: RefCell<HashMap<u64, u32, IdHash>>,
 }
@@ -203,7 +207,29 @@ impl Local {
         Local {
             table,
             stack: RefCell::new(Vec::with_capacity(STACK_DEPTH)),
+            epoch: Cell::new(0),
             counters: RefCell::new(HashMap::default()),
+        }
+    }
+
+    /// Drops a stack begun before the profile module was last switched on: its ends were not seen.
+    #[inline]
+    fn resync(&self, epoch: u64) {
+        if self.epoch.get() == epoch {
+            return;
+        }
+        self.epoch.set(epoch);
+        for frame in self.stack.borrow_mut().drain(..) {
+            let slot = self.table.timers.slot(frame.timer);
+            let active = slot.active.load(Ordering::Relaxed).saturating_sub(1);
+            slot.active.store(active, Ordering::Relaxed);
+            if active == 0 {
+                // Exclusive time of inner recursive calls that finished: keep it, so exclusive stays below
+                // inclusive for the calls that were counted.
+                let pending = slot.pending_excl_ns.swap(0, Ordering::Relaxed);
+                add(&slot.incl_ns, pending, Ordering::Relaxed);
+                add(&slot.excl_ns, pending, Ordering::Release);
+            }
         }
     }
 
@@ -247,22 +273,51 @@ impl Local {
         }
     }
 
-    fn counter(&self, name: &str, value: f64) -> Result<(), crate::Error> {
+    /// The index of the counter `name`, from the thread's own map once the thread has seen the name.
+    fn counter_index(&self, name: &str) -> Result<u32, crate::Error> {
         let hash = crate::event_id(name);
         let known = self.counters.borrow().get(&hash).copied();
-        let index = match known {
-            Some(i) => i,
+        match known {
+            Some(i) => Ok(i),
             None => {
                 let i = registry().counter_index(name)?;
                 self.counters.borrow_mut().insert(hash, i);
-                i
+                Ok(i)
             }
-        };
+        }
+    }
+
+    #[inline]
+    fn count(&self, index: u32, value: f64) {
         let slot = self.table.counters.slot(index);
         let sum = f64::from_bits(slot.sum.load(Ordering::Relaxed)) + value;
         slot.sum.store(sum.to_bits(), Ordering::Relaxed);
-        Ok(())
     }
+}
+
+/// The profile module's begin: pushes the activity on the calling thread's stack. A thread being torn down
+/// has no table left: its activities are not counted.
+#[inline]
+pub(crate) fn start(timer: u32, now: Instant, epoch: u64) {
+    let _ = LOCAL.try_with(|l| {
+        l.resync(epoch);
+        l.start(timer, now)
+    });
+}
+
+/// The profile module's end.
+#[inline]
+pub(crate) fn stop(timer: u32, now: Instant, epoch: u64) {
+    let _ = LOCAL.try_with(|l| {
+        l.resync(epoch);
+        l.stop(timer, now)
+    });
+}
+
+/// The profile module's counter event.
+#[inline]
+pub(crate) fn count(counter: u32, value: f64) {
+    let _ = LOCAL.try_with(|l| l.count(counter, value));
 }
 
 #[inline]
@@ -349,7 +404,7 @@ impl Registry {
         Ok(timer)
     }
 
-    fn counter_index(&self, name: &str) -> Result<u32, crate::Error> {
+    pub(crate) fn counter_index(&self, name: &str) -> Result<u32, crate::Error> {
         let mut by_name = lock(&self.counters_by_name);
         if let Some(i) = by_name.get(name) {
             return Ok(*i);
@@ -381,6 +436,16 @@ impl Registry {
             .map(|n| (crate::event_id(n), n.clone()))
             .collect();
         (t, c)
+    }
+
+    /// Timers (activities) named so far.
+    pub(crate) fn timer_count(&self) -> usize {
+        self.timer_count.load(Ordering::Acquire)
+    }
+
+    /// Counters named so far.
+    pub(crate) fn counter_count(&self) -> usize {
+        self.counter_count.load(Ordering::Acquire)
     }
 
     pub(crate) fn mismatched_stops(&self) -> u64 {
@@ -431,9 +496,15 @@ pub(crate) struct Totals {
     pub counters: Vec<f64>,
 }
 
-/// Adds `value` to the counter `name` on the calling thread.
+/// Adds `value` to the counter `name` on the calling thread: the counter event, by the name's index.
 pub(crate) fn counter(name: &str, value: f64) -> Result<(), crate::Error> {
-    LOCAL.try_with(|l| l.counter(name, value)).unwrap_or(Ok(()))
+    match LOCAL.try_with(|l| l.counter_index(name)) {
+        Ok(index) => {
+            crate::events::Counter(index?).add(value);
+            Ok(())
+        }
+        Err(_) => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use canopy_wire::options::{Measure, metric};
 use canopy_wire::v1::{
     AgentMessage, CounterSample, EventName, EventSample, RankAbsence, RankDump, RankFin, RankHello,
-    RankMessage, RankProfile, agent_message, rank_message,
+    RankMessage, RankProfile, TraceEvent, TraceKind, agent_message, rank_message,
 };
 use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
 use prost::Message;
@@ -451,11 +451,28 @@ fn encode_dump(
                 }
             }
         }
+        for (thread, r) in &snap.trace {
+            let kind = TraceKind::try_from(i32::from(r.kind)).unwrap_or_default();
+            let mut e = TraceEvent {
+                unix_ns: crate::trace::unix_ns(r),
+                kind: kind as i32,
+                thread: *thread,
+                ..Default::default()
+            };
+            match kind {
+                TraceKind::Begin | TraceKind::End => e.id = names.timer_id(r.a),
+                TraceKind::Send => (e.peer, e.bytes) = (r.a, r.bytes),
+                _ => {}
+            }
+            profile.trace.push(e);
+        }
+        profile.trace_lost = snap.trace_lost;
         let fresh: Vec<u64> = profile
             .events
             .iter()
             .map(|e| e.event_id)
             .chain(profile.counters.iter().map(|c| c.counter_id))
+            .chain(profile.trace.iter().filter(|t| t.id != 0).map(|t| t.id))
             .filter(|id| !sent.contains(id))
             .collect();
         for id in fresh {

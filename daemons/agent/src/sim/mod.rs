@@ -230,6 +230,9 @@ impl Simulator {
         self.each_rank(round, |st, plan, samples, counter_ids, counters| {
             profiles.push(RankProfile {
                 metrics: 0,
+                // Simulated ranks run no trace module.
+                trace: Vec::new(),
+                trace_lost: 0,
                 app: app.clone(),
                 rank: st.rank,
                 round,

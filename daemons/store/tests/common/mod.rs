@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use canopy_proto::v1::{
-    CounterSample, EventSample, MissingReason, ProfileBatch, RankProfile, StreamSpec, SyncMode,
+    CounterSample, EventSample, MissingReason, ProfileBatch, RankProfile, StreamSpec, SyncMode, TraceEvent,
+    TraceKind,
 };
 use canopy_store::RoundRecord;
 use prost::Message;
@@ -92,6 +93,29 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                 })
                 .collect(),
             metrics: 0,
+            // Every rank ships a trace of one activity's begin and end and a send, and rank 1 lost 3 events.
+            trace: vec![
+                TraceEvent {
+                    unix_ns: 10,
+                    kind: TraceKind::Begin as i32,
+                    id: u64::MAX,
+                    ..TraceEvent::default()
+                },
+                TraceEvent {
+                    unix_ns: 11,
+                    kind: TraceKind::Send as i32,
+                    peer: rank + 1,
+                    bytes: 4096,
+                    ..TraceEvent::default()
+                },
+                TraceEvent {
+                    unix_ns: 12,
+                    kind: TraceKind::End as i32,
+                    id: u64::MAX,
+                    ..TraceEvent::default()
+                },
+            ],
+            trace_lost: if rank == 1 { 3 } else { 0 },
         })
         .collect();
     ProfileBatch { profiles }.encode_to_vec()

@@ -110,6 +110,7 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
                 events,
                 counters,
                 metrics: 0,
+                ..RankProfile::default()
             }
         })
         .collect()
