@@ -90,7 +90,7 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
     }
 
     // The stencil, without and with the wrapper and a fresh tree per run (the front-end ends with the ranks).
-    let stencil_args = [iterations.to_string(), "512".to_string(), "128".to_string()];
+    let stencil_args = [iterations.to_string(), "2048".to_string(), "128".to_string()];
     let socket = dir.path().join("agent.sock");
     let (mut t_plain, mut t_wrapped, mut rounds) = (Vec::new(), Vec::new(), Vec::new());
     let mut tree: Option<(Proc, Proc, tempfile::TempDir)> = None;
@@ -149,7 +149,7 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
     println!("| added by the wrapper, ns per call | {m:.2} | {lo:.2} | {hi:.2} |");
     let (base, blo, bhi) = stats(t_plain);
     println!(
-        "| stencil_mpi, {ranks} ranks, {iterations} iterations of 128x512 per rank, s, plain | {base:.4} | {blo:.4} | {bhi:.4} |"
+        "| stencil_mpi, {ranks} ranks, {iterations} iterations of 128x2048 per rank, s, plain | {base:.4} | {blo:.4} | {bhi:.4} |"
     );
     let (m, lo, hi) = stats(t_wrapped);
     println!(
