@@ -190,8 +190,8 @@ enum Command {
         /// MPI_Comm_rank calls per ping run.
         #[arg(long, default_value_t = 20_000_000)]
         calls: u64,
-        /// Ranks of the stencil (mpirun -np).
-        #[arg(long, default_value_t = 2)]
+        /// Ranks of the stencil (mpirun -np); 1 leaves a core of this 2-core machine to the tree's daemons.
+        #[arg(long, default_value_t = 1)]
         ranks: u32,
         #[arg(long, default_value_t = 2000)]
         iterations: u64,
