@@ -58,6 +58,8 @@ for plugin in "$target"/libcanopy_filter_*.so; do
 done
 install -m 0755 "$target/libcanopy.so" "$libdir/libcanopy.so"
 install -m 0644 "$target/libcanopy.a" "$libdir/libcanopy.a"
+# The MPI wrapper (link -lcanopy_mpi or preload it; canopy-run --mpi finds it in ../lib).
+install -m 0755 "$target/libcanopy_mpi.so" "$libdir/libcanopy_mpi.so"
 install -m 0644 "$root/sdk/c/include/canopy.h" "$incdir/canopy.h"
 # The Fortran module as source: a .mod file is specific to the compiler that made it, so applications compile
 # canopy.f90 with their own (sdk/README.md).

@@ -11,6 +11,7 @@
 mod heal;
 mod latency;
 mod leaf;
+mod mpi_wrapper;
 mod offload;
 mod perturbation;
 mod processes;
@@ -181,6 +182,22 @@ enum Command {
         period_ms: u64,
         #[arg(long, default_value_t = 300)]
         iterations: u64,
+    },
+    /// What libcanopy_mpi costs an unmodified MPI program: the added ns per call on a tight loop of
+    /// MPI_Comm_rank (sdk/examples/mpi/ping.c, -np 1), and the MPI stencil run unmodified under the preloaded
+    /// wrapper with a dump every `period_ms` through a real tree, against the same run without it.
+    MpiWrapper {
+        /// MPI_Comm_rank calls per ping run.
+        #[arg(long, default_value_t = 20_000_000)]
+        calls: u64,
+        /// Ranks of the stencil (mpirun -np); 1 leaves a core of this 2-core machine to the tree's daemons.
+        #[arg(long, default_value_t = 1)]
+        ranks: u32,
+        #[arg(long, default_value_t = 2000)]
+        iterations: u64,
+        /// The wrapper's dump period in the stencil runs (CANOPY_DUMP_PERIOD_MS).
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
     },
     /// Bytes per round at the front-end for each standard filter against passthrough, and classify's
     /// reduction factor per classification scheme (ToM's Fig. 7).
@@ -365,6 +382,12 @@ fn main() -> anyhow::Result<()> {
             period_ms,
             iterations,
         } => perturbation::run_all(period_ms, iterations, args.repeats),
+        Command::MpiWrapper {
+            calls,
+            ranks,
+            iterations,
+            period_ms,
+        } => mpi_wrapper::run(calls, ranks, iterations, period_ms, args.repeats),
         Command::Sdk {
             events,
             pairs,

@@ -54,6 +54,9 @@ for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; 
 munge -n | unmunge >/dev/null
 
 mkdir -p "$dir/state"
+# Each node its own TmpFS: the nodes share /tmp, where Slurm's PMIx plugin (srun --mpi=pmix, for MPI ranks)
+# would make the same per-step directory on every node.
+for k in $(seq 1 $nodes); do mkdir -p -m 1777 "$dir/tmp-node$k"; done
 {
     echo "ClusterName=canopy"
     echo "SlurmctldHost=localhost(127.0.0.1)"
@@ -69,6 +72,7 @@ mkdir -p "$dir/state"
     echo "ReturnToService=2"
     echo "StateSaveLocation=$dir/state"
     echo "SlurmdSpoolDir=$dir/spool-%n"
+    echo "TmpFS=$dir/tmp-%n"
     echo "SlurmdPidFile=$dir/slurmd-%n.pid"
     echo "SlurmctldPidFile=$dir/slurmctld.pid"
     echo "SlurmctldLogFile=$dir/slurmctld.log"

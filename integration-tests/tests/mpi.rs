@@ -1,0 +1,535 @@
+//! libcanopy_mpi end to end: unmodified MPI programs (sdk/examples/mpi) under `mpirun -np 4` against a real
+//! front-end and socket agent, monitored by preloading the wrapper library, by linking it, and from Fortran.
+//! The store must hold every rank's MPI calls with the counts the program itself printed, the bytes it sent,
+//! every round at full coverage, and the program's output must be what it prints without Canopy.
+//!
+//! It needs Open MPI (mpicc, mpif90, mpirun), which `.ci/run` installs and says so with CANOPY_MPI_TEST=1: then
+//! a missing tool fails the test. Elsewhere the test prints why it cannot run and passes.
+
+#![allow(
+    clippy::disallowed_types,
+    reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
+)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use canopy_integration_tests::{
+    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, wait_for,
+};
+
+const RANKS: u32 = 4;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/examples/mpi")
+}
+
+/// Why the MPI tests cannot run here, if they cannot; with CANOPY_MPI_TEST set, a missing tool fails instead.
+fn missing() -> Option<String> {
+    for tool in ["mpicc", "mpif90", "mpirun"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            let why =
+                format!("{tool} is not installed (apt-get install openmpi-bin libopenmpi-dev gfortran)");
+            assert!(
+                std::env::var_os("CANOPY_MPI_TEST").is_none(),
+                "CANOPY_MPI_TEST is set but the MPI tests cannot run: {why}"
+            );
+            eprintln!("skipped: {why}");
+            return Some(why);
+        }
+    }
+    None
+}
+
+/// The wrapper library built beside the daemons.
+fn wrapper() -> PathBuf {
+    let lib = bin_dir().join("libcanopy_mpi.so");
+    assert!(
+        lib.is_file(),
+        "libcanopy_mpi.so is not built in {}: run `cargo build --workspace` first",
+        bin_dir().display()
+    );
+    lib
+}
+
+/// Compiles `source` (in sdk/examples/mpi) with `compiler` into `dir/exe`, with `extra` flags after the source.
+fn compile(dir: &Path, compiler: &str, source: &str, exe: &str, extra: &[String]) -> PathBuf {
+    let out = dir.join(exe);
+    let status = Command::new(compiler)
+        .arg("-O2")
+        .arg("-o")
+        .arg(&out)
+        .arg(examples().join(source))
+        .args(extra)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} runs: {e}"));
+    assert!(status.success(), "{compiler} {source} failed");
+    out
+}
+
+/// Runs `mpirun -np RANKS` with `env` passed to every rank (`-x NAME=VALUE`), and waits up to a minute.
+fn mpirun(exe: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "-np", &RANKS.to_string()])
+        // Root in a container or CI: Open MPI refuses it unless told.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        // Ranks that wait give up the core: the ranks share the machine's few cores with the tree.
+        .args(["--mca", "mpi_yield_when_idle", "1"]);
+    for (name, value) in env {
+        cmd.arg("-x").arg(format!("{name}={value}"));
+    }
+    cmd.arg(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("mpirun starts");
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.expect("mpirun ran"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(id as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("mpirun {} did not end in 60 s", exe.display());
+        }
+    }
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// The program's own counts: per rank, each `NAME VALUE` pair of its `rank R: ...` line.
+fn printed_counts(stdout: &str) -> BTreeMap<u32, BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some(rest) = line.strip_prefix("rank ") else {
+            continue;
+        };
+        let (rank, pairs) = rest.split_once(':').expect("rank R: ...");
+        let words: Vec<&str> = pairs.split_whitespace().collect();
+        let counts = words
+            .chunks(2)
+            .map(|p| (p[0].to_string(), p[1].parse().expect("a count")))
+            .collect();
+        out.insert(rank.trim().parse().expect("a rank"), counts);
+    }
+    assert_eq!(out.len() as u32, RANKS, "a line per rank in:\n{stdout}");
+    out
+}
+
+fn wait_socket(path: &Path, agent: &mut Proc) {
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        if let Ok(Some(status)) = agent.child.try_wait() {
+            panic!("agent exited with {status}:\n{}", agent.log_text());
+        }
+        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
+    });
+}
+
+/// A front-end (stats and passthrough, ending at the ranks' FIN) and a socket agent in `dir`.
+struct Tree {
+    fe: Proc,
+    _agent: Proc,
+    store: PathBuf,
+    socket: PathBuf,
+}
+
+fn start_tree(dir: &Path) -> Tree {
+    let (fe, addr, store) = start_frontend(dir, &["--streams", "stats,passthrough", "--exit-on-fin", "true"]);
+    let socket = dir.join("agent.sock");
+    let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    Tree {
+        fe,
+        _agent: agent,
+        store,
+        socket,
+    }
+}
+
+impl Tree {
+    /// Waits for the front-end to end its run (every rank's FIN) and returns the store.
+    fn finished(mut self) -> PathBuf {
+        let status = self.fe.wait_timeout(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "front-end did not finish:\n{}",
+            self.fe.log_text()
+        );
+        self.store
+    }
+}
+
+/// Per rank, the calls of the event `name` stored over all rounds (the sum of every round's calls, checked
+/// against the last running total).
+fn stored_calls(store: &Path, name: &str) -> BTreeMap<u32, u64> {
+    let stored = reader(store);
+    let ids: HashSet<u64> = stored
+        .names()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .collect();
+    let mut per_rank: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for s in stored.samples(Select::all()).unwrap() {
+        if ids.contains(&s.event_id) {
+            let row = per_rank.entry(s.rank).or_default();
+            row.0 += s.calls.unwrap_or(0);
+            row.1 = row.1.max(s.calls_total.unwrap_or(0));
+        }
+    }
+    per_rank
+        .into_iter()
+        .map(|(rank, (sum, total))| {
+            assert_eq!(
+                sum, total,
+                "{name}, rank {rank}: the rounds' calls add up to the running total"
+            );
+            (rank, sum)
+        })
+        .collect()
+}
+
+/// Per rank, the last total of the counter `name`.
+fn stored_counter(store: &Path, name: &str) -> BTreeMap<u32, f64> {
+    let stored = reader(store);
+    let ids: HashSet<u64> = stored
+        .names()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .collect();
+    let mut last: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
+    for c in stored.counters(Select::all()).unwrap() {
+        if ids.contains(&c.counter_id) {
+            let row = last.entry(c.rank).or_insert((0, 0.0));
+            if c.round >= row.0 {
+                *row = (c.round, c.total.unwrap_or(0.0));
+            }
+        }
+    }
+    last.into_iter().map(|(rank, (_, total))| (rank, total)).collect()
+}
+
+/// Every round of both streams covers every rank; returns how many rounds there were.
+fn assert_full_coverage(store: &Path) -> usize {
+    let rounds = read_rounds(store);
+    let mut n = 0;
+    for stream in ["stats", "passthrough"] {
+        let of: Vec<_> = rounds.iter().filter(|r| r.stream == stream).collect();
+        assert!(!of.is_empty(), "no {stream} round stored");
+        for (k, r) in of.iter().enumerate() {
+            assert_eq!(r.round, k as u64, "{stream}: {of:?}");
+            assert_eq!(
+                (r.covered, r.expected),
+                (RANKS, RANKS),
+                "{stream} round {}: {r:?}",
+                r.round
+            );
+        }
+        n = of.len();
+    }
+    n
+}
+
+/// The stencil's calls and bytes, as it printed them, are the store's; it dumped after every MPI_Allreduce and
+/// once more at MPI_Finalize.
+fn assert_stencil_monitored(store: &Path, stdout: &str, iterations: usize) {
+    let rounds = assert_full_coverage(store);
+    assert_eq!(
+        rounds,
+        iterations + 1,
+        "a round per MPI_Allreduce and the last one at MPI_Finalize"
+    );
+    let printed = printed_counts(stdout);
+    for call in ["MPI_Sendrecv", "MPI_Allreduce"] {
+        let stored = stored_calls(store, call);
+        for (rank, counts) in &printed {
+            assert_eq!(
+                stored.get(rank).copied(),
+                Some(counts[call]),
+                "{call}, rank {rank}: {stored:?}"
+            );
+        }
+    }
+    let sent = stored_counter(store, "bytes_sent");
+    for (rank, counts) in &printed {
+        assert_eq!(
+            sent.get(rank).copied(),
+            Some(counts["bytes_sent"] as f64),
+            "bytes_sent, rank {rank}"
+        );
+    }
+    // Each MPI_Allreduce of one double: 8 bytes.
+    let reduced = stored_counter(store, "MPI_Allreduce bytes");
+    for (rank, counts) in &printed {
+        assert_eq!(
+            reduced.get(rank).copied(),
+            Some((counts["MPI_Allreduce"] * 8) as f64),
+            "MPI_Allreduce bytes, rank {rank}"
+        );
+    }
+}
+
+const STENCIL_ARGS: [&str; 3] = ["30", "128", "16"];
+
+#[test]
+fn an_unmodified_mpi_program_with_the_wrapper_preloaded_reports_every_call_and_byte() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let plain = mpirun(&exe, &STENCIL_ARGS, &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+
+    let tree = start_tree(dir.path());
+    let env = [
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce".to_string()),
+    ];
+    let run = mpirun(&exe, &STENCIL_ARGS, &env);
+    let stderr = text(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("canopy-mpi:"),
+        "the wrapper complained:\n{stderr}"
+    );
+    // The same output, checksum included, as without Canopy.
+    assert_eq!(text(&run.stdout), text(&plain.stdout));
+    let store = tree.finished();
+    assert_stencil_monitored(&store, &text(&run.stdout), 30);
+}
+
+#[test]
+fn the_same_program_linked_with_the_wrapper_reports_the_same() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let libdir = lib.parent().unwrap().display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let link = [
+        format!("-L{libdir}"),
+        format!("-Wl,-rpath,{libdir}"),
+        "-lcanopy_mpi".to_string(),
+    ];
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi-linked", &link);
+    let plain = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let reference = mpirun(&plain, &STENCIL_ARGS, &[]);
+    assert!(reference.status.success(), "{}", text(&reference.stderr));
+
+    let tree = start_tree(dir.path());
+    let env = [
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce".to_string()),
+    ];
+    let run = mpirun(&exe, &STENCIL_ARGS, &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), text(&reference.stdout));
+    let store = tree.finished();
+    assert_stencil_monitored(&store, &text(&run.stdout), 30);
+}
+
+#[test]
+fn a_fortran_mpi_program_under_the_preloaded_wrapper_reports_its_calls() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpif90", "ring_mpi.f90", "ring_mpi", &[]);
+    let plain = mpirun(&exe, &["25"], &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+
+    let tree = start_tree(dir.path());
+    // A dump every 5th MPI_ALLREDUCE: the Fortran calls count toward it as the C ones would.
+    let env = [
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce:5".to_string()),
+    ];
+    let run = mpirun(&exe, &["25"], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), text(&plain.stdout));
+    let store = tree.finished();
+    // 25 calls: a dump after the 5th, 10th, ... 25th, and the last at MPI_FINALIZE.
+    assert_eq!(assert_full_coverage(&store), 6);
+    let printed = printed_counts(&text(&run.stdout));
+    for call in ["MPI_Sendrecv", "MPI_Allreduce"] {
+        let stored = stored_calls(&store, call);
+        for (rank, counts) in &printed {
+            assert_eq!(
+                stored.get(rank).copied(),
+                Some(counts[call]),
+                "{call}, rank {rank}: {stored:?}"
+            );
+        }
+    }
+    // One double to the next rank per MPI_SENDRECV, and one double per MPI_ALLREDUCE.
+    let sent = stored_counter(&store, "bytes_sent");
+    let reduced = stored_counter(&store, "MPI_Allreduce bytes");
+    let received = stored_counter(&store, "MPI_Sendrecv bytes");
+    for rank in 0..RANKS {
+        assert_eq!(
+            sent.get(&rank).copied(),
+            Some(25.0 * 8.0),
+            "bytes_sent, rank {rank}"
+        );
+        assert_eq!(
+            reduced.get(&rank).copied(),
+            Some(25.0 * 8.0),
+            "MPI_Allreduce bytes, rank {rank}"
+        );
+        assert_eq!(
+            received.get(&rank).copied(),
+            Some(25.0 * 8.0),
+            "MPI_Sendrecv bytes, rank {rank}"
+        );
+    }
+}
+
+#[test]
+fn bad_dump_settings_are_named_on_stderr_and_the_program_runs_on() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let plain = mpirun(&exe, &["5", "32", "4"], &[]);
+    // No agent: the wrapper says so at MPI_Finalize and the program ends as it would.
+    let env = [
+        ("LD_PRELOAD", lib.display().to_string()),
+        (
+            "CANOPY_AGENT_SOCKET",
+            dir.path().join("none.sock").display().to_string(),
+        ),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Nope:3".to_string()),
+        ("CANOPY_FINALIZE_TIMEOUT_MS", "100".to_string()),
+    ];
+    let started = Instant::now();
+    let run = mpirun(&exe, &["5", "32", "4"], &env);
+    let stderr = text(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(text(&run.stdout), text(&plain.stdout));
+    let bad = "canopy-mpi: bad value \"MPI_Nope:3\" in CANOPY_MPI_DUMP_ON: \"MPI_Nope\" is not an MPI call the \
+               wrapper intercepts";
+    assert_eq!(
+        stderr.matches(bad).count(),
+        RANKS as usize,
+        "one line per rank:\n{stderr}"
+    );
+    assert!(stderr.contains("dumping every 1000 ms instead"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn the_library_exports_the_sdk_and_a_program_that_dumps_itself_reaches_the_same_sdk() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    // The SDK's C functions and MPI's names, C and Fortran, are in the library's dynamic symbols.
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils) runs");
+    let symbols = text(&nm.stdout);
+    for name in [
+        "canopy_init",
+        "canopy_dump",
+        "canopy_finalize",
+        "canopy_timer_get",
+        "canopy_activity",
+        "canopy_send",
+        "MPI_Init",
+        "MPI_Allreduce",
+        "MPI_Finalize",
+        "mpi_allreduce_",
+        "mpi_init_",
+    ] {
+        assert!(
+            symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "{name} is not exported by {}:\n{symbols}",
+            lib.display()
+        );
+    }
+
+    // A program that dumps by itself, linked with the wrapper alone (no -lcanopy): its own timer and the
+    // wrapper's MPI_Barrier land in the same rounds, one per canopy_dump.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("dumps_itself.c");
+    std::fs::write(
+        &src,
+        r#"#include <mpi.h>
+#include <canopy.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    canopy_timer *step = canopy_timer_get("step");
+    for (int i = 0; i < 12; i++) {
+        canopy_start(step);
+        MPI_Barrier(MPI_COMM_WORLD);
+        canopy_stop(step);
+        if (canopy_dump() != 0) printf("dump: %s\n", canopy_last_error());
+    }
+    MPI_Finalize();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let libdir = lib.parent().unwrap().display().to_string();
+    let exe = dir.path().join("dumps_itself");
+    let status = Command::new("mpicc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/c/include"))
+        .arg(format!("-L{libdir}"))
+        .arg(format!("-Wl,-rpath,{libdir}"))
+        .arg("-lcanopy_mpi")
+        .status()
+        .unwrap();
+    assert!(status.success(), "mpicc dumps_itself.c -lcanopy_mpi failed");
+    let tree = start_tree(dir.path());
+    let env = [
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "app".to_string()),
+    ];
+    let run = mpirun(&exe, &[], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "", "a dump failed");
+    let store = tree.finished();
+    assert_eq!(
+        assert_full_coverage(&store),
+        12,
+        "one round per canopy_dump, none from the wrapper"
+    );
+    for name in ["step", "MPI_Barrier"] {
+        let calls = stored_calls(&store, name);
+        assert_eq!(calls.len() as u32, RANKS, "{name}: {calls:?}");
+        assert!(calls.values().all(|c| *c == 12), "{name}: {calls:?}");
+    }
+}

@@ -1,0 +1,647 @@
+//! Generates libcanopy_mpi's wrappers from functions.list and compiles them with the MPI compiler wrapper.
+//!
+//! For every line of the list it writes a C wrapper (`canopy_mpi_c_MPI_<Name>`, calling `PMPI_<Name>`) and a
+//! Fortran one (`canopy_mpi_c_mpi_<name>_`, calling `pmpi_<name>_`) into `$OUT_DIR/wrappers.c`, and the Rust
+//! that exports them under their MPI names (`$OUT_DIR/exports.rs`: a jump per symbol, as a Rust cdylib exports
+//! only what Rust defines) with the table of names (`$OUT_DIR/functions.rs`). The C is compiled with `mpicc`
+//! (`MPICC` overrides it) and libmpi is linked with the flags it reports (`--showme:link` for Open MPI, `-show`
+//! for MPICH). Without an MPI compiler the library is built without wrappers, says so at build time (a cargo
+//! warning) and when it is loaded (a line on stderr).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A parameter of a prototype: its C type (with `[]` as a pointer) and its name.
+#[derive(Debug, Clone)]
+struct Param {
+    ty: String,
+    name: String,
+}
+
+/// What a call moves, from the annotation after `|`.
+#[derive(Debug, Clone)]
+enum Effect {
+    Send {
+        dest: String,
+        count: String,
+        ty: String,
+        comm: String,
+    },
+    Recv {
+        status: String,
+    },
+    Bytes {
+        count: String,
+        ty: String,
+        in_place: Option<InPlace>,
+    },
+    Sum {
+        counts: String,
+        ty: String,
+        comm: String,
+        in_place: Option<InPlace>,
+    },
+}
+
+/// When `buf` is MPI_IN_PLACE: another count and type, or no bytes.
+#[derive(Debug, Clone)]
+struct InPlace {
+    buf: String,
+    instead: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Special {
+    None,
+    Init,
+    InitThread,
+    Finalize,
+}
+
+#[derive(Debug, Clone)]
+struct Function {
+    /// `Send` for MPI_Send.
+    name: String,
+    params: Vec<Param>,
+    effects: Vec<Effect>,
+    special: Special,
+    fortran: bool,
+}
+
+impl Function {
+    fn c_name(&self) -> String {
+        format!("MPI_{}", self.name)
+    }
+    fn fortran_name(&self) -> String {
+        format!("mpi_{}_", self.name.to_lowercase())
+    }
+    fn param(&self, name: &str) -> Result<&Param, String> {
+        self.params
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| format!("MPI_{} has no parameter {name}", self.name))
+    }
+    fn counts_bytes(&self) -> bool {
+        self.effects.iter().any(|e| !matches!(e, Effect::Send { .. }))
+    }
+}
+
+fn parse_param(text: &str) -> Result<Param, String> {
+    let text = text.trim();
+    let (text, array) = match text.strip_suffix("[]") {
+        Some(t) => (t.trim(), true),
+        None => (text, false),
+    };
+    let split = text
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .ok_or_else(|| format!("no type in parameter {text:?}"))?;
+    let (ty, name) = text.split_at(split + 1);
+    let mut ty = ty.trim().to_string();
+    if array {
+        ty.push_str(" *");
+    }
+    if name.is_empty() || ty.is_empty() {
+        return Err(format!("cannot read parameter {text:?}"));
+    }
+    Ok(Param {
+        ty,
+        name: name.to_string(),
+    })
+}
+
+fn parse_in_place(words: &[&str]) -> Result<Option<InPlace>, String> {
+    match words {
+        [] => Ok(None),
+        ["inplace", buf, "skip"] => Ok(Some(InPlace {
+            buf: buf.to_string(),
+            instead: None,
+        })),
+        ["inplace", buf, count, ty] => Ok(Some(InPlace {
+            buf: buf.to_string(),
+            instead: Some((count.to_string(), ty.to_string())),
+        })),
+        _ => Err(format!(
+            "cannot read {:?} (inplace BUF skip | inplace BUF COUNT TYPE)",
+            words.join(" ")
+        )),
+    }
+}
+
+fn parse_line(line: &str) -> Result<Function, String> {
+    let (proto, note) = line
+        .split_once('|')
+        .ok_or("no `|` between the prototype and what the call moves")?;
+    let proto = proto.trim();
+    let rest = proto
+        .strip_prefix("int MPI_")
+        .ok_or("the prototype does not start with `int MPI_`")?;
+    let (name, params) = rest.split_once('(').ok_or("no `(` in the prototype")?;
+    let params = params
+        .trim()
+        .strip_suffix(')')
+        .ok_or("the prototype does not end with `)`")?;
+    let params = if params.trim() == "void" {
+        Vec::new()
+    } else {
+        params
+            .split(',')
+            .map(parse_param)
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let mut f = Function {
+        name: name.trim().to_string(),
+        params,
+        effects: Vec::new(),
+        special: Special::None,
+        fortran: true,
+    };
+    let mut note = note.trim();
+    if let Some(n) = note.strip_suffix("nofortran") {
+        f.fortran = false;
+        note = n.trim();
+    }
+    for part in note.split(';') {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let effect = match words.as_slice() {
+            ["none"] => None,
+            ["init"] => {
+                f.special = Special::Init;
+                None
+            }
+            ["init_thread"] => {
+                f.special = Special::InitThread;
+                None
+            }
+            ["finalize"] => {
+                f.special = Special::Finalize;
+                None
+            }
+            ["send", dest, count, ty, comm] => Some(Effect::Send {
+                dest: dest.to_string(),
+                count: count.to_string(),
+                ty: ty.to_string(),
+                comm: comm.to_string(),
+            }),
+            ["recv", status] => Some(Effect::Recv {
+                status: status.to_string(),
+            }),
+            ["bytes", count, ty, rest @ ..] => Some(Effect::Bytes {
+                count: count.to_string(),
+                ty: ty.to_string(),
+                in_place: parse_in_place(rest)?,
+            }),
+            ["sum", counts, ty, comm, rest @ ..] => Some(Effect::Sum {
+                counts: counts.to_string(),
+                ty: ty.to_string(),
+                comm: comm.to_string(),
+                in_place: parse_in_place(rest)?,
+            }),
+            _ => return Err(format!("cannot read what the call moves: {part:?}")),
+        };
+        f.effects.extend(effect);
+    }
+    // Every name an annotation uses is a parameter.
+    for e in &f.effects {
+        let names: Vec<&str> = match e {
+            Effect::Send {
+                dest,
+                count,
+                ty,
+                comm,
+            } => vec![dest.as_str(), count, ty, comm],
+            Effect::Recv { status } => vec![status.as_str()],
+            Effect::Bytes { count, ty, in_place }
+            | Effect::Sum {
+                counts: count,
+                ty,
+                in_place,
+                ..
+            } => {
+                let mut v = vec![count.as_str(), ty.as_str()];
+                if let Effect::Sum { comm, .. } = e {
+                    v.push(comm);
+                }
+                if let Some(ip) = in_place {
+                    v.push(&ip.buf);
+                    if let Some((c, t)) = &ip.instead {
+                        v.extend([c.as_str(), t.as_str()]);
+                    }
+                }
+                v
+            }
+        };
+        for n in names {
+            f.param(n)?;
+        }
+    }
+    Ok(f)
+}
+
+fn parse_list(text: &str) -> Result<Vec<Function>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        out.push(parse_line(line).map_err(|e| format!("functions.list line {}: {e}", i + 1))?);
+    }
+    Ok(out)
+}
+
+/// How a generated wrapper reads an argument: C passes values, Fortran passes everything by reference with
+/// integer handles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    C,
+    Fortran,
+}
+
+fn arg(f: &Function, name: &str, lang: Lang) -> String {
+    let p = f.param(name).expect("checked when the list was read");
+    if lang == Lang::C {
+        return name.to_string();
+    }
+    match p.ty.as_str() {
+        "int" => format!("(*(const MPI_Fint *){name})"),
+        "MPI_Datatype" => format!("PMPI_Type_f2c(*(const MPI_Fint *){name})"),
+        "MPI_Comm" => format!("PMPI_Comm_f2c(*(const MPI_Fint *){name})"),
+        "const int *" => format!("((const int *){name})"),
+        _ => name.to_string(),
+    }
+}
+
+fn in_place_test(buf: &str, lang: Lang) -> String {
+    match lang {
+        Lang::C => format!("{buf} == MPI_IN_PLACE"),
+        Lang::Fortran => format!("cm_f_in_place({buf})"),
+    }
+}
+
+fn bytes_expr(f: &Function, count: &str, ty: &str, sum_comm: Option<&str>, lang: Lang) -> String {
+    match sum_comm {
+        Some(comm) => format!(
+            "cm_sum_bytes({}, {}, {})",
+            arg(f, count, lang),
+            arg(f, ty, lang),
+            arg(f, comm, lang)
+        ),
+        None => format!("cm_bytes({}, {})", arg(f, count, lang), arg(f, ty, lang)),
+    }
+}
+
+/// The statements that record what a successful call moved.
+fn effects(f: &Function, k: usize, lang: Lang) -> String {
+    let mut s = String::new();
+    for e in &f.effects {
+        match e {
+            Effect::Send {
+                dest,
+                count,
+                ty,
+                comm,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "        cm_send({}, {}, {}, {});",
+                    arg(f, dest, lang),
+                    arg(f, count, lang),
+                    arg(f, ty, lang),
+                    arg(f, comm, lang)
+                );
+            }
+            Effect::Recv { status } => match lang {
+                Lang::C => {
+                    let _ = writeln!(s, "        cm_received({k}, {status});");
+                }
+                Lang::Fortran => {
+                    let _ = writeln!(
+                        s,
+                        "        MPI_Status cm_c_status;\n        if (PMPI_Status_f2c((const MPI_Fint *){status}, &cm_c_status) == MPI_SUCCESS) cm_received({k}, &cm_c_status);"
+                    );
+                }
+            },
+            Effect::Bytes { count, ty, in_place }
+            | Effect::Sum {
+                counts: count,
+                ty,
+                in_place,
+                ..
+            } => {
+                let comm = match e {
+                    Effect::Sum { comm, .. } => Some(comm.as_str()),
+                    _ => None,
+                };
+                let normal = bytes_expr(f, count, ty, comm, lang);
+                let expr = match in_place {
+                    None => normal,
+                    Some(ip) => {
+                        let instead = match &ip.instead {
+                            Some((c, t)) => bytes_expr(f, c, t, None, lang),
+                            None => "0".to_string(),
+                        };
+                        format!("({}) ? {instead} : {normal}", in_place_test(&ip.buf, lang))
+                    }
+                };
+                let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
+            }
+        }
+    }
+    s
+}
+
+fn status_param(f: &Function) -> Option<&str> {
+    f.effects.iter().find_map(|e| match e {
+        Effect::Recv { status } => Some(status.as_str()),
+        _ => None,
+    })
+}
+
+fn c_wrapper(f: &Function, k: usize) -> String {
+    let params = if f.params.is_empty() {
+        "void".to_string()
+    } else {
+        f.params
+            .iter()
+            .map(|p| format!("{} {}", p.ty, p.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let args = f
+        .params
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let name = f.c_name();
+    let mut s = format!("int canopy_mpi_c_{name}({params}) {{\n");
+    match f.special {
+        Special::Finalize => {
+            let _ = write!(s, "    canopy_mpi_finish();\n    return P{name}({args});\n}}\n\n");
+            return s;
+        }
+        Special::Init | Special::InitThread => {
+            let _ = write!(
+                s,
+                "    int rc;\n    cm_begin({k});\n    rc = P{name}({args});\n    cm_end({k});\n    if (rc == MPI_SUCCESS) cm_started();\n    return rc;\n}}\n\n"
+            );
+            return s;
+        }
+        Special::None => {}
+    }
+    s.push_str("    int rc;\n");
+    if let Some(status) = status_param(f) {
+        let _ = writeln!(
+            s,
+            "    MPI_Status cm_status;\n    if ({status} == MPI_STATUS_IGNORE) {status} = &cm_status;"
+        );
+    }
+    let _ = writeln!(s, "    cm_begin({k});\n    rc = P{name}({args});");
+    let fx = effects(f, k, Lang::C);
+    if !fx.is_empty() {
+        let _ = write!(s, "    if (rc == MPI_SUCCESS) {{\n{fx}    }}\n");
+    }
+    let _ = write!(s, "    cm_end({k});\n    return rc;\n}}\n\n");
+    s
+}
+
+fn fortran_wrapper(f: &Function, k: usize) -> String {
+    // Fortran's MPI_INIT and MPI_INIT_THREAD take no argc and argv.
+    let params: Vec<&Param> = f
+        .params
+        .iter()
+        .filter(|p| {
+            !(matches!(f.special, Special::Init | Special::InitThread)
+                && (p.name == "argc" || p.name == "argv"))
+        })
+        .collect();
+    let mut decl: Vec<String> = params.iter().map(|p| format!("void *{}", p.name)).collect();
+    decl.push("MPI_Fint *ierr".into());
+    let decl = decl.join(", ");
+    let mut args: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    args.push("ierr");
+    let args = args.join(", ");
+    let name = f.fortran_name();
+    let mut s = format!("extern void p{name}({decl}) __attribute__((weak));\n");
+    let _ = writeln!(s, "void canopy_mpi_c_{name}({decl}) {{");
+    let _ = writeln!(
+        s,
+        "    if (p{name} == NULL) {{ cm_no_fortran(\"{name}\"); *ierr = MPI_ERR_OTHER; return; }}"
+    );
+    match f.special {
+        Special::Finalize => {
+            let _ = write!(s, "    canopy_mpi_finish();\n    p{name}({args});\n}}\n\n");
+            return s;
+        }
+        Special::Init | Special::InitThread => {
+            let _ = write!(
+                s,
+                "    cm_begin({k});\n    p{name}({args});\n    cm_end({k});\n    if (*ierr == MPI_SUCCESS) cm_started();\n}}\n\n"
+            );
+            return s;
+        }
+        Special::None => {}
+    }
+    if let Some(status) = status_param(f) {
+        let _ = writeln!(
+            s,
+            "    MPI_Fint cm_f_status[sizeof(MPI_Status) / sizeof(MPI_Fint) + 2];\n    if (cm_f_status_ignore({status})) {status} = cm_f_status;"
+        );
+    }
+    let _ = writeln!(s, "    cm_begin({k});\n    p{name}({args});");
+    let fx = effects(f, k, Lang::Fortran);
+    if !fx.is_empty() {
+        let _ = write!(s, "    if (*ierr == MPI_SUCCESS) {{\n{fx}    }}\n");
+    }
+    let _ = write!(s, "    cm_end({k});\n}}\n\n");
+    s
+}
+
+fn c_source(functions: &[Function]) -> String {
+    let mut s = String::from(
+        "/* Generated by sdk/mpi/build.rs from functions.list. */\n#include \"wrap.h\"\n#include \"wrap_fortran.h\"\n\n",
+    );
+    let n = functions.len();
+    let _ = writeln!(s, "const int cm_count = {n};");
+    let _ = writeln!(s, "int cm_activity_ids[{n}];\nint cm_bytes_ids[{n}];");
+    let _ = writeln!(s, "const char *const cm_names[{n}] = {{");
+    for f in functions {
+        let _ = writeln!(s, "    \"{}\",", f.c_name());
+    }
+    let _ = writeln!(s, "}};\nconst char *const cm_bytes_names[{n}] = {{");
+    for f in functions {
+        match f.counts_bytes() {
+            true => {
+                let _ = writeln!(s, "    \"{} bytes\",", f.c_name());
+            }
+            false => s.push_str("    NULL,\n"),
+        }
+    }
+    s.push_str("};\n\n");
+    for (k, f) in functions.iter().enumerate() {
+        s.push_str(&c_wrapper(f, k));
+        if f.fortran {
+            s.push_str(&fortran_wrapper(f, k));
+        }
+    }
+    s
+}
+
+/// The symbols the library exports: every wrapper under its MPI name.
+fn exported(functions: &[Function]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in functions {
+        out.push(f.c_name());
+        if f.fortran {
+            out.push(f.fortran_name());
+        }
+    }
+    out
+}
+
+fn exports_rs(functions: &[Function], jump: &str) -> String {
+    let mut s =
+        String::from("// Generated by sdk/mpi/build.rs from functions.list.\n\nunsafe extern \"C\" {\n");
+    let symbols = exported(functions);
+    for sym in &symbols {
+        let _ = writeln!(s, "    fn canopy_mpi_c_{sym}();");
+    }
+    s.push_str("}\n\n");
+    for sym in &symbols {
+        let _ = writeln!(
+            s,
+            "/// The wrapper of `{sym}` (see functions.list).\n#[unsafe(naked)]\n#[unsafe(no_mangle)]\npub unsafe extern \"C\" fn {sym}() {{\n    core::arch::naked_asm!(\"{jump} {{0}}\", sym canopy_mpi_c_{sym})\n}}\n"
+        );
+    }
+    s
+}
+
+fn functions_rs(functions: &[Function]) -> String {
+    let mut s = String::from(
+        "// Generated by sdk/mpi/build.rs from functions.list.\n\n/// The wrapped calls, by the index the C wrappers know them by.\npub(crate) const FUNCTIONS: &[&str] = &[\n",
+    );
+    for f in functions {
+        let _ = writeln!(s, "    \"{}\",", f.c_name());
+    }
+    s.push_str("];\n");
+    s
+}
+
+/// The MPI compiler wrapper's link flags, as cargo directives: Open MPI's `--showme:link`, else MPICH's `-show`.
+fn link_flags(mpicc: &str) -> Result<Vec<String>, String> {
+    let run = |arg: &str| {
+        Command::new(mpicc)
+            .arg(arg)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (text, skip_first) = match run("--showme:link") {
+        Some(t) => (t, false),
+        None => (
+            run("-show").ok_or_else(|| format!("`{mpicc} --showme:link` and `{mpicc} -show` both failed"))?,
+            true,
+        ),
+    };
+    let mut out = Vec::new();
+    for (i, word) in text.split_whitespace().enumerate() {
+        if skip_first && i == 0 {
+            continue;
+        }
+        if let Some(dir) = word.strip_prefix("-L") {
+            out.push(format!("cargo:rustc-link-search=native={dir}"));
+            out.push(format!("cargo:rustc-cdylib-link-arg=-Wl,-rpath,{dir}"));
+        } else if let Some(lib) = word.strip_prefix("-l") {
+            out.push(format!("cargo:rustc-link-lib=dylib={lib}"));
+        } else if word.starts_with("-Wl,") || word == "-pthread" {
+            out.push(format!("cargo:rustc-cdylib-link-arg={word}"));
+        }
+    }
+    if !out.iter().any(|l| l.contains("rustc-link-lib=dylib=mpi")) {
+        return Err(format!(
+            "`{mpicc}` reports no -lmpi in its link flags: {}",
+            text.trim()
+        ));
+    }
+    Ok(out)
+}
+
+fn mpicc() -> Option<String> {
+    let cc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into());
+    let found = Command::new(&cc)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    found.then_some(cc)
+}
+
+fn main() {
+    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    for f in [
+        "functions.list",
+        "src/wrap.h",
+        "src/wrap.c",
+        "src/wrap_fortran.h",
+        "../c/include/canopy.h",
+    ] {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    println!("cargo:rerun-if-env-changed=MPICC");
+    println!("cargo::rustc-check-cfg=cfg(canopy_mpi_none)");
+    let list =
+        std::fs::read_to_string(dir.join("functions.list")).expect("sdk/mpi/functions.list is readable");
+    let functions = parse_list(&list).unwrap_or_else(|e| panic!("{e}"));
+    write(&out.join("functions.rs"), &functions_rs(&functions));
+
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let jump = match arch.as_str() {
+        "x86_64" => Some("jmp"),
+        "aarch64" => Some("b"),
+        _ => None,
+    };
+    let without = |why: String| {
+        println!("cargo:warning=libcanopy_mpi is built without MPI wrappers: {why}");
+        println!("cargo:rustc-cfg=canopy_mpi_none");
+        write(&out.join("why_none.txt"), &why);
+        write(&out.join("exports.rs"), "");
+    };
+    let Some(jump) = jump else {
+        return without(format!(
+            "the wrappers' entry points are written for x86_64 and aarch64, not {arch}"
+        ));
+    };
+    let Some(mpicc) = mpicc() else {
+        return without(
+            "no MPI compiler wrapper was found (mpicc, or the one MPICC names); install Open MPI or MPICH and \
+             rebuild"
+                .into(),
+        );
+    };
+    let flags = match link_flags(&mpicc) {
+        Ok(f) => f,
+        Err(e) => return without(e),
+    };
+    write(&out.join("wrappers.c"), &c_source(&functions));
+    write(&out.join("exports.rs"), &exports_rs(&functions, jump));
+    cc::Build::new()
+        .compiler(&mpicc)
+        .file(out.join("wrappers.c"))
+        .file(dir.join("src/wrap.c"))
+        .include(dir.join("src"))
+        .include(dir.join("../c/include"))
+        // The wrappers sit on every MPI call: optimized even in a debug build.
+        .opt_level(2)
+        .flag("-fvisibility=hidden")
+        .flag_if_supported("-Wno-unused-parameter")
+        .compile("canopy_mpi_wrappers");
+    for f in flags {
+        println!("{f}");
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}

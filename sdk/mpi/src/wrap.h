@@ -1,0 +1,100 @@
+/* wrap.h: what the generated MPI wrappers (build.rs writes them from functions.list) share: the activity and
+ * counter ids of every wrapped call, the byte arithmetic, and the dump every N-th call of one function.
+ *
+ * Every wrapper is `canopy_mpi_c_<symbol>`, hidden in the library; the exported MPI_<Name> and mpi_<name>_
+ * are jumps to it (see lib.rs), since a Rust cdylib exports only what Rust defines. */
+#ifndef CANOPY_MPI_WRAP_H
+#define CANOPY_MPI_WRAP_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "canopy.h"
+
+/* Generated with the wrappers: the number of wrapped calls, their activity names ("MPI_Send") and the names of
+ * their byte counters ("MPI_Allreduce bytes"). */
+extern const int cm_count;
+extern const char *const cm_names[];
+extern const char *const cm_bytes_names[];
+
+/* From lib.rs: Canopy starts for this rank (rank and size from MPI_COMM_WORLD) and finishes. */
+void canopy_mpi_start(int rank, int size);
+void canopy_mpi_finish(void);
+
+/* Ids + 1 (0: not yet registered), by call. */
+extern int cm_activity_ids[];
+extern int cm_bytes_ids[];
+/* The call whose every N-th completion dumps (-1: none), N, and the calls counted so far. */
+extern int cm_dump_on;
+extern uint64_t cm_dump_every;
+extern uint64_t cm_dump_calls;
+extern MPI_Group cm_world_group;
+
+int cm_register_activity(int k);
+int cm_register_bytes(int k);
+void cm_register_all(void);
+void cm_started(void);
+int cm_world_rank(MPI_Comm comm, int rank);
+int cm_peers(MPI_Comm comm);
+
+static inline int cm_activity(int k) {
+    int v = __atomic_load_n(&cm_activity_ids[k], __ATOMIC_RELAXED);
+    return v > 0 ? v - 1 : cm_register_activity(k);
+}
+
+static inline void cm_begin(int k) {
+    int id = cm_activity(k);
+    if (id >= 0) canopy_begin(id);
+}
+
+static inline void cm_end(int k) {
+    int id = cm_activity(k);
+    if (id >= 0) canopy_end(id);
+    if (k == __atomic_load_n(&cm_dump_on, __ATOMIC_RELAXED) &&
+        __atomic_add_fetch(&cm_dump_calls, 1, __ATOMIC_RELAXED) % cm_dump_every == 0)
+        canopy_dump();
+}
+
+/* COUNT elements of TYPE in bytes; 0 for what MPI ignores (a null type, no elements). */
+static inline uint64_t cm_bytes(int count, MPI_Datatype type) {
+    int size = 0;
+    if (count <= 0 || type == MPI_DATATYPE_NULL) return 0;
+    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size <= 0) return 0;
+    return (uint64_t)count * (uint64_t)size;
+}
+
+/* The sum of COUNTS over the peers of COMM, in bytes of TYPE. */
+static inline uint64_t cm_sum_bytes(const int *counts, MPI_Datatype type, MPI_Comm comm) {
+    int n = cm_peers(comm);
+    uint64_t elems = 0;
+    if (counts == NULL) return 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) elems += (uint64_t)counts[i];
+    return elems > (uint64_t)INT32_MAX ? elems * cm_bytes(1, type) : cm_bytes((int)elems, type);
+}
+
+static inline void cm_add_bytes(int k, uint64_t bytes) {
+    int v, id;
+    if (bytes == 0) return;
+    v = __atomic_load_n(&cm_bytes_ids[k], __ATOMIC_RELAXED);
+    id = v > 0 ? v - 1 : cm_register_bytes(k);
+    if (id >= 0) canopy_count(id, (double)bytes);
+}
+
+/* A message of COUNT elements of TYPE to rank DEST of COMM: a send event to its rank in MPI_COMM_WORLD. */
+static inline void cm_send(int dest, int count, MPI_Datatype type, MPI_Comm comm) {
+    int world;
+    if (dest == MPI_PROC_NULL || dest < 0) return;
+    world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);
+    if (world >= 0) canopy_send(world, cm_bytes(count, type));
+}
+
+/* The bytes a receive brought, from its status. */
+static inline void cm_received(int k, const MPI_Status *status) {
+    int n = 0;
+    if (PMPI_Get_count(status, MPI_BYTE, &n) == MPI_SUCCESS && n > 0 && n != MPI_UNDEFINED)
+        cm_add_bytes(k, (uint64_t)n);
+}
+
+#endif /* CANOPY_MPI_WRAP_H */
