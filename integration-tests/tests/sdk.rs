@@ -1101,3 +1101,34 @@ fn a_detail_request_makes_its_ranks_ship_their_trace_and_modules_switch_from_the
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }
+
+#[test]
+fn a_rank_that_dumps_by_period_delivers_its_last_partial_period_at_finalize() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) =
+        start_frontend(dir.path(), &["--streams", "passthrough", "--exit-on-fin", "true"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    // A period far longer than the run: no tick comes, every call is in the dump finalize takes.
+    let env = [("CANOPY_DUMP_PERIOD_MS", "600000")];
+    let mut ranks = start_ranks(dir.path(), &exe, &socket, 2, &["30", "16", "0"], &env);
+    wait_ranks(dir.path(), &mut ranks, Duration::from_secs(30));
+    assert!(
+        fe.wait_timeout(Duration::from_secs(30))
+            .is_some_and(|s| s.success())
+    );
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds.len(), 1, "{rounds:?}");
+    assert_eq!((rounds[0].covered, rounds[0].expected), (2, 2));
+    let sweep = ids_named(&store, "sweep");
+    let calls: BTreeMap<u32, u64> = reader(&store)
+        .samples(Select::all())
+        .unwrap()
+        .iter()
+        .filter(|s| sweep.contains(&s.event_id))
+        .map(|s| (s.rank, s.calls.unwrap_or(0)))
+        .collect();
+    assert_eq!(calls, BTreeMap::from([(0, 30), (1, 30)]));
+}

@@ -12,7 +12,8 @@
  * Environment:
  *   CANOPY_AGENT_SOCKET         the agent's socket (default /run/canopy/agent.sock when /run/canopy exists,
  *                               else $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock)
- *   CANOPY_DUMP_PERIOD_MS       dump from a background thread at this period; canopy_dump() then does nothing
+ *   CANOPY_DUMP_PERIOD_MS       dump from a background thread at this period; canopy_dump() then does nothing, and
+ *                               canopy_finalize takes a last dump of what ran since the last tick
  *   CANOPY_QUEUE_DUMPS          dumps queued while the agent is absent or slow (default 64)
  *   CANOPY_FINALIZE_TIMEOUT_MS  how long canopy_finalize waits for the agent's FINACK (default 5000)
  *   CANOPY_RANK, CANOPY_NRANKS  override the launcher's rank and size

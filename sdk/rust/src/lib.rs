@@ -323,7 +323,8 @@ pub fn dump() -> Result<(), Error> {
     sdk.dump(false)
 }
 
-/// Finishes: ships what is queued, sends FIN and waits for the agent's FINACK, up to the configured time-out
+/// Finishes: takes a last dump when the SDK dumps by period (what ran since the last tick), ships what is
+/// queued, sends FIN and waits for the agent's FINACK, up to the configured time-out
 /// (CANOPY_FINALIZE_TIMEOUT_MS, default 5000). Without an agent it returns at once with the count of dumps
 /// that were not delivered.
 pub fn finalize() -> Result<(), Error> {
@@ -332,6 +333,11 @@ pub fn finalize() -> Result<(), Error> {
         let mut st = lock(&sdk.state);
         if st.finalized {
             return Err(Error::Finalized);
+        }
+        if st.period.is_some() {
+            // The last, partial period is a round too: what ran since the last tick is delivered. A full queue
+            // drops and counts it like any dump.
+            let _ = sdk.dump_locked(&mut st, true);
         }
         st.finalized = true;
     }
