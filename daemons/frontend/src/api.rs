@@ -37,6 +37,8 @@ pub struct Shared {
     /// The measurement options last set through the API, and the open detail streams' ranks, which the options
     /// sent down add to `trace_ranks` (the ranks a detail stream watches ship their event trace).
     options: Mutex<(canopy_proto::v1::Options, BTreeMap<u32, String>)>,
+    /// The measurement modules of the front-end's configuration: options that name none run these.
+    default_modules: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -48,7 +50,13 @@ impl Shared {
             result_types: Mutex::default(),
             ended: tokio::sync::watch::Sender::new(false),
             options: Mutex::default(),
+            default_modules: Mutex::default(),
         })
+    }
+
+    /// The modules every rank runs when the options in force name none (the front-end's `modules` key).
+    pub fn set_default_modules(&self, modules: Vec<String>) {
+        *self.default_modules.lock().expect("modules") = modules;
     }
 
     /// Sets the options in force (the last ones set); returns the options to send down.
@@ -61,6 +69,9 @@ impl Shared {
     fn effective_options(&self) -> canopy_proto::v1::Options {
         let (base, detail) = &*self.options.lock().expect("options");
         let mut o = base.clone();
+        if o.modules.is_empty() {
+            o.modules = self.default_modules.lock().expect("modules").clone();
+        }
         let ranks: Vec<&str> = std::iter::once(base.trace_ranks.as_str())
             .chain(detail.values().map(String::as_str))
             .filter(|r| !r.trim().is_empty())

@@ -60,8 +60,8 @@ pub struct FrontendConfig {
     /// Exit once every child has finished (the run ends with its application).
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub exit_on_fin: bool,
-    /// The measurement modules every rank runs from the start (profile, trace, null); empty: each rank's own
-    /// CANOPY_MODULES. `canopy ctl set --modules` changes them during the run.
+    /// The measurement modules every rank runs from the start (profile, trace, null), and whenever the options
+    /// in force name none; empty: each rank's own CANOPY_MODULES. `canopy ctl set --modules` overrides them.
     #[arg(long, value_delimiter = ',')]
     pub modules: Vec<String>,
     /// Milliseconds a shutdown waits for the tree to deliver what it holds.
@@ -652,10 +652,8 @@ impl Frontend {
         if !config.modules.is_empty() {
             // The modules every rank runs: options in force from the start, told to every child that attaches.
             let root = RootHandle::new(handles.inputs.clone());
-            let options = shared.set_options(canopy_proto::v1::Options {
-                modules: config.modules.clone(),
-                ..Default::default()
-            });
+            shared.set_default_modules(config.modules.clone());
+            let options = shared.set_options(canopy_proto::v1::Options::default());
             tokio::spawn(async move { root.options(options).await });
         }
         drop(handles);
