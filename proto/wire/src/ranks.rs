@@ -1,13 +1,25 @@
 //! Rank selections as users write them: comma-separated ranks and inclusive ranges, `0-7,17,40-43`.
 
 /// Why a rank selection cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RankSetError {
-    #[error("bad rank range {0:?}: expected N or N-M")]
     Malformed(String),
-    #[error("bad rank range {part:?}: {low} is above {high}")]
     Reversed { part: String, low: u32, high: u32 },
 }
+
+// Written out rather than derived: this crate is in every filter plugin's dependencies, which stay few.
+impl std::fmt::Display for RankSetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RankSetError::Malformed(part) => write!(f, "bad rank range {part:?}: expected N or N-M"),
+            RankSetError::Reversed { part, low, high } => {
+                write!(f, "bad rank range {part:?}: {low} is above {high}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RankSetError {}
 
 /// A set of ranks parsed from ranges; empty means every rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
