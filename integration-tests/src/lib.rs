@@ -787,3 +787,26 @@ impl SimAgent<'_> {
         Proc::start(dir, "canopy-agent", self.id, &args)
     }
 }
+
+/// Waits until the agent's Unix socket accepts connections; panics with the agent's log if it exits first.
+pub fn wait_socket(path: &Path, agent: &mut Proc) {
+    wait_for("the agent's socket", Duration::from_secs(20), || {
+        if let Ok(Some(status)) = agent.child.try_wait() {
+            panic!("agent exited with {status}:\n{}", agent.log_text());
+        }
+        // The file appears at bind(), a moment before the agent listens: connect to be sure. (A connection with
+        // no hello is closed quietly.)
+        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
+    });
+}
+
+/// The ids the store's dictionary gives a name.
+pub fn ids_named(store: &Path, name: &str) -> std::collections::HashSet<u64> {
+    reader(store)
+        .names()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .collect()
+}

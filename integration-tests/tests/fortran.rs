@@ -7,13 +7,13 @@
     reason = "synchronous tests that wait on real processes by the wall clock; no tokio clock to pause"
 )]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, wait_for,
+    Select, bin_dir, ids_named, read_rounds, reader, start_frontend, start_socket_agent, wait_socket,
 };
 use canopy_proto::filters::v1::Metric;
 
@@ -127,26 +127,6 @@ fn mpirun(dir: &Path, np: u32, socket: &Path, exe: &Path, args: &[&str], timeout
         stdout: std::fs::read(dir.join("mpirun.out")).unwrap_or_default(),
         stderr: std::fs::read(dir.join("mpirun.err")).unwrap_or_default(),
     }
-}
-
-fn wait_socket(path: &Path, agent: &mut Proc) {
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        if let Ok(Some(status)) = agent.child.try_wait() {
-            panic!("agent exited with {status}:\n{}", agent.log_text());
-        }
-        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
-    });
-}
-
-/// The ids the store's dictionary gives a name.
-fn ids_named(store: &Path, name: &str) -> HashSet<u64> {
-    reader(store)
-        .names()
-        .unwrap()
-        .into_iter()
-        .filter(|(_, n)| n == name)
-        .map(|(id, _)| id)
-        .collect()
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, wait_for,
+    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, wait_socket,
 };
 
 const RANKS: u32 = 4;
@@ -129,15 +129,6 @@ fn printed_counts(stdout: &str) -> BTreeMap<u32, BTreeMap<String, u64>> {
     }
     assert_eq!(out.len() as u32, RANKS, "a line per rank in:\n{stdout}");
     out
-}
-
-fn wait_socket(path: &Path, agent: &mut Proc) {
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        if let Ok(Some(status)) = agent.child.try_wait() {
-            panic!("agent exited with {status}:\n{}", agent.log_text());
-        }
-        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
-    });
 }
 
 /// A front-end (stats and passthrough, ending at the ranks' FIN) and a socket agent in `dir`.

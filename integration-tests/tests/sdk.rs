@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, build_c_example, read_rounds, reader, start_frontend, start_socket_agent, wait_for,
+    Select, bin_dir, build_c_example, ids_named, read_rounds, reader, start_frontend, start_socket_agent,
+    wait_for, wait_socket,
 };
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
@@ -73,27 +74,6 @@ fn wait_ranks(dir: &Path, ranks: &mut [Child], timeout: Duration) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-}
-
-fn wait_socket(path: &Path, agent: &mut Proc) {
-    wait_for("the agent's socket", Duration::from_secs(20), || {
-        if let Ok(Some(status)) = agent.child.try_wait() {
-            panic!("agent exited with {status}:\n{}", agent.log_text());
-        }
-        // The file appears at bind(), a moment before the agent listens: connect to be sure. (A connection with
-        // no hello is closed quietly.)
-        path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok()
-    });
-}
-
-/// The ids the store's dictionary gives a name.
-fn ids_named(store: &Path, name: &str) -> HashSet<u64> {
-    let names = reader(store).names().unwrap();
-    names
-        .into_iter()
-        .filter(|(_, n)| n == name)
-        .map(|(id, _)| id)
-        .collect()
 }
 
 /// Runs `ranks` processes of an example against a fresh tree (stats and passthrough streams) to the end, and
