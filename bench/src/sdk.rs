@@ -18,7 +18,7 @@ fn sink(path: &std::path::Path) -> anyhow::Result<()> {
     let accept = AgentMessage {
         msg: Some(agent_message::Msg::Control(RankControl {
             collecting: true,
-            options: None,
+            ..Default::default()
         })),
     };
     std::thread::spawn(move || {

@@ -55,7 +55,7 @@ fn a_key_that_once_had_no_flag_is_set_and_named_by_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "bad config value for `--modules` (from command-line flags): unknown measurement module \"tau\" (profile, trace, null)"
+            "bad config value for `--modules` (from command-line flags): unknown measurement module \"tau\" (profile, trace, utilization, null)"
         ),
         "{err}"
     );

@@ -701,7 +701,7 @@ int main(void) {
     let out = run(&[("CANOPY_MODULES", "profile,tau")]);
     assert!(
         out.contains(
-            "init error: bad value \"profile,tau\" in CANOPY_MODULES: unknown measurement module \"tau\" (profile, trace, null)"
+            "init error: bad value \"profile,tau\" in CANOPY_MODULES: unknown measurement module \"tau\" (profile, trace, utilization, null)"
         ),
         "{out}"
     );

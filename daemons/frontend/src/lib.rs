@@ -60,7 +60,7 @@ pub struct FrontendConfig {
     /// Exit once every child has finished (the run ends with its application).
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub exit_on_fin: bool,
-    /// The measurement modules every rank runs from the start (profile, trace, null), and whenever the options
+    /// The measurement modules every rank runs from the start (profile, trace, utilization, null), and whenever the options
     /// in force name none; empty: each rank's own CANOPY_MODULES. `canopy ctl set --modules` overrides them.
     #[arg(long, value_delimiter = ',')]
     pub modules: Vec<String>,

@@ -6,6 +6,7 @@
 
 pub mod options;
 pub mod ranks;
+pub mod utilization;
 pub mod write;
 
 use std::io::{self, Read, Write};

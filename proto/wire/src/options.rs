@@ -19,7 +19,7 @@ pub struct Measure {
 }
 
 /// The measurement modules a rank can run, by the names options and CANOPY_MODULES give them.
-pub const MODULES: [&str; 3] = ["profile", "trace", "null"];
+pub const MODULES: [&str; 4] = ["profile", "trace", "utilization", "null"];
 
 /// The metrics a rank reports of each event, as bits of `RankProfile.metrics` (0: all of them).
 pub mod metric {
@@ -226,7 +226,7 @@ mod tests {
         };
         assert_eq!(
             Measure::from_options(&bad).unwrap_err().to_string(),
-            "unknown measurement module \"tracer\" (profile, trace, null)"
+            "unknown measurement module \"tracer\" (profile, trace, utilization, null)"
         );
         let bad = Options {
             trace_ranks: "3-1".into(),

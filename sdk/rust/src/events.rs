@@ -350,7 +350,7 @@ pub(crate) mod tests {
         assert_eq!(modules_named(&["profile".into(), "trace".into()]).unwrap(), 0b11);
         assert_eq!(
             modules_named(&["profiler".into()]).unwrap_err(),
-            "unknown measurement module \"profiler\" (profile, trace, null)"
+            "unknown measurement module \"profiler\" (profile, trace, utilization, null)"
         );
     }
 

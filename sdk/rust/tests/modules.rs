@@ -26,7 +26,7 @@ fn a_module_switched_off_sees_nothing_and_a_stack_from_before_is_dropped() {
     assert_eq!(canopy_sdk::stats().mismatched_stops, 1);
     assert_eq!(
         set_modules(&["profile", "tracing"]).unwrap_err().to_string(),
-        "unknown measurement module \"tracing\" (profile, trace, null)"
+        "unknown measurement module \"tracing\" (profile, trace, utilization, null)"
     );
     assert_eq!(modules(), ["profile"]);
 }

@@ -233,6 +233,7 @@ impl Simulator {
                 // Simulated ranks run no trace module.
                 trace: Vec::new(),
                 trace_lost: 0,
+                utilization: None,
                 app: app.clone(),
                 rank: st.rank,
                 round,

@@ -58,6 +58,8 @@ pub(super) struct Ranks {
     conns: HashMap<u64, Conn>,
     collecting: bool,
     options: Options,
+    /// The tree's clock from the latest Start, (start_unix_ns, first_round): time rounds count from it.
+    clock: (u64, u64),
     draining: bool,
     /// The running total of dumps each rank reported dropped, across its reconnections.
     dropped: HashMap<String, u64>,
@@ -81,6 +83,7 @@ impl Ranks {
             conns: HashMap::new(),
             collecting: true,
             options: Options::default(),
+            clock: (0, 0),
             draining: false,
             dropped: HashMap::new(),
             window,
@@ -141,6 +144,8 @@ impl Ranks {
             msg: Some(agent_message::Msg::Control(RankControl {
                 collecting: self.collecting,
                 options: Some(self.options.clone()),
+                start_unix_ns: self.clock.0,
+                first_round: self.clock.1,
             })),
         }
     }
@@ -422,7 +427,10 @@ impl Ranks {
 
     pub(super) async fn on_control(&mut self, action: control::Action) {
         match action {
-            control::Action::Start(_) => self.collecting = true,
+            control::Action::Start(s) => {
+                self.collecting = true;
+                self.clock = (s.start_unix_ns, s.first_round);
+            }
             control::Action::Stop(_) => self.collecting = false,
             control::Action::Options(o) => {
                 let period = if o.period_ms == 0 {
