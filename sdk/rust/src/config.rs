@@ -27,6 +27,12 @@ pub struct Config {
     pub modules: u32,
     /// Events each thread's trace ring holds (CANOPY_TRACE_EVENTS, default 16384).
     pub trace_events: usize,
+    /// Activity switches each thread's utilization ring holds between two periods (CANOPY_UTILIZATION_EVENTS,
+    /// default 65536).
+    pub utilization_events: usize,
+    /// The share of a bin (0 to 250) below which the utilization module folds an activity into "other"
+    /// (CANOPY_UTILIZATION_THRESHOLD, in percent, default 10).
+    pub utilization_threshold: u32,
 }
 
 /// Where launchers put a process's rank, first match wins.
@@ -155,6 +161,32 @@ impl Config {
                 }
             },
         };
+        let utilization_events = match var("CANOPY_UTILIZATION_EVENTS") {
+            None => crate::utilization::DEFAULT_EVENTS,
+            Some(v) => match parse::<usize>("CANOPY_UTILIZATION_EVENTS", &v)? {
+                n @ 1..=crate::utilization::MAX_EVENTS => n,
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "CANOPY_UTILIZATION_EVENTS",
+                        value: v,
+                        reason: format!("must be between 1 and {}", crate::utilization::MAX_EVENTS),
+                    });
+                }
+            },
+        };
+        let utilization_threshold = match var("CANOPY_UTILIZATION_THRESHOLD") {
+            None => canopy_wire::utilization::DEFAULT_THRESHOLD,
+            Some(v) => match parse::<u32>("CANOPY_UTILIZATION_THRESHOLD", &v)? {
+                p @ 0..=100 => (p * canopy_wire::utilization::FULL + 50) / 100,
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "CANOPY_UTILIZATION_THRESHOLD",
+                        value: v,
+                        reason: "must be a percentage from 0 to 100".into(),
+                    });
+                }
+            },
+        };
         Ok(Config {
             app: if app.is_empty() {
                 var("CANOPY_APP").unwrap_or_else(program_name)
@@ -169,6 +201,8 @@ impl Config {
             finalize_timeout,
             modules,
             trace_events,
+            utilization_events,
+            utilization_threshold,
         })
     }
 }

@@ -22,6 +22,7 @@ use std::time::Instant;
 use crate::Error;
 use crate::measure::{self, registry};
 use crate::trace;
+use crate::utilization::UtilizationModule;
 
 /// A measurement module: it receives the events it asks for, on the thread where they happen.
 pub(crate) trait Module: Sync {
@@ -52,7 +53,7 @@ pub(crate) mod kind {
 }
 
 /// Every module the SDK has, in the order they receive an event. A module's index is its bit in `WANTS`.
-static MODULES: [&dyn Module; 3] = [&Profile, &trace::Trace, &Null];
+static MODULES: [&dyn Module; 4] = [&Profile, &trace::Trace, &UtilizationModule, &Null];
 
 /// For each kind of event, the modules in force that want it (bits: indices in `MODULES`).
 static WANTS: [AtomicU32; kind::KINDS] = [const { AtomicU32::new(PROFILE_BIT) }; kind::KINDS];

@@ -37,8 +37,10 @@
 mod config;
 mod events;
 mod measure;
+mod rings;
 mod ship;
 mod trace;
+mod utilization;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +49,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use canopy_wire::event_id;
 use canopy_wire::options::Measure;
-use canopy_wire::v1::RankControl;
+use canopy_wire::v1::{RankControl, Utilization};
 pub use config::Config;
 pub use events::{Activity, Counter, activity, counter_id, idle_begin, idle_end, modules, send};
 pub use measure::{MAX_NAMES, Scope, Timer};
@@ -180,6 +182,9 @@ struct Snapshot {
     trace: Vec<(u32, trace::Record)>,
     /// Trace events recorded since the previous dump and not in `trace`.
     trace_lost: u64,
+    /// The utilization module's profile of the period, when `has_utilization`.
+    utilization: Utilization,
+    has_utilization: bool,
 }
 
 impl Snapshot {
@@ -194,8 +199,47 @@ impl Snapshot {
             measure_gen: 0,
             trace: Vec::new(),
             trace_lost: 0,
+            utilization: Utilization::default(),
+            has_utilization: false,
         }
     }
+}
+
+/// The period of time rounds when no period is set.
+const TIME_ROUND_PERIOD: Duration = Duration::from_secs(1);
+/// How often a rank in time rounds looks for the tree's clock before it has one.
+const CLOCK_POLL: Duration = Duration::from_millis(20);
+/// The longest a period thread sleeps at once, so a change of options or a finalize is seen soon.
+const LONGEST_SLEEP: Duration = Duration::from_millis(100);
+
+/// Where time rounds count from: round `first` began at `start` (Unix ns), one every `period_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Clock {
+    start: u64,
+    first: u64,
+    period_ns: u64,
+}
+
+impl Clock {
+    /// The round to dump next, no earlier than `next_round`, at `now`: (round, its window's start and end).
+    fn window(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
+        let k = (now.saturating_sub(self.start) / self.period_ns).max(next_round.saturating_sub(self.first));
+        let from = self.start + k * self.period_ns;
+        (self.first + k, from, from + self.period_ns)
+    }
+}
+
+/// Whether the rounds are time rounds: the utilization module is in force.
+fn time_rounds() -> bool {
+    events::in_force("utilization")
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the SDK's own period thread, not a runtime worker: it sleeps until the next dump"
+)]
+fn sleep(d: Duration) {
+    std::thread::sleep(d);
 }
 
 /// Counts a process can read about its SDK.
@@ -227,6 +271,12 @@ struct State {
     /// Whether the options name this rank in `trace_ranks`.
     traced: bool,
     period: Option<Duration>,
+    /// The clock of time rounds: the tree's, from the latest Start, moved on when the period changes.
+    clock: Option<Clock>,
+    /// The tree's clock as the agent last gave it, (start_unix_ns, first_round).
+    tree_clock: (u64, u64),
+    /// The utilization module's replay, kept between periods.
+    binner: utilization::Binner,
     control_seen: u64,
     ready: VecDeque<Snapshot>,
     free: Vec<Snapshot>,
@@ -283,6 +333,9 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         sampled_out: false,
         traced: false,
         period: config.period,
+        clock: None,
+        tree_clock: (0, 0),
+        binner: utilization::Binner::default(),
         control_seen: 0,
         ready: VecDeque::with_capacity(config.queue_dumps),
         free: (0..config.queue_dumps).map(|_| Snapshot::new()).collect(),
@@ -303,13 +356,14 @@ pub fn init_with(config: Config) -> Result<(), Error> {
     }
     let sdk = SDK.get().expect("set above");
     trace::set_capacity(sdk.config.trace_events);
+    utilization::set_capacity(sdk.config.utilization_events);
     events::set_modules(sdk.config.modules);
     let handle = std::thread::Builder::new()
         .name("canopy-ship".into())
         .spawn(move || ship::run(sdk))
         .map_err(|e| Error::Thread(e.to_string()))?;
     let _ = sdk.shipper.set(handle.thread().clone());
-    if sdk.config.period.is_some() {
+    if sdk.config.period.is_some() || time_rounds() {
         sdk.start_period_thread()?;
     }
     Ok(())
@@ -320,7 +374,7 @@ pub fn init_with(config: Config) -> Result<(), Error> {
 /// period is in force the SDK dumps on its own and this call does nothing.
 pub fn dump() -> Result<(), Error> {
     let sdk = SDK.get().ok_or(Error::NotInitialized)?;
-    sdk.dump(false)
+    sdk.dump(false, None)
 }
 
 /// Finishes: takes a last dump when the SDK dumps by period (what ran since the last tick), ships what is
@@ -334,10 +388,19 @@ pub fn finalize() -> Result<(), Error> {
         if st.finalized {
             return Err(Error::Finalized);
         }
-        if st.period.is_some() {
+        if time_rounds() {
+            // The last, partial time round: its window ends now.
+            if let Some(c) = st.clock {
+                let now = rings::now_unix_ns();
+                let (round, from, _) = c.window(now, st.next_round);
+                if from < now {
+                    let _ = sdk.dump_locked(&mut st, true, Some((round, from, now)));
+                }
+            }
+        } else if st.period.is_some() {
             // The last, partial period is a round too: what ran since the last tick is delivered. A full queue
             // drops and counts it like any dump.
-            let _ = sdk.dump_locked(&mut st, true);
+            let _ = sdk.dump_locked(&mut st, true, None);
         }
         st.finalized = true;
     }
@@ -370,10 +433,11 @@ impl Sdk {
         }
     }
 
-    fn dump(&'static self, from_period: bool) -> Result<(), Error> {
+    /// A dump: an explicit one, a period's tick, or a time round (round, window start and end in Unix ns).
+    fn dump(&'static self, from_period: bool, time: Option<(u64, u64, u64)>) -> Result<(), Error> {
         let backlog = {
             let mut st = lock(&self.state);
-            if !self.dump_locked(&mut st, from_period)? {
+            if !self.dump_locked(&mut st, from_period, time)? {
                 return Ok(());
             }
             st.ready.len()
@@ -387,11 +451,8 @@ impl Sdk {
         Ok(())
     }
 
-    /// Takes a dump under the state's lock; true if a snapshot was queued.
-    fn dump_locked(&'static self, st: &mut State, from_period: bool) -> Result<bool, Error> {
-        if st.finalized {
-            return Err(Error::Finalized);
-        }
+    /// Applies the control that came since the last look.
+    fn refresh(&'static self, st: &mut State) {
         let generation = self.control_gen.load(Ordering::Acquire);
         if generation != st.control_seen {
             st.control_seen = generation;
@@ -400,12 +461,27 @@ impl Sdk {
                 self.apply(st, c);
             }
         }
-        if st.period.is_some() != from_period {
-            // An explicit dump while the SDK dumps by period (or a period tick left over after it ended).
+    }
+
+    /// Takes a dump under the state's lock; true if a snapshot was queued. `time` is a time round's number
+    /// and window (from the period thread, while the utilization module is in force).
+    fn dump_locked(
+        &'static self,
+        st: &mut State,
+        from_period: bool,
+        time: Option<(u64, u64, u64)>,
+    ) -> Result<bool, Error> {
+        if st.finalized {
+            return Err(Error::Finalized);
+        }
+        self.refresh(st);
+        let by_period = st.period.is_some() || time_rounds();
+        if by_period != from_period || time_rounds() != time.is_some() {
+            // An explicit dump while the SDK dumps by period (or a tick of a mode that just ended).
             return Ok(false);
         }
-        let round = st.next_round;
-        st.next_round += 1;
+        let round = time.map_or(st.next_round, |(r, _, _)| r.max(st.next_round));
+        st.next_round = round + 1;
         // Every round moves the values on, reported or not, so the next profile's share is its own round's.
         registry().totals(&mut st.totals);
         let kind = if !st.collecting {
@@ -437,6 +513,17 @@ impl Sdk {
         snap.counters.clear();
         snap.trace.clear();
         snap.trace_lost = 0;
+        snap.has_utilization = false;
+        if let Some((_, from, to)) = time {
+            // Every period is replayed, reported or not, so the next one starts where this one ends.
+            st.binner.period(
+                from,
+                to,
+                self.config.utilization_threshold,
+                &mut snap.utilization,
+            );
+            snap.has_utilization = kind == Kind::Profile;
+        }
         if st.traced || events::in_force("trace") {
             // The trace since the previous dump: shipped by a traced rank's profile, else let go.
             let keep = st.traced && kind == Kind::Profile;
@@ -491,11 +578,33 @@ impl Sdk {
             // The tree checks options before it sends them; an SDK that disagrees keeps the ones in force.
             Err(e) => self.link.note(format!("measurement options ignored: {e}")),
         }
+        if c.start_unix_ns > 0 && (c.start_unix_ns, c.first_round) != st.tree_clock {
+            st.tree_clock = (c.start_unix_ns, c.first_round);
+            st.clock = Some(Clock {
+                start: c.start_unix_ns,
+                first: c.first_round,
+                period_ns: st.period.unwrap_or(TIME_ROUND_PERIOD).as_nanos().max(1) as u64,
+            });
+        }
         if options.period_ms > 0 {
-            st.period = Some(Duration::from_millis(options.period_ms));
-            if let Err(e) = self.start_period_thread() {
-                self.link.note(e.to_string());
+            let period = Duration::from_millis(options.period_ms);
+            if let Some(c) = st.clock
+                && c.period_ns != period.as_nanos() as u64
+            {
+                // The new period counts from the end of the round under way, from the next round on.
+                let (round, _, end) = c.window(rings::now_unix_ns(), st.next_round);
+                st.clock = Some(Clock {
+                    start: end,
+                    first: round + 1,
+                    period_ns: period.as_nanos().max(1) as u64,
+                });
             }
+            st.period = Some(period);
+        }
+        if (options.period_ms > 0 || time_rounds())
+            && let Err(e) = self.start_period_thread()
+        {
+            self.link.note(e.to_string());
         }
     }
 
@@ -505,29 +614,7 @@ impl Sdk {
         }
         std::thread::Builder::new()
             .name("canopy-period".into())
-            .spawn(move || {
-                let mut next = Instant::now();
-                loop {
-                    let period = match lock(&self.state) {
-                        st if st.finalized => return,
-                        st => st.period.unwrap_or(Duration::from_millis(100)),
-                    };
-                    next += period;
-                    let now = Instant::now();
-                    if next > now {
-                        #[allow(
-                            clippy::disallowed_methods,
-                            reason = "the SDK's own period thread, not a runtime worker: it sleeps until the next dump"
-                        )]
-                        std::thread::sleep(next - now);
-                    } else {
-                        next = now;
-                    }
-                    if let Err(Error::Finalized) = self.dump(true) {
-                        return;
-                    }
-                }
-            })
+            .spawn(move || self.run_period())
             .map(|_| ())
             .map_err(|e| {
                 self.period_thread.store(false, Ordering::Release);
@@ -535,9 +622,64 @@ impl Sdk {
             })
     }
 
-    /// Called by the link when the agent sends control.
-    fn set_control(&self, c: RankControl) {
+    /// The period thread: a dump at every tick of the period, or, while the utilization module is in force, a
+    /// time round at the end of each window of the tree's clock (none before the rank has that clock).
+    fn run_period(&'static self) {
+        let mut next = Instant::now();
+        loop {
+            let (time, period) = {
+                let mut st = lock(&self.state);
+                if st.finalized {
+                    return;
+                }
+                self.refresh(&mut st);
+                let time = time_rounds().then(|| st.clock.map(|c| (c, st.next_round)));
+                (time, st.period.unwrap_or(Duration::from_millis(100)))
+            };
+            let dumped = match time {
+                Some(None) => {
+                    sleep(CLOCK_POLL);
+                    next = Instant::now();
+                    continue;
+                }
+                Some(Some((clock, next_round))) => {
+                    let now = rings::now_unix_ns();
+                    let (round, from, end) = clock.window(now, next_round);
+                    if now < end {
+                        sleep(Duration::from_nanos(end - now).min(LONGEST_SLEEP));
+                        continue;
+                    }
+                    next = Instant::now();
+                    self.dump(true, Some((round, from, end)))
+                }
+                None => {
+                    next += period;
+                    let now = Instant::now();
+                    if next > now {
+                        sleep(next - now);
+                    } else {
+                        next = now;
+                    }
+                    self.dump(true, None)
+                }
+            };
+            if let Err(Error::Finalized) = dumped {
+                return;
+            }
+        }
+    }
+
+    /// Called by the link when the agent sends control. Options that put the utilization module in force
+    /// start the period thread, which applies them: a rank that never dumps is monitored too.
+    fn set_control(&'static self, c: RankControl) {
+        let time = c
+            .options
+            .as_ref()
+            .is_some_and(|o| o.modules.iter().any(|m| m == "utilization"));
         *lock(&self.control) = Some(c);
         self.control_gen.fetch_add(1, Ordering::AcqRel);
+        if time && let Err(e) = self.start_period_thread() {
+            self.link.note(e.to_string());
+        }
     }
 }

@@ -473,6 +473,9 @@ fn encode_dump(
             profile.trace.push(e);
         }
         profile.trace_lost = snap.trace_lost;
+        if snap.has_utilization {
+            profile.utilization = Some(snap.utilization.clone());
+        }
         let fresh: Vec<u64> = profile
             .events
             .iter()
