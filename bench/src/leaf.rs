@@ -35,6 +35,7 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
             reported: &|_| true,
             metrics: 0,
             sampled_out: &|_| false,
+            utilization: None,
         };
         let mut batches: Vec<Vec<Vec<u8>>> = Vec::with_capacity(rounds as usize);
         let t = Instant::now();

@@ -1,7 +1,7 @@
 //! `canopy.v1.Frontend`: the API users and scripts (grpcurl, the `canopy` command) use on the front-end's port.
 //! Live results come from the root as it finalizes them; everything else is read from the run's store.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -39,7 +39,13 @@ pub struct Shared {
     options: Mutex<(canopy_proto::v1::Options, BTreeMap<u32, String>)>,
     /// The measurement modules of the front-end's configuration: options that name none run these.
     default_modules: Mutex<Vec<String>>,
+    /// The open streams of the utilization filter: while there is one, every rank runs the utilization module
+    /// (and its rounds are time rounds).
+    utilization_streams: Mutex<BTreeSet<u32>>,
 }
+
+/// The filter whose streams need the utilization module in force.
+pub const UTILIZATION_FILTER: &str = "utilization";
 
 impl Shared {
     pub fn new(buffer: usize) -> Arc<Shared> {
@@ -51,6 +57,7 @@ impl Shared {
             ended: tokio::sync::watch::Sender::new(false),
             options: Mutex::default(),
             default_modules: Mutex::default(),
+            utilization_streams: Mutex::default(),
         })
     }
 
@@ -65,12 +72,33 @@ impl Shared {
         self.effective_options()
     }
 
-    /// The options to send down: the last ones set, with the detail streams' ranks added to `trace_ranks`.
-    fn effective_options(&self) -> canopy_proto::v1::Options {
+    /// Notes that a stream opened (`open`) or closed; true if it changes the modules the ranks must run.
+    pub fn stream_filter(&self, stream_id: u32, filter: &str, open: bool) -> bool {
+        let mut streams = self.utilization_streams.lock().expect("streams");
+        let before = streams.is_empty();
+        if open && filter == UTILIZATION_FILTER {
+            streams.insert(stream_id);
+        } else if !open {
+            streams.remove(&stream_id);
+        }
+        before != streams.is_empty()
+    }
+
+    /// The options to send down: the last ones set, with the detail streams' ranks added to `trace_ranks`, and
+    /// the utilization module added to the modules while a utilization stream is open.
+    pub fn effective_options(&self) -> canopy_proto::v1::Options {
         let (base, detail) = &*self.options.lock().expect("options");
         let mut o = base.clone();
         if o.modules.is_empty() {
             o.modules = self.default_modules.lock().expect("modules").clone();
+        }
+        if !self.utilization_streams.lock().expect("streams").is_empty()
+            && !o.modules.iter().any(|m| m == UTILIZATION_FILTER)
+        {
+            if o.modules.is_empty() {
+                o.modules.push("profile".into());
+            }
+            o.modules.push(UTILIZATION_FILTER.into());
         }
         let ranks: Vec<&str> = std::iter::once(base.trace_ranks.as_str())
             .chain(detail.values().map(String::as_str))
@@ -272,6 +300,11 @@ impl FrontendApi {
         if id == 0 {
             return Err(ApiError::ShuttingDown);
         }
+        if self.shared.stream_filter(id, &req.filter, true)
+            && !self.root.options(self.shared.effective_options()).await
+        {
+            return Err(ApiError::ShuttingDown);
+        }
         Ok(StreamInfo {
             stream_id: id,
             name,
@@ -390,7 +423,11 @@ impl FrontendApi {
             .1
             .remove(&id)
             .is_some();
-        if closed == Some(true) && was_detail && !self.root.options(self.shared.effective_options()).await {
+        let modules_change = self.shared.stream_filter(id, "", false);
+        if closed == Some(true)
+            && (was_detail || modules_change)
+            && !self.root.options(self.shared.effective_options()).await
+        {
             return Err(ApiError::ShuttingDown);
         }
         let known = read(self.store.clone(), move |r| r.stream(id)).await?;

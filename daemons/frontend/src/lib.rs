@@ -460,6 +460,8 @@ pub struct Frontend {
     writer: WriterThread,
     tls: Option<canopy_runtime::tls::Tls>,
     gate: canopy_runtime::auth::Gate,
+    /// The streams of the configuration, opened at start.
+    opened: Vec<StreamSpec>,
 }
 
 impl Frontend {
@@ -513,6 +515,7 @@ impl Frontend {
             })
             .collect();
         let plan = resume::plan(configured, prior.as_ref());
+        let opened = plan.open.clone();
         let ids: Vec<String> = plan.config_ids.iter().map(u32::to_string).collect();
         store.set_meta(resume::CONFIG_STREAMS, &ids.join(","))?;
         if let Some(prior) = &prior {
@@ -554,7 +557,7 @@ impl Frontend {
                 expect_ranks: config.expect_ranks,
                 start_timeout: (config.start_timeout_ms > 0)
                     .then(|| Duration::from_millis(config.start_timeout_ms)),
-                streams: plan.open,
+                streams: opened.clone(),
                 closed_below: plan.closed_below,
                 first_free_stream_id,
                 exit_on_fin: config.exit_on_fin,
@@ -577,6 +580,7 @@ impl Frontend {
             writer,
             tls,
             gate,
+            opened,
         })
     }
 
@@ -607,6 +611,7 @@ impl Frontend {
             writer,
             tls,
             gate,
+            opened,
         } = self;
         let api = api::FrontendApi {
             root: RootHandle::new(handles.inputs.clone()),
@@ -649,7 +654,11 @@ impl Frontend {
         canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
-        if !config.modules.is_empty() {
+        let mut utilization = false;
+        for spec in &opened {
+            utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
+        }
+        if !config.modules.is_empty() || utilization {
             // The modules every rank runs: options in force from the start, told to every child that attaches.
             let root = RootHandle::new(handles.inputs.clone());
             shared.set_default_modules(config.modules.clone());

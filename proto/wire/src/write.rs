@@ -84,7 +84,22 @@ impl ProfileWriter {
     /// Ends the profile as [`ProfileWriter::finish`] does and appends it to `out` as an encoded
     /// `ProfileBatch` holding it alone.
     pub fn finish_batch(&mut self, metrics: u32, out: &mut Vec<u8>) {
+        self.finish_batch_with(metrics, None, out);
+    }
+
+    /// Ends the profile as [`ProfileWriter::finish_batch`] does, with a utilization profile (field 10).
+    pub fn finish_batch_with(
+        &mut self,
+        metrics: u32,
+        utilization: Option<&crate::v1::Utilization>,
+        out: &mut Vec<u8>,
+    ) {
         varint_field(&mut self.body, 7, u64::from(metrics));
+        if let Some(u) = utilization {
+            self.body.push(len_key(10));
+            encode_varint(prost::Message::encoded_len(u) as u64, &mut self.body);
+            prost::Message::encode_raw(u, &mut self.body);
+        }
         out.reserve(1 + encoded_len_varint(self.body.len() as u64) + self.body.len());
         out.push(len_key(1));
         encode_varint(self.body.len() as u64, out);
@@ -230,6 +245,23 @@ mod tests {
                 w.finish_batch(p.metrics, &mut batch);
                 let expected = ProfileBatch { profiles: vec![p.clone()] }.encode_to_vec();
                 prop_assert_eq!(&batch[1..], expected.as_slice());
+                // With a utilization profile, as simulated ranks in time rounds write it.
+                let u = crate::v1::Utilization {
+                    start_unix_ns: p.dump_unix_ns,
+                    bin_us: 1000,
+                    activities: vec![0, p.round | 1],
+                    counts: vec![2, 0, 1],
+                    activity: vec![0, 1, 1],
+                    share: vec![30, 200, 250],
+                    threads: 1,
+                    ..Default::default()
+                };
+                let mut batch = Vec::new();
+                write(&mut w, p);
+                w.finish_batch_with(p.metrics, Some(&u), &mut batch);
+                let with = RankProfile { utilization: Some(u), ..p.clone() };
+                let expected = ProfileBatch { profiles: vec![with] }.encode_to_vec();
+                prop_assert_eq!(&batch, &expected);
             }
         }
     }

@@ -516,12 +516,8 @@ impl Sdk {
         snap.has_utilization = false;
         if let Some((_, from, to)) = time {
             // Every period is replayed, reported or not, so the next one starts where this one ends.
-            st.binner.period(
-                from,
-                to,
-                self.config.utilization_threshold,
-                &mut snap.utilization,
-            );
+            st.binner
+                .period(from, to, self.config.utilization_threshold, &mut snap.utilization);
             snap.has_utilization = kind == Kind::Profile;
         }
         if st.traced || events::in_force("trace") {

@@ -255,11 +255,18 @@ mod tests {
         ];
         want.sort();
         assert_eq!(got, want);
-        assert_eq!(b.pending.len(), 1, "the idle end past the period waits for the next");
+        assert_eq!(
+            b.pending.len(),
+            1,
+            "the idle end past the period waits for the next"
+        );
         // The next period: idle until 6 ms, then nothing.
         b.period(base + 4_000_000, base + 8_000_000, 0, &mut u);
         let got: Vec<_> = records(&u).collect();
         assert_eq!(got, vec![(0, idle, 250), (1, idle, 250)]);
-        assert!(b.threads.is_empty(), "a thread with nothing running is not remembered");
+        assert!(
+            b.threads.is_empty(),
+            "a thread with nothing running is not remembered"
+        );
     }
 }

@@ -12,7 +12,7 @@ use canopy_proto::v1::{MissingReason, control};
 use tokio::sync::mpsc;
 
 use super::timer::WallTimer;
-use super::{Selection, Simulator};
+use super::{Selection, Simulator, TimeWindow};
 
 /// When the simulated ranks dump, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -66,7 +66,12 @@ impl SimulatedRanks {
                     _ = timer.sleep_until(due) => {
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
                         // window of rounds in flight.
-                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left).await {
+                        // Round r is the window of wall time that ends when it is dumped.
+                        let time = options.modules().iter().any(|m| m == "utilization").then(|| TimeWindow {
+                            start_unix_ns: due.saturating_sub(period_ns),
+                            period_ns,
+                        });
+                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left, time).await {
                             return;
                         }
                         next_round += 1;
@@ -123,7 +128,13 @@ impl SimulatedRanks {
 
     /// Every rank's dump of `round`, as one input; false once the node has ended. `left_out` holds the ids the
     /// options leave out by name.
-    async fn dump(&mut self, round: u64, options: &Measure, left_out: &HashSet<u64>) -> bool {
+    async fn dump(
+        &mut self,
+        round: u64,
+        options: &Measure,
+        left_out: &HashSet<u64>,
+        utilization: Option<TimeWindow>,
+    ) -> bool {
         let dump_unix_ns = unix_ns();
         let app = self.sim.app().to_string();
         let mut events = Vec::with_capacity(self.sim.ranks().len());
@@ -132,6 +143,7 @@ impl SimulatedRanks {
                 reported: &|id| !left_out.contains(&id),
                 metrics: options.metrics(),
                 sampled_out: &|rank| options.samples_out(rank),
+                utilization,
             };
             self.sim
                 .encode_round(round, dump_unix_ns, &selection, |rank, batch| {

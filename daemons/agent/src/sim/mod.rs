@@ -10,6 +10,8 @@ use std::str::FromStr;
 use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
 use canopy_wire::options::metric;
+use canopy_wire::utilization::{Bins, DEFAULT_THRESHOLD};
+use canopy_wire::v1::Utilization;
 use canopy_wire::write::{ProfileHeader, ProfileWriter};
 use rand_xoshiro::SplitMix64;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
@@ -125,6 +127,9 @@ pub struct Simulator {
     next_round: u64,
     scratch: Scratch,
     writer: ProfileWriter,
+    /// Time rounds: each rank's utilization profile is laid out here, then compressed.
+    bins: Bins,
+    utilization: Utilization,
 }
 
 impl Simulator {
@@ -202,6 +207,8 @@ impl Simulator {
             next_round: 0,
             scratch: Scratch::default(),
             writer: ProfileWriter::default(),
+            bins: Bins::default(),
+            utilization: Utilization::default(),
         }
     }
 
@@ -269,6 +276,8 @@ impl Simulator {
         mut each: impl FnMut(u32, Option<Vec<u8>>),
     ) {
         let mut writer = std::mem::take(&mut self.writer);
+        let mut bins = std::mem::take(&mut self.bins);
+        let mut utilization = std::mem::take(&mut self.utilization);
         let app = std::mem::take(&mut self.cfg.app);
         let with_counters = metric::reports(selection.metrics, metric::COUNTERS);
         self.each_rank(round, |st, plan, samples, counter_ids, counters| {
@@ -301,11 +310,18 @@ impl Simulator {
                 }
             }
             let mut batch = Vec::with_capacity(64 + 80 * samples.len());
-            writer.finish_batch(selection.metrics, &mut batch);
+            let with = selection.utilization.map(|w| {
+                lay_out(&mut bins, w, st.rank, plan, samples);
+                bins.compress(1, DEFAULT_THRESHOLD, 0, &mut utilization);
+                &utilization
+            });
+            writer.finish_batch_with(selection.metrics, with, &mut batch);
             each(st.rank, Some(batch));
         });
         self.cfg.app = app;
         self.writer = writer;
+        self.bins = bins;
+        self.utilization = utilization;
     }
 
     /// Computes every rank's values of `round`, adds them to its totals, and hands them to `each` with the
@@ -442,6 +458,46 @@ pub struct Selection<'a> {
     pub metrics: u32,
     /// Whether rank sampling leaves a rank out.
     pub sampled_out: &'a dyn Fn(u32) -> bool,
+    /// Time rounds (the utilization module in force): the round's window of wall time, and every rank's
+    /// profile carries its utilization profile.
+    pub utilization: Option<TimeWindow>,
+}
+
+/// A time round's window of wall time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindow {
+    /// When it begins, in nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub period_ns: u64,
+}
+
+/// How many times a simulated rank runs through its events in one time round, at most: one pass per 25 ms.
+const PASSES_PER_PERIOD_NS: u64 = 25_000_000;
+
+/// Lays one simulated rank's round out in wall time for the utilization module: the window is cut into passes
+/// (one per 25 ms), and each pass runs every event for its share of the round's exclusive time, in plan order,
+/// from a point that differs by rank and round, so each rank's bins differ and its shares over the window are
+/// its profile's.
+fn lay_out(bins: &mut Bins, w: TimeWindow, rank: u32, plan: &[Slot], samples: &[Sample]) {
+    let bin_ns = u64::from(canopy_wire::utilization::BIN_US) * 1000;
+    bins.reset(w.start_unix_ns, bin_ns, w.period_ns.div_ceil(bin_ns) as usize);
+    let total: f64 = samples.iter().map(|s| s.excl.max(0.0)).sum();
+    if total <= 0.0 || plan.is_empty() {
+        return;
+    }
+    let passes = (w.period_ns / PASSES_PER_PERIOD_NS).max(1);
+    let pass_ns = w.period_ns as f64 / passes as f64;
+    let first = (rank as usize).wrapping_mul(7) % plan.len();
+    let mut t = w.start_unix_ns as f64;
+    for _ in 0..passes {
+        for k in 0..plan.len() {
+            let i = (first + k) % plan.len();
+            let span = pass_ns * samples[i].excl.max(0.0) / total;
+            let end = t + span;
+            bins.add(t as u64, end as u64, plan[i].id);
+            t = end;
+        }
+    }
 }
 
 fn event(id: u64, s: &Sample, t: &Sample) -> EventSample {

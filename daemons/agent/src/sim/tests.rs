@@ -370,6 +370,7 @@ fn encoded_rounds_are_the_profiles_under_the_options() {
                     reported: &reported,
                     metrics: measure.metrics(),
                     sampled_out: &|rank| measure.samples_out(rank),
+                    utilization: None,
                 };
                 encoder.encode_round(round, 77, &selection, |rank, batch| got.push((rank, batch)));
                 assert_eq!(got, expected, "{sc} {o:?} round {round}");
