@@ -524,3 +524,77 @@ int main(int argc, char **argv) {
         assert!(calls.values().all(|c| *c == 12), "{name}: {calls:?}");
     }
 }
+
+/// The utilization module under the preloaded wrapper: an unmodified MPI program, dumping nothing itself, ships
+/// a utilization profile every time round (100 ms here) in which its MPI calls hold a share of the bins and the
+/// time in no activity (its compute) the rest, each bin's shares within the whole bin.
+#[test]
+fn an_unmodified_mpi_program_shows_its_mpi_share_against_its_compute_per_bin() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let tree = start_tree(dir.path());
+    let env = [
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MODULES", "profile,utilization".to_string()),
+        ("CANOPY_DUMP_PERIOD_MS", "100".to_string()),
+    ];
+    let run = mpirun(&exe, &["8000", "512", "64"], &env);
+    let stderr = text(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let store = tree.finished();
+    let stored = reader(&store);
+    let names: BTreeMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let passthrough = stored
+        .stream_named("passthrough")
+        .unwrap()
+        .expect("a passthrough stream");
+    let (mut mpi, mut untracked, mut bins, mut profiles) = (0u64, 0u64, 0u64, 0);
+    let rounds = stored
+        .rounds(Select::all().stream(passthrough.stream_id))
+        .unwrap();
+    for round in rounds {
+        let Some(bytes) = stored.profile_batch(passthrough.stream_id, round.round).unwrap() else {
+            continue;
+        };
+        let batch = <canopy_wire::v1::ProfileBatch as prost::Message>::decode(bytes.as_slice()).unwrap();
+        for p in &batch.profiles {
+            let Some(u) = &p.utilization else { continue };
+            canopy_wire::utilization::check(u).unwrap();
+            profiles += 1;
+            let mut per_bin = vec![0u64; u.counts.len()];
+            for (bin, id, share) in canopy_wire::utilization::records(u) {
+                per_bin[bin] += u64::from(share);
+                let name = names.get(&id).map(String::as_str).unwrap_or("other");
+                if name.starts_with("MPI_") {
+                    mpi += u64::from(share);
+                }
+            }
+            for sum in per_bin {
+                // Rounding each record to the nearest share can pass the whole bin by a little.
+                assert!(
+                    sum <= 250 + 2,
+                    "rank {} round {}: a bin sums to {sum}",
+                    p.rank,
+                    p.round
+                );
+                untracked += 250u64.saturating_sub(sum);
+                bins += 1;
+            }
+        }
+    }
+    assert!(
+        profiles >= 2 * RANKS as usize,
+        "{profiles} utilization profiles: fewer than two time rounds per rank"
+    );
+    assert!(bins > 0);
+    assert!(mpi > 0, "no bin holds time in an MPI call");
+    assert!(untracked > 0, "no bin holds compute time");
+    let mpi_share = mpi as f64 / (bins as f64 * 250.0);
+    let compute_share = untracked as f64 / (bins as f64 * 250.0);
+    eprintln!("{profiles} profiles, {bins} bins: MPI {mpi_share:.3}, compute {compute_share:.3}");
+}

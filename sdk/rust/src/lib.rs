@@ -221,11 +221,24 @@ struct Clock {
 }
 
 impl Clock {
-    /// The round to dump next, no earlier than `next_round`, at `now`: (round, its window's start and end).
-    fn window(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
-        let k = (now.saturating_sub(self.start) / self.period_ns).max(next_round.saturating_sub(self.first));
+    /// The round `k` windows after `first`: (round, its window's start and end).
+    fn round(&self, k: u64) -> (u64, u64, u64) {
         let from = self.start + k * self.period_ns;
         (self.first + k, from, from + self.period_ns)
+    }
+
+    /// The round to dump next at `now`, given the next round not yet dumped: that one, or, when its window and
+    /// later ones have ended already (the rank had no clock, or could not run), the latest that has ended.
+    fn due(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
+        let ended = now.saturating_sub(self.start) / self.period_ns;
+        let next = next_round.saturating_sub(self.first);
+        self.round(if ended > next + 1 { ended - 1 } else { next })
+    }
+
+    /// The round whose window holds `now` (or the next not yet dumped, if later).
+    fn current(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
+        let under_way = now.saturating_sub(self.start) / self.period_ns;
+        self.round(under_way.max(next_round.saturating_sub(self.first)))
     }
 }
 
@@ -392,7 +405,7 @@ pub fn finalize() -> Result<(), Error> {
             // The last, partial time round: its window ends now.
             if let Some(c) = st.clock {
                 let now = rings::now_unix_ns();
-                let (round, from, _) = c.window(now, st.next_round);
+                let (round, from, _) = c.current(now, st.next_round);
                 if from < now {
                     let _ = sdk.dump_locked(&mut st, true, Some((round, from, now)));
                 }
@@ -588,7 +601,7 @@ impl Sdk {
                 && c.period_ns != period.as_nanos() as u64
             {
                 // The new period counts from the end of the round under way, from the next round on.
-                let (round, _, end) = c.window(rings::now_unix_ns(), st.next_round);
+                let (round, _, end) = c.current(rings::now_unix_ns(), st.next_round);
                 st.clock = Some(Clock {
                     start: end,
                     first: round + 1,
@@ -640,7 +653,7 @@ impl Sdk {
                 }
                 Some(Some((clock, next_round))) => {
                     let now = rings::now_unix_ns();
-                    let (round, from, end) = clock.window(now, next_round);
+                    let (round, from, end) = clock.due(now, next_round);
                     if now < end {
                         sleep(Duration::from_nanos(end - now).min(LONGEST_SLEEP));
                         continue;
@@ -677,5 +690,29 @@ impl Sdk {
         if time && let Err(e) = self.start_period_thread() {
             self.link.note(e.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Clock;
+
+    #[test]
+    fn time_rounds_follow_the_tree_clock_and_skip_to_the_latest_ended_window() {
+        let c = Clock {
+            start: 1000,
+            first: 5,
+            period_ns: 100,
+        };
+        // Round 5 is [1000, 1100): due at 1100, under way before.
+        assert_eq!(c.due(1050, 0), (5, 1000, 1100));
+        assert_eq!(c.current(1050, 0), (5, 1000, 1100));
+        assert_eq!(c.due(1100, 5), (5, 1000, 1100));
+        assert_eq!(c.due(1120, 6), (6, 1100, 1200));
+        // Round 6 ended at 1200 and 7 at 1300: a rank that wakes at 1310 dumps 7; 6 is left out (a gap).
+        assert_eq!(c.due(1310, 6), (7, 1200, 1300));
+        assert_eq!(c.due(1810, 6), (12, 1700, 1800));
+        // Finalize: the window under way, partial.
+        assert_eq!(c.current(1310, 6), (8, 1300, 1400));
     }
 }
