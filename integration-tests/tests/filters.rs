@@ -185,3 +185,59 @@ async fn uintah_at_64_ranks_reduces_as_much_as_tom_fig_7_or_more() {
         assert!(!bins.is_empty() && bins.iter().all(|b| b.bin < 5 && b.metric == Metric::Exclusive));
     }
 }
+
+/// The utilization filter through real daemons: simulated namd ranks (entry methods and Idle) in time rounds of
+/// 50 ms, over a tree of relays. Every round's result averages all 32 ranks over its 50 bins of 1 ms, names its
+/// activities, and no bin's shares pass the whole bin; the entry methods and Idle are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namd_utilization_merges_every_rank_bin_by_bin_in_time_rounds() {
+    use canopy_proto::filters::v1::UtilizationResult;
+    use prost::Message;
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 32,
+        rounds: 12,
+        period_ms: 50,
+        scenario: "namd".into(),
+        streams: vec!["utilization".into()],
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    tree.wait_frontend(Duration::from_secs(60))
+        .await
+        .expect("front-end finishes");
+    let stored = reader(&tree.store);
+    let rounds = stored.rounds(Select::all()).unwrap();
+    assert_eq!(rounds.len(), 12, "{rounds:?}");
+    let mut names = BTreeSet::new();
+    for r in &rounds {
+        assert_eq!((r.covered, r.expected), (32, 32), "{r:?}");
+        let bytes = stored
+            .final_result(r.stream_id, r.round)
+            .unwrap()
+            .expect("a result");
+        let u = UtilizationResult::decode(bytes.as_slice()).unwrap();
+        assert_eq!(
+            (u.profiles, u.without, u.bin_us),
+            (32, 0, 1000),
+            "round {}",
+            r.round
+        );
+        assert_eq!(u.counts.len(), 50, "50 bins of 1 ms in 50 ms");
+        assert!(u.ranks.iter().all(|&n| n == 32), "every rank covers every bin");
+        let mut at = 0;
+        for &c in &u.counts {
+            let sum: u32 = u.share[at..at + c as usize].iter().sum();
+            assert!(sum <= 250 + 2, "round {}: a bin sums to {sum}", r.round);
+            at += c as usize;
+        }
+        assert_eq!(u.names.len(), u.activities.len());
+        names.extend(u.names.iter().cloned());
+    }
+    assert!(names.contains("Idle"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n != "Idle" && n != "other" && !n.is_empty()),
+        "entry methods named: {names:?}"
+    );
+}
