@@ -114,6 +114,7 @@ fn rank_frames() {
                     metrics: vec!["exclusive".into()],
                     ..Default::default()
                 }),
+                ..Default::default()
             })),
         },
         AgentMessage {
