@@ -1,6 +1,9 @@
-//! Utilization profiles (seed 000): the share of each bin of wall time a rank spends in each activity. [`Bins`]
-//! accumulates time per bin and activity and compresses a period into the sparse [`Utilization`] a rank ships;
-//! [`check`] is what every reader of one runs before trusting its indices.
+//! Utilization profiles (seed 000): the share of each bin of wall time a rank spends in each activity.
+//! [`Replay`] turns a rank's activity switches into one period's profile; [`Bins`] accumulates time per bin and
+//! activity and compresses a period into the sparse [`Utilization`] a rank ships; [`check`] is what every reader
+//! of one runs before trusting its indices.
+
+use std::collections::HashMap;
 
 use crate::v1::Utilization;
 
@@ -124,6 +127,117 @@ impl Bins {
             out.activity.push(self.ids.partition_point(|x| *x < id) as u32);
             out.share.push(share);
         }
+    }
+}
+
+/// One activity switch of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switch {
+    /// The thread, by any number that tells the rank's threads apart.
+    pub thread: u32,
+    /// When, in nanoseconds since the Unix epoch; a thread's switches come in time order.
+    pub at_unix_ns: u64,
+    /// An activity begins (true) or ends (false). Idle is the activity "Idle".
+    pub begin: bool,
+    /// The activity's event id.
+    pub activity: u64,
+}
+
+/// A thread as the replay left it: its running activities, innermost last, and the time credited so far.
+#[derive(Debug, Default)]
+struct Stack {
+    running: Vec<u64>,
+    credited: u64,
+}
+
+/// Replays a rank's activity switches period after period: each stretch of a thread's time goes to the activity
+/// running innermost on it. What a period leaves running goes on into the next, and switches after a period's
+/// end wait for it.
+#[derive(Debug, Default)]
+pub struct Replay {
+    bins: Bins,
+    threads: HashMap<u32, Stack>,
+    pending: Vec<Switch>,
+}
+
+impl Replay {
+    /// Forgets every thread's running activities and the switches waiting (the measurement was off).
+    pub fn clear(&mut self) {
+        self.threads.clear();
+        self.pending.clear();
+    }
+
+    /// The profile of the period from `from` to `to` (Unix ns) in bins of `bin_ns`: the switches waiting from
+    /// before, then `switches` (taken), each thread's in time order. A bin's shares are divided among the threads
+    /// that ran an activity in the period; records below `threshold` fold into "other"; `lost` is carried.
+    #[allow(clippy::too_many_arguments)]
+    pub fn period(
+        &mut self,
+        from: u64,
+        to: u64,
+        bin_ns: u64,
+        switches: &mut Vec<Switch>,
+        threshold: u32,
+        lost: u64,
+        out: &mut Utilization,
+    ) {
+        let bins = to.saturating_sub(from).div_ceil(bin_ns.max(1)) as usize;
+        self.bins.reset(from, bin_ns, bins);
+        let mut all = std::mem::take(&mut self.pending);
+        all.append(switches);
+        // Each thread's switches together, in the order they came.
+        all.sort_by_key(|s| s.thread);
+        let mut active = 0u32;
+        let mut at = 0;
+        while at < all.len() {
+            let thread = all[at].thread;
+            let run = all[at..].iter().take_while(|s| s.thread == thread).count();
+            let mut st = self.threads.remove(&thread).unwrap_or_default();
+            let mut busy = !st.running.is_empty();
+            for &s in &all[at..at + run] {
+                if s.at_unix_ns >= to {
+                    self.pending.push(s);
+                    continue;
+                }
+                busy = true;
+                self.credit(&mut st, s.at_unix_ns);
+                if s.begin {
+                    st.running.push(s.activity);
+                } else if st.running.last() == Some(&s.activity) {
+                    // An end that is not of the activity begun last is ignored, as the profile module does.
+                    st.running.pop();
+                }
+            }
+            self.credit(&mut st, to);
+            active += u32::from(busy);
+            self.threads.insert(thread, st);
+            at += run;
+        }
+        // Threads with no switch this period: their innermost activity ran on all along.
+        for st in self.threads.values_mut() {
+            if st.credited < to && !st.running.is_empty() {
+                if let Some(&top) = st.running.last() {
+                    self.bins.add(st.credited, to, top);
+                }
+                st.credited = to;
+                active += 1;
+            }
+        }
+        // Threads that ended with nothing running are not remembered.
+        self.threads.retain(|_, st| !st.running.is_empty());
+        // The switches' buffer goes back to the caller, empty, for the next period.
+        all.clear();
+        *switches = all;
+        self.bins.compress(active.max(1), threshold, lost, out);
+    }
+
+    fn credit(&mut self, st: &mut Stack, t: u64) {
+        if let Some(&top) = st.running.last()
+            && t > st.credited
+        {
+            self.bins.add(st.credited, t, top);
+        }
+        st.credited = st.credited.max(t);
     }
 }
 
@@ -278,6 +392,57 @@ mod tests {
         b.reset(t0 + 4_000_000, 1_000_000, 2);
         b.compress(2, DEFAULT_THRESHOLD, 0, &mut u);
         assert_eq!((u.counts, u.activity.len(), u.threads), (vec![0, 0], 0, 2));
+    }
+
+    #[test]
+    fn a_replay_gives_the_innermost_activity_the_time_and_carries_what_runs_on() {
+        let ms = 1_000_000;
+        let sw = |t: f64, begin, activity| Switch {
+            thread: 9,
+            at_unix_ns: (t * ms as f64) as u64,
+            begin,
+            activity,
+        };
+        // Outer (1) from 0 to 3 ms, inner (2) from 1 to 1.5 ms, idle (3) from 3 ms to 6 ms.
+        let mut switches = vec![
+            sw(0.0, true, 1),
+            sw(1.0, true, 2),
+            sw(1.5, false, 2),
+            sw(3.0, false, 1),
+            sw(3.0, true, 3),
+            sw(6.0, false, 3),
+        ];
+        let mut r = Replay::default();
+        let mut u = Utilization::default();
+        r.period(0, 4 * ms, ms, &mut switches, 0, 0, &mut u);
+        check(&u).unwrap();
+        let got: Vec<_> = records(&u).collect();
+        assert_eq!(
+            got,
+            vec![(0, 1, 250), (1, 1, 125), (1, 2, 125), (2, 1, 250), (3, 3, 250)]
+        );
+        assert!(switches.is_empty());
+        // The next period: idle until 6 ms, then nothing; a thread with nothing running is forgotten.
+        r.period(4 * ms, 8 * ms, ms, &mut switches, 0, 0, &mut u);
+        assert_eq!(records(&u).collect::<Vec<_>>(), vec![(0, 3, 250), (1, 3, 250)]);
+        assert!(r.threads.is_empty());
+        // Two threads, one busy all along: each bin is half that activity.
+        let mut switches = vec![Switch {
+            thread: 1,
+            at_unix_ns: 8 * ms,
+            begin: true,
+            activity: 5,
+        }];
+        r.period(8 * ms, 9 * ms, ms, &mut switches, 0, 0, &mut u);
+        let mut switches = vec![Switch {
+            thread: 2,
+            at_unix_ns: 9 * ms,
+            begin: true,
+            activity: 5,
+        }];
+        r.period(9 * ms, 10 * ms, ms, &mut switches, 0, 0, &mut u);
+        assert_eq!(records(&u).collect::<Vec<_>>(), vec![(0, 5, 250)]);
+        assert_eq!(u.threads, 2);
     }
 
     #[test]
