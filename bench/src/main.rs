@@ -18,6 +18,7 @@ mod processes;
 mod reduction;
 mod sdk;
 mod throughput;
+mod utilization;
 
 use std::time::{Duration, Instant};
 
@@ -198,6 +199,23 @@ enum Command {
         /// The wrapper's dump period in the stencil runs (CANOPY_DUMP_PERIOD_MS).
         #[arg(long, default_value_t = 10)]
         period_ms: u64,
+    },
+    /// Seed 000's utilization figures: creating a rank's compressed profile of a second, the merged message at
+    /// each level and the bytes per second at the front-end with 1024 simulated namd ranks, and the
+    /// perturbation of the utilization module through a real tree.
+    Utilization {
+        /// Tables to print: compress, tree, perturbation.
+        #[arg(long, default_value = "compress,tree,perturbation", value_delimiter = ',')]
+        tables: Vec<String>,
+        /// Activity switches per second of the measured rank.
+        #[arg(long, default_value_t = 10_000)]
+        rate_hz: u64,
+        /// Seconds of work per perturbation run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Simulated ranks of the tree table (leaves of 32).
+        #[arg(long, default_value_t = 1024)]
+        ranks: u32,
     },
     /// Bytes per round at the front-end for each standard filter against passthrough, and classify's
     /// reduction factor per classification scheme (ToM's Fig. 7).
@@ -394,6 +412,18 @@ fn main() -> anyhow::Result<()> {
             dumps,
             gap_us,
         } => sdk::run(events, pairs, dumps, gap_us, args.repeats),
+        Command::Utilization {
+            tables,
+            rate_hz,
+            seconds,
+            ranks,
+        } => utilization::run(&utilization::Plan {
+            tables: &tables,
+            rate_hz,
+            seconds,
+            ranks,
+            repeats: args.repeats,
+        }),
     }
 }
 

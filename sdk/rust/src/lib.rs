@@ -148,12 +148,19 @@ pub fn counter(name: &str, value: f64) -> Result<(), Error> {
     measure::counter(name, value)
 }
 
-/// Puts these measurement modules in force from now on ("profile", "trace", "null"), until the tree's
-/// options name others. The error names an unknown module.
+/// Puts these measurement modules in force from now on ("profile", "trace", "utilization", "null"), until the
+/// tree's options name others. The error names an unknown module. With "utilization" the rounds become time
+/// rounds, dumped by the SDK's period thread.
 pub fn set_modules(names: &[&str]) -> Result<(), Error> {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let bits = events::modules_named(&names).map_err(Error::Invalid)?;
     events::set_modules(bits);
+    // The utilization module's rounds are time rounds, dumped by the period thread.
+    if time_rounds()
+        && let Some(sdk) = SDK.get()
+    {
+        sdk.start_period_thread()?;
+    }
     Ok(())
 }
 
