@@ -116,6 +116,7 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                 },
             ],
             trace_lost: if rank == 1 { 3 } else { 0 },
+            utilization: None,
         })
         .collect();
     ProfileBatch { profiles }.encode_to_vec()
