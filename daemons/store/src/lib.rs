@@ -24,6 +24,7 @@ pub use rounds::{MissingCounts, RoundRecord};
 pub use rows::{
     ClassRow, CounterRow, HistogramRow, LateArrival, NodeChange, NodeRow, ReductionRow, ResultRow,
     RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow, TraceRow,
+    UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, LATEST, Payload, Store};

@@ -85,6 +85,7 @@ pub enum Table {
     Samples,
     Counters,
     Trace,
+    Utilization,
     Results,
     ProfileBatches,
     Stats,
@@ -105,6 +106,7 @@ impl Table {
             Table::Samples => "samples",
             Table::Counters => "counters",
             Table::Trace => "trace",
+            Table::Utilization => "utilization",
             Table::Results => "results",
             Table::ProfileBatches => "profile_batches",
             Table::Stats => "stats",
@@ -125,6 +127,7 @@ impl Table {
             Table::Samples
                 | Table::Counters
                 | Table::Trace
+                | Table::Utilization
                 | Table::Results
                 | Table::ProfileBatches
                 | Table::Stats
@@ -454,6 +457,31 @@ impl StoreReader {
                 peer: r.get(8)?,
                 bytes: opt_u64(r, 9)?,
                 late: r.get(10)?,
+            })
+        })
+    }
+
+    /// Rows of `utilization`, by stream, round and bin, then in activity order as stored (0, "other", first).
+    /// A store older than version 7 has none.
+    pub fn utilization(&self, select: Select) -> Result<Vec<UtilizationRow>, StoreError> {
+        if self.version < 7 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, bin, start_unix_ns, activity_id, share, ranks, late
+             FROM utilization{clause} ORDER BY stream_id, round, bin, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(UtilizationRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                bin: r.get(2)?,
+                start_unix_ns: u64_at(r, 3)?,
+                activity_id: id_of(r.get(4)?),
+                share: r.get(5)?,
+                ranks: r.get(6)?,
+                late: r.get(7)?,
             })
         })
     }

@@ -113,6 +113,24 @@ pub struct TraceRow {
     pub late: bool,
 }
 
+/// One row of `utilization`: an activity's average share of one bin of a utilization round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UtilizationRow {
+    pub stream_id: u32,
+    pub round: u64,
+    /// The bin's index in the round's period.
+    pub bin: u32,
+    /// When the bin begins, in nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// The activity's event id; 0 for "other", the activities below the threshold together.
+    pub activity_id: u64,
+    /// The average share of the bin, 0 to 250 (the whole bin).
+    pub share: u32,
+    /// The ranks the average is over: those whose profile covers the bin.
+    pub ranks: u32,
+    pub late: bool,
+}
+
 /// One row of `counters`: a rank's counter in a passthrough round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterRow {

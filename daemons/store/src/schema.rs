@@ -16,7 +16,8 @@ use rusqlite_migration::{M, Migrations};
 /// - 4: `rounds.missing_absent` (announced ranks that had not attached when the start time-out passed).
 /// - 5: `node_history`, every change of a node's parent or state.
 /// - 6: `trace`, the event traces ranks ship with their profiles (the trace module).
-pub const SCHEMA_VERSION: u32 = 6;
+/// - 7: `utilization`, the utilization filter's average share of each activity in each bin of a time round.
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -259,8 +260,34 @@ CREATE TABLE trace_lost (
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '6');
 ";
 
+/// Version 7: results of type `canopy.filters.v1.UtilizationResult`, one row per (round, bin, activity): the bin's
+/// index in the round's period and when it begins, the activity (event id, 0 for the activities folded into
+/// "other"), its average share of the bin (0 to 250, the whole bin) over the `ranks` that cover the bin.
+const V7: &str = "
+CREATE TABLE utilization (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    bin INTEGER NOT NULL,
+    start_unix_ns INTEGER,
+    activity_id INTEGER NOT NULL,
+    share INTEGER NOT NULL,
+    ranks INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX utilization_by_round ON utilization (stream_id, round);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '7');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
-const MIGRATIONS: &[M<'static>] = &[M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5), M::up(V6)];
+const MIGRATIONS: &[M<'static>] = &[
+    M::up(V1),
+    M::up(V2),
+    M::up(V3),
+    M::up(V4),
+    M::up(V5),
+    M::up(V6),
+    M::up(V7),
+];
 
 fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)
@@ -354,6 +381,59 @@ mod tests {
         for (reason, _) in MissingReason::WORDS {
             assert!(columns.contains(&missing_column(*reason)), "{reason:?}");
         }
+    }
+
+    /// A store of version 6 with rows in it gains `utilization` and its index, and keeps its rows.
+    #[test]
+    fn a_version_6_store_migrates_to_7_keeping_its_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 6).unwrap();
+        assert_eq!(version(&conn).unwrap(), 6);
+        let has = |conn: &Connection, kind: &str, name: &str| {
+            conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
+                [kind, name],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+                == 1
+        };
+        assert!(!has(&conn, "table", "utilization"));
+        conn.execute(
+            "INSERT INTO trace (stream_id, round, app, rank, kind) VALUES (1, 2, 'a', 3, 'begin')",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), 7);
+        assert_eq!(meta_version(&conn).unwrap(), Some(7));
+        assert!(has(&conn, "table", "utilization"));
+        assert!(has(&conn, "index", "utilization_by_round"));
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM trace", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        let mut st = conn
+            .prepare("SELECT name FROM pragma_table_info('utilization')")
+            .unwrap();
+        let columns: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                "stream_id",
+                "round",
+                "bin",
+                "start_unix_ns",
+                "activity_id",
+                "share",
+                "ranks",
+                "late"
+            ]
+        );
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! The standard filters' results as tables: `stats`, `histograms`, `classes` and `reductions`, decoded from
-//! the result message a stream's filter declares (any plugin whose result type is one of the standard
-//! messages gets the same tables). Every result also stays whole in `results`.
+//! The standard filters' results as tables: `stats`, `histograms`, `classes`, `utilization` and
+//! `reductions`, decoded from the result message a stream's filter declares (any plugin whose result type is
+//! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, StatsResult,
+    ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, StatsResult, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -14,10 +14,14 @@ use crate::words::Word;
 const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
 const HISTOGRAM_RESULT: &str = "canopy.filters.v1.HistogramResult";
 const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
+const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
 
 /// Whether results of this type get tables.
 pub fn is_tabulated(result_type: &str) -> bool {
-    matches!(result_type, STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT)
+    matches!(
+        result_type,
+        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT
+    )
 }
 
 /// Why a result could not become rows.
@@ -91,6 +95,11 @@ pub(crate) fn write(
             }
             let classes = Some(r.classes.len() as i64);
             at.reduction(tx, r.raw_bytes, r.result_bytes, classes)?;
+        }
+        UTILIZATION_RESULT => {
+            let r: UtilizationResult = decode("UtilizationResult", payload)?;
+            at.utilization(tx, &r)?;
+            at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
         }
         _ => {}
     }
@@ -194,6 +203,61 @@ impl At {
                     self.late
                 ])?;
             }
+        }
+        Ok(())
+    }
+
+    /// One row per record: (bin, activity, share), with the bin's start and the ranks it averages over.
+    fn utilization(&self, tx: &Transaction<'_>, r: &UtilizationResult) -> Result<(), TableError> {
+        let invalid = |reason: String| TableError::Invalid {
+            what: "UtilizationResult",
+            reason,
+        };
+        if !r.counts.is_empty() {
+            canopy_wire::utilization::check_table(
+                r.bin_us,
+                &r.activities,
+                &r.counts,
+                &r.activity,
+                r.share.len(),
+            )
+            .map_err(|e| invalid(e.to_string()))?;
+        } else if !r.activity.is_empty() || !r.share.is_empty() {
+            return Err(invalid(format!(
+                "no bins but {} records and {} shares",
+                r.activity.len(),
+                r.share.len()
+            )));
+        }
+        if r.ranks.len() != r.counts.len() {
+            return Err(invalid(format!(
+                "{} bins but {} rank counts",
+                r.counts.len(),
+                r.ranks.len()
+            )));
+        }
+        let mut st = tx.prepare_cached(
+            "INSERT INTO utilization (stream_id, round, bin, start_unix_ns, activity_id, share, ranks, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        let bin_ns = u128::from(r.bin_us) * 1000;
+        let mut at = 0;
+        for (bin, (&count, &ranks)) in r.counts.iter().zip(&r.ranks).enumerate() {
+            let start = u128::from(r.start_unix_ns) + bin as u128 * bin_ns;
+            let start = sat(u64::try_from(start).unwrap_or(u64::MAX));
+            for k in at..at + count as usize {
+                st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    bin as i64,
+                    start,
+                    id_bits(r.activities[r.activity[k] as usize]),
+                    r.share[k],
+                    ranks,
+                    self.late
+                ])?;
+            }
+            at += count as usize;
         }
         Ok(())
     }

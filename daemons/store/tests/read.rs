@@ -4,7 +4,7 @@ mod common;
 
 use canopy_proto::filters::v1::{
     BinRanges, Class, ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, RankRef,
-    StatsResult, Summary,
+    StatsResult, Summary, UtilizationResult,
 };
 use canopy_proto::v1::{
     EventSample, MissingReason, NodeEvent, NodeKind, NodeState, ProfileBatch, RankProfile, SyncMode,
@@ -610,6 +610,105 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
     );
 }
 
+#[test]
+fn utilization_results_become_a_row_per_bin_and_activity_and_a_bad_one_is_refused() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let start = 1_700_000_000_000_000_000u64;
+    // Two bins of 1 ms; the second has no records. An id above 2^63 reads back unsigned.
+    let big = 0x9000_0000_0000_0001u64;
+    let result = UtilizationResult {
+        start_unix_ns: start,
+        bin_us: 1000,
+        activities: vec![0, 42, big],
+        names: vec!["other".into(), "solve".into(), String::new()],
+        counts: vec![3, 0, 1],
+        activity: vec![0, 1, 2, 1],
+        share: vec![30, 150, 70, 250],
+        ranks: vec![4, 0, 1],
+        profiles: 4,
+        threshold: 25,
+        raw_bytes: 4000,
+        ..UtilizationResult::default()
+    };
+    let bytes = result.encode_to_vec();
+    store
+        .write_filter_tables(2, 9, "canopy.filters.v1.UtilizationResult", &bytes, false)
+        .unwrap();
+    store
+        .write_filter_tables(2, 10, "canopy.filters.v1.UtilizationResult", &bytes, true)
+        .unwrap();
+    // A record naming an activity the result does not have is refused whole.
+    let mut torn = result.clone();
+    torn.activity[3] = 3;
+    let err = store
+        .write_filter_tables(
+            2,
+            11,
+            "canopy.filters.v1.UtilizationResult",
+            &torn.encode_to_vec(),
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the UtilizationResult of stream 2 round 11 does not hold together: record 3 names activity 3 of 3"
+    );
+    let mut short = result.clone();
+    short.ranks.pop();
+    let err = store
+        .write_filter_tables(
+            2,
+            12,
+            "canopy.filters.v1.UtilizationResult",
+            &short.encode_to_vec(),
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the UtilizationResult of stream 2 round 12 does not hold together: 3 bins but 2 rank counts"
+    );
+
+    let r = StoreReader::open(store.path()).unwrap();
+    let rows = r.utilization(Select::all().late(false)).unwrap();
+    let got: Vec<_> = rows
+        .iter()
+        .map(|u| {
+            (
+                u.round,
+                u.bin,
+                u.start_unix_ns,
+                u.activity_id,
+                u.share,
+                u.ranks,
+                u.late,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (9, 0, start, 0, 30, 4, false),
+            (9, 0, start, 42, 150, 4, false),
+            (9, 0, start, big, 70, 4, false),
+            (9, 2, start + 2_000_000, 42, 250, 1, false),
+        ]
+    );
+    assert!(rows.iter().all(|u| u.stream_id == 2));
+    assert_eq!(r.utilization(Select::all()).unwrap().len(), 8);
+    assert_eq!(
+        r.count_where(Table::Utilization, Select::all().from_round(10))
+            .unwrap(),
+        4
+    );
+    // The refused rounds left nothing behind; the stored ones have their reduction.
+    assert_eq!(r.count(Table::Utilization).unwrap(), 8);
+    let reductions = r.reductions(Select::all().stream(2)).unwrap();
+    assert_eq!(reductions.len(), 2);
+    assert_eq!(reductions[0].raw_bytes, 4000);
+}
+
 /// A store as the front-end wrote it before the migrations: `user_version` 0, version 2 in `meta`.
 fn legacy_v2(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("run-legacy.sqlite");
@@ -639,6 +738,8 @@ fn a_version_2_store_reads_and_migrates_forward() {
         (3, 1)
     );
     assert_eq!(old.samples(Select::all()).unwrap()[0].calls, Some(5));
+    // Tables of later versions read as empty.
+    assert!(old.utilization(Select::all()).unwrap().is_empty());
     // No batches were kept before version 3: a replay has the coverage and an empty result.
     let stream = old.stream(1).unwrap().unwrap();
     let replayed = old.stored_rounds(&stream, 0).unwrap();

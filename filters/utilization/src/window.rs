@@ -79,7 +79,7 @@ impl Window {
             });
         }
         let bin_ns = self.bin_ns();
-        if !(self.start_unix_ns.abs_diff(other.start_unix_ns) as u128).is_multiple_of(bin_ns) {
+        if !u128::from(self.start_unix_ns.abs_diff(other.start_unix_ns)).is_multiple_of(bin_ns) {
             return Err(Misfit::Unaligned {
                 start: other.start_unix_ns,
                 bin_us: other.bin_us,

@@ -1,7 +1,7 @@
 //! The utilization filter over random trees equals the same averages computed directly over all ranks at
 //! once, exactly: ranks with different (aligned) windows, ranks without a utilization profile, any threshold.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use canopy_filter_proto::v1::UtilizationResult;
 use canopy_filter_test::{Case, DataSpec, Rng};
@@ -114,11 +114,77 @@ fn direct(profiles: &[RankProfile], threshold: u32) -> (u64, Vec<BTreeMap<u64, u
     (start, averages, ranks)
 }
 
+/// `got` is what [`direct`] computes from the round's `profiles`, record for record.
+fn same(
+    got: &UtilizationResult,
+    profiles: &[RankProfile],
+    names: &HashMap<u64, String>,
+    threshold: u32,
+    bin_us: u32,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    let (start, averages, covered) = direct(profiles, threshold);
+    prop_assert_eq!(got.start_unix_ns, start, "{}", what);
+    prop_assert_eq!(
+        got.bin_us,
+        if covered.is_empty() { 0 } else { bin_us },
+        "{}",
+        what
+    );
+    prop_assert_eq!(&got.ranks, &covered, "{}", what);
+    prop_assert_eq!(got.counts.len(), covered.len());
+    let mut at = 0;
+    for (bin, &count) in got.counts.iter().enumerate() {
+        let ids: Vec<u64> = (at..at + count as usize)
+            .map(|k| got.activities[got.activity[k] as usize])
+            .collect();
+        // Sorted by activity within the bin, each once.
+        prop_assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "{} bin {}: {:?}",
+            what,
+            bin,
+            ids
+        );
+        let records: BTreeMap<u64, u32> = ids
+            .into_iter()
+            .zip(&got.share[at..])
+            .map(|(id, &s)| (id, s))
+            .collect();
+        prop_assert_eq!(&records, &averages[bin], "{} bin {}", what, bin);
+        at += count as usize;
+    }
+    let used: BTreeSet<u64> = averages.iter().flat_map(|b| b.keys().copied()).collect();
+    prop_assert_eq!(&got.activities, &used.into_iter().collect::<Vec<_>>(), "{}", what);
+    let want_names: Vec<String> = got
+        .activities
+        .iter()
+        .map(|id| match *id {
+            OTHER => "other".to_string(),
+            id => names.get(&id).cloned().unwrap_or_default(),
+        })
+        .collect();
+    prop_assert_eq!(&got.names, &want_names);
+    let with = profiles.iter().filter(|p| p.utilization.is_some()).count() as u32;
+    prop_assert_eq!(got.profiles, with);
+    prop_assert_eq!(got.without, profiles.len() as u32 - with);
+    let lost: u64 = profiles
+        .iter()
+        .filter_map(|p| p.utilization.as_ref())
+        .map(|u| u.lost)
+        .sum();
+    prop_assert_eq!(got.lost, lost);
+    prop_assert_eq!(got.threshold, threshold);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn tree_equals_direct(seed in any::<u64>(), ranks in 0usize..100, rounds in 1usize..3, percent in 0u32..=100) {
+    fn tree_equals_direct(
+        seed in any::<u64>(), ranks in 0usize..100, rounds in 1usize..3, percent in 0u32..=100,
+    ) {
         let spec = DataSpec::default();
         let base = Case::random(seed, ranks, rounds, &spec);
         let mut rng = Rng::new(seed ^ 0xb175);
@@ -135,42 +201,13 @@ proptest! {
         prop_assert!(out.rejects.is_empty(), "{:?}", out.rejects);
         prop_assert_eq!(out.results.len(), rounds);
         let names: HashMap<u64, String> = c.names.iter().cloned().collect();
+        // 2.5 × percent, rounded half up: the halves are the only fractions.
         let threshold = (percent * 5).div_ceil(2);
         for r in 0..rounds {
             let got = UtilizationResult::decode(out.results[&(r as u64, 0)].as_slice()).unwrap();
-            let round = &c.profiles[r];
-            let (start, averages, covered) = direct(round, threshold);
             let what = format!("round {r} ({})", c.tree.describe());
-            prop_assert_eq!(got.start_unix_ns, start, "{}", what);
-            prop_assert_eq!(got.bin_us, if covered.is_empty() { 0 } else { bin_us }, "{}", what);
-            prop_assert_eq!(&got.ranks, &covered, "{}", what);
-            prop_assert_eq!(got.counts.len(), covered.len());
-            let mut at = 0;
-            for (bin, &count) in got.counts.iter().enumerate() {
-                let records: BTreeMap<u64, u32> = (at..at + count as usize)
-                    .map(|k| (got.activities[got.activity[k] as usize], got.share[k]))
-                    .collect();
-                // Sorted by activity within the bin, each once.
-                let ids: Vec<u64> = (at..at + count as usize).map(|k| got.activities[got.activity[k] as usize]).collect();
-                prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "{} bin {}: {:?}", what, bin, ids);
-                prop_assert_eq!(&records, &averages[bin], "{} bin {}", what, bin);
-                at += count as usize;
-            }
-            let used: std::collections::BTreeSet<u64> = averages.iter().flat_map(|b| b.keys().copied()).collect();
-            prop_assert_eq!(&got.activities, &used.into_iter().collect::<Vec<_>>(), "{}", what);
-            let want_names: Vec<String> = got
-                .activities
-                .iter()
-                .map(|id| if *id == OTHER { "other".into() } else { names.get(id).cloned().unwrap_or_default() })
-                .collect();
-            prop_assert_eq!(&got.names, &want_names);
-            let with = round.iter().filter(|p| p.utilization.is_some()).count() as u32;
-            prop_assert_eq!(got.profiles, with);
-            prop_assert_eq!(got.without, round.len() as u32 - with);
-            let lost: u64 = round.iter().filter_map(|p| p.utilization.as_ref()).map(|u| u.lost).sum();
-            prop_assert_eq!(got.lost, lost);
-            prop_assert_eq!(got.raw_bytes, c.raw_bytes(r));
-            prop_assert_eq!(got.threshold, threshold);
+            same(&got, &c.profiles[r], &names, threshold, bin_us, &what)?;
+            prop_assert_eq!(got.raw_bytes, c.raw_bytes(r), "{}", what);
         }
     }
 
@@ -186,7 +223,8 @@ proptest! {
             p.utilization = utilization(&mut rng, &ids, 1000);
         }
         let a = Case::new(base.tree.clone(), base.placement.clone(), profiles.clone(), base.names.clone());
-        let b = Case::new(other_shape.tree.clone(), other_shape.placement.clone(), profiles, base.names.clone());
+        let (tree, placement) = (other_shape.tree.clone(), other_shape.placement.clone());
+        let b = Case::new(tree, placement, profiles, base.names.clone());
         let one = a.run::<UtilizationFilter>("", seed).unwrap().results;
         prop_assert_eq!(&one, &a.run::<UtilizationFilter>("", seed.wrapping_add(1)).unwrap().results);
         prop_assert_eq!(&one, &b.run::<UtilizationFilter>("", seed).unwrap().results);
