@@ -188,6 +188,11 @@ fn read_counter(mut buf: &[u8]) -> Result<CounterView, String> {
     Ok(c)
 }
 
+/// Whether `bytes` decode as an `M`, as prost would decode the field that holds them.
+fn check_message<M: prost::Message + Default>(bytes: &[u8]) -> Result<(), String> {
+    M::decode(bytes).map(drop).map_err(err)
+}
+
 fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView<'a>, String> {
     let (events, counters) = (into.events.len(), into.counters.len());
     let mut p = ProfileView {
@@ -213,6 +218,12 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
             5 => into.events.push(read_event(take_len(&mut buf, wt)?)?),
             6 => into.counters.push(read_counter(take_len(&mut buf, wt)?)?),
             7 => p.metrics = take_varint(&mut buf, wt)? as u32,
+            // Not read here, but held to prost's rules, so a profile one reader refuses the other does too.
+            8 => check_message::<canopy_wire::v1::TraceEvent>(take_len(&mut buf, wt)?)?,
+            9 => {
+                take_varint(&mut buf, wt)?;
+            }
+            10 => check_message::<canopy_wire::v1::Utilization>(take_len(&mut buf, wt)?)?,
             _ => skip(&mut buf, wt, tag)?,
         }
     }
