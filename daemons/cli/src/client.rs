@@ -1,15 +1,14 @@
-//! The `canopy` commands that talk to a running front-end: `streams`, `ctl`, `topology` (live) and `watch`.
+//! The `canopy` commands that talk to a running front-end: `streams`, `ctl`, `topology` (live), and the text
+//! tables `watch` draws for streams other than utilization.
 
 use std::collections::HashMap;
-use std::io::Write;
 
 use anyhow::Context;
 use canopy_proto::filters::v1::{ClassResult, EventStats, HistogramResult, Metric, StatsResult};
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
-    CloseStreamRequest, ControlRequest, CreateStreamRequest, EventNamesRequest, ListStreamsRequest, NodeKind,
-    NodeState, RoundUpdate, StreamInfo, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest,
-    control_request,
+    CloseStreamRequest, ControlRequest, CreateStreamRequest, ListStreamsRequest, NodeKind, NodeState,
+    RoundUpdate, StreamInfo, SyncMode, TopologyNode, TopologyRequest, control_request,
 };
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage};
@@ -152,7 +151,7 @@ pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>>
 }
 
 /// Any Canopy message as proto3 JSON, the way grpcurl prints it.
-fn json_of<M: Message>(full_name: &str, msg: &M) -> String {
+pub(crate) fn json_of<M: Message>(full_name: &str, msg: &M) -> String {
     static POOL: std::sync::OnceLock<DescriptorPool> = std::sync::OnceLock::new();
     let pool =
         POOL.get_or_init(|| DescriptorPool::decode(canopy_proto::FILE_DESCRIPTOR_SET).unwrap_or_default());
@@ -165,7 +164,7 @@ fn json_of<M: Message>(full_name: &str, msg: &M) -> String {
     }
 }
 
-fn status_error(e: tonic::Status) -> anyhow::Error {
+pub(crate) fn status_error(e: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", e.code(), e.message())
 }
 
@@ -358,19 +357,6 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(clap::Args, Debug)]
-pub struct WatchArgs {
-    /// Only these streams, by name (repeatable).
-    #[arg(long = "stream")]
-    streams: Vec<String>,
-    /// Rows per table.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
-    /// Stop after this many updates (0: until interrupted).
-    #[arg(long, default_value_t = 0)]
-    updates: u64,
-}
-
 fn metric_word(m: i32) -> &'static str {
     match Metric::try_from(m).unwrap_or(Metric::Unspecified) {
         Metric::Calls => "calls",
@@ -379,46 +365,6 @@ fn metric_word(m: i32) -> &'static str {
         Metric::Counter => "counter",
         Metric::Unspecified => "?",
     }
-}
-
-/// A live table per stream: the top events by mean, histograms as bars, classes with their sizes.
-pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
-    let mut api = connect(&target).await?;
-    let mut names: HashMap<u64, String> = HashMap::new();
-    let req = SubscribeRequest {
-        stream_names: args.streams.clone(),
-        ..Default::default()
-    };
-    let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
-    let mut screens: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
-    let mut seen = 0u64;
-    while let Some(u) = updates.message().await.map_err(status_error)? {
-        seen += 1;
-        if target.json {
-            println!("{}", json_of("canopy.v1.RoundUpdate", &u));
-        } else {
-            if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
-                let list = api
-                    .event_names(EventNamesRequest {})
-                    .await
-                    .map_err(status_error)?
-                    .into_inner();
-                names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
-            }
-            screens.insert(u.stream.clone(), render(&u, &names, args.top));
-            let mut out = std::io::stdout().lock();
-            // Clear the screen and draw every stream's latest table.
-            let _ = write!(out, "\x1b[2J\x1b[H");
-            for screen in screens.values() {
-                let _ = writeln!(out, "{screen}");
-            }
-            let _ = out.flush();
-        }
-        if args.updates > 0 && seen >= args.updates {
-            break;
-        }
-    }
-    Ok(())
 }
 
 fn name_of(names: &HashMap<u64, String>, id: u64) -> String {
@@ -458,7 +404,8 @@ fn stats_table(stats: &[EventStats], names: &HashMap<u64, String>, top: usize) -
     out
 }
 
-fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) -> String {
+/// One update of a stream that is not a utilization stream, as a text table.
+pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) -> String {
     let cov = u.coverage.clone().unwrap_or_default();
     let missed = if u.missed > 0 {
         format!("  (missed {} updates)", u.missed)

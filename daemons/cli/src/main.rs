@@ -8,6 +8,7 @@ mod client;
 mod cpu;
 mod topology_cmd;
 mod up;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -48,12 +49,13 @@ enum Command {
     /// Make the certificates of a tree: a site CA, node and client certificates, or one run's set.
     #[command(subcommand)]
     Certs(certs::CertsCmd),
-    /// A live table per stream: top events, histograms, classes.
+    /// Every stream live: utilization as stacked bars (10 s of 100 ms bars, or 250 ms of 1 ms bars), other
+    /// streams as tables (top events, histograms, classes); a line per period when piped or with --plain.
     Watch {
         #[command(flatten)]
         target: client::Target,
         #[command(flatten)]
-        args: client::WatchArgs,
+        args: watch::WatchArgs,
     },
 }
 
@@ -73,7 +75,7 @@ fn main() -> ExitCode {
         Command::Certs(cmd) => certs::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
         Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
-        Command::Watch { target, args } => block_on(client::watch(target, args)),
+        Command::Watch { target, args } => block_on(watch::watch(target, args)),
     };
     match result {
         Ok(code) => code,
