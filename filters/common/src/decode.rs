@@ -76,6 +76,34 @@ pub fn packets<M: Message + Default>(
     good
 }
 
+/// As [`packets`], decoded into `slots` kept between calls, so a node that merges every round reuses their
+/// buffers: returns (slot, input index) of the good inputs, in canonical order.
+pub fn packets_into<M: Message + Default>(
+    inputs: &[&[u8]],
+    slots: &mut Vec<M>,
+    what: &str,
+    out: &mut dyn Emit,
+    check: impl Fn(&M) -> Result<(), String>,
+) -> Vec<(usize, usize)> {
+    if slots.len() < inputs.len() {
+        slots.resize_with(inputs.len(), M::default);
+    }
+    let mut good = Vec::with_capacity(inputs.len());
+    for (slot, i) in canonical_order(inputs).into_iter().enumerate() {
+        let m = &mut slots[slot];
+        m.clear();
+        match m
+            .merge(inputs[i])
+            .map_err(|e| e.to_string())
+            .and_then(|()| check(m))
+        {
+            Ok(()) => good.push((slot, i)),
+            Err(e) => out.reject(i, &format!("input is not a {what}: {e}")),
+        }
+    }
+    good
+}
+
 /// Input indices sorted by the inputs' bytes: floating-point merging is not associative, so a fixed order
 /// makes a node's output the same whatever order its children's packets came in.
 pub fn canonical_order(inputs: &[&[u8]]) -> Vec<usize> {

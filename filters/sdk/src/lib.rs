@@ -97,6 +97,20 @@ pub trait Filter: Sized + Send + 'static {
     fn names(&mut self, _names: &[(u64, &str)]) {}
 }
 
+/// For a filter of one phase: an error naming the phase unless it is 0.
+pub fn one_phase(filter: &str, phase: u32) -> Result<(), String> {
+    if phase == 0 {
+        Ok(())
+    } else {
+        Err(format!("{filter} has one phase (0), got phase {phase}"))
+    }
+}
+
+/// For a filter that sends nothing down: the error for a packet that came from above.
+pub fn nothing_down(filter: &str, phase: u32) -> Result<(), String> {
+    Err(format!("{filter} sends nothing down, got a phase {phase} packet"))
+}
+
 /// Exports `canopy_filter_entry` for a [`Filter`] type. Use once per plugin crate. The symbol's one unsafe
 /// attribute belongs to this macro, so the plugin crate itself can `#![forbid(unsafe_code)]`.
 #[macro_export]

@@ -6,7 +6,7 @@
 use canopy_filter_common::fold::Fold;
 use canopy_filter_common::{Params, Values, columns, decode, metrics};
 use canopy_filter_proto::v1::{StatsColumns, StatsResult};
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
 use prost::Message;
 
 /// One instance per stream per node. Each round is one phase; what it keeps between calls are buffers.
@@ -42,22 +42,14 @@ impl StatsFilter {
 
     /// Relay and root: merges the children's packets, taken in their canonical order, in one pass.
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
-        if self.inputs.len() < inputs.len() {
-            self.inputs.resize_with(inputs.len(), StatsColumns::default);
-        }
-        let mut good = Vec::with_capacity(inputs.len());
-        for (slot, i) in decode::canonical_order(inputs).into_iter().enumerate() {
-            let c = &mut self.inputs[slot];
-            c.clear();
-            let read = Message::merge(&mut *c, inputs[i])
-                .map_err(|e| e.to_string())
-                .and_then(|()| columns::check(c).map_err(|e| e.to_string()));
-            match read {
-                Ok(()) => good.push(slot),
-                Err(e) => out.reject(i, &format!("input is not a canopy.filters.v1.StatsColumns: {e}")),
-            }
-        }
-        let packets: Vec<&StatsColumns> = good.iter().map(|&slot| &self.inputs[slot]).collect();
+        let good = decode::packets_into(
+            inputs,
+            &mut self.inputs,
+            "canopy.filters.v1.StatsColumns",
+            out,
+            |c| columns::check(c).map_err(|e| e.to_string()),
+        );
+        let packets: Vec<&StatsColumns> = good.iter().map(|&(slot, _)| &self.inputs[slot]).collect();
         columns::merge(&packets, &mut self.merged);
     }
 }
@@ -87,9 +79,7 @@ impl Filter for StatsFilter {
         inputs: &[&[u8]],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        if phase != 0 {
-            return Err(format!("stats has one phase (0), got phase {phase}"));
-        }
+        one_phase(Self::NAME, phase)?;
         match self.level {
             Level::Leaf => self.leaf(inputs, out),
             Level::Relay | Level::Root => self.merge(inputs, out),
@@ -109,14 +99,12 @@ impl Filter for StatsFilter {
         _packet: &[u8],
         _out: &mut dyn Emit,
     ) -> Result<(), String> {
-        Err(format!("stats sends nothing down, got a phase {phase} packet"))
+        nothing_down(Self::NAME, phase)
     }
 
     /// The root's merged columns as the `StatsResult` stored, every `std` filled.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        if phase != 0 {
-            return Err(format!("stats has one phase (0), got phase {phase}"));
-        }
+        one_phase(Self::NAME, phase)?;
         let bad = |e: String| {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use canopy_filter_common::{Params, decode};
 use canopy_filter_proto::v1::UtilizationPacket;
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
 use canopy_wire::utilization::{self as util, FULL};
 use canopy_wire::v1::ProfileBatch;
 use prost::Message;
@@ -24,6 +24,9 @@ use crate::window::Window;
 
 /// The threshold (percent of a bin) when the parameters name none.
 pub const DEFAULT_THRESHOLD_PERCENT: u32 = 10;
+
+/// What a relay's inputs are, as its rejections name them.
+const PACKET: &str = "canopy.filters.v1.UtilizationPacket";
 
 /// One instance per stream per node. Each round is one phase; what it keeps between calls are buffers.
 #[derive(Debug)]
@@ -91,19 +94,11 @@ pub fn check_packet(p: &UtilizationPacket) -> Result<(), String> {
 impl UtilizationFilter {
     /// Leaf: sums its ranks' utilization profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
-        if self.batches.len() < inputs.len() {
-            self.batches.resize_with(inputs.len(), ProfileBatch::default);
-        }
         let mut window = None;
-        let mut decoded = Vec::with_capacity(inputs.len());
-        for (slot, i) in decode::canonical_order(inputs).into_iter().enumerate() {
-            let batch = &mut self.batches[slot];
-            batch.profiles.clear();
-            match Message::merge(&mut *batch, inputs[i]) {
-                Ok(()) => decoded.push((slot, i)),
-                Err(e) => out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}")),
-            }
-        }
+        let mut decoded =
+            decode::packets_into(inputs, &mut self.batches, "canopy.v1.ProfileBatch", out, |_| {
+                Ok(())
+            });
         // By (app, rank) (ties in the inputs' canonical order): the first rank with bins sets the grid the
         // others must fit, so one stray rank is refused, not the leaf's others.
         let batches = &self.batches;
@@ -158,24 +153,11 @@ impl UtilizationFilter {
 
     /// Relay and root: adds the children's packets, taken in their canonical order.
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
-        if self.inputs.len() < inputs.len() {
-            self.inputs.resize_with(inputs.len(), UtilizationPacket::default);
-        }
         let mut window = None;
         let mut good = Vec::with_capacity(inputs.len());
-        for (slot, i) in decode::canonical_order(inputs).into_iter().enumerate() {
-            let p = &mut self.inputs[slot];
-            p.clear();
-            let read = Message::merge(&mut *p, inputs[i])
-                .map_err(|e| e.to_string())
-                .and_then(|()| check_packet(p));
-            if let Err(e) = read {
-                out.reject(
-                    i,
-                    &format!("input is not a canopy.filters.v1.UtilizationPacket: {e}"),
-                );
-                continue;
-            }
+        let read = decode::packets_into(inputs, &mut self.inputs, PACKET, out, check_packet);
+        for (slot, i) in read {
+            let p = &self.inputs[slot];
             match Window::join(window, Window::of(p.start_unix_ns, p.bin_us, p.counts.len())) {
                 Ok(joined) => window = joined,
                 Err(m) => {
@@ -257,9 +239,7 @@ impl Filter for UtilizationFilter {
         inputs: &[&[u8]],
         out: &mut dyn Emit,
     ) -> Result<(), String> {
-        if phase != 0 {
-            return Err(format!("utilization has one phase (0), got phase {phase}"));
-        }
+        one_phase(Self::NAME, phase)?;
         match self.level {
             Level::Leaf => self.leaf(inputs, out),
             Level::Relay | Level::Root => self.merge(inputs, out),
@@ -279,16 +259,12 @@ impl Filter for UtilizationFilter {
         _packet: &[u8],
         _out: &mut dyn Emit,
     ) -> Result<(), String> {
-        Err(format!(
-            "utilization sends nothing down, got a phase {phase} packet"
-        ))
+        nothing_down(Self::NAME, phase)
     }
 
     /// The root's summed packet as the `UtilizationResult` stored: averages, folded and named.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        if phase != 0 {
-            return Err(format!("utilization has one phase (0), got phase {phase}"));
-        }
+        one_phase(Self::NAME, phase)?;
         let bad = |e: String| {
             format!("round {round}: the root's packet is not a canopy.filters.v1.UtilizationPacket: {e}")
         };
