@@ -120,11 +120,13 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     }
     // The event interface: the cost of one event (half a begin+end pair) with each set of modules in force,
     // against one clock read (what a timed event cannot do without).
-    let sets: [&[&str]; 5] = [
+    let sets: [&[&str]; 7] = [
         &[],
         &["null"],
         &["profile"],
         &["trace"],
+        &["utilization"],
+        &["profile", "utilization"],
         &["profile", "trace", "null"],
     ];
     let activity = canopy_sdk::activity("event")?;
