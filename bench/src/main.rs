@@ -453,6 +453,7 @@ fn profile(rank: u32, events: usize) -> Vec<u8> {
             subrs_total: 200,
             incl_total_us: 1e4,
             excl_total_us: 5e3,
+            ..Default::default()
         })
         .collect();
     ProfileBatch {

@@ -145,6 +145,7 @@ fn measure_options() {
                 sample_below: 0,
                 modules: vec!["profile".into(), "trace".into()],
                 trace_ranks: "0-3,17".into(),
+                counters: vec!["page-faults".into(), "heap".into()],
             },
         ),
         (

@@ -124,6 +124,12 @@ pub enum CtlCmd {
         /// The ranks that ship their event trace (the trace module) with each profile, as ranges: 0,17,40-43.
         #[arg(long, default_value = "")]
         trace_ranks: String,
+        /// The per-event metrics every rank measures (comma-separated): perf counters (task-clock, page-faults,
+        /// context-switches, cpu-migrations, minor-faults, major-faults, cycles, instructions,
+        /// cache-references, cache-misses, branch-instructions, branch-misses), heap and depth; none: each
+        /// rank's own CANOPY_COUNTERS.
+        #[arg(long, value_delimiter = ',')]
+        counters: Vec<String>,
     },
     /// Full detail (raw profiles) from chosen ranks, in a stream of its own; close it to end the detail.
     Detail {
@@ -257,6 +263,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             sample_below,
             modules,
             trace_ranks,
+            counters,
         } => control_request::Action::Options(canopy_proto::v1::Options {
             include,
             exclude,
@@ -265,6 +272,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             sample_below,
             modules,
             trace_ranks,
+            counters,
         }),
         CtlCmd::Detail { ranks, name } => {
             control_request::Action::Detail(canopy_proto::v1::DetailRequest { ranks, name })
@@ -357,14 +365,18 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn metric_word(m: i32) -> &'static str {
+fn metric_word(m: i32) -> String {
+    if let Some(label) = canopy_wire::event_metrics::label(m) {
+        return label;
+    }
     match Metric::try_from(m).unwrap_or(Metric::Unspecified) {
         Metric::Calls => "calls",
         Metric::Inclusive => "incl",
         Metric::Exclusive => "excl",
         Metric::Counter => "counter",
-        Metric::Unspecified => "?",
+        _ => "?",
     }
+    .to_string()
 }
 
 fn name_of(names: &HashMap<u64, String>, id: u64) -> String {

@@ -609,12 +609,23 @@ impl Filter for ClassifyFilter {
                 Regex::new(p).map_err(|e| format!("pattern \"{p}\" is not a valid regex: {e}"))?,
             ),
         };
-        let words: Vec<&str> = METRICS.iter().map(|(w, _)| *w).collect();
-        let word = params.choice("metric", &words, "exclusive")?;
+        // The time metrics and counters, or a per-event metric ("page-faults" for its exclusive counts,
+        // "page-faults-inclusive", "heap").
+        let word = params.string("metric")?.unwrap_or("exclusive");
         let metric = METRICS
             .iter()
             .find(|(w, _)| *w == word)
-            .map_or(Metric::Exclusive, |(_, m)| *m);
+            .map(|(_, m)| *m)
+            .or_else(|| {
+                canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok())
+            })
+            .ok_or_else(|| {
+                format!(
+                    "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
+                     metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
+                    canopy_wire::event_metrics::metric_words().join(", ")
+                )
+            })?;
         Ok(ClassifyFilter {
             level,
             values: params.values()?,
@@ -764,7 +775,11 @@ mod tests {
         );
         assert_eq!(
             err(r#"{"metric": "time"}"#),
-            "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\", got \"time\""
+            format!(
+                "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event metric \
+                 (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"time\"",
+                canopy_wire::event_metrics::metric_words().join(", ")
+            )
         );
         assert_eq!(
             err(r#"{"summaries": "yes"}"#),

@@ -1,7 +1,21 @@
 //! Which numbers a filter reduces: per event calls, inclusive and exclusive time, and per counter its value.
 
 use canopy_filter_proto::v1::Metric;
+use canopy_wire::event_metrics::{Side, of_metric};
 use canopy_wire::v1::RankProfile;
+
+/// Whether a profile that reports the metrics `mask` (`RankProfile.metrics`, 0: all) reports the per-event
+/// metric numbered `metric`: a counter's inclusive values go with inclusive time, its exclusive ones with
+/// exclusive time, values at entry always; a number that is no per-event metric never.
+fn reports_event_metric(mask: u32, metric: u32) -> bool {
+    let on = |bit: u32| mask == 0 || mask & (1 << bit) != 0;
+    match of_metric(metric as i32) {
+        Some((_, Side::Inclusive)) => on(1),
+        Some((_, Side::Exclusive)) => on(2),
+        Some((_, Side::AtEntry)) => true,
+        None => false,
+    }
+}
 
 /// What a statistic or histogram is about: the event's (or counter's) id and the metric (`Metric as i32`).
 /// Ordered by id, then metric: the order of every repeated output.
@@ -28,7 +42,9 @@ impl Values {
 }
 
 /// The samples one rank contributes: for each event it reports, `(id, CALLS, calls)`, `(id, INCLUSIVE, incl)`,
-/// `(id, EXCLUSIVE, excl)`; for each counter, `(counter_id, COUNTER, value)`, in the profile's order.
+/// `(id, EXCLUSIVE, excl)`, then `(id, m, value)` for each per-event metric `m` the profile lists
+/// (`event_metrics`, matched with the event's values by position); for each counter, `(counter_id, COUNTER,
+/// value)`, in the profile's order.
 ///
 /// A rank contributes only for the events and counters it reports, and only the metrics its profile says it
 /// reports (`RankProfile.metrics`, when control narrowed them). A value that is not finite (NaN or infinite) is
@@ -49,6 +65,15 @@ pub fn extract(profile: &RankProfile, values: Values) -> Vec<(Key, f64)> {
         }
         if reports(2) {
             out.push(((e.event_id, Metric::Exclusive as i32), excl));
+        }
+        let values = match values {
+            Values::Round => &e.metrics,
+            Values::Cumulative => &e.metrics_total,
+        };
+        for (m, v) in profile.event_metrics.iter().zip(values) {
+            if reports_event_metric(profile.metrics, *m) {
+                out.push(((e.event_id, *m as i32), *v));
+            }
         }
     }
     for c in profile.counters.iter().filter(|_| reports(3)) {
@@ -72,6 +97,25 @@ pub fn each_value(profile: &RankProfile, values: Values, metric: Metric, mut f: 
         Metric::Inclusive => 1,
         Metric::Exclusive => 2,
         Metric::Counter => 3,
+        per_event => {
+            let m = per_event as u32;
+            let Some(k) = profile.event_metrics.iter().position(|x| *x == m) else {
+                return;
+            };
+            if !reports_event_metric(profile.metrics, m) {
+                return;
+            }
+            for e in &profile.events {
+                let v = match values {
+                    Values::Round => e.metrics.get(k),
+                    Values::Cumulative => e.metrics_total.get(k),
+                };
+                if let Some(v) = v.filter(|v| v.is_finite()) {
+                    f(e.event_id, *v);
+                }
+            }
+            return;
+        }
     };
     if profile.metrics != 0 && profile.metrics & (1 << bit) == 0 {
         return;
@@ -133,6 +177,15 @@ pub fn extract_view(
         }
         if excl_on {
             emit((e.id, Metric::Exclusive as i32), excl);
+        }
+        let ms = &buffers.event_metrics[p.event_metrics.clone()];
+        for (m, v) in ms
+            .iter()
+            .zip(e.metric_values(buffers, values == Values::Cumulative))
+        {
+            if reports_event_metric(p.metrics, *m) {
+                emit((e.id, *m as i32), *v);
+            }
         }
     }
     if counters_on {

@@ -23,6 +23,21 @@ pub struct EventView {
     pub subrs_total: u64,
     pub incl_total_us: f64,
     pub excl_total_us: f64,
+    /// Where its per-event metrics are in `Buffers::values` (this round's), and their totals.
+    pub metrics: (u32, u32),
+    pub metrics_total: (u32, u32),
+}
+
+impl EventView {
+    /// This round's per-event metric values (`Values::Round`) or their totals, from the buffers.
+    pub fn metric_values<'b>(&self, buffers: &'b Buffers, cumulative: bool) -> &'b [f64] {
+        let (at, len) = if cumulative {
+            self.metrics_total
+        } else {
+            self.metrics
+        };
+        &buffers.values[at as usize..(at + len) as usize]
+    }
 }
 
 /// One counter of one rank.
@@ -41,6 +56,8 @@ pub struct ProfileView<'a> {
     pub metrics: u32,
     pub events: Range<usize>,
     pub counters: Range<usize>,
+    /// Its per-event metrics (`Metric` numbers) in `Buffers::event_metrics`.
+    pub event_metrics: Range<usize>,
 }
 
 impl ProfileView<'_> {
@@ -57,13 +74,66 @@ impl ProfileView<'_> {
 pub struct Buffers {
     pub events: Vec<EventView>,
     pub counters: Vec<CounterView>,
+    /// The profiles' per-event metrics, as `RankProfile.event_metrics` lists them.
+    pub event_metrics: Vec<u32>,
+    /// The events' per-event metric values.
+    pub values: Vec<f64>,
+    /// An event's totals while its fields are read.
+    scratch: Vec<f64>,
 }
 
 impl Buffers {
     pub fn clear(&mut self) {
         self.events.clear();
         self.counters.clear();
+        self.event_metrics.clear();
+        self.values.clear();
     }
+
+    fn lengths(&self) -> [usize; 4] {
+        [
+            self.events.len(),
+            self.counters.len(),
+            self.event_metrics.len(),
+            self.values.len(),
+        ]
+    }
+
+    fn truncate(&mut self, to: [usize; 4]) {
+        self.events.truncate(to[0]);
+        self.counters.truncate(to[1]);
+        self.event_metrics.truncate(to[2]);
+        self.values.truncate(to[3]);
+    }
+}
+
+/// Appends a repeated double field's values (packed, or one unpacked value) to `into`; gives (start, count).
+fn take_doubles(buf: &mut &[u8], wt: WireType, into: &mut Vec<f64>) -> Result<(), String> {
+    if wt == WireType::SixtyFourBit {
+        into.push(take_double(buf, wt)?);
+        return Ok(());
+    }
+    let mut packed = take_len(buf, wt)?;
+    if packed.len() % 8 != 0 {
+        return Err("invalid packed length".into());
+    }
+    while !packed.is_empty() {
+        into.push(packed.get_f64_le());
+    }
+    Ok(())
+}
+
+/// Appends a repeated uint32 field's values (packed, or one unpacked value) to `into`.
+fn take_u32s(buf: &mut &[u8], wt: WireType, into: &mut Vec<u32>) -> Result<(), String> {
+    if wt == WireType::Varint {
+        into.push(take_varint(buf, wt)? as u32);
+        return Ok(());
+    }
+    let mut packed = take_len(buf, wt)?;
+    while !packed.is_empty() {
+        into.push(decode_varint(&mut packed).map_err(err)? as u32);
+    }
+    Ok(())
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -103,8 +173,12 @@ fn skip(buf: &mut &[u8], wt: WireType, tag: u32) -> Result<(), String> {
     skip_field(wt, tag, buf, DecodeContext::default()).map_err(err)
 }
 
-fn read_event(mut buf: &[u8]) -> Result<EventView, String> {
+fn read_event(mut buf: &[u8], values: &mut Vec<f64>, total: &mut Vec<f64>) -> Result<EventView, String> {
     let mut e = EventView::default();
+    // The per-event metrics of this event: this round's values, then the totals, each a run in `values` (the
+    // totals wait in `total` until the event is read).
+    let at = values.len();
+    total.clear();
     // Writers put the fields in tag order with one-byte keys, leaving out the zeros: read them in that order,
     // each behind a test that predicts well, and leave whatever follows (another order, other fields or wire
     // types, longer keys) to the general loop, where a field seen again overrides, as protobuf says.
@@ -168,9 +242,15 @@ fn read_event(mut buf: &[u8]) -> Result<EventView, String> {
             7 => e.subrs_total = take_varint(&mut buf, wt)?,
             8 => e.incl_total_us = take_double(&mut buf, wt)?,
             9 => e.excl_total_us = take_double(&mut buf, wt)?,
+            10 => take_doubles(&mut buf, wt, values)?,
+            11 => take_doubles(&mut buf, wt, total)?,
             _ => skip(&mut buf, wt, tag)?,
         }
     }
+    let round = values.len() - at;
+    e.metrics = (at as u32, round as u32);
+    e.metrics_total = ((at + round) as u32, total.len() as u32);
+    values.extend_from_slice(total);
     Ok(e)
 }
 
@@ -194,13 +274,14 @@ fn check_message<M: prost::Message + Default>(bytes: &[u8]) -> Result<(), String
 }
 
 fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView<'a>, String> {
-    let (events, counters) = (into.events.len(), into.counters.len());
+    let [events, counters, event_metrics, _] = into.lengths();
     let mut p = ProfileView {
         app: "",
         rank: 0,
         metrics: 0,
         events: events..events,
         counters: counters..counters,
+        event_metrics: event_metrics..event_metrics,
     };
     while !buf.is_empty() {
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
@@ -215,7 +296,10 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
             3 | 4 => {
                 take_varint(&mut buf, wt)?;
             }
-            5 => into.events.push(read_event(take_len(&mut buf, wt)?)?),
+            5 => {
+                let e = read_event(take_len(&mut buf, wt)?, &mut into.values, &mut into.scratch)?;
+                into.events.push(e);
+            }
             6 => into.counters.push(read_counter(take_len(&mut buf, wt)?)?),
             7 => p.metrics = take_varint(&mut buf, wt)? as u32,
             // Not read here, but held to prost's rules, so a profile one reader refuses the other does too.
@@ -224,18 +308,20 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
                 take_varint(&mut buf, wt)?;
             }
             10 => check_message::<canopy_wire::v1::Utilization>(take_len(&mut buf, wt)?)?,
+            11 => take_u32s(&mut buf, wt, &mut into.event_metrics)?,
             _ => skip(&mut buf, wt, tag)?,
         }
     }
     p.events = events..into.events.len();
     p.counters = counters..into.counters.len();
+    p.event_metrics = event_metrics..into.event_metrics.len();
     Ok(p)
 }
 
 /// Reads one encoded `ProfileBatch` into `into` and returns its profiles; on an error `into` is left as it
 /// was and nothing of the input is returned.
 pub fn read_batch<'a>(input: &'a [u8], into: &mut Buffers) -> Result<Vec<ProfileView<'a>>, String> {
-    let (events, counters) = (into.events.len(), into.counters.len());
+    let lengths = into.lengths();
     let mut profiles = Vec::new();
     let mut buf = input;
     let read = (|| {
@@ -252,8 +338,7 @@ pub fn read_batch<'a>(input: &'a [u8], into: &mut Buffers) -> Result<Vec<Profile
     match read {
         Ok(()) => Ok(profiles),
         Err(e) => {
-            into.events.truncate(events);
-            into.counters.truncate(counters);
+            into.truncate(lengths);
             Err(e)
         }
     }
@@ -282,8 +367,11 @@ mod tests {
                     subrs_total: 11 * i,
                     incl_total_us: 1e15,
                     excl_total_us: 1e-12,
+                    metrics: vec![i as f64, 2.5, 1e9],
+                    metrics_total: vec![10.0 * i as f64, 25.0, 1e10],
                 })
                 .collect(),
+            event_metrics: vec![18, 19, 40],
             counters: vec![CounterSample {
                 counter_id: 3,
                 value: 2.0,
@@ -318,9 +406,12 @@ mod tests {
                     subrs_total: e.subrs_total,
                     incl_total_us: e.incl_total_us,
                     excl_total_us: e.excl_total_us,
+                    metrics: e.metric_values(&buffers, false).to_vec(),
+                    metrics_total: e.metric_values(&buffers, true).to_vec(),
                 })
                 .collect();
             assert_eq!(events, p.events);
+            assert_eq!(buffers.event_metrics[v.event_metrics.clone()], p.event_metrics);
             assert_eq!(buffers.counters[v.counters.clone()][0].total, 4.0);
         }
     }
@@ -333,6 +424,7 @@ mod tests {
         let mut event = part(EventSample {
             excl_total_us: 4.5,
             subrs: 300,
+            metrics_total: vec![8.0],
             ..Default::default()
         });
         event.extend(part(EventSample {
@@ -344,14 +436,18 @@ mod tests {
         event.extend(part(EventSample {
             calls: 1 << 40,
             excl_total_us: 9.0,
+            metrics: vec![1.0, 2.0],
+            metrics_total: vec![9.0],
             ..Default::default()
         }));
+        // One more value, unpacked.
+        prost::encoding::double::encode(10, &3.0, &mut event);
         let mut profile = Vec::new();
         prost::encoding::uint32::encode(2, &3, &mut profile);
         prost::encoding::bytes::encode(5, &event, &mut profile);
         let mut batch = Vec::new();
         prost::encoding::bytes::encode(1, &profile, &mut batch);
-        let expected = ProfileBatch::decode(batch.as_slice()).unwrap().profiles[0].events[0];
+        let expected = ProfileBatch::decode(batch.as_slice()).unwrap().profiles[0].events[0].clone();
         assert_eq!(
             (expected.calls, expected.excl_total_us, expected.subrs),
             (1 << 40, 9.0, 300)
@@ -370,8 +466,14 @@ mod tests {
             subrs_total: e.subrs_total,
             incl_total_us: e.incl_total_us,
             excl_total_us: e.excl_total_us,
+            metrics: e.metric_values(&buffers, false).to_vec(),
+            metrics_total: e.metric_values(&buffers, true).to_vec(),
         };
         assert_eq!(got, expected);
+        assert_eq!(
+            (got.metrics, got.metrics_total),
+            (vec![1.0, 2.0, 3.0], vec![8.0, 9.0])
+        );
     }
 
     #[test]

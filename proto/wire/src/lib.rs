@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod event_metrics;
 pub mod options;
 pub mod ranks;
 pub mod utilization;

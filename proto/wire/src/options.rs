@@ -16,6 +16,9 @@ pub struct Measure {
     modules: Vec<String>,
     /// The ranks that ship their trace (none when the options name none).
     trace_ranks: Option<crate::ranks::RankSet>,
+    /// The per-event metrics the options name, as bits over `event_metrics::ALL` (`None`: each rank's own
+    /// choice).
+    counters: Option<u32>,
 }
 
 /// The measurement modules a rank can run, by the names options and CANOPY_MODULES give them.
@@ -53,11 +56,16 @@ pub mod metric {
 /// Why measurement options cannot be used; the message names the bad pattern, metric or period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OptionsError {
-    Pattern { pattern: String, reason: String },
+    Pattern {
+        pattern: String,
+        reason: String,
+    },
     Metric(String),
     Period(u64),
     Module(String),
     TraceRanks(crate::ranks::RankSetError),
+    /// An unknown per-event metric, with the message that names it.
+    Counter(String),
 }
 
 impl std::fmt::Display for OptionsError {
@@ -74,6 +82,7 @@ impl std::fmt::Display for OptionsError {
                 write!(f, "unknown measurement module {m:?} ({})", MODULES.join(", "))
             }
             OptionsError::TraceRanks(e) => write!(f, "trace_ranks: {e}"),
+            OptionsError::Counter(e) => f.write_str(e),
         }
     }
 }
@@ -104,7 +113,13 @@ impl Measure {
         } else {
             Some(crate::ranks::RankSet::parse(&o.trace_ranks).map_err(OptionsError::TraceRanks)?)
         };
+        let counters = if o.counters.iter().all(|c| c.trim().is_empty()) {
+            None
+        } else {
+            Some(crate::event_metrics::parse(&o.counters).map_err(OptionsError::Counter)?)
+        };
         Ok(Measure {
+            counters,
             include: o.include.iter().map(compile).collect::<Result<_, _>>()?,
             exclude: o.exclude.iter().map(compile).collect::<Result<_, _>>()?,
             metrics,
@@ -117,6 +132,12 @@ impl Measure {
     /// The measurement modules the options name (empty: each rank keeps its own choice).
     pub fn modules(&self) -> &[String] {
         &self.modules
+    }
+
+    /// The per-event metrics the options name, as bits over `event_metrics::ALL` (`None`: each rank keeps its
+    /// own choice).
+    pub fn counters(&self) -> Option<u32> {
+        self.counters
     }
 
     /// Whether this rank ships its event trace.

@@ -42,7 +42,8 @@ impl ProfileWriter {
         varint_field(b, 4, h.dump_unix_ns);
     }
 
-    /// Appends one event (field 5).
+    /// Appends one event (field 5); its per-event metrics (fields 10 and 11) are left out: profiles written
+    /// here list none (`RankProfile.event_metrics` stays empty).
     pub fn event(&mut self, e: &EventSample) {
         // Key and length, then at most 9 bytes for the id and each double and 11 for each varint field: an
         // event is at most 89 bytes long, so its length takes one byte and is filled in once the fields are
@@ -179,6 +180,9 @@ mod tests {
                     subrs_total,
                     incl_total_us: c,
                     excl_total_us: d,
+                    // The writer is for profiles without per-event metrics (simulated ranks measure none).
+                    metrics: Vec::new(),
+                    metrics_total: Vec::new(),
                 },
             )
     }

@@ -33,6 +33,9 @@ pub struct Config {
     /// The share of a bin (0 to 250) below which the utilization module folds an activity into "other"
     /// (CANOPY_UTILIZATION_THRESHOLD, in percent, default 10).
     pub utilization_threshold: u32,
+    /// The per-event metrics measured from `init` (CANOPY_COUNTERS, comma-separated names of
+    /// `canopy_wire::event_metrics`; default none), as bits over its table; the tree's options may replace them.
+    pub counters: u32,
 }
 
 /// Where launchers put a process's rank, first match wins.
@@ -187,7 +190,16 @@ impl Config {
                 }
             },
         };
+        let counters = match var("CANOPY_COUNTERS") {
+            None => 0,
+            Some(v) => canopy_wire::event_metrics::parse_list(&v).map_err(|reason| Error::BadEnv {
+                var: "CANOPY_COUNTERS",
+                value: v.clone(),
+                reason,
+            })?,
+        };
         Ok(Config {
+            counters,
             app: if app.is_empty() {
                 var("CANOPY_APP").unwrap_or_else(program_name)
             } else {

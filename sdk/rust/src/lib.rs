@@ -27,7 +27,8 @@
 //! from the tree (start, stop, events to include or exclude, a metric subset, the dump period, rank sampling)
 //! takes effect at the next dump.
 
-#![forbid(unsafe_code)]
+// One audited exception, in perf.rs: owning a perf group's descriptor as a file.
+#![deny(unsafe_code)]
 // The SDK runs in the application's threads and its own, never on tokio: std's monotonic clock is its clock.
 #![allow(
     clippy::disallowed_types,
@@ -37,6 +38,7 @@
 mod config;
 mod events;
 mod measure;
+mod perf;
 mod rings;
 mod ship;
 mod trace;
@@ -182,6 +184,10 @@ struct Snapshot {
     timers: Vec<(u32, measure::TimerTotals, measure::TimerTotals)>,
     /// (counter index, this round's sum, total).
     counters: Vec<(u32, f64, f64)>,
+    /// The per-event metrics reported (`Metric` numbers, as `RankProfile.event_metrics` lists them).
+    event_metrics: Vec<u32>,
+    /// For each entry of `timers`, in order: this round's value of each of `event_metrics`, then its total.
+    metric_values: Vec<f64>,
     measure: Arc<Measure>,
     /// Which options `measure` is (they change at most once per dump).
     measure_gen: u64,
@@ -202,6 +208,8 @@ impl Snapshot {
             kind: Kind::Profile,
             timers: Vec::with_capacity(128),
             counters: Vec::with_capacity(16),
+            event_metrics: Vec::new(),
+            metric_values: Vec::new(),
             measure: Arc::new(Measure::default()),
             measure_gen: 0,
             trace: Vec::new(),
@@ -378,6 +386,7 @@ pub fn init_with(config: Config) -> Result<(), Error> {
     trace::set_capacity(sdk.config.trace_events);
     utilization::set_capacity(sdk.config.utilization_events);
     events::set_modules(sdk.config.modules);
+    perf::set(sdk.config.counters);
     let handle = std::thread::Builder::new()
         .name("canopy-ship".into())
         .spawn(move || ship::run(sdk))
@@ -444,6 +453,12 @@ pub fn stats() -> Stats {
         collecting: st.collecting,
         mismatched_stops: registry().mismatched_stops(),
     }
+}
+
+/// The per-event counters (CANOPY_COUNTERS, the tree's options) this process could not open, by name and
+/// reason; each was also reported once on standard error when it was first refused.
+pub fn unavailable_counters() -> Vec<(String, String)> {
+    perf::unavailable()
 }
 
 impl Sdk {
@@ -531,6 +546,8 @@ impl Sdk {
         snap.kind = kind;
         snap.timers.clear();
         snap.counters.clear();
+        snap.metric_values.clear();
+        canopy_wire::event_metrics::metric_numbers(perf::reported(), &mut snap.event_metrics);
         snap.trace.clear();
         snap.trace_lost = 0;
         snap.has_utilization = false;
@@ -560,6 +577,24 @@ impl Sdk {
                     excl_ns: t.excl_ns.saturating_sub(p.excl_ns),
                 };
                 snap.timers.push((i as u32, share, *t));
+                if !snap.event_metrics.is_empty() {
+                    let now = st.totals.metrics.get(i).copied().unwrap_or_default();
+                    let before = st.prev.metrics.get(i).copied().unwrap_or_default();
+                    for m in &snap.event_metrics {
+                        let total = now.value(*m);
+                        let share = if canopy_wire::event_metrics::of_metric(*m as i32)
+                            .is_some_and(|(_, side)| side == canopy_wire::event_metrics::Side::AtEntry)
+                        {
+                            total
+                        } else {
+                            total - before.value(*m)
+                        };
+                        snap.metric_values.push(share.max(0.0));
+                    }
+                    for m in &snap.event_metrics {
+                        snap.metric_values.push(now.value(*m));
+                    }
+                }
             }
             for (i, c) in st.totals.counters.iter().enumerate() {
                 let p = st.prev.counters.get(i).copied().unwrap_or_default();
@@ -588,6 +623,7 @@ impl Sdk {
                     Ok(bits) => events::set_modules(bits),
                     Err(e) => self.link.note(format!("measurement modules ignored: {e}")),
                 }
+                perf::set(m.counters().unwrap_or(self.config.counters));
                 st.measure = Arc::new(m);
                 st.measure_gen += 1;
             }

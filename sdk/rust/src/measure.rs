@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use crate::perf;
+
 /// Accumulators per table chunk, and chunks per table: up to 65,536 timers and as many counters.
 const CHUNK: usize = 256;
 const CHUNKS: usize = 256;
@@ -89,6 +91,17 @@ struct TimerSlot {
     pending_excl_ns: AtomicU64,
 }
 
+/// One timer's per-event metrics in one thread (see perf.rs): each perf counter's inclusive and exclusive
+/// counts, as `TimerSlot` keeps time, and the values read at the latest entry.
+#[derive(Debug, Default)]
+struct MetricSlot {
+    incl: [AtomicU64; perf::COUNTERS],
+    excl: [AtomicU64; perf::COUNTERS],
+    pending_excl: [AtomicU64; perf::COUNTERS],
+    heap: AtomicU64,
+    depth: AtomicU64,
+}
+
 /// A counter's sum in one thread (f64 bits).
 #[derive(Debug, Default)]
 struct CounterSlot {
@@ -128,6 +141,8 @@ impl<T: Default> Table<T> {
 pub(crate) struct ThreadTable {
     timers: Table<TimerSlot>,
     counters: Table<CounterSlot>,
+    /// Made only for the timers that run while per-event metrics are in force.
+    metrics: Table<MetricSlot>,
 }
 
 /// A running timer on a thread's stack.
@@ -139,8 +154,29 @@ struct Frame {
     children_ns: u64,
 }
 
+/// Where a running timer's perf counters started, and what the timers inside it counted.
+#[derive(Debug, Clone, Copy)]
+struct MetricFrame {
+    /// The depth of the time stack with this timer on it: the frame of the timer at that depth.
+    depth: usize,
+    start: [u64; perf::COUNTERS],
+    children: [u64; perf::COUNTERS],
+}
+
+/// A thread's per-event metrics: its counters, opened for one generation of the set in force, and the frames of
+/// the timers running since.
+#[derive(Debug, Default)]
+struct Metrics {
+    generation: u64,
+    /// The metrics in force for this generation (bits over `event_metrics::ALL`).
+    bits: u32,
+    counters: perf::ThreadCounters,
+    frames: Vec<MetricFrame>,
+}
+
 struct Local {
     table: Arc<ThreadTable>,
+    metrics: RefCell<Metrics>,
     stack: RefCell<Vec<Frame>>,
     /// The profile module's switch-on the stack belongs to (see `events::PROFILE_EPOCH`).
     epoch: Cell<u64>,
@@ -191,6 +227,16 @@ fn add_table(t: &ThreadTable, timers: usize, counters: usize, out: &mut Totals) 
             *total += f64::from_bits(s.sum.load(Ordering::Relaxed));
         }
     }
+    if !out.metrics.is_empty() || t.metrics.chunks.iter().any(|c| c.get().is_some()) {
+        if out.metrics.len() < timers {
+            out.metrics.resize(timers, MetricTotals::default());
+        }
+        for (i, total) in out.metrics.iter_mut().enumerate().take(timers) {
+            if let Some(s) = t.metrics.get(i as u32) {
+                total.add(s);
+            }
+        }
+    }
 }
 
 impl Local {
@@ -198,6 +244,7 @@ impl Local {
         let table = Arc::new(ThreadTable {
             timers: Table::new(),
             counters: Table::new(),
+            metrics: Table::new(),
         });
         registry()
             .threads
@@ -206,6 +253,7 @@ impl Local {
             .push(table.clone());
         Local {
             table,
+            metrics: RefCell::new(Metrics::default()),
             stack: RefCell::new(Vec::with_capacity(STACK_DEPTH)),
             epoch: Cell::new(0),
             counters: RefCell::new(HashMap::default()),
@@ -219,6 +267,7 @@ impl Local {
             return;
         }
         self.epoch.set(epoch);
+        self.metrics.borrow_mut().frames.clear();
         for frame in self.stack.borrow_mut().drain(..) {
             let slot = self.table.timers.slot(frame.timer);
             let active = slot.active.load(Ordering::Relaxed).saturating_sub(1);
@@ -238,11 +287,90 @@ impl Local {
         let slot = self.table.timers.slot(timer);
         slot.active
             .store(slot.active.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        self.stack.borrow_mut().push(Frame {
+        let mut stack = self.stack.borrow_mut();
+        stack.push(Frame {
             timer,
             started: now,
             children_ns: 0,
         });
+        if perf::wanted() != 0 {
+            self.metrics_begin(timer, stack.len());
+        }
+    }
+
+    /// At a timer's start: reads its thread's counters (opening them first for a new set) and the values read
+    /// at entry.
+    #[cold]
+    fn metrics_begin(&self, timer: u32, depth: usize) {
+        let mut m = self.metrics.borrow_mut();
+        let generation = perf::generation();
+        if m.generation != generation {
+            let bits = perf::wanted();
+            *m = Metrics {
+                generation,
+                bits,
+                counters: perf::ThreadCounters::open(bits),
+                frames: Vec::with_capacity(STACK_DEPTH),
+            };
+        }
+        let mut start = [0; perf::COUNTERS];
+        if !m.counters.read(&mut start) {
+            return;
+        }
+        m.frames.push(MetricFrame {
+            depth,
+            start,
+            children: [0; perf::COUNTERS],
+        });
+        if m.bits & (1 << perf::HEAP | 1 << perf::DEPTH) != 0 {
+            let slot = self.table.metrics.slot(timer);
+            if m.bits & 1 << perf::HEAP != 0 {
+                slot.heap.store(perf::heap_bytes(), Ordering::Relaxed);
+            }
+            if m.bits & 1 << perf::DEPTH != 0 {
+                slot.depth.store(depth as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// At a timer's stop (`depth`: the time stack's depth with it still on): adds what its counters counted,
+    /// inclusive once for the outermost of recursive calls (`outermost`) and exclusive of the timers inside.
+    #[cold]
+    fn metrics_end(&self, timer: u32, depth: usize, outermost: bool) {
+        let mut m = self.metrics.borrow_mut();
+        if m.generation != perf::generation() {
+            // The set changed while the timer ran: its start values belong to counters since closed.
+            m.frames.clear();
+            return;
+        }
+        if m.frames.last().is_none_or(|f| f.depth != depth) {
+            return;
+        }
+        let frame = m.frames.pop().expect("checked above");
+        let mut now = [0; perf::COUNTERS];
+        if !m.counters.read(&mut now) {
+            return;
+        }
+        let slot = self.table.metrics.slot(timer);
+        let mut incl = [0; perf::COUNTERS];
+        for k in (0..perf::COUNTERS).filter(|k| m.bits & (1 << k) != 0) {
+            incl[k] = now[k].wrapping_sub(frame.start[k]);
+            let excl = incl[k].saturating_sub(frame.children[k]);
+            if outermost {
+                let pending = slot.pending_excl[k].swap(0, Ordering::Relaxed);
+                add(&slot.incl[k], incl[k], Ordering::Relaxed);
+                add(&slot.excl[k], excl + pending, Ordering::Release);
+            } else {
+                add(&slot.pending_excl[k], excl, Ordering::Relaxed);
+            }
+        }
+        if let Some(parent) = m.frames.last_mut()
+            && parent.depth + 1 == depth
+        {
+            for (c, i) in parent.children.iter_mut().zip(incl) {
+                *c += i;
+            }
+        }
     }
 
     #[inline]
@@ -252,6 +380,7 @@ impl Local {
             registry().mismatched.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        let depth = stack.len();
         let frame = stack.pop().expect("checked above");
         let incl = now.saturating_duration_since(frame.started).as_nanos() as u64;
         let excl = incl.saturating_sub(frame.children_ns);
@@ -270,6 +399,9 @@ impl Local {
         if let Some(parent) = stack.last_mut() {
             parent.children_ns += incl;
             add(&self.table.timers.slot(parent.timer).subrs, 1, Ordering::Relaxed);
+        }
+        if perf::wanted() != 0 {
+            self.metrics_end(timer, depth, active == 0);
         }
     }
 
@@ -460,6 +592,7 @@ impl Registry {
         out.timers.resize(timers, TimerTotals::default());
         out.counters.clear();
         out.counters.resize(counters, 0.0);
+        out.metrics.clear();
         let threads = lock(&self.threads);
         for t in threads.iter() {
             add_table(t, timers, counters, out);
@@ -473,6 +606,12 @@ impl Registry {
         }
         for (total, r) in out.counters.iter_mut().zip(&retired.counters) {
             *total += r;
+        }
+        if !retired.metrics.is_empty() && out.metrics.len() < timers {
+            out.metrics.resize(timers, MetricTotals::default());
+        }
+        for (total, r) in out.metrics.iter_mut().zip(&retired.metrics) {
+            total.merge(r);
         }
     }
 }
@@ -489,11 +628,56 @@ pub(crate) struct TimerTotals {
     pub excl_ns: u64,
 }
 
+/// One timer's per-event metrics over the threads: perf counts summed, values at entry the largest of the
+/// threads' latest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct MetricTotals {
+    pub incl: [u64; perf::COUNTERS],
+    pub excl: [u64; perf::COUNTERS],
+    pub heap: u64,
+    pub depth: u64,
+}
+
+impl MetricTotals {
+    fn add(&mut self, s: &MetricSlot) {
+        for k in 0..perf::COUNTERS {
+            // Exclusive first (acquire), as for time.
+            self.excl[k] += s.excl[k].load(Ordering::Acquire);
+            self.incl[k] += s.incl[k].load(Ordering::Relaxed);
+        }
+        self.heap = self.heap.max(s.heap.load(Ordering::Relaxed));
+        self.depth = self.depth.max(s.depth.load(Ordering::Relaxed));
+    }
+
+    fn merge(&mut self, o: &MetricTotals) {
+        for k in 0..perf::COUNTERS {
+            self.incl[k] += o.incl[k];
+            self.excl[k] += o.excl[k];
+        }
+        self.heap = self.heap.max(o.heap);
+        self.depth = self.depth.max(o.depth);
+    }
+
+    /// The value of the per-event metric numbered `metric` (a `Metric` number of `event_metrics`).
+    pub fn value(&self, metric: u32) -> f64 {
+        use canopy_wire::event_metrics::{Side, of_metric};
+        match of_metric(metric as i32) {
+            Some((k, Side::Inclusive)) if k < perf::COUNTERS => self.incl[k] as f64,
+            Some((k, Side::Exclusive)) if k < perf::COUNTERS => self.excl[k] as f64,
+            Some((perf::HEAP, _)) => self.heap as f64,
+            Some((perf::DEPTH, _)) => self.depth as f64,
+            _ => 0.0,
+        }
+    }
+}
+
 /// Every timer's and counter's values summed over the threads, by index.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Totals {
     pub timers: Vec<TimerTotals>,
     pub counters: Vec<f64>,
+    /// Per timer, its per-event metrics; empty while no thread has measured any.
+    pub metrics: Vec<MetricTotals>,
 }
 
 /// Adds `value` to the counter `name` on the calling thread: the counter event, by the name's index.
@@ -616,6 +800,80 @@ mod tests {
         a.stop();
         assert_eq!(registry().mismatched_stops() - before, 2);
         assert_eq!((totals_of(a).calls, totals_of(b).calls), (1, 0));
+    }
+
+    /// Touches `pages` fresh pages (each costs one page fault): of a block larger than glibc's largest mmap
+    /// threshold (32 MiB), which the allocator maps afresh each time rather than reusing pages.
+    fn touch(pages: usize) -> u64 {
+        let block = vec![0u8; (40 << 20).max(pages * 4096)];
+        let sum = block
+            .iter()
+            .step_by(4096)
+            .take(pages)
+            .map(|b| u64::from(*b))
+            .sum();
+        std::hint::black_box(block);
+        sum
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods, reason = "each sleep is one context switch")]
+    fn per_event_counters_split_inclusive_and_exclusive_counts() {
+        let _turn = crate::events::tests::SWITCHING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (outer, inner) = (timer("perf outer"), timer("perf inner"));
+        let bits =
+            canopy_wire::event_metrics::parse_list("page-faults,context-switches,cycles,heap,depth").unwrap();
+        perf::set(bits);
+        // On a thread of its own: its counters open on its first event and count nothing of other tests.
+        std::thread::spawn(move || {
+            for _ in 0..10 {
+                outer.start();
+                touch(300);
+                inner.start();
+                touch(500);
+                for _ in 0..3 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                inner.stop();
+                outer.stop();
+            }
+        })
+        .join()
+        .unwrap();
+        perf::set(0);
+        let mut all = Totals::default();
+        registry().totals(&mut all);
+        let (o, i) = (
+            all.metrics[outer.index as usize],
+            all.metrics[inner.index as usize],
+        );
+        let (faults, switches) = (1, 2);
+        // 5,000 pages touched inside the inner timer, 3,000 more inside the outer one alone; a few more for
+        // the allocator's own pages and the timers' first use.
+        assert!((5_000..5_300).contains(&i.incl[faults]), "{i:?}");
+        assert_eq!(i.excl[faults], i.incl[faults]);
+        assert!((8_000..8_600).contains(&o.incl[faults]), "{o:?}");
+        assert_eq!(o.excl[faults], o.incl[faults] - i.incl[faults]);
+        // 30 sleeps, each a switch away and back; the outer timer's own share has none of them (a busy machine
+        // may preempt the thread now and then, anywhere).
+        assert!((30..=60).contains(&i.incl[switches]), "{i:?}");
+        assert_eq!(o.incl[switches], i.incl[switches] + o.excl[switches]);
+        assert!(o.excl[switches] <= 20, "{o:?}");
+        assert_eq!((o.depth, i.depth), (1, 2));
+        assert!(o.heap > 0 && i.heap > o.heap / 2, "{o:?} {i:?}");
+        // This machine's VM exposes no hardware PMU: cycles is reported by name and left out, the rest go on.
+        if std::fs::read_dir("/sys/bus/event_source/devices/cpu").is_err() {
+            assert!(
+                perf::unavailable()
+                    .iter()
+                    .any(|(n, r)| n == "cycles" && r.contains("no hardware PMU")),
+                "{:?}",
+                perf::unavailable()
+            );
+            assert_eq!(i.incl[6], 0);
+        }
     }
 
     #[test]

@@ -424,7 +424,9 @@ fn encode_dump(
             ..Default::default()
         };
         let us = |ns: u64| ns as f64 / 1000.0;
-        for (index, share, total) in &snap.timers {
+        profile.event_metrics.clone_from(&snap.event_metrics);
+        let k = snap.event_metrics.len();
+        for (n, (index, share, total)) in snap.timers.iter().enumerate() {
             let id = names.timer_id(*index);
             if !names.reports(&snap.measure, snap.measure_gen, id) {
                 continue;
@@ -442,6 +444,11 @@ fn encode_dump(
             }
             if has(metric::EXCLUSIVE) {
                 (e.excl_us, e.excl_total_us) = (us(share.excl_ns), us(total.excl_ns));
+            }
+            if k > 0 {
+                let values = &snap.metric_values[2 * k * n..2 * k * (n + 1)];
+                e.metrics = values[..k].to_vec();
+                e.metrics_total = values[k..].to_vec();
             }
             profile.events.push(e);
         }

@@ -241,6 +241,8 @@ impl Simulator {
                 trace: Vec::new(),
                 trace_lost: 0,
                 utilization: None,
+                // Nor do they read perf counters.
+                event_metrics: Vec::new(),
                 app: app.clone(),
                 rank: st.rank,
                 round,
@@ -511,6 +513,8 @@ fn event(id: u64, s: &Sample, t: &Sample) -> EventSample {
         subrs_total: t.subrs,
         incl_total_us: t.incl,
         excl_total_us: t.excl,
+        metrics: Vec::new(),
+        metrics_total: Vec::new(),
     }
 }
 

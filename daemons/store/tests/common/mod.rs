@@ -82,6 +82,8 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                         subrs_total: c + 101,
                         incl_total_us: c as f64 + 100.5,
                         excl_total_us: c as f64 + 100.25,
+                        metrics: Vec::new(),
+                        metrics_total: Vec::new(),
                     }
                 })
                 .collect(),
@@ -93,6 +95,7 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                 })
                 .collect(),
             metrics: 0,
+            event_metrics: Vec::new(),
             // Every rank ships a trace of one activity's begin and end and a send, and rank 1 lost 3 events.
             trace: vec![
                 TraceEvent {

@@ -65,6 +65,13 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
     (0..slots)
         .map(|slot| {
             let app = if rng.chance(0.2) { "beta" } else { "alpha" };
+            // Half the ranks measure per-event metrics: page faults (inclusive and exclusive) and the heap at
+            // entry, or context switches alone (exclusive).
+            let event_metrics: Vec<u32> = match rng.below(4) {
+                0 => vec![18, 19, 40],
+                1 => vec![21],
+                _ => Vec::new(),
+            };
             let mut events = Vec::new();
             for name in &spec.events {
                 if rng.chance(0.6) {
@@ -89,6 +96,8 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
                         subrs_total: 0,
                         incl_total_us: edge_value(rng),
                         excl_total_us: edge_value(rng),
+                        metrics: event_metrics.iter().map(|_| edge_value(rng)).collect(),
+                        metrics_total: event_metrics.iter().map(|_| edge_value(rng)).collect(),
                     });
                 }
             }
@@ -110,6 +119,7 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
                 events,
                 counters,
                 metrics: 0,
+                event_metrics,
                 ..RankProfile::default()
             }
         })

@@ -30,6 +30,11 @@ pub fn samples<'a>(
                 push((e.event_id, Metric::Inclusive as i32), e.incl_us);
                 push((e.event_id, Metric::Exclusive as i32), e.excl_us);
             }
+            // Per-event metrics, matched with the profile's list by position.
+            let values = if cumulative { &e.metrics_total } else { &e.metrics };
+            for (m, v) in p.event_metrics.iter().zip(values) {
+                push((e.event_id, *m as i32), *v);
+            }
         }
         for c in &p.counters {
             push(
