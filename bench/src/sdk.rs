@@ -151,6 +151,46 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         clock_event_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64 / 2.0);
     }
     canopy_sdk::set_modules(&["profile"])?;
+
+    // Per-event metrics: the profile module's cost per event with each set of them, and the allocations.
+    let counter_sets: [&[&str]; 5] = [
+        &[],
+        &["task-clock", "page-faults", "context-switches"],
+        &["task-clock", "page-faults", "context-switches", "depth"],
+        &["heap"],
+        &[
+            "task-clock",
+            "page-faults",
+            "context-switches",
+            "minor-faults",
+            "major-faults",
+            "cpu-migrations",
+        ],
+    ];
+    let mut per_counter_set: Vec<Vec<f64>> = vec![Vec::new(); counter_sets.len()];
+    let mut counter_allocs = Vec::new();
+    for _ in 0..repeats {
+        for (k, set) in counter_sets.iter().enumerate() {
+            canopy_sdk::set_counters(set)?;
+            // The first event opens the thread's counters.
+            activity.begin();
+            activity.end();
+            let start = Instant::now();
+            let made = allocation_counter::measure(|| {
+                for _ in 0..pairs {
+                    activity.begin();
+                    activity.end();
+                }
+            })
+            .count_total;
+            per_counter_set[k].push(start.elapsed().as_nanos() as f64 / (2 * pairs) as f64);
+            if k == 1 {
+                counter_allocs.push(made as f64);
+            }
+        }
+    }
+    canopy_sdk::set_counters(&[])?;
+    let unavailable = canopy_sdk::unavailable_counters();
     let _ = canopy_sdk::finalize();
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -194,6 +234,29 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
             "| {name} | {m:.1} | {lo:.1} | {hi:.1} | one clock read: {b:.1} | {:.2} |",
             m / b
         );
+    }
+    println!(
+        "\n## sdk: cost per event of the profile module with per-event metrics (CANOPY_COUNTERS), {pairs} pairs per repeat"
+    );
+    println!("\n| per-event metrics | median ns | min | max | baseline: none (median) | median/baseline |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut baseline = None;
+    for (set, times) in counter_sets.iter().zip(per_counter_set) {
+        let (m, lo, hi) = stats(times);
+        let b = *baseline.get_or_insert(m);
+        let name = if set.is_empty() {
+            "none".to_string()
+        } else {
+            set.join(" + ")
+        };
+        println!("| {name} | {m:.1} | {lo:.1} | {hi:.1} | {b:.1} | {:.2} |", m / b);
+    }
+    let (m, lo, hi) = stats(counter_allocs);
+    println!(
+        "| heap allocations in {pairs} pairs with 3 software counters | {m:.0} | {lo:.0} | {hi:.0} | | |"
+    );
+    if !unavailable.is_empty() {
+        println!("\ncounters unavailable: {unavailable:?}");
     }
     println!(
         "\ndumps dropped (queue full): {dropped}; SDK stats: {:?}",

@@ -330,7 +330,7 @@ fn max_round(store: &Path) -> i64 {
 fn control_changes_the_next_dumps_of_real_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough"]);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough,stats"]);
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
     wait_socket(&socket, &mut agent);
@@ -362,6 +362,27 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     let with_excl = later.iter().filter(|s| s.excl_us.is_some()).count();
     assert_eq!(with_calls, 0, "only exclusive time is reported");
     assert!(with_excl > 0);
+
+    // Per-event counters from the root: every rank opens them at its next events, and the stats stream
+    // reduces them like time.
+    let faults = |from: i64| {
+        reader(&store)
+            .stats(Select::all().from_round(from as u64))
+            .unwrap()
+            .iter()
+            .filter(|s| s.metric == Metric::ContextSwitchesInclusive && s.count == 4)
+            .count()
+    };
+    assert_eq!(faults(0), 0, "no counters before they are asked for");
+    canopy(
+        &addr,
+        &["ctl", "set", "--counters", "context-switches,page-faults"],
+    );
+    let from = settle(&store);
+    assert!(
+        faults(from) > 0,
+        "context switches of every rank after the change"
+    );
 
     canopy(&addr, &["ctl", "set", "--sample-below", "2"]);
     let from = settle(&store);
@@ -1133,4 +1154,91 @@ fn a_rank_that_dumps_by_period_delivers_its_last_partial_period_at_finalize() {
         .map(|s| (s.rank, s.calls.unwrap_or(0)))
         .collect();
     assert_eq!(calls, BTreeMap::from([(0, 30), (1, 30)]));
+}
+
+/// Per-event counters of real ranks through a real tree: a program that touches a known number of fresh pages
+/// and sleeps a known number of times per iteration, run with CANOPY_COUNTERS, has the stats stream's page
+/// faults and context switches per event match them, each event's depth at entry, and a hardware counter
+/// this VM cannot count reported by name while the rest go on.
+#[test]
+fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_they_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "stats", "--exit-on-fin", "true"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let (ranks, iterations, pages, sleeps) = (3u32, 6u64, 1500.0, 4.0);
+    let mut procs = start_ranks(
+        dir.path(),
+        &bin_dir().join("canopy-touch"),
+        &socket,
+        ranks,
+        &[&iterations.to_string(), "1500", "4"],
+        &[("CANOPY_COUNTERS", "page-faults,context-switches,cycles,depth")],
+    );
+    wait_ranks(dir.path(), &mut procs, Duration::from_secs(60));
+    let status = fe.wait_timeout(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "front-end:\n{}",
+        fe.log_text()
+    );
+
+    let stats = reader(&store).stats(Select::all()).unwrap();
+    let of = |event: &str, metric: Metric| -> Vec<_> {
+        let ids = ids_named(&store, event);
+        stats
+            .iter()
+            .filter(|s| ids.contains(&s.id) && s.metric == metric)
+            .cloned()
+            .collect()
+    };
+    let touch = of("touch", Metric::PageFaultsExclusive);
+    assert_eq!(touch.len() as u64, iterations, "{touch:?}");
+    for s in &touch {
+        assert_eq!(s.count, u64::from(ranks), "{s:?}");
+        // One fault per page, and a few for the allocator's own pages; never fewer.
+        let (min, max) = (s.min.unwrap(), s.max.unwrap());
+        assert!(
+            min >= pages && max <= pages + 100.0,
+            "touch page faults {min}..{max}"
+        );
+    }
+    let nap = of("nap", Metric::ContextSwitchesExclusive);
+    assert_eq!(nap.len() as u64, iterations, "{nap:?}");
+    for s in &nap {
+        let (min, max) = (s.min.unwrap(), s.max.unwrap());
+        // One switch per sleep; a busy machine may preempt a rank a few more times.
+        assert!(min >= sleeps && max <= sleeps + 10.0, "nap switches {min}..{max}");
+    }
+    // The enclosing event counts its children's faults inclusively, and little of its own exclusively.
+    let outer_incl = of("iteration", Metric::PageFaultsInclusive);
+    let outer_excl = of("iteration", Metric::PageFaultsExclusive);
+    assert_eq!(outer_incl.len() as u64, iterations);
+    for (i, e) in outer_incl.iter().zip(&outer_excl) {
+        assert!(i.min.unwrap() >= pages, "{i:?}");
+        assert!(e.max.unwrap() < 50.0, "{e:?}");
+    }
+    let depths: BTreeSet<u64> = ["iteration", "touch", "nap"]
+        .iter()
+        .flat_map(|e| of(e, Metric::DepthAtEntry))
+        .map(|s| s.max.unwrap() as u64 * 10 + s.min.unwrap() as u64)
+        .collect();
+    assert_eq!(
+        depths,
+        BTreeSet::from([11, 22]),
+        "depth at entry: iteration 1, touch and nap 2"
+    );
+    // No PMU in this VM: cycles is reported by each rank, by name and reason, and left out.
+    if std::fs::read_dir("/sys/bus/event_source/devices/cpu").is_err() {
+        for r in 0..ranks {
+            let log = std::fs::read_to_string(dir.path().join(format!("rank{r}.log"))).unwrap();
+            assert!(
+                log.contains("canopy: counter \"cycles\" is unavailable (the machine has no such counter"),
+                "rank {r}:\n{log}"
+            );
+            assert!(log.contains("unavailable: cycles:"), "rank {r}:\n{log}");
+        }
+        assert!(of("touch", Metric::CyclesExclusive).is_empty());
+    }
 }

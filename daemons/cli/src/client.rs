@@ -413,6 +413,42 @@ fn stats_table(stats: &[EventStats], names: &HashMap<u64, String>, top: usize) -
             at
         ));
     }
+    out.push_str(&event_metrics_table(stats, names, top));
+    out
+}
+
+/// The per-event metrics (perf counters, heap, depth) of a stats result, if the ranks measure any: the `top`
+/// largest means, each event with the metric's name and unit.
+fn event_metrics_table(stats: &[EventStats], names: &HashMap<u64, String>, top: usize) -> String {
+    use canopy_wire::event_metrics::{ALL, of_metric};
+    let mut rows: Vec<(&EventStats, usize)> = stats
+        .iter()
+        .filter_map(|s| of_metric(s.metric).map(|(k, _)| (s, k)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    rows.sort_by(|(a, _), (b, _)| {
+        let mean = |s: &EventStats| s.summary.as_ref().map_or(0.0, |s| s.mean);
+        mean(b).total_cmp(&mean(a))
+    });
+    let mut out = format!(
+        "  {:<28} {:<26} {:>6} {:>12} {:>12} {:>12}\n",
+        "event (per-event metrics)", "metric (unit)", "ranks", "mean", "min", "max"
+    );
+    for (s, k) in rows.into_iter().take(top) {
+        let sum = s.summary.clone().unwrap_or_default();
+        let metric = format!("{} ({})", metric_word(s.metric), ALL[k].unit);
+        out.push_str(&format!(
+            "  {:<28} {:<26} {:>6} {:>12.1} {:>12.1} {:>12.1}\n",
+            name_of(names, s.id),
+            metric,
+            sum.count,
+            sum.mean,
+            sum.min,
+            sum.max
+        ));
+    }
     out
 }
 
@@ -492,4 +528,54 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::filters::v1::Summary;
+
+    fn row(id: u64, metric: Metric, mean: f64) -> EventStats {
+        EventStats {
+            id,
+            metric: metric as i32,
+            summary: Some(Summary {
+                count: 4,
+                mean,
+                min: mean - 1.0,
+                max: mean + 1.0,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stats_table_shows_per_event_metrics_by_name_and_unit() {
+        let names: HashMap<u64, String> = [(1, "touch".to_string()), (2, "nap".to_string())].into();
+        let stats = [
+            row(1, Metric::Exclusive, 900.0),
+            row(1, Metric::PageFaultsExclusive, 1500.0),
+            row(2, Metric::ContextSwitchesInclusive, 4.0),
+            row(2, Metric::DepthAtEntry, 2.0),
+        ];
+        let table = stats_table(&stats, &names, 10);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].contains("touch") && lines[1].contains("900.0"),
+            "{table}"
+        );
+        assert!(lines[2].contains("event (per-event metrics)"), "{table}");
+        assert!(
+            lines[3].contains("touch") && lines[3].contains("page-faults excl (faults)"),
+            "{table}"
+        );
+        assert!(lines[4].contains("nap") && lines[4].contains("context-switches incl (switches)"));
+        assert!(
+            lines[5].contains("nap") && lines[5].contains("depth (frames)"),
+            "{table}"
+        );
+        assert_eq!(lines.len(), 6);
+        // Without per-event metrics the table is time alone.
+        assert_eq!(stats_table(&stats[..1], &names, 10).lines().count(), 2);
+    }
 }

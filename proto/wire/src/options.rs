@@ -222,6 +222,26 @@ mod tests {
     }
 
     #[test]
+    fn counters_name_per_event_metrics_and_an_unknown_one_is_refused_by_name() {
+        let with = |names: &[&str]| {
+            Measure::from_options(&Options {
+                counters: names.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            })
+        };
+        assert_eq!(with(&[]).unwrap().counters(), None);
+        assert_eq!(
+            with(&["page-faults", "depth"]).unwrap().counters(),
+            Some(0b10_0000_0000_0010)
+        );
+        let e = with(&["page-fault"]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown counter \"page-fault\" (did you mean \"page-faults\"?"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_options_name_what_is_wrong() {
         let bad = Options {
             include: vec!["(".into()],

@@ -455,6 +455,17 @@ pub fn stats() -> Stats {
     }
 }
 
+/// Puts these per-event metrics in force for every thread, from each thread's next event: perf counters
+/// ("task-clock", "page-faults", "context-switches", "cpu-migrations", "minor-faults", "major-faults", "cycles",
+/// "instructions", "cache-references", "cache-misses", "branch-instructions", "branch-misses"), "heap" and
+/// "depth"; none: no per-event metrics. CANOPY_COUNTERS does the same at `init`; options from the tree that
+/// name counters replace them at a later dump. The error names an unknown metric.
+pub fn set_counters(names: &[&str]) -> Result<(), Error> {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    perf::set(canopy_wire::event_metrics::parse(&names).map_err(Error::Invalid)?);
+    Ok(())
+}
+
 /// The per-event counters (CANOPY_COUNTERS, the tree's options) this process could not open, by name and
 /// reason; each was also reported once on standard error when it was first refused.
 pub fn unavailable_counters() -> Vec<(String, String)> {
