@@ -301,6 +301,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         role: RoleConfig::Leaf(LeafOptions {
             control: control_tx,
             hold_dumps: config.hold_dumps,
+            sampler: None,
         }),
         status_interval: Duration::from_secs(1),
     };
