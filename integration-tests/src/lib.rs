@@ -19,7 +19,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// The store's typed reads, for the tests: no test writes SQL.
-pub use canopy_store::{HistogramRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table};
+pub use canopy_store::{
+    HistogramRow, NodeSampleRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table,
+};
 
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
 #[macro_export]

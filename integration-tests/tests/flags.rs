@@ -73,3 +73,43 @@ fn a_key_that_once_had_no_flag_is_set_and_named_by_it() {
         "{err}"
     );
 }
+
+/// The agent's samplers are checked by name, from any layer, and the error lists the ones there are; the period
+/// is 0 (a sample per round) or at least 10 ms.
+#[test]
+fn an_unknown_sampler_or_a_period_too_short_is_refused_by_its_key() {
+    let validate = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(bin_dir().join("canopy-agent"))
+            .arg("validate")
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = validate(&["--samplers", "cpu,gpu"], &[]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains(
+            "bad config value for `--samplers` (from command-line flags): unknown sampler \"gpu\" (samplers: cpu, memory, network, disk, load)"
+        ),
+        "{err}"
+    );
+    let (code, err) = validate(&[], &[("CANOPY_AGENT_SAMPLERS", "[\"load\", \"load\"]")]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("(from environment variable CANOPY_AGENT_SAMPLERS): names the sampler \"load\" twice"),
+        "{err}"
+    );
+    let (code, err) = validate(&["--sample-period-ms", "5"], &[]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains(
+            "bad config value for `--sample-period-ms` (from command-line flags): must be 0 (a sample per round) or from 10 to 3600000 (an hour)"
+        ),
+        "{err}"
+    );
+}

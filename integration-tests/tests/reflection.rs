@@ -80,7 +80,7 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         ranks: 8,
         rounds: 0,
         period_ms: 20,
-        streams: vec!["stats".into(), "classify".into()],
+        streams: vec!["stats".into(), "classify".into(), "nodes".into()],
         ..TreeBuilder::default()
     }
     .start()
@@ -109,6 +109,7 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         "canopy.v1.Frontend",
         "canopy.filters.v1.StatsResult",
         "canopy.filters.v1.ClassResult",
+        "canopy.filters.v1.NodeSamples",
     ]
     .iter()
     .map(|s| MessageRequest::FileContainingSymbol(s.to_string()))
@@ -164,9 +165,9 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         assert!(!m.input().full_name().is_empty() && !m.output().full_name().is_empty());
     }
 
-    // `grpcurl -d '{"streamNames": ["stats", "classify"]}' localhost:7400 canopy.v1.Frontend/Subscribe`
+    // `grpcurl -d '{"streamNames": ["stats", "classify", "nodes"]}' localhost:7400 canopy.v1.Frontend/Subscribe`
     let subscribe = methods.iter().find(|m| m.name() == "Subscribe").unwrap().clone();
-    let mut de = serde_json::Deserializer::from_str(r#"{"streamNames": ["stats", "classify"]}"#);
+    let mut de = serde_json::Deserializer::from_str(r#"{"streamNames": ["stats", "classify", "nodes"]}"#);
     let request = DynamicMessage::deserialize(subscribe.input(), &mut de).unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
@@ -181,7 +182,7 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         .unwrap()
         .into_inner();
     let mut seen = std::collections::HashSet::new();
-    while seen.len() < 2 {
+    while seen.len() < 3 {
         let update = tokio::time::timeout(Duration::from_secs(20), stream.message())
             .await
             .unwrap()
@@ -224,6 +225,24 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
                 let round = json["round"].as_str().map_or(0, |r| r.parse().unwrap());
                 let stream_id = u32::try_from(json["streamId"].as_u64().unwrap()).unwrap();
                 classify_reads_as_stored(result, &tree.store, stream_id, round).await;
+            }
+            "nodes" => {
+                assert_eq!(
+                    result["@type"], "type.googleapis.com/canopy.filters.v1.NodeSamples",
+                    "{json}"
+                );
+                // One sample per agent, sorted by node id, each naming its ranks and its measures by their
+                // proto3 JSON names (64-bit counts as strings).
+                let nodes = result["nodes"].as_array().unwrap();
+                let ids: Vec<&str> = nodes.iter().map(|n| n["nodeId"].as_str().unwrap()).collect();
+                assert_eq!(ids, ["agent:0", "agent:1"], "{json}");
+                for n in nodes {
+                    assert_eq!(n["ranks"][0]["app"], "sim", "{n}");
+                    assert!(n["hostname"].is_string(), "{n}");
+                    let total: u64 = n["memory"]["totalBytes"].as_str().unwrap().parse().unwrap();
+                    assert!(total > 0, "{n}");
+                    assert!(n["load"].is_object(), "{n}");
+                }
             }
             other => panic!("unexpected filter {other}"),
         }

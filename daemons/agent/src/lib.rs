@@ -5,6 +5,7 @@
 // One audited exception: registering the simulated ranks' timerfd with the reactor (sim/timer.rs).
 #![deny(unsafe_code)]
 
+pub mod samplers;
 pub mod sim;
 pub mod socket;
 
@@ -82,6 +83,14 @@ pub struct AgentConfig {
     /// Rounds to simulate before the ranks finish (0: until stopped).
     #[arg(long)]
     pub rounds: u64,
+    /// The node samplers that run for the streams of the `nodes` filter: cpu, memory, network, disk, load
+    /// (comma-separated as a flag). Empty: none (a node stream then names the node and its ranks only).
+    #[arg(long, value_delimiter = ',')]
+    pub samplers: Vec<String>,
+    /// Milliseconds between two samples of the node, on a thread of the samplers' own; each round of a node
+    /// stream takes the newest. 0: a sample per round, read as the round closes.
+    #[arg(long)]
+    pub sample_period_ms: u64,
     /// Log lines as text or as one JSON object each.
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
@@ -126,6 +135,11 @@ impl Default for AgentConfig {
             seed: 1,
             app: "sim".into(),
             rounds: 0,
+            samplers: samplers::SamplerKind::ALL
+                .iter()
+                .map(|k| k.name().to_string())
+                .collect(),
+            sample_period_ms: 0,
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
@@ -165,6 +179,13 @@ impl AgentConfig {
             };
             ConfigIssue::new(key, e.to_string())
         })
+    }
+}
+
+impl AgentConfig {
+    /// The samplers `samplers` names; the error names the key.
+    pub fn sampler_kinds(&self) -> Result<Vec<samplers::SamplerKind>, ConfigIssue> {
+        samplers::parse_names(&self.samplers).map_err(|e| ConfigIssue::new("samplers", e))
     }
 }
 
@@ -223,6 +244,13 @@ impl CheckConfig for AgentConfig {
                 ),
             ));
         }
+        self.sampler_kinds()?;
+        if self.sample_period_ms != 0 && !(10..=3_600_000).contains(&self.sample_period_ms) {
+            return Err(ConfigIssue::new(
+                "sample_period_ms",
+                "must be 0 (a sample per round) or from 10 to 3600000 (an hour)",
+            ));
+        }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
             return Err(ConfigIssue::new(
                 "total_ranks",
@@ -245,6 +273,8 @@ pub enum AgentError {
     Socket(#[from] socket::SocketError),
     #[error("TLS: {0}")]
     Tls(#[from] canopy_runtime::tls::TlsError),
+    #[error("node samplers: cannot start their thread: {0}")]
+    Samplers(std::io::Error),
 }
 
 impl canopy_runtime::daemon::IsRefusal for AgentError {
@@ -290,6 +320,9 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
             Some((listener, socket::SocketFile(path)))
         }
     };
+    let kinds = config.sampler_kinds().unwrap_or_default();
+    let sampler = samplers::node_sampler(&kinds, config.sample_period_ms, &samplers::Roots::default())
+        .map_err(AgentError::Samplers)?;
     let (control_tx, mut control_rx) = mpsc::channel::<control::Action>(16);
     let (up_tx, up_rx) = mpsc::channel(256);
     let node_config = NodeConfig {
@@ -301,6 +334,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         role: RoleConfig::Leaf(LeafOptions {
             control: control_tx,
             hold_dumps: config.hold_dumps,
+            sampler,
         }),
         status_interval: Duration::from_secs(1),
     };

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use canopy_proto::filters::v1::{ClassResult, EventStats, HistogramResult, Metric, StatsResult};
+use canopy_proto::filters::v1::{
+    ClassResult, EventStats, HistogramResult, Metric, NodeSamples, RankRange, StatsResult,
+};
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
     CloseStreamRequest, ControlRequest, CreateStreamRequest, ListStreamsRequest, NodeKind, NodeState,
@@ -452,6 +454,90 @@ fn event_metrics_table(stats: &[EventStats], names: &HashMap<u64, String>, top: 
     out
 }
 
+/// Rank ranges as `app:0-7,9`, the application named where it changes.
+fn ranges(ranges: &[RankRange]) -> String {
+    let mut out = String::new();
+    let mut app = None;
+    for r in ranges {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if app != Some(r.app.as_str()) && !r.app.is_empty() {
+            out.push_str(&r.app);
+            out.push(':');
+        }
+        app = Some(r.app.as_str());
+        out.push_str(&if r.first == r.last {
+            r.first.to_string()
+        } else {
+            format!("{}-{}", r.first, r.last)
+        });
+    }
+    out
+}
+
+/// A node stream's round: a line per node (the first `top`), CPU shares in percent, memory used, and network and
+/// disk traffic in MB/s over the sample's interval; `-` where the node's agent did not sample.
+fn nodes_table(r: &NodeSamples, top: usize) -> String {
+    let mut out = format!(
+        "  {:<20} {:<14} {:>5} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}\n",
+        "node",
+        "ranks",
+        "usr%",
+        "sys%",
+        "idle%",
+        "stl%",
+        "mem GiB",
+        "rx MB/s",
+        "tx MB/s",
+        "rd MB/s",
+        "wr MB/s",
+        "load1"
+    );
+    let dash = || "-".to_string();
+    for n in r.nodes.iter().take(top) {
+        let seconds = n.interval_ns as f64 / 1e9;
+        let rate = |bytes: u64| {
+            if seconds > 0.0 {
+                format!("{:.2}", bytes as f64 / seconds / 1e6)
+            } else {
+                dash()
+            }
+        };
+        let pct = |share: f64| format!("{:.1}", 100.0 * share);
+        let (usr, sys, idle, steal) = n.cpu.map_or_else(
+            || (dash(), dash(), dash(), dash()),
+            |c| {
+                (
+                    pct(c.user_share + c.nice_share),
+                    pct(c.system_share + c.irq_share),
+                    pct(c.idle_share + c.iowait_share),
+                    pct(c.steal_share),
+                )
+            },
+        );
+        let mem = n.memory.map_or_else(dash, |m| {
+            format!("{:.2}", m.used_bytes as f64 / (1u64 << 30) as f64)
+        });
+        let (rx, tx) = n
+            .network
+            .map_or_else(|| (dash(), dash()), |x| (rate(x.rx_bytes), rate(x.tx_bytes)));
+        let (rd, wr) = n
+            .disk
+            .map_or_else(|| (dash(), dash()), |d| (rate(d.read_bytes), rate(d.write_bytes)));
+        let load = n.load.map_or_else(dash, |l| format!("{:.2}", l.load_1m));
+        out.push_str(&format!(
+            "  {:<20} {:<14} {usr:>5} {sys:>5} {idle:>5} {steal:>5} {mem:>9} {rx:>8} {tx:>8} {rd:>8} {wr:>8} {load:>6}\n",
+            n.node_id,
+            Some(ranges(&n.ranks)).filter(|r| !r.is_empty()).unwrap_or_else(dash),
+        ));
+    }
+    if r.nodes.len() > top {
+        out.push_str(&format!("  ... {} more nodes\n", r.nodes.len() - top));
+    }
+    out
+}
+
 /// One update of a stream that is not a utilization stream, as a text table.
 pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) -> String {
     let cov = u.coverage.clone().unwrap_or_default();
@@ -520,6 +606,10 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
                 ));
             }
         }
+    } else if type_url.ends_with("NodeSamples") {
+        if let Ok(r) = NodeSamples::decode(payload) {
+            out.push_str(&nodes_table(&r, top));
+        }
     } else {
         out.push_str(&format!(
             "  {} bytes of {}\n",
@@ -534,7 +624,7 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
 mod tests {
     use super::*;
     use canopy_proto::filters::v1::Summary;
-
+    use canopy_proto::filters::v1::{CpuSample, MemorySample, NetworkSample, NodeSample};
     fn row(id: u64, metric: Metric, mean: f64) -> EventStats {
         EventStats {
             id,
@@ -577,5 +667,80 @@ mod tests {
         assert_eq!(lines.len(), 6);
         // Without per-event metrics the table is time alone.
         assert_eq!(stats_table(&stats[..1], &names, 10).lines().count(), 2);
+    }
+
+    /// A node stream's round reads as a line per node: its ranks, CPU shares in percent, memory, rates over the
+    /// interval, and `-` for what its agent did not sample.
+    #[test]
+    fn a_node_streams_round_is_a_line_per_node() {
+        let sampled = NodeSample {
+            node_id: "agent@n001".into(),
+            ranks: vec![RankRange {
+                app: "sim".into(),
+                first: 0,
+                last: 63,
+            }],
+            interval_ns: 2_000_000_000,
+            cpu: Some(CpuSample {
+                cpus: 64,
+                user_share: 0.75,
+                system_share: 0.05,
+                idle_share: 0.2,
+                ..Default::default()
+            }),
+            memory: Some(MemorySample {
+                used_bytes: 3 << 30,
+                ..Default::default()
+            }),
+            network: Some(NetworkSample {
+                rx_bytes: 8_000_000,
+                tx_bytes: 2_000_000,
+                interfaces: 1,
+            }),
+            ..Default::default()
+        };
+        let bare = NodeSample {
+            node_id: "agent@n002".into(),
+            ..Default::default()
+        };
+        let result = NodeSamples {
+            nodes: vec![sampled, bare.clone(), bare],
+        };
+        let update = RoundUpdate {
+            stream: "nodes".into(),
+            filter: "nodes".into(),
+            round: 4,
+            result: Some(prost_types::Any {
+                type_url: "type.googleapis.com/canopy.filters.v1.NodeSamples".into(),
+                value: result.encode_to_vec(),
+            }),
+            ..Default::default()
+        };
+        let text = render(&update, &HashMap::new(), 2);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert!(lines[0].starts_with("nodes [nodes] round 4"), "{text}");
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "agent@n001",
+                "sim:0-63",
+                "75.0",
+                "5.0",
+                "20.0",
+                "0.0",
+                "3.00",
+                "4.00",
+                "1.00",
+                "-",
+                "-",
+                "-"
+            ]
+        );
+        let cells: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(cells[0], "agent@n002");
+        assert!(cells[1..].iter().all(|c| *c == "-"), "{text}");
+        assert_eq!(lines[4].trim(), "... 1 more nodes");
     }
 }

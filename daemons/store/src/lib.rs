@@ -19,12 +19,12 @@ mod writer;
 
 pub use error::StoreError;
 pub use profiles::PROFILE_BATCH_TYPE;
-pub use read::{EXAMPLE_QUERY, Select, StoreReader, Table};
+pub use read::{EXAMPLE_QUERY, RANK_NODE_QUERY, Select, StoreReader, Table};
 pub use rounds::{MissingCounts, RoundRecord};
 pub use rows::{
-    ClassRow, CounterRow, HistogramRow, LateArrival, NodeChange, NodeRow, ReductionRow, ResultRow,
-    RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow, TraceRow,
-    UtilizationRow,
+    ClassRow, CounterRow, HistogramRow, LateArrival, NodeChange, NodeRanksRow, NodeRow, NodeSampleRow,
+    ReductionRow, ResultRow, RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
+    TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, LATEST, Payload, Store};

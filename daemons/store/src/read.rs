@@ -86,6 +86,8 @@ pub enum Table {
     Counters,
     Trace,
     Utilization,
+    NodeSamples,
+    NodeRanks,
     Results,
     ProfileBatches,
     Stats,
@@ -107,6 +109,8 @@ impl Table {
             Table::Counters => "counters",
             Table::Trace => "trace",
             Table::Utilization => "utilization",
+            Table::NodeSamples => "node_samples",
+            Table::NodeRanks => "node_ranks",
             Table::Results => "results",
             Table::ProfileBatches => "profile_batches",
             Table::Stats => "stats",
@@ -128,6 +132,8 @@ impl Table {
                 | Table::Counters
                 | Table::Trace
                 | Table::Utilization
+                | Table::NodeSamples
+                | Table::NodeRanks
                 | Table::Results
                 | Table::ProfileBatches
                 | Table::Stats
@@ -144,6 +150,19 @@ impl Table {
         )
     }
 }
+
+/// The join docs/architecture.md shows: every rank's event of a passthrough round (`samples`, stream `?1`) beside
+/// its node's sample of the same round from the node stream (`?2`), matched through the node's rank ranges.
+pub const RANK_NODE_QUERY: &str = "SELECT s.round, s.app, s.rank, s.event_id, s.excl_us,
+       ns.node_id, ns.hostname, ns.cpu_user_share, ns.mem_used_bytes, ns.load_1m
+FROM samples AS s
+JOIN node_ranks AS nr
+  ON nr.stream_id = ?2 AND nr.round = s.round AND nr.app = s.app
+ AND s.rank BETWEEN nr.first_rank AND nr.last_rank AND nr.late = 0
+JOIN node_samples AS ns
+  ON ns.stream_id = nr.stream_id AND ns.round = nr.round AND ns.node_id = nr.node_id AND ns.late = 0
+WHERE s.stream_id = ?1 AND s.late = 0
+ORDER BY s.round, s.app, s.rank";
 
 /// A query that reads the shapes every user of the store shares, for people to try (`canopy up` prints it).
 pub const EXAMPLE_QUERY: &str = "SELECT stream_name, round, covered, expected FROM rounds";
@@ -486,6 +505,75 @@ impl StoreReader {
         })
     }
 
+    /// Rows of `node_samples`, by stream, round and node. A store older than version 8 has none.
+    pub fn node_samples(&self, select: Select) -> Result<Vec<NodeSampleRow>, StoreError> {
+        if self.version < 8 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT {NODE_SAMPLE_COLUMNS} FROM node_samples{clause} ORDER BY stream_id, round, node_id, rowid"
+        );
+        self.rows(&sql, &values, node_sample_row)
+    }
+
+    /// Rows of `node_ranks`, by stream, round, node, then rank. A store older than version 8 has none.
+    pub fn node_ranks(&self, select: Select) -> Result<Vec<NodeRanksRow>, StoreError> {
+        if self.version < 8 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, node_id, app, first_rank, last_rank, late
+             FROM node_ranks{clause} ORDER BY stream_id, round, node_id, app, first_rank"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(NodeRanksRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                node_id: r.get(2)?,
+                app: r.get(3)?,
+                first_rank: r.get(4)?,
+                last_rank: r.get(5)?,
+                late: r.get(6)?,
+            })
+        })
+    }
+
+    /// The sample of the node that served `(app, rank)` in `round` of the node stream `nodes_stream`, found as a
+    /// user's SQL finds it (`node_ranks` joined to `node_samples`, see [`RANK_NODE_QUERY`]); `None` if no sample
+    /// of that round names the rank. Late samples are left out.
+    pub fn rank_node_sample(
+        &self,
+        nodes_stream: u32,
+        round: u64,
+        app: &str,
+        rank: u32,
+    ) -> Result<Option<NodeSampleRow>, StoreError> {
+        if self.version < 8 {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT {NODE_SAMPLE_COLUMNS} FROM node_samples WHERE rowid = (
+                 SELECT ns.rowid FROM node_ranks nr
+                 JOIN node_samples ns ON ns.stream_id = nr.stream_id AND ns.round = nr.round
+                                      AND ns.node_id = nr.node_id AND ns.late = 0
+                 WHERE nr.stream_id = ?1 AND nr.round = ?2 AND nr.app = ?3
+                   AND ?4 BETWEEN nr.first_rank AND nr.last_rank AND nr.late = 0
+                 ORDER BY ns.rowid LIMIT 1)"
+        );
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut st| {
+                st.query_row(
+                    rusqlite::params![nodes_stream, sat(round), app, rank],
+                    node_sample_row,
+                )
+                .optional()
+            })
+            .map_err(self.sqlite())
+    }
+
     /// Rows of `results`, by stream, round, then as stored.
     pub fn results(&self, select: Select) -> Result<Vec<ResultRow>, StoreError> {
         let (clause, values) = select.clause(true);
@@ -701,6 +789,50 @@ impl StoreReader {
             source,
         }
     }
+}
+
+/// The columns of `node_samples`, in [`NodeSampleRow`]'s order.
+const NODE_SAMPLE_COLUMNS: &str = "stream_id, round, node_id, COALESCE(hostname, ''), COALESCE(ranks, ''), \
+    sample_unix_ns, interval_ns, cpus, cpu_user_share, cpu_nice_share, cpu_system_share, cpu_idle_share, \
+    cpu_iowait_share, cpu_irq_share, cpu_steal_share, mem_total_bytes, mem_available_bytes, mem_used_bytes, \
+    mem_page_faults, mem_major_faults, net_rx_bytes, net_tx_bytes, net_interfaces, disk_read_bytes, \
+    disk_write_bytes, disks, load_1m, load_5m, load_15m, load_runnable, load_threads, late";
+
+fn node_sample_row(r: &Row<'_>) -> rusqlite::Result<NodeSampleRow> {
+    Ok(NodeSampleRow {
+        stream_id: r.get(0)?,
+        round: u64_at(r, 1)?,
+        node_id: r.get(2)?,
+        hostname: r.get(3)?,
+        ranks: r.get(4)?,
+        sample_unix_ns: opt_u64(r, 5)?,
+        interval_ns: opt_u64(r, 6)?,
+        cpus: r.get(7)?,
+        cpu_user_share: r.get(8)?,
+        cpu_nice_share: r.get(9)?,
+        cpu_system_share: r.get(10)?,
+        cpu_idle_share: r.get(11)?,
+        cpu_iowait_share: r.get(12)?,
+        cpu_irq_share: r.get(13)?,
+        cpu_steal_share: r.get(14)?,
+        mem_total_bytes: opt_u64(r, 15)?,
+        mem_available_bytes: opt_u64(r, 16)?,
+        mem_used_bytes: opt_u64(r, 17)?,
+        mem_page_faults: opt_u64(r, 18)?,
+        mem_major_faults: opt_u64(r, 19)?,
+        net_rx_bytes: opt_u64(r, 20)?,
+        net_tx_bytes: opt_u64(r, 21)?,
+        net_interfaces: r.get(22)?,
+        disk_read_bytes: opt_u64(r, 23)?,
+        disk_write_bytes: opt_u64(r, 24)?,
+        disks: r.get(25)?,
+        load_1m: r.get(26)?,
+        load_5m: r.get(27)?,
+        load_15m: r.get(28)?,
+        load_runnable: r.get(29)?,
+        load_threads: r.get(30)?,
+        late: r.get(31)?,
+    })
 }
 
 /// The columns of a round before its missing counts.

@@ -131,6 +131,63 @@ pub struct UtilizationRow {
     pub late: bool,
 }
 
+/// One row of `node_samples`: a node's sample of one round of a node stream (the `nodes` filter). What its agent
+/// did not sample is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSampleRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub node_id: String,
+    pub hostname: String,
+    /// The ranks the node served in the round, as compact ranges (`app:0-7,9`).
+    pub ranks: String,
+    /// When the sample was read, and the interval it covers (ending then), in nanoseconds.
+    pub sample_unix_ns: Option<u64>,
+    pub interval_ns: Option<u64>,
+    pub cpus: Option<u32>,
+    /// Each CPU state's share (0 to 1) of all the node's CPU time over the interval.
+    pub cpu_user_share: Option<f64>,
+    pub cpu_nice_share: Option<f64>,
+    pub cpu_system_share: Option<f64>,
+    pub cpu_idle_share: Option<f64>,
+    pub cpu_iowait_share: Option<f64>,
+    pub cpu_irq_share: Option<f64>,
+    pub cpu_steal_share: Option<f64>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_bytes: Option<u64>,
+    pub mem_used_bytes: Option<u64>,
+    /// Page faults over the interval, all and major.
+    pub mem_page_faults: Option<u64>,
+    pub mem_major_faults: Option<u64>,
+    /// Bytes over the interval, every interface but loopback.
+    pub net_rx_bytes: Option<u64>,
+    pub net_tx_bytes: Option<u64>,
+    pub net_interfaces: Option<u32>,
+    /// Bytes over the interval, whole disks.
+    pub disk_read_bytes: Option<u64>,
+    pub disk_write_bytes: Option<u64>,
+    pub disks: Option<u32>,
+    pub load_1m: Option<f64>,
+    pub load_5m: Option<f64>,
+    pub load_15m: Option<f64>,
+    pub load_runnable: Option<u32>,
+    pub load_threads: Option<u32>,
+    pub late: bool,
+}
+
+/// One row of `node_ranks`: a range of the ranks a node served in a round of a node stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRanksRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub node_id: String,
+    pub app: String,
+    pub first_rank: u32,
+    /// Inclusive.
+    pub last_rank: u32,
+    pub late: bool,
+}
+
 /// One row of `counters`: a rank's counter in a passthrough round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterRow {

@@ -17,7 +17,9 @@ use rusqlite_migration::{M, Migrations};
 /// - 5: `node_history`, every change of a node's parent or state.
 /// - 6: `trace`, the event traces ranks ship with their profiles (the trace module).
 /// - 7: `utilization`, the utilization filter's average share of each activity in each bin of a time round.
-pub const SCHEMA_VERSION: u32 = 7;
+/// - 8: `node_samples` and `node_ranks`, the node stream: each node's sample of each round (CPU, memory, network,
+///   disk, load) and the ranges of the ranks it served, so a rank's row joins its node's sample in SQL.
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -278,6 +280,59 @@ CREATE INDEX utilization_by_round ON utilization (stream_id, round);
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '7');
 ";
 
+/// Version 8: results of type `canopy.filters.v1.NodeSamples` (the `nodes` filter), a `node_samples` row per node
+/// and round with the units in the column names (NULL where the node's agent ran no such sampler), and a
+/// `node_ranks` row per contiguous range of the ranks the node served in that round, so that a rank's row joins
+/// its node's sample (`rank BETWEEN first_rank AND last_rank`) without parsing the `ranks` text.
+const V8: &str = "
+CREATE TABLE node_samples (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    node_id TEXT NOT NULL,
+    hostname TEXT,
+    ranks TEXT,
+    sample_unix_ns INTEGER,
+    interval_ns INTEGER,
+    cpus INTEGER,
+    cpu_user_share REAL,
+    cpu_nice_share REAL,
+    cpu_system_share REAL,
+    cpu_idle_share REAL,
+    cpu_iowait_share REAL,
+    cpu_irq_share REAL,
+    cpu_steal_share REAL,
+    mem_total_bytes INTEGER,
+    mem_available_bytes INTEGER,
+    mem_used_bytes INTEGER,
+    mem_page_faults INTEGER,
+    mem_major_faults INTEGER,
+    net_rx_bytes INTEGER,
+    net_tx_bytes INTEGER,
+    net_interfaces INTEGER,
+    disk_read_bytes INTEGER,
+    disk_write_bytes INTEGER,
+    disks INTEGER,
+    load_1m REAL,
+    load_5m REAL,
+    load_15m REAL,
+    load_runnable INTEGER,
+    load_threads INTEGER,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX node_samples_by_round ON node_samples (stream_id, round);
+CREATE TABLE node_ranks (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    node_id TEXT NOT NULL,
+    app TEXT NOT NULL,
+    first_rank INTEGER NOT NULL,
+    last_rank INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX node_ranks_by_round ON node_ranks (stream_id, round);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '8');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(V1),
@@ -287,6 +342,7 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(V5),
     M::up(V6),
     M::up(V7),
+    M::up(V8),
 ];
 
 fn migrations() -> Migrations<'static> {
@@ -404,7 +460,7 @@ mod tests {
             [],
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrations().to_version(&mut conn, 7).unwrap();
         assert_eq!(version(&conn).unwrap(), 7);
         assert_eq!(meta_version(&conn).unwrap(), Some(7));
         assert!(has(&conn, "table", "utilization"));
@@ -434,6 +490,95 @@ mod tests {
                 "late"
             ]
         );
+    }
+
+    fn columns(conn: &Connection, table: &str) -> Vec<String> {
+        let mut st = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// A store of version 7 with rows in it gains `node_samples`, `node_ranks` and their indexes, and keeps its
+    /// rows.
+    #[test]
+    fn a_version_7_store_migrates_to_8_keeping_its_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 7).unwrap();
+        assert_eq!(version(&conn).unwrap(), 7);
+        let has = |conn: &Connection, kind: &str, name: &str| {
+            conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
+                [kind, name],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+                == 1
+        };
+        assert!(!has(&conn, "table", "node_samples"));
+        conn.execute(
+            "INSERT INTO utilization (stream_id, round, bin, activity_id, share, ranks) VALUES (1, 2, 0, 7, 250, 4)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn).unwrap(), 8);
+        assert_eq!(meta_version(&conn).unwrap(), Some(8));
+        for (kind, name) in [
+            ("table", "node_samples"),
+            ("index", "node_samples_by_round"),
+            ("table", "node_ranks"),
+            ("index", "node_ranks_by_round"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM utilization", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        assert_eq!(
+            columns(&conn, "node_ranks"),
+            [
+                "stream_id",
+                "round",
+                "node_id",
+                "app",
+                "first_rank",
+                "last_rank",
+                "late"
+            ]
+        );
+        let samples = columns(&conn, "node_samples");
+        assert_eq!(
+            samples[..5],
+            ["stream_id", "round", "node_id", "hostname", "ranks"]
+        );
+        // Every measured column says its unit or is a count: a share, bytes, a count of CPUs, disks, faults...
+        for c in &samples[5..] {
+            assert!(
+                [
+                    "_share",
+                    "_bytes",
+                    "_ns",
+                    "_faults",
+                    "_1m",
+                    "_5m",
+                    "_15m",
+                    "cpus",
+                    "disks",
+                    "_interfaces",
+                    "_runnable",
+                    "_threads",
+                    "late"
+                ]
+                .iter()
+                .any(|unit| c.ends_with(unit)),
+                "{c}"
+            );
+        }
     }
 
     #[test]

@@ -243,8 +243,8 @@ impl Store {
         Ok(())
     }
 
-    /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `reductions`), in
-    /// one transaction: a result is stored whole or not at all.
+    /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `utilization`,
+    /// `reductions`, `node_samples`, `node_ranks`), in one transaction: a result is stored whole or not at all.
     pub fn write_filter_tables(
         &mut self,
         stream_id: u32,

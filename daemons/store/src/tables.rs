@@ -1,9 +1,10 @@
-//! The standard filters' results as tables: `stats`, `histograms`, `classes`, `utilization` and
-//! `reductions`, decoded from the result message a stream's filter declares (any plugin whose result type is
+//! The standard filters' results as tables: `stats`, `histograms`, `classes`, `utilization`, `reductions`,
+//! `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, StatsResult, UtilizationResult,
+    ClassResult, EventStats, Histogram, HistogramResult, Metric, NodeSample, NodeSamples, RankRange,
+    StatsResult, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -15,12 +16,13 @@ const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
 const HISTOGRAM_RESULT: &str = "canopy.filters.v1.HistogramResult";
 const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
 const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
+const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
 
 /// Whether results of this type get tables.
 pub fn is_tabulated(result_type: &str) -> bool {
     matches!(
         result_type,
-        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT
+        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT | NODE_SAMPLES
     )
 }
 
@@ -100,6 +102,12 @@ pub(crate) fn write(
             let r: UtilizationResult = decode("UtilizationResult", payload)?;
             at.utilization(tx, &r)?;
             at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
+        }
+        NODE_SAMPLES => {
+            let r: NodeSamples = decode("NodeSamples", payload)?;
+            for node in &r.nodes {
+                at.node_sample(tx, node)?;
+            }
         }
         _ => {}
     }
@@ -258,6 +266,83 @@ impl At {
                 ])?;
             }
             at += count as usize;
+        }
+        Ok(())
+    }
+
+    /// A node's sample, with NULL for what its agent did not sample, and a `node_ranks` row per range.
+    fn node_sample(&self, tx: &Transaction<'_>, n: &NodeSample) -> Result<(), TableError> {
+        if n.node_id.is_empty() {
+            return Err(TableError::Invalid {
+                what: "NodeSamples",
+                reason: "a sample names no node".into(),
+            });
+        }
+        let (cpu, mem, net, disk, load) = (
+            n.cpu.as_ref(),
+            n.memory.as_ref(),
+            n.network.as_ref(),
+            n.disk.as_ref(),
+            n.load.as_ref(),
+        );
+        let time = |ns: u64| (ns != 0).then(|| sat(ns));
+        tx.prepare_cached(
+            "INSERT INTO node_samples (stream_id, round, node_id, hostname, ranks, sample_unix_ns, interval_ns,
+                 cpus, cpu_user_share, cpu_nice_share, cpu_system_share, cpu_idle_share, cpu_iowait_share,
+                 cpu_irq_share, cpu_steal_share, mem_total_bytes, mem_available_bytes, mem_used_bytes,
+                 mem_page_faults, mem_major_faults, net_rx_bytes, net_tx_bytes, net_interfaces, disk_read_bytes,
+                 disk_write_bytes, disks, load_1m, load_5m, load_15m, load_runnable, load_threads, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+                     ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+        )?
+        .execute(params![
+            self.stream_id,
+            self.round,
+            n.node_id,
+            n.hostname,
+            ranges_text(&n.ranks),
+            time(n.sample_unix_ns),
+            time(n.sample_unix_ns).and(Some(sat(n.interval_ns))),
+            cpu.map(|c| c.cpus),
+            cpu.map(|c| c.user_share),
+            cpu.map(|c| c.nice_share),
+            cpu.map(|c| c.system_share),
+            cpu.map(|c| c.idle_share),
+            cpu.map(|c| c.iowait_share),
+            cpu.map(|c| c.irq_share),
+            cpu.map(|c| c.steal_share),
+            mem.map(|m| sat(m.total_bytes)),
+            mem.map(|m| sat(m.available_bytes)),
+            mem.map(|m| sat(m.used_bytes)),
+            mem.map(|m| sat(m.page_faults)),
+            mem.map(|m| sat(m.major_faults)),
+            net.map(|x| sat(x.rx_bytes)),
+            net.map(|x| sat(x.tx_bytes)),
+            net.map(|x| x.interfaces),
+            disk.map(|d| sat(d.read_bytes)),
+            disk.map(|d| sat(d.write_bytes)),
+            disk.map(|d| d.disks),
+            load.map(|l| l.load_1m),
+            load.map(|l| l.load_5m),
+            load.map(|l| l.load_15m),
+            load.map(|l| l.runnable),
+            load.map(|l| l.threads),
+            self.late
+        ])?;
+        let mut st = tx.prepare_cached(
+            "INSERT INTO node_ranks (stream_id, round, node_id, app, first_rank, last_rank, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for r in &n.ranks {
+            st.execute(params![
+                self.stream_id,
+                self.round,
+                n.node_id,
+                r.app,
+                r.first.min(r.last),
+                r.first.max(r.last),
+                self.late
+            ])?;
         }
         Ok(())
     }

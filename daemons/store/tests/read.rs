@@ -3,15 +3,16 @@
 mod common;
 
 use canopy_proto::filters::v1::{
-    BinRanges, Class, ClassResult, EventStats, Histogram, HistogramResult, Metric, RankRange, RankRef,
-    StatsResult, Summary, UtilizationResult,
+    BinRanges, Class, ClassResult, CpuSample, DiskSample, EventStats, Histogram, HistogramResult, LoadSample,
+    MemorySample, Metric, NetworkSample, NodeSample, NodeSamples, RankRange, RankRef, StatsResult, Summary,
+    UtilizationResult,
 };
 use canopy_proto::v1::{
     EventSample, MissingReason, NodeEvent, NodeKind, NodeState, ProfileBatch, RankProfile, SyncMode,
 };
 use canopy_store::{
-    Collision, PROFILE_BATCH_TYPE, Payload, RoundCursor, SCHEMA_VERSION, Select, Store, StoreError,
-    StoreReader, StreamState, Table,
+    Collision, PROFILE_BATCH_TYPE, Payload, RANK_NODE_QUERY, RoundCursor, SCHEMA_VERSION, Select, Store,
+    StoreError, StoreReader, StreamState, Table,
 };
 use common::*;
 use prost::Message;
@@ -709,6 +710,242 @@ fn utilization_results_become_a_row_per_bin_and_activity_and_a_bad_one_is_refuse
     assert_eq!(reductions[0].raw_bytes, 4000);
 }
 
+const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
+
+/// A node's sample of round `round`: ranks `first..=last` of app "a", every sampler's figures derived from `k`.
+fn node_sample(node: &str, first: u32, last: u32, k: u64) -> NodeSample {
+    NodeSample {
+        node_id: node.into(),
+        hostname: format!("{node}.example"),
+        ranks: vec![RankRange {
+            app: "a".into(),
+            first,
+            last,
+        }],
+        sample_unix_ns: 1_700_000_000_000_000_000 + k,
+        interval_ns: 100_000_000,
+        cpu: Some(CpuSample {
+            cpus: 64,
+            user_share: 0.5,
+            nice_share: 0.0,
+            system_share: 0.125,
+            idle_share: 0.25,
+            iowait_share: 0.0625,
+            irq_share: 0.03125,
+            steal_share: 0.03125,
+        }),
+        memory: Some(MemorySample {
+            total_bytes: 1 << 40,
+            available_bytes: 1 << 39,
+            used_bytes: 1 << 39,
+            page_faults: 100 + k,
+            major_faults: k,
+        }),
+        network: Some(NetworkSample {
+            rx_bytes: 1000 * k,
+            tx_bytes: 10 * k,
+            interfaces: 2,
+        }),
+        disk: Some(DiskSample {
+            read_bytes: 512 * k,
+            write_bytes: 4096 * k,
+            disks: 1,
+        }),
+        load: Some(LoadSample {
+            load_1m: 63.5,
+            load_5m: 60.0,
+            load_15m: 12.25,
+            runnable: 65,
+            threads: 1200,
+        }),
+    }
+}
+
+/// The node stream's results become a row per node with the units in its columns (NULL for what a node did not
+/// sample) and a row per range of its ranks; a rank's row of another stream joins its node's sample in SQL,
+/// through the reader and through the query the docs show; a sample without a node is refused.
+#[test]
+fn node_samples_become_rows_that_a_ranks_round_joins() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    store
+        .put_stream(&spec(1), StreamState::Open, None, Some(PROFILE_BATCH_TYPE))
+        .unwrap();
+    // Stream 1 keeps the profiles of ranks 0-3 (one event each) in rounds 7 and 8.
+    for round in [7, 8] {
+        let batch = profiles("a", 0..4, 1, 0);
+        store
+            .write_round(&record(1, round, 4, 4, &[]), Payload::Profiles(&batch))
+            .unwrap();
+    }
+    // Stream 2 is the node stream: two nodes of two ranks each (one serving a rank of a second application too),
+    // and a node whose agent runs no sampler, which serves no rank of the profiles.
+    let mut split = node_sample("agent:1", 2, 3, 8);
+    split.ranks.push(RankRange {
+        app: "c".into(),
+        first: 0,
+        last: 0,
+    });
+    let bare = NodeSample {
+        node_id: "agent:2".into(),
+        ranks: vec![RankRange {
+            app: "b".into(),
+            first: 0,
+            last: 0,
+        }],
+        ..Default::default()
+    };
+    let round7 = NodeSamples {
+        nodes: vec![node_sample("agent:0", 0, 1, 7), split, bare],
+    };
+    store
+        .write_filter_tables(2, 7, NODE_SAMPLES, &round7.encode_to_vec(), false)
+        .unwrap();
+    // Round 8 arrived late at the front-end (after its round was stored): kept, marked late.
+    let round8 = NodeSamples {
+        nodes: vec![node_sample("agent:0", 0, 3, 80)],
+    };
+    store
+        .write_filter_tables(2, 8, NODE_SAMPLES, &round8.encode_to_vec(), true)
+        .unwrap();
+    let nameless = NodeSamples {
+        nodes: vec![NodeSample::default()],
+    };
+    let err = store
+        .write_filter_tables(2, 9, NODE_SAMPLES, &nameless.encode_to_vec(), false)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the NodeSamples of stream 2 round 9 does not hold together: a sample names no node"
+    );
+
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT round, node_id, hostname, ranks, interval_ns, cpus, cpu_user_share, cpu_idle_share, \
+             mem_used_bytes, mem_page_faults, net_rx_bytes, disk_write_bytes, load_1m, load_threads, late \
+             FROM node_samples ORDER BY round, node_id"
+        ),
+        [
+            "7|agent:0|agent:0.example|a:0-1|100000000|64|0.5|0.25|549755813888|107|7000|28672|63.5|1200|0",
+            "7|agent:1|agent:1.example|a:2-3,c:0|100000000|64|0.5|0.25|549755813888|108|8000|32768|63.5|1200|0",
+            "7|agent:2||b:0|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|NULL|0",
+            "8|agent:0|agent:0.example|a:0-3|100000000|64|0.5|0.25|549755813888|180|80000|327680|63.5|1200|1",
+        ]
+    );
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT * FROM node_ranks ORDER BY round, node_id, app, first_rank"
+        ),
+        [
+            "2|7|agent:0|a|0|1|0",
+            "2|7|agent:1|a|2|3|0",
+            "2|7|agent:1|c|0|0|0",
+            "2|7|agent:2|b|0|0|0",
+            "2|8|agent:0|a|0|3|1",
+        ]
+    );
+
+    let r = StoreReader::open(store.path()).unwrap();
+    let rows = r.node_samples(Select::all().stream(2).late(false)).unwrap();
+    assert_eq!(rows.len(), 3);
+    let first = &rows[0];
+    assert_eq!(
+        (first.node_id.as_str(), first.ranks.as_str(), first.round),
+        ("agent:0", "a:0-1", 7)
+    );
+    assert_eq!(first.sample_unix_ns, Some(1_700_000_000_000_000_007));
+    assert_eq!(
+        (
+            first.cpu_system_share,
+            first.cpu_iowait_share,
+            first.cpu_steal_share
+        ),
+        (Some(0.125), Some(0.0625), Some(0.03125))
+    );
+    assert_eq!(
+        (
+            first.mem_total_bytes,
+            first.mem_available_bytes,
+            first.mem_major_faults
+        ),
+        (Some(1 << 40), Some(1 << 39), Some(7))
+    );
+    assert_eq!(
+        (
+            first.net_tx_bytes,
+            first.net_interfaces,
+            first.disk_read_bytes,
+            first.disks
+        ),
+        (Some(70), Some(2), Some(3584), Some(1))
+    );
+    assert_eq!(
+        (first.load_5m, first.load_15m, first.load_runnable),
+        (Some(60.0), Some(12.25), Some(65))
+    );
+    let bare = &rows[2];
+    assert_eq!(
+        (bare.hostname.as_str(), bare.sample_unix_ns, bare.cpu_user_share),
+        ("", None, None)
+    );
+    assert_eq!(r.count(Table::NodeSamples).unwrap(), 4);
+    assert_eq!(
+        r.count_where(Table::NodeRanks, Select::all().late(true)).unwrap(),
+        1
+    );
+    let ranges = r.node_ranks(Select::all().stream(2).from_round(7)).unwrap();
+    assert_eq!(ranges.len(), 5);
+    let r2 = &ranges[2];
+    assert_eq!(
+        (r2.node_id.as_str(), r2.app.as_str(), r2.first_rank, r2.last_rank),
+        ("agent:1", "c", 0, 0)
+    );
+
+    // A rank's round finds its node's sample; a rank no node names finds none; a late sample is not taken.
+    let of = |round, app: &str, rank| {
+        r.rank_node_sample(2, round, app, rank)
+            .unwrap()
+            .map(|n| n.node_id)
+    };
+    assert_eq!(of(7, "a", 0).as_deref(), Some("agent:0"));
+    assert_eq!(of(7, "a", 3).as_deref(), Some("agent:1"));
+    assert_eq!(of(7, "b", 0).as_deref(), Some("agent:2"));
+    assert_eq!(of(7, "c", 0).as_deref(), Some("agent:1"));
+    assert_eq!(of(7, "a", 4), None);
+    assert_eq!(of(8, "a", 0), None);
+
+    // The documented join: each rank's event of stream 1 beside its node's sample of the same round.
+    let mut st = conn.prepare(RANK_NODE_QUERY).unwrap();
+    let joined: Vec<(i64, String, i64, String, f64, i64)> = st
+        .query_map([1, 2], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(5)?,
+                row.get(7)?,
+                row.get(8)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let half = 1i64 << 39;
+    assert_eq!(
+        joined,
+        [
+            (7, "a".to_string(), 0, "agent:0".to_string(), 0.5, half),
+            (7, "a".to_string(), 1, "agent:0".to_string(), 0.5, half),
+            (7, "a".to_string(), 2, "agent:1".to_string(), 0.5, half),
+            (7, "a".to_string(), 3, "agent:1".to_string(), 0.5, half),
+        ],
+        "round 8's sample is late, so its ranks join nothing"
+    );
+}
+
 /// A store as the front-end wrote it before the migrations: `user_version` 0, version 2 in `meta`.
 fn legacy_v2(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("run-legacy.sqlite");
@@ -740,6 +977,9 @@ fn a_version_2_store_reads_and_migrates_forward() {
     assert_eq!(old.samples(Select::all()).unwrap()[0].calls, Some(5));
     // Tables of later versions read as empty.
     assert!(old.utilization(Select::all()).unwrap().is_empty());
+    assert!(old.node_samples(Select::all()).unwrap().is_empty());
+    assert!(old.node_ranks(Select::all()).unwrap().is_empty());
+    assert_eq!(old.rank_node_sample(1, 0, "a", 0).unwrap(), None);
     // No batches were kept before version 3: a replay has the coverage and an empty result.
     let stream = old.stream(1).unwrap().unwrap();
     let replayed = old.stored_rounds(&stream, 0).unwrap();

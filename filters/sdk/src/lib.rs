@@ -15,7 +15,8 @@ pub use canopy_filter_abi as abi;
 /// Where an instance runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
-    /// The leaf agent: upstream inputs are single-rank `canopy.v1.ProfileBatch` encodings.
+    /// The leaf agent: upstream inputs are single-rank `canopy.v1.ProfileBatch` encodings (for the `nodes` filter,
+    /// the node's own sample, a `canopy.filters.v1.NodeSamples` of one).
     Leaf,
     Relay,
     /// The front-end: packets emitted up go through `finalize`.

@@ -81,7 +81,14 @@ mod tests {
                 .iter()
                 .any(|f| f.package() == pkg && f.message_type.iter().any(|m| m.name() == name))
         };
-        for name in ["StatsResult", "HistogramResult", "ClassResult", "RankCount"] {
+        for name in [
+            "StatsResult",
+            "HistogramResult",
+            "ClassResult",
+            "RankCount",
+            "UtilizationResult",
+            "NodeSamples",
+        ] {
             assert!(defines("canopy.filters.v1", name), "{name}");
         }
         assert!(defines("canopy.v1", "ProfileBatch"));

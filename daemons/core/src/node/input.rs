@@ -120,6 +120,12 @@ pub fn rank_source(app: &str, rank: u32) -> String {
     format!("rank:{app}:{rank}")
 }
 
+/// The (app, rank) of a [`rank_source`] id; `None` for any other source.
+pub fn parse_rank_source(source: &str) -> Option<(&str, u32)> {
+    let (app, rank) = source.strip_prefix("rank:")?.rsplit_once(':')?;
+    Some((app, rank.parse().ok()?))
+}
+
 /// Drives a tree from its root (the front-end's API uses it; so do tests).
 #[derive(Clone)]
 pub struct RootHandle {
@@ -171,5 +177,19 @@ impl RootHandle {
     /// `options::Measure::from_options`).
     pub async fn options(&self, o: canopy_proto::v1::Options) -> bool {
         self.send(RootCommand::Options(o)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_source_reads_back_as_its_app_and_rank() {
+        assert_eq!(parse_rank_source(&rank_source("lulesh", 7)), Some(("lulesh", 7)));
+        // An application's name may hold the separator; the rank is what follows the last one.
+        assert_eq!(parse_rank_source(&rank_source("a:b", 0)), Some(("a:b", 0)));
+        assert_eq!(parse_rank_source("relay:0"), None);
+        assert_eq!(parse_rank_source("rank:a:x"), None);
     }
 }

@@ -8,14 +8,18 @@ use canopy_proto::v1::control;
 use tokio::sync::mpsc;
 
 use super::input::RankEvent;
+use super::samples::{NodeSampler, NodeSamplesAtLeaf};
 
 /// How a leaf is set up.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LeafOptions {
     /// Where control from the tree goes to reach the ranks (the agent's socket and the simulated ranks).
     pub control: mpsc::Sender<control::Action>,
     /// Dumps held per rank until collection starts; beyond it the oldest are dropped and counted.
     pub hold_dumps: usize,
+    /// The node's samplers, which feed the streams of the `nodes` filter (none: those streams name the node and
+    /// its ranks, and measure nothing).
+    pub sampler: Option<Box<dyn NodeSampler>>,
 }
 
 /// The position of a held event: by round, then by arrival. A rank's detach goes after every held round.
@@ -36,6 +40,8 @@ pub(crate) struct Leaf {
     announced: BTreeMap<u32, u64>,
     /// Told to shut down: the leaf leaves once its Fin is sent.
     pub(crate) exit_after_fin: bool,
+    /// The node's own samples, the input of its node streams.
+    pub(crate) samples: NodeSamplesAtLeaf,
 }
 
 /// What the leaf makes of a rank's event.
@@ -48,9 +54,12 @@ pub(crate) enum Placed {
 }
 
 impl Leaf {
-    pub(crate) fn new(options: LeafOptions) -> Self {
+    /// A leaf of the node `node_id` on `hostname` (its node streams name both).
+    pub(crate) fn new(mut options: LeafOptions, node_id: String, hostname: String) -> Self {
+        let samples = NodeSamplesAtLeaf::new(options.sampler.take(), node_id, hostname);
         Self {
             options,
+            samples,
             started: false,
             held: BTreeMap::new(),
             drained: false,
@@ -233,10 +242,15 @@ mod tests {
 
     fn leaf(hold: usize) -> Leaf {
         let (tx, _rx) = mpsc::channel(1);
-        Leaf::new(LeafOptions {
-            control: tx,
-            hold_dumps: hold,
-        })
+        Leaf::new(
+            LeafOptions {
+                control: tx,
+                hold_dumps: hold,
+                sampler: None,
+            },
+            "agent".into(),
+            "host".into(),
+        )
     }
 
     fn dump(source: &str, round: u64) -> RankEvent {

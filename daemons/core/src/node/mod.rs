@@ -17,6 +17,7 @@ mod ranks;
 mod root;
 mod rounds;
 mod route;
+mod samples;
 mod status;
 mod streams;
 #[cfg(test)]
@@ -43,10 +44,11 @@ use crate::window::{Window, WindowGate, WindowState};
 
 pub use input::{
     ChildEvent, ChildSender, Collection, Input, ParentEvent, RankEvent, Refused, RootCommand, RootHandle,
-    rank_source,
+    parse_rank_source, rank_source,
 };
 pub use leaf::LeafOptions;
 pub use root::RootOptions;
+pub use samples::{NODES_FILTER, NodeSampler};
 pub use status::NodeCounters;
 pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
 pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
@@ -149,8 +151,9 @@ impl<U: Up> Node<U> {
     pub fn new(config: NodeConfig, up: U) -> (Self, NodeHandles) {
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         let (window, gate) = Window::new(config.max_rounds_in_flight);
+        let hostname = canopy_runtime::net::hostname();
         let role = match config.role {
-            RoleConfig::Leaf(opts) => Role::Leaf(Leaf::new(opts)),
+            RoleConfig::Leaf(opts) => Role::Leaf(Leaf::new(opts, config.node_id.clone(), hostname.clone())),
             RoleConfig::Relay => Role::Relay,
             RoleConfig::Root(opts) => Role::Root(Root::new(opts)),
         };
@@ -160,7 +163,7 @@ impl<U: Up> Node<U> {
             ranks_below: 0,
             protocol_version: canopy_proto::PROTOCOL_VERSION,
             listen_addr: String::new(),
-            hostname: canopy_runtime::net::hostname(),
+            hostname,
             ranks_announced: 0,
         };
         let (hello_tx, hello_rx) = watch::channel(hello);

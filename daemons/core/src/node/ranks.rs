@@ -109,17 +109,18 @@ impl<U: Up> Node<U> {
             Err(reason) => (bytes::Bytes::new(), absent(reason)),
         };
         // A stream fed by chosen ranks only (detail) counts the others as sampled out.
-        let feeds: Vec<(u32, bool)> = self
+        let feeds: Vec<(u32, bool, bool)> = self
             .streams
             .feeds()
-            .map(|(id, ranks)| (id, ranks.contains(rank)))
+            .map(|(id, ranks)| (id, ranks.contains(rank), self.streams.is_node_stream(id)))
             .collect();
-        for (stream, chosen) in feeds {
-            // Every stream shares the one payload.
-            let (payload, coverage) = if chosen {
-                (payload.clone(), coverage.clone())
-            } else {
-                (bytes::Bytes::new(), absent(MissingReason::SampledOut))
+        for (stream, chosen, node_stream) in feeds {
+            // Every stream shares the one payload; a node stream counts the rank and takes the node's sample
+            // instead when the round closes (`samples`).
+            let (payload, coverage) = match (chosen, node_stream) {
+                (true, false) => (payload.clone(), coverage.clone()),
+                (true, true) => (bytes::Bytes::new(), coverage.clone()),
+                (false, _) => (bytes::Bytes::new(), absent(MissingReason::SampledOut)),
             };
             let key = GroupKey {
                 stream,

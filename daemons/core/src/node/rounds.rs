@@ -180,11 +180,25 @@ impl<U: Up> Node<U> {
             .iter()
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
-        let inputs: Vec<bytes::Bytes> = used.iter().map(|a| a.payload.clone()).collect();
-        let sources: Vec<(String, u32)> = used
-            .iter()
-            .map(|a| (a.source.to_string(), a.coverage.covered))
-            .collect();
+        let stream = c.key.stream;
+        let (inputs, sources): (Vec<bytes::Bytes>, Vec<(String, u32)>) = match &mut self.role {
+            // A node stream's leaf input is the node's sample, which answers for every rank the round covers.
+            Role::Leaf(leaf) if c.key.phase == 0 && self.streams.is_node_stream(stream) => {
+                let ranks = used
+                    .iter()
+                    .filter(|a| a.coverage.covered > 0)
+                    .filter_map(|a| parse_rank_source(&a.source));
+                let sample = leaf.samples.input(c.key.round, ranks);
+                let source = format!("the node's sample of round {}", c.key.round);
+                (vec![sample.into()], vec![(source, c.coverage.covered)])
+            }
+            _ => (
+                used.iter().map(|a| a.payload.clone()).collect(),
+                used.iter()
+                    .map(|a| (a.source.to_string(), a.coverage.covered))
+                    .collect(),
+            ),
+        };
         tracing::debug!(target: crate::LATENCY, node = %self.id, round = c.key.round, phase = c.key.phase,
             first_dump_ns = c.first_dump_unix_ns, closed_ns, "round closed");
         let call = Call::Upstream {
@@ -198,7 +212,6 @@ impl<U: Up> Node<U> {
             first_dump: c.first_dump_unix_ns,
             inputs: sources,
         };
-        let stream = c.key.stream;
         if self.call_filter(stream, call, then).await
             && c.key.phase == 0
             && let (Some(phases), Some(spec)) = (self.streams.phases(stream), self.streams.spec(stream))
@@ -357,8 +370,10 @@ impl<U: Up> Node<U> {
     /// packet a single-phase filter sends (a multi-phase round has moved on, so only its coverage goes up).
     pub(super) async fn on_late(&mut self, key: GroupKey, a: Arrival) {
         tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
+        // A node stream's sample of the round went up with it: a late rank adds only its coverage.
         if let Role::Leaf(_) = self.role
             && self.streams.phases(key.stream) == Some(1)
+            && !self.streams.is_node_stream(key.stream)
         {
             let call = Call::Upstream {
                 round: key.round,

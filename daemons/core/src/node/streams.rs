@@ -457,6 +457,12 @@ impl StreamTable {
             .map(|(id, s)| (*id, &s.ranks))
     }
 
+    /// Whether a stream carries the node's samples instead of its ranks' profiles (see `samples`).
+    pub(crate) fn is_node_stream(&self, id: u32) -> bool {
+        self.spec(id)
+            .is_some_and(|s| s.filter == super::samples::NODES_FILTER)
+    }
+
     /// Removes a closed stream; its packets still in flight are expected from now on. The calls its filter has
     /// queued (the rounds the close cut short) are still answered.
     pub(crate) fn close(&mut self, id: u32) -> Option<StreamSpec> {

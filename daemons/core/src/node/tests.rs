@@ -38,6 +38,27 @@ impl FilterInstance for Concat {
     }
 }
 
+/// A filter that sends up its inputs as they came, one after the other (the node stream's tests decode them).
+struct Append;
+
+impl FilterInstance for Append {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let payload = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
 /// Released once a test is done with its stuck calls.
 static RELEASE_STUCK: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
 
@@ -166,6 +187,7 @@ impl FilterFactory for Filters {
     ) -> Result<Box<dyn FilterInstance>, FilterError> {
         match name {
             "concat" => Ok(Box::new(Concat)),
+            super::NODES_FILTER => Ok(Box::new(Append)),
             "stuck" => Ok(Box::new(Stuck)),
             "phased" => Ok(Box::new(Phased)),
             "hangs" => Ok(Box::new(Hangs)),
@@ -677,6 +699,7 @@ fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
     let role = RoleConfig::Leaf(LeafOptions {
         control: tx,
         hold_dumps: 8,
+        sampler: None,
     });
     (role, rx)
 }
@@ -734,6 +757,119 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
         h.input(Input::Ranks(vec![done])).await;
     }
     assert_eq!(h.fin().await.rounds_end, 2);
+}
+
+/// The node's sampler in the tests: each sample counts itself in its load.
+#[derive(Debug, Default)]
+struct CountingSampler(u32);
+
+impl NodeSampler for CountingSampler {
+    fn sample(&mut self, sample: &mut canopy_proto::filters::v1::NodeSample) {
+        self.0 += 1;
+        sample.sample_unix_ns = 1_000 + u64::from(self.0);
+        sample.load = Some(canopy_proto::filters::v1::LoadSample {
+            runnable: self.0,
+            ..Default::default()
+        });
+    }
+}
+
+/// A node stream's leaf input is the node's sample, one per round, named with the node and the ranks the round
+/// covers, while its coverage is counted from the ranks as every stream's is: a rank that misses the round counts
+/// late, and its late dump adds its coverage alone (the sample went up already). A stream of profiles beside it
+/// gets the profiles.
+#[tokio::test(start_paused = true)]
+async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round_covers() {
+    use canopy_proto::filters::v1::{NodeSamples, RankRange};
+    use prost::Message;
+    let (tx, mut ranks_control) = mpsc::channel(16);
+    let role = RoleConfig::Leaf(LeafOptions {
+        control: tx,
+        hold_dumps: 8,
+        sampler: Some(Box::new(CountingSampler::default())),
+    });
+    let mut h = start(role, 64);
+    for rank in 0..3 {
+        let attached = RankEvent::Attached {
+            source: rank_source("app", rank),
+            from: 0,
+            announced: 3,
+        };
+        h.input(Input::Ranks(vec![attached])).await;
+    }
+    h.open(1).await;
+    let nodes = StreamSpec {
+        filter: NODES_FILTER.into(),
+        ..spec(2)
+    };
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(nodes) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    let start = Control {
+        action: Some(control::Action::Start(root::start(0))),
+    };
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
+        start,
+    ))))
+    .await;
+    assert!(ranks_control.recv().await.is_some());
+    // Ranks 0 and 2 dump round 0; rank 1 is late past the time-out.
+    h.input(rank_round(2, 0)).await;
+    h.input(rank_round(0, 0)).await;
+    let mut by_stream = std::collections::BTreeMap::new();
+    while by_stream.len() < 2 {
+        let env = h.envelope().await;
+        by_stream.insert(env.stream_id, env);
+    }
+    let profiles = &by_stream[&1];
+    assert_eq!((profiles.round, profiles.payload.clone()), (0, vec![0, 2]));
+    let node = &by_stream[&2];
+    let cov = node.coverage.clone().unwrap();
+    assert_eq!((cov.covered, cov.expected), (2, 3));
+    assert_eq!(missing_for(&cov, MissingReason::Late), 1);
+    let samples = NodeSamples::decode(node.payload.as_slice()).unwrap();
+    assert_eq!(samples.nodes.len(), 1, "one sample per node and round");
+    let s = &samples.nodes[0];
+    assert_eq!(s.node_id, "n");
+    assert_eq!(s.hostname, canopy_runtime::net::hostname());
+    let range = |first, last| RankRange {
+        app: "app".into(),
+        first,
+        last,
+    };
+    assert_eq!(s.ranks, vec![range(0, 0), range(2, 2)]);
+    assert_eq!((s.sample_unix_ns, s.load.unwrap().runnable), (1_001, 1));
+
+    // Rank 1's dump of round 0 comes late: the profiles' stream sends its profile up late, the node stream only
+    // its coverage.
+    h.input(rank_round(1, 0)).await;
+    let mut late = std::collections::BTreeMap::new();
+    while late.len() < 2 {
+        let env = h.envelope().await;
+        assert!(env.late, "{env:?}");
+        late.insert(env.stream_id, env);
+    }
+    assert_eq!(late[&1].payload, vec![1]);
+    assert!(late[&2].payload.is_empty());
+    assert_eq!(late[&2].coverage.clone().unwrap().covered, 1);
+
+    // Round 1: every rank, a new sample.
+    for rank in 0..3 {
+        h.input(rank_round(rank, 1)).await;
+    }
+    let node = loop {
+        let env = h.envelope().await;
+        if env.stream_id == 2 {
+            break env;
+        }
+    };
+    let s = NodeSamples::decode(node.payload.as_slice())
+        .unwrap()
+        .nodes
+        .remove(0);
+    assert_eq!(
+        (node.round, s.ranks, s.sample_unix_ns),
+        (1, vec![range(0, 2)], 1_002)
+    );
 }
 
 #[tokio::test(start_paused = true)]
