@@ -1163,7 +1163,10 @@ fn a_rank_that_dumps_by_period_delivers_its_last_partial_period_at_finalize() {
 #[test]
 fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_they_take() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "stats", "--exit-on-fin", "true"]);
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &["--streams", "stats,passthrough", "--exit-on-fin", "true"],
+    );
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
     wait_socket(&socket, &mut agent);
@@ -1219,6 +1222,21 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
         assert!(i.min.unwrap() >= pages, "{i:?}");
         assert!(e.max.unwrap() < 50.0, "{e:?}");
     }
+    // The passthrough stream keeps each rank's own counts: every rank, every round, as many faults as pages.
+    let touch_ids = ids_named(&store, "touch");
+    let per_rank: Vec<_> = reader(&store)
+        .event_metrics(Select::all())
+        .unwrap()
+        .into_iter()
+        .filter(|m| touch_ids.contains(&m.event_id) && m.metric == Metric::PageFaultsExclusive)
+        .collect();
+    assert_eq!(per_rank.len() as u64, u64::from(ranks) * iterations);
+    for m in &per_rank {
+        let v = m.value.unwrap();
+        assert!((pages..pages + 100.0).contains(&v), "{m:?}");
+    }
+    let last_total: f64 = per_rank.iter().filter_map(|m| m.total).fold(0.0, f64::max);
+    assert!(last_total >= pages * iterations as f64, "total {last_total}");
     let depths: BTreeSet<u64> = ["iteration", "touch", "nap"]
         .iter()
         .flat_map(|e| of(e, Metric::DepthAtEntry))

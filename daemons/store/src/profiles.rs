@@ -1,11 +1,14 @@
 //! Passthrough results: each encoded `ProfileBatch` kept whole in `profile_batches` (what a replay sends, byte
 //! for byte), and taken apart into `samples` (rank x event) and `counters` (rank x counter) rows for queries.
 
+use canopy_proto::filters::v1::Metric;
+use canopy_wire::event_metrics::{self, Side};
 use canopy_wire::options::metric;
 use canopy_wire::v1::{ProfileBatch, TraceKind};
 use rusqlite::{Connection, Transaction, params};
 
 use crate::sql::{id_bits, sat};
+use crate::words::Word;
 
 /// The result type of a stream whose results are rank profiles (the passthrough filter's).
 pub const PROFILE_BATCH_TYPE: &str = "canopy.v1.ProfileBatch";
@@ -29,6 +32,10 @@ pub(crate) fn write(
     )?;
     let mut counter = tx.prepare_cached(
         "INSERT INTO counters (stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    let mut event_metric = tx.prepare_cached(
+        "INSERT INTO event_metrics (stream_id, round, app, rank, event_id, metric, value, total, late)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
     let mut trace = tx.prepare_cached(
@@ -85,6 +92,32 @@ pub(crate) fn write(
                 dump,
                 late,
             ])?;
+            // Its per-event metrics, matched with the profile's list by position; a metric this version does
+            // not know, or one the options left out, is not stored.
+            for (k, m) in p.event_metrics.iter().enumerate() {
+                let Some((_, side)) = event_metrics::of_metric(*m as i32) else {
+                    continue;
+                };
+                let reported = match side {
+                    Side::Inclusive => incl,
+                    Side::Exclusive => excl,
+                    Side::AtEntry => true,
+                };
+                let word = Metric::try_from(*m as i32).map(Word::word);
+                if let (true, Ok(word)) = (reported, word) {
+                    event_metric.execute(params![
+                        stream_id,
+                        round,
+                        p.app,
+                        p.rank,
+                        id_bits(e.event_id),
+                        word,
+                        e.metrics.get(k),
+                        e.metrics_total.get(k),
+                        late
+                    ])?;
+                }
+            }
         }
         for c in &p.counters {
             counter.execute(params![

@@ -84,6 +84,7 @@ pub enum Table {
     Rounds,
     Samples,
     Counters,
+    EventMetrics,
     Trace,
     Utilization,
     NodeSamples,
@@ -107,6 +108,7 @@ impl Table {
             Table::Rounds => "rounds",
             Table::Samples => "samples",
             Table::Counters => "counters",
+            Table::EventMetrics => "event_metrics",
             Table::Trace => "trace",
             Table::Utilization => "utilization",
             Table::NodeSamples => "node_samples",
@@ -130,6 +132,7 @@ impl Table {
             self,
             Table::Samples
                 | Table::Counters
+                | Table::EventMetrics
                 | Table::Trace
                 | Table::Utilization
                 | Table::NodeSamples
@@ -451,6 +454,29 @@ impl StoreReader {
                 value: r.get(5)?,
                 total: r.get(6)?,
                 dump_unix_ns: opt_u64(r, 7)?,
+                late: r.get(8)?,
+            })
+        })
+    }
+
+    /// Rows of `event_metrics`, by stream, round, app and rank, then as stored (event by event, each event's
+    /// metrics in the profile's order).
+    pub fn event_metrics(&self, select: Select) -> Result<Vec<EventMetricRow>, StoreError> {
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, app, rank, event_id, metric, value, total, late
+             FROM event_metrics{clause} ORDER BY stream_id, round, app, rank, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(EventMetricRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                app: r.get(2)?,
+                rank: r.get(3)?,
+                event_id: id_of(r.get(4)?),
+                metric: metric(r, 5)?,
+                value: r.get(6)?,
+                total: r.get(7)?,
                 late: r.get(8)?,
             })
         })

@@ -202,6 +202,23 @@ pub struct CounterRow {
     pub late: bool,
 }
 
+/// One row of `event_metrics`: one per-event metric of one event of one rank's passthrough profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventMetricRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub rank: u32,
+    pub event_id: u64,
+    /// A per-event metric (`Metric::PageFaultsExclusive`, `Metric::HeapAtEntry`, ...).
+    pub metric: Metric,
+    /// This round's value.
+    pub value: Option<f64>,
+    /// Since the rank started.
+    pub total: Option<f64>,
+    pub late: bool,
+}
+
 /// One row of `results`: a filter's result as it encoded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultRow {

@@ -19,7 +19,9 @@ use rusqlite_migration::{M, Migrations};
 /// - 7: `utilization`, the utilization filter's average share of each activity in each bin of a time round.
 /// - 8: `node_samples` and `node_ranks`, the node stream: each node's sample of each round (CPU, memory, network,
 ///   disk, load) and the ranges of the ranks it served, so a rank's row joins its node's sample in SQL.
-pub const SCHEMA_VERSION: u32 = 8;
+/// - 9: `event_metrics`, the per-event metrics (perf counters, heap, depth) of passthrough profiles, a row per
+///   rank, event and metric.
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -333,6 +335,25 @@ CREATE INDEX node_ranks_by_round ON node_ranks (stream_id, round);
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '8');
 ";
 
+/// Version 9: passthrough profiles' per-event metrics (`RankProfile.event_metrics`), one row per rank, event and
+/// metric: the metric as the `stats` table names it (`page_faults_exclusive`, `heap_at_entry`), this round's
+/// value and the total since the rank started.
+const V9: &str = "
+CREATE TABLE event_metrics (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL,
+    total REAL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX event_metrics_by_round ON event_metrics (stream_id, round);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '9');
+";
+
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(V1),
@@ -343,6 +364,7 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(V6),
     M::up(V7),
     M::up(V8),
+    M::up(V9),
 ];
 
 fn migrations() -> Migrations<'static> {
@@ -502,6 +524,49 @@ mod tests {
             .collect()
     }
 
+    /// A store of version 8 with passthrough rows gains `event_metrics` and its index, and keeps its rows.
+    #[test]
+    fn a_version_8_store_migrates_to_9_keeping_its_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 8).unwrap();
+        conn.execute(
+            "INSERT INTO samples (stream_id, round, app, rank, event_id) VALUES (1, 2, 'a', 3, 7)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (9, Some(9))
+        );
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM samples", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        assert_eq!(
+            columns(&conn, "event_metrics"),
+            [
+                "stream_id",
+                "round",
+                "app",
+                "rank",
+                "event_id",
+                "metric",
+                "value",
+                "total",
+                "late"
+            ]
+        );
+        let index: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'event_metrics_by_round'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(index, 1);
+    }
+
     /// A store of version 7 with rows in it gains `node_samples`, `node_ranks` and their indexes, and keeps its
     /// rows.
     #[test]
@@ -524,7 +589,7 @@ mod tests {
             [],
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrations().to_version(&mut conn, 8).unwrap();
         assert_eq!(version(&conn).unwrap(), 8);
         assert_eq!(meta_version(&conn).unwrap(), Some(8));
         for (kind, name) in [

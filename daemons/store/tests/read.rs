@@ -311,6 +311,18 @@ fn every_table_reads_back_typed() {
         ),
         (1, 42, Some(1.5), Some(9.0))
     );
+    // Per-event metrics: two a row each (the unknown one is left out), with the event and the rank.
+    let em = r.event_metrics(Select::all().stream(1)).unwrap();
+    let samples = r.samples(Select::all().stream(1)).unwrap();
+    assert_eq!(em.len(), 2 * samples.len());
+    assert_eq!(
+        (em[0].rank, em[0].event_id, em[0].metric, em[0].value, em[0].total),
+        (0, u64::MAX, Metric::PageFaultsExclusive, Some(0.75), Some(200.0))
+    );
+    assert_eq!((em[1].metric, em[1].value), (Metric::HeapAtEntry, Some(0.0)));
+    let last = samples.last().unwrap();
+    let last_em = em.last().unwrap();
+    assert_eq!((last_em.rank, last_em.event_id), (last.rank, last.event_id));
 
     let results = r.results(Select::all()).unwrap();
     assert_eq!(results.len(), 1);

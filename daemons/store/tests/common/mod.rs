@@ -82,8 +82,9 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                         subrs_total: c + 101,
                         incl_total_us: c as f64 + 100.5,
                         excl_total_us: c as f64 + 100.25,
-                        metrics: Vec::new(),
-                        metrics_total: Vec::new(),
+                        // Page faults (exclusive), the heap at entry, and a metric no version knows.
+                        metrics: vec![c as f64 + 0.75, 4096.0 * c as f64, 1.0],
+                        metrics_total: vec![c as f64 + 200.0, 4096.0 * c as f64, 1.0],
                     }
                 })
                 .collect(),
@@ -95,7 +96,7 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                 })
                 .collect(),
             metrics: 0,
-            event_metrics: Vec::new(),
+            event_metrics: vec![19, 40, 999],
             // Every rank ships a trace of one activity's begin and end and a send, and rank 1 lost 3 events.
             trace: vec![
                 TraceEvent {
