@@ -467,15 +467,6 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         migrations().to_version(&mut conn, 6).unwrap();
         assert_eq!(version(&conn).unwrap(), 6);
-        let has = |conn: &Connection, kind: &str, name: &str| {
-            conn.query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
-                [kind, name],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-                == 1
-        };
         assert!(!has(&conn, "table", "utilization"));
         conn.execute(
             "INSERT INTO trace (stream_id, round, app, rank, kind) VALUES (1, 2, 'a', 3, 'begin')",
@@ -512,6 +503,17 @@ mod tests {
                 "late"
             ]
         );
+    }
+
+    /// Whether the store has a table (or index...) of this name.
+    fn has(conn: &Connection, kind: &str, name: &str) -> bool {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
+            [kind, name],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
     }
 
     fn columns(conn: &Connection, table: &str) -> Vec<String> {
@@ -557,14 +559,7 @@ mod tests {
                 "late"
             ]
         );
-        let index: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'event_metrics_by_round'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(index, 1);
+        assert!(has(&conn, "index", "event_metrics_by_round"));
     }
 
     /// A store of version 7 with rows in it gains `node_samples`, `node_ranks` and their indexes, and keeps its
@@ -574,15 +569,6 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         migrations().to_version(&mut conn, 7).unwrap();
         assert_eq!(version(&conn).unwrap(), 7);
-        let has = |conn: &Connection, kind: &str, name: &str| {
-            conn.query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
-                [kind, name],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-                == 1
-        };
         assert!(!has(&conn, "table", "node_samples"));
         conn.execute(
             "INSERT INTO utilization (stream_id, round, bin, activity_id, share, ranks) VALUES (1, 2, 0, 7, 250, 4)",
