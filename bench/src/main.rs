@@ -16,6 +16,7 @@ mod offload;
 mod perturbation;
 mod processes;
 mod reduction;
+mod samplers;
 mod sdk;
 mod throughput;
 mod utilization;
@@ -217,6 +218,22 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         ranks: u32,
     },
+    /// The agent's node samplers: the CPU of one sample of /proc in-process, by sampler, and of an idle agent
+    /// process sampling every period against one without samplers.
+    Samplers {
+        /// Tables to print: sample, agent.
+        #[arg(long, default_value = "sample,agent", value_delimiter = ',')]
+        tables: Vec<String>,
+        /// Samples per repeat of the `sample` table.
+        #[arg(long, default_value_t = 2000)]
+        samples: u32,
+        /// The sampling period of the `agent` table's agent, milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        period_ms: u64,
+        /// Seconds per repeat of the `agent` table.
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+    },
     /// Bytes per round at the front-end for each standard filter against passthrough, and classify's
     /// reduction factor per classification scheme (ToM's Fig. 7).
     Reduction {
@@ -412,6 +429,18 @@ fn main() -> anyhow::Result<()> {
             dumps,
             gap_us,
         } => sdk::run(events, pairs, dumps, gap_us, args.repeats),
+        Command::Samplers {
+            tables,
+            samples,
+            period_ms,
+            seconds,
+        } => samplers::run(&samplers::Plan {
+            tables: &tables,
+            samples,
+            period_ms,
+            seconds,
+            repeats: args.repeats,
+        }),
         Command::Utilization {
             tables,
             rate_hz,
