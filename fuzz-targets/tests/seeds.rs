@@ -78,6 +78,11 @@ fn rank_frames() {
             profile: if absence == 0 { profile.clone() } else { vec![] },
             absence,
             dropped: round / 2,
+            notices: if round == 0 {
+                vec!["counter \"cycles\" is unavailable (no PMU)".into()]
+            } else {
+                vec![]
+            },
         })),
     };
     let fin = RankMessage {

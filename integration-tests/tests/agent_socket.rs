@@ -631,3 +631,38 @@ fn an_announcement_from_a_rank_that_left_before_its_first_dump_does_not_hold_the
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }
+
+/// A rank's notices (a counter it could not open) reach the agent's log, but no more than a few per connection
+/// and each cut to one line: a rank cannot flood the log or forge lines of its own.
+#[test]
+fn a_ranks_notices_are_logged_a_few_per_connection_each_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", "127.0.0.1:9", &socket);
+    wait_socket(&socket, &mut agent);
+    let mut rank = RawRank::hello(&socket, "noisy", 0, 1, 0).accepted();
+    for round in 0..50 {
+        rank.send(rank_message::Msg::Dump(RankDump {
+            round,
+            dump_unix_ns: 1,
+            absence: canopy_wire::v1::RankAbsence::Stopped as i32,
+            notices: vec![
+                format!("notice {round}\nrank 9 of forged (pid 1): a line of its own"),
+                "x".repeat(10_000),
+            ],
+            ..Default::default()
+        }));
+    }
+    let pid = std::process::id();
+    let prefix = format!("rank 0 of noisy (pid {pid}): ");
+    wait_for("the notices in the log", Duration::from_secs(10), || {
+        agent.log_text().contains("xxxxxxxx")
+    });
+    pause(Duration::from_millis(300));
+    let log = agent.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&prefix)).collect();
+    assert_eq!(lines.len(), 16, "{log}");
+    assert!(lines.iter().all(|l| l.len() < 500), "a notice is cut to a line");
+    assert!(lines[0].contains("notice 0 rank 9 of forged"), "{}", lines[0]);
+    assert!(!log.lines().any(|l| l.starts_with("rank 9 of forged")), "{log}");
+}

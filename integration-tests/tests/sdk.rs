@@ -1258,5 +1258,12 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
             assert!(log.contains("unavailable: cycles:"), "rank {r}:\n{log}");
         }
         assert!(of("touch", Metric::CyclesExclusive).is_empty());
+        // And once per rank in its agent's log, so an operator sees it without the application's output.
+        let log = agent.log_text();
+        let told = log
+            .lines()
+            .filter(|l| l.contains("counter \"cycles\" is unavailable (the machine has no such counter"))
+            .count();
+        assert_eq!(told, ranks as usize, "{log}");
     }
 }

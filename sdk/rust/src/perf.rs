@@ -58,6 +58,11 @@ pub(crate) fn reported() -> u32 {
     WANTED.load(Ordering::Acquire) & !UNAVAILABLE.load(Ordering::Acquire)
 }
 
+/// How many metrics could not be opened (the length of `unavailable()`), without taking its lock.
+pub(crate) fn unavailable_count() -> usize {
+    UNAVAILABLE.load(Ordering::Acquire).count_ones() as usize
+}
+
 /// The metrics that could not be opened, by name and reason.
 pub(crate) fn unavailable() -> Vec<(String, String)> {
     lock(&REPORTED)

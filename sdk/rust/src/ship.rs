@@ -117,6 +117,8 @@ struct Conn {
     welcomed: Arc<AtomicBool>,
     /// Names this connection has carried.
     sent: HashSet<u64>,
+    /// Notices (unavailable counters) this connection has carried.
+    notices: usize,
 }
 
 /// The names of every timer and counter, refreshed from the registry when a dump names a new one.
@@ -257,7 +259,7 @@ pub(crate) fn run(sdk: &'static Sdk) {
         last_dump = snap.dump_unix_ns;
         let dropped = lock(&sdk.state).dropped;
         frame.clear();
-        encode_dump(sdk, &snap, dropped, &mut names, &mut c.sent, &mut frame);
+        encode_dump(sdk, &snap, dropped, &mut names, c, &mut frame);
         if frame.len() - 4 > canopy_wire::MAX_FRAME {
             // The agent would close the connection over it, and it would be sent again first every time.
             sdk.link.note(format!(
@@ -327,6 +329,7 @@ fn connect(sdk: &'static Sdk) -> Result<Conn, String> {
         dead,
         welcomed,
         sent: HashSet::new(),
+        notices: 0,
     })
 }
 
@@ -402,9 +405,10 @@ fn encode_dump(
     snap: &Snapshot,
     dropped: u64,
     names: &mut Names,
-    sent: &mut HashSet<u64>,
+    conn: &mut Conn,
     frame: &mut Vec<u8>,
 ) {
+    let sent = &mut conn.sent;
     let mut dump = RankDump {
         round: snap.round,
         dump_unix_ns: snap.dump_unix_ns,
@@ -504,6 +508,14 @@ fn encode_dump(
             }
         }
         dump.profile = profile.encode_to_vec();
+    }
+    if crate::perf::unavailable_count() > conn.notices {
+        let all = crate::perf::unavailable();
+        for (name, reason) in all.iter().skip(conn.notices) {
+            dump.notices
+                .push(format!("counter {name:?} is unavailable ({reason})"));
+        }
+        conn.notices = all.len();
     }
     let msg = RankMessage {
         msg: Some(rank_message::Msg::Dump(dump)),

@@ -29,7 +29,14 @@ struct Attached {
     /// The round after the last one the rank dumped.
     next_round: u64,
     finished: bool,
+    /// Notices from the rank logged so far (at most `MAX_NOTICES`).
+    notices: usize,
 }
+
+/// The most notices the agent logs from one connection, and the longest line of one: a rank cannot flood the
+/// agent's log.
+const MAX_NOTICES: usize = 16;
+const MAX_NOTICE_CHARS: usize = 300;
 
 /// An application's size, as its first rank announced it: every other rank must announce the same. Kept while
 /// one of its ranks is connected, and for the rest of the run once one of them dumped (a hello that comes and goes
@@ -325,6 +332,7 @@ impl Ranks {
             nranks: h.nranks,
             next_round: h.next_round,
             finished: false,
+            notices: 0,
         });
         self.send(RankEvent::Attached {
             source,
@@ -347,6 +355,15 @@ impl Ranks {
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
+        for notice in d.notices.iter().take(MAX_NOTICES.saturating_sub(a.notices)) {
+            let line: String = notice
+                .chars()
+                .take(MAX_NOTICE_CHARS)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            tracing::warn!("{who}: {line}");
+            a.notices += 1;
+        }
         if self.draining || a.finished {
             return;
         }
