@@ -638,6 +638,18 @@ impl Frontend {
             max_connections: config.max_connections,
             ..Default::default()
         };
+        let mut utilization = false;
+        for spec in &opened {
+            utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
+        }
+        if !config.modules.is_empty() || utilization {
+            // The modules every rank runs: options in force from the start, told to every child that attaches.
+            // Queued before the server takes its first child, so the root records them before any attach or
+            // Start: a child hears them first, and no rank dumps round 0 without them.
+            shared.set_default_modules(config.modules.clone());
+            let options = shared.set_options(canopy_proto::v1::Options::default());
+            RootHandle::new(handles.inputs.clone()).options(options).await;
+        }
         // A client certificate is asked for but not required: API clients may present a bearer token instead.
         let server = tokio::spawn(
             canopy_core::transport::server(tls.map(|t| t.server(false)), gate)?
@@ -654,17 +666,6 @@ impl Frontend {
         canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
-        let mut utilization = false;
-        for spec in &opened {
-            utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
-        }
-        if !config.modules.is_empty() || utilization {
-            // The modules every rank runs: options in force from the start, told to every child that attaches.
-            let root = RootHandle::new(handles.inputs.clone());
-            shared.set_default_modules(config.modules.clone());
-            let options = shared.set_options(canopy_proto::v1::Options::default());
-            tokio::spawn(async move { root.options(options).await });
-        }
         drop(handles);
         let result = node.run(shutdown).await;
         // Every result is out: subscriptions send what they hold and end with OK before the server stops.

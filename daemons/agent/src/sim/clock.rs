@@ -61,7 +61,9 @@ impl SimulatedRanks {
             let wait = anchor.map(|(t0, first)| t0 + next_round.saturating_sub(first) * period_ns);
             let action = match wait {
                 None => self.control.recv().await,
+                // Control already queued (options that came with a Start) applies before a dump that is due.
                 Some(due) => tokio::select! {
+                    biased;
                     a = self.control.recv() => a,
                     _ = timer.sleep_until(due) => {
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
