@@ -1,19 +1,11 @@
 //! The plugin as the daemons load it: `libcanopy_filter_nodes.so` through the C ABI, its descriptors defining its
 //! result, and one round through a leaf, a relay and the root.
 
-use std::path::PathBuf;
-
 use canopy_filter_host::filter::{FilterFactory, Level};
 use canopy_filter_host::plugin::PluginFilters;
 use canopy_filter_proto::v1::{NodeSample, NodeSamples};
+use canopy_filter_test::plugin::{filter_messages, search_path};
 use prost::Message;
-
-/// Where cargo puts the built shared object: beside the test executable or one directory up.
-fn search_path() -> Vec<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let here = exe.parent().unwrap().to_path_buf();
-    vec![here.clone(), here.parent().unwrap().to_path_buf()]
-}
 
 #[test]
 fn the_shared_object_loads_and_describes_its_result() {
@@ -26,13 +18,7 @@ fn the_shared_object_loads_and_describes_its_result() {
     );
     assert_eq!(info.result_type, "canopy.filters.v1.NodeSamples");
     assert_eq!(info.phases, 1);
-    let fds = prost_types::FileDescriptorSet::decode(info.descriptors.as_slice()).unwrap();
-    let messages: Vec<String> = fds
-        .file
-        .iter()
-        .filter(|f| f.package() == "canopy.filters.v1")
-        .flat_map(|f| f.message_type.iter().map(|m| m.name().to_string()))
-        .collect();
+    let messages = filter_messages(&info.descriptors);
     for name in ["NodeSamples", "NodeSample", "CpuSample", "MemorySample"] {
         assert!(messages.iter().any(|m| m == name), "{name} not in {messages:?}");
     }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod data;
+pub mod plugin;
 pub mod reference;
 mod rng;
 mod sim;
