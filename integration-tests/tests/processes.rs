@@ -301,7 +301,33 @@ fn canopy_up_runs_a_whole_tree_to_full_coverage() {
         50,
         "{stdout}"
     );
+    // A clean run leaves its store whole in one file: no write-ahead log or shared memory file beside it.
+    let mut left: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".sqlite"))
+        .collect();
+    left.sort();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left[0] == "latest.sqlite" && left[1].starts_with("run-") && left[1].ends_with(".sqlite"),
+        "{left:?}"
+    );
     let store = out_dir.join("latest.sqlite");
+    // The run was ended: its per-rank series are indexed.
+    let conn =
+        rusqlite::Connection::open_with_flags(&store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let (ended, indexed): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM meta WHERE key = 'ended_unix_ns'),
+                    (SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'samples_by_rank')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((ended, indexed), (1, 1));
+    drop(conn);
     let rounds = read_rounds(&store);
     assert_eq!(rounds.len(), 50);
     assert!(rounds.iter().all(|r| r.covered == 64 && r.expected == 64));

@@ -679,7 +679,7 @@ impl Frontend {
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
             // Ended here: a front-end started on this `out` later begins a new run.
-            Store::open(&store_path)?.set_meta(resume::ENDED, &canopy_core::node::unix_ns().to_string())?;
+            Store::open(&store_path)?.end_run(canopy_core::node::unix_ns() as i64)?;
         }
         tracing::info!(store = %store_path.display(), "front-end stopped");
         result?;

@@ -19,8 +19,6 @@ use canopy_store::{LATEST, StoreError, StoreReader, StreamRow, StreamState};
 
 /// `meta` key: the ids of the streams the run opened from its configuration, comma-separated.
 pub const CONFIG_STREAMS: &str = "config_streams";
-/// `meta` key: when the front-end ended the run (absent: it did not, and a restart continues it).
-pub const ENDED: &str = "ended_unix_ns";
 /// `meta` key: how many times the run was continued.
 pub const RESTARTS: &str = "restarts";
 
@@ -43,7 +41,8 @@ pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
         return Ok(None);
     };
     let reader = StoreReader::open(&path)?;
-    if reader.meta(ENDED)?.is_some() {
+    // Ended (`Store::end_run`): a front-end started later begins a new run.
+    if reader.meta(canopy_store::ENDED)?.is_some() {
         return Ok(None);
     }
     let config_streams = reader

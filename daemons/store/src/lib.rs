@@ -27,7 +27,7 @@ pub use rows::{
     StoredRound, StreamRow, TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
-pub use store::{Collision, LATEST, Payload, Store};
+pub use store::{Collision, ENDED, LATEST, Payload, Store};
 pub use tables::{is_tabulated, ranges_text};
 pub use words::{StreamState, Word};
 pub use writer::{Round, RunSummary, Writer, WriterThread};

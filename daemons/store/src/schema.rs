@@ -1,8 +1,10 @@
 //! The schema, as an ordered list of migrations keyed on `PRAGMA user_version`: a new store runs them all, an
 //! older one runs those it lacks, so both end with the same tables. docs/architecture.md §6 describes them.
 
-use rusqlite::{Connection, OptionalExtension};
-use rusqlite_migration::{M, Migrations};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite_migration::{HookResult, M, Migrations};
+
+use crate::tables::parse_ranges_text;
 
 /// The version of the schema this crate writes: `PRAGMA user_version` of every store it has opened for writing,
 /// also written to `meta.schema_version` for readers of the file (sqlite3, pandas), who check it before
@@ -21,7 +23,11 @@ use rusqlite_migration::{M, Migrations};
 ///   disk, load) and the ranges of the ranks it served, so a rank's row joins its node's sample in SQL.
 /// - 9: `event_metrics`, the per-event metrics (perf counters, heap, depth) of passthrough profiles, a row per
 ///   rank, event and metric.
-pub const SCHEMA_VERSION: u32 = 9;
+/// - 10: for analysts: `units` (each metric word's unit), `class_ranks` (a class's ranks as ranges) and the
+///   `class_members` view (a row per rank), views with names and units resolved (`stats_named`,
+///   `histograms_named`, `classes_named`, `samples_named`, `counters_named`, `event_metrics_named`,
+///   `utilization_named`), and indexes for per-event series of `stats` and `histograms`.
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -354,21 +360,135 @@ CREATE INDEX event_metrics_by_round ON event_metrics (stream_id, round);
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '9');
 ";
 
-/// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
-const MIGRATIONS: &[M<'static>] = &[
-    M::up(V1),
-    M::up(V2),
-    M::up(V3),
-    M::up(V4),
-    M::up(V5),
-    M::up(V6),
-    M::up(V7),
-    M::up(V8),
-    M::up(V9),
-];
+/// Version 10: the store for analysts.
+///
+/// - `units`: the unit of each `metric` word's values (`us`, `calls`, `faults`, `bytes`...) and what they
+///   measure, kept current by every writer that opens the store.
+/// - `class_ranks`: a row per range of a class's ranks (`rank BETWEEN first_rank AND last_rank`), filled from the
+///   `classes.ranks` text for rounds stored before; `class_members` expands it to a row per rank.
+/// - Views with the stream's and the events' names and the metric's unit resolved.
+/// - Per-event series indexes on `stats` and `histograms` (their rows per round are few, so the writer keeps them
+///   as it goes; the per-rank tables get theirs when the run ends, [`SERIES_INDEXES`]).
+const V10: &str = "
+CREATE TABLE units (
+    metric TEXT PRIMARY KEY,
+    unit TEXT NOT NULL,
+    meaning TEXT NOT NULL
+);
+CREATE TABLE class_ranks (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    first_rank INTEGER NOT NULL,
+    last_rank INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX class_ranks_by_round ON class_ranks (stream_id, round);
+CREATE INDEX class_ranks_by_rank ON class_ranks (stream_id, app, first_rank);
+CREATE INDEX stats_by_event ON stats (stream_id, id, metric, round);
+CREATE INDEX histograms_by_event ON histograms (stream_id, id, metric, round);
+CREATE VIEW class_members AS
+    WITH RECURSIVE member (stream_id, round, class_id, app, rank, last_rank, late) AS (
+        SELECT stream_id, round, class_id, app, first_rank, last_rank, late FROM class_ranks
+        UNION ALL
+        SELECT stream_id, round, class_id, app, rank + 1, last_rank, late FROM member WHERE rank < last_rank
+    )
+    SELECT stream_id, round, class_id, app, rank, late FROM member;
+CREATE VIEW stats_named AS
+    SELECT s.stream_id, st.name AS stream, s.round, s.class_id, s.id AS event_id,
+           coalesce(n.name, printf('%016x', s.id)) AS event, s.metric, u.unit, s.count AS ranks,
+           s.mean, s.std, s.min, s.max, s.min_app, s.min_rank, s.max_app, s.max_rank, s.late
+    FROM stats AS s
+    LEFT JOIN streams AS st ON st.stream_id = s.stream_id
+    LEFT JOIN names AS n ON n.id = s.id
+    LEFT JOIN units AS u ON u.metric = s.metric;
+CREATE VIEW histograms_named AS
+    SELECT h.stream_id, st.name AS stream, h.round, h.class_id, h.id AS event_id,
+           coalesce(n.name, printf('%016x', h.id)) AS event, h.metric, u.unit, h.bin, h.lo, h.hi,
+           h.count AS ranks, h.late
+    FROM histograms AS h
+    LEFT JOIN streams AS st ON st.stream_id = h.stream_id
+    LEFT JOIN names AS n ON n.id = h.id
+    LEFT JOIN units AS u ON u.metric = h.metric;
+CREATE VIEW classes_named AS
+    SELECT c.stream_id, st.name AS stream, c.round, c.class_id, printf('%016x', c.class_id) AS class_hex,
+           c.size AS ranks, c.ranks AS rank_ranges, c.example_event, c.late
+    FROM classes AS c
+    LEFT JOIN streams AS st ON st.stream_id = c.stream_id;
+CREATE VIEW samples_named AS
+    SELECT s.stream_id, st.name AS stream, s.round, s.app, s.rank, s.event_id,
+           coalesce(n.name, printf('%016x', s.event_id)) AS event, s.calls, s.subrs, s.incl_us, s.excl_us,
+           s.calls_total, s.subrs_total, s.incl_total_us, s.excl_total_us, s.dump_unix_ns, s.late
+    FROM samples AS s
+    LEFT JOIN streams AS st ON st.stream_id = s.stream_id
+    LEFT JOIN names AS n ON n.id = s.event_id;
+CREATE VIEW counters_named AS
+    SELECT c.stream_id, st.name AS stream, c.round, c.app, c.rank, c.counter_id,
+           coalesce(n.name, printf('%016x', c.counter_id)) AS counter, c.value, c.total, c.dump_unix_ns, c.late
+    FROM counters AS c
+    LEFT JOIN streams AS st ON st.stream_id = c.stream_id
+    LEFT JOIN names AS n ON n.id = c.counter_id;
+CREATE VIEW event_metrics_named AS
+    SELECT m.stream_id, st.name AS stream, m.round, m.app, m.rank, m.event_id,
+           coalesce(n.name, printf('%016x', m.event_id)) AS event, m.metric, u.unit, m.value, m.total, m.late
+    FROM event_metrics AS m
+    LEFT JOIN streams AS st ON st.stream_id = m.stream_id
+    LEFT JOIN names AS n ON n.id = m.event_id
+    LEFT JOIN units AS u ON u.metric = m.metric;
+CREATE VIEW utilization_named AS
+    SELECT t.stream_id, st.name AS stream, t.round, t.bin, t.start_unix_ns, t.activity_id,
+           CASE WHEN t.activity_id = 0 THEN 'other'
+                ELSE coalesce(n.name, printf('%016x', t.activity_id)) END AS activity,
+           100.0 * t.share / 250 AS share_pct, t.ranks, t.late
+    FROM utilization AS t
+    LEFT JOIN streams AS st ON st.stream_id = t.stream_id
+    LEFT JOIN names AS n ON n.id = t.activity_id;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '10');
+";
 
+/// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
+fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
+    let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
+    let mut write = tx.prepare(
+        "INSERT INTO class_ranks (stream_id, round, class_id, app, first_rank, last_rank, late)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let (stream, round, class, ranks, late): (i64, i64, i64, String, i64) =
+            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
+        for (app, first, last) in parse_ranges_text(&ranks) {
+            write.execute(params![stream, round, class, app, first, last, late])?;
+        }
+    }
+    Ok(())
+}
+
+/// The indexes of per-rank series (`WHERE app = ? AND rank = ?`) on the tables that hold a row per rank and
+/// round. Kept up while writing they would cost the writer about twice its time per passthrough row, so they
+/// are built once, when the run ends ([`crate::Store::end_run`]).
+pub(crate) const SERIES_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS samples_by_rank ON samples (stream_id, app, rank, round);
+CREATE INDEX IF NOT EXISTS counters_by_rank ON counters (stream_id, app, rank, round);
+CREATE INDEX IF NOT EXISTS event_metrics_by_rank ON event_metrics (stream_id, app, rank, round);
+CREATE INDEX IF NOT EXISTS trace_by_rank ON trace (stream_id, app, rank, round);
+";
+
+/// Version n is reached by the first n migrations; never edit one that has shipped, add the next.
 fn migrations() -> Migrations<'static> {
-    Migrations::from_slice(MIGRATIONS)
+    Migrations::new(vec![
+        M::up(V1),
+        M::up(V2),
+        M::up(V3),
+        M::up(V4),
+        M::up(V5),
+        M::up(V6),
+        M::up(V7),
+        M::up(V8),
+        M::up(V9),
+        M::up_with_hook(V10, class_ranks_from_text),
+    ])
 }
 
 /// Brings a store to [`SCHEMA_VERSION`]: all migrations for a new file, the missing ones for an older store.
@@ -433,7 +553,12 @@ mod tests {
     #[test]
     fn the_migrations_are_valid_and_reach_the_documented_version() {
         migrations().validate().unwrap();
-        assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+        assert_eq!(
+            migrations()
+                .pending_migrations(&Connection::open_in_memory().unwrap())
+                .unwrap(),
+            SCHEMA_VERSION as i32
+        );
         let mut conn = Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
         assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
@@ -536,7 +661,7 @@ mod tests {
             [],
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrations().to_version(&mut conn, 9).unwrap();
         assert_eq!(
             (version(&conn).unwrap(), meta_version(&conn).unwrap()),
             (9, Some(9))
@@ -560,6 +685,65 @@ mod tests {
             ]
         );
         assert!(has(&conn, "index", "event_metrics_by_round"));
+    }
+
+    /// A store of version 9 gains the units, the class ranges (filled from the classes it holds), the views and
+    /// the per-event indexes, and keeps its rows.
+    #[test]
+    fn a_version_9_store_migrates_to_10_with_its_classes_as_ranges() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 9).unwrap();
+        conn.execute_batch(
+            "INSERT INTO classes (stream_id, round, class_id, size, ranks, example_event, late)
+             VALUES (3, 0, 11, 6, 'sim:0-3,8,post:1', 'x', 0), (3, 1, -5, 2, '4-5', 'y', 1);
+             INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (10, Some(10))
+        );
+        let rows = |sql: &str| -> Vec<String> {
+            let mut st = conn.prepare(sql).unwrap();
+            st.query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        assert_eq!(
+            rows(
+                "SELECT class_id || ' ' || app || ':' || first_rank || '-' || last_rank || ' ' || late
+                 FROM class_ranks ORDER BY round, app, first_rank"
+            ),
+            ["11 post:1-1 0", "11 sim:0-3 0", "11 sim:8-8 0", "-5 :4-5 1"]
+        );
+        assert_eq!(
+            rows(
+                "SELECT group_concat(rank) FROM (SELECT rank FROM class_members WHERE round = 0 AND app = 'sim' ORDER BY rank)"
+            ),
+            ["0,1,2,3,8"]
+        );
+        assert_eq!(
+            rows("SELECT event || ' ' || metric FROM stats_named"),
+            ["0000000000000007 exclusive"]
+        );
+        for (kind, name) in [
+            ("table", "units"),
+            ("index", "stats_by_event"),
+            ("index", "histograms_by_event"),
+            ("index", "class_ranks_by_rank"),
+            ("view", "stats_named"),
+            ("view", "histograms_named"),
+            ("view", "classes_named"),
+            ("view", "class_members"),
+            ("view", "samples_named"),
+            ("view", "counters_named"),
+            ("view", "event_metrics_named"),
+            ("view", "utilization_named"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
     }
 
     /// A store of version 7 with rows in it gains `node_samples`, `node_ranks` and their indexes, and keeps its

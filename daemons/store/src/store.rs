@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::{NodeEvent, StreamSpec};
 use canopy_wire::v1::ProfileBatch;
 use prost::Message;
@@ -14,11 +15,14 @@ use crate::checkpoint::Checkpointer;
 use crate::rounds::{self, RoundRecord};
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::sql::{id_bits, non_empty, now_unix_ns, sat};
-use crate::words::{StreamState, Word};
+use crate::words::{StreamState, Word, metric_unit};
 use crate::{StoreError, profiles, tables};
 
 /// The name of the symlink that follows the newest run in the output directory.
 pub const LATEST: &str = "latest.sqlite";
+
+/// The `meta` key of when the run was ended ([`Store::end_run`]); absent while it runs, or if it never ended.
+pub const ENDED: &str = "ended_unix_ns";
 
 /// The writer's own checkpoint threshold (pages), a backstop for when the background thread cannot keep up or
 /// did not start; SQLite's default of 1000 would stall a round every few seconds at 64 ranks.
@@ -131,6 +135,15 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Ends the run: `meta.ended_unix_ns` (so a front-end started later begins a new run rather than continuing
+    /// this one) and the indexes of per-rank series, built once over the finished tables.
+    pub fn end_run(&mut self, at_unix_ns: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch(schema::SERIES_INDEXES)
+            .map_err(self.sqlite())?;
+        self.set_meta(ENDED, &at_unix_ns.to_string())
     }
 
     pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
@@ -364,10 +377,25 @@ impl Store {
             version: SCHEMA_VERSION,
             source,
         })?;
+        store.put_units().map_err(store.sqlite())?;
         if wal {
             store.checkpointer = Checkpointer::spawn(path);
         }
         Ok(store)
+    }
+
+    /// Every `metric` word's unit, as this version of Canopy knows them.
+    fn put_units(&mut self) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st =
+                tx.prepare("INSERT OR REPLACE INTO units (metric, unit, meaning) VALUES (?1, ?2, ?3)")?;
+            for (metric, word) in <Metric as Word>::WORDS {
+                let (unit, meaning) = metric_unit(*metric);
+                st.execute(params![word, unit, meaning])?;
+            }
+        }
+        tx.commit()
     }
 
     /// Returns whether the journal is a WAL, which background checkpoints need.

@@ -87,6 +87,7 @@ pub(crate) fn write(
                     c.example_event,
                     at.late
                 ])?;
+                at.class_ranks(tx, c.class_id as i64, &c.ranks)?;
                 at.stats(tx, class, &c.stats)?;
                 // A class's histograms share the result's ranges: each row gets its event's bounds.
                 let histograms = r.histograms_of(c).map_err(|reason| TableError::Invalid {
@@ -131,6 +132,27 @@ pub fn ranges_text(ranges: &[RankRange]) -> String {
             out.push_str(&r.first.to_string());
         } else {
             out.push_str(&format!("{}-{}", r.first, r.last));
+        }
+    }
+    out
+}
+
+/// The ranges [`ranges_text`] wrote, back as (app, first, last): a range without an app belongs to the app named
+/// last before it (none: ""). Tokens that are not ranks are skipped.
+pub(crate) fn parse_ranges_text(text: &str) -> Vec<(String, u32, u32)> {
+    let mut app = "";
+    let mut out = Vec::new();
+    for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ranks = match token.rsplit_once(':') {
+            Some((a, ranks)) => {
+                app = a;
+                ranks
+            }
+            None => token,
+        };
+        let (first, last) = ranks.split_once('-').unwrap_or((ranks, ranks));
+        if let (Ok(first), Ok(last)) = (first.parse::<u32>(), last.parse::<u32>()) {
+            out.push((app.to_string(), first.min(last), first.max(last)));
         }
     }
     out
@@ -347,6 +369,26 @@ impl At {
         Ok(())
     }
 
+    /// A `class_ranks` row per range of a class's ranks, so that "which class is rank 7 in" is a range lookup.
+    fn class_ranks(&self, tx: &Transaction<'_>, class_id: i64, ranks: &[RankRange]) -> rusqlite::Result<()> {
+        let mut st = tx.prepare_cached(
+            "INSERT INTO class_ranks (stream_id, round, class_id, app, first_rank, last_rank, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for r in ranks {
+            st.execute(params![
+                self.stream_id,
+                self.round,
+                class_id,
+                r.app,
+                r.first.min(r.last),
+                r.first.max(r.last),
+                self.late
+            ])?;
+        }
+        Ok(())
+    }
+
     fn reduction(
         &self,
         tx: &Transaction<'_>,
@@ -393,5 +435,16 @@ mod tests {
             ranges_text(&[r("a", 0, 7), r("a", 9, 9), r("b", 0, 1)]),
             "a:0-7,9,b:0-1"
         );
+        let ranges = [r("a", 0, 7), r("a", 9, 9), r("b", 0, 1), r("x:y", 3, 3)];
+        let back: Vec<_> = parse_ranges_text(&ranges_text(&ranges))
+            .into_iter()
+            .map(|(app, first, last)| r(&app, first, last))
+            .collect();
+        assert_eq!(back, ranges);
+        assert_eq!(
+            parse_ranges_text("0,2-9"),
+            [("".to_string(), 0, 0), ("".to_string(), 2, 9)]
+        );
+        assert_eq!(parse_ranges_text("a:junk,,5"), [("a".to_string(), 5, 5)]);
     }
 }

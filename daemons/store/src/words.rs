@@ -102,6 +102,34 @@ words!(Metric {
     DepthAtEntry => "depth_at_entry",
 });
 
+/// The unit of a `metric` word's values and what they measure: the `units` table, which the views join so that
+/// every value of `stats_named`, `histograms_named` and `event_metrics_named` says its unit.
+pub fn metric_unit(metric: Metric) -> (&'static str, String) {
+    use canopy_wire::event_metrics::{ALL, Side, of_metric};
+    match metric {
+        Metric::Unspecified => ("", "a metric this version of Canopy does not know".into()),
+        Metric::Calls => ("calls", "times the event was entered in the round".into()),
+        Metric::Inclusive => ("us", "time in the event and everything it called".into()),
+        Metric::Exclusive => ("us", "time in the event itself, less what it called".into()),
+        Metric::Counter => (
+            "",
+            "an application counter's value, in the counter's own unit".into(),
+        ),
+        m => match of_metric(m as i32) {
+            Some((i, side)) => {
+                let (name, unit) = (ALL[i].name, ALL[i].unit);
+                let what = match side {
+                    Side::Inclusive => format!("{name} while the event ran, with what it called"),
+                    Side::Exclusive => format!("{name} while the event ran innermost"),
+                    Side::AtEntry => format!("{name} at the event's latest entry"),
+                };
+                (unit, what)
+            }
+            None => ("", "a metric this version of Canopy does not know".into()),
+        },
+    }
+}
+
 /// A stream's state as the store records it (`streams.state`).
 pub use canopy_proto::StreamState;
 
@@ -163,6 +191,25 @@ mod tests {
             assert_eq!(state.word(), *word);
         }
         assert_eq!(StreamState::WORDS.len(), 3);
+    }
+
+    #[test]
+    fn every_known_metric_has_a_unit_and_a_meaning() {
+        for (metric, word) in Metric::WORDS.iter().filter(|(m, _)| *m != Metric::Unspecified) {
+            let (unit, meaning) = metric_unit(*metric);
+            assert!(!meaning.contains("does not know"), "{word}");
+            // Only an application counter's unit is the counter's own.
+            assert_eq!(unit.is_empty(), *metric == Metric::Counter, "{word}");
+        }
+        assert_eq!(metric_unit(Metric::TaskClockExclusive).0, "ns");
+        assert_eq!(
+            metric_unit(Metric::PageFaultsInclusive).1,
+            "page-faults while the event ran, with what it called"
+        );
+        assert_eq!(
+            metric_unit(Metric::HeapAtEntry),
+            ("bytes", "heap at the event's latest entry".into())
+        );
     }
 
     #[test]
