@@ -178,6 +178,35 @@ pub struct StoreReader {
     version: u32,
 }
 
+impl Drop for StoreReader {
+    /// The last reader of an ended run that is still in WAL mode (a reader was open when the front-end closed
+    /// it) folds the log into the file and leaves a rollback journal, so no `-wal` or `-shm` stays beside the
+    /// file. It is skipped while anyone else has the file open, and for a run not ended (its writer may come
+    /// back); a file this process may not write is left as it is.
+    fn drop(&mut self) {
+        let wal = self
+            .conn
+            .pragma_query_value(None, "journal_mode", |r| r.get::<_, String>(0))
+            .is_ok_and(|mode| mode.eq_ignore_ascii_case("wal"));
+        if !wal || !matches!(self.meta(crate::ENDED), Ok(Some(_))) {
+            return;
+        }
+        // Our own connection must be closed first: leaving WAL mode needs the file to itself.
+        let Ok(placeholder) = Connection::open_in_memory() else {
+            return;
+        };
+        drop(std::mem::replace(&mut self.conn, placeholder));
+        let folded =
+            Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_WRITE).and_then(|conn| {
+                conn.busy_timeout(Duration::ZERO)?;
+                conn.pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get::<_, String>(0))
+            });
+        if let Err(error) = folded {
+            tracing::debug!(path = %self.path.display(), %error, "the ended run stays in WAL mode");
+        }
+    }
+}
+
 impl StoreReader {
     /// Opens `path` read-only. A store older than version 2 must first be opened for writing
     /// ([`crate::Store::open`]), which migrates it; one from a newer Canopy is refused.

@@ -524,6 +524,30 @@ fn the_wal_reaches_the_file_without_the_writer() {
     let conn = Connection::open(&path).unwrap();
     assert_eq!(table(&conn, "PRAGMA journal_mode"), ["wal"]);
     drop((conn, store));
+
+    // A reader open while the writer ends the run keeps the writer from leaving WAL mode; the reader, last out,
+    // folds it. Until the run is ended, a reader leaves the log to its writer.
+    let mut store = Store::open(&path).unwrap();
+    let reader = canopy_store::StoreReader::open(&path).unwrap();
+    drop(store);
+    assert_eq!(beside(&path).len(), 2, "{:?}", beside(&path));
+    drop(reader);
+    assert_eq!(
+        beside(&path).len(),
+        2,
+        "a run not ended keeps its log: {:?}",
+        beside(&path)
+    );
+    store = Store::open(&path).unwrap();
+    store.end_run(1).unwrap();
+    let reader = canopy_store::StoreReader::open(&path).unwrap();
+    drop(store);
+    assert_eq!(beside(&path).len(), 2, "{:?}", beside(&path));
+    assert_eq!(reader.count(canopy_store::Table::Rounds).unwrap(), 1);
+    drop(reader);
+    assert_eq!(beside(&path), Vec::<String>::new());
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(table(&conn, "PRAGMA journal_mode"), ["delete"]);
 }
 
 #[test]
