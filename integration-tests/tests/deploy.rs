@@ -211,7 +211,11 @@ fn daemons_tell_systemd_when_they_serve_and_when_they_stop() {
             "--ready-file",
             ready.to_str().unwrap(),
         ],
-        &[("NOTIFY_SOCKET", path.to_str().unwrap())],
+        &[
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            // WatchdogSec=4s: the root's task feeds it as its status ticks.
+            ("WATCHDOG_USEC", "4000000"),
+        ],
     );
     let addr = ready_field(&wait_ready_file(&ready, &mut fe), "addr");
     let got = notifications(&socket, "READY=1", Duration::from_secs(10));
@@ -219,6 +223,9 @@ fn daemons_tell_systemd_when_they_serve_and_when_they_stop() {
         got.contains("READY=1") && got.contains(&format!("STATUS=serving on {addr}")),
         "{got}"
     );
+    // Fed again and again while the node turns: at least two pings within 2.5 half-intervals.
+    let got = notifications(&socket, "never", Duration::from_secs(5));
+    assert!(got.matches("WATCHDOG=1").count() >= 2, "{got}");
     // An agent is ready once its socket takes ranks.
     let agent_socket = dir.path().join("agent.sock");
     let _agent = Proc::start_with_env(

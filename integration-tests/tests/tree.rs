@@ -950,7 +950,7 @@ async fn control_from_the_root_stops_and_starts_collection_and_closes_a_stream()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_front_end_port_serves_health_and_reflection() {
+async fn the_front_end_port_serves_health_and_reflection_and_relays_serve_health() {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -958,12 +958,31 @@ async fn the_front_end_port_serves_health_and_reflection() {
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
     let builder = TreeBuilder {
-        agents: 1,
-        ranks: 4,
+        agents: 4,
+        fanout: 2,
+        ranks: 8,
         rounds: 0,
         ..TreeBuilder::default()
     };
     let tree = builder.start().await;
+    // Every relay answers gRPC health too.
+    assert_eq!(tree.relay_addrs.len(), 2);
+    for addr in tree.relay_addrs.values() {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let status = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "canopy.v1.Tree".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "relay at {addr}");
+    }
     let url = format!("http://{}", tree.frontend_addr);
     let channel = tonic::transport::Endpoint::from_shared(url)
         .unwrap()

@@ -16,7 +16,7 @@ use std::time::Duration;
 use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, control};
-use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat};
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -91,6 +91,10 @@ pub struct AgentConfig {
     /// stream takes the newest. 0: a sample per round, read as the round closes.
     #[arg(long)]
     pub sample_period_ms: u64,
+    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
+    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
+    #[arg(long)]
+    pub metrics_listen: String,
     /// Log lines as text or as one JSON object each.
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
@@ -140,6 +144,7 @@ impl Default for AgentConfig {
                 .map(|k| k.name().to_string())
                 .collect(),
             sample_period_ms: 0,
+            metrics_listen: String::new(),
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
@@ -201,6 +206,9 @@ impl CheckConfig for AgentConfig {
             ));
         }
         canopy_runtime::config::check_parents("parent", &self.parent)?;
+        if !self.metrics_listen.is_empty() {
+            check_addr("metrics_listen", &self.metrics_listen)?;
+        }
         if self.simulate_ranks == 0 && self.socket == "none" {
             return Err(ConfigIssue::new(
                 "socket",
@@ -275,7 +283,12 @@ pub enum AgentError {
     Tls(#[from] canopy_runtime::tls::TlsError),
     #[error("node samplers: cannot start their thread: {0}")]
     Samplers(std::io::Error),
+    #[error("metrics endpoint: {0}")]
+    Metrics(std::io::Error),
 }
+
+/// How often the agent's node reports its figures (up the tree, to the metrics endpoint and the watchdog).
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 impl canopy_runtime::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
@@ -336,10 +349,19 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
             hold_dumps: config.hold_dumps,
             sampler,
         }),
-        status_interval: Duration::from_secs(1),
+        status_interval: STATUS_INTERVAL,
     };
     let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
     node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
+    if !config.metrics_listen.is_empty() {
+        canopy_core::metrics::spawn(&config.metrics_listen, &node_id, handles.snapshot.clone())
+            .await
+            .map_err(AgentError::Metrics)?;
+    }
+    tokio::spawn(canopy_runtime::notify::watchdog(
+        handles.snapshot.clone(),
+        STATUS_INTERVAL,
+    ));
     let link = ParentLink {
         parents: canopy_runtime::config::parents(&config.parent),
         hello: handles.hello.clone(),

@@ -5,6 +5,7 @@
 
 pub mod coverage;
 pub mod engine;
+pub mod metrics;
 pub use canopy_filter_host::{filter, plugin};
 pub mod node;
 pub use canopy_wire::options;

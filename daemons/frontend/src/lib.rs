@@ -73,6 +73,10 @@ pub struct FrontendConfig {
     /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
     #[arg(long)]
     pub subscriber_buffer: usize,
+    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
+    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
+    #[arg(long)]
+    pub metrics_listen: String,
     /// Log lines as text or as one JSON object each.
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
@@ -185,6 +189,7 @@ impl Default for FrontendConfig {
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
+            metrics_listen: String::new(),
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
@@ -234,6 +239,9 @@ impl CheckConfig for FrontendConfig {
             ));
         }
         check_addr("listen", &self.listen)?;
+        if !self.metrics_listen.is_empty() {
+            check_addr("metrics_listen", &self.metrics_listen)?;
+        }
         if self.insecure && self.token_file.is_some() {
             return Err(ConfigIssue::new(
                 "token_file",
@@ -564,7 +572,7 @@ impl Frontend {
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),
                 sink: Box::new(up.clone()),
             }),
-            status_interval: Duration::from_secs(1),
+            status_interval: STATUS_INTERVAL,
         };
         let (mut node, handles) = Node::new(node_config, up);
         node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
@@ -662,7 +670,20 @@ impl Frontend {
                     let _ = stop_rx.await;
                 }),
         );
-        let ready = format!("addr={addr}\nstore={}\n", store_path.display());
+        let mut ready = format!("addr={addr}\nstore={}\n", store_path.display());
+        if !config.metrics_listen.is_empty() {
+            let at = canopy_core::metrics::spawn(
+                &config.metrics_listen,
+                &config.node_id,
+                handles.snapshot.clone(),
+            )
+            .await?;
+            ready.push_str(&format!("metrics={at}\n"));
+        }
+        tokio::spawn(canopy_runtime::notify::watchdog(
+            handles.snapshot.clone(),
+            STATUS_INTERVAL,
+        ));
         canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
@@ -686,6 +707,9 @@ impl Frontend {
         Ok(())
     }
 }
+
+/// How often the root reports its figures (to the API's topology, the metrics endpoint and the watchdog).
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Server reflection knows every service on the port and every filter's result type, so `grpcurl list`,
 /// `describe` and typed JSON of any result need no proto files.

@@ -31,6 +31,10 @@ pub struct RelayConfig {
     /// Rounds that may be open at once before children are made to wait.
     #[arg(long)]
     pub max_rounds_in_flight: u64,
+    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
+    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
+    #[arg(long)]
+    pub metrics_listen: String,
     /// Log lines as text or as one JSON object each.
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
@@ -69,6 +73,7 @@ impl Default for RelayConfig {
             parent: "127.0.0.1:7400".into(),
             listen: "0.0.0.0:7401".into(),
             max_rounds_in_flight: 64,
+            metrics_listen: String::new(),
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
@@ -110,6 +115,9 @@ impl CheckConfig for RelayConfig {
         }
         canopy_runtime::config::check_parents("parent", &self.parent)?;
         check_addr("listen", &self.listen)?;
+        if !self.metrics_listen.is_empty() {
+            check_addr("metrics_listen", &self.metrics_listen)?;
+        }
         if self.max_connections == 0 {
             return Err(ConfigIssue::new("max_connections", "must be at least 1"));
         }
@@ -142,6 +150,9 @@ impl canopy_runtime::daemon::IsRefusal for RelayError {
         matches!(self, RelayError::Node(NodeError::Refused(_)))
     }
 }
+
+/// How often the relay's node reports its figures (up the tree, to the metrics endpoint and the watchdog).
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A relay bound to its port, ready to run.
 pub struct Relay {
@@ -188,9 +199,16 @@ impl Relay {
             filters: canopy_core::plugin::filters_from(&config.filter_path),
             max_rounds_in_flight: config.max_rounds_in_flight,
             role: RoleConfig::Relay,
-            status_interval: Duration::from_secs(1),
+            status_interval: STATUS_INTERVAL,
         };
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
+        if !config.metrics_listen.is_empty() {
+            canopy_core::metrics::spawn(&config.metrics_listen, &node_id, handles.snapshot.clone()).await?;
+        }
+        tokio::spawn(canopy_runtime::notify::watchdog(
+            handles.snapshot.clone(),
+            STATUS_INTERVAL,
+        ));
         node.set_listen_addr(advertised(addr));
         node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
         let link = ParentLink {
@@ -212,9 +230,15 @@ impl Relay {
             Some(_) => canopy_runtime::auth::Gate::new(Default::default()),
             None => canopy_runtime::auth::Gate::open(),
         };
+        // gRPC health for load balancers and probes: serving until the node finishes.
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter
+            .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
+            .await;
         let server = tokio::spawn(
             canopy_core::transport::server(tls.map(|t| t.server(true)), gate)?
                 .add_service(service.into_server())
+                .add_service(health)
                 .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
                     let _ = stop_rx.await;
                 }),
@@ -224,6 +248,9 @@ impl Relay {
         canopy_runtime::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
         drop(handles);
         let result = node.run(shutdown).await;
+        health_reporter
+            .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
+            .await;
         let _ = stop_tx.send(());
         // The node's way up closed with it: the link delivers what it holds, then hangs up.
         if tokio::time::timeout(Duration::from_secs(5), &mut link)

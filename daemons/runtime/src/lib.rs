@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod config;
 pub mod daemon;
+pub mod exporter;
 pub mod net;
 pub mod notify;
 pub mod shutdown;

@@ -1,29 +1,20 @@
-//! systemd's readiness protocol (sd_notify): a `Type=notify` unit learns that the daemon serves, and why it
-//! stops, from datagrams on the socket named in `NOTIFY_SOCKET`. Without that variable (not under systemd)
-//! every call does nothing.
+//! systemd's notify protocol (sd_notify, through the `sd-notify` crate): a `Type=notify` unit learns that the
+//! daemon serves and why it stops, and a unit with `WatchdogSec=` hears from the daemon as long as its node's
+//! task turns. Without `NOTIFY_SOCKET` (not under systemd) nothing is sent.
 
-use std::os::unix::net::UnixDatagram;
+use std::time::Duration;
 
-/// Sends `state` (newline-separated `KEY=VALUE` lines) to systemd; returns whether it was sent.
-pub fn notify(state: &str) -> bool {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET").filter(|p| !p.is_empty()) else {
+use sd_notify::NotifyState;
+use tokio::sync::watch;
+
+fn send(states: &[NotifyState<'_>]) -> bool {
+    if std::env::var_os("NOTIFY_SOCKET").is_none_or(|p| p.is_empty()) {
         return false;
-    };
-    let Ok(socket) = UnixDatagram::unbound() else {
-        return false;
-    };
-    let bytes = path.as_encoded_bytes();
-    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
-        // An abstract socket: the name after '@'.
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name)
-            .and_then(|addr| socket.send_to_addr(state.as_bytes(), &addr))
-    } else {
-        socket.send_to(state.as_bytes(), &path)
-    };
-    match sent {
-        Ok(_) => true,
+    }
+    match sd_notify::notify(states) {
+        Ok(()) => true,
         Err(e) => {
+            let path = std::env::var_os("NOTIFY_SOCKET").unwrap_or_default();
             tracing::warn!("cannot notify systemd at {}: {e}", path.to_string_lossy());
             false
         }
@@ -32,12 +23,45 @@ pub fn notify(state: &str) -> bool {
 
 /// Tells systemd the daemon serves (`READY=1`), with a status line `systemctl status` shows.
 pub fn ready(status: &str) -> bool {
-    notify(&format!("READY=1\nSTATUS={status}"))
+    send(&[NotifyState::Ready, NotifyState::Status(status)])
 }
 
 /// Tells systemd the daemon is stopping.
 pub fn stopping(status: &str) -> bool {
-    notify(&format!("STOPPING=1\nSTATUS={status}"))
+    send(&[NotifyState::Stopping, NotifyState::Status(status)])
+}
+
+/// The watchdog interval systemd asked for (`WatchdogSec=`, as `WATCHDOG_USEC` for this process), if any.
+pub fn watchdog_interval() -> Option<Duration> {
+    sd_notify::watchdog_enabled().filter(|d| !d.is_zero())
+}
+
+/// Keeps systemd's watchdog fed while `beats` changes: one `WATCHDOG=1` per change, at most one per half
+/// interval. `beats` is the node's snapshot, renewed at every status tick (`beat`) by the node's own task, so a
+/// node whose task stops turning stops the pings and systemd restarts the daemon. Returns when the node is gone
+/// (the sender dropped), or at once without a watchdog.
+pub async fn watchdog<T>(mut beats: watch::Receiver<T>, beat: Duration) {
+    let Some(interval) = watchdog_interval() else {
+        return;
+    };
+    if interval < beat * 3 {
+        tracing::warn!(
+            watchdog_ms = interval.as_millis() as u64,
+            status_ms = beat.as_millis() as u64,
+            "the systemd watchdog interval is under three status ticks: a busy node may be restarted; \
+             set WatchdogSec= to 10s or more"
+        );
+    }
+    let mut last: Option<tokio::time::Instant> = None;
+    while beats.changed().await.is_ok() {
+        let now = tokio::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < interval / 2) {
+            continue;
+        }
+        if send(&[NotifyState::Watchdog]) {
+            last = Some(now);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,11 @@ impl ChildTable {
     pub(crate) fn any_connected(&self) -> bool {
         self.children.values().any(|c| c.tx.is_some())
     }
+
+    /// Children whose down stream is open.
+    pub(crate) fn connected(&self) -> usize {
+        self.children.values().filter(|c| c.tx.is_some()).count()
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use canopy_proto::MAX_RANKS;
 use canopy_proto::v1::{
     Control, Credit, DownMessage, EventName, Fin, Hello, LiveStreams, NameDictionary, NodeEvent, NodeKind,
-    NodeState, OpenStream, StreamSpec, Want, control, down_message, up_message,
+    NodeState, NodeStatus, OpenStream, StreamSpec, Want, control, down_message, up_message,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -49,7 +49,7 @@ pub use input::{
 pub use leaf::LeafOptions;
 pub use root::RootOptions;
 pub use samples::{NODES_FILTER, NodeSampler};
-pub use status::NodeCounters;
+pub use status::{NodeCounters, NodeSnapshot};
 pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
 pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
 
@@ -95,6 +95,8 @@ pub struct NodeHandles {
     pub window: WindowGate,
     /// For a node with a parent: the Hello the link sends, kept current.
     pub hello: watch::Receiver<Hello>,
+    /// The node's figures, renewed at every status tick and when it finishes.
+    pub snapshot: watch::Receiver<NodeSnapshot>,
 }
 
 /// Inputs queued before the node's task applies back pressure to the transport.
@@ -138,6 +140,7 @@ pub struct Node<U: Up> {
     role: Role,
     /// For a node with a parent: the Hello its link sends.
     hello: Option<watch::Sender<Hello>>,
+    snapshot: watch::Sender<NodeSnapshot>,
     status_interval: Duration,
     highest_closed: Option<u64>,
     fin_sent: bool,
@@ -168,6 +171,10 @@ impl<U: Up> Node<U> {
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
         let (streams, filter_done) = StreamTable::new(config.filters, role.level());
+        let (snapshot_tx, snapshot_rx) = watch::channel(NodeSnapshot {
+            kind: config.kind,
+            ..NodeSnapshot::default()
+        });
         let node = Node {
             id: config.node_id,
             kind: config.kind,
@@ -184,6 +191,7 @@ impl<U: Up> Node<U> {
             window,
             credit: credit::Credit::default(),
             hello: (!matches!(role, Role::Root(_))).then_some(hello_tx),
+            snapshot: snapshot_tx,
             role,
             status_interval: config.status_interval,
             highest_closed: None,
@@ -195,6 +203,7 @@ impl<U: Up> Node<U> {
             inputs: tx,
             window: gate,
             hello: hello_rx,
+            snapshot: snapshot_rx,
         };
         (node, handles)
     }
@@ -263,6 +272,9 @@ impl<U: Up> Node<U> {
             root.opts.sink.flush().await;
         }
         self.close_children().await;
+        // The daemon's last view: the final figures, finished.
+        self.finish = true;
+        self.publish_snapshot(self.status());
         Ok(())
     }
 
@@ -820,14 +832,34 @@ impl<U: Up> Node<U> {
         self.on_control(Control { action }).await;
     }
 
-    async fn send_status(&mut self) {
-        let st = self.counters.status(
+    fn status(&self) -> NodeStatus {
+        self.counters.status(
             &self.id,
             self.engine.stats(),
             self.engine.lowest_open_round(),
             self.streams.filter_time(),
-        );
+        )
+    }
+
+    async fn send_status(&mut self) {
+        let st = self.status();
+        self.publish_snapshot(st.clone());
         self.up.send(up_message::Msg::Status(st)).await;
+    }
+
+    /// Renews the daemon's view of this node.
+    fn publish_snapshot(&self, status: NodeStatus) {
+        let snapshot = NodeSnapshot {
+            kind: self.kind,
+            status,
+            children: self.children.connected() as u64,
+            ranks_below: u64::from(self.engine.ranks_expected()),
+            live_sources: self.engine.live_sources() as u64,
+            input_queue: self.inputs.len() as u64,
+            ticks: self.snapshot.borrow().ticks + 1,
+            finished: self.finish,
+        };
+        self.snapshot.send_replace(snapshot);
     }
 
     async fn broadcast(&mut self, msg: down_message::Msg) {

@@ -1,6 +1,7 @@
-//! What a node reports about itself, once a second and before it finishes.
+//! What a node reports about itself, once a second and before it finishes: up the tree as a `NodeStatus`, and
+//! to its own daemon as a [`NodeSnapshot`] (the metrics endpoint and the systemd watchdog read it).
 
-use canopy_proto::v1::{FilterTime, NodeStatus};
+use canopy_proto::v1::{FilterTime, NodeKind, NodeStatus};
 
 use crate::engine::EngineStats;
 
@@ -43,4 +44,24 @@ impl NodeCounters {
             filter_time,
         }
     }
+}
+
+/// A node's figures as its daemon sees them, published at every status tick: the status it sends up, and what
+/// only this node knows about itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeSnapshot {
+    pub kind: NodeKind,
+    pub status: NodeStatus,
+    /// Children whose connection is open (a leaf: none; its ranks are in `ranks_below`).
+    pub children: u64,
+    /// Ranks served below this node, live or not.
+    pub ranks_below: u64,
+    /// Sources (children, or a leaf's ranks) still delivering rounds.
+    pub live_sources: u64,
+    /// Inputs (packets, rank dumps, events) queued for the node's task.
+    pub input_queue: u64,
+    /// Status ticks so far: a snapshot that stops changing means the node's task has stopped turning.
+    pub ticks: u64,
+    /// The node has finished (the tree ended, or it was drained).
+    pub finished: bool,
 }

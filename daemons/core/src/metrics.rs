@@ -1,0 +1,273 @@
+//! A node's figures as Prometheus metrics: a collector that renders the node's latest [`NodeSnapshot`] at each
+//! scrape (nothing is counted twice: the node keeps the counts, this reads them), every series labelled with the
+//! node's id and role. The daemons serve it with [`canopy_runtime::exporter`].
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use canopy_proto::v1::NodeKind;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+use tokio::sync::watch;
+
+use crate::node::NodeSnapshot;
+
+/// Reads the node's snapshot at each scrape.
+#[derive(Debug)]
+struct NodeCollector {
+    snapshot: watch::Receiver<NodeSnapshot>,
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: u64,
+) -> fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(enc.encode_descriptor(name, help, unit, c.metric_type())?)
+}
+
+fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
+        let s = self.snapshot.borrow().clone();
+        let st = &s.status;
+        counter(
+            &mut enc,
+            "rounds_closed",
+            "Rounds this node closed and sent on (phases of a round count once)",
+            None,
+            st.rounds_closed,
+        )?;
+        counter(
+            &mut enc,
+            "rounds_partial",
+            "Rounds closed without every source below (late, lost, stopped...)",
+            None,
+            st.rounds_partial,
+        )?;
+        counter(
+            &mut enc,
+            "late_arrivals",
+            "Packets that arrived after their round had closed here",
+            None,
+            st.late_arrivals,
+        )?;
+        counter(
+            &mut enc,
+            "malformed",
+            "Messages refused as malformed (from children or ranks)",
+            None,
+            st.malformed,
+        )?;
+        counter(
+            &mut enc,
+            "received",
+            "Bytes received from children or ranks",
+            Some(&Unit::Bytes),
+            st.bytes_in,
+        )?;
+        counter(
+            &mut enc,
+            "sent",
+            "Bytes sent up to the parent (or, at the front-end, to the store and subscribers)",
+            Some(&Unit::Bytes),
+            st.bytes_out,
+        )?;
+        counter(
+            &mut enc,
+            "streams_failed",
+            "Streams this node failed (a filter error, a stuck call)",
+            None,
+            st.streams_failed,
+        )?;
+        counter(
+            &mut enc,
+            "rank_dumps_dropped",
+            "Rank dumps that never reached a round: dropped in the ranks, or beyond the agent's buffer",
+            None,
+            st.rank_dumps_dropped,
+        )?;
+        counter(
+            &mut enc,
+            "status_ticks",
+            "Status ticks of the node's task (stops rising when the task stops turning)",
+            None,
+            s.ticks,
+        )?;
+        gauge(
+            &mut enc,
+            "lag_rounds",
+            "Rounds from the lowest still open here to the highest seen",
+            signed(st.lag_rounds),
+        )?;
+        gauge(&mut enc, "children", "Children connected", signed(s.children))?;
+        gauge(
+            &mut enc,
+            "ranks_below",
+            "Ranks served below this node, live or not",
+            signed(s.ranks_below),
+        )?;
+        gauge(
+            &mut enc,
+            "live_sources",
+            "Sources (children, or a leaf's ranks) still delivering rounds",
+            signed(s.live_sources),
+        )?;
+        gauge(
+            &mut enc,
+            "input_queue",
+            "Inputs queued for the node's task",
+            signed(s.input_queue),
+        )?;
+        gauge(
+            &mut enc,
+            "finished",
+            "1 once the node has finished",
+            i64::from(s.finished),
+        )?;
+        let calls = ConstCounter::new(0u64);
+        let mut family = enc.encode_descriptor(
+            "filter_calls",
+            "Calls into each stream's filter",
+            None,
+            calls.metric_type(),
+        )?;
+        for t in &st.filter_time {
+            ConstCounter::new(t.calls)
+                .encode(family.encode_family(&[("stream", t.stream_id.to_string())])?)?;
+        }
+        let mut family = enc.encode_descriptor(
+            "filter",
+            "Time in each stream's filter",
+            Some(&Unit::Seconds),
+            calls.metric_type(),
+        )?;
+        for t in &st.filter_time {
+            ConstCounter::new(t.micros as f64 / 1e6)
+                .encode(family.encode_family(&[("stream", t.stream_id.to_string())])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The role's word in the `role` label.
+fn role(kind: NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Agent => "agent",
+        NodeKind::Relay => "relay",
+        NodeKind::Frontend => "frontend",
+        NodeKind::Unspecified => "unspecified",
+    }
+}
+
+/// The node's metrics, rendered as OpenMetrics text at each call: `canopy_*` series labelled `node` and `role`.
+pub fn renderer(
+    node_id: &str,
+    snapshot: watch::Receiver<NodeSnapshot>,
+) -> Arc<dyn Fn() -> String + Send + Sync> {
+    let kind = snapshot.borrow().kind;
+    let labels = [
+        (Cow::Borrowed("node"), Cow::Owned(node_id.to_string())),
+        (Cow::Borrowed("role"), Cow::Borrowed(role(kind))),
+    ];
+    let mut registry = Registry::with_prefix_and_labels("canopy", labels.into_iter());
+    registry.register_collector(Box::new(NodeCollector { snapshot }));
+    Arc::new(move || {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    })
+}
+
+/// The metrics endpoint of a node: its metrics, and healthy until it finishes.
+pub fn exporter(
+    node_id: &str,
+    snapshot: watch::Receiver<NodeSnapshot>,
+) -> canopy_runtime::exporter::Exporter {
+    let render = renderer(node_id, snapshot.clone());
+    canopy_runtime::exporter::Exporter {
+        render,
+        healthy: Arc::new(move || !snapshot.borrow().finished),
+    }
+}
+
+/// Binds `listen` and serves the node's metrics endpoint there until the node is gone (its snapshot's sender
+/// dropped); returns the bound address.
+pub async fn spawn(
+    listen: &str,
+    node_id: &str,
+    snapshot: watch::Receiver<NodeSnapshot>,
+) -> std::io::Result<std::net::SocketAddr> {
+    let listener = canopy_runtime::daemon::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let mut gone = snapshot.clone();
+    let serve =
+        exporter(node_id, snapshot).serve(listener, async move { while gone.changed().await.is_ok() {} });
+    tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            tracing::warn!("the metrics endpoint stopped: {e}");
+        }
+    });
+    tracing::info!(%addr, "metrics served at http://{addr}/metrics");
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use canopy_proto::v1::{FilterTime, NodeStatus};
+
+    use super::*;
+
+    #[test]
+    fn the_snapshot_renders_as_openmetrics_text_labelled_with_the_node() {
+        let (tx, rx) = watch::channel(NodeSnapshot {
+            kind: NodeKind::Relay,
+            ..NodeSnapshot::default()
+        });
+        let render = renderer("relay-0", rx);
+        tx.send_replace(NodeSnapshot {
+            kind: NodeKind::Relay,
+            status: NodeStatus {
+                rounds_closed: 42,
+                bytes_in: 1000,
+                filter_time: vec![FilterTime {
+                    stream_id: 3,
+                    calls: 7,
+                    micros: 1_500_000,
+                }],
+                ..NodeStatus::default()
+            },
+            children: 2,
+            ..NodeSnapshot::default()
+        });
+        let text = render();
+        for line in [
+            "# TYPE canopy_rounds_closed counter",
+            r#"canopy_rounds_closed_total{node="relay-0",role="relay"} 42"#,
+            "# UNIT canopy_received_bytes bytes",
+            r#"canopy_received_bytes_total{node="relay-0",role="relay"} 1000"#,
+            r#"canopy_children{node="relay-0",role="relay"} 2"#,
+            r#"canopy_filter_calls_total{node="relay-0",role="relay",stream="3"} 7"#,
+            r#"canopy_filter_seconds_total{node="relay-0",role="relay",stream="3"} 1.5"#,
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+    }
+}
