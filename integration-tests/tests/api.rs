@@ -626,3 +626,65 @@ async fn a_subscription_ends_with_ok_after_the_last_round_when_the_run_ends() {
     assert_eq!(rounds, (0..20).collect::<BTreeSet<u64>>());
     tree.wait_frontend(Duration::from_secs(10)).await.unwrap();
 }
+
+/// `fromRound` is exact: stored rounds from it on, and live rounds too, so a round in the future is where the
+/// subscription starts; no round below it comes, and none from it is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_round_starts_exactly_there_for_stored_and_live_rounds() {
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 40,
+        period_ms: 25,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let from = |round| SubscribeRequest {
+        start: Some(subscribe_request::Start::FromRound(round)),
+        ..Default::default()
+    };
+    // Wait for a few rounds, so that one subscription starts in the past and one in the future.
+    let mut live = api
+        .subscribe(SubscribeRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let now = loop {
+        let u = tokio::time::timeout(Duration::from_secs(10), live.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if u.round >= 5 {
+            break u.round;
+        }
+    };
+    let starts = [now - 3, now + 15];
+    let mut subscriptions = Vec::new();
+    for start in starts {
+        subscriptions.push((start, api.subscribe(from(start)).await.unwrap().into_inner()));
+    }
+    for (start, mut s) in subscriptions {
+        let mut rounds = BTreeSet::new();
+        while let Some(u) = tokio::time::timeout(Duration::from_secs(30), s.message())
+            .await
+            .expect("the subscription ends when the run does")
+            .unwrap()
+        {
+            assert!(
+                u.round >= start,
+                "round {} came to a subscription from round {start}",
+                u.round
+            );
+            rounds.insert(u.round);
+        }
+        assert_eq!(
+            rounds,
+            (start..40).collect::<BTreeSet<u64>>(),
+            "from round {start}"
+        );
+    }
+}

@@ -357,7 +357,9 @@ impl FrontendApi {
             }
             let mut missed = 0u64;
             let update = |r: &RoundResult, missed: u64| {
+                // `fromRound` holds for live rounds too: one in the future waits for its round.
                 let wanted = wanted(r.stream.stream_id, &r.stream.name)
+                    && from.is_none_or(|from| r.round >= from)
                     && (r.late || !seen.contains(&(r.stream.stream_id, r.round)));
                 wanted.then(|| RoundUpdate {
                     stream_id: r.stream.stream_id,
