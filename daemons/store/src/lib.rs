@@ -6,6 +6,7 @@
 
 mod checkpoint;
 mod error;
+mod partial_log;
 mod profiles;
 mod read;
 mod rounds;

@@ -3,16 +3,18 @@
 //! the caller wants back once the round is committed (to pass it on to live subscribers without a copy).
 
 use std::thread;
+use tokio::time::Instant;
 
 use canopy_proto::v1::{NodeEvent, StreamSpec};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::partial_log::{PARTIAL_LOG_INTERVAL, PartialLog};
 use crate::profiles::PROFILE_BATCH_TYPE;
 use crate::rounds::RoundRecord;
 use crate::sql::now_unix_ns;
 use crate::store::{Payload, Store};
 use crate::tables::is_tabulated;
-use crate::words::{StreamState, Word};
+use crate::words::StreamState;
 use crate::{StoreError, sql};
 
 /// What the writer has stored, for the front-end's summary and for tests.
@@ -154,9 +156,10 @@ impl<P: AsRef<[u8]> + Send + 'static> Writer<P> {
 
 fn run<P: AsRef<[u8]>>(mut store: Store, mut rx: mpsc::Receiver<Op<P>>, mut committed: impl FnMut(P)) {
     let mut summary = RunSummary::default();
+    let mut partial = PartialLog::new(PARTIAL_LOG_INTERVAL);
     while let Some(op) = rx.blocking_recv() {
         let res = match op {
-            Op::Round(r) => store_round(&mut store, &mut summary, r, &mut committed),
+            Op::Round(r) => store_round(&mut store, &mut summary, &mut partial, r, &mut committed),
             Op::Names(names) => store.put_names(&names).map(|collisions| {
                 for c in collisions {
                     tracing::error!(id = format!("{:#018x}", c.id), existing = %c.existing, new = %c.new,
@@ -172,6 +175,9 @@ fn run<P: AsRef<[u8]>>(mut store: Store, mut rx: mpsc::Receiver<Op<P>>, mut comm
             } => store.put_stream(&spec, state, failure.as_deref(), result_type.as_deref()),
             Op::Meta(k, v) => store.set_meta(&k, &v),
             Op::Flush(done) => {
+                if let Some(line) = partial.flush() {
+                    tracing::info!("{line}");
+                }
                 let _ = done.send(summary);
                 Ok(())
             }
@@ -186,6 +192,7 @@ fn run<P: AsRef<[u8]>>(mut store: Store, mut rx: mpsc::Receiver<Op<P>>, mut comm
 fn store_round<P: AsRef<[u8]>>(
     store: &mut Store,
     summary: &mut RunSummary,
+    partial: &mut PartialLog,
     r: Round<P>,
     committed: &mut impl FnMut(P),
 ) -> Result<(), StoreError> {
@@ -232,14 +239,9 @@ fn store_round<P: AsRef<[u8]>>(
         summary.result_bytes += bytes.len() as u64;
         if record.covered == record.expected {
             summary.full_rounds += 1;
-        } else {
-            let missing: Vec<String> = record
-                .missing
-                .iter()
-                .map(|(reason, ranks)| format!("{}: {ranks}", reason.word()))
-                .collect();
-            tracing::info!(stream = %record.stream_name, round = record.round, covered = record.covered,
-                expected = record.expected, "partial round ({})", missing.join(", "));
+        }
+        if let Some(line) = partial.record(Instant::now(), &record) {
+            tracing::info!("{line}");
         }
     }
     // Subscribers see a result once it is committed: one that reads the store and then follows the live
