@@ -293,6 +293,7 @@ impl FilterFactory for Filters {
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: FILTERS.join(", "),
+                suggestion: None,
             }),
         }
     }

@@ -113,3 +113,83 @@ fn an_unknown_sampler_or_a_period_too_short_is_refused_by_its_key() {
         "{err}"
     );
 }
+
+/// `validate --print` shows every daemon's configuration in force, each value with its origin; an unknown key in
+/// any layer is named with the one it looks like a slip of, and a misspelled filter with the filter.
+#[test]
+fn validate_prints_the_configuration_in_force_and_suggests_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("canopy.toml");
+    std::fs::write(
+        &file,
+        "[relay]\nparent = \"127.0.0.1:7400\"\n[agent]\nsimulate_ranks = 4\n",
+    )
+    .unwrap();
+    let run = |bin: &str, args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(bin_dir().join(bin))
+            .args(args)
+            .arg("--config")
+            .arg(&file)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(
+        "canopy-relay",
+        &["validate", "--print", "--listen", "127.0.0.1:7401", "--insecure"],
+        &[("CANOPY_RELAY_MAX_CONNECTIONS", "64")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let line = |key: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("{key} in\n{out}"))
+            .to_string()
+    };
+    assert!(out.starts_with("[relay]\n"), "{out}");
+    assert!(
+        line("parent").ends_with(&format!("# TOML file {}", file.display())),
+        "{out}"
+    );
+    assert!(line("listen").ends_with("# flag --listen"), "{out}");
+    assert!(
+        line("max_connections").ends_with("# environment variable CANOPY_RELAY_MAX_CONNECTIONS"),
+        "{out}"
+    );
+    assert!(line("max_rounds_in_flight").ends_with("# defaults"), "{out}");
+    assert!(out.contains("# tls_ca is not set\n"), "{out}");
+
+    let (code, _, err) = run(
+        "canopy-agent",
+        &["validate", "--socket", "none"],
+        &[("CANOPY_AGENT_SIMULATE_RANK", "3")],
+    );
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("unknown key CANOPY_AGENT_SIMULATE_RANK (did you mean CANOPY_AGENT_SIMULATE_RANKS?"),
+        "{err}"
+    );
+    std::fs::write(
+        &file,
+        "[frontend]\nstreams = [\"histogramm\"]\nstream_timeout = 5\n",
+    )
+    .unwrap();
+    let (code, _, err) = run("canopy-frontend", &["validate"], &[]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("`frontend.stream_timeout`") && err.contains("(did you mean stream_timeout_ms?"),
+        "{err}"
+    );
+    std::fs::write(&file, "[frontend]\nstreams = [\"histogramm\"]\n").unwrap();
+    let (code, _, err) = run("canopy-frontend", &["validate"], &[]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("unknown filter \"histogramm\" (did you mean \"histogram\"? available: "),
+        "{err}"
+    );
+}

@@ -84,6 +84,48 @@ where
     Ok(config)
 }
 
+/// The configuration in force for `role`, as its TOML table, each key with a comment naming where its value
+/// comes from (defaults, the file, an environment variable, a flag); for `validate --print`. Keys without a
+/// value (an unset path) are listed commented out.
+pub fn effective<T, F>(role: &str, file: Option<&Path>, flags: &F) -> Result<String, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default + CheckConfig,
+    F: Serialize,
+{
+    let figment = layers::<T, F>(role, file, flags)?;
+    let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
+    let keys = keys_of(&config).map_err(|message| ConfigError {
+        key: String::new(),
+        source_name: "defaults".into(),
+        message,
+    })?;
+    let mut lines = Vec::new();
+    let mut unset = Vec::new();
+    for (key, value) in &keys {
+        if matches!(value, Value::Empty(..)) {
+            unset.push(key);
+            continue;
+        }
+        let text = toml::Value::try_from(value)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|e| format!("\"<{e}>\""));
+        let origin = match find_metadata(&figment, key) {
+            Some(md) if md.name.contains("flags") => format!("flag --{}", key.replace('_', "-")),
+            md => describe(md, role, key),
+        };
+        lines.push((format!("{key} = {text}"), origin));
+    }
+    let width = lines.iter().map(|(l, _)| l.len()).max().unwrap_or(0).min(60);
+    let mut out = format!("[{role}]\n");
+    for (line, origin) in lines {
+        out.push_str(&format!("{line:width$}  # {origin}\n"));
+    }
+    for key in unset {
+        out.push_str(&format!("# {key} is not set\n"));
+    }
+    Ok(out)
+}
+
 /// The keys given on the command line, with their values: the flags layer of [`load`]. `C` is the config struct,
 /// which is its own `clap::Args`; a key not on the command line is left out, so the file, the environment or the
 /// default decides it.
@@ -141,10 +183,12 @@ fn layers<T: Serialize + Default, F: Serialize>(
         let file = Figment::from(Toml::file_exact(path));
         // A file with a syntax error fails here, before the role's table is read.
         if let Err(e) = file.extract::<figment::value::Value>() {
+            let key = e.path.join(".");
             return Err(ConfigError {
-                key: e.path.join("."),
+                // A syntax error has no key: the file is what is wrong.
+                key: if key.is_empty() { "--config".into() } else { key },
                 source_name: format!("TOML file {}", path.display()),
-                message: e.kind.to_string(),
+                message: format!("not valid TOML: {}", e.kind.to_string().trim_end()),
             });
         }
         figment = figment.merge(file.focus(role));
@@ -167,11 +211,36 @@ fn find_metadata<'a>(figment: &'a Figment, key: &str) -> Option<&'a Metadata> {
 fn from_figment(role: &str, figment: &Figment, err: figment::Error) -> ConfigError {
     let key = err.path.join(".");
     let md = err.metadata.as_ref().or_else(|| find_metadata(figment, &key));
+    let message = match &err.kind {
+        figment::error::Kind::UnknownField(found, expected) => unknown_key(role, md, found, expected),
+        kind => kind.to_string(),
+    };
     ConfigError {
         key: qualify(role, md, &key),
         source_name: describe(md, role, &key),
-        message: err.kind.to_string(),
+        message,
     }
+}
+
+/// An unknown key, with the valid key it looks like a slip of (as its source would spell it), and the valid
+/// keys.
+fn unknown_key(role: &str, md: Option<&Metadata>, found: &str, expected: &[&str]) -> String {
+    let spelled = |key: &str| match md {
+        Some(md) if md.name.contains("environment") => env_var(role, key),
+        _ => key.to_string(),
+    };
+    let near = expected
+        .iter()
+        .map(|k| (strsim::levenshtein(found, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4) || k.starts_with(found) && found.len() >= 4)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| format!("did you mean {}? ", spelled(k)))
+        .unwrap_or_default();
+    format!(
+        "unknown key {} ({near}valid keys of [{role}]: {})",
+        spelled(found),
+        expected.join(", ")
+    )
 }
 
 /// Keys from the file are named with their table (`agent.simulate_ranks`), from the environment by variable.
@@ -193,10 +262,11 @@ fn describe(md: Option<&Metadata>, role: &str, key: &str) -> String {
     if md.name.contains("environment") {
         return format!("environment variable {}", env_var(role, key));
     }
-    if md.name == "Serialized" {
-        return "defaults".into();
+    if md.name.contains("flags") {
+        return md.name.to_string();
     }
-    md.name.to_string()
+    // The only other layer: the config struct's defaults (figment names it by its type).
+    "defaults".into()
 }
 
 /// The log output format.
@@ -373,10 +443,28 @@ mod tests {
     fn unknown_keys_and_syntax_errors_are_reported() {
         let f = file("[demo]\nrank = 3\n");
         let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
-        assert!(e.message.contains("unknown field"), "{e}");
+        assert_eq!(e.key, "demo.rank");
+        assert_eq!(
+            e.message,
+            "unknown key rank (did you mean ranks? valid keys of [demo]: ranks, parent)"
+        );
+        // Nothing near: the valid keys alone.
+        let f = file("[demo]\nfanout = 3\n");
+        let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
+        assert_eq!(
+            e.message,
+            "unknown key fanout (valid keys of [demo]: ranks, parent)"
+        );
+        // A syntax error has no key: the file is named as what is wrong, with the line and column.
         let f = file("[demo\nranks = 3\n");
         let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
+        assert_eq!(e.key, "--config");
         assert!(e.source_name.starts_with("TOML file"), "{e}");
+        assert!(
+            e.message
+                .starts_with("not valid TOML: TOML parse error at line 1, column 6"),
+            "{e}"
+        );
         let e = load::<Demo, _>(
             "demo",
             Some(Path::new("/nonexistent/c.toml")),
@@ -408,6 +496,28 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn the_effective_configuration_names_where_each_value_comes_from() {
+        let f = file("[demo]\nparent = \"a:1\"\n");
+        let text = effective::<Cli, _>("demo", Some(f.path()), &flags(&["--max-ranks", "7"])).unwrap();
+        let name = f.path().display();
+        assert_eq!(
+            text,
+            format!(
+                "[demo]\n\
+                 max_ranks = 7   # flag --max-ranks\n\
+                 parent = \"a:1\"  # TOML file {name}\n\
+                 path = []       # defaults\n\
+                 quiet = false   # defaults\n\
+                 # ready_file is not set\n"
+            )
+        );
+        // What it prints is what loads.
+        let back: Cli = toml::from_str(&text.replace("[demo]\n", "")).unwrap();
+        assert_eq!(back.max_ranks, 7);
+        assert_eq!(back.parent, "a:1");
     }
 
     fn flags(args: &[&str]) -> Dict {

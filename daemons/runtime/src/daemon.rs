@@ -12,11 +12,22 @@ pub const EXIT_REFUSED: u8 = 76;
 /// How long a clean shutdown may take after the first signal before the process exits without it.
 pub const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// What `validate` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Validate {
+    /// Run the daemon.
+    No,
+    /// Check the configuration and exit.
+    Check,
+    /// Check it and print this: the configuration in force and where each value comes from.
+    Print(String),
+}
+
 /// Runs a daemon's main: `loaded` is its configuration (or why not), `validate` the `validate` subcommand.
 pub fn main<C, F, Fut, E>(
     role: &str,
     loaded: Result<C, ConfigError>,
-    validate: bool,
+    validate: Validate,
     log: LogFormat,
     run: F,
 ) -> ExitCode
@@ -32,9 +43,16 @@ where
             return ExitCode::from(EXIT_CONFIG as u8);
         }
     };
-    if validate {
-        println!("canopy-{role}: configuration is valid");
-        return ExitCode::SUCCESS;
+    match validate {
+        Validate::No => {}
+        Validate::Check => {
+            println!("canopy-{role}: configuration is valid");
+            return ExitCode::SUCCESS;
+        }
+        Validate::Print(text) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
     }
     crate::telemetry::init_daemon(log, "info");
     match crate::net::raise_fd_limit() {
@@ -138,7 +156,11 @@ pub struct DaemonArgs {
 #[derive(clap::Subcommand)]
 pub enum DaemonCommand {
     /// Check the configuration and exit (0: valid; 64: the bad key and its source are printed).
-    Validate,
+    Validate {
+        /// Also print the configuration in force, as TOML, with where each value comes from.
+        #[arg(long)]
+        print: bool,
+    },
 }
 
 /// A daemon's configuration as `main` needs it. It is its own command line: the struct derives `clap::Args`,
@@ -176,6 +198,19 @@ where
     let flags = crate::config::flags_given::<C>(&matches).unwrap_or_else(|e| e.exit());
     let loaded = crate::config::load::<C, _>(role, args.config.as_deref(), &flags);
     let log = loaded.as_ref().map(DaemonConfig::log_format).unwrap_or_default();
-    let validate = matches!(args.command, Some(DaemonCommand::Validate));
+    let validate = match args.command {
+        Some(DaemonCommand::Validate { print: false }) => Validate::Check,
+        Some(DaemonCommand::Validate { print: true }) if loaded.is_ok() => {
+            match crate::config::effective::<C, _>(role, args.config.as_deref(), &flags) {
+                Ok(text) => Validate::Print(text),
+                Err(e) => {
+                    eprintln!("canopy-{role}: {e}");
+                    return ExitCode::from(crate::config::EXIT_CONFIG as u8);
+                }
+            }
+        }
+        Some(DaemonCommand::Validate { print: true }) => Validate::Check,
+        None => Validate::No,
+    };
     main(role, loaded, validate, log, run)
 }

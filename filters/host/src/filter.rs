@@ -32,8 +32,13 @@ pub struct Output {
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum FilterError {
-    #[error("unknown filter {name:?} (available: {available})")]
-    Unknown { name: String, available: String },
+    #[error("unknown filter {name:?} ({}available: {available})", .suggestion.as_ref().map(|s| format!("did you mean {s:?}? ")).unwrap_or_default())]
+    Unknown {
+        name: String,
+        available: String,
+        /// The available filter whose name is closest, when the name looks like a slip of it.
+        suggestion: Option<String>,
+    },
     #[error("filter {filter}: bad parameters: {reason}")]
     BadParams { filter: String, reason: String },
     #[error("filter {filter} failed: {reason}")]

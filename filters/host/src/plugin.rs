@@ -121,6 +121,22 @@ impl PluginFilters {
             .find(|p| p.is_file())
     }
 
+    /// The error for a filter that is not on the path: what is, and the one the name looks like a slip of.
+    fn unknown(&self, name: &str) -> FilterError {
+        let names = self.names();
+        let suggestion = names
+            .iter()
+            .map(|n| (strsim::levenshtein(name, n), n))
+            .filter(|(d, n)| *d > 0 && *d <= 2.max(n.len() / 4))
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, n)| n.clone());
+        FilterError::Unknown {
+            name: name.to_string(),
+            available: names.join(", "),
+            suggestion,
+        }
+    }
+
     fn load(&self, name: &str) -> Result<Arc<Plugin>, FilterError> {
         // A name is a word, never a path: nothing that arrives over the network can point elsewhere.
         if name.is_empty()
@@ -128,20 +144,14 @@ impl PluginFilters {
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         {
-            return Err(FilterError::Unknown {
-                name: name.to_string(),
-                available: self.names().join(", "),
-            });
+            return Err(self.unknown(name));
         }
         let mut loaded = self.loaded.lock().expect("plugin registry");
         if let Some(p) = loaded.get(name) {
             return Ok(p.clone());
         }
         let Some(path) = self.find(name) else {
-            return Err(FilterError::Unknown {
-                name: name.to_string(),
-                available: self.names().join(", "),
-            });
+            return Err(self.unknown(name));
         };
         let failed = |reason: String| FilterError::Load {
             name: name.to_string(),

@@ -149,29 +149,10 @@ pub fn names(bits: u32) -> Vec<&'static str> {
 /// The valid name closest to `name` by edit distance, if it is close enough to be a slip.
 fn nearest(name: &str) -> Option<&'static str> {
     ALL.iter()
-        .map(|m| (distance(name, m.name), m.name))
+        .map(|m| (strsim::levenshtein(name, m.name), m.name))
         .filter(|(d, m)| *d <= 2.max(m.len() / 4))
         .min_by_key(|(d, _)| *d)
         .map(|(_, m)| m)
-}
-
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// Which of a metric's values a `Metric` number is.

@@ -195,6 +195,7 @@ impl FilterFactory for Filters {
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: "concat".into(),
+                suggestion: None,
             }),
         }
     }
