@@ -406,6 +406,74 @@ fn ctrl_c_stops_canopy_up_cleanly() {
     assert!(leftover.is_empty(), "processes left: {leftover:?}");
 }
 
+/// `--quiet` hides the rounds, not where the tree is; `--keep` holds the tree up after the last round, its
+/// front-end serving, until Ctrl-C.
+#[test]
+fn canopy_up_quiet_still_says_where_the_tree_is_and_keep_holds_it_until_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let mut up = Proc::start(
+        dir.path(),
+        "canopy",
+        "up",
+        &[
+            "up",
+            "--ranks",
+            "8",
+            "--agents",
+            "2",
+            "--rounds",
+            "10",
+            "--period-ms",
+            "20",
+            "--quiet",
+            "--keep",
+            "--insecure",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    let store = out_dir.join("latest.sqlite");
+    wait_for("every round", Duration::from_secs(30), || rounds_in(&store) >= 10);
+    let log = up.log_text();
+    let addr = log
+        .lines()
+        .find_map(|l| l.strip_prefix("canopy up: front-end "))
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no front-end address in\n{log}"))
+        .to_string();
+    assert!(log.contains(&format!("grpcurl -plaintext {addr} list")), "{log}");
+    assert!(!log.contains(" round "), "--quiet shows no round: {log}");
+    // Well after the last round, the tree is still up and its front-end serves: the absence of an exit has no
+    // event to wait on, so this waits a while.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a synchronous test checking that nothing happens for a while"
+    )]
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        up.child.try_wait().unwrap().is_none(),
+        "canopy up left before Ctrl-C:\n{}",
+        up.log_text()
+    );
+    assert!(
+        std::net::TcpStream::connect(&addr).is_ok(),
+        "the front-end at {addr} no longer serves"
+    );
+    up.signal(Signal::SIGINT);
+    let status = up.wait_timeout(Duration::from_secs(15)).expect("canopy up stops");
+    let log = up.log_text();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("canopy up: 10 rounds stored (1 streams), 10 at full coverage"),
+        "{log}"
+    );
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "the front-end still serves after Ctrl-C"
+    );
+}
+
 #[test]
 fn the_example_site_config_validates_for_every_daemon() {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/canopy.toml");

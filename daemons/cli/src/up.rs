@@ -28,7 +28,7 @@ pub struct UpArgs {
     /// laid over loopback. The root is the front-end, inner nodes are relays, leaves are agents.
     #[arg(long, conflicts_with_all = ["agents", "fanout"])]
     topology: Option<String>,
-    /// Rounds every rank dumps before finishing.
+    /// Rounds every rank dumps before finishing (0: until Ctrl-C).
     #[arg(long, default_value_t = 100)]
     rounds: u64,
     /// Milliseconds between two rounds.
@@ -55,9 +55,13 @@ pub struct UpArgs {
     /// Seed of the simulated data.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Print only the summary.
+    /// Print the tree's addresses and the summary only: no line or progress per round.
     #[arg(long)]
     quiet: bool,
+    /// Keep the tree up after the ranks finish, until Ctrl-C: the front-end, its API and the store stay there for
+    /// `canopy watch`, grpcurl or a second terminal to attach to.
+    #[arg(long)]
+    keep: bool,
     /// Let real ranks attach too: the first agent serves this Unix socket (run the application with
     /// CANOPY_AGENT_SOCKET set to it). The other agents serve simulated ranks only.
     #[arg(long, value_name = "PATH")]
@@ -316,7 +320,7 @@ async fn launch_and_watch(
         "--listen",
         "127.0.0.1:0",
         "--exit-on-fin",
-        "true",
+        if args.keep { "false" } else { "true" },
         // Every `canopy up` is a run of its own, even after one that was killed.
         "--resume",
         "false",
@@ -419,7 +423,8 @@ async fn launch_and_watch(
         daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, logs)?);
         offset += n;
     }
-    if !args.quiet {
+    // Where the tree is, always: a second terminal needs it even when the rounds are not shown.
+    {
         println!(
             "canopy up: front-end {fe_addr}, {} relays, {} agents, {} ranks ({} scenario), filters {}",
             relays.len(),
@@ -450,10 +455,22 @@ async fn launch_and_watch(
                 println!("        canopy watch --frontend {fe_addr} --insecure");
             }
         }
-        println!("  Ctrl-C stops the run cleanly (the tree drains first)");
+        if args.keep {
+            println!("  the tree stays up after the last round; Ctrl-C stops it cleanly (it drains first)");
+        } else {
+            println!("  Ctrl-C stops the run cleanly (the tree drains first)");
+        }
     }
 
-    let mut watcher = StoreWatcher::new(store.clone());
+    let total = (args.rounds > 0).then_some(args.rounds);
+    let show = if args.quiet {
+        Show::Nothing
+    } else if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        Show::Progress(progress_bar(total, args.filters.len()))
+    } else {
+        Show::Lines
+    };
+    let mut watcher = StoreWatcher::new(store.clone(), show);
     let mut tick = tokio::time::interval(REAP_POLL);
     let mut ticks = 0u64;
     let interrupted;
@@ -462,10 +479,10 @@ async fn launch_and_watch(
             _ = tick.tick() => {
                 ticks += 1;
                 if ticks.is_multiple_of(2) {
-                    watcher.show_new(args.quiet);
+                    watcher.show_new();
                 }
                 if let Some(status) = daemons[0].reap()? {
-                    watcher.show_new(args.quiet);
+                    watcher.show_new();
                     if !status.success() {
                         bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
                     }
@@ -482,12 +499,13 @@ async fn launch_and_watch(
                 eprintln!("canopy up: interrupted, draining the tree");
                 signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
                 daemons[0].wait_reaped(Duration::from_secs(10)).await;
-                watcher.show_new(args.quiet);
+                watcher.show_new();
                 interrupted = true;
                 break;
             }
         }
     }
+    watcher.finish();
     // Agents and relays leave after the front-end's fin-ack.
     let deadline = Instant::now() + Duration::from_secs(5);
     for d in daemons.iter_mut().skip(1) {
@@ -653,44 +671,120 @@ async fn stop_all(daemons: &mut [Daemon]) {
     }
 }
 
-/// Follows the store as rounds land and prints one line per round.
+/// How the rounds are shown as they land.
+enum Show {
+    /// Nothing per round (`--quiet`).
+    Nothing,
+    /// A line per round and stream (output that is not a terminal: a log, a pipe).
+    Lines,
+    /// One progress line redrawn in place (a terminal).
+    Progress(indicatif::ProgressBar),
+}
+
+/// The progress line: rounds done of the run's (per stream), the rate, coverage and late packets so far.
+fn progress_bar(total: Option<u64>, streams: usize) -> indicatif::ProgressBar {
+    let (bar, template) = match total {
+        Some(n) => (
+            indicatif::ProgressBar::new(n),
+            "{elapsed_precise} [{bar:24}] {pos}/{len} rounds  {msg}",
+        ),
+        None => (
+            indicatif::ProgressBar::no_length(),
+            "{elapsed_precise} {spinner} {pos} rounds  {msg}",
+        ),
+    };
+    let style = indicatif::ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(format!("{streams} stream{}", if streams == 1 { "" } else { "s" }));
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stdout());
+    bar
+}
+
+/// Follows the store as rounds land and shows them.
 struct StoreWatcher {
     path: PathBuf,
     cursor: RoundCursor,
+    show: Show,
+    /// Per stream, the rounds stored; and over all rounds, rank-rounds covered and expected.
+    rounds: HashMap<String, u64>,
+    covered: u64,
+    expected: u64,
+    partial: u64,
 }
 
 impl StoreWatcher {
-    fn new(path: PathBuf) -> Self {
+    fn new(path: PathBuf, show: Show) -> Self {
         Self {
             path,
             cursor: RoundCursor::default(),
+            show,
+            rounds: HashMap::new(),
+            covered: 0,
+            expected: 0,
+            partial: 0,
         }
     }
 
-    fn show_new(&mut self, quiet: bool) {
+    fn show_new(&mut self) {
         // Opened for each look and closed after it: a reader held open when the front-end exits would keep it
         // from folding the WAL into the file and removing it.
         let Ok(reader) = StoreReader::open(&self.path) else {
             return;
         };
         let rows = reader.new_rounds(&mut self.cursor).unwrap_or_default();
-        if quiet {
-            return;
+        drop(reader);
+        for r in &rows {
+            *self.rounds.entry(r.stream.clone()).or_default() += 1;
+            self.covered += u64::from(r.covered);
+            self.expected += u64::from(r.expected);
+            self.partial += u64::from(r.covered < r.expected);
         }
-        for r in rows {
-            let pct = if r.expected > 0 {
-                100.0 * f64::from(r.covered) / f64::from(r.expected)
-            } else {
-                0.0
-            };
-            let missing = r
-                .missing_reason
-                .map(|m| format!("  missing {m}"))
-                .unwrap_or_default();
-            println!(
-                "  {:<12} round {:>5}  coverage {:>5}/{:<5} {pct:>5.1}%  {:>9} B{missing}",
-                r.stream, r.round, r.covered, r.expected, r.result_bytes
-            );
+        match &self.show {
+            Show::Nothing => {}
+            Show::Lines => {
+                for r in rows {
+                    let pct = if r.expected > 0 {
+                        100.0 * f64::from(r.covered) / f64::from(r.expected)
+                    } else {
+                        0.0
+                    };
+                    let missing = r
+                        .missing_reason
+                        .map(|m| format!("  missing {m}"))
+                        .unwrap_or_default();
+                    println!(
+                        "  {:<12} round {:>5}  coverage {:>5}/{:<5} {pct:>5.1}%  {:>9} B{missing}",
+                        r.stream, r.round, r.covered, r.expected, r.result_bytes
+                    );
+                }
+            }
+            Show::Progress(bar) => {
+                // A round is done once every stream has it.
+                let done = self.rounds.values().copied().min().unwrap_or(0);
+                bar.set_position(done);
+                let pct = if self.expected > 0 {
+                    100.0 * self.covered as f64 / self.expected as f64
+                } else {
+                    100.0
+                };
+                let partial = match self.partial {
+                    0 => String::new(),
+                    n => format!(", {n} partial"),
+                };
+                let secs = bar.elapsed().as_secs_f64();
+                let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+                bar.set_message(format!("{rate:.1} rounds/s  coverage {pct:.1}%{partial}"));
+            }
+        }
+    }
+
+    /// Leaves the progress line as it last was, so the summary follows it.
+    fn finish(&mut self) {
+        if let Show::Progress(bar) = &self.show {
+            bar.abandon();
+            println!();
         }
     }
 }
