@@ -249,6 +249,51 @@ fn install_sh_names_a_bad_argument_and_a_missing_build() {
         "{err}"
     );
     assert!(!prefix.exists(), "nothing is installed from a missing build");
+
+    // A build whose libcanopy.so has another SONAME than this version's (built before a version change) is
+    // refused rather than installed under names that do not match it.
+    if !have("install_sh_names_a_stale_build", &["objdump"]) {
+        return;
+    }
+    let stale = empty.path().join("debug");
+    std::fs::create_dir(&stale).unwrap();
+    for file in [
+        "canopy",
+        "canopy-frontend",
+        "canopy-relay",
+        "canopy-agent",
+        "libcanopy.a",
+    ] {
+        std::fs::write(stale.join(file), "").unwrap();
+    }
+    let src = empty.path().join("lib.c");
+    std::fs::write(&src, "int canopy_version(void) { return 9; }\n").unwrap();
+    for (lib, soname) in [
+        ("libcanopy.so", "libcanopy.so.99"),
+        ("libcanopy_mpi.so", &format!("libcanopy_mpi.so.{MAJOR}")),
+    ] {
+        run(Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(stale.join(lib))
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg(&src));
+    }
+    let out = Command::new(repo().join("deploy/install.sh"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .args(["--profile", "debug"])
+        .env("CARGO_TARGET_DIR", empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "has SONAME 'libcanopy.so.99', not libcanopy.so.{MAJOR}: rebuild it"
+        )),
+        "{err}"
+    );
+    assert!(!prefix.exists(), "nothing is installed from a stale build");
 }
 
 #[test]
