@@ -590,6 +590,7 @@ fn main() {
         println!("cargo:rerun-if-changed={f}");
     }
     println!("cargo:rerun-if-env-changed=MPICC");
+    soname();
     println!("cargo::rustc-check-cfg=cfg(canopy_mpi_none)");
     let list =
         std::fs::read_to_string(dir.join("functions.list")).expect("sdk/mpi/functions.list is readable");
@@ -639,6 +640,35 @@ fn main() {
         .compile("canopy_mpi_wrappers");
     for f in flags {
         println!("{f}");
+    }
+}
+
+/// Gives the library its SONAME, `libcanopy_mpi.so.MAJOR`, as sdk/c's build script does for libcanopy: programs
+/// linked with `-lcanopy_mpi` record the versioned name, and the link of that name beside the library cargo
+/// builds lets them run from the build tree.
+fn soname() {
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
+    let soname = format!("libcanopy_mpi.so.{major}");
+    println!("cargo:rustc-link-arg-cdylib=-Wl,-soname,{soname}");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // OUT_DIR is `<profile dir>/build/<crate>-<hash>/out`.
+    let Some(dir) = out
+        .ancestors()
+        .nth(3)
+        .filter(|_| out.ancestors().nth(2).is_some_and(|b| b.ends_with("build")))
+    else {
+        return;
+    };
+    let path = dir.join(&soname);
+    if std::fs::read_link(&path).is_ok_and(|t| t == Path::new("libcanopy_mpi.so")) {
+        return;
+    }
+    let _ = std::fs::remove_file(&path);
+    if let Err(e) = std::os::unix::fs::symlink("libcanopy_mpi.so", &path) {
+        println!(
+            "cargo:warning=could not link {} -> libcanopy_mpi.so: {e}",
+            path.display()
+        );
     }
 }
 

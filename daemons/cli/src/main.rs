@@ -6,13 +6,14 @@
 mod certs;
 mod client;
 mod cpu;
+mod generate;
 mod topology_cmd;
 mod up;
 mod watch;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -57,6 +58,10 @@ enum Command {
         #[command(flatten)]
         args: watch::WatchArgs,
     },
+    /// Print the completion script for a shell (deploy/install.sh installs bash's, zsh's and fish's).
+    Completions(generate::CompletionsArgs),
+    /// Print the man page of canopy, or with --out write one page per command and subcommand.
+    Man(generate::ManArgs),
 }
 
 fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<ExitCode> {
@@ -76,12 +81,138 @@ fn main() -> ExitCode {
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
         Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
         Command::Watch { target, args } => block_on(watch::watch(target, args)),
+        Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
+        Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("canopy: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command as Process;
+
+    use clap::CommandFactory as _;
+
+    use super::Args;
+    use crate::generate::{completion_script, man_pages};
+
+    /// Every visible subcommand path of the CLI, as the man pages name them: `canopy-streams-list`.
+    fn command_paths(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        out.push(prefix.to_string());
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            command_paths(sub, &format!("{prefix}-{}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_command_and_subcommand_gets_a_man_page() {
+        let cmd = Args::command();
+        let mut expected = Vec::new();
+        command_paths(&cmd, "canopy", &mut expected);
+        let mut expected: Vec<String> = expected.into_iter().map(|p| format!("{p}.1")).collect();
+        expected.sort();
+        let mut names: Vec<String> = man_pages(cmd).unwrap().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names[0], "canopy.1");
+        names.sort();
+        assert_eq!(names, expected);
+        for page in [
+            "canopy-up.1",
+            "canopy-streams-list.1",
+            "canopy-man.1",
+            "canopy-completions.1",
+        ] {
+            assert!(names.iter().any(|n| n == page), "no {page}");
+        }
+    }
+
+    #[test]
+    fn the_man_page_of_up_documents_every_option_of_up() {
+        let cmd = Args::command();
+        let up = cmd.find_subcommand("up").unwrap().clone();
+        let pages = man_pages(cmd).unwrap();
+        let (_, page) = pages.iter().find(|(n, _)| n == "canopy-up.1").unwrap();
+        let page = String::from_utf8(page.clone()).unwrap();
+        assert!(page.contains(".TH canopy-up 1"), "{page}");
+        let mut checked = 0;
+        for arg in up.get_arguments().filter(|a| !a.is_hide_set()) {
+            let Some(long) = arg.get_long() else { continue };
+            // roff writes a hyphen as \-.
+            let flag = format!("--{long}").replace('-', "\\-");
+            assert!(
+                page.contains(&flag),
+                "canopy-up.1 does not document --{long}:\n{page}"
+            );
+            if let Some(help) = arg.get_help() {
+                let first = help.to_string();
+                let word = first.split_whitespace().next().unwrap();
+                assert!(page.contains(word), "canopy-up.1 lacks the help of --{long}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 10, "up has {checked} options");
+        // The page is the command's, not another's: no option of `topology` that `up` lacks.
+        assert!(!page.contains("\\-\\-leaves"), "{page}");
+    }
+
+    #[test]
+    fn the_bash_completion_is_valid_bash_and_completes_every_subcommand() {
+        let cmd = Args::command();
+        let script = String::from_utf8(completion_script(cmd.clone(), clap_complete::Shell::Bash)).unwrap();
+        let check = Process::new("bash")
+            .args(["-n", "-c", &script])
+            .output()
+            .expect("bash runs");
+        assert!(
+            check.status.success(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let complete = |words: &str, cword: usize| {
+            let probe = format!(
+                "{script}\nCOMP_WORDS=({words}); COMP_CWORD={cword}; COMP_LINE=\"${{COMP_WORDS[*]}}\"; \
+                 COMP_POINT=${{#COMP_LINE}}; _canopy canopy \"${{COMP_WORDS[$COMP_CWORD]}}\" \
+                 \"${{COMP_WORDS[$COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+            );
+            let out = Process::new("bash")
+                .args(["-c", &probe])
+                .output()
+                .expect("bash runs");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<String>>()
+        };
+        let offered = complete("canopy ''", 1);
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            assert!(
+                offered.iter().any(|w| w == sub.get_name()),
+                "{} not offered: {offered:?}",
+                sub.get_name()
+            );
+        }
+        // A prefix narrows the choice, and the options of a subcommand are offered after it.
+        assert_eq!(complete("canopy wa", 1), ["watch"]);
+        let up = complete("canopy up --", 2);
+        for arg in cmd
+            .find_subcommand("up")
+            .unwrap()
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+        {
+            if let Some(long) = arg.get_long() {
+                assert!(
+                    up.iter().any(|w| w == &format!("--{long}")),
+                    "--{long} not offered: {up:?}"
+                );
+            }
         }
     }
 }

@@ -39,8 +39,8 @@ pub struct RelayConfig {
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
-    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters beside its bin/, then
-    /// /usr/lib/canopy/filters.
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
+    /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
     /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).

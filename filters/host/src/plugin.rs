@@ -13,20 +13,23 @@ use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, P
 use crate::guard::guarded;
 
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
-/// executable (a build tree), `../lib/canopy/filters` from it (an installation under any prefix), then the
-/// system directory.
+/// executable (a build tree), `../lib/canopy/filters` and `../lib64/canopy/filters` from it (an installation
+/// under any prefix, with either library directory), then the system directories.
 pub fn default_search_path() -> Vec<PathBuf> {
     let mut path = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
+        path.push(dir.clone());
         path.push(dir.join("../lib/canopy/filters"));
-        path.insert(0, dir);
+        path.push(dir.join("../lib64/canopy/filters"));
     }
-    let system = PathBuf::from("/usr/lib/canopy/filters");
-    if !path.contains(&system) {
-        path.push(system);
+    for system in ["/usr/lib/canopy/filters", "/usr/lib64/canopy/filters"] {
+        let system = PathBuf::from(system);
+        if !path.contains(&system) {
+            path.push(system);
+        }
     }
     path
 }
@@ -478,5 +481,26 @@ impl FilterInstance for PluginFilter {
         // SAFETY: the names live across the call.
         let out = guarded(|| unsafe { f(instance, ptr, len) });
         let _ = self.survived(out, "names");
+    }
+}
+
+#[cfg(test)]
+mod search_path_tests {
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_default_path_finds_plugins_installed_under_lib_or_lib64() {
+        let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+        let path = super::default_search_path();
+        assert_eq!(
+            path,
+            [
+                exe_dir.clone(),
+                exe_dir.join("../lib/canopy/filters"),
+                exe_dir.join("../lib64/canopy/filters"),
+                PathBuf::from("/usr/lib/canopy/filters"),
+                PathBuf::from("/usr/lib64/canopy/filters"),
+            ]
+        );
     }
 }
