@@ -377,3 +377,156 @@ async fn classify_reads_as_stored(
     assert!(!want_bins.is_empty(), "{result}");
     assert_eq!(got_bins, want_bins);
 }
+
+/// A filter built while the tree runs, with a result type of its own (not one of Canopy's), is described by
+/// reflection once its stream opens, before its first result: a client without its types decodes that result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_after_start_has_its_result_type_in_reflection() {
+    use canopy_proto::v1::frontend_client::FrontendClient;
+    use canopy_proto::v1::{CreateStreamRequest, SubscribeRequest};
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
+
+    let plugins = tempfile::tempdir().unwrap();
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        extra_filter_dirs: vec![plugins.path().to_path_buf()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", tree.frontend_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut reflection = ServerReflectionClient::new(channel.clone());
+    let symbol = || MessageRequest::FileContainingSymbol("late.v1.Count".into());
+    let before = reflection
+        .server_reflection_info(tokio_stream::iter(vec![ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(symbol()),
+        }]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await;
+    let unknown = match &before {
+        Err(status) => status.code() == tonic::Code::NotFound,
+        Ok(Some(answer)) => matches!(answer.message_response, Some(MessageResponse::ErrorResponse(_))),
+        Ok(None) => false,
+    };
+    assert!(
+        unknown,
+        "late.v1.Count is known before its plugin exists: {before:?}"
+    );
+
+    // The example C filter, renamed, with a result type and descriptors of its own, built now.
+    let field = |name: &str, number| FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        label: Some(Label::Optional as i32),
+        r#type: Some(Type::Uint64 as i32),
+        json_name: Some(name.into()),
+        ..Default::default()
+    };
+    let set = FileDescriptorSet {
+        file: vec![FileDescriptorProto {
+            name: Some("late/v1/count.proto".into()),
+            package: Some("late.v1".into()),
+            message_type: vec![DescriptorProto {
+                name: Some("Count".into()),
+                field: vec![field("ranks", 1), field("bytes", 2)],
+                ..Default::default()
+            }],
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        }],
+    };
+    let bytes: Vec<String> = set.encode_to_vec().iter().map(|b| b.to_string()).collect();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/examples/c/rankcount.c"),
+    )
+    .unwrap();
+    let descriptors = format!(
+        "static const uint8_t LATE_DESCRIPTORS[] = {{{}}};\n\nstatic const canopy_filter_vtable VTABLE",
+        bytes.join(",")
+    );
+    let source = example
+        .replacen("static const canopy_filter_vtable VTABLE", &descriptors, 1)
+        .replacen(".name = \"rankcount\"", ".name = \"latecount\"", 1)
+        .replacen(
+            ".descriptors = {NULL, 0},",
+            ".descriptors = {LATE_DESCRIPTORS, sizeof LATE_DESCRIPTORS},",
+            1,
+        )
+        .replacen("\"canopy.filters.v1.RankCount\"", "\"late.v1.Count\"", 1);
+    assert!(source.contains("late.v1.Count") && source.contains("LATE_DESCRIPTORS, sizeof"));
+    let src = plugins.path().join("latecount.c");
+    std::fs::write(&src, source).unwrap();
+    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/abi/include");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&src)
+        .arg("-o")
+        .arg(plugins.path().join("libcanopy_filter_latecount.so"))
+        .status()
+        .expect("cc runs");
+    assert!(status.success());
+
+    let mut api = FrontendClient::new(channel.clone());
+    let info = api
+        .create_stream(CreateStreamRequest {
+            filter: "latecount".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.result_type, "late.v1.Count");
+    let mut updates = api
+        .subscribe(SubscribeRequest {
+            stream_ids: vec![info.stream_id],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), updates.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let any = first.result.unwrap();
+    assert_eq!(any.type_url, "type.googleapis.com/late.v1.Count");
+
+    // Reflection now describes it: decode the result with what it answers alone.
+    let MessageResponse::FileDescriptorResponse(answer) = reflect(&mut reflection, symbol()).await else {
+        panic!("late.v1.Count is not described after its stream opened")
+    };
+    let mut pool = DescriptorPool::new();
+    for bytes in answer.file_descriptor_proto {
+        pool.add_file_descriptor_proto(FileDescriptorProto::decode(bytes.as_slice()).unwrap())
+            .unwrap();
+    }
+    let count = DynamicMessage::decode(
+        pool.get_message_by_name("late.v1.Count").unwrap(),
+        any.value.as_slice(),
+    )
+    .unwrap();
+    let ranks = count.get_field_by_name("ranks").unwrap().as_u64().unwrap();
+    assert_eq!(ranks, 8, "{count:?}");
+    // The services are all still there.
+    let MessageResponse::ListServicesResponse(list) =
+        reflect(&mut reflection, MessageRequest::ListServices(String::new())).await
+    else {
+        panic!("no service list")
+    };
+    assert!(list.service.iter().any(|s| s.name == "canopy.v1.Frontend"));
+}

@@ -136,6 +136,8 @@ pub struct FrontendApi {
     pub shared: Arc<Shared>,
     pub filters: Arc<PluginFilters>,
     pub store: PathBuf,
+    /// Learns the result types of filters loaded after start.
+    pub reflection: Arc<dyn crate::reflection::Reflection>,
 }
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<RoundUpdate, Status>> + Send>>;
@@ -261,6 +263,10 @@ impl FrontendApi {
             .filters
             .info(&req.filter)
             .map_err(|e| ApiError::UnknownFilter(e.to_string()))?;
+        // Before the stream opens, so its first result is typed for reflection's clients.
+        if let Err(e) = self.reflection.add_filter(&req.filter, &info.descriptors) {
+            tracing::warn!(filter = %req.filter, "cannot register the filter's result types for reflection: {e}");
+        }
         let timeout_ms = match req.timeout_ms {
             0 => 1000,
             t if t > MAX_TIMEOUT_MS => return Err(ApiError::TimeoutTooLong(t)),

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod error;
+pub mod reflection;
 pub mod resume;
 
 use std::future::Future;
@@ -621,11 +622,14 @@ impl Frontend {
             gate,
             opened,
         } = self;
+        let known = known_filters(&filters);
+        let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
         let api = api::FrontendApi {
             root: RootHandle::new(handles.inputs.clone()),
             shared: shared.clone(),
             filters: filters.clone(),
             store: store_path.clone(),
+            reflection,
         };
         let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
             .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
@@ -638,9 +642,6 @@ impl Frontend {
         health_reporter
             .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
-        let plugin_files = plugin_descriptors(&filters);
-        let reflection = reflection_builder(&plugin_files).build_v1()?;
-        let reflection_alpha = reflection_builder(&plugin_files).build_v1alpha()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let limits = canopy_runtime::net::ListenLimits {
             max_connections: config.max_connections,
@@ -664,7 +665,7 @@ impl Frontend {
                 .add_service(tree.into_server())
                 .add_service(api)
                 .add_service(health)
-                .add_service(reflection)
+                .add_service(reflection_v1)
                 .add_service(reflection_alpha)
                 .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
                     let _ = stop_rx.await;
@@ -711,45 +712,19 @@ impl Frontend {
 /// How often the root reports its figures (to the API's topology, the metrics endpoint and the watchdog).
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Server reflection knows every service on the port and every filter's result type, so `grpcurl list`,
-/// `describe` and typed JSON of any result need no proto files.
-fn reflection_builder(plugin_files: &[u8]) -> tonic_reflection::server::Builder<'_> {
-    let b = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(canopy_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
-    if plugin_files.is_empty() {
-        b
-    } else {
-        b.register_encoded_file_descriptor_set(plugin_files)
-    }
-}
-
-/// The descriptors every plugin on the filter path exports, less the files Canopy already registers (the
-/// standard filters export Canopy's own), as one encoded set.
-fn plugin_descriptors(filters: &canopy_core::plugin::PluginFilters) -> Vec<u8> {
+/// Every filter on the filter path at start, with the descriptors it exports: server reflection knows every
+/// service on the port and these filters' result types, so `grpcurl list`, `describe` and typed JSON of any
+/// result need no proto files (a filter loaded later is added as its stream opens).
+fn known_filters(filters: &canopy_core::plugin::PluginFilters) -> Vec<(String, Vec<u8>)> {
     use canopy_core::filter::FilterFactory;
-    use prost::Message;
-    let own = prost_types::FileDescriptorSet::decode(canopy_proto::FILE_DESCRIPTOR_SET).unwrap_or_default();
-    let mut seen: std::collections::HashSet<String> = own.file.iter().map(|f| f.name().to_string()).collect();
-    seen.insert("grpc/health/v1/health.proto".into());
-    let mut extra = prost_types::FileDescriptorSet::default();
-    for name in filters.names() {
-        let Ok(info) = filters.info(&name) else { continue };
-        let Ok(set) = prost_types::FileDescriptorSet::decode(info.descriptors.as_slice()) else {
-            tracing::warn!(filter = %name, "the filter's descriptors do not decode; its results stay untyped");
-            continue;
-        };
-        for f in set.file {
-            if seen.insert(f.name().to_string()) {
-                extra.file.push(f);
-            }
-        }
-    }
-    if extra.file.is_empty() {
-        Vec::new()
-    } else {
-        extra.encode_to_vec()
-    }
+    filters
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let info = filters.info(&name).ok()?;
+            Some((name, info.descriptors))
+        })
+        .collect()
 }
 
 /// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.
