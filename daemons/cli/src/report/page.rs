@@ -17,7 +17,9 @@ table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { text-align: left; padding: 0.15em 0.8em 0.15em 0; vertical-align: top; }
 th { color: #555; font-weight: normal; }
 table.streams td, table.streams th { border-bottom: 1px solid #eee; }
-nav ul { padding-left: 1.2em; columns: 2; }
+div.glance { display: flex; flex-wrap: wrap; gap: 0 3em; align-items: flex-start; }
+nav ul { padding: 0; margin: 0.8em 0; }
+nav li { display: inline; margin-right: 1.2em; }
 figure { margin: 1em 0; }
 figure svg { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
@@ -39,7 +41,7 @@ pub fn render(reader: &StoreReader, summary: &Summary, sections: &[Section]) -> 
         escape(&name),
         escape(&name)
     );
-    html.push_str("<section id=\"summary\" class=\"summary\">\n<h2>Summary</h2>\n");
+    html.push_str("<section id=\"summary\" class=\"summary\">\n<h2>Summary</h2>\n<div class=\"glance\">\n");
     facts(&mut html, &summary.facts);
     html.push_str(
         "<table class=\"streams\">\n<tr><th>stream</th><th>filter</th><th>state</th><th>rounds</th>\
@@ -52,7 +54,7 @@ pub fn render(reader: &StoreReader, summary: &Summary, sections: &[Section]) -> 
         }
         html.push_str("</tr>\n");
     }
-    html.push_str("</table>\n<nav><ul>\n");
+    html.push_str("</table>\n</div>\n<nav><ul>\n");
     for s in sections {
         let _ = writeln!(
             html,

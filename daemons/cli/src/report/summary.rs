@@ -39,7 +39,14 @@ pub fn summary(reader: &StoreReader) -> anyhow::Result<Summary> {
         .and_then(|v| v.parse::<u64>().ok())
         .or_else(|| rounds.iter().filter_map(|r| r.closed_unix_ns).max());
     let mut facts = vec![
-        ("run".to_string(), reader.path().display().to_string()),
+        (
+            "run".to_string(),
+            // Through a `latest.sqlite` link, the run file it names.
+            std::fs::canonicalize(reader.path())
+                .unwrap_or_else(|_| reader.path().to_path_buf())
+                .display()
+                .to_string(),
+        ),
         ("tree".to_string(), tree),
         ("ranks".to_string(), ranks.to_string()),
         (
