@@ -121,7 +121,14 @@ impl Figure {
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let xs = bands.iter().flat_map(|b| b.points.iter().map(|p| p.round as f64));
         let ys = bands.iter().flat_map(|b| b.points.iter().map(|p| p.max));
-        let mut chart = self.axes(root, x_range(xs), y_range(ys, 0.0))?;
+        // From the least rank's value, not from 0, so that the spread and the drift show.
+        let least = bands
+            .iter()
+            .flat_map(|b| b.points.iter().map(|p| p.min))
+            .filter(|v| v.is_finite())
+            .fold(f64::INFINITY, f64::min);
+        let floor = if least.is_finite() { least } else { 0.0 };
+        let mut chart = self.axes(root, x_range(xs), y_range(ys, floor))?;
         for (i, band) in bands.iter().enumerate() {
             let c = colour(i);
             let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.round as f64, p.max)).collect();
