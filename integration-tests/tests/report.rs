@@ -534,3 +534,115 @@ fn bad_input_is_refused_with_the_thing_and_the_choices_named() {
         &["--figure", "--format png"],
     );
 }
+
+#[test]
+fn a_utilization_run_reports_each_activity_share_and_exports_its_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    ok(&[
+        "up",
+        "--scenario",
+        "namd",
+        "--ranks",
+        "8",
+        "--agents",
+        "2",
+        "--rounds",
+        "8",
+        "--period-ms",
+        "100",
+        "--filters",
+        "utilization",
+        "--quiet",
+        "--insecure",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let page = dir.path().join("util.html");
+    ok(&["report", out_dir.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let svg = &figures(&html)["utilization:utilization"];
+    // A layer per activity (at most eight, and the rest), each a line over the 8 rounds.
+    let layers = polylines(svg).into_iter().filter(|n| *n == 8).count();
+    let store = reader(&out_dir.join("latest.sqlite"));
+    let rows = store.utilization(Select::all()).unwrap();
+    let activities: BTreeSet<u64> = rows.iter().map(|r| r.activity_id).collect();
+    assert_eq!(layers, activities.len().min(9), "{activities:?}");
+    assert!(svg.contains("share of the round (%)"));
+    let names: HashMap<u64, String> = store.names().unwrap().into_iter().collect();
+    let busiest = rows.iter().max_by_key(|r| r.share).unwrap().activity_id;
+    let name = names.get(&busiest).map_or("other", String::as_str);
+    assert!(
+        svg.contains(&format!(">\n{name}\n</text>")),
+        "{name} is not named"
+    );
+
+    let csv_dir = dir.path().join("csv");
+    ok(&[
+        "export",
+        out_dir.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--table",
+        "utilization",
+        "--out",
+        csv_dir.to_str().unwrap(),
+    ]);
+    let files: Vec<_> = std::fs::read_dir(&csv_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(files, ["utilization.csv"], "only the table asked for");
+    let mut csv = csv::Reader::from_path(csv_dir.join("utilization.csv")).unwrap();
+    let records: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), rows.len());
+    for (rec, want) in records.iter().zip(&rows) {
+        // activity, share_of_250, share_pct
+        let want_name = names.get(&want.activity_id).map_or("other", String::as_str);
+        assert_eq!(&rec[6], want_name);
+        assert_eq!(rec[7].parse::<u32>().unwrap(), want.share);
+        assert_eq!(rec[8].parse::<f64>().unwrap(), f64::from(want.share) / 2.5);
+    }
+}
+
+#[test]
+fn a_run_without_rounds_reports_an_empty_page_and_names_no_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    drop(canopy_store::Store::create(&runs).unwrap());
+    let page = dir.path().join("empty.html");
+    ok(&["report", runs.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("<th>rounds</th><td>0 stored, 0 at full coverage</td>"),
+        "{html}"
+    );
+    assert!(html.contains("Nothing to draw"), "{html}");
+    fails(
+        &[
+            "report",
+            runs.to_str().unwrap(),
+            "--format",
+            "png",
+            "--figure",
+            "stats:x",
+        ],
+        &["no figure \"stats:x\"", "none (the run stored no rounds)"],
+    );
+    let out = dir.path().join("parquet");
+    ok(&[
+        "export",
+        runs.to_str().unwrap(),
+        "--format",
+        "parquet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    // streams and rounds always, empty but with their columns.
+    let rounds = SerializedFileReader::new(File::open(out.join("rounds.parquet")).unwrap()).unwrap();
+    assert_eq!(rounds.metadata().file_metadata().num_rows(), 0);
+    let columns = rounds.metadata().file_metadata().schema_descr().num_columns();
+    assert_eq!(columns, 5 + 9 + 6, "round columns");
+    assert!(out.join("streams.parquet").is_file());
+}
