@@ -148,13 +148,68 @@ pub fn top_histogram_events(rows: &[HistogramRow], metric: Metric, n: usize) -> 
     )
 }
 
-/// One bin of one round: where it lies on the value axis and how many ranks it holds.
+/// One bin of one round (or of `rounds` rounds from `round` on, merged): where it lies on the value axis and how
+/// many ranks it holds (summed over the rounds merged).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HeatCell {
     pub round: u64,
+    pub rounds: u64,
     pub lo: f64,
     pub hi: f64,
     pub count: u64,
+}
+
+/// Merges consecutive rounds into columns so that at most `columns` remain: each column spans the same number of
+/// rounds, its range is the union of theirs, cut into as many equal bins as a round has, and each bin of a
+/// round adds its count to the column's bin holding its midpoint. Cells are returned as they are when they
+/// already fit.
+pub fn merge_rounds(cells: &[HeatCell], columns: usize) -> Vec<HeatCell> {
+    let rounds: BTreeSet<u64> = cells.iter().map(|c| c.round).collect();
+    let (Some(&first), Some(&last)) = (rounds.first(), rounds.last()) else {
+        return Vec::new();
+    };
+    if rounds.len() <= columns.max(1) {
+        return cells.to_vec();
+    }
+    let span = (last - first + 1).div_ceil(columns.max(1) as u64);
+    let mut per_round: HashMap<u64, usize> = HashMap::new();
+    for c in cells {
+        *per_round.entry(c.round).or_default() += 1;
+    }
+    let bins = per_round.values().copied().max().unwrap_or(1).max(1);
+    let mut groups: BTreeMap<u64, Vec<&HeatCell>> = BTreeMap::new();
+    for c in cells {
+        groups.entry((c.round - first) / span).or_default().push(c);
+    }
+    let mut out = Vec::with_capacity(groups.len() * bins);
+    for (g, members) in groups {
+        let lo = members.iter().map(|c| c.lo).fold(f64::INFINITY, f64::min);
+        let hi = members.iter().map(|c| c.hi).fold(f64::NEG_INFINITY, f64::max);
+        let width = (hi - lo) / bins as f64;
+        let mut counts = vec![0u64; bins];
+        for c in members {
+            let mid = (c.lo + c.hi) / 2.0;
+            let i = if width > 0.0 {
+                (((mid - lo) / width).floor() as usize).min(bins - 1)
+            } else {
+                0
+            };
+            counts[i] += c.count;
+        }
+        let round = first + g * span;
+        out.extend(counts.into_iter().enumerate().map(|(i, count)| HeatCell {
+            round,
+            rounds: span,
+            lo: lo + i as f64 * width,
+            hi: if i + 1 == bins {
+                hi
+            } else {
+                lo + (i + 1) as f64 * width
+            },
+            count,
+        }));
+    }
+    out
 }
 
 /// An event's bins round by round. With `by_value`, a bin spans its bounds (`lo`..`hi`, which move from round to
@@ -170,6 +225,7 @@ pub fn heat_cells(rows: &[HistogramRow], metric: Metric, id: u64, by_value: bool
             };
             HeatCell {
                 round: r.round,
+                rounds: 1,
                 lo,
                 hi,
                 count: r.count,
@@ -353,25 +409,49 @@ mod tests {
         ];
         assert_eq!(top_histogram_events(&rows, Metric::Exclusive, 2), vec![2, 1]);
         let cells = heat_cells(&rows, Metric::Exclusive, 1, true);
-        assert_eq!(
-            cells,
-            vec![
-                HeatCell {
-                    round: 0,
-                    lo: 0.0,
-                    hi: 10.0,
-                    count: 8
-                },
-                HeatCell {
-                    round: 1,
-                    lo: 10.0,
-                    hi: 20.0,
-                    count: 2
-                },
-            ]
-        );
+        assert_eq!(cells, vec![cell(0, 0.0, 10.0, 8), cell(1, 10.0, 20.0, 2)]);
         let by_index = heat_cells(&rows, Metric::Exclusive, 1, false);
         assert_eq!((by_index[1].lo, by_index[1].hi), (1.0, 2.0));
+    }
+
+    fn cell(round: u64, lo: f64, hi: f64, count: u64) -> HeatCell {
+        HeatCell {
+            round,
+            rounds: 1,
+            lo,
+            hi,
+            count,
+        }
+    }
+
+    #[test]
+    fn rounds_merge_into_columns_keeping_every_count() {
+        // Rounds 0..6, two bins each; round r spans r..r+2.
+        let cells: Vec<HeatCell> = (0..6)
+            .flat_map(|r| {
+                let lo = r as f64;
+                [cell(r, lo, lo + 1.0, 3), cell(r, lo + 1.0, lo + 2.0, 1)]
+            })
+            .collect();
+        assert_eq!(merge_rounds(&cells, 6), cells, "already fits");
+        let merged = merge_rounds(&cells, 2);
+        // Two columns of three rounds, two bins each, over the union of their ranges.
+        assert_eq!(merged.len(), 4);
+        assert_eq!(
+            merged.iter().map(|c| c.count).sum::<u64>(),
+            cells.iter().map(|c| c.count).sum::<u64>()
+        );
+        assert_eq!(merged[0], cell(0, 0.0, 2.0, 3 + 3 + 1).with_rounds(3));
+        assert_eq!(merged[1], cell(0, 2.0, 4.0, 1 + 1 + 3).with_rounds(3));
+        assert_eq!((merged[2].round, merged[2].lo, merged[2].hi), (3, 3.0, 5.0));
+        assert_eq!(merge_rounds(&[], 4), Vec::new());
+    }
+
+    impl HeatCell {
+        fn with_rounds(mut self, rounds: u64) -> HeatCell {
+            self.rounds = rounds;
+            self
+        }
     }
 
     #[test]

@@ -3,9 +3,14 @@
 
 use canopy_store::{Select, StreamRow, Word};
 
-use super::data::{heat_cells, metric_label, metric_unit, plain_bins, time_metric, top_histogram_events};
+use super::data::{
+    heat_cells, merge_rounds, metric_label, metric_unit, plain_bins, time_metric, top_histogram_events,
+};
 use super::plot::{Chart, Figure};
 use super::{Context, Section};
+
+/// The most columns a heat map draws: beyond, consecutive rounds are merged, so a long run's page stays small.
+const COLUMNS: usize = 200;
 
 pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section> {
     let rows = ctx.reader.histograms(Select::all().stream(stream.stream_id))?;
@@ -32,12 +37,21 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
     section.facts.push(("bins".into(), bins.to_string()));
     for id in top_histogram_events(&rows, metric, ctx.top) {
         let name = ctx.names.of(id);
+        let cells = merge_rounds(&heat_cells(&rows, metric, id, true), COLUMNS);
+        let merged = match cells.first().map(|c| c.rounds) {
+            Some(n) if n > 1 => format!(" ({n} rounds per column, counts added)"),
+            _ => String::new(),
+        };
         section.figures.push(Figure {
             id: format!("histogram:{}:{name}", stream.name),
-            title: format!("{}: {name}, ranks per {} bin", stream.name, metric_label(metric)),
+            title: format!(
+                "{}: {name}, ranks per {} bin{merged}",
+                stream.name,
+                metric_label(metric)
+            ),
             x_label: "round".into(),
             y_label: format!("{} ({})", metric_label(metric), metric_unit(metric)),
-            chart: Chart::Heat(heat_cells(&rows, metric, id, true)),
+            chart: Chart::Heat(cells),
         });
     }
     Ok(section)

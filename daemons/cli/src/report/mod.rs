@@ -201,6 +201,46 @@ fn beside(store: &Path, ext: &str) -> PathBuf {
 mod tests {
     use super::*;
 
+    fn stream(result_type: Option<&str>) -> StreamRow {
+        StreamRow {
+            stream_id: 1,
+            name: "s".into(),
+            filter: "f".into(),
+            params: String::new(),
+            sync_mode: canopy_proto::v1::SyncMode::WaitForAll,
+            timeout_ms: 0,
+            state: None,
+            failure: None,
+            result_type: result_type.map(str::to_string),
+            ranks: String::new(),
+            opened_unix_ns: None,
+            closed_unix_ns: None,
+            rounds: 0,
+            full_rounds: 0,
+            late_packets: 0,
+        }
+    }
+
+    #[test]
+    fn a_stream_is_drawn_by_the_type_of_its_results() {
+        let kind = |ty| Kind::of(&stream(ty));
+        assert_eq!(kind(Some("canopy.filters.v1.StatsResult")), Some(Kind::Stats));
+        assert_eq!(
+            kind(Some("canopy.filters.v1.HistogramResult")),
+            Some(Kind::Histogram)
+        );
+        assert_eq!(kind(Some("canopy.filters.v1.ClassResult")), Some(Kind::Classify));
+        assert_eq!(
+            kind(Some("canopy.filters.v1.UtilizationResult")),
+            Some(Kind::Utilization)
+        );
+        assert_eq!(kind(Some("canopy.filters.v1.NodeSamples")), Some(Kind::Nodes));
+        // Passthrough profiles, a plugin's own type, or no result yet: coverage only.
+        assert_eq!(kind(Some("canopy.v1.ProfileBatch")), None);
+        assert_eq!(kind(Some("canopy.filters.v1.RankCount")), None);
+        assert_eq!(kind(None), None);
+    }
+
     #[test]
     fn figure_names_become_file_names() {
         assert_eq!(file_safe("histogram:h:MPI/Send"), "histogram-h-MPI-Send");

@@ -152,7 +152,11 @@ impl Figure {
         cells: &[HeatCell],
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let (plot, scale) = root.split_horizontally(SIZE.0 - 90);
-        let x = x_range(cells.iter().map(|c| c.round as f64));
+        let x = x_range(
+            cells
+                .iter()
+                .flat_map(|c| [c.round as f64, (c.round + c.rounds - 1) as f64]),
+        );
         let x = (x.start - 0.5)..(x.end + 0.5);
         let lo = cells.iter().map(|c| c.lo).fold(f64::INFINITY, f64::min);
         let hi = cells.iter().map(|c| c.hi).fold(f64::NEG_INFINITY, f64::max);
@@ -168,16 +172,13 @@ impl Figure {
         let most = cells.iter().map(|c| c.count).max().unwrap_or(0).max(1);
         let mut chart = self.axes(&plot, x, lo - thin..hi + thin)?;
         chart.draw_series(cells.iter().map(|c| {
-            let r = c.round as f64;
+            let (x0, x1) = (c.round as f64 - 0.5, (c.round + c.rounds) as f64 - 0.5);
             let (y0, y1) = if c.hi > c.lo {
                 (c.lo, c.hi)
             } else {
                 (c.lo - thin, c.lo + thin)
             };
-            Rectangle::new(
-                [(r - 0.5, y0), (r + 0.5, y1)],
-                heat(c.count as f64 / most as f64).filled(),
-            )
+            Rectangle::new([(x0, y0), (x1, y1)], heat(c.count as f64 / most as f64).filled())
         }))?;
         // The colour scale: 0 at the bottom, the largest count at the top.
         let steps = 20;
@@ -452,6 +453,7 @@ mod tests {
             .flat_map(|r| {
                 (0u32..4).map(move |b| HeatCell {
                     round: r,
+                    rounds: 1,
                     lo: f64::from(b),
                     hi: f64::from(b + 1),
                     count: u64::from(b),
