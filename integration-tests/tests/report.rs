@@ -646,3 +646,88 @@ fn a_run_without_rounds_reports_an_empty_page_and_names_no_figures() {
     assert_eq!(columns, 5 + 9 + 6, "round columns");
     assert!(out.join("streams.parquet").is_file());
 }
+
+#[test]
+fn coverage_shows_each_missing_reason_as_the_rounds_table_counts_it() {
+    use canopy_proto::v1::{MissingReason, StreamSpec, SyncMode};
+    use canopy_store::{Payload, RoundRecord, StreamState};
+
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let mut store = canopy_store::Store::create(&runs).unwrap();
+    let spec = StreamSpec {
+        stream_id: 1,
+        name: "lossy".into(),
+        filter: "passthrough".into(),
+        params: String::new(),
+        sync_mode: SyncMode::WaitForAll as i32,
+        timeout_ms: 100,
+        ranks: String::new(),
+    };
+    store.put_stream(&spec, StreamState::Open, None, None).unwrap();
+    // 16 ranks; from round 10 on an agent of 4 ranks is lost, and in rounds 20..25 two more are late.
+    for round in 0..30u64 {
+        let mut missing = Vec::new();
+        if round >= 10 {
+            missing.push((MissingReason::Lost, 4));
+        }
+        if (20..25).contains(&round) {
+            missing.push((MissingReason::Late, 2));
+        }
+        let absent: u32 = missing.iter().map(|(_, n)| n).sum();
+        let rec = RoundRecord {
+            stream_id: 1,
+            stream_name: "lossy".into(),
+            round,
+            covered: 16 - absent,
+            expected: 16,
+            missing,
+            first_dump_unix_ns: 0,
+            closed_unix_ns: 0,
+        };
+        store.write_round(&rec, Payload::None).unwrap();
+    }
+    drop(store);
+    let page = dir.path().join("lossy.html");
+    ok(&["report", runs.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("30 rounds, 10 at full coverage; missing ranks: late: 10, lost: 80"),
+        "{html}"
+    );
+    let svg = &figures(&html)["coverage:lossy"];
+    // Covered, lost, late: a layer each, stacked to the expected line, all named.
+    for layer in ["covered", "missing: lost", "missing: late", "expected"] {
+        assert!(svg.contains(&format!(">\n{layer}\n</text>")), "{layer}");
+    }
+    assert_eq!(
+        polylines(svg).iter().filter(|n| **n == 30).count(),
+        4,
+        "{:?}",
+        polylines(svg)
+    );
+    let out = dir.path().join("csv");
+    ok(&[
+        "export",
+        runs.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--table",
+        "rounds",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let mut csv = csv::Reader::from_path(out.join("rounds.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (lost, late, reason) = (
+        col("missing_lost_ranks"),
+        col("missing_late_ranks"),
+        col("missing_reason"),
+    );
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 30);
+    assert_eq!((&rows[0][lost], &rows[0][reason]), ("0", ""));
+    assert_eq!((&rows[22][lost], &rows[22][late]), ("4", "2"));
+    assert_eq!(&rows[22][reason], "lost: 4, late: 2");
+}
