@@ -27,7 +27,8 @@ pub struct ReportArgs {
     /// The run: a store (.sqlite), or a directory of runs (canopy up's --out), whose latest.sqlite (else newest
     /// run-*.sqlite) is taken.
     run: PathBuf,
-    /// Where to write: default, beside the store, the run's file name with .html (or FIGURE.png).
+    /// Where to write. Default: the page beside the store, as the run's file name with .html; a PNG in the
+    /// current directory as the figure's name with `-` for `:` (stats-STREAM.png).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// html: the whole report as one page; png: the one figure --figure names.
