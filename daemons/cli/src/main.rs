@@ -1,12 +1,16 @@
 //! `canopy`: the user's command. `canopy up` launches a whole local tree of real processes with simulated
-//! ranks and shows the rounds live; `canopy topology` prints the parent of every node of a tree shape.
+//! ranks and shows the rounds live; `canopy topology` prints the parent of every node of a tree shape; `canopy
+//! report` and `canopy export` turn a run's store into an HTML page of figures or into CSV and Parquet files.
 
 #![forbid(unsafe_code)]
 
 mod certs;
 mod client;
 mod cpu;
+mod export;
 mod generate;
+mod report;
+mod run_store;
 mod topology_cmd;
 mod up;
 mod watch;
@@ -62,6 +66,11 @@ enum Command {
     Completions(generate::CompletionsArgs),
     /// Print the man page of canopy, or with --out write one page per command and subcommand.
     Man(generate::ManArgs),
+    /// A run's store as one self-contained HTML page of figures (summary, coverage, top events with their
+    /// spread, histograms as heat maps, classes, utilization, nodes), or one figure as PNG.
+    Report(report::ReportArgs),
+    /// A run's tables as CSV or Parquet files, one per table, with event names and units in column names.
+    Export(export::ExportArgs),
 }
 
 fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<ExitCode> {
@@ -83,6 +92,8 @@ fn main() -> ExitCode {
         Command::Watch { target, args } => block_on(watch::watch(target, args)),
         Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
+        Command::Report(a) => report::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Export(a) => export::run(a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,274 @@
+//! `canopy report`: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
+//! of its figures as a PNG. A section per stream, drawn by the function of the stream's kind (stats,
+//! histogram, classify, utilization, nodes) after the run's summary, then every stream's coverage.
+
+mod classes;
+mod coverage;
+pub mod data;
+mod histogram;
+mod nodes;
+mod page;
+pub mod plot;
+mod stats;
+mod summary;
+mod utilization;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use canopy_store::{StoreReader, StreamRow};
+
+use crate::run_store;
+use data::Names;
+use plot::Figure;
+
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// The run: a store (.sqlite), or a directory of runs (canopy up's --out), whose latest.sqlite (else newest
+    /// run-*.sqlite) is taken.
+    run: PathBuf,
+    /// Where to write. Default: the page beside the store, as the run's file name with .html; a PNG in the
+    /// current directory as the figure's name with `-` for `:` (stats-STREAM.png).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// html: the whole report as one page; png: the one figure --figure names.
+    #[arg(long, value_enum, default_value_t = Format::Html)]
+    format: Format,
+    /// The figure to write as PNG, by its name in the report (`stats:STREAM`, `histogram:STREAM:EVENT`,
+    /// `classes:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
+    #[arg(long, value_name = "NAME")]
+    figure: Option<String>,
+    /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    top: u16,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Html,
+    Png,
+}
+
+/// What every section reads from.
+pub struct Context<'a> {
+    pub reader: &'a StoreReader,
+    pub names: Names,
+    pub top: usize,
+}
+
+/// A part of the report: a heading, a line saying what it shows and where from, facts and figures.
+#[derive(Debug, Default)]
+pub struct Section {
+    /// The HTML anchor.
+    pub anchor: String,
+    pub title: String,
+    /// What the section shows, and from which table.
+    pub intro: String,
+    pub facts: Vec<(String, String)>,
+    pub figures: Vec<Figure>,
+}
+
+/// The kinds of stream the report draws, by the type of their results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Stats,
+    Histogram,
+    Classify,
+    Utilization,
+    Nodes,
+}
+
+impl Kind {
+    fn of(stream: &StreamRow) -> Option<Kind> {
+        let ty = stream.result_type.as_deref()?;
+        let name = ty.rsplit('.').next()?;
+        match name {
+            "StatsResult" => Some(Kind::Stats),
+            "HistogramResult" => Some(Kind::Histogram),
+            "ClassResult" => Some(Kind::Classify),
+            "UtilizationResult" => Some(Kind::Utilization),
+            "NodeSamples" => Some(Kind::Nodes),
+            _ => None,
+        }
+    }
+
+    /// The section of a stream of this kind.
+    fn section(self, ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section> {
+        match self {
+            Kind::Stats => stats::section(ctx, stream),
+            Kind::Histogram => histogram::section(ctx, stream),
+            Kind::Classify => classes::section(ctx, stream),
+            Kind::Utilization => utilization::section(ctx, stream),
+            Kind::Nodes => nodes::section(ctx, stream),
+        }
+    }
+}
+
+/// Every section of the report, in page order: one per stream the report can draw, then coverage.
+pub fn sections(ctx: &Context<'_>) -> anyhow::Result<Vec<Section>> {
+    let streams = ctx.reader.streams()?;
+    let mut out = Vec::new();
+    for stream in &streams {
+        if let Some(kind) = Kind::of(stream) {
+            out.push(kind.section(ctx, stream)?);
+        }
+    }
+    out.push(coverage::section(ctx, &streams)?);
+    Ok(out)
+}
+
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    if args.format == Format::Html && args.figure.is_some() {
+        bail!("--figure picks the figure of --format png; the HTML report holds every figure");
+    }
+    let reader = run_store::open(&args.run)?;
+    let ctx = Context {
+        names: Names::new(reader.names()?),
+        reader: &reader,
+        top: usize::from(args.top),
+    };
+    let sections = sections(&ctx)?;
+    match args.format {
+        Format::Html => {
+            let summary = summary::summary(&reader)?;
+            let html = page::render(&reader, &summary, &sections)?;
+            let out = args.output.unwrap_or_else(|| beside(reader.path(), "html"));
+            std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
+            let figures: usize = sections.iter().map(|s| s.figures.len()).sum();
+            println!(
+                "canopy report: {} ({} sections, {figures} figures)",
+                out.display(),
+                sections.len() + 1
+            );
+        }
+        Format::Png => {
+            let Some(name) = args.figure else {
+                bail!(
+                    "--format png writes one figure: name it with --figure; figures of {}: {}",
+                    reader.path().display(),
+                    figure_names(&sections)
+                );
+            };
+            let figure = find_figure(&sections, &name).with_context(|| {
+                format!(
+                    "no figure {name:?} in {}; its figures: {}",
+                    reader.path().display(),
+                    figure_names(&sections)
+                )
+            })?;
+            let out = args
+                .output
+                .unwrap_or_else(|| PathBuf::from(format!("{}.png", file_safe(&figure.id))));
+            figure.png(&out)?;
+            println!("canopy report: {} ({})", out.display(), figure.title);
+        }
+    }
+    Ok(())
+}
+
+/// The figure named `name`.
+pub fn find_figure<'a>(sections: &'a [Section], name: &str) -> Option<&'a Figure> {
+    sections.iter().flat_map(|s| &s.figures).find(|f| f.id == name)
+}
+
+/// The names of every figure, comma-separated, for an error message.
+pub fn figure_names(sections: &[Section]) -> String {
+    let names: Vec<&str> = sections
+        .iter()
+        .flat_map(|s| &s.figures)
+        .map(|f| f.id.as_str())
+        .collect();
+    if names.is_empty() {
+        "none (the run stored no rounds)".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// A figure's name as a file name: `:` and `/` become `-`.
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| if matches!(c, ':' | '/' | '\\') { '-' } else { c })
+        .collect()
+}
+
+/// The store's path with another extension, through a `latest.sqlite` link to the run file it names.
+fn beside(store: &Path, ext: &str) -> PathBuf {
+    let real = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
+    real.with_extension(ext)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(result_type: Option<&str>) -> StreamRow {
+        StreamRow {
+            stream_id: 1,
+            name: "s".into(),
+            filter: "f".into(),
+            params: String::new(),
+            sync_mode: canopy_proto::v1::SyncMode::WaitForAll,
+            timeout_ms: 0,
+            state: None,
+            failure: None,
+            result_type: result_type.map(str::to_string),
+            ranks: String::new(),
+            opened_unix_ns: None,
+            closed_unix_ns: None,
+            rounds: 0,
+            full_rounds: 0,
+            late_packets: 0,
+        }
+    }
+
+    #[test]
+    fn a_stream_is_drawn_by_the_type_of_its_results() {
+        let kind = |ty| Kind::of(&stream(ty));
+        assert_eq!(kind(Some("canopy.filters.v1.StatsResult")), Some(Kind::Stats));
+        assert_eq!(
+            kind(Some("canopy.filters.v1.HistogramResult")),
+            Some(Kind::Histogram)
+        );
+        assert_eq!(kind(Some("canopy.filters.v1.ClassResult")), Some(Kind::Classify));
+        assert_eq!(
+            kind(Some("canopy.filters.v1.UtilizationResult")),
+            Some(Kind::Utilization)
+        );
+        assert_eq!(kind(Some("canopy.filters.v1.NodeSamples")), Some(Kind::Nodes));
+        // Passthrough profiles, a plugin's own type, or no result yet: coverage only.
+        assert_eq!(kind(Some("canopy.v1.ProfileBatch")), None);
+        assert_eq!(kind(Some("canopy.filters.v1.RankCount")), None);
+        assert_eq!(kind(None), None);
+    }
+
+    #[test]
+    fn figure_names_become_file_names() {
+        assert_eq!(file_safe("histogram:h:MPI/Send"), "histogram-h-MPI-Send");
+    }
+
+    #[test]
+    fn figures_are_found_by_name_and_listed_when_not() {
+        let fig = |id: &str| Figure {
+            id: id.into(),
+            title: String::new(),
+            x_label: String::new(),
+            y_label: String::new(),
+            chart: plot::Chart::Lines(Vec::new()),
+        };
+        let sections = vec![
+            Section {
+                figures: vec![fig("coverage:a")],
+                ..Section::default()
+            },
+            Section {
+                figures: vec![fig("stats:a"), fig("histogram:b:x")],
+                ..Section::default()
+            },
+        ];
+        assert_eq!(find_figure(&sections, "stats:a").unwrap().id, "stats:a");
+        assert!(find_figure(&sections, "stats:b").is_none());
+        assert_eq!(figure_names(&sections), "coverage:a, stats:a, histogram:b:x");
+        assert_eq!(figure_names(&[]), "none (the run stored no rounds)");
+    }
+}
