@@ -688,3 +688,68 @@ async fn from_round_starts_exactly_there_for_stored_and_live_rounds() {
         );
     }
 }
+
+/// With names asked for, every event a stats result names has its name sent with that update or an earlier
+/// one, each name once, the run's names; without, no update carries names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_with_names_is_sent_each_name_once_before_its_event_appears() {
+    use canopy_proto::filters::v1::StatsResult;
+
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 15,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let with = |with_names| SubscribeRequest {
+        start: Some(subscribe_request::Start::Replay(true)),
+        with_names,
+        ..Default::default()
+    };
+    let mut named = api.subscribe(with(true)).await.unwrap().into_inner();
+    let mut plain = api.subscribe(with(false)).await.unwrap().into_inner();
+    let mut names: HashMap<u64, String> = HashMap::new();
+    let mut updates = 0;
+    while let Some(u) = tokio::time::timeout(Duration::from_secs(30), named.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        for n in u.names {
+            assert!(
+                names.insert(n.id, n.name.clone()).is_none(),
+                "{} sent twice",
+                n.name
+            );
+        }
+        let stats = StatsResult::decode(u.result.unwrap().value.as_slice()).unwrap();
+        for s in stats.stats {
+            assert!(
+                names.contains_key(&s.id),
+                "round {}: event {:#x} before its name",
+                u.round,
+                s.id
+            );
+        }
+        updates += 1;
+    }
+    assert_eq!(updates, 15);
+    while let Some(u) = tokio::time::timeout(Duration::from_secs(30), plain.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        assert!(u.names.is_empty());
+    }
+    // The names sent are the run's names (as the store has them; the front-end has ended with the run).
+    let tree_names: HashMap<u64, String> = reader(&tree.store).names().unwrap().into_iter().collect();
+    assert!(!names.is_empty());
+    for (id, name) in &names {
+        assert_eq!(tree_names.get(id), Some(name));
+    }
+}

@@ -42,12 +42,37 @@ pub struct Shared {
     /// The open streams of the utilization filter: while there is one, every rank runs the utilization module
     /// (and its rounds are time rounds).
     utilization_streams: Mutex<BTreeSet<u32>>,
+    /// Every event and counter name the root has heard of, in the order they came (each id once), for the
+    /// subscriptions that ask for names: each keeps how far it has read.
+    names: Mutex<(Vec<EventName>, HashSet<u64>)>,
 }
 
 /// The filter whose streams need the utilization module in force.
 pub const UTILIZATION_FILTER: &str = "utilization";
 
 impl Shared {
+    /// Records names the root heard of; an id already known keeps its first name (as the store does).
+    pub fn add_names(&self, names: &[(u64, String)]) {
+        let mut known = self.names.lock().expect("names");
+        let (list, ids) = &mut *known;
+        for (id, name) in names {
+            if ids.insert(*id) {
+                list.push(EventName {
+                    id: *id,
+                    name: name.clone(),
+                });
+            }
+        }
+    }
+
+    /// The names recorded from `*next` on, moving `*next` past them.
+    fn names_since(&self, next: &mut usize) -> Vec<EventName> {
+        let known = self.names.lock().expect("names");
+        let new = known.0.get(*next..).unwrap_or_default().to_vec();
+        *next = known.0.len();
+        new
+    }
+
     pub fn new(buffer: usize) -> Arc<Shared> {
         let (live, _) = broadcast::channel(buffer.max(1));
         Arc::new(Shared {
@@ -55,6 +80,7 @@ impl Shared {
             status: Mutex::default(),
             result_types: Mutex::default(),
             ended: tokio::sync::watch::Sender::new(false),
+            names: Mutex::default(),
             options: Mutex::default(),
             default_modules: Mutex::default(),
             utilization_streams: Mutex::default(),
@@ -201,6 +227,35 @@ fn stream_info(s: StreamRow) -> StreamInfo {
     }
 }
 
+/// The names one subscription has been sent, and how far it has read the root's.
+struct SentNames {
+    sent: HashSet<u64>,
+    /// The store's names, sent with the first update.
+    stored: Vec<(u64, String)>,
+    next: usize,
+}
+
+impl SentNames {
+    fn new(stored: Vec<(u64, String)>) -> Self {
+        SentNames {
+            sent: HashSet::new(),
+            stored,
+            next: 0,
+        }
+    }
+
+    /// The names not sent yet.
+    fn new_ones(&mut self, shared: &Shared) -> Vec<EventName> {
+        let stored = std::mem::take(&mut self.stored)
+            .into_iter()
+            .map(|(id, name)| EventName { id, name });
+        stored
+            .chain(shared.names_since(&mut self.next))
+            .filter(|n| self.sent.insert(n.id))
+            .collect()
+    }
+}
+
 fn coverage(covered: u32, expected: u32, missing: &MissingCounts) -> Coverage {
     Coverage {
         covered,
@@ -244,6 +299,7 @@ fn stored_updates(
                 late: false,
                 missed: 0,
                 replayed: true,
+                names: Vec::new(),
             });
         }
     }
@@ -354,9 +410,17 @@ impl FrontendApi {
             .collect();
         let shared = self.shared.clone();
         let mut ended = self.shared.ended.subscribe();
+        // With names: those the store holds (an earlier front-end of a continued run heard some), then the root's.
+        let mut names = match req.with_names {
+            true => Some(SentNames::new(read(self.store.clone(), |r| r.names()).await?)),
+            false => None,
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RoundUpdate, Status>>(16);
         tokio::spawn(async move {
-            for u in stored {
+            for mut u in stored {
+                if let Some(n) = &mut names {
+                    u.names = n.new_ones(&shared);
+                }
                 if tx.send(Ok(u)).await.is_err() {
                     return;
                 }
@@ -378,7 +442,14 @@ impl FrontendApi {
                     late: r.late,
                     missed,
                     replayed: false,
+                    names: Vec::new(),
                 })
+            };
+            let mut named = |mut u: RoundUpdate| {
+                if let Some(n) = &mut names {
+                    u.names = n.new_ones(&shared);
+                }
+                u
             };
             loop {
                 // The client hanging up ends the task even while its streams are quiet.
@@ -392,7 +463,7 @@ impl FrontendApi {
                                 Ok(r) => {
                                     if let Some(u) = update(&r, missed) {
                                         missed = 0;
-                                        if tx.send(Ok(u)).await.is_err() {
+                                        if tx.send(Ok(named(u))).await.is_err() {
                                             return;
                                         }
                                     }
@@ -407,7 +478,7 @@ impl FrontendApi {
                     Ok(r) => {
                         let Some(u) = update(&r, missed) else { continue };
                         missed = 0;
-                        if tx.send(Ok(u)).await.is_err() {
+                        if tx.send(Ok(named(u))).await.is_err() {
                             return;
                         }
                     }

@@ -362,7 +362,8 @@ impl Up for StoreUp {
     async fn send(&mut self, msg: up_message::Msg) {
         match msg {
             up_message::Msg::Names(d) => {
-                let names = d.names.into_iter().map(|n| (n.id, n.name)).collect();
+                let names: Vec<(u64, String)> = d.names.into_iter().map(|n| (n.id, n.name)).collect();
+                self.shared.add_names(&names);
                 self.writer.names(names).await;
             }
             up_message::Msg::NodeEvent(ev) => self.writer.node(ev).await,
