@@ -30,5 +30,5 @@ pub use rows::{
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Store};
 pub use tables::{is_tabulated, ranges_text};
-pub use words::{StreamState, Word};
+pub use words::{StreamState, Word, metric_unit};
 pub use writer::{Round, RunSummary, Writer, WriterThread};

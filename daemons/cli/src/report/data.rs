@@ -25,18 +25,20 @@ impl Names {
     }
 }
 
-/// The unit of a `stats` or `histograms` metric, for axis labels and export columns.
+/// The unit of a `stats` or `histograms` metric as the store's `units` table gives it (`us`, `calls`, `faults`...),
+/// `value` for an application counter, whose unit is its own: the export's `unit` column.
 pub fn metric_unit(metric: Metric) -> &'static str {
-    use canopy_store::Word;
-    match metric {
-        Metric::Inclusive | Metric::Exclusive => "µs",
-        Metric::Calls => "calls",
-        Metric::HeapAtEntry => "bytes",
-        Metric::DepthAtEntry => "frames",
-        Metric::TaskClockInclusive | Metric::TaskClockExclusive => "ns",
-        Metric::Counter | Metric::Unspecified => "value",
-        m if m.word().ends_with("clusive") => "events",
-        _ => "value",
+    match canopy_store::metric_unit(metric).0 {
+        "" => "value",
+        unit => unit,
+    }
+}
+
+/// A metric's unit as axis labels show it: `µs` for the store's `us`.
+pub fn display_unit(metric: Metric) -> &'static str {
+    match metric_unit(metric) {
+        "us" => "µs",
+        unit => unit,
     }
 }
 
@@ -378,9 +380,11 @@ mod tests {
         );
         assert_eq!(time_metric([Metric::Calls].iter()), Some(Metric::Calls));
         assert_eq!(time_metric([].iter()), None);
-        assert_eq!(metric_unit(Metric::Exclusive), "µs");
-        assert_eq!(metric_unit(Metric::PageFaultsExclusive), "events");
+        assert_eq!(metric_unit(Metric::Exclusive), "us");
+        assert_eq!(display_unit(Metric::Exclusive), "µs");
+        assert_eq!(metric_unit(Metric::PageFaultsExclusive), "faults");
         assert_eq!(metric_unit(Metric::HeapAtEntry), "bytes");
+        assert_eq!(metric_unit(Metric::Counter), "value");
         assert_eq!(metric_label(Metric::Exclusive), "exclusive time");
         assert_eq!(metric_label(Metric::Calls), "calls");
     }

@@ -4,7 +4,7 @@
 use canopy_store::{Select, StreamRow, Word};
 
 use super::data::{
-    heat_cells, merge_rounds, metric_label, metric_unit, plain_bins, time_metric, top_histogram_events,
+    display_unit, heat_cells, merge_rounds, metric_label, plain_bins, time_metric, top_histogram_events,
 };
 use super::plot::{Chart, Figure};
 use super::{Context, Section};
@@ -50,7 +50,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
                 metric_label(metric)
             ),
             x_label: "round".into(),
-            y_label: format!("{} ({})", metric_label(metric), metric_unit(metric)),
+            y_label: format!("{} ({})", metric_label(metric), display_unit(metric)),
             chart: Chart::Heat(cells),
         });
     }

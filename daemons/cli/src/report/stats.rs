@@ -3,7 +3,7 @@
 
 use canopy_store::{Select, StreamRow, Word};
 
-use super::data::{bands, metric_label, metric_unit, plain_stats, time_metric, top_stats_events};
+use super::data::{bands, display_unit, metric_label, plain_stats, time_metric, top_stats_events};
 use super::plot::{Chart, Figure};
 use super::{Context, Section};
 
@@ -41,7 +41,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
             metric_label(metric)
         ),
         x_label: "round".into(),
-        y_label: format!("{} per rank ({})", metric_label(metric), metric_unit(metric)),
+        y_label: format!("{} per rank ({})", metric_label(metric), display_unit(metric)),
         chart: Chart::Bands(bands(&rows, metric, &top, &ctx.names)),
     });
     Ok(section)
