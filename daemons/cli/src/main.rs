@@ -6,8 +6,13 @@
 mod certs;
 mod client;
 mod cpu;
+mod fit;
 mod generate;
+mod keys;
+mod top;
 mod topology_cmd;
+mod tui;
+mod units;
 mod up;
 mod watch;
 
@@ -58,6 +63,14 @@ enum Command {
         #[command(flatten)]
         args: watch::WatchArgs,
     },
+    /// The live tree, refreshed every second: a row per node with its state, rounds/s, lag, traffic and troubles;
+    /// one plain table with --once or when piped.
+    Top {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(flatten)]
+        args: top::TopArgs,
+    },
     /// Print the completion script for a shell (deploy/install.sh installs bash's, zsh's and fish's).
     Completions(generate::CompletionsArgs),
     /// Print the man page of canopy, or with --out write one page per command and subcommand.
@@ -81,6 +94,7 @@ fn main() -> ExitCode {
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
         Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
         Command::Watch { target, args } => block_on(watch::watch(target, args)),
+        Command::Top { target, args } => block_on(top::run(target, args)),
         Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
     };
