@@ -189,6 +189,18 @@ pub fn lines(
         head.push(label);
     }
     let dash = || "-".to_string();
+    // A node that reports no ranks of its own (the front-end) shows the ranks its children serve.
+    let ranks_of: HashMap<&str, u32> = rows
+        .iter()
+        .map(|(_, n)| (n.node_id.as_str(), n.ranks_below))
+        .collect();
+    let ranks = |n: &TopologyNode| {
+        if n.ranks_below > 0 {
+            n.ranks_below
+        } else {
+            n.children.iter().filter_map(|c| ranks_of.get(c.as_str())).sum()
+        }
+    };
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|(depth, n)| {
@@ -197,7 +209,7 @@ pub fn lines(
                 format!("{:indent$}{}", "", n.node_id, indent = depth * 2),
                 state_word(n.state).to_string(),
                 kind_word(n.kind).to_string(),
-                n.ranks_below.to_string(),
+                ranks(n).to_string(),
                 r.map_or_else(dash, |r| format!("{:.1}", r.rounds)),
                 n.lag_rounds.to_string(),
                 r.map_or_else(dash, |r| bytes_per_second(r.bytes_in)),
@@ -299,7 +311,8 @@ mod tests {
 
     #[test]
     fn the_table_fits_80_columns_and_the_widest_has_every_column() {
-        let nodes = tree();
+        let mut nodes = tree();
+        nodes[2].ranks_below = 0;
         let rates: HashMap<String, Rates> = [(
             "relay:0".to_string(),
             Rates {
@@ -334,6 +347,13 @@ mod tests {
         for figure in ["9.5", "3.0 MiB/s", "2.0 KiB/s", "12.5", "attached", "relay"] {
             assert!(relay.contains(figure), "{figure}: {relay}");
         }
+        // The front-end reports no ranks of its own: it shows its children's (4 + 4).
+        assert_eq!(
+            wide.rows[0].split_whitespace().nth(3),
+            Some("8"),
+            "{}",
+            wide.rows[0]
+        );
         // A node seen once has no rates yet.
         assert!(wide.rows[0].contains(" - "), "{}", wide.rows[0]);
         for width in [60u16, 80, 100] {

@@ -443,6 +443,7 @@ impl Screens {
                 let data = &data[data.len().saturating_sub(usize::from(w))..];
                 Sparkline::default()
                     .data(data)
+                    .max(spark::TOP)
                     .style(Style::new().fg(Color::Cyan))
                     .render(Rect::new(x, y, w, 1), buf);
                 y += 1;

@@ -6,6 +6,8 @@ use canopy_proto::filters::v1::EventStats;
 
 /// Rounds a sparkline spans.
 pub const SPAN: usize = 60;
+/// The value of a full sparkline cell.
+pub const TOP: u64 = 1000;
 
 /// Each (event, metric)'s mean over the latest `SPAN` rounds, oldest first; a round without the event counts 0.
 #[derive(Debug, Default)]
@@ -39,16 +41,21 @@ impl Means {
         }
     }
 
-    /// The series of an event's metric, scaled to integers for a sparkline (which draws the largest full).
+    /// The series of an event's metric for a sparkline whose top is `TOP`: scaled between the series' smallest
+    /// mean (an eighth of the top) and its largest (the top), so that the changes of a mean that stays far from
+    /// zero show; a series that never changes is drawn at half height.
     pub fn bars(&self, id: u64, metric: i32) -> Vec<u64> {
         let Some(s) = self.series.get(&(id, metric)) else {
             return Vec::new();
         };
-        let most = s.iter().copied().fold(0.0f64, f64::max);
-        if most <= 0.0 {
-            return vec![0; s.len()];
+        let most = s.iter().copied().fold(f64::MIN, f64::max);
+        let least = s.iter().copied().fold(f64::MAX, f64::min);
+        if most - least <= f64::EPSILON * most.abs().max(1.0) {
+            return vec![TOP / 2; s.len()];
         }
-        s.iter().map(|v| (v / most * 1000.0).round() as u64).collect()
+        s.iter()
+            .map(|v| TOP / 8 + ((v - least) / (most - least) * (TOP - TOP / 8) as f64).round() as u64)
+            .collect()
     }
 }
 
@@ -74,9 +81,14 @@ mod tests {
         m.push(&[stat(1, 10.0)]);
         m.push(&[stat(1, 20.0), stat(2, 5.0)]);
         m.push(&[stat(2, 5.0)]);
-        assert_eq!(m.bars(1, 3), vec![500, 1000, 0]);
-        assert_eq!(m.bars(2, 3), vec![0, 1000, 1000]);
+        // 0 (absent), 10 and 20: the smallest an eighth, the largest whole.
+        assert_eq!(m.bars(1, 3), vec![563, 1000, 125]);
+        assert_eq!(m.bars(2, 3), vec![125, 1000, 1000]);
         assert!(m.bars(9, 3).is_empty());
+        let mut flat = Means::default();
+        flat.push(&[stat(1, 7.0)]);
+        flat.push(&[stat(1, 7.0)]);
+        assert_eq!(flat.bars(1, 3), vec![TOP / 2, TOP / 2]);
         for k in 0..100 {
             m.push(&[stat(1, f64::from(k))]);
         }
