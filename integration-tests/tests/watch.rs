@@ -161,6 +161,19 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
         reason = "each wait reads the screen afresh; the empty start is for a failure before the first read"
     )]
     let mut screen = String::new();
+    // Every stream is named on the third line once its first round has arrived.
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.lines().nth(2).is_some_and(|l| {
+                ["classify [classify]", "histogram [histogram]", "stats [stats]"]
+                    .iter()
+                    .all(|s| l.contains(s))
+            })
+        },
+        Duration::from_secs(60),
+        "not every stream on the stream line:\n{screen}"
+    );
     // Tab until each stream has been shown: its name in the header, its view below.
     let mut shown = std::collections::BTreeSet::new();
     for _ in 0..6 {
@@ -202,14 +215,14 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
         if stream != "classify" {
             assert!(screen.contains("MPI_"), "{screen}");
         }
-        shown.insert(stream);
+        shown.insert(stream.clone());
         if shown.len() == 3 {
             break;
         }
         session.keys("Tab");
         // The next view replaces this one before the next check.
         assert_eventually!(
-            header(&session.screen()).is_some_and(|(s, ..)| !shown.contains(&s)),
+            header(&session.screen()).is_some_and(|(s, ..)| s != stream),
             Duration::from_secs(10),
             "Tab did not switch the stream:\n{}",
             session.screen()
