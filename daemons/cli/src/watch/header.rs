@@ -42,7 +42,10 @@ impl StreamStatus {
             self.round = u.round;
             self.covered = cov.covered;
             self.expected = cov.expected;
-            self.arrivals.push_back((at, u.round));
+            // Rounds replayed from the store arrive all at once: they say nothing of the rate.
+            if !u.replayed {
+                self.arrivals.push_back((at, u.round));
+            }
         }
         while self
             .arrivals
@@ -53,8 +56,14 @@ impl StreamStatus {
         }
     }
 
+    /// Rounds per second over the last ten seconds; none until the rounds seen span a second (over less, the
+    /// rate is the jitter of a few arrivals).
     pub fn rate(&self) -> Option<f64> {
         let samples: Vec<(f64, u64)> = self.arrivals.iter().copied().collect();
+        let span = samples.last()?.0 - samples.first()?.0;
+        if span < 1.0 {
+            return None;
+        }
         rounds_per_second(&samples)
     }
 }
@@ -181,6 +190,9 @@ mod tests {
             ..Default::default()
         };
         s.update(&update(3, 8), 0.0);
+        s.update(&update(4, 8), 0.5);
+        // Half a second of rounds is too little for a rate.
+        assert_eq!(s.rate(), None);
         s.update(&update(5, 6), 1.0);
         // A late phase of round 4 does not take the header back.
         s.update(&update(4, 8), 1.5);
