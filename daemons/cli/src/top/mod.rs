@@ -247,7 +247,10 @@ pub async fn run(target: Target, args: TopArgs) -> anyhow::Result<()> {
     }
     let (events_tx, mut events) = tokio::sync::mpsc::channel::<Event>(64);
     let mut tui = Tui::start(events_tx)?;
-    let mut tick = tokio::time::interval(period);
+    tui.terminal
+        .draw(|f| top.render(f.area(), f.buffer_mut(), Instant::now()))?;
+    // The next look one interval after the first, so that the first rates are over a whole interval.
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
     loop {
         tokio::select! {
             _ = tick.tick() => {
