@@ -378,7 +378,12 @@ impl Screens {
             .map(|s| s.id)
             .collect();
         let h = body.height;
-        let sparks = if h >= 12 { order.len().min(3) as u16 } else { 0 };
+        // Three sparklines from 12 rows for the stream, eight from 30.
+        let sparks = match h {
+            0..12 => 0,
+            12..30 => order.len().min(3) as u16,
+            _ => order.len().min(8) as u16,
+        };
         let with_hists = hists.iter().filter(|x| x.metric == metric).count().min(3) as u16;
         let hist_rows = if h >= 16 { with_hists } else { 0 };
         let reserved = sparks + u16::from(sparks > 0) + hist_rows + u16::from(hist_rows > 0);
@@ -390,8 +395,10 @@ impl Screens {
             lines.push(Line::raw("no summaries of this metric in the latest round"));
         }
         lines.extend(t.rows.into_iter().map(Line::raw));
+        // The histograms and sparklines follow the table, a row below it.
+        let used = (lines.len() as u16 + 1).min(table_h);
         Paragraph::new(lines).render(Rect::new(body.x, body.y, body.width, table_h), buf);
-        let mut y = body.y + table_h;
+        let mut y = body.y + used;
         if hist_rows > 0 {
             let title = format!(
                 "histograms ({}): range, then a character a bin",
