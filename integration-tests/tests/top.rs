@@ -47,6 +47,16 @@ fn root_rate(screen: &str) -> Option<f64> {
         .ok()
 }
 
+/// Each node's rounds per second, in the order of NODES; none while the table or a rate is not there.
+fn rates(screen: &str) -> Option<Vec<f64>> {
+    let header: Vec<&str> = screen.lines().nth(2)?.split_whitespace().collect();
+    let col = header.iter().position(|h| *h == "rounds/s")?;
+    NODES
+        .iter()
+        .map(|n| row(screen, n)?.split_whitespace().nth(col)?.parse().ok())
+        .collect()
+}
+
 /// The row of a node: the line whose first word is its id.
 fn row<'a>(screen: &'a str, node: &str) -> Option<&'a str> {
     screen.lines().find(|l| l.split_whitespace().next() == Some(node))
@@ -86,19 +96,30 @@ async fn canopy_top_shows_every_node_live_in_tmux_at_80x24() {
     for n in NODES {
         assert!(row(&screen, n).unwrap().contains("attached"), "{n}:\n{screen}");
     }
-    let header: Vec<&str> = screen.lines().nth(2).unwrap().split_whitespace().collect();
-    assert_eq!(header[0], "node", "{screen}");
-    let rate_col = header
-        .iter()
-        .position(|h| *h == "rounds/s")
-        .expect("a rounds/s column");
-    for n in NODES {
-        let cells: Vec<&str> = row(&screen, n).unwrap().split_whitespace().collect();
-        let rate: f64 = cells[rate_col]
-            .parse()
-            .unwrap_or_else(|_| panic!("{n}:\n{screen}"));
-        assert!(rate > 0.0 && rate < 100.0, "{n} at {rate} rounds/s:\n{screen}");
+    // Every node's rounds per second, once each has been seen twice: above zero, and sane.
+    assert_eventually!(
+        {
+            screen = session.screen();
+            rates(&screen).is_some_and(|r| r.iter().all(|r| *r > 0.0))
+        },
+        Duration::from_secs(30),
+        "a node without rounds per second:\n{screen}"
+    );
+    for rate in rates(&screen).unwrap() {
+        assert!(rate < 100.0, "{rate} rounds/s:\n{screen}");
     }
+    // 200x60: redrawn with every column, the open stream's filter time included.
+    session.resize(200, 60);
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("stats ms/s") && screen.contains("malformed")
+        },
+        Duration::from_secs(30),
+        "not redrawn at 200x60:\n{screen}"
+    );
+    assert!(tmux::fits(&screen, 200, 60), "{screen}");
+    assert!(NODES.iter().all(|n| row(&screen, n).is_some()), "{screen}");
     // `s` sorts by rounds/s and says so.
     session.keys("s");
     assert_eventually!(

@@ -41,6 +41,19 @@ pub fn columns_that_fit(cols: &[Column], avail: u16) -> Vec<bool> {
     keep
 }
 
+/// The first of a row of labels (of these widths, side by side) to draw in `width` columns so that label
+/// `shown` is whole on screen: 0 when it fits from the start, otherwise the fewest leading labels left out.
+pub fn first_shown(widths: &[u16], shown: usize, width: u16) -> usize {
+    let end: u32 = widths.iter().take(shown + 1).map(|w| u32::from(*w)).sum();
+    let mut first = 0;
+    let mut start = 0u32;
+    while first < shown && end - start > u32::from(width) {
+        start += u32::from(widths[first]);
+        first += 1;
+    }
+    first
+}
+
 /// The widest a name column grows.
 const NAME_MAX: usize = 40;
 
@@ -106,6 +119,18 @@ mod tests {
         assert_eq!(truncate("MPI_Allreduce", 8).chars().count(), 8);
         assert_eq!(truncate("héllo wörld", 5), "héll…");
         assert_eq!(truncate("abc", 0), "");
+    }
+
+    #[test]
+    fn the_shown_label_is_kept_on_screen() {
+        let widths = [10, 10, 10, 10];
+        assert_eq!(first_shown(&widths, 0, 25), 0);
+        assert_eq!(first_shown(&widths, 1, 25), 0);
+        // The third ends at 30: the first label goes.
+        assert_eq!(first_shown(&widths, 2, 25), 1);
+        assert_eq!(first_shown(&widths, 3, 25), 2);
+        // Too narrow even for the shown label alone: it is drawn first.
+        assert_eq!(first_shown(&widths, 3, 5), 3);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline, Widget};
 
 use crate::client::{Target, connect, json_of, name_of, render, status_error};
-use crate::fit::truncate;
+use crate::fit::{first_shown, truncate};
 use crate::keys::{Action, action_of};
 use crate::tui::Tui;
 use header::{Header, StreamStatus, Troubles};
@@ -297,12 +297,27 @@ impl Screens {
                 y += 1;
             }
         }
-        // The streams, the shown one highlighted.
+        // The streams, the shown one highlighted (and on screen: the first ones give way if need be).
         if y < area.bottom() {
+            let labels: Vec<(String, bool)> = self
+                .streams
+                .iter()
+                .map(|(name, s)| {
+                    (
+                        format!(" {name} [{}] ", s.filter),
+                        Some(name) == self.shown.as_ref(),
+                    )
+                })
+                .collect();
+            let widths: Vec<u16> = labels.iter().map(|(l, _)| l.chars().count() as u16).collect();
+            let at = labels.iter().position(|(_, shown)| *shown).unwrap_or(0);
+            let first = first_shown(&widths, at, area.width.saturating_sub(1));
             let mut spans = Vec::new();
-            for (name, s) in &self.streams {
-                let label = format!(" {name} [{}] ", s.filter);
-                let style = if Some(name) == self.shown.as_ref() {
+            if first > 0 {
+                spans.push(Span::styled("…", Style::new().fg(Color::Gray)));
+            }
+            for (label, shown) in labels.into_iter().skip(first) {
+                let style = if shown {
                     Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)
                 } else {
                     Style::new().fg(Color::Gray)
@@ -693,6 +708,22 @@ mod tests {
         s.act(Action::Sort);
         let lines = screen(&s, &names, 200, 60);
         assert!(lines[3].contains("max↓"), "{}", lines.join("\n"));
+        // Many streams: the shown one stays on the stream line.
+        let mut many = Screens::new("127.0.0.1:7400", 10);
+        for k in 0..12 {
+            let mut u = stats_update(1);
+            u.stream = format!("stream-{k:02}");
+            many.update(&u, &names);
+        }
+        for _ in 0..11 {
+            many.act(Action::Next);
+        }
+        let lines = screen(&many, &names, 80, 24);
+        assert!(
+            lines[2].starts_with('…') && lines[2].contains("stream-11 [stats]"),
+            "{}",
+            lines[2]
+        );
         s.act(Action::Help);
         let lines = screen(&s, &names, 80, 24);
         assert!(lines[3].starts_with("Tab/→ next stream"), "{}", lines.join("\n"));
