@@ -625,6 +625,7 @@ fn the_interfaces_completions_and_man_pages_are_installed() {
         "ctl",
         "certs",
         "watch",
+        "top",
         "completions",
         "man",
     ] {

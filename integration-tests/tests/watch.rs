@@ -4,60 +4,12 @@
 //! It needs tmux, which `.ci/run` installs and says so with CANOPY_TMUX_TEST=1: then a missing tmux fails the
 //! test. Elsewhere the test prints why it cannot run and passes.
 
-use std::process::Command;
+mod tmux;
+
 use std::time::Duration;
 
 use canopy_integration_tests::{TreeBuilder, assert_eventually, bin_dir};
-
-/// Why the test cannot run here, if it cannot; with CANOPY_TMUX_TEST set, a missing tmux fails instead.
-fn missing() -> Option<String> {
-    let found = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return None;
-    }
-    let why = "tmux is not installed (apt-get install tmux)".to_string();
-    assert!(
-        std::env::var_os("CANOPY_TMUX_TEST").is_none(),
-        "CANOPY_TMUX_TEST is set but the tmux test cannot run: {why}"
-    );
-    eprintln!("skipped: {why}");
-    Some(why)
-}
-
-/// A detached tmux session, killed when the test ends however it ends.
-struct Session(String);
-
-impl Session {
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux").args(args).output().expect("tmux runs");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The pane's text, wrapped lines joined (so a line wider than the pane shows as one long line).
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-J", "-t", &self.0])
-    }
-
-    fn keys(&self, keys: &str) {
-        self.tmux(&["send-keys", "-t", &self.0, keys]);
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
-            .status();
-    }
-}
+use tmux::{Session, missing};
 
 /// The row of the 0% mark of the first chart, counted from the top.
 fn zero_row(screen: &str) -> Option<usize> {
@@ -165,4 +117,235 @@ async fn canopy_watch_draws_utilization_in_tmux_and_redraws_on_resize() {
         "watch did not quit on q:\n{screen}"
     );
     assert!(!screen.contains("100%│"), "the view stayed on screen:\n{screen}");
+}
+
+/// The shown stream and its round and coverage, from the header's first line:
+/// `canopy watch ADDR  up 0:05  stats: round 12  9.8 rounds/s  coverage 16/16`.
+fn header(screen: &str) -> Option<(String, u64, u32, u32)> {
+    let first = screen.lines().next()?;
+    let (before, after) = first.split_once(": round ")?;
+    let stream = before.rsplit("  ").next()?.to_string();
+    let round = after.split_whitespace().next()?.parse().ok()?;
+    let cov = first.split("coverage ").nth(1)?.split_whitespace().next()?;
+    let (covered, expected) = cov.split_once('/')?;
+    Some((stream, round, covered.parse().ok()?, expected.parse().ok()?))
+}
+
+fn summaries_tree() -> TreeBuilder {
+    TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 16,
+        rounds: 0,
+        period_ms: 200,
+        streams: vec!["stats".into(), "histogram".into(), "classify".into()],
+        exit_on_fin: false,
+        ..TreeBuilder::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and_200x60() {
+    if missing().is_some() {
+        return;
+    }
+    let tree = summaries_tree().start().await;
+    let cmd = format!(
+        "{} watch --insecure --frontend {}",
+        bin_dir().join("canopy").display(),
+        tree.frontend_addr
+    );
+    let session = Session::start("canopy-watch-tables", 80, 24, &cmd);
+    #[allow(
+        unused_assignments,
+        reason = "each wait reads the screen afresh; the empty start is for a failure before the first read"
+    )]
+    let mut screen = String::new();
+    // Every stream is named on the third line once its first round has arrived.
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.lines().nth(2).is_some_and(|l| {
+                ["classify [classify]", "histogram [histogram]", "stats [stats]"]
+                    .iter()
+                    .all(|s| l.contains(s))
+            })
+        },
+        Duration::from_secs(60),
+        "not every stream on the stream line:\n{screen}"
+    );
+    // Tab until each stream has been shown: its name in the header, its view below.
+    let mut shown = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        assert_eventually!(
+            {
+                screen = session.screen();
+                header(&screen).is_some_and(|(s, ..)| {
+                    (s == "stats"
+                        && screen.contains("event (exclusive us)")
+                        && screen.contains("mean (exclusive us) over the last 60 rounds"))
+                        || (s == "histogram" && screen.contains("histograms (exclusive us)"))
+                        || (s == "classify" && screen.contains("reduction factor"))
+                })
+            },
+            Duration::from_secs(60),
+            "no view of a stream at 80x24:\n{screen}"
+        );
+        assert!(tmux::fits(&screen, 80, 24), "wider than 80x24:\n{screen}");
+        let (stream, round, covered, expected) = header(&screen).unwrap();
+        assert!(
+            screen.lines().nth(2).unwrap().contains(&format!("{stream} [")),
+            "{screen}"
+        );
+        // The header's round is one the store has, with the coverage the header gives.
+        let store = tree.store.clone();
+        let stream_name = stream.clone();
+        assert_eventually!(
+            canopy_integration_tests::read_rounds(&store)
+                .iter()
+                .any(|r| r.stream == stream_name
+                    && r.round == round
+                    && r.covered == covered
+                    && r.expected == expected),
+            Duration::from_secs(10),
+            "{stream} round {round} at {covered}/{expected} is not in the store:\n{screen}"
+        );
+        assert_eq!((covered, expected), (16, 16), "{screen}");
+        // Names, never ids: no event shown as 16 hex digits in a table of summaries.
+        if stream != "classify" {
+            assert!(screen.contains("MPI_"), "{screen}");
+        }
+        shown.insert(stream.clone());
+        if shown.len() == 3 {
+            break;
+        }
+        session.keys("Tab");
+        // The next view replaces this one before the next check.
+        assert_eventually!(
+            header(&session.screen()).is_some_and(|(s, ..)| s != stream),
+            Duration::from_secs(10),
+            "Tab did not switch the stream:\n{}",
+            session.screen()
+        );
+    }
+    assert_eq!(shown.len(), 3, "{shown:?}");
+
+    // Back to the stats stream; `m` shows the next metric, named in the table's heading.
+    for _ in 0..3 {
+        if header(&session.screen()).is_some_and(|(s, ..)| s == "stats") {
+            break;
+        }
+        session.keys("Tab");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eventually!(
+        {
+            screen = session.screen();
+            header(&screen).is_some_and(|(s, ..)| s == "stats") && screen.contains("event (exclusive us)")
+        },
+        Duration::from_secs(10),
+        "not back on stats:\n{screen}"
+    );
+    session.keys("m");
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("event (inclusive us)") && !screen.contains("event (exclusive us)")
+        },
+        Duration::from_secs(10),
+        "m did not change the metric:\n{screen}"
+    );
+
+    // 200x60: redrawn larger, every column of the table, nothing wrapped.
+    session.resize(200, 60);
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("max@rank") && screen.lines().count() > 24
+        },
+        Duration::from_secs(30),
+        "not redrawn at 200x60:\n{screen}"
+    );
+    assert!(tmux::fits(&screen, 200, 60), "{screen}");
+    let (_, round, ..) = header(&screen).unwrap();
+    assert!(round > 0, "{screen}");
+    // And back to 80x24, still fitting.
+    session.resize(80, 24);
+    assert_eventually!(
+        {
+            screen = session.screen();
+            !screen.contains("max@rank") && header(&screen).is_some()
+        },
+        Duration::from_secs(30),
+        "not redrawn at 80x24:\n{screen}"
+    );
+    assert!(tmux::fits(&screen, 80, 24), "{screen}");
+
+    session.keys("q");
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("exited 0")
+        },
+        Duration::from_secs(30),
+        "watch did not quit on q:\n{screen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_watch_json_lines_parse_and_name_their_events() {
+    let tree = summaries_tree().start().await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        canopy_integration_tests::read_rounds(&store).len() >= 6,
+        Duration::from_secs(60),
+        "no rounds"
+    );
+    let out = tokio::process::Command::new(bin_dir().join("canopy"))
+        .args([
+            "watch",
+            "--insecure",
+            "--frontend",
+            &tree.frontend_addr,
+            "--json",
+            "--updates",
+            "6",
+        ])
+        .output()
+        .await
+        .expect("canopy runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    for l in &lines {
+        let names = l["names"].as_object().unwrap_or_else(|| panic!("no names: {l}"));
+        // Every summary's id of a stats or histogram result has its name.
+        if let Some(stats) = l["result"]["stats"].as_array() {
+            assert!(!stats.is_empty(), "{l}");
+            for s in stats {
+                let id = s["id"].as_str().unwrap();
+                assert!(names.contains_key(id), "{id} unnamed: {l}");
+            }
+            assert!(names.values().any(|n| n == "MPI_Allreduce"), "{l}");
+        }
+    }
+    assert!(lines.iter().any(|l| l["result"]["stats"].is_array()), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_watch_says_in_one_line_that_the_frontend_is_unreachable() {
+    let out = tokio::process::Command::new(bin_dir().join("canopy"))
+        .args(["watch", "--insecure", "--frontend", "127.0.0.1:1"])
+        .output()
+        .await
+        .expect("canopy runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach the front-end at 127.0.0.1:1"), "{err}");
+    assert!(out.stdout.is_empty());
 }

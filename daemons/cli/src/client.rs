@@ -295,7 +295,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn kind_word(k: i32) -> &'static str {
+pub(crate) fn kind_word(k: i32) -> &'static str {
     match NodeKind::try_from(k).unwrap_or(NodeKind::Unspecified) {
         NodeKind::Agent => "agent",
         NodeKind::Relay => "relay",
@@ -304,7 +304,7 @@ fn kind_word(k: i32) -> &'static str {
     }
 }
 
-fn state_word(s: i32) -> &'static str {
+pub(crate) fn state_word(s: i32) -> &'static str {
     match NodeState::try_from(s).unwrap_or(NodeState::Unspecified) {
         NodeState::Attached => "attached",
         NodeState::Lost => "LOST",
@@ -338,12 +338,9 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
             format!("  ({})", n.detail)
         };
         let filter_ms: f64 = n.filter_time.iter().map(|f| f.micros as f64 / 1000.0).sum();
-        let detail = format!(
-            ", lag {} rounds, {filter_ms:.1} ms in filters{detail}",
-            n.lag_rounds
-        );
+        let detail = format!(", lag {}, {filter_ms:.1} ms in filters{detail}", n.lag_rounds);
         println!(
-            "{:indent$}{} {} [{}] {} ranks, {} rounds ({} partial), {} B in, {} B out{detail}",
+            "{:indent$}{} {} [{}] {} ranks, {} rounds ({} partial), {} in, {} out{detail}",
             "",
             kind_word(n.kind),
             n.node_id,
@@ -351,8 +348,8 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
             n.ranks_below,
             n.rounds_closed,
             n.rounds_partial,
-            n.bytes_in,
-            n.bytes_out,
+            crate::units::bytes(n.bytes_in),
+            crate::units::bytes(n.bytes_out),
             indent = depth * 2
         );
         let mut kids: Vec<&&TopologyNode> = n.children.iter().filter_map(|c| by_id.get(c.as_str())).collect();
@@ -367,7 +364,7 @@ pub async fn topology(target: Target) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn metric_word(m: i32) -> String {
+pub(crate) fn metric_word(m: i32) -> String {
     if let Some(label) = canopy_wire::event_metrics::label(m) {
         return label;
     }
@@ -381,7 +378,7 @@ fn metric_word(m: i32) -> String {
     .to_string()
 }
 
-fn name_of(names: &HashMap<u64, String>, id: u64) -> String {
+pub(crate) fn name_of(names: &HashMap<u64, String>, id: u64) -> String {
     names.get(&id).cloned().unwrap_or_else(|| format!("{id:016x}"))
 }
 

@@ -8,10 +8,15 @@ mod certs;
 mod client;
 mod cpu;
 mod export;
+mod fit;
 mod generate;
+mod keys;
 mod report;
 mod run_store;
+mod top;
 mod topology_cmd;
+mod tui;
+mod units;
 mod up;
 mod watch;
 
@@ -62,6 +67,14 @@ enum Command {
         #[command(flatten)]
         args: watch::WatchArgs,
     },
+    /// The live tree, refreshed every second: a row per node with its state, rounds/s, lag, traffic and troubles;
+    /// one plain table with --once or when piped.
+    Top {
+        #[command(flatten)]
+        target: client::Target,
+        #[command(flatten)]
+        args: top::TopArgs,
+    },
     /// Print the completion script for a shell (deploy/install.sh installs bash's, zsh's and fish's).
     Completions(generate::CompletionsArgs),
     /// Print the man page of canopy, or with --out write one page per command and subcommand.
@@ -90,6 +103,7 @@ fn main() -> ExitCode {
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),
         Command::Ctl { target, cmd } => block_on(client::ctl(target, cmd)),
         Command::Watch { target, args } => block_on(watch::watch(target, args)),
+        Command::Top { target, args } => block_on(top::run(target, args)),
         Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Report(a) => report::run(a).map(|()| ExitCode::SUCCESS),

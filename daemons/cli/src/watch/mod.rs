@@ -1,7 +1,14 @@
-//! `canopy watch`: every stream's results as they arrive. On a terminal, utilization streams are live views
-//! (stacked bars over ten seconds, or 1 ms bars over the latest 250 ms) and other streams their tables; piped
-//! or with `--plain`, a line per utilization period and the tables as text; with `--json`, the updates as JSON.
+//! `canopy watch`: every stream's results as they arrive. On a terminal, a full-screen view: a header (the
+//! front-end, the elapsed time, the shown stream's round, rate and coverage, the tree's troubles), a line of the
+//! streams, and the shown stream: utilization as bars (stacked over ten seconds, or 1 ms bars over the latest
+//! 250 ms), summaries as a table of the chosen metric with sparklines of the top events' means, histograms as
+//! block characters, classes as a table. Piped or with `--plain`, a line per utilization period and the tables as
+//! text; with `--json`, the updates as JSON, each with the names of its events.
 
+pub mod header;
+pub mod json;
+pub mod spark;
+pub mod table;
 pub mod utilization;
 pub mod view;
 
@@ -9,16 +16,27 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use canopy_proto::filters::v1::UtilizationResult;
-use canopy_proto::v1::{EventNamesRequest, RoundUpdate, SubscribeRequest};
-use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use tokio::time::Instant;
+
+use canopy_proto::filters::v1::{
+    ClassResult, EventStats, Histogram, HistogramResult, Metric, StatsResult, UtilizationResult,
+};
+use canopy_proto::v1::{EventNamesRequest, RoundUpdate, SubscribeRequest, TopologyRequest};
+use crossterm::event::Event;
 use prost::Message;
+use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
+use ratatui::widgets::{Paragraph, Sparkline, Widget};
 
-use crate::client::{Target, connect, json_of, render, status_error};
+use crate::client::{Target, connect, json_of, name_of, render, status_error};
+use crate::fit::{first_shown, truncate};
+use crate::keys::{Action, action_of};
+use crate::tui::Tui;
+use header::{Header, StreamStatus, Troubles};
+use spark::Means;
+use table::{SortBy, class_lines, histogram_lines, metric_title, metrics_of, sorted, stats_lines};
 use utilization::History;
 use view::{Mode, UtilView};
 
@@ -38,23 +56,41 @@ pub struct WatchArgs {
     plain: bool,
 }
 
-/// The keys the views answer, as the header shows them.
-const KEYS: &str = "h: 1 ms/100 ms view  Tab: next stream  q: quit";
+/// The keys, on the help line (`?`).
+const HELP: &str = "Tab/→ next stream  Shift-Tab/← previous  m metric  s sort  h utilization view  q quit";
 
 /// What one stream shows.
 enum Screen {
     /// A utilization stream's history and its latest round.
     Utilization { history: Box<History>, header: String },
-    /// Any other stream's latest table.
+    /// Summaries (a stats or histogram stream): the latest round's, its histograms and the recent means.
+    Summaries {
+        stats: Vec<EventStats>,
+        hists: Vec<Histogram>,
+        means: Box<Means>,
+    },
+    /// A classify stream's latest classes.
+    Classes(ClassResult),
+    /// Any other stream's latest table, as text.
     Text(String),
 }
 
-/// Every stream's screen, the one shown and the view of utilization streams.
-#[derive(Default)]
+struct Stream {
+    filter: String,
+    screen: Screen,
+    status: StreamStatus,
+}
+
+/// Every stream's screen, the one shown, and what the keys chose.
 struct Screens {
-    screens: BTreeMap<String, Screen>,
+    streams: BTreeMap<String, Stream>,
     shown: Option<String>,
     mode: Mode,
+    metric: i32,
+    sort: SortBy,
+    help: bool,
+    header: Header,
+    top: usize,
 }
 
 fn is_utilization(u: &RoundUpdate) -> bool {
@@ -82,46 +118,103 @@ fn header_of(u: &RoundUpdate) -> String {
 }
 
 impl Screens {
-    fn update(&mut self, u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) {
+    fn new(frontend: &str, top: usize) -> Screens {
+        Screens {
+            streams: BTreeMap::new(),
+            shown: None,
+            mode: Mode::default(),
+            metric: Metric::Exclusive as i32,
+            sort: SortBy::default(),
+            help: false,
+            header: Header::new(frontend),
+            top,
+        }
+    }
+
+    fn update(&mut self, u: &RoundUpdate, names: &HashMap<u64, String>) {
+        let at = self.header.started.elapsed().as_secs_f64();
+        self.header.missed += u.missed;
+        let payload = u.result.as_ref().map(|a| a.value.as_slice()).unwrap_or_default();
+        let type_url = u.result.as_ref().map(|a| a.type_url.as_str()).unwrap_or_default();
+        let stream = self.streams.entry(u.stream.clone()).or_insert_with(|| Stream {
+            filter: u.filter.clone(),
+            screen: Screen::Text(String::new()),
+            status: StreamStatus::default(),
+        });
+        let newest = u.round >= stream.status.round;
+        stream.status.update(u, at);
         if is_utilization(u) {
-            let screen = self
-                .screens
-                .entry(u.stream.clone())
-                .or_insert_with(|| Screen::Utilization {
+            if !matches!(stream.screen, Screen::Utilization { .. }) {
+                stream.screen = Screen::Utilization {
                     history: Box::default(),
                     header: String::new(),
-                });
-            if let Screen::Utilization { history, header } = screen {
+                };
+            }
+            if let Screen::Utilization { history, header } = &mut stream.screen {
                 if let Some(r) = utilization_of(u) {
                     // A result that does not hold together is left out; the header still moves on.
                     let _ = history.push(&r);
                 }
                 *header = header_of(u);
             }
+            // A utilization stream takes the screen from a table.
             if !matches!(
-                self.shown.as_ref().and_then(|s| self.screens.get(s)),
+                self.shown
+                    .as_ref()
+                    .and_then(|s| self.streams.get(s))
+                    .map(|s| &s.screen),
                 Some(Screen::Utilization { .. })
             ) {
                 self.shown = Some(u.stream.clone());
             }
-        } else {
-            self.screens
-                .insert(u.stream.clone(), Screen::Text(render(u, names, top)));
-            if self.shown.is_none() {
-                self.shown = Some(u.stream.clone());
+            return;
+        }
+        if newest {
+            let summaries = if type_url.ends_with("StatsResult") {
+                StatsResult::decode(payload).ok().map(|r| (r.stats, Vec::new()))
+            } else if type_url.ends_with("HistogramResult") {
+                HistogramResult::decode(payload)
+                    .ok()
+                    .map(|r| (r.stats, r.histograms))
+            } else {
+                None
+            };
+            match summaries {
+                Some((stats, hists)) => {
+                    if !matches!(stream.screen, Screen::Summaries { .. }) {
+                        stream.screen = Screen::Summaries {
+                            stats: Vec::new(),
+                            hists: Vec::new(),
+                            means: Box::default(),
+                        };
+                    }
+                    if let Screen::Summaries {
+                        stats: s,
+                        hists: h,
+                        means,
+                    } = &mut stream.screen
+                    {
+                        means.push(&stats);
+                        *s = stats;
+                        *h = hists;
+                    }
+                }
+                None => {
+                    stream.screen = match ClassResult::decode(payload) {
+                        Ok(r) if type_url.ends_with("ClassResult") => Screen::Classes(r),
+                        _ => Screen::Text(render(u, names, self.top)),
+                    }
+                }
             }
         }
-    }
-
-    fn has_utilization(&self) -> bool {
-        self.screens
-            .values()
-            .any(|s| matches!(s, Screen::Utilization { .. }))
+        if self.shown.is_none() {
+            self.shown = Some(u.stream.clone());
+        }
     }
 
     /// Shows the next stream (or the previous one).
     fn cycle(&mut self, back: bool) {
-        let keys: Vec<&String> = self.screens.keys().collect();
+        let keys: Vec<&String> = self.streams.keys().collect();
         if keys.is_empty() {
             return;
         }
@@ -138,106 +231,250 @@ impl Screens {
         self.shown = Some(keys[next].clone());
     }
 
+    /// The metrics `m` cycles through on the shown stream.
+    fn metrics(&self) -> Vec<i32> {
+        match self
+            .shown
+            .as_ref()
+            .and_then(|s| self.streams.get(s))
+            .map(|s| &s.screen)
+        {
+            Some(Screen::Summaries { stats, .. }) => metrics_of(stats),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The metric the tables show: the chosen one, or the first the shown stream has.
+    fn metric_shown(&self) -> i32 {
+        let ms = self.metrics();
+        if ms.is_empty() || ms.contains(&self.metric) {
+            self.metric
+        } else {
+            ms[0]
+        }
+    }
+
+    fn next_metric(&mut self) {
+        let ms = self.metrics();
+        if ms.is_empty() {
+            return;
+        }
+        let at = ms.iter().position(|m| *m == self.metric_shown()).unwrap_or(0);
+        self.metric = ms[(at + 1) % ms.len()];
+    }
+
+    fn act(&mut self, a: Action) {
+        match a {
+            Action::ToggleView => self.mode = self.mode.toggled(),
+            Action::Next => self.cycle(false),
+            Action::Previous => self.cycle(true),
+            Action::Metric => self.next_metric(),
+            Action::Sort => self.sort = self.sort.next(),
+            Action::Help => self.help = !self.help,
+            Action::Quit | Action::Scroll(_) | Action::Redraw | Action::Nothing => {}
+        }
+    }
+
     fn draw(&self, frame: &mut ratatui::Frame<'_>, names: &HashMap<u64, String>) {
         let area = frame.area();
-        let Some(screen) = self.shown.as_ref().and_then(|s| self.screens.get(s)) else {
+        self.render(area, frame.buffer_mut(), names, Instant::now());
+    }
+
+    fn render(&self, area: Rect, buf: &mut Buffer, names: &HashMap<u64, String>, now: Instant) {
+        let shown = self
+            .shown
+            .as_ref()
+            .and_then(|s| self.streams.get(s).map(|st| (s.as_str(), st)));
+        let [first, second] = self.header.lines(
+            shown.map(|(n, s)| (n, &s.status)),
+            now,
+            &format!("sort: {}  ?: keys", self.sort.word()),
+        );
+        let mut y = area.y;
+        for line in [first, second] {
+            if y < area.bottom() {
+                buf.set_line(area.x, y, &line, area.width);
+                y += 1;
+            }
+        }
+        // The streams, the shown one highlighted (and on screen: the first ones give way if need be).
+        if y < area.bottom() {
+            let labels: Vec<(String, bool)> = self
+                .streams
+                .iter()
+                .map(|(name, s)| {
+                    (
+                        format!(" {name} [{}] ", s.filter),
+                        Some(name) == self.shown.as_ref(),
+                    )
+                })
+                .collect();
+            let widths: Vec<u16> = labels.iter().map(|(l, _)| l.chars().count() as u16).collect();
+            let at = labels.iter().position(|(_, shown)| *shown).unwrap_or(0);
+            let first = first_shown(&widths, at, area.width.saturating_sub(1));
+            let mut spans = Vec::new();
+            if first > 0 {
+                spans.push(Span::styled("…", Style::new().fg(Color::Gray)));
+            }
+            for (label, shown) in labels.into_iter().skip(first) {
+                let style = if shown {
+                    Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)
+                } else {
+                    Style::new().fg(Color::Gray)
+                };
+                spans.push(Span::styled(label, style));
+            }
+            buf.set_line(area.x, y, &Line::from(spans), area.width);
+            y += 1;
+        }
+        if self.help && y < area.bottom() {
+            buf.set_line(
+                area.x,
+                y,
+                &Line::styled(HELP, Style::new().fg(Color::Gray)),
+                area.width,
+            );
+            y += 1;
+        }
+        let body = Rect::new(area.x, y, area.width, area.bottom().saturating_sub(y));
+        let Some((_, stream)) = shown else {
+            if body.height > 0 {
+                buf.set_string(body.x, body.y, "waiting for the first round", Style::new());
+            }
             return;
         };
-        let streams = self.screens.len();
-        let keys = if streams > 1 {
-            KEYS
-        } else {
-            "h: 1 ms/100 ms view  q: quit"
+        match &stream.screen {
+            Screen::Utilization { history, header } => UtilView {
+                history,
+                names,
+                mode: self.mode,
+                header: header.clone(),
+                keys: "h: 1 ms/100 ms view",
+            }
+            .render(body, buf),
+            Screen::Summaries { stats, hists, means } => {
+                self.summaries(stats, hists, means, names, body, buf)
+            }
+            Screen::Classes(r) => {
+                let mut lines = vec![Line::raw(truncate(
+                    &format!(
+                        "{} classes by {}, reduction factor {:.2} ({} of profiles -> {})",
+                        r.classes.len(),
+                        metric_title(r.metric),
+                        r.reduction_factor,
+                        crate::units::bytes(r.raw_bytes),
+                        crate::units::bytes(r.result_bytes)
+                    ),
+                    usize::from(body.width),
+                ))];
+                let t = class_lines(r, body.width, self.top);
+                lines.push(Line::styled(t.header, Style::new().add_modifier(Modifier::BOLD)));
+                lines.extend(t.rows.into_iter().map(Line::raw));
+                Paragraph::new(lines).render(body, buf);
+            }
+            Screen::Text(text) => Paragraph::new(text.as_str()).render(body, buf),
+        }
+    }
+
+    /// A stream of summaries: the table of the shown metric, the histograms of its top events (a histogram
+    /// stream), and sparklines of the top events' means over the recent rounds when there is room.
+    fn summaries(
+        &self,
+        stats: &[EventStats],
+        hists: &[Histogram],
+        means: &Means,
+        names: &HashMap<u64, String>,
+        body: Rect,
+        buf: &mut Buffer,
+    ) {
+        let metric = self.metric_shown();
+        let order: Vec<u64> = sorted(stats, metric, self.sort, names)
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        let h = body.height;
+        // Three sparklines from 12 rows for the stream, eight from 30.
+        let sparks = match h {
+            0..12 => 0,
+            12..30 => order.len().min(3) as u16,
+            _ => order.len().min(8) as u16,
         };
-        match screen {
-            Screen::Utilization { history, header } => frame.render_widget(
-                UtilView {
-                    history,
-                    names,
-                    mode: self.mode,
-                    header: header.clone(),
-                    keys,
-                },
-                area,
-            ),
-            Screen::Text(text) => {
-                let keys = Line::from(vec![Span::styled(
-                    "Tab: next stream  q: quit",
-                    Style::new().fg(Color::Gray).add_modifier(Modifier::DIM),
-                )]);
-                frame.render_widget(keys, Rect::new(area.x, area.y, area.width, 1.min(area.height)));
-                let body = Rect::new(
-                    area.x,
-                    area.y + 1.min(area.height),
-                    area.width,
-                    area.height.saturating_sub(1),
+        let with_hists = hists.iter().filter(|x| x.metric == metric).count().min(3) as u16;
+        let hist_rows = if h >= 16 { with_hists } else { 0 };
+        let reserved = sparks + u16::from(sparks > 0) + hist_rows + u16::from(hist_rows > 0);
+        let table_h = h.saturating_sub(reserved);
+        let rows = usize::from(table_h.saturating_sub(1)).min(self.top);
+        let t = stats_lines(stats, names, metric, self.sort, body.width, rows);
+        let mut lines = vec![Line::styled(t.header, Style::new().add_modifier(Modifier::BOLD))];
+        if t.rows.is_empty() {
+            lines.push(Line::raw("no summaries of this metric in the latest round"));
+        }
+        lines.extend(t.rows.into_iter().map(Line::raw));
+        // The histograms and sparklines follow the table, a row below it.
+        let used = (lines.len() as u16 + 1).min(table_h);
+        Paragraph::new(lines).render(Rect::new(body.x, body.y, body.width, table_h), buf);
+        let mut y = body.y + used;
+        if hist_rows > 0 {
+            let title = format!(
+                "histograms ({}): range, then a character a bin",
+                metric_title(metric)
+            );
+            buf.set_line(
+                body.x,
+                y,
+                &Line::styled(title, Style::new().add_modifier(Modifier::BOLD)),
+                body.width,
+            );
+            y += 1;
+            for l in histogram_lines(hists, &order, names, metric, body.width, usize::from(hist_rows)) {
+                buf.set_line(body.x, y, &Line::raw(l), body.width);
+                y += 1;
+            }
+        }
+        if sparks > 0 {
+            let title = format!(
+                "mean ({}) over the last {} rounds",
+                metric_title(metric),
+                spark::SPAN
+            );
+            buf.set_line(
+                body.x,
+                y,
+                &Line::styled(title, Style::new().add_modifier(Modifier::BOLD)),
+                body.width,
+            );
+            y += 1;
+            let label_w = (body.width / 3).clamp(12, 40);
+            for id in order.iter().take(usize::from(sparks)) {
+                let mean = stats
+                    .iter()
+                    .find(|s| s.id == *id && s.metric == metric)
+                    .and_then(|s| s.summary.as_ref())
+                    .map_or(0.0, |s| s.mean);
+                let value = format!(" {mean:.1}");
+                let name_w = usize::from(label_w).saturating_sub(value.len() + 1);
+                let label = format!(
+                    "{:<name_w$}{value:>w$}",
+                    truncate(&name_of(names, *id), name_w),
+                    w = value.len()
                 );
-                frame.render_widget(Paragraph::new(text.as_str()), body);
+                buf.set_string(body.x, y, &label, Style::new());
+                let data = means.bars(*id, metric);
+                let x = body.x + label_w + 1;
+                let w = body.right().saturating_sub(x);
+                let data = &data[data.len().saturating_sub(usize::from(w))..];
+                Sparkline::default()
+                    .data(data)
+                    .max(spark::TOP)
+                    .style(Style::new().fg(Color::Cyan))
+                    .render(Rect::new(x, y, w, 1), buf);
+                y += 1;
             }
         }
     }
 }
 
-/// The terminal while the views are drawn: raw mode and the alternate screen, put back when dropped.
-struct Tui {
-    terminal: ratatui::DefaultTerminal,
-}
-
-impl Tui {
-    /// Takes the terminal and starts a thread that forwards its events (keys, resizes) to `events`.
-    fn start(events: tokio::sync::mpsc::Sender<Event>) -> anyhow::Result<Tui> {
-        let terminal = ratatui::try_init()?;
-        std::thread::Builder::new()
-            .name("watch-keys".into())
-            .spawn(move || {
-                while let Ok(ev) = crossterm::event::read() {
-                    if events.blocking_send(ev).is_err() {
-                        break;
-                    }
-                }
-            })?;
-        Ok(Tui { terminal })
-    }
-}
-
-impl Drop for Tui {
-    fn drop(&mut self) {
-        ratatui::restore();
-    }
-}
-
-/// What a key asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Action {
-    Quit,
-    ToggleView,
-    Next,
-    Previous,
-    Redraw,
-    Nothing,
-}
-
-fn action_of(ev: &Event) -> Action {
-    match ev {
-        Event::Key(KeyEvent {
-            code,
-            modifiers,
-            kind: KeyEventKind::Press | KeyEventKind::Repeat,
-            ..
-        }) => match code {
-            KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Action::Quit,
-            KeyCode::Char('q') | KeyCode::Esc => Action::Quit,
-            KeyCode::Char('h') => Action::ToggleView,
-            KeyCode::Tab => Action::Next,
-            KeyCode::BackTab => Action::Previous,
-            _ => Action::Nothing,
-        },
-        Event::Resize(..) => Action::Redraw,
-        _ => Action::Nothing,
-    }
-}
-
-/// Every stream's results, live: views on a terminal, text otherwise, or JSON.
+/// Every stream's results, live: a full-screen view on a terminal, text otherwise, or JSON.
 pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     let mut api = connect(&target).await?;
     let mut names: HashMap<u64, String> = HashMap::new();
@@ -246,66 +483,67 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
-    let terminal = !args.plain && std::io::stdout().is_terminal();
-    let mut screens = Screens::default();
-    let mut tui: Option<Tui> = None;
+    let terminal = !args.plain && !target.json && std::io::stdout().is_terminal();
+    let mut screens = Screens::new(&target.frontend, args.top);
     let (events_tx, mut events) = tokio::sync::mpsc::channel::<Event>(64);
-    // The views redraw on every update, key and resize; the tick only keeps a quiet stream's screen fresh.
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    // The terminal is taken once the front-end has answered, so that failing to reach it is one plain line.
+    let mut tui = if terminal {
+        Some(Tui::start(events_tx)?)
+    } else {
+        None
+    };
+    if let Some(t) = tui.as_mut() {
+        t.terminal.draw(|f| screens.draw(f, &names))?;
+    }
+    // The view redraws on every update, key and resize; the tick keeps the header's clock and the tree's
+    // troubles fresh.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut seen = 0u64;
     loop {
         tokio::select! {
             u = updates.message() => {
                 let Some(u) = u.map_err(status_error)? else { break };
                 seen += 1;
+                if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
+                    let list = api
+                        .event_names(EventNamesRequest {})
+                        .await
+                        .map_err(status_error)?
+                        .into_inner();
+                    names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
+                }
                 if target.json {
-                    println!("{}", json_of("canopy.v1.RoundUpdate", &u));
+                    println!("{}", json::with_names(&json_of("canopy.v1.RoundUpdate", &u), &names));
+                } else if let Some(t) = tui.as_mut() {
+                    screens.update(&u, &names);
+                    t.terminal.draw(|f| screens.draw(f, &names))?;
                 } else {
-                    if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
-                        let list = api
-                            .event_names(EventNamesRequest {})
-                            .await
-                            .map_err(status_error)?
-                            .into_inner();
-                        names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
-                    }
-                    if !terminal {
-                        print_plain(&u, &names, args.top);
-                    } else {
-                        screens.update(&u, &names, args.top);
-                        if tui.is_none() && screens.has_utilization() {
-                            tui = Some(Tui::start(events_tx.clone())?);
-                        }
-                        match tui.as_mut() {
-                            Some(t) => {
-                                t.terminal.draw(|f| screens.draw(f, &names))?;
-                            }
-                            None => print_tables(&screens),
-                        }
-                    }
+                    print_plain(&u, &names, args.top);
                 }
                 if args.updates > 0 && seen >= args.updates {
                     break;
                 }
             }
             Some(ev) = events.recv() => {
-                match action_of(&ev) {
+                let a = action_of(&ev);
+                match a {
                     Action::Quit => break,
-                    Action::ToggleView => screens.mode = screens.mode.toggled(),
-                    Action::Next => screens.cycle(false),
-                    Action::Previous => screens.cycle(true),
+                    Action::Nothing => continue,
                     Action::Redraw => {
                         if let Some(t) = tui.as_mut() {
                             t.terminal.autoresize()?;
                         }
                     }
-                    Action::Nothing => continue,
+                    other => screens.act(other),
                 }
                 if let Some(t) = tui.as_mut() {
                     t.terminal.draw(|f| screens.draw(f, &names))?;
                 }
             }
             _ = tick.tick(), if tui.is_some() => {
+                if let Ok(topo) = api.topology(TopologyRequest {}).await {
+                    screens.header.troubles = Troubles::of(&topo.into_inner().nodes);
+                }
                 if let Some(t) = tui.as_mut() {
                     t.terminal.draw(|f| screens.draw(f, &names))?;
                 }
@@ -314,18 +552,6 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     }
     drop(tui);
     Ok(())
-}
-
-/// A terminal without a utilization stream: every stream's latest table, the screen cleared between.
-fn print_tables(screens: &Screens) {
-    let mut out = std::io::stdout().lock();
-    let _ = write!(out, "\x1b[2J\x1b[H");
-    for screen in screens.screens.values() {
-        if let Screen::Text(text) = screen {
-            let _ = writeln!(out, "{text}");
-        }
-    }
-    let _ = out.flush();
 }
 
 /// Not a terminal: a line per utilization period, other streams' tables as they come, no escape codes.
@@ -346,74 +572,160 @@ fn print_plain(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_proto::filters::v1::Summary;
+    use canopy_proto::v1::Coverage;
     use utilization::tests::result;
+
+    fn any<M: Message>(type_name: &str, m: &M) -> prost_types::Any {
+        prost_types::Any {
+            type_url: format!("type.googleapis.com/canopy.filters.v1.{type_name}"),
+            value: m.encode_to_vec(),
+        }
+    }
 
     fn update(stream: &str, round: u64, r: &UtilizationResult) -> RoundUpdate {
         RoundUpdate {
             stream: stream.into(),
             filter: "utilization".into(),
             round,
-            result: Some(prost_types_any(r)),
+            result: Some(any("UtilizationResult", r)),
             ..Default::default()
         }
     }
 
-    fn prost_types_any(r: &UtilizationResult) -> prost_types::Any {
-        prost_types::Any {
-            type_url: "type.googleapis.com/canopy.filters.v1.UtilizationResult".into(),
-            value: r.encode_to_vec(),
+    fn stats_update(round: u64) -> RoundUpdate {
+        let row = |id, metric: Metric, mean| EventStats {
+            id,
+            metric: metric as i32,
+            summary: Some(Summary {
+                count: 8,
+                mean,
+                ..Default::default()
+            }),
+        };
+        let r = StatsResult {
+            stats: vec![
+                row(1, Metric::Exclusive, 100.0 + round as f64),
+                row(2, Metric::Exclusive, 50.0),
+                row(1, Metric::Inclusive, 400.0),
+                row(1, Metric::Calls, 3.0),
+            ],
+            raw_bytes: 0,
+        };
+        RoundUpdate {
+            stream: "a-stats".into(),
+            filter: "stats".into(),
+            round,
+            coverage: Some(Coverage {
+                covered: 8,
+                expected: 8,
+                ..Default::default()
+            }),
+            result: Some(any("StatsResult", &r)),
+            ..Default::default()
         }
     }
 
-    #[test]
-    fn keys_quit_switch_views_and_cycle_streams() {
-        let key = |c| Event::Key(KeyEvent::new(c, KeyModifiers::NONE));
-        assert_eq!(action_of(&key(KeyCode::Char('q'))), Action::Quit);
-        assert_eq!(action_of(&key(KeyCode::Esc)), Action::Quit);
-        assert_eq!(
-            action_of(&Event::Key(KeyEvent::new(
-                KeyCode::Char('c'),
-                KeyModifiers::CONTROL
-            ))),
-            Action::Quit
-        );
-        assert_eq!(action_of(&key(KeyCode::Char('h'))), Action::ToggleView);
-        assert_eq!(action_of(&key(KeyCode::Tab)), Action::Next);
-        assert_eq!(action_of(&Event::Resize(100, 40)), Action::Redraw);
+    fn screen(s: &Screens, names: &HashMap<u64, String>, w: u16, h: u16) -> Vec<String> {
+        let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+        s.render(buf.area, &mut buf, names, s.header.started);
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect()
     }
 
     #[test]
     fn a_utilization_stream_is_shown_first_and_tab_cycles_the_streams() {
-        let mut s = Screens::default();
+        let mut s = Screens::new("127.0.0.1:7400", 5);
         let names = HashMap::new();
-        let stats = RoundUpdate {
-            stream: "a-stats".into(),
-            filter: "stats".into(),
-            ..Default::default()
-        };
-        s.update(&stats, &names, 5);
+        s.update(&stats_update(0), &names);
         assert_eq!(s.shown.as_deref(), Some("a-stats"));
-        assert!(!s.has_utilization());
         let r = result(1_700_000_000_000, 1000, &[(7, "MPI_Allreduce", 100)]);
-        s.update(&update("util", 3, &r), &names, 5);
-        assert!(s.has_utilization());
+        s.update(&update("util", 3, &r), &names);
         assert_eq!(s.shown.as_deref(), Some("util"));
         s.cycle(false);
         assert_eq!(s.shown.as_deref(), Some("a-stats"));
         s.cycle(false);
         assert_eq!(s.shown.as_deref(), Some("util"));
         // Another update of the table stream does not take the screen.
-        s.update(&stats, &names, 5);
+        s.update(&stats_update(1), &names);
         assert_eq!(s.shown.as_deref(), Some("util"));
-        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
-        term.draw(|f| s.draw(f, &names)).unwrap();
-        let buf = term.backend().buffer().clone();
-        let top: String = (0..80).map(|x| buf[(x, 0)].symbol()).collect();
-        assert!(top.starts_with("util [utilization] round 3"), "{top}");
-        s.cycle(false);
-        term.draw(|f| s.draw(f, &names)).unwrap();
-        let buf = term.backend().buffer().clone();
-        let second: String = (0..80).map(|x| buf[(x, 1)].symbol()).collect();
-        assert!(second.starts_with("a-stats [stats] round 0"), "{second}");
+        let lines = screen(&s, &names, 80, 24);
+        assert!(lines[0].contains("util: round 3"), "{}", lines.join("\n"));
+        assert!(
+            lines[3].starts_with("util [utilization] round 3"),
+            "{}",
+            lines.join("\n")
+        );
+        s.act(Action::Previous);
+        let lines = screen(&s, &names, 80, 24);
+        assert!(lines[0].contains("a-stats: round 1"), "{}", lines.join("\n"));
+    }
+
+    #[test]
+    fn a_stats_stream_shows_names_a_metric_that_m_cycles_and_sparklines_within_80x24() {
+        let names: HashMap<u64, String> =
+            [(1, "MPI_Allreduce".to_string()), (2, "compute".to_string())].into();
+        let mut s = Screens::new("127.0.0.1:7400", 10);
+        for round in 0..5 {
+            s.update(&stats_update(round), &names);
+        }
+        for (w, h) in [(80u16, 24u16), (200, 60)] {
+            let lines = screen(&s, &names, w, h);
+            let all = lines.join("\n");
+            assert!(
+                lines[0].contains("a-stats: round 4") && lines[0].contains("coverage 8/8"),
+                "{all}"
+            );
+            assert!(lines[2].contains("a-stats [stats]"), "{all}");
+            assert!(lines[3].starts_with("event (exclusive us)"), "{all}");
+            assert!(
+                lines[4].starts_with("MPI_Allreduce") && lines[4].contains("104.0"),
+                "{all}"
+            );
+            assert!(
+                all.contains("mean (exclusive us) over the last 60 rounds"),
+                "{all}"
+            );
+            assert!(!all.contains("0000000000000001"), "{all}");
+            // Rising means: the sparkline ends in a full block.
+            let spark = lines
+                .iter()
+                .find(|l| l.starts_with("MPI_Allreduce") && l.contains('█'))
+                .expect(&all);
+            assert!(spark.trim_end().ends_with('█'), "{spark}");
+        }
+        s.act(Action::Metric);
+        let lines = screen(&s, &names, 80, 24);
+        assert!(
+            lines[3].starts_with("event (inclusive us)"),
+            "{}",
+            lines.join("\n")
+        );
+        s.act(Action::Metric);
+        s.act(Action::Metric);
+        assert_eq!(s.metric_shown(), Metric::Exclusive as i32);
+        s.act(Action::Sort);
+        let lines = screen(&s, &names, 200, 60);
+        assert!(lines[3].contains("max↓"), "{}", lines.join("\n"));
+        // Many streams: the shown one stays on the stream line.
+        let mut many = Screens::new("127.0.0.1:7400", 10);
+        for k in 0..12 {
+            let mut u = stats_update(1);
+            u.stream = format!("stream-{k:02}");
+            many.update(&u, &names);
+        }
+        for _ in 0..11 {
+            many.act(Action::Next);
+        }
+        let lines = screen(&many, &names, 80, 24);
+        assert!(
+            lines[2].starts_with('…') && lines[2].contains("stream-11 [stats]"),
+            "{}",
+            lines[2]
+        );
+        s.act(Action::Help);
+        let lines = screen(&s, &names, 80, 24);
+        assert!(lines[3].starts_with("Tab/→ next stream"), "{}", lines.join("\n"));
     }
 }
