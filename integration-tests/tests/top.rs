@@ -132,15 +132,7 @@ async fn canopy_top_shows_every_node_live_in_tmux_at_80x24() {
         Duration::from_secs(10),
         "s did not sort:\n{screen}"
     );
-    session.keys("q");
-    assert_eventually!(
-        {
-            screen = session.screen();
-            screen.contains("exited 0")
-        },
-        Duration::from_secs(30),
-        "top did not quit on q:\n{screen}"
-    );
+    session.quit("top").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,15 +107,7 @@ async fn canopy_watch_draws_utilization_in_tmux_and_redraws_on_resize() {
     );
 
     // 'q' quits and gives the terminal back.
-    session.keys("q");
-    assert_eventually!(
-        {
-            screen = session.screen();
-            screen.contains("watch exited 0")
-        },
-        Duration::from_secs(30),
-        "watch did not quit on q:\n{screen}"
-    );
+    let screen = session.quit("watch").await;
     assert!(!screen.contains("100%│"), "the view stayed on screen:\n{screen}");
 }
 
@@ -281,15 +273,7 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
     );
     assert!(tmux::fits(&screen, 80, 24), "{screen}");
 
-    session.keys("q");
-    assert_eventually!(
-        {
-            screen = session.screen();
-            screen.contains("exited 0")
-        },
-        Duration::from_secs(30),
-        "watch did not quit on q:\n{screen}"
-    );
+    session.quit("watch").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,25 @@ impl Session {
     pub fn keys(&self, keys: &str) {
         self.tmux(&["send-keys", "-t", &self.0, keys]);
     }
+
+    /// Presses `q` and waits until the command has exited with 0; returns the screen it left.
+    pub async fn quit(&self, what: &str) -> String {
+        self.keys("q");
+        #[allow(
+            unused_assignments,
+            reason = "each wait reads the screen afresh; the empty start is for a failure before the first read"
+        )]
+        let mut screen = String::new();
+        canopy_integration_tests::assert_eventually!(
+            {
+                screen = self.screen();
+                screen.contains("exited 0")
+            },
+            std::time::Duration::from_secs(30),
+            "{what} did not quit on q:\n{screen}"
+        );
+        screen
+    }
 }
 
 impl Drop for Session {
