@@ -30,6 +30,7 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
             total_ranks: ranks,
             seed: 1,
             app: "sim".into(),
+            plants: Vec::new(),
         });
         let selection = Selection {
             reported: &|_| true,

@@ -138,6 +138,7 @@ fn tree(plan: &Plan<'_>) -> anyhow::Result<()> {
                 total_ranks: leaves * LEAF_RANKS,
                 seed: 1,
                 app: "namd".into(),
+                plants: Vec::new(),
             })
         })
         .collect();

@@ -474,6 +474,67 @@ fn canopy_up_quiet_still_says_where_the_tree_is_and_keep_holds_it_until_ctrl_c()
     );
 }
 
+/// Planted ranks are what a stats stream finds: the slow rank holds every compute event's maximum in every
+/// round, a fast group its minimum; a plant that cannot be read stops `canopy up` before any daemon starts.
+#[test]
+fn canopy_up_plants_slow_and_fast_ranks_that_the_stats_find() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let run = |plants: &[&str]| {
+        let mut args = vec![
+            "up",
+            "--ranks",
+            "16",
+            "--agents",
+            "2",
+            "--rounds",
+            "8",
+            "--period-ms",
+            "20",
+            "--quiet",
+            "--insecure",
+        ];
+        for p in plants {
+            args.extend(["--plant", p]);
+        }
+        args.extend(["--out", out_dir.to_str().unwrap()]);
+        Command::new(bin_dir().join("canopy"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["5:4", "10-11:0.3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = reader(&out_dir.join("latest.sqlite"));
+    let names: std::collections::HashMap<u64, String> = store.names().unwrap().into_iter().collect();
+    let compute = ["hydro_sweep", "riemann", "eos", "update_solution"];
+    let rows: Vec<_> = store
+        .stats(Select::all())
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.metric == canopy_proto::filters::v1::Metric::Exclusive && s.class_id.is_none())
+        .filter(|s| names.get(&s.id).is_some_and(|n| compute.contains(&n.as_str())))
+        .collect();
+    assert_eq!(rows.len(), 8 * compute.len(), "{rows:#?}");
+    for r in &rows {
+        let event = &names[&r.id];
+        assert_eq!(r.max_rank, Some(5), "{event} round {}: {r:?}", r.round);
+        assert!(
+            matches!(r.min_rank, Some(10 | 11)),
+            "{event} round {}: {r:?}",
+            r.round
+        );
+    }
+
+    let out = run(&["5:4", "7:-1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--plant: bad plant \"7:-1\": the factor must be above 0 and at most 100"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_example_site_config_validates_for_every_daemon() {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/canopy.toml");

@@ -68,6 +68,11 @@ pub struct AgentConfig {
     /// Scenario of the simulated ranks: flash, uintah or namd.
     #[arg(long)]
     pub simulate_scenario: String,
+    /// Simulated ranks made slower or faster for the whole run, as RANKS:FACTOR (global rank numbers): `3,17:2.5`
+    /// makes ranks 3 and 17 compute 2.5 times as long; `8-15:0.6` makes a group faster. Semicolon-separated as
+    /// a flag. Tests and demonstrations know from them which ranks an analysis must find.
+    #[arg(long, value_delimiter = ';')]
+    pub simulate_plant: Vec<String>,
     /// The global number of this agent's first rank.
     #[arg(long)]
     pub rank_offset: u32,
@@ -134,6 +139,7 @@ impl Default for AgentConfig {
             simulate_events: 20,
             simulate_period_ms: 100,
             simulate_scenario: "flash".into(),
+            simulate_plant: Vec::new(),
             rank_offset: 0,
             total_ranks: 0,
             seed: 1,
@@ -188,6 +194,15 @@ impl AgentConfig {
 }
 
 impl AgentConfig {
+    /// The planted ranks of the simulated ones, as `simulate_plant` writes them.
+    pub fn plants(&self) -> Result<Vec<sim::plant::Plant>, sim::plant::PlantError> {
+        self.simulate_plant
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| p.parse())
+            .collect()
+    }
+
     /// The samplers `samplers` names; the error names the key.
     pub fn sampler_kinds(&self) -> Result<Vec<samplers::SamplerKind>, ConfigIssue> {
         samplers::parse_names(&self.samplers).map_err(|e| ConfigIssue::new("samplers", e))
@@ -233,6 +248,9 @@ impl CheckConfig for AgentConfig {
         }
         if let Err(e) = self.simulate_scenario.parse::<Scenario>() {
             return Err(ConfigIssue::new("simulate_scenario", e.to_string()));
+        }
+        if let Err(e) = self.plants() {
+            return Err(ConfigIssue::new("simulate_plant", e.to_string()));
         }
         if self.simulate_ranks > canopy_proto::MAX_RANKS {
             return Err(ConfigIssue::new(
@@ -321,6 +339,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         total_ranks: config.total_ranks,
         seed: config.seed,
         app: config.app.clone(),
+        plants: config.plants().unwrap_or_default(),
     });
     let socket = match config.socket.as_str() {
         "none" => None,

@@ -46,6 +46,10 @@ pub struct UpArgs {
     /// flash, uintah or namd.
     #[arg(long, default_value = "flash")]
     scenario: String,
+    /// Make simulated ranks slower or faster for the whole run, RANKS:FACTOR (repeatable): `--plant 5,40:3`
+    /// makes ranks 5 and 40 compute three times as long, so an analysis knows which ranks it must find.
+    #[arg(long, value_name = "RANKS:FACTOR")]
+    plant: Vec<String>,
     /// Events per simulated rank.
     #[arg(long, default_value_t = 20)]
     events: u32,
@@ -253,6 +257,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let bin_dir = binaries_dir()?;
+    check_plants(&bin_dir, &args.plant)?;
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
@@ -420,6 +425,9 @@ async fn launch_and_watch(
                 "--seed",
                 &args.seed.to_string(),
             ]);
+        if !args.plant.is_empty() {
+            cmd.args(["--simulate-plant".to_string(), args.plant.join(";")]);
+        }
         daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, logs)?);
         offset += n;
     }
@@ -556,6 +564,32 @@ fn parents(topology: &Topology, node: &NodeName, addr_of: &HashMap<NodeName, Str
         at = topology.parent(p);
     }
     list.join(",")
+}
+
+/// The agents read the plants: one `canopy-agent validate` checks them before any daemon starts, so a bad one
+/// is refused with the agent's own message instead of an agent that never attaches.
+fn check_plants(bin_dir: &Path, plants: &[String]) -> anyhow::Result<()> {
+    if plants.is_empty() {
+        return Ok(());
+    }
+    let out = std::process::Command::new(bin_dir.join("canopy-agent"))
+        .args([
+            "validate",
+            "--insecure",
+            "--socket",
+            "none",
+            "--simulate-ranks",
+            "1",
+        ])
+        .args(["--simulate-plant", &plants.join(";")])
+        .output()
+        .context("cannot run canopy-agent to check --plant")?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why = err.trim().rsplit_once("): ").map_or(err.trim(), |(_, why)| why);
+    bail!("--plant: {why}")
 }
 
 fn binaries_dir() -> anyhow::Result<PathBuf> {

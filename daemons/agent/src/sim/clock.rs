@@ -204,6 +204,7 @@ mod tests {
             total_ranks: 2,
             seed: 1,
             app: "app".into(),
+            plants: Vec::new(),
         });
         let (control_tx, control) = mpsc::unbounded_channel();
         let (inputs, mut node) = mpsc::channel(16);

@@ -1,6 +1,7 @@
 //! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
 
 pub mod clock;
+pub mod plant;
 mod timer;
 
 use std::collections::HashSet;
@@ -110,6 +111,8 @@ pub struct SimConfig {
     pub total_ranks: u32,
     pub seed: u64,
     pub app: String,
+    /// Ranks made slower or faster by a factor for the whole run ([`plant`]).
+    pub plants: Vec<plant::Plant>,
 }
 
 /// Produces the profiles of a set of simulated ranks, round after round.
@@ -146,7 +149,7 @@ impl Simulator {
                 let plan = namd_plan(cfg.events, &mut names);
                 // Every agent must see the same busiest rank, so scan the whole application, not our share.
                 let max_load = (0..total)
-                    .map(|r| Statics::draw(cfg.seed, cfg.scenario, r, total).load)
+                    .map(|r| Statics::of(&cfg, r, total).load)
                     .fold(1.0, f64::max);
                 envelope_us = plan
                     .iter()
@@ -162,7 +165,7 @@ impl Simulator {
             Scenario::Uintah => {}
         }
         for rank in cfg.rank_offset..end {
-            let statics = Statics::draw(cfg.seed, cfg.scenario, rank, total);
+            let statics = Statics::of(&cfg, rank, total);
             let (plan, wait_us) = match cfg.scenario {
                 Scenario::Flash => {
                     // Ranks that finish their compute early wait longest in the Allreduce.
@@ -584,6 +587,15 @@ struct Statics {
 }
 
 impl Statics {
+    /// A rank's statics as drawn, then its planted factor applied to its computation and its load.
+    fn of(cfg: &SimConfig, rank: u32, total: u32) -> Statics {
+        let mut st = Statics::draw(cfg.seed, cfg.scenario, rank, total);
+        let factor = plant::factor_of(&cfg.plants, rank);
+        st.speed *= factor;
+        st.load *= factor;
+        st
+    }
+
     fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
         let mut g = Keyed::of(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
         let u = g.unit();

@@ -12,6 +12,7 @@ fn cfg(scenario: Scenario, rank_offset: u32, ranks: u32, total_ranks: u32) -> Si
         total_ranks,
         seed: 42,
         app: "app".into(),
+        plants: Vec::new(),
     }
 }
 
@@ -375,6 +376,47 @@ fn encoded_rounds_are_the_profiles_under_the_options() {
                 encoder.encode_round(round, 77, &selection, |rank, batch| got.push((rank, batch)));
                 assert_eq!(got, expected, "{sc} {o:?} round {round}");
                 assert!(got.iter().any(|(_, b)| b.is_some()));
+            }
+        }
+    }
+}
+
+/// Planted ranks compute FACTOR times as long as the others, in every compute event and every round: an outlier
+/// search knows what it must find.
+#[test]
+fn planted_ranks_compute_their_factor_times_as_long() {
+    let mut c = cfg(Scenario::Flash, 0, 16, 16);
+    c.plants = vec!["3,9:3".parse().unwrap(), "12-13:0.5".parse().unwrap()];
+    let sim = Simulator::new(c.clone());
+    let compute: BTreeSet<u64> = sim.plans[0]
+        .iter()
+        .filter(|s| matches!(s.kind, Kind::Compute))
+        .map(|s| s.id)
+        .collect();
+    assert!(!compute.is_empty());
+    for round in run(c, 5) {
+        for id in &compute {
+            let excl = |rank: u32| {
+                round[rank as usize]
+                    .events
+                    .iter()
+                    .find(|e| e.event_id == *id)
+                    .map(|e| e.excl_us)
+                    .unwrap()
+            };
+            let plain: Vec<f64> = (0..16)
+                .filter(|r| ![3, 9, 12, 13].contains(r))
+                .map(excl)
+                .collect();
+            let (lo, hi) = plain
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+            for slow in [3, 9] {
+                // Speeds differ by 0.9..1.1 and rounds by 5% either way: 3x stays above every plain rank.
+                assert!(excl(slow) > 2.0 * hi, "rank {slow}: {} against {hi}", excl(slow));
+            }
+            for fast in [12, 13] {
+                assert!(excl(fast) < 0.7 * lo, "rank {fast}: {} against {lo}", excl(fast));
             }
         }
     }
