@@ -416,6 +416,7 @@ fn tree_down() {
                 sync_mode: sync as i32,
                 timeout_ms: 100,
                 ranks: String::new(),
+                stages: Vec::new(),
             }),
         }))
     };

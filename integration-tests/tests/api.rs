@@ -753,3 +753,73 @@ async fn a_subscription_with_names_is_sent_each_name_once_before_its_event_appea
         assert_eq!(tree_names.get(id), Some(name));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_of_rounds_collects_exactly_those_rounds_on_every_rank() {
+    use canopy_proto::v1::Window;
+    let tree = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 16,
+        rounds: 0,
+        period_ms: 20,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let store = tree.store.clone();
+    assert_eventually!(rounds_stored(&store) >= 3, Duration::from_secs(20), "no rounds");
+    let mut api = client(&tree).await;
+    let window = |from_round, to_round| ControlRequest {
+        action: Some(control_request::Action::Window(Window { from_round, to_round })),
+    };
+    // A window that starts where the tree may already be cannot be exact: refused, with the first round it could.
+    let e = api.control(window(1, 40)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    let first: u64 = e
+        .message()
+        .rsplit_once("start the window at round ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no first round in {:?}", e.message()));
+    assert!(
+        e.message()
+            .starts_with("window refused: round 1 is not in the future"),
+        "{}",
+        e.message()
+    );
+    let e = api.control(window(first + 9, first + 4)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        e.message(),
+        format!(
+            "window refused: the window ends (round {}) before it starts (round {})",
+            first + 4,
+            first + 9
+        )
+    );
+
+    let (from, to) = (first + 6, first + 10);
+    let r = api.control(window(from, to)).await.unwrap().into_inner();
+    assert_eq!(r.applied, format!("window: rounds {from} to {to}"));
+    assert_eventually!(
+        reader(&store)
+            .rounds(Select::all().from_round(to))
+            .unwrap()
+            .iter()
+            .any(|r| r.round == to),
+        Duration::from_secs(20),
+        "round {to} never stored"
+    );
+    // Well past the window (ten periods): nothing more comes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after: Vec<(u64, u32)> = reader(&store)
+        .rounds(Select::all().from_round(first))
+        .unwrap()
+        .iter()
+        .map(|r| (r.round, r.covered))
+        .collect();
+    let expected: Vec<(u64, u32)> = (from..=to).map(|round| (round, 16)).collect();
+    assert_eq!(after, expected, "rounds from {first} on");
+}

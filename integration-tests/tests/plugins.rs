@@ -40,6 +40,7 @@ fn spec(name: &str, filter: &str, params: &str) -> StreamSpec {
         sync_mode: SyncMode::WaitForAll as i32,
         timeout_ms: 1000,
         ranks: String::new(),
+        stages: Vec::new(),
     }
 }
 

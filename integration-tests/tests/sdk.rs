@@ -445,6 +445,53 @@ fn control_changes_the_next_dumps_of_real_ranks() {
         max_round(&store) >= stopped_at + 5
     });
 
+    // A window of rounds: the real ranks report exactly rounds FROM to TO, and nothing before or after, from the
+    // first round the tree has not admitted (which a window in the past is told).
+    let refused = std::process::Command::new(canopy_integration_tests::bin_dir().join("canopy"))
+        .args(["ctl", "window", "--from", "0", "--to", "0", "--frontend", &addr])
+        .env("CANOPY_TLS_DIR", &canopy_integration_tests::credentials().dir)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr).into_owned();
+    let first: u64 = message
+        .rsplit_once("start the window at round ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no first round in {message:?}"));
+    let (from, to) = (first + 5, first + 9);
+    assert_eq!(
+        canopy(
+            &addr,
+            &[
+                "ctl",
+                "window",
+                "--from",
+                &from.to_string(),
+                "--to",
+                &to.to_string()
+            ]
+        )
+        .trim(),
+        format!("window: rounds {from} to {to}: applied")
+    );
+    wait_for("the window's last round", Duration::from_secs(20), || {
+        max_round(&store) >= to as i64
+    });
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a negative test: it waits to see that nothing more arrives"
+    )]
+    std::thread::sleep(Duration::from_millis(600));
+    let windowed: Vec<(u64, u32)> = reader(&store)
+        .rounds(Select::all().stream(2).from_round(first))
+        .unwrap()
+        .iter()
+        .map(|r| (r.round, r.covered + r.missing.get(MissingReason::SampledOut)))
+        .collect();
+    let expected: Vec<(u64, u32)> = (from..=to).map(|round| (round, 4)).collect();
+    assert_eq!(windowed, expected);
+
     for r in &mut ranks {
         let _ = r.kill();
         let _ = r.wait();

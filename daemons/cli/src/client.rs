@@ -140,6 +140,16 @@ pub enum CtlCmd {
         #[arg(long, default_value = "")]
         name: String,
     },
+    /// Collect exactly the rounds FROM through TO (both included), at every rank: collection pauses until FROM
+    /// (or starts, if stopped) and stops after TO. FROM must be a round the tree has not admitted yet.
+    Window {
+        /// The first round collected.
+        #[arg(long)]
+        from: u64,
+        /// The last round collected.
+        #[arg(long)]
+        to: u64,
+    },
 }
 
 pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>> {
@@ -279,6 +289,10 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
         CtlCmd::Detail { ranks, name } => {
             control_request::Action::Detail(canopy_proto::v1::DetailRequest { ranks, name })
         }
+        CtlCmd::Window { from, to } => control_request::Action::Window(canopy_proto::v1::Window {
+            from_round: from,
+            to_round: to,
+        }),
     };
     let r = api
         .control(ControlRequest { action: Some(action) })

@@ -357,6 +357,7 @@ impl FrontendApi {
             sync_mode: sync as i32,
             timeout_ms,
             ranks: req.ranks.clone(),
+            stages: Vec::new(),
         };
         let id = self.root.open_stream_id(spec).await;
         if id == 0 {
@@ -565,6 +566,17 @@ impl FrontendApi {
                 return Ok(ControlResponse {
                     applied: "detail".into(),
                     stream_id: info.stream_id,
+                });
+            }
+            Some(control_request::Action::Window(w)) => {
+                self.root
+                    .window(w.from_round, w.to_round)
+                    .await
+                    .ok_or(ApiError::ShuttingDown)?
+                    .map_err(ApiError::Window)?;
+                return Ok(ControlResponse {
+                    applied: format!("window: rounds {} to {}", w.from_round, w.to_round),
+                    stream_id: 0,
                 });
             }
             Some(control_request::Action::Options(o)) => {

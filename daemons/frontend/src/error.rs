@@ -29,8 +29,11 @@ pub enum ApiError {
     DetailWithoutRanks,
     #[error(transparent)]
     BadOptions(#[from] canopy_core::options::OptionsError),
-    #[error("give an action: start, stop, options or detail")]
+    #[error("give an action: start, stop, options, detail or window")]
     NoAction,
+    /// A window of rounds the tree cannot honour exactly (it starts in the past, or ends before it starts).
+    #[error("window refused: {0}")]
+    Window(String),
     #[error("no stream {0}")]
     NoStream(u32),
     #[error("stream {id} is already {state}")]
@@ -57,7 +60,7 @@ impl ApiError {
             | ApiError::BadOptions(_)
             | ApiError::NoAction => Code::InvalidArgument,
             ApiError::UnknownFilter(_) | ApiError::NoStream(_) => Code::NotFound,
-            ApiError::StreamEnded { .. } => Code::FailedPrecondition,
+            ApiError::StreamEnded { .. } | ApiError::Window(_) => Code::FailedPrecondition,
             ApiError::ShuttingDown => Code::Unavailable,
             ApiError::Store(_) | ApiError::Task(_) => Code::Internal,
         }

@@ -522,6 +522,7 @@ impl Frontend {
                 ranks: String::new(),
                 sync_mode: sync as i32,
                 timeout_ms: config.stream_timeout_ms,
+                stages: Vec::new(),
             })
             .collect();
         let plan = resume::plan(configured, prior.as_ref());

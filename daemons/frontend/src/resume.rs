@@ -168,6 +168,16 @@ fn spec_of(row: &StreamRow) -> StreamSpec {
         ranks: row.ranks.clone(),
         sync_mode: row.sync_mode as i32,
         timeout_ms: row.timeout_ms,
+        // The latest stages only, as the root keeps them.
+        stages: row
+            .stages
+            .iter()
+            .skip(row.stages.len().saturating_sub(canopy_core::node::MAX_STAGES))
+            .map(|(from_round, ranks)| canopy_proto::v1::RankStage {
+                from_round: *from_round,
+                ranks: ranks.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -199,6 +209,7 @@ mod tests {
             failure: None,
             result_type: None,
             ranks: String::new(),
+            stages: Vec::new(),
             opened_unix_ns: None,
             closed_unix_ns: None,
             rounds: 0,

@@ -268,7 +268,7 @@ impl StoreReader {
 
     /// Every stream, by id, with its counts.
     pub fn streams(&self) -> Result<Vec<StreamRow>, StoreError> {
-        self.rows(
+        let mut streams = self.rows(
             "SELECT s.stream_id, COALESCE(s.name, ''), COALESCE(s.filter, ''), COALESCE(s.params, ''),
                     COALESCE(s.sync_mode, ''), COALESCE(s.timeout_ms, 0), COALESCE(s.state, ''), s.failure,
                     s.result_type, COALESCE(s.ranks, ''), s.opened_unix_ns, s.closed_unix_ns,
@@ -289,6 +289,7 @@ impl StoreReader {
                     failure: r.get(7)?,
                     result_type: r.get(8)?,
                     ranks: r.get(9)?,
+                    stages: Vec::new(),
                     opened_unix_ns: opt_u64(r, 10)?,
                     closed_unix_ns: opt_u64(r, 11)?,
                     rounds: u64_at(r, 12)?,
@@ -296,9 +297,21 @@ impl StoreReader {
                     late_packets: u64_at(r, 14)?,
                 })
             },
-        )
+        )?;
+        if self.version >= 11 {
+            let stages: Vec<(u32, u64, String)> = self.rows(
+                "SELECT stream_id, from_round, ranks FROM stream_ranks ORDER BY stream_id, from_round",
+                &[],
+                |r| Ok((r.get(0)?, u64_at(r, 1)?, r.get(2)?)),
+            )?;
+            for (id, from, ranks) in stages {
+                if let Some(s) = streams.iter_mut().find(|s| s.stream_id == id) {
+                    s.stages.push((from, ranks));
+                }
+            }
+        }
+        Ok(streams)
     }
-
     /// One stream, by id.
     pub fn stream(&self, stream_id: u32) -> Result<Option<StreamRow>, StoreError> {
         Ok(self.streams()?.into_iter().find(|s| s.stream_id == stream_id))

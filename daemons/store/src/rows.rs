@@ -24,6 +24,8 @@ pub struct StreamRow {
     pub result_type: Option<String>,
     /// The ranks that feed it (empty: all).
     pub ranks: String,
+    /// Later rank sets, (from round, ranks; empty: none), by round: a detail stream moved to other ranks.
+    pub stages: Vec<(u64, String)>,
     pub opened_unix_ns: Option<u64>,
     pub closed_unix_ns: Option<u64>,
     /// Rounds stored.

@@ -27,7 +27,7 @@ use crate::tables::parse_ranges_text;
 ///   `class_members` view (a row per rank), views with names and units resolved (`stats_named`,
 ///   `histograms_named`, `classes_named`, `samples_named`, `counters_named`, `event_metrics_named`,
 ///   `utilization_named`), and indexes for per-event series of `stats` and `histograms`.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -447,6 +447,19 @@ CREATE VIEW utilization_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '10');
 ";
 
+/// Version 11: the ranks that feed a stream from a round on (a detail stream moved to other ranks), so the store
+/// says which ranks fed which rounds.
+const V11: &str = "
+CREATE TABLE stream_ranks (
+    stream_id INTEGER NOT NULL,
+    from_round INTEGER NOT NULL,
+    ranks TEXT NOT NULL,
+    set_unix_ns INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, from_round)
+);
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '11');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -488,6 +501,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V8),
         M::up(V9),
         M::up_with_hook(V10, class_ranks_from_text),
+        M::up(V11),
     ])
 }
 
@@ -699,7 +713,7 @@ mod tests {
              INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);",
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrations().to_version(&mut conn, 10).unwrap();
         assert_eq!(
             (version(&conn).unwrap(), meta_version(&conn).unwrap()),
             (10, Some(10))

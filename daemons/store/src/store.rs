@@ -195,8 +195,17 @@ impl Store {
                     result_type,
                 ])
             })
-            .map(drop)
-            .map_err(self.sqlite())
+            .map_err(self.sqlite())?;
+        for stage in &spec.stages {
+            self.conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO stream_ranks (stream_id, from_round, ranks, set_unix_ns)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )
+                .and_then(|mut st| st.execute(params![spec.stream_id, stage.from_round, stage.ranks, now]))
+                .map_err(self.sqlite())?;
+        }
+        Ok(())
     }
 
     /// One transaction: upsert the `rounds` row (stream_id, round) and write the result.

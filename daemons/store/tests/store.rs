@@ -69,7 +69,7 @@ fn every_column_reads_back_from_a_fresh_connection() {
         ),
         [
             format!("pid|{pid}"),
-            "schema_version|10".into(),
+            format!("schema_version|{}", canopy_store::SCHEMA_VERSION),
             "tree|kary:2^2".into()
         ]
     );
@@ -657,4 +657,33 @@ fn a_nodes_history_keeps_each_change_of_parent_or_state() {
         ]
     );
     assert!(reader.node_history("nobody").unwrap().is_empty());
+}
+
+#[test]
+fn a_streams_later_ranks_are_kept_with_the_round_they_start_at() {
+    let dir = tempdir("stages");
+    let mut store = Store::create(dir.path()).unwrap();
+    let mut spec = spec(4);
+    spec.ranks = "1-3".into();
+    store.put_stream(&spec, StreamState::Open, None, None).unwrap();
+    for (from_round, ranks) in [(12, "5,9"), (30, "")] {
+        spec.stages.push(canopy_proto::v1::RankStage {
+            from_round,
+            ranks: ranks.into(),
+        });
+        // The root sends the whole spec each time: stages already stored are kept as they were.
+        store.put_stream(&spec, StreamState::Open, None, None).unwrap();
+    }
+    let conn = Connection::open(store.path()).unwrap();
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream_id, from_round, ranks FROM stream_ranks ORDER BY from_round"
+        ),
+        ["4|12|5,9", "4|30|"]
+    );
+    let read = canopy_store::StoreReader::open(store.path()).unwrap();
+    let row = read.stream(4).unwrap().unwrap();
+    assert_eq!(row.ranks, "1-3");
+    assert_eq!(row.stages, vec![(12, "5,9".to_string()), (30, String::new())]);
 }

@@ -21,10 +21,11 @@ impl std::fmt::Display for RankSetError {
 
 impl std::error::Error for RankSetError {}
 
-/// A set of ranks parsed from ranges; empty means every rank.
+/// A set of ranks parsed from ranges; empty means every rank (unless made by [`RankSet::none`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RankSet {
     ranges: Vec<(u32, u32)>,
+    none: bool,
 }
 
 impl RankSet {
@@ -52,12 +53,30 @@ impl RankSet {
             }
             ranges.push((a, b));
         }
-        Ok(RankSet { ranges })
+        Ok(RankSet { ranges, none: false })
+    }
+
+    /// The selection of no rank at all.
+    pub fn none() -> RankSet {
+        RankSet {
+            ranges: Vec::new(),
+            none: true,
+        }
+    }
+
+    /// As [`RankSet::parse`], except that empty text selects no rank.
+    pub fn parse_or_none(text: &str) -> Result<RankSet, RankSetError> {
+        let set = RankSet::parse(text)?;
+        Ok(if set.ranges.is_empty() {
+            RankSet::none()
+        } else {
+            set
+        })
     }
 
     /// Whether the selection names every rank (it was empty).
     pub fn is_all(&self) -> bool {
-        self.ranges.is_empty()
+        self.ranges.is_empty() && !self.none
     }
 
     pub fn contains(&self, rank: u32) -> bool {
@@ -75,6 +94,9 @@ mod tests {
         assert!(s.contains(0) && s.contains(3) && s.contains(17) && s.contains(41));
         assert!(!s.contains(4) && !s.contains(39));
         assert!(RankSet::parse("").unwrap().contains(12345));
+        let none = RankSet::parse_or_none(" ").unwrap();
+        assert!(!none.is_all() && !none.contains(0));
+        assert_eq!(RankSet::parse_or_none("3").unwrap(), RankSet::parse("3").unwrap());
         assert_eq!(
             RankSet::parse("4-2").unwrap_err().to_string(),
             "bad rank range \"4-2\": 4 is above 2"

@@ -292,6 +292,8 @@ struct State {
     totals: Totals,
     prev: Totals,
     collecting: bool,
+    /// The window of rounds in force (from, to): the rank reports those rounds only.
+    window: Option<(u64, u64)>,
     stop_sent: bool,
     measure: Arc<Measure>,
     measure_gen: u64,
@@ -355,6 +357,7 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         totals: Totals::default(),
         prev: Totals::default(),
         collecting: true,
+        window: None,
         stop_sent: false,
         measure: Arc::new(Measure::default()),
         measure_gen: 0,
@@ -530,7 +533,8 @@ impl Sdk {
         st.next_round = round + 1;
         // Every round moves the values on, reported or not, so the next profile's share is its own round's.
         registry().totals(&mut st.totals);
-        let kind = if !st.collecting {
+        let in_window = st.window.is_none_or(|(from, to)| (from..=to).contains(&round));
+        let kind = if !st.collecting || !in_window {
             if st.stop_sent {
                 std::mem::swap(&mut st.prev, &mut st.totals);
                 return Ok(false);
@@ -620,6 +624,7 @@ impl Sdk {
     /// Applies the agent's control at a dump.
     fn apply(&'static self, st: &mut State, c: RankControl) {
         st.collecting = c.collecting;
+        st.window = c.windowed.then_some((c.window_from, c.window_to));
         let options = c.options.unwrap_or_default();
         match Measure::from_options(&options) {
             Ok(m) => {

@@ -53,6 +53,8 @@ impl SimulatedRanks {
         let mut next_round = 0u64;
         // The rounds dumped so far end here: what a rank finishing now has delivered.
         let mut dumped_end = 0u64;
+        // The window of rounds in force (canopy ctl window): rounds outside it are neither measured nor reported.
+        let mut window_of_rounds: Option<(u64, u64)> = None;
         let names = self.sim.names();
         let mut options = Measure::default();
         let mut left = HashSet::new();
@@ -66,6 +68,10 @@ impl SimulatedRanks {
                     biased;
                     a = self.control.recv() => a,
                     _ = timer.sleep_until(due) => {
+                        if window_of_rounds.is_some_and(|(from, to)| !(from..=to).contains(&next_round)) {
+                            next_round += 1;
+                            continue;
+                        }
                         // Ranks the tree cannot keep up with fall behind their clock rather than run ahead of the
                         // window of rounds in flight.
                         // Round r is the window of wall time that ends when it is dumped.
@@ -99,8 +105,13 @@ impl SimulatedRanks {
                         next_round.max(s.first_round)
                     };
                     anchor = Some((s.start_unix_ns, s.first_round));
+                    window_of_rounds = None;
                 }
-                Some(control::Action::Stop(_)) => anchor = None,
+                Some(control::Action::Stop(_)) => {
+                    anchor = None;
+                    window_of_rounds = None;
+                }
+                Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
                 Some(control::Action::Options(o)) => {
                     match Measure::from_options(&o) {
                         Ok(m) => {

@@ -67,6 +67,8 @@ pub(super) struct Ranks {
     options: Options,
     /// The tree's clock from the latest Start, (start_unix_ns, first_round): time rounds count from it.
     clock: (u64, u64),
+    /// The window of rounds in force, (from, to): the ranks report those rounds only.
+    window_of_rounds: Option<(u64, u64)>,
     draining: bool,
     /// The running total of dumps each rank reported dropped, across its reconnections.
     dropped: HashMap<String, u64>,
@@ -91,6 +93,7 @@ impl Ranks {
             collecting: true,
             options: Options::default(),
             clock: (0, 0),
+            window_of_rounds: None,
             draining: false,
             dropped: HashMap::new(),
             window,
@@ -153,6 +156,9 @@ impl Ranks {
                 options: Some(self.options.clone()),
                 start_unix_ns: self.clock.0,
                 first_round: self.clock.1,
+                windowed: self.window_of_rounds.is_some(),
+                window_from: self.window_of_rounds.map_or(0, |w| w.0),
+                window_to: self.window_of_rounds.map_or(0, |w| w.1),
             })),
         }
     }
@@ -447,8 +453,13 @@ impl Ranks {
             control::Action::Start(s) => {
                 self.collecting = true;
                 self.clock = (s.start_unix_ns, s.first_round);
+                self.window_of_rounds = None;
             }
-            control::Action::Stop(_) => self.collecting = false,
+            control::Action::Stop(_) => {
+                self.collecting = false;
+                self.window_of_rounds = None;
+            }
+            control::Action::Window(w) => self.window_of_rounds = Some((w.from_round, w.to_round)),
             control::Action::Options(o) => {
                 let period = if o.period_ms == 0 {
                     self.options.period_ms

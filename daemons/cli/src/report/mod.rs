@@ -214,6 +214,7 @@ mod tests {
             failure: None,
             result_type: result_type.map(str::to_string),
             ranks: String::new(),
+            stages: Vec::new(),
             opened_unix_ns: None,
             closed_unix_ns: None,
             rounds: 0,

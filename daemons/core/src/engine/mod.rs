@@ -414,6 +414,11 @@ impl RoundEngine {
         self.sources.get(id).map(|s| s.state)
     }
 
+    /// The first round a source takes part in.
+    pub fn source_from(&self, id: &str) -> Option<u64> {
+        self.sources.get(id).map(|s| s.from)
+    }
+
     /// Ranks served below this node, live or not: the `expected` of every round.
     pub fn ranks_expected(&self) -> u32 {
         self.sources

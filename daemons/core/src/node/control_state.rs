@@ -6,6 +6,8 @@ use canopy_proto::v1::{Control, Drain, control};
 #[derive(Debug, Default)]
 pub(crate) struct ControlState {
     collection: Option<Control>,
+    /// The window of rounds in force (a start or stop ends it).
+    window: Option<Control>,
     options: Option<Control>,
     draining: bool,
 }
@@ -14,7 +16,11 @@ impl ControlState {
     /// Takes in one control message on its way down.
     pub(crate) fn record(&mut self, c: &Control) {
         match &c.action {
-            Some(control::Action::Start(_) | control::Action::Stop(_)) => self.collection = Some(c.clone()),
+            Some(control::Action::Start(_) | control::Action::Stop(_)) => {
+                self.collection = Some(c.clone());
+                self.window = None;
+            }
+            Some(control::Action::Window(_)) => self.window = Some(c.clone()),
             Some(control::Action::Options(o)) => {
                 let mut o = o.clone();
                 if o.period_ms == 0
@@ -34,12 +40,14 @@ impl ControlState {
     }
 
     /// What a child attaching now must hear, in order: the options first (the Start that follows may make the
-    /// child dump at once), then the start or stop (a start marked as a rejoin), then a drain under way.
+    /// child dump at once), then the start or stop (a start marked as a rejoin), the window of rounds in force,
+    /// then a drain under way.
     pub(crate) fn replay(&self) -> Vec<Control> {
         let mut out: Vec<Control> = self
             .options
             .iter()
             .chain(self.collection.iter())
+            .chain(self.window.iter())
             .cloned()
             .collect();
         for c in &mut out {
@@ -122,5 +130,30 @@ mod tests {
             panic!("no start recorded");
         };
         assert!(!kept.rejoin);
+    }
+
+    #[test]
+    fn a_late_child_hears_the_window_after_the_start_and_a_stop_ends_it() {
+        let mut s = ControlState::default();
+        let window = Control {
+            action: Some(control::Action::Window(canopy_proto::v1::Window {
+                from_round: 40,
+                to_round: 49,
+            })),
+        };
+        s.record(&Control {
+            action: Some(control::Action::Start(canopy_proto::v1::Start::default())),
+        });
+        s.record(&window);
+        let r = s.replay();
+        assert_eq!(r.len(), 2);
+        assert!(matches!(r[0].action, Some(control::Action::Start(_))));
+        assert_eq!(r[1], window);
+        s.record(&Control {
+            action: Some(control::Action::Stop(Stop {})),
+        });
+        let r = s.replay();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(matches!(r[0].action, Some(control::Action::Stop(_))));
     }
 }

@@ -98,6 +98,19 @@ pub enum RootCommand {
     Collection(Collection),
     /// New measurement options for every rank.
     Options(canopy_proto::v1::Options),
+    /// Collect exactly the rounds `from` through `to` (both included); the reply says why not, if so.
+    Window {
+        from: u64,
+        to: u64,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// Feed a stream from these ranks (ranges; empty: none) from a round no leaf has admitted yet; the reply
+    /// gets that round, or says why not.
+    Restage {
+        stream: u32,
+        ranks: String,
+        reply: oneshot::Sender<Result<u64, String>>,
+    },
 }
 
 /// Start or stop collection, from the root.
@@ -171,6 +184,26 @@ impl RootHandle {
 
     pub async fn collection(&self, c: Collection) -> bool {
         self.send(RootCommand::Collection(c)).await
+    }
+
+    /// Collects exactly the rounds `from` through `to`: `from` must be a round no leaf has admitted yet. `None`:
+    /// the node has stopped.
+    pub async fn window(&self, from: u64, to: u64) -> Option<Result<(), String>> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if !self.send(RootCommand::Window { from, to, reply }).await {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Feeds a stream from other ranks (ranges; empty: none) from a round no leaf has admitted yet, which the
+    /// answer gives. `None`: the node has stopped.
+    pub async fn restage(&self, stream: u32, ranks: String) -> Option<Result<u64, String>> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if !self.send(RootCommand::Restage { stream, ranks, reply }).await {
+            return None;
+        }
+        rx.await.ok()
     }
 
     /// Replaces every rank's measurement options from its next dump on (check them first with

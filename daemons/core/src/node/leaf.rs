@@ -42,6 +42,9 @@ pub(crate) struct Leaf {
     pub(crate) exit_after_fin: bool,
     /// The node's own samples, the input of its node streams.
     pub(crate) samples: NodeSamplesAtLeaf,
+    /// The window of rounds in force (`canopy ctl window`): a rank's dump of a round outside it counts as
+    /// stopped, whatever the rank made of the window itself.
+    pub(crate) window: Option<(u64, u64)>,
 }
 
 /// What the leaf makes of a rank's event.
@@ -54,6 +57,12 @@ pub(crate) enum Placed {
 }
 
 impl Leaf {
+    /// Whether the window of rounds in force leaves `round` out.
+    pub(crate) fn outside_window(&self, round: u64) -> bool {
+        self.window
+            .is_some_and(|(from, to)| !(from..=to).contains(&round))
+    }
+
     /// A leaf of the node `node_id` on `hostname` (its node streams name both).
     pub(crate) fn new(mut options: LeafOptions, node_id: String, hostname: String) -> Self {
         let samples = NodeSamplesAtLeaf::new(options.sampler.take(), node_id, hostname);
@@ -67,6 +76,7 @@ impl Leaf {
             seq: 0,
             announced: BTreeMap::new(),
             exit_after_fin: false,
+            window: None,
         }
     }
 

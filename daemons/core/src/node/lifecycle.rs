@@ -41,7 +41,82 @@ impl<U: Up> Node<U> {
                 let action = Some(control::Action::Options(o));
                 self.on_control(Control { action }).await;
             }
+            RootCommand::Window { from, to, reply } => {
+                let _ = reply.send(self.window_at_root(from, to).await);
+            }
+            RootCommand::Restage { stream, ranks, reply } => {
+                let _ = reply.send(self.restage_at_root(stream, ranks).await);
+            }
         }
+    }
+
+    /// The first round no leaf may have admitted yet: the root's window limit (a leaf's window never passes its
+    /// parent's credit), or the next round if collection numbers on from further up.
+    fn first_unadmitted_round(&self) -> u64 {
+        self.window.limit().max(self.next_round())
+    }
+
+    /// A window of rounds: starts collection if it is stopped, then tells every rank which rounds to report.
+    async fn window_at_root(&mut self, from: u64, to: u64) -> Result<(), String> {
+        if to < from {
+            return Err(format!(
+                "the window ends (round {to}) before it starts (round {from})"
+            ));
+        }
+        let first = self.first_unadmitted_round();
+        if from < first {
+            return Err(format!(
+                "round {from} is not in the future: the tree may already hold rounds below {first}; \
+                 start the window at round {first} or later"
+            ));
+        }
+        let first_round = self.next_round();
+        let Role::Root(root) = &mut self.role else {
+            return Err("not the root".into());
+        };
+        let start = (!root.collecting()).then(|| root.collection(Collection::Start, first_round));
+        tracing::info!(from, to, "window of rounds");
+        if let Some(action) = start {
+            self.on_control(Control { action: Some(action) }).await;
+        }
+        let action = control::Action::Window(canopy_proto::v1::Window {
+            from_round: from,
+            to_round: to,
+        });
+        self.on_control(Control { action: Some(action) }).await;
+        Ok(())
+    }
+
+    /// New ranks for a stream from a round no leaf has admitted yet: its spec gains a stage, which every node
+    /// below applies from that round on and the store records.
+    async fn restage_at_root(&mut self, id: u32, ranks: String) -> Result<u64, String> {
+        let Some(mut spec) = self.streams.live_spec(id).cloned() else {
+            return Err(format!("stream {id} is not open"));
+        };
+        crate::ranks::RankSet::parse_or_none(&ranks).map_err(|e| e.to_string())?;
+        let after_last = spec.stages.last().map_or(0, |s| s.from_round + 1);
+        let from_round = self.first_unadmitted_round().max(after_last);
+        // A stage whose rounds have all closed is dropped once the next one is in force everywhere.
+        let closed_below = self.closed_below();
+        while spec.stages.len() >= 2 && spec.stages[1].from_round <= closed_below {
+            spec.stages.remove(0);
+        }
+        if spec.stages.len() >= feed::MAX_STAGES {
+            return Err(format!(
+                "stream {id} has {} changes of ranks under way; try again once its rounds close",
+                spec.stages.len()
+            ));
+        }
+        spec.stages
+            .push(canopy_proto::v1::RankStage { from_round, ranks });
+        self.streams.restage(id, &spec)?;
+        tracing::info!(stream = id, from_round, "stream fed by new ranks");
+        self.stream_state(&spec, StreamState::Open, None).await;
+        let open = OpenStream {
+            spec: Some(for_children(&spec)),
+        };
+        self.broadcast(down_message::Msg::OpenStream(open)).await;
+        Ok(from_round)
     }
 
     /// Opens a stream at the root and on the tree; returns its id (the stream may have failed at the root, which
@@ -104,6 +179,21 @@ impl<U: Up> Node<U> {
             {
                 self.streams.set_timeout(id, spec.timeout_ms);
                 self.engine.open_stream(id, streams::sync_of(&spec));
+                return true;
+            }
+            // New rank stages (the root moved an automatic detail stream): the same stream, fed by other ranks from
+            // a round no leaf has admitted yet.
+            Some(known)
+                if StreamSpec {
+                    stages: spec.stages.clone(),
+                    timeout_ms: spec.timeout_ms,
+                    ..known.clone()
+                } == spec =>
+            {
+                self.streams.set_timeout(id, spec.timeout_ms);
+                if let Err(e) = self.streams.restage(id, &spec) {
+                    tracing::warn!(node = %self.id, stream = id, "rank stages refused: {e}");
+                }
                 return true;
             }
             // The same id for another stream (a root restarted with another table): the old one ends here first,

@@ -10,6 +10,7 @@
 mod children;
 mod control_state;
 mod credit;
+mod feed;
 mod input;
 mod leaf;
 mod lifecycle;
@@ -42,6 +43,7 @@ use crate::engine::{Accepted, Arrival, Closed, GroupKey, RoundEngine, SourceStat
 use crate::filter::{FilterFactory, Level, Output};
 use crate::window::{Window, WindowGate, WindowState};
 
+pub use feed::MAX_STAGES;
 pub use input::{
     ChildEvent, ChildSender, Collection, Input, ParentEvent, RankEvent, Refused, RootCommand, RootHandle,
     parse_rank_source, rank_source,
@@ -560,8 +562,14 @@ impl<U: Up> Node<U> {
         self.control.record(&c);
         self.broadcast(down_message::Msg::Control(c)).await;
         if let Role::Leaf(leaf) = &mut self.role {
-            if let control::Action::Start(_) = action {
-                leaf.start();
+            match &action {
+                control::Action::Start(_) => {
+                    leaf.start();
+                    leaf.window = None;
+                }
+                control::Action::Stop(_) => leaf.window = None,
+                control::Action::Window(w) => leaf.window = Some((w.from_round, w.to_round)),
+                _ => {}
             }
             let _ = leaf.options.control.send(action.clone()).await;
             if let control::Action::Drain(_) = action {

@@ -77,8 +77,32 @@ impl<U: Up> Node<U> {
         }
     }
 
+    /// A rank's dump of a round outside the window of rounds: before the window the rank counts as stopped from this
+    /// round and is expected again from the window's first round (every rank resumes there); after it, as stopped.
+    async fn outside_window(&mut self, source: &str, round: u64, from: u64) {
+        let state = self.engine.source_state(source);
+        let closed = if round < from {
+            if state == Some(SourceState::Live) && self.engine.source_from(source) == Some(from) {
+                return;
+            }
+            let closed = self
+                .engine
+                .set_source_state(source, SourceState::Stopped { end: round });
+            self.engine.resume_source(source, from);
+            closed
+        } else {
+            if matches!(state, Some(SourceState::Stopped { .. })) {
+                return;
+            }
+            self.engine
+                .set_source_state(source, SourceState::Stopped { end: round })
+        };
+        self.on_closed_all(closed).await;
+    }
+
     /// One dump of a rank. A rank told to stop says so once, at its first stopped dump: it counts as stopped from
-    /// that round on until it reports again.
+    /// that round on until it reports again. A dump of a round outside the window of rounds in force counts as
+    /// the rank's stop (once), so the window starts and ends at the same round at every rank.
     pub(super) async fn on_rank_round(
         &mut self,
         source: String,
@@ -88,6 +112,13 @@ impl<U: Up> Node<U> {
         profile: Result<Vec<u8>, MissingReason>,
     ) {
         self.counters.highest_seen = self.counters.highest_seen.max(round);
+        let window = match &self.role {
+            Role::Leaf(leaf) if leaf.outside_window(round) => leaf.window,
+            _ => None,
+        };
+        if let Some((from, _)) = window {
+            return self.outside_window(&source, round, from).await;
+        }
         match self.engine.source_state(&source) {
             None => {
                 tracing::warn!(node = %self.id, %source, round, "dump from a rank that is not attached");
@@ -112,7 +143,7 @@ impl<U: Up> Node<U> {
         let feeds: Vec<(u32, bool, bool)> = self
             .streams
             .feeds()
-            .map(|(id, ranks)| (id, ranks.contains(rank), self.streams.is_node_stream(id)))
+            .map(|(id, feed)| (id, feed.at(round).contains(rank), self.streams.is_node_stream(id)))
             .collect();
         for (stream, chosen, node_stream) in feeds {
             // Every stream shares the one payload; a node stream counts the rank and takes the node's sample

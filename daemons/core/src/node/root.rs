@@ -51,6 +51,8 @@ pub(crate) struct Root {
     waiting_since: Option<Instant>,
     /// Collection started at the time-out, without every announced rank.
     started_short: bool,
+    /// The last collection control was a stop.
+    stopped: bool,
     draining_until: Option<Instant>,
     next_stream_id: u32,
 }
@@ -63,6 +65,7 @@ impl Root {
             started: false,
             waiting_since: None,
             started_short: false,
+            stopped: false,
             draining_until: None,
             next_stream_id,
         }
@@ -134,10 +137,16 @@ impl Root {
     /// started: a child attaching while collection is stopped must not start it.
     pub(crate) fn collection(&mut self, c: Collection, first_round: u64) -> control::Action {
         self.started = true;
+        self.stopped = c == Collection::Stop;
         match c {
             Collection::Stop => control::Action::Stop(canopy_proto::v1::Stop {}),
             Collection::Start => control::Action::Start(start(first_round)),
         }
+    }
+
+    /// Whether the ranks collect now: collection started and not stopped since.
+    pub(crate) fn collecting(&self) -> bool {
+        self.started && !self.stopped
     }
 
     /// Begins the drain; false if one is under way.

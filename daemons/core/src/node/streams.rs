@@ -17,9 +17,9 @@ use canopy_proto::v1::{Coverage, FilterTime, StreamSpec, SyncMode};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::feed::Feed;
 use crate::engine::{GroupKey, StreamSync};
 use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output};
-use crate::ranks::RankSet;
 
 /// The default filter-call time-out (`filter_call_timeout_ms`).
 pub const DEFAULT_FILTER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -231,8 +231,8 @@ struct Stream {
     phases: u32,
     /// The failure was reported.
     failed: bool,
-    /// The ranks that feed it (a detail stream names some; the rest count as sampled out).
-    ranks: RankSet,
+    /// The ranks that feed it, round by round (a detail stream names some; the rest count as sampled out).
+    ranks: Feed,
 }
 
 /// What became of a call the node queued.
@@ -323,7 +323,7 @@ impl StreamTable {
         };
         let created = created
             .and_then(|filter| {
-                let ranks = RankSet::parse(&spec.ranks).map_err(|e| e.to_string())?;
+                let ranks = Feed::of(&spec)?;
                 Ok((filter, ranks))
             })
             .and_then(|(filter, ranks)| {
@@ -352,7 +352,7 @@ impl StreamTable {
                             worker: None,
                             phases,
                             failed: false,
-                            ranks: RankSet::default(),
+                            ranks: Feed::default(),
                         };
                         self.streams.insert(id, failed);
                         return Err(reason);
@@ -391,7 +391,7 @@ impl StreamTable {
                         worker: None,
                         phases: 1,
                         failed: false,
-                        ranks: RankSet::default(),
+                        ranks: Feed::default(),
                     },
                 );
                 Err(reason)
@@ -422,6 +422,16 @@ impl StreamTable {
 
     /// A stream's time-out changed (an adopter is a level higher than the lost parent, so it gives its children
     /// a longer one): the stream goes on, with its filter and its rounds in flight.
+    /// New rank stages for a stream (its spec otherwise the same); the error says why they are refused.
+    pub(crate) fn restage(&mut self, id: u32, spec: &StreamSpec) -> Result<(), String> {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Err(format!("stream {id} is not open here"));
+        };
+        s.ranks.restage(spec)?;
+        s.spec.stages = spec.stages.clone();
+        Ok(())
+    }
+
     pub(crate) fn set_timeout(&mut self, id: u32, timeout_ms: u32) {
         if let Some(s) = self.streams.get_mut(&id) {
             s.spec.timeout_ms = timeout_ms;
@@ -450,7 +460,7 @@ impl StreamTable {
     }
 
     /// The live streams and the ranks that feed each.
-    pub(crate) fn feeds(&self) -> impl Iterator<Item = (u32, &RankSet)> {
+    pub(crate) fn feeds(&self) -> impl Iterator<Item = (u32, &Feed)> {
         self.streams
             .iter()
             .filter(|(_, s)| s.worker.is_some())

@@ -154,5 +154,6 @@ pub fn spec(stream_id: u32) -> StreamSpec {
         sync_mode: SyncMode::WaitForAll as i32,
         timeout_ms: 500,
         ranks: String::new(),
+        stages: Vec::new(),
     }
 }
