@@ -240,3 +240,38 @@ fn malformed_packets_are_rejected_with_their_reason_and_the_rest_merges() {
         "{err}"
     );
 }
+
+/// What the root receives in phase 2 is O(k): a leaf's top list does not grow with its ranks, while its phase-0
+/// summaries grow with the events only.
+#[test]
+fn a_leaf_sends_k_ranks_up_whatever_its_ranks() {
+    let filters = PluginFilters::new(search_path());
+    let events: Vec<String> = (0..100).map(|e| format!("event {e}")).collect();
+    let sizes = |ranks: u32| {
+        let mut leaf = filters.create("outliers", r#"{"k": 10}"#, Level::Leaf).unwrap();
+        let mut root = filters.create("outliers", r#"{"k": 10}"#, Level::Root).unwrap();
+        let inputs: Vec<Vec<u8>> = (0..ranks)
+            .map(|r| {
+                let times: Vec<(&str, f64)> = events
+                    .iter()
+                    .enumerate()
+                    .map(|(e, name)| (name.as_str(), 100.0 + f64::from((r * 7 + e as u32 * 13) % 97)))
+                    .collect();
+                profile(r, &times)
+            })
+            .collect();
+        let slices: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let raw: usize = inputs.iter().map(Vec::len).sum();
+        let up0 = leaf.upstream(0, 0, &slices).unwrap().up[0].payload.clone();
+        let down = root.upstream(0, 0, &[&up0]).unwrap().down[0].payload.clone();
+        let up2 = leaf.downstream(0, 1, &down).unwrap().up[0].payload.clone();
+        (raw, up0.len(), down.len(), up2.len())
+    };
+    let (small, large) = (sizes(64), sizes(1024));
+    eprintln!("64 ranks: {small:?}; 1024 ranks: {large:?} (raw, phase 0 up, phase 1 down, phase 2 up bytes)");
+    assert!(large.0 > 15 * small.0);
+    // The top of 10 with its events, whatever the ranks: within a few bytes (rank numbers grow).
+    assert!(large.3 <= small.3 + 40, "{small:?} {large:?}");
+    // The summaries are per event, not per rank.
+    assert!(large.1 <= small.1 + 400, "{small:?} {large:?}");
+}
