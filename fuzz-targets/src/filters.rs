@@ -52,6 +52,18 @@ pub fn filter_classify(data: &[u8]) {
     );
 }
 
+pub fn filter_outliers(data: &[u8]) {
+    run::<canopy_filter_outliers::OutliersFilter>(
+        data,
+        &[
+            "",
+            r#"{"k":1,"top_events":0}"#,
+            r#"{"fraction":0.5,"weighted":true,"within":"class","metric":"inclusive"}"#,
+            r#"{"events":"pattern","pattern":"MPI_","within":"class","values":"cumulative"}"#,
+        ],
+    );
+}
+
 pub fn filter_passthrough(data: &[u8]) {
     run::<canopy_filter_passthrough::Passthrough>(data, &["", "{}"]);
 }

@@ -16,7 +16,7 @@ pub mod tree;
 pub mod wire;
 
 pub use config::config;
-pub use filters::{filter_classify, filter_histogram, filter_passthrough, filter_stats};
+pub use filters::{filter_classify, filter_histogram, filter_outliers, filter_passthrough, filter_stats};
 pub use topology::topology;
 pub use tree::{tree_attach, tree_down};
 pub use wire::{measure_options, rank_frames};
@@ -33,6 +33,7 @@ pub const TARGETS: &[Target] = &[
     ("filter_stats", filters::filter_stats),
     ("filter_histogram", filters::filter_histogram),
     ("filter_classify", filters::filter_classify),
+    ("filter_outliers", filters::filter_outliers),
     ("filter_passthrough", filters::filter_passthrough),
     ("topology", topology::topology),
     ("config", config::config),

@@ -554,6 +554,7 @@ fn write_seeds() {
     filter_seeds::<canopy_filter_stats::StatsFilter>("filter_stats", 0, false);
     filter_seeds::<canopy_filter_histogram::HistogramFilter>("filter_histogram", 0, true);
     filter_seeds::<canopy_filter_classify::ClassifyFilter>("filter_classify", 0, true);
+    filter_seeds::<canopy_filter_outliers::OutliersFilter>("filter_outliers", 0, true);
     filter_seeds::<canopy_filter_passthrough::Passthrough>("filter_passthrough", 0, false);
     tree_attach();
     tree_down();

@@ -80,7 +80,13 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         ranks: 8,
         rounds: 0,
         period_ms: 20,
-        streams: vec!["stats".into(), "classify".into(), "nodes".into()],
+        streams: vec![
+            "stats".into(),
+            "classify".into(),
+            "nodes".into(),
+            "outliers".into(),
+        ],
+        stream_params: vec![("outliers".into(), r#"{"k": 3}"#.into())],
         ..TreeBuilder::default()
     }
     .start()
@@ -165,9 +171,10 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         assert!(!m.input().full_name().is_empty() && !m.output().full_name().is_empty());
     }
 
-    // `grpcurl -d '{"streamNames": ["stats", "classify", "nodes"]}' localhost:7400 canopy.v1.Frontend/Subscribe`
+    // `grpcurl -d '{"streamNames": ["stats", "classify", "nodes", "outliers"]}' localhost:7400 canopy.v1.Frontend/Subscribe`
     let subscribe = methods.iter().find(|m| m.name() == "Subscribe").unwrap().clone();
-    let mut de = serde_json::Deserializer::from_str(r#"{"streamNames": ["stats", "classify", "nodes"]}"#);
+    let mut de =
+        serde_json::Deserializer::from_str(r#"{"streamNames": ["stats", "classify", "nodes", "outliers"]}"#);
     let request = DynamicMessage::deserialize(subscribe.input(), &mut de).unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
@@ -182,7 +189,7 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
         .unwrap()
         .into_inner();
     let mut seen = std::collections::HashSet::new();
-    while seen.len() < 3 {
+    while seen.len() < 4 {
         let update = tokio::time::timeout(Duration::from_secs(20), stream.message())
             .await
             .unwrap()
@@ -243,6 +250,20 @@ async fn a_client_without_canopy_types_subscribes_and_prints_typed_json() {
                     assert!(total > 0, "{n}");
                     assert!(n["load"].is_object(), "{n}");
                 }
+            }
+            "outliers" => {
+                assert_eq!(
+                    result["@type"], "type.googleapis.com/canopy.filters.v1.OutliersResult",
+                    "{json}"
+                );
+                assert_eq!(result["within"], "all", "{json}");
+                let group = &result["groups"][0];
+                assert_eq!(group["ranks"], "8", "{json}");
+                assert_eq!(group["keep"], 3, "{json}");
+                let top = group["top"].as_array().unwrap();
+                assert_eq!(top.len(), 3, "{json}");
+                assert_eq!(top[0]["app"], "sim", "{json}");
+                assert!(top[0]["score"].is_number(), "{json}");
             }
             other => panic!("unexpected filter {other}"),
         }

@@ -87,6 +87,8 @@ pub enum Table {
     EventMetrics,
     Trace,
     Utilization,
+    Outliers,
+    OutlierEvents,
     NodeSamples,
     NodeRanks,
     Results,
@@ -111,6 +113,8 @@ impl Table {
             Table::EventMetrics => "event_metrics",
             Table::Trace => "trace",
             Table::Utilization => "utilization",
+            Table::Outliers => "outliers",
+            Table::OutlierEvents => "outlier_events",
             Table::NodeSamples => "node_samples",
             Table::NodeRanks => "node_ranks",
             Table::Results => "results",
@@ -135,6 +139,8 @@ impl Table {
                 | Table::EventMetrics
                 | Table::Trace
                 | Table::Utilization
+                | Table::Outliers
+                | Table::OutlierEvents
                 | Table::NodeSamples
                 | Table::NodeRanks
                 | Table::Results
@@ -569,6 +575,63 @@ impl StoreReader {
                 share: r.get(5)?,
                 ranks: r.get(6)?,
                 late: r.get(7)?,
+            })
+        })
+    }
+
+    /// Rows of `outliers`, by stream and round, then as stored: group by group in the result's order (class ids
+    /// as unsigned numbers), each by place in the group's top (0: the highest score). A store older than
+    /// version 12 has none.
+    pub fn outliers(&self, select: Select) -> Result<Vec<OutlierRow>, StoreError> {
+        if self.version < 12 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, position, app, rank, score, group_ranks, late
+             FROM outliers{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(OutlierRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: id_of(r.get(2)?),
+                position: r.get(3)?,
+                app: r.get(4)?,
+                rank: r.get(5)?,
+                score: r.get(6)?,
+                group_ranks: u64_at(r, 7)?,
+                late: r.get(8)?,
+            })
+        })
+    }
+
+    /// Rows of `outlier_events`, by stream and round, then as stored: by group, the rank's place and the event's.
+    /// A store older than version 12 has none.
+    pub fn outlier_events(&self, select: Select) -> Result<Vec<OutlierEventRow>, StoreError> {
+        if self.version < 12 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, position, event_position, event_id, metric, value, mean, std,
+                    contribution, late
+             FROM outlier_events{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(OutlierEventRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: id_of(r.get(2)?),
+                position: r.get(3)?,
+                event_position: r.get(4)?,
+                event_id: id_of(r.get(5)?),
+                metric: metric(r, 6)?,
+                value: r.get(7)?,
+                mean: r.get(8)?,
+                std: r.get(9)?,
+                contribution: r.get(10)?,
+                late: r.get(11)?,
             })
         })
     }

@@ -133,6 +133,43 @@ pub struct UtilizationRow {
     pub late: bool,
 }
 
+/// One row of `outliers`: a rank among the top of its group (all ranks, or a functional class) in one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutlierRow {
+    pub stream_id: u32,
+    pub round: u64,
+    /// 0 for all ranks; otherwise the functional class (classify's class id).
+    pub class_id: u64,
+    /// The rank's place in the group's top: 0 has the highest score.
+    pub position: u32,
+    pub app: String,
+    pub rank: u32,
+    /// The sum over the rank's events of its distance from the mean in standard deviations (weighted or not).
+    pub score: f64,
+    /// How many ranks the group scored.
+    pub group_ranks: u64,
+    pub late: bool,
+}
+
+/// One row of `outlier_events`: an event that weighs in a top rank's score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutlierEventRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: u64,
+    /// The rank's place in the group's top (its `outliers` row).
+    pub position: u32,
+    /// The event's place among the rank's events: 0 weighs most.
+    pub event_position: u32,
+    pub event_id: u64,
+    pub metric: Metric,
+    pub value: f64,
+    pub mean: f64,
+    pub std: f64,
+    pub contribution: f64,
+    pub late: bool,
+}
+
 /// One row of `node_samples`: a node's sample of one round of a node stream (the `nodes` filter). What its agent
 /// did not sample is `None`.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,7 +27,10 @@ use crate::tables::parse_ranges_text;
 ///   `class_members` view (a row per rank), views with names and units resolved (`stats_named`,
 ///   `histograms_named`, `classes_named`, `samples_named`, `counters_named`, `event_metrics_named`,
 ///   `utilization_named`), and indexes for per-event series of `stats` and `histograms`.
-pub const SCHEMA_VERSION: u32 = 11;
+/// - 11: `stream_ranks`, the ranks that feed a stream from a round on.
+/// - 12: `outliers` and `outlier_events`, the outliers filter's top ranks of each group and the events that weigh
+///   most in each one's score, and the `outliers_named` and `outlier_events_named` views.
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -460,6 +463,57 @@ CREATE TABLE stream_ranks (
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '11');
 ";
 
+/// Version 12: results of type `canopy.filters.v1.OutliersResult` (the `outliers` filter). An `outliers` row per
+/// kept rank of each group (class 0: all ranks; otherwise a functional class) in its place in the group's top
+/// (position 0 is the highest score), with the group's rank count; an `outlier_events` row per event that
+/// weighs in a kept rank's score, by its place among them.
+const V12: &str = "
+CREATE TABLE outliers (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    score REAL NOT NULL,
+    group_ranks INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX outliers_by_round ON outliers (stream_id, round);
+CREATE INDEX outliers_by_rank ON outliers (stream_id, app, rank, round);
+CREATE TABLE outlier_events (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    event_position INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    mean REAL NOT NULL,
+    std REAL NOT NULL,
+    contribution REAL NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX outlier_events_by_round ON outlier_events (stream_id, round);
+CREATE VIEW outliers_named AS
+    SELECT o.stream_id, st.name AS stream, o.round, o.class_id, printf('%016x', o.class_id) AS class_hex,
+           o.position, o.app, o.rank, o.score, o.group_ranks, o.late
+    FROM outliers AS o
+    LEFT JOIN streams AS st ON st.stream_id = o.stream_id;
+CREATE VIEW outlier_events_named AS
+    SELECT e.stream_id, st.name AS stream, e.round, e.class_id, e.position, o.app, o.rank,
+           e.event_position, e.event_id, coalesce(n.name, printf('%016x', e.event_id)) AS event, e.metric, u.unit,
+           e.value, e.mean, e.std, e.contribution, e.late
+    FROM outlier_events AS e
+    LEFT JOIN outliers AS o ON o.stream_id = e.stream_id AND o.round = e.round AND o.class_id = e.class_id
+                           AND o.position = e.position AND o.late = e.late
+    LEFT JOIN streams AS st ON st.stream_id = e.stream_id
+    LEFT JOIN names AS n ON n.id = e.event_id
+    LEFT JOIN units AS u ON u.metric = e.metric;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '12');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -502,6 +556,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V9),
         M::up_with_hook(V10, class_ranks_from_text),
         M::up(V11),
+        M::up(V12),
     ])
 }
 
@@ -699,6 +754,34 @@ mod tests {
             ]
         );
         assert!(has(&conn, "index", "event_metrics_by_round"));
+    }
+
+    /// A store of version 11 gains the outliers tables and their views, and keeps its rows.
+    #[test]
+    fn a_version_11_store_migrates_to_12_with_the_outliers_tables() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 11).unwrap();
+        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
+            .unwrap();
+        migrations().to_version(&mut conn, 12).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (12, Some(12))
+        );
+        for (kind, name) in [
+            ("table", "outliers"),
+            ("table", "outlier_events"),
+            ("index", "outliers_by_round"),
+            ("index", "outliers_by_rank"),
+            ("view", "outliers_named"),
+            ("view", "outlier_events_named"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
     }
 
     /// A store of version 9 gains the units, the class ranges (filled from the classes it holds), the views and

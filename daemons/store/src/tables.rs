@@ -1,10 +1,10 @@
 //! The standard filters' results as tables: `stats`, `histograms`, `classes`, `utilization`, `reductions`,
-//! `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
+//! `outliers` and `outlier_events`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, Metric, NodeSample, NodeSamples, RankRange,
-    StatsResult, UtilizationResult,
+    ClassResult, EventStats, Histogram, HistogramResult, Metric, NodeSample, NodeSamples, OutliersResult,
+    RankRange, StatsResult, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -17,12 +17,13 @@ const HISTOGRAM_RESULT: &str = "canopy.filters.v1.HistogramResult";
 const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
 const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
 const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
+const OUTLIERS_RESULT: &str = "canopy.filters.v1.OutliersResult";
 
 /// Whether results of this type get tables.
 pub fn is_tabulated(result_type: &str) -> bool {
     matches!(
         result_type,
-        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT | NODE_SAMPLES
+        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT | NODE_SAMPLES | OUTLIERS_RESULT
     )
 }
 
@@ -103,6 +104,12 @@ pub(crate) fn write(
             let r: UtilizationResult = decode("UtilizationResult", payload)?;
             at.utilization(tx, &r)?;
             at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
+        }
+        OUTLIERS_RESULT => {
+            let r: OutliersResult = decode("OutliersResult", payload)?;
+            at.outliers(tx, &r)?;
+            let groups = (r.within == "class").then_some(r.groups.len() as i64);
+            at.reduction(tx, r.raw_bytes, payload.len() as u64, groups)?;
         }
         NODE_SAMPLES => {
             let r: NodeSamples = decode("NodeSamples", payload)?;
@@ -238,6 +245,53 @@ impl At {
     }
 
     /// One row per record: (bin, activity, share), with the bin's start and the ranks it averages over.
+    /// A row per kept rank, in its place in its group's top, and a row per event weighing in its score.
+    fn outliers(&self, tx: &Transaction<'_>, r: &OutliersResult) -> rusqlite::Result<()> {
+        let mut rank_st = tx.prepare_cached(
+            "INSERT INTO outliers (stream_id, round, class_id, position, app, rank, score, group_ranks, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut event_st = tx.prepare_cached(
+            "INSERT INTO outlier_events (stream_id, round, class_id, position, event_position, event_id, metric,
+                                         value, mean, std, contribution, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?;
+        let metric = metric_word(r.metric);
+        for g in &r.groups {
+            let class = id_bits(g.class_id);
+            for (position, o) in g.top.iter().enumerate() {
+                rank_st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    class,
+                    position as i64,
+                    o.app,
+                    o.rank,
+                    o.score,
+                    sat(g.ranks),
+                    self.late
+                ])?;
+                for (k, e) in o.events.iter().enumerate() {
+                    event_st.execute(params![
+                        self.stream_id,
+                        self.round,
+                        class,
+                        position as i64,
+                        k as i64,
+                        id_bits(e.id),
+                        metric,
+                        e.value,
+                        e.mean,
+                        e.std,
+                        e.contribution,
+                        self.late
+                    ])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn utilization(&self, tx: &Transaction<'_>, r: &UtilizationResult) -> Result<(), TableError> {
         let invalid = |reason: String| TableError::Invalid {
             what: "UtilizationResult",

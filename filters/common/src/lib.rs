@@ -2,11 +2,14 @@
 //! rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
 //! simulator among it) is the crate canopy-filter-test.
 //!
+//! Functional classes of ranks (classify's class ids) are here too, for every filter that groups by them.
+//!
 //! Every repeated output these helpers build is sorted (by `(id, metric)`, by rank, ...), so a filter's
 //! result does not depend on the order in which packets arrive.
 
 #![forbid(unsafe_code)]
 
+pub mod classes;
 pub mod columns;
 pub mod decode;
 pub mod fold;

@@ -98,6 +98,15 @@ impl Params {
         }
     }
 
+    /// A number parameter, `None` when absent.
+    pub fn number(&self, key: &str) -> Result<Option<f64>, String> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) => Ok(n.as_f64()),
+            Some(other) => Err(format!("{key} must be a number, got {}", kind(other))),
+        }
+    }
+
     /// The `values` parameter: `"round"` (the default) or `"cumulative"`.
     pub fn values(&self) -> Result<Values, String> {
         match self.choice("values", &["round", "cumulative"], "round")? {
@@ -209,6 +218,18 @@ mod tests {
         assert_eq!(
             get(r#"{"on": "yes"}"#).unwrap_err(),
             "on must be true or false, got \"yes\""
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        let get = |text: &str| Params::parse(text, &["f"]).unwrap().number("f");
+        assert_eq!(get("{}"), Ok(None));
+        assert_eq!(get(r#"{"f": 0.25}"#), Ok(Some(0.25)));
+        assert_eq!(get(r#"{"f": 3}"#), Ok(Some(3.0)));
+        assert_eq!(
+            get(r#"{"f": "0.1"}"#).unwrap_err(),
+            "f must be a number, got \"0.1\""
         );
     }
 

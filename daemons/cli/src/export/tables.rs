@@ -34,6 +34,8 @@ pub const TABLES: &[(&str, StoreTable, Build)] = &[
     ("classes", StoreTable::Classes, classes),
     ("reductions", StoreTable::Reductions, reductions),
     ("utilization", StoreTable::Utilization, utilization),
+    ("outliers", StoreTable::Outliers, outliers),
+    ("outlier_events", StoreTable::OutlierEvents, outlier_events),
     ("node_samples", StoreTable::NodeSamples, node_samples),
     ("event_metrics", StoreTable::EventMetrics, event_metrics),
     ("samples", StoreTable::Samples, samples),
@@ -157,6 +159,41 @@ fn reductions(src: &Source<'_>) -> anyhow::Result<Table> {
         .int("result_bytes", rows.iter().map(|r| r.result_bytes))
         .float("reduction_factor", rows.iter().map(|r| r.reduction_factor))
         .opt_int("classes", rows.iter().map(|r| r.classes))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn outliers(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.outliers(Select::all())?;
+    Ok(Table::new("outliers")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .id("class_id", rows.iter().map(|r| r.class_id))
+        .int("position", rows.iter().map(|r| r.position))
+        .text("app", rows.iter().map(|r| r.app.clone()))
+        .int("rank", rows.iter().map(|r| r.rank))
+        .float("score_std_devs", rows.iter().map(|r| Some(r.score)))
+        .int("group_ranks", rows.iter().map(|r| r.group_ranks))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn outlier_events(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.outlier_events(Select::all())?;
+    Ok(Table::new("outlier_events")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .id("class_id", rows.iter().map(|r| r.class_id))
+        .int("position", rows.iter().map(|r| r.position))
+        .int("event_position", rows.iter().map(|r| r.event_position))
+        .id("event_id", rows.iter().map(|r| r.event_id))
+        .text("event", rows.iter().map(|r| src.names.of(r.event_id)))
+        .text("metric", rows.iter().map(|r| r.metric.word()))
+        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
+        .float("value", rows.iter().map(|r| Some(r.value)))
+        .float("mean", rows.iter().map(|r| Some(r.mean)))
+        .float("std", rows.iter().map(|r| Some(r.std)))
+        .float("contribution_std_devs", rows.iter().map(|r| Some(r.contribution)))
         .flag("late", rows.iter().map(|r| r.late)))
 }
 

@@ -1,12 +1,13 @@
 //! `canopy report`: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
 //! of its figures as a PNG. A section per stream, drawn by the function of the stream's kind (stats,
-//! histogram, classify, utilization, nodes) after the run's summary, then every stream's coverage.
+//! histogram, classify, utilization, outliers, nodes) after the run's summary, then every stream's coverage.
 
 mod classes;
 mod coverage;
 pub mod data;
 mod histogram;
 mod nodes;
+mod outliers;
 mod page;
 pub mod plot;
 mod stats;
@@ -35,7 +36,8 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = Format::Html)]
     format: Format,
     /// The figure to write as PNG, by its name in the report (`stats:STREAM`, `histogram:STREAM:EVENT`,
-    /// `classes:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
+    /// `classes:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `outliers:STREAM`, `nodes:STREAM:cpu`,
+    /// `nodes:STREAM:memory`).
     #[arg(long, value_name = "NAME")]
     figure: Option<String>,
     /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
@@ -75,6 +77,7 @@ enum Kind {
     Histogram,
     Classify,
     Utilization,
+    Outliers,
     Nodes,
 }
 
@@ -87,6 +90,7 @@ impl Kind {
             "HistogramResult" => Some(Kind::Histogram),
             "ClassResult" => Some(Kind::Classify),
             "UtilizationResult" => Some(Kind::Utilization),
+            "OutliersResult" => Some(Kind::Outliers),
             "NodeSamples" => Some(Kind::Nodes),
             _ => None,
         }
@@ -99,6 +103,7 @@ impl Kind {
             Kind::Histogram => histogram::section(ctx, stream),
             Kind::Classify => classes::section(ctx, stream),
             Kind::Utilization => utilization::section(ctx, stream),
+            Kind::Outliers => outliers::section(ctx, stream),
             Kind::Nodes => nodes::section(ctx, stream),
         }
     }

@@ -1,0 +1,231 @@
+//! ToM's functional classes of ranks, as classify defines them and other filters reuse them: which event names
+//! a stream selects (a [`Scheme`]), and a rank's class id, the xxh3-64 ([`canopy_wire::event_id`]) of its
+//! selected event names, sorted, deduplicated and joined with "\n". Also the `metric` parameter the filters
+//! that reduce one metric share.
+//!
+//! An event whose name this node was never told (through the filter's `names`) takes its id in 16 hex digits
+//! as its name, so the class is still stable across ranks; the host gives the leaves the names before the
+//! first round.
+
+use std::collections::HashMap;
+
+use canopy_filter_proto::v1::Metric;
+use canopy_wire::v1::RankProfile;
+use regex_lite::Regex;
+
+use crate::Params;
+
+/// Which event names a stream selects.
+#[derive(Debug, Clone)]
+pub enum Scheme {
+    /// Every event.
+    All,
+    /// Only the events whose names match (anywhere in the name: anchor it with `^` for a prefix).
+    Pattern(Regex),
+}
+
+impl Scheme {
+    /// As results report it: `all`, or `pattern:` followed by the regex.
+    pub fn describe(&self) -> String {
+        match self {
+            Scheme::All => "all".to_string(),
+            Scheme::Pattern(re) => format!("pattern:{}", re.as_str()),
+        }
+    }
+
+    /// The scheme the parameters `key` (`"all"` or `"pattern"`, `"all"` when absent) and `pattern` (the regex,
+    /// with `"pattern"` only) choose.
+    pub fn from_params(params: &Params, key: &str) -> Result<Scheme, String> {
+        match (
+            params.choice(key, &["all", "pattern"], "all")?,
+            params.string("pattern")?,
+        ) {
+            ("all", None) => Ok(Scheme::All),
+            ("all", Some(_)) => Err(format!("pattern needs {key} \"pattern\"")),
+            (_, None) => Err(format!("{key} \"pattern\" needs a pattern")),
+            (_, Some(p)) => {
+                Ok(Scheme::Pattern(Regex::new(p).map_err(|e| {
+                    format!("pattern \"{p}\" is not a valid regex: {e}")
+                })?))
+            }
+        }
+    }
+}
+
+/// A node's view of the names and of what its scheme selects, kept across rounds.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    scheme: Scheme,
+    /// Names by id, as the host gives them.
+    names: HashMap<u64, String>,
+    /// Per id, its name if the scheme selects it; cleared when names change.
+    selected: HashMap<u64, Option<String>>,
+}
+
+impl Selection {
+    pub fn new(scheme: Scheme) -> Selection {
+        Selection {
+            scheme,
+            names: HashMap::new(),
+            selected: HashMap::new(),
+        }
+    }
+
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// Learns names (the filter's `names` call).
+    pub fn names(&mut self, names: &[(u64, &str)]) {
+        for (id, name) in names {
+            self.names.insert(*id, (*name).to_string());
+        }
+        // A name may replace an id's hex stand-in: selection is decided again.
+        self.selected.clear();
+    }
+
+    /// Decides, once per id, whether the scheme selects it and under which name.
+    fn remember(&mut self, id: u64) {
+        if self.selected.contains_key(&id) {
+            return;
+        }
+        let name = self
+            .names
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("{id:016x}"));
+        let chosen = match &self.scheme {
+            Scheme::All => Some(name),
+            Scheme::Pattern(re) => re.is_match(&name).then_some(name),
+        };
+        self.selected.insert(id, chosen);
+    }
+
+    /// Whether the scheme selects the event (or counter) `id`.
+    pub fn selects(&mut self, id: u64) -> bool {
+        self.remember(id);
+        matches!(self.selected.get(&id), Some(Some(_)))
+    }
+
+    /// A rank's class id (events only, not counters) and its first selected name.
+    pub fn class_of(&mut self, p: &RankProfile) -> (u64, String) {
+        for e in &p.events {
+            self.remember(e.event_id);
+        }
+        let mut names: Vec<&str> = p
+            .events
+            .iter()
+            .filter_map(|e| self.selected.get(&e.event_id).and_then(|s| s.as_deref()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        (
+            canopy_wire::event_id(&names.join("\n")),
+            names.first().map(|n| n.to_string()).unwrap_or_default(),
+        )
+    }
+}
+
+/// The `metric` parameter's words for the time metrics and counters, with the metric each names.
+const METRICS: [(&str, Metric); 4] = [
+    ("exclusive", Metric::Exclusive),
+    ("inclusive", Metric::Inclusive),
+    ("calls", Metric::Calls),
+    ("counter", Metric::Counter),
+];
+
+/// The `metric` parameter: a time metric, counters, or a per-event metric ("page-faults" for its exclusive
+/// counts, "page-faults-inclusive", "heap"); exclusive time when absent.
+pub fn metric_param(params: &Params) -> Result<Metric, String> {
+    let word = params.string("metric")?.unwrap_or("exclusive");
+    METRICS
+        .iter()
+        .find(|(w, _)| *w == word)
+        .map(|(_, m)| *m)
+        .or_else(|| canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok()))
+        .ok_or_else(|| {
+            format!(
+                "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
+                 metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
+                canopy_wire::event_metrics::metric_words().join(", ")
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_wire::v1::EventSample;
+
+    fn profile(ids: &[u64]) -> RankProfile {
+        RankProfile {
+            events: ids
+                .iter()
+                .map(|&event_id| EventSample {
+                    event_id,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn class_id_hashes_the_sorted_selected_names() {
+        let (a, b) = (canopy_wire::event_id("MPI_Send"), canopy_wire::event_id("main"));
+        let mut s = Selection::new(Scheme::Pattern(Regex::new("^MPI_").unwrap()));
+        s.names(&[(a, "MPI_Send"), (b, "main")]);
+        assert_eq!(
+            s.class_of(&profile(&[b, a, a])),
+            (canopy_wire::event_id("MPI_Send"), "MPI_Send".to_string())
+        );
+        assert!(s.selects(a) && !s.selects(b));
+        let mut all = Selection::new(Scheme::All);
+        // Unknown names stand in as hex ids.
+        assert_eq!(
+            all.class_of(&profile(&[7])).0,
+            canopy_wire::event_id("0000000000000007")
+        );
+        all.names(&[(a, "MPI_Send"), (b, "main")]);
+        assert_eq!(
+            all.class_of(&profile(&[b, a])).0,
+            canopy_wire::event_id("MPI_Send\nmain")
+        );
+        assert_eq!(
+            all.class_of(&profile(&[])),
+            (canopy_wire::event_id(""), String::new())
+        );
+    }
+
+    #[test]
+    fn scheme_and_metric_params() {
+        let p = |t: &str| Params::parse(t, &["events", "pattern", "metric"]).unwrap();
+        assert!(matches!(Scheme::from_params(&p("{}"), "events"), Ok(Scheme::All)));
+        assert_eq!(
+            Scheme::from_params(&p(r#"{"events": "pattern", "pattern": "^MPI_"}"#), "events")
+                .unwrap()
+                .describe(),
+            "pattern:^MPI_"
+        );
+        assert_eq!(
+            Scheme::from_params(&p(r#"{"pattern": "x"}"#), "events").unwrap_err(),
+            "pattern needs events \"pattern\""
+        );
+        assert_eq!(
+            Scheme::from_params(&p(r#"{"events": "pattern"}"#), "events").unwrap_err(),
+            "events \"pattern\" needs a pattern"
+        );
+        assert!(
+            Scheme::from_params(&p(r#"{"events": "pattern", "pattern": "("}"#), "events")
+                .unwrap_err()
+                .starts_with("pattern \"(\" is not a valid regex: ")
+        );
+        assert_eq!(metric_param(&p("{}")), Ok(Metric::Exclusive));
+        assert_eq!(metric_param(&p(r#"{"metric": "calls"}"#)), Ok(Metric::Calls));
+        assert!(
+            metric_param(&p(r#"{"metric": "time"}"#))
+                .unwrap_err()
+                .ends_with("got \"time\"")
+        );
+    }
+}
