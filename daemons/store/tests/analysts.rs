@@ -4,7 +4,8 @@
 mod common;
 
 use canopy_proto::filters::v1::{
-    BinRanges, Class, ClassResult, EventStats, Metric, RankRange, RankRef, StatsResult, Summary,
+    BinRanges, Class, ClassResult, EventStats, Metric, Outlier, OutlierEvent, OutlierGroup, OutliersResult,
+    RankRange, RankRef, StatsResult, Summary,
 };
 use canopy_proto::v1::MissingReason;
 use canopy_store::{ENDED, Payload, Store, StreamState, Word};
@@ -62,7 +63,7 @@ fn populated(dir: &std::path::Path) -> Store {
             Some(canopy_store::PROFILE_BATCH_TYPE),
         )
         .unwrap();
-    for (id, name) in [(2, "stats"), (3, "classify")] {
+    for (id, name) in [(2, "stats"), (3, "classify"), (4, "outliers")] {
         let mut s = spec(id);
         s.name = name.into();
         s.filter = name.into();
@@ -132,6 +133,33 @@ fn populated(dir: &std::path::Path) -> Store {
         .encode_to_vec();
         store
             .write_filter_tables(3, round, "canopy.filters.v1.ClassResult", &classes, false)
+            .unwrap();
+        let outliers = OutliersResult {
+            groups: vec![OutlierGroup {
+                ranks: 4,
+                keep: 1,
+                top: vec![Outlier {
+                    app: "sim".into(),
+                    rank: 3,
+                    score: 2.5,
+                    events: vec![OutlierEvent {
+                        id: 7,
+                        value: 9.0,
+                        mean: 4.0,
+                        std: 2.0,
+                        contribution: 2.5,
+                    }],
+                }],
+                ..OutlierGroup::default()
+            }],
+            within: "all".into(),
+            metric: Metric::Exclusive as i32,
+            events: "all".into(),
+            ..OutliersResult::default()
+        }
+        .encode_to_vec();
+        store
+            .write_filter_tables(4, round, "canopy.filters.v1.OutliersResult", &outliers, false)
             .unwrap();
     }
     store
