@@ -633,6 +633,7 @@ mod tests {
                 max: mean + 1.0,
                 ..Default::default()
             }),
+            quantiles: Vec::new(),
         }
     }
 
