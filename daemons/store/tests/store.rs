@@ -69,7 +69,7 @@ fn every_column_reads_back_from_a_fresh_connection() {
         ),
         [
             format!("pid|{pid}"),
-            "schema_version|10".into(),
+            "schema_version|11".into(),
             "tree|kary:2^2".into()
         ]
     );
