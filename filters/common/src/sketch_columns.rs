@@ -197,7 +197,8 @@ pub fn push_merged(out: &mut StatsColumns, views: &[View<'_>], spec: &Spec) {
 }
 
 /// The quantiles `qs` of every row of a packet checked against `spec`, in row order (none when it carries no
-/// sketches).
+/// sketches). Each is held within the row's exact min and max: the exact quantile lies there, so this never
+/// moves a value away from it, and a p99 never reads above the max.
 pub fn quantiles(c: &StatsColumns, spec: &Spec, qs: &[f64]) -> Vec<Vec<Quantile>> {
     if !present(c) {
         return vec![Vec::new(); c.id.len()];
@@ -207,7 +208,13 @@ pub fn quantiles(c: &StatsColumns, spec: &Spec, qs: &[f64]) -> Vec<Vec<Quantile>
         .map(|row| {
             let v = view(c, row, &mut at);
             qs.iter()
-                .filter_map(|&q| v.quantile(spec, q).map(|value| Quantile { q, value }))
+                .filter_map(|&q| {
+                    let value = v.quantile(spec, q)?;
+                    Some(Quantile {
+                        q,
+                        value: value.max(c.min[row]).min(c.max[row]),
+                    })
+                })
                 .collect()
         })
         .collect()

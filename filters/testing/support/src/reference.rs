@@ -139,7 +139,7 @@ pub fn lower_quantile(values: &[Sample], q: f64) -> f64 {
 }
 
 /// Checks a row's quantiles: exactly the `qs` asked for, in order, each within `accuracy` of
-/// [`lower_quantile`] relative to it.
+/// [`lower_quantile`] relative to it and between the values' min and max.
 pub fn check_quantiles(
     what: &str,
     got: &[Quantile],
@@ -151,7 +151,15 @@ pub fn check_quantiles(
     if asked != qs {
         return Err(format!("{what}: quantiles {asked:?}, asked for {qs:?}"));
     }
+    let lo = values.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let hi = values.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
     for g in got {
+        if !(lo..=hi).contains(&g.value) {
+            return Err(format!(
+                "{what}: q {} is {}, outside the values' [{lo}, {hi}]",
+                g.q, g.value
+            ));
+        }
         let want = lower_quantile(values, g.q);
         // 1e-9 relative for the rounding of the bin's value.
         if (g.value - want).abs() > accuracy * want.abs() * (1.0 + 1e-9) {
