@@ -15,6 +15,7 @@ mod mpi_wrapper;
 mod offload;
 mod perturbation;
 mod processes;
+mod quantiles;
 mod reduction;
 mod samplers;
 mod sdk;
@@ -94,6 +95,13 @@ enum Command {
         /// plaintext then TLS, and TLS's ratio to plaintext is printed).
         #[arg(long, default_value = "tls", value_parser = ["tls", "plaintext", "both"])]
         security: String,
+        /// The stream's parameters (JSON), in-process only; none: the filter's defaults.
+        #[arg(long)]
+        params: Option<String>,
+        /// With `--filter stats`, in-process: each repeat runs the stream without quantiles
+        /// (`{"quantiles": []}`), then with its default p50, p90 and p99, and the ratios are printed.
+        #[arg(long)]
+        quantiles_cost: bool,
     },
     /// Where a round's latency goes, hop by hop: a tree of separate processes at a light rate, with the
     /// nodes' latency account on.
@@ -304,6 +312,8 @@ fn main() -> anyhow::Result<()> {
             rounds,
             filter,
             security,
+            params,
+            quantiles_cost,
         } => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let shape = Shape {
@@ -314,10 +324,16 @@ fn main() -> anyhow::Result<()> {
                 period_ms,
                 rounds,
                 filter,
+                params,
                 processes: args.processes,
                 tls: security != "plaintext",
             };
-            if security == "both" {
+            if (quantiles_cost || shape.params.is_some()) && shape.processes {
+                anyhow::bail!("--params and --quantiles-cost run in-process only, without --processes");
+            }
+            if quantiles_cost {
+                rt.block_on(quantiles::cost(&shape, args.repeats))
+            } else if security == "both" {
                 rt.block_on(tls_cost(&shape, args.repeats))
             } else {
                 rt.block_on(tree(&shape, args.repeats))
@@ -365,6 +381,7 @@ fn main() -> anyhow::Result<()> {
                 period_ms,
                 rounds,
                 filter,
+                params: None,
                 processes: true,
                 tls: true,
             };
@@ -584,6 +601,8 @@ pub struct Shape {
     pub period_ms: u64,
     pub rounds: u64,
     pub filter: String,
+    /// The stream's parameters (JSON), in-process only; `None`: the filter's defaults.
+    pub params: Option<String>,
     /// Separate processes (`canopy up`) instead of in-process daemons.
     pub processes: bool,
     /// Mutual TLS between the nodes (the default of a deployed tree); otherwise plaintext on loopback.
@@ -631,6 +650,11 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         events: shape.events,
         timeout_ms: 5000,
         streams: vec![shape.filter.clone()],
+        stream_params: shape
+            .params
+            .iter()
+            .map(|p| (shape.filter.clone(), p.clone()))
+            .collect(),
         tls: shape.tls,
         ..TreeBuilder::default()
     };
@@ -766,6 +790,7 @@ async fn tls_cost(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
             let shape = Shape {
                 tls,
                 filter: shape.filter.clone(),
+                params: shape.params.clone(),
                 ..*shape
             };
             runs[i].push(tree_run(&shape).await?);

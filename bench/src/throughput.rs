@@ -54,6 +54,7 @@ pub async fn run(sweep: &Sweep<'_>, repeats: usize) -> anyhow::Result<()> {
                         period_ms,
                         rounds: (rate * 3).clamp(30, 600),
                         filter: filter.clone(),
+                        params: None,
                         processes,
                         tls: true,
                     };

@@ -68,6 +68,46 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
     let counts = stats.iter().map(|s| s.count).min();
     assert_eq!(counts, Some(64));
 
+    // Its quantiles (p50, p90 and p99 by default), stored beside each row: between the row's min and max, and
+    // the median jumps at round 100 as the mean does.
+    let quantiles: Vec<_> = stored
+        .stats_quantiles(Select::all().stream(1))
+        .unwrap()
+        .into_iter()
+        .filter(|q| q.id == allreduce && q.metric == Metric::Exclusive)
+        .collect();
+    assert_eq!(quantiles.len(), 3 * 105);
+    for q in &quantiles {
+        let row = stats
+            .iter()
+            .find(|s| s.round == q.round && s.metric == Metric::Exclusive)
+            .unwrap();
+        let v = q.value.unwrap();
+        assert!(
+            row.min.unwrap() <= v && v <= row.max.unwrap(),
+            "round {} q {}: {v} outside [{:?}, {:?}]",
+            q.round,
+            q.q,
+            row.min,
+            row.max
+        );
+    }
+    let p50 = |r: u64| {
+        quantiles
+            .iter()
+            .find(|q| q.round == r && q.q == 0.5)
+            .unwrap()
+            .value
+            .unwrap()
+    };
+    assert!(
+        p50(100) >= 5.0 * p50(99) && p50(100) >= 5.0 * p50(101),
+        "p50 99: {} 100: {} 101: {}",
+        p50(99),
+        p50(100),
+        p50(101)
+    );
+
     // histogram (stream 2): every round's bins hold all 64 ranks, and round 100's range sits far above.
     let all_bins = stored.histograms(Select::all().stream(2)).unwrap();
     let bins: Vec<HistogramRow> = all_bins

@@ -525,7 +525,7 @@ fn bad_input_is_refused_with_the_thing_and_the_choices_named() {
         &["export", text, "--format", "csv", "--table", "stats,bogus"],
         &[
             "unknown table \"bogus\"",
-            "stats, histograms, classes",
+            "stats, stats_quantiles, histograms, classes",
             "node_samples",
         ],
     );

@@ -238,6 +238,11 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
         Duration::from_secs(10),
         "not back on stats:\n{screen}"
     );
+    // The stats stream has quantiles (p50, p90 and p99 by default): p50 and p99 fit at 80 columns.
+    assert!(
+        screen.lines().any(|l| l.contains(" p50 ") && l.contains(" p99 ")),
+        "no p50 and p99 columns at 80x24:\n{screen}"
+    );
     session.keys("m");
     assert_eventually!(
         {

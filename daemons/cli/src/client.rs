@@ -647,6 +647,7 @@ mod tests {
                 max: mean + 1.0,
                 ..Default::default()
             }),
+            quantiles: Vec::new(),
         }
     }
 

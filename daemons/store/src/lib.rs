@@ -24,8 +24,8 @@ pub use read::{EXAMPLE_QUERY, RANK_NODE_QUERY, Select, StoreReader, Table};
 pub use rounds::{MissingCounts, RoundRecord};
 pub use rows::{
     ClassRow, CounterRow, EventMetricRow, HistogramRow, LateArrival, NodeChange, NodeRanksRow, NodeRow,
-    NodeSampleRow, OutlierEventRow, OutlierRow, ReductionRow, ResultRow, RoundCursor, RoundRow, SampleRow,
-    StatRow, StoreSummary, StoredRound, StreamRow, TraceRow, UtilizationRow,
+    NodeSampleRow, OutlierEventRow, OutlierRow, QuantileRow, ReductionRow, ResultRow, RoundCursor, RoundRow,
+    SampleRow, StatRow, StoreSummary, StoredRound, StreamRow, TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Store};

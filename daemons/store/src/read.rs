@@ -94,6 +94,7 @@ pub enum Table {
     Results,
     ProfileBatches,
     Stats,
+    StatsQuantiles,
     Histograms,
     Classes,
     Reductions,
@@ -120,6 +121,7 @@ impl Table {
             Table::Results => "results",
             Table::ProfileBatches => "profile_batches",
             Table::Stats => "stats",
+            Table::StatsQuantiles => "stats_quantiles",
             Table::Histograms => "histograms",
             Table::Classes => "classes",
             Table::Reductions => "reductions",
@@ -146,10 +148,20 @@ impl Table {
                 | Table::Results
                 | Table::ProfileBatches
                 | Table::Stats
+                | Table::StatsQuantiles
                 | Table::Histograms
                 | Table::Classes
                 | Table::Reductions
         )
+    }
+
+    /// The schema version that added the table: an older store has no rows of it.
+    fn since(self) -> u32 {
+        match self {
+            Table::StatsQuantiles => 13,
+            Table::Outliers | Table::OutlierEvents => 12,
+            _ => 1,
+        }
     }
 
     fn has_rounds(self) -> bool {
@@ -362,6 +374,9 @@ impl StoreReader {
 
     /// How many rows of a table `select` picks (tables without rounds or streams ignore those).
     pub fn count_where(&self, table: Table, select: Select) -> Result<u64, StoreError> {
+        if self.version < table.since() {
+            return Ok(0);
+        }
         let select = if table.has_rounds() { select } else { Select::all() };
         let (clause, values) = select.clause(table.has_late());
         let sql = format!("SELECT COUNT(*) FROM {}{clause}", table.name());
@@ -747,6 +762,30 @@ impl StoreReader {
                 max_app: r.get(12)?,
                 max_rank: r.get(13)?,
                 late: r.get(14)?,
+            })
+        })
+    }
+
+    /// Rows of `stats_quantiles` (none in a store older than the table), by stream, round, then as stored.
+    pub fn stats_quantiles(&self, select: Select) -> Result<Vec<QuantileRow>, StoreError> {
+        if self.version < Table::StatsQuantiles.since() {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, class_id, id, metric, q, value, late
+             FROM stats_quantiles{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(QuantileRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                class_id: r.get::<_, Option<i64>>(2)?.map(id_of),
+                id: id_of(r.get(3)?),
+                metric: metric(r, 4)?,
+                q: r.get(5)?,
+                value: r.get(6)?,
+                late: r.get(7)?,
             })
         })
     }

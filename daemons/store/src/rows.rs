@@ -268,6 +268,21 @@ pub struct ResultRow {
     pub late: bool,
 }
 
+/// One row of `stats_quantiles`: a quantile of the `stats` row of the same key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub class_id: Option<u64>,
+    /// The event's (or counter's) id.
+    pub id: u64,
+    pub metric: Metric,
+    /// In [0, 1].
+    pub q: f64,
+    pub value: Option<f64>,
+    pub late: bool,
+}
+
 /// One row of `stats`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatRow {

@@ -30,7 +30,8 @@ use crate::tables::parse_ranges_text;
 /// - 11: `stream_ranks`, the ranks that feed a stream from a round on.
 /// - 12: `outliers` and `outlier_events`, the outliers filter's top ranks of each group and the events that weigh
 ///   most in each one's score, and the `outliers_named` and `outlier_events_named` views.
-pub const SCHEMA_VERSION: u32 = 12;
+/// - 13: `stats_quantiles`, the stats filter's quantiles of each `stats` row, and `stats_quantiles_named`.
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -514,6 +515,31 @@ CREATE VIEW outlier_events_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '12');
 ";
 
+/// Version 13: the stats filter's quantiles (parameter `quantiles`), a row per `stats` row and quantile: `q`
+/// in [0, 1] and the value, within the stream's relative accuracy of the exact lower quantile over the ranks.
+const V13: &str = "
+CREATE TABLE stats_quantiles (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    class_id INTEGER,
+    id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    q REAL NOT NULL,
+    value REAL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX stats_quantiles_by_round ON stats_quantiles (stream_id, round);
+CREATE INDEX stats_quantiles_by_event ON stats_quantiles (stream_id, id, metric, round);
+CREATE VIEW stats_quantiles_named AS
+    SELECT s.stream_id, st.name AS stream, s.round, s.class_id, s.id AS event_id,
+           coalesce(n.name, printf('%016x', s.id)) AS event, s.metric, u.unit, s.q, s.value, s.late
+    FROM stats_quantiles AS s
+    LEFT JOIN streams AS st ON st.stream_id = s.stream_id
+    LEFT JOIN names AS n ON n.id = s.id
+    LEFT JOIN units AS u ON u.metric = s.metric;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '13');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -557,6 +583,7 @@ fn migrations() -> Migrations<'static> {
         M::up_with_hook(V10, class_ranks_from_text),
         M::up(V11),
         M::up(V12),
+        M::up(V13),
     ])
 }
 
@@ -838,6 +865,46 @@ mod tests {
             ("view", "counters_named"),
             ("view", "event_metrics_named"),
             ("view", "utilization_named"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+    }
+
+    /// A store of version 12 gains `stats_quantiles` and its named view, and keeps its rows.
+    #[test]
+    fn a_version_12_store_migrates_to_13_with_the_quantiles_table() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 12).unwrap();
+        assert!(!has(&conn, "table", "stats_quantiles"));
+        conn.execute_batch(
+            "INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);",
+        )
+        .unwrap();
+        migrations().to_version(&mut conn, 13).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (13, Some(13))
+        );
+        conn.execute_batch(
+            "INSERT INTO stats_quantiles (stream_id, round, id, metric, q, value) VALUES (3, 0, 7, 'exclusive', 0.5, 2.0);",
+        )
+        .unwrap();
+        let row: String = conn
+            .query_row(
+                "SELECT event || ' ' || metric || ' ' || q || ' ' || value FROM stats_quantiles_named",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(row, "0000000000000007 exclusive 0.5 2.0");
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        for (kind, name) in [
+            ("index", "stats_quantiles_by_round"),
+            ("index", "stats_quantiles_by_event"),
+            ("view", "stats_quantiles_named"),
         ] {
             assert!(has(&conn, kind, name), "{kind} {name}");
         }

@@ -1,5 +1,5 @@
-//! The standard filters' results as tables: `stats`, `histograms`, `classes`, `utilization`, `reductions`,
-//! `outliers` and `outlier_events`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
+//! The standard filters' results as tables: `stats` (and `stats_quantiles`), `histograms`, `classes`,
+//! `utilization`, `reductions`, `outliers` and `outlier_events`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
@@ -203,6 +203,37 @@ impl At {
                 max_r.rank,
                 self.late
             ])?;
+        }
+        self.quantiles(tx, class, stats)
+    }
+
+    /// The quantiles of each `stats` row (the stats filter's, when its stream asks for them).
+    fn quantiles(
+        &self,
+        tx: &Transaction<'_>,
+        class: Option<i64>,
+        stats: &[EventStats],
+    ) -> rusqlite::Result<()> {
+        if stats.iter().all(|s| s.quantiles.is_empty()) {
+            return Ok(());
+        }
+        let mut st = tx.prepare_cached(
+            "INSERT INTO stats_quantiles (stream_id, round, class_id, id, metric, q, value, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for s in stats {
+            for q in &s.quantiles {
+                st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    class,
+                    id_bits(s.id),
+                    metric_word(s.metric),
+                    q.q,
+                    q.value,
+                    self.late
+                ])?;
+            }
         }
         Ok(())
     }

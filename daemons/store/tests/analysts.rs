@@ -5,7 +5,7 @@ mod common;
 
 use canopy_proto::filters::v1::{
     BinRanges, Class, ClassResult, EventStats, Metric, Outlier, OutlierEvent, OutlierGroup, OutliersResult,
-    RankRange, RankRef, StatsResult, Summary,
+    Quantile, RankRange, RankRef, StatsResult, Summary,
 };
 use canopy_proto::v1::MissingReason;
 use canopy_store::{ENDED, Payload, Store, StreamState, Word};
@@ -40,6 +40,10 @@ fn stat(id: u64, metric: Metric, count: u64, mean: f64) -> EventStats {
                 rank: 5,
             }),
         }),
+        // The stats filter's p50 and p99 (what a stream with quantiles sends), below and above the mean.
+        quantiles: [(0.5, mean - 0.5), (0.99, mean + 0.75)]
+            .map(|(q, value)| Quantile { q, value })
+            .to_vec(),
     }
 }
 
@@ -227,6 +231,22 @@ fn the_views_resolve_names_and_units() {
             "classify|000000000000000b|6|sim:0-3,8,post:1|MPI_Allreduce",
             "classify|000000000000000c|4|sim:4-7|compute"
         ]
+    );
+    // Each stats row's quantiles, a row per quantile, named as the stats rows are.
+    assert_eq!(
+        table(
+            &conn,
+            "SELECT stream, round, event, metric, unit, q, value FROM stats_quantiles_named
+             WHERE round = 1 AND metric = 'exclusive' ORDER BY q"
+        ),
+        [
+            "stats|1|MPI_Allreduce|exclusive|us|0.5|10.5",
+            "stats|1|MPI_Allreduce|exclusive|us|0.99|11.75",
+        ]
+    );
+    assert_eq!(
+        one_i64(&conn, "SELECT count(*) FROM stats_quantiles WHERE stream_id = 2"),
+        3 * 3 * 2
     );
     // Every metric word has its unit, so no value of the views is without one.
     let units = table(&conn, "SELECT metric, unit FROM units ORDER BY metric");

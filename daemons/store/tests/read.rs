@@ -156,6 +156,7 @@ fn every_table_reads_back_typed() {
             id: u64::MAX,
             metric: Metric::Exclusive as i32,
             summary: summary(4, 2.5),
+            quantiles: Vec::new(),
         }],
         raw_bytes: 1000,
     }

@@ -10,6 +10,8 @@ use canopy_filter_proto::v1::{EventStats, RankRef, StatsColumns, Summary};
 use prost::Message;
 
 use crate::metrics::Key;
+use crate::sketch::{Spec, View};
+use crate::sketch_columns;
 use crate::summary::{StatsMap, finish, merge_moments};
 
 /// Why a packet is not usable columns; a relay rejects such an input and merges the others.
@@ -234,9 +236,23 @@ fn union_apps<'a>(
 }
 
 /// Merges checked packets, taken in the order given, into `out` (cleared first): one pass over the sorted keys.
+/// Their quantile sketches, if any, are not carried over (see [`merge_with`]).
 pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
+    merge_with(inputs, None, out);
+}
+
+/// [`merge`], with each row's quantile sketches merged in the same pass when `sketches` is given: every input
+/// must then have passed [`crate::sketch_columns::check`] against it.
+pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut StatsColumns) {
     // prost's clear empties each column and keeps its buffer.
     out.clear();
+    // Where each input's next row's sketch bins start in its sketch_counts, and the sketches of one row.
+    let mut bins_at = vec![0usize; inputs.len()];
+    let mut views: Vec<View<'_>> = Vec::with_capacity(inputs.len());
+    let sketches = sketches.filter(|_| inputs.iter().any(|c| sketch_columns::present(c)));
+    if let Some(spec) = sketches {
+        out.sketch_accuracy = spec.accuracy();
+    }
     let to_out = union_apps(&mut out.apps, inputs.iter().map(|c| c.apps.as_slice()));
     let mut at = vec![0usize; inputs.len()];
     let mut raw_bytes = 0u64;
@@ -252,9 +268,13 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
             .min();
         let Some(next) = next else { break };
         let mut merged = Row::empty();
+        views.clear();
         for (i, c) in inputs.iter().enumerate() {
             let row = at[i];
             if row < c.id.len() && key(c, row) == next {
+                if sketches.is_some() && sketch_columns::present(c) {
+                    views.push(sketch_columns::view(c, row, &mut bins_at[i]));
+                }
                 let apps = &to_out[i];
                 let incoming = Row {
                     count: c.count[row],
@@ -270,6 +290,9 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
             }
         }
         push(out, next, &merged);
+        if let Some(spec) = sketches {
+            sketch_columns::push_merged(out, &views, spec);
+        }
     }
     prune_apps(out);
     out.raw_bytes = raw_bytes;
@@ -364,6 +387,7 @@ pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
                 id: c.id[row],
                 metric: c.metric[row],
                 summary: Some(s),
+                quantiles: Vec::new(),
             }
         })
         .collect()

@@ -14,6 +14,8 @@ use prost::Message;
 
 use crate::columns::{self, Row};
 use crate::metrics::Key;
+use crate::sketch::{Sketch, Spec};
+use crate::sketch_columns;
 use crate::summary::BuildKeyHasher;
 
 /// Where a rank's values go: its application's index and its number.
@@ -34,9 +36,21 @@ pub struct Fold {
     apps: Vec<String>,
     /// The row the value at each position went to, for the last rank that reached that position.
     by_position: Vec<u32>,
+    /// With quantiles: the spec, and one sketch per row. Sketches outlive rounds (only the first
+    /// `rows.len()` are in use) so their bins are reused.
+    sketch: Option<Spec>,
+    sketches: Vec<Sketch>,
 }
 
 impl Fold {
+    /// A fold that also sketches each row's values for quantiles.
+    pub fn with_sketches(spec: Spec) -> Fold {
+        Fold {
+            sketch: Some(spec),
+            ..Fold::default()
+        }
+    }
+
     /// Empties the fold for a new round, keeping its buffers.
     pub fn clear(&mut self) {
         self.index.clear();
@@ -90,6 +104,9 @@ impl Fold {
             }
         };
         self.rows[row as usize].add_one(v, holder, before);
+        if let Some(spec) = &self.sketch {
+            self.sketches[row as usize].add(spec, v);
+        }
         row
     }
 
@@ -99,6 +116,12 @@ impl Fold {
         if row == next {
             self.keys.push(key);
             self.rows.push(Row::empty());
+            if self.sketch.is_some() {
+                match self.sketches.get_mut(next as usize) {
+                    Some(s) => s.clear(),
+                    None => self.sketches.push(Sketch::default()),
+                }
+            }
         }
         row
     }
@@ -131,6 +154,14 @@ impl Fold {
                 ..*row
             };
             columns::push(out, self.keys[r as usize], &row);
+            if self.sketch.is_some() {
+                sketch_columns::push(out, &self.sketches[r as usize].view());
+            }
+        }
+        if let Some(spec) = &self.sketch
+            && !self.rows.is_empty()
+        {
+            out.sketch_accuracy = spec.accuracy();
         }
         out.apps
             .extend(sorted.iter().map(|&a| self.apps[a as usize].clone()));
@@ -177,6 +208,30 @@ mod tests {
                 prop_assert_eq!(&folded, &expected);
             }
         }
+    }
+
+    #[test]
+    fn sketches_fill_their_columns_and_keep_their_bins_from_round_to_round() {
+        let spec = Spec::new(0.01, 2048).unwrap();
+        let mut fold = Fold::with_sketches(spec);
+        let mut bins_at = Vec::new();
+        for _ in 0..2 {
+            fold.clear();
+            for rank in 0..4 {
+                let mut at = fold.rank("a", rank);
+                fold.add(&mut at, (2, 1), f64::from(rank) * 10.0);
+                fold.add(&mut at, (1, 1), -1.5);
+            }
+            bins_at.push(fold.sketches[0].view().pos.as_ptr());
+            let mut out = StatsColumns::default();
+            fold.to_columns(0, &mut out);
+            assert!(sketch_columns::check(&out, Some(&spec)).is_ok());
+            assert_eq!(out.sketch_accuracy, 0.01);
+            // Key (1, 1) sorts first: four negative values; key (2, 1): a zero and three positives.
+            assert_eq!((out.sketch_zero.clone(), out.sketch_neg_bins[0]), (vec![0, 1], 1));
+            assert_eq!(out.sketch_counts[0], 4);
+        }
+        assert_eq!(bins_at[0], bins_at[1], "the second round reuses the first's bins");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What Canopy's standard filters share: parameters, metric extraction, mergeable summaries, histograms,
-//! rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
+//! quantile sketches, rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
 //! simulator among it) is the crate canopy-filter-test.
 //!
 //! Functional classes of ranks (classify's class ids) are here too, for every filter that groups by them.
@@ -18,6 +18,8 @@ pub mod metrics;
 pub mod params;
 pub mod ranks;
 pub mod rounds;
+pub mod sketch;
+pub mod sketch_columns;
 pub mod stream;
 pub mod summary;
 pub mod three_phase;

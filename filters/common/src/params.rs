@@ -68,6 +68,66 @@ impl Params {
         }
     }
 
+    /// A number parameter in `lo..=hi`, `default` when absent.
+    pub fn f64_between(&self, key: &str, default: f64, lo: f64, hi: f64) -> Result<f64, String> {
+        match self.map.get(key) {
+            None => Ok(default),
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .filter(|v| (lo..=hi).contains(v))
+                .ok_or_else(|| format!("{key} must be between {lo} and {hi}, got {n}")),
+            Some(other) => Err(format!(
+                "{key} must be a number between {lo} and {hi}, got {}",
+                kind(other)
+            )),
+        }
+    }
+
+    /// A list of numbers, each in `lo..=hi`, at most `max` of them, returned sorted without duplicates;
+    /// `default` when absent.
+    pub fn f64_list(
+        &self,
+        key: &str,
+        default: &[f64],
+        lo: f64,
+        hi: f64,
+        max: usize,
+    ) -> Result<Vec<f64>, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(default.to_vec());
+        };
+        let Value::Array(items) = value else {
+            return Err(format!(
+                "{key} must be a list of numbers between {lo} and {hi}, got {}",
+                kind(value)
+            ));
+        };
+        if items.len() > max {
+            return Err(format!(
+                "{key} may hold at most {max} numbers, got {}",
+                items.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Value::Number(n) => match n.as_f64().filter(|v| (lo..=hi).contains(v)) {
+                    Some(v) => out.push(v),
+                    None => return Err(format!("{key}: each must be between {lo} and {hi}, got {n}")),
+                },
+                other => {
+                    return Err(format!(
+                        "{key}: each must be a number between {lo} and {hi}, got {}",
+                        kind(other)
+                    ));
+                }
+            }
+        }
+        out.sort_by(f64::total_cmp);
+        out.dedup();
+        Ok(out)
+    }
+
     /// A string parameter, `None` when absent.
     pub fn string(&self, key: &str) -> Result<Option<&str>, String> {
         match self.map.get(key) {

@@ -196,6 +196,7 @@ impl StatsMap {
                 id,
                 metric,
                 summary: Some(s.clone()),
+                quantiles: Vec::new(),
             })
             .collect()
     }

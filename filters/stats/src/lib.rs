@@ -1,10 +1,13 @@
 //! The stats filter (ToM's StatsFilter): per event and metric, count, mean, standard deviation, min and max
-//! with the ranks holding them, merged up the tree in one phase.
+//! with the ranks holding them and, when asked, quantiles from a DDSketch, merged up the tree in one phase.
 
 #![forbid(unsafe_code)]
 
+mod quantiles;
+
 use canopy_filter_common::fold::Fold;
-use canopy_filter_common::{Params, Values, columns, decode, metrics};
+use canopy_filter_common::sketch::Spec;
+use canopy_filter_common::{Params, Values, columns, decode, metrics, sketch_columns};
 use canopy_filter_proto::v1::{StatsColumns, StatsResult};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
 use prost::Message;
@@ -14,6 +17,8 @@ use prost::Message;
 pub struct StatsFilter {
     level: Level,
     values: Values,
+    /// The quantiles asked for (increasing) and the sketch they are read from; `None` for none.
+    quantiles: Option<(Vec<f64>, Spec)>,
     /// The leaf's events and counters of the round being summarized, kept between calls.
     buffers: canopy_filter_common::stream::Buffers,
     /// The leaf's summaries of the round, folded rank by rank.
@@ -42,30 +47,47 @@ impl StatsFilter {
 
     /// Relay and root: merges the children's packets, taken in their canonical order, in one pass.
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
+        let spec = self.spec().copied();
         let good = decode::packets_into(
             inputs,
             &mut self.inputs,
             "canopy.filters.v1.StatsColumns",
             out,
-            |c| columns::check(c).map_err(|e| e.to_string()),
+            |c| check(c, spec.as_ref()),
         );
         let packets: Vec<&StatsColumns> = good.iter().map(|&(slot, _)| &self.inputs[slot]).collect();
-        columns::merge(&packets, &mut self.merged);
+        columns::merge_with(&packets, spec.as_ref(), &mut self.merged);
     }
+
+    fn spec(&self) -> Option<&Spec> {
+        self.quantiles.as_ref().map(|(_, spec)| spec)
+    }
+}
+
+/// Whether a decoded packet is usable: its columns, and its sketches against the stream's spec.
+fn check(c: &StatsColumns, spec: Option<&Spec>) -> Result<(), String> {
+    columns::check(c).map_err(|e| e.to_string())?;
+    sketch_columns::check(c, spec).map_err(|e| e.to_string())
 }
 
 impl Filter for StatsFilter {
     const NAME: &'static str = "stats";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
 
-    /// Params: `{"values": "round" | "cumulative"}`.
+    /// Params: `{"values": "round" | "cumulative", "quantiles": [0.5, 0.9, 0.99], "relative_accuracy": 0.01,
+    /// "max_bins": 2048}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
-        let params = Params::parse(params, &["values"])?;
+        let params = Params::parse(params, &quantiles::KNOWN)?;
+        let quantiles = quantiles::parse(&params)?;
         Ok(StatsFilter {
             level,
             values: params.values()?,
+            fold: match &quantiles {
+                Some((_, spec)) => Fold::with_sketches(*spec),
+                None => Fold::default(),
+            },
+            quantiles,
             buffers: Default::default(),
-            fold: Fold::default(),
             inputs: Vec::new(),
             merged: StatsColumns::default(),
             encoded: Vec::new(),
@@ -109,9 +131,15 @@ impl Filter for StatsFilter {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };
         let merged = StatsColumns::decode(packet).map_err(|e| bad(e.to_string()))?;
-        columns::check(&merged).map_err(|e| bad(e.to_string()))?;
+        check(&merged, self.spec()).map_err(bad)?;
+        let mut stats = columns::to_stats(&merged);
+        if let Some((qs, spec)) = &self.quantiles {
+            for (s, q) in stats.iter_mut().zip(sketch_columns::quantiles(&merged, spec, qs)) {
+                s.quantiles = q;
+            }
+        }
         let result = StatsResult {
-            stats: columns::to_stats(&merged),
+            stats,
             raw_bytes: merged.raw_bytes,
         };
         Ok(result.encode_to_vec())
@@ -134,7 +162,7 @@ mod tests {
     fn params_errors() {
         assert_eq!(
             StatsFilter::create(r#"{"bins": 3}"#, Level::Leaf).unwrap_err(),
-            "unknown parameter \"bins\" (known: values)"
+            "unknown parameter \"bins\" (known: values, quantiles, relative_accuracy, max_bins)"
         );
         assert_eq!(
             StatsFilter::create(r#"{"values": "all"}"#, Level::Leaf).unwrap_err(),
@@ -168,6 +196,64 @@ mod tests {
         assert_eq!(out2.rejects.len(), 1);
         assert_eq!(out2.rejects[0].0, 0);
         assert_eq!(StatsColumns::decode(out2.up[0].1.as_slice()).unwrap(), packet);
+    }
+
+    #[test]
+    fn a_relay_refuses_a_hostile_sketch_and_a_sketch_it_did_not_ask_for() {
+        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &[&profile(0, 2.0), &profile(1, 4.0)], &mut out)
+            .unwrap();
+        let good = StatsColumns::decode(out.up[0].1.as_slice()).unwrap();
+        assert_eq!(good.sketch_accuracy, 0.01);
+        let mut wide = good.clone();
+        wide.sketch_pos_bins[0] = u32::MAX;
+        let wide = wide.encode_to_vec();
+
+        let mut relay = StatsFilter::create("{}", Level::Relay).unwrap();
+        let mut up = Collect::default();
+        relay.upstream(0, 0, &[&wide, &out.up[0].1], &mut up).unwrap();
+        assert_eq!(up.rejects.len(), 1);
+        assert!(
+            up.rejects[0]
+                .1
+                .contains("row 0: a sketch store of 4294967295 bins exceeds the bound of 2048"),
+            "{}",
+            up.rejects[0].1
+        );
+        assert_eq!(StatsColumns::decode(up.up[0].1.as_slice()).unwrap(), good);
+
+        let mut plain = StatsFilter::create(r#"{"quantiles": []}"#, Level::Relay).unwrap();
+        let mut up = Collect::default();
+        plain.upstream(0, 0, &[&out.up[0].1], &mut up).unwrap();
+        assert!(
+            up.rejects[0].1.contains("the stream asks for no quantiles"),
+            "{}",
+            up.rejects[0].1
+        );
+    }
+
+    #[test]
+    fn finalize_reads_the_quantiles() {
+        let mut root = StatsFilter::create(r#"{"quantiles": [0, 0.5, 1]}"#, Level::Root).unwrap();
+        let mut leaf = StatsFilter::create(r#"{"quantiles": [0, 0.5, 1]}"#, Level::Leaf).unwrap();
+        let inputs: Vec<Vec<u8>> = (0..5).map(|r| profile(r, f64::from(r + 1) * 10.0)).collect();
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &refs, &mut out).unwrap();
+        let result = StatsResult::decode(root.finalize(0, 0, &out.up[0].1).unwrap().as_slice()).unwrap();
+        let incl = result
+            .stats
+            .iter()
+            .find(|s| s.metric == Metric::Inclusive as i32)
+            .unwrap();
+        let got: Vec<(f64, f64)> = incl.quantiles.iter().map(|q| (q.q, q.value)).collect();
+        assert_eq!(got.len(), 3);
+        for ((q, v), want) in got.into_iter().zip([10.0, 30.0, 50.0]) {
+            assert!((v - want).abs() <= 0.01 * want, "q {q}: {v} vs {want}");
+        }
+        // The extremes' bins read within 1% of them, and the result keeps them between the exact min and max.
+        assert!(incl.quantiles[0].value >= 10.0 && incl.quantiles[2].value <= 50.0);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub const TABLES: &[(&str, StoreTable, Build)] = &[
     ("streams", StoreTable::Streams, streams),
     ("rounds", StoreTable::Rounds, rounds),
     ("stats", StoreTable::Stats, stats),
+    ("stats_quantiles", StoreTable::StatsQuantiles, stats_quantiles),
     ("histograms", StoreTable::Histograms, histograms),
     ("classes", StoreTable::Classes, classes),
     ("reductions", StoreTable::Reductions, reductions),
@@ -115,6 +116,22 @@ fn stats(src: &Source<'_>) -> anyhow::Result<Table> {
         .opt_int("min_rank", rows.iter().map(|r| r.min_rank))
         .opt_text("max_app", rows.iter().map(|r| r.max_app.clone()))
         .opt_int("max_rank", rows.iter().map(|r| r.max_rank))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn stats_quantiles(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.stats_quantiles(Select::all())?;
+    Ok(Table::new("stats_quantiles")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .opt_id("class_id", rows.iter().map(|r| r.class_id))
+        .id("event_id", rows.iter().map(|r| r.id))
+        .text("event", rows.iter().map(|r| src.names.of(r.id)))
+        .text("metric", rows.iter().map(|r| r.metric.word()))
+        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
+        .float("q", rows.iter().map(|r| Some(r.q)))
+        .float("value", rows.iter().map(|r| r.value))
         .flag("late", rows.iter().map(|r| r.late)))
 }
 

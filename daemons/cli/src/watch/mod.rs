@@ -602,6 +602,7 @@ mod tests {
                 mean,
                 ..Default::default()
             }),
+            quantiles: Vec::new(),
         };
         let r = StatsResult {
             stats: vec![

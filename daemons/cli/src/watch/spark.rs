@@ -72,6 +72,7 @@ mod tests {
                 mean,
                 ..Default::default()
             }),
+            quantiles: Vec::new(),
         }
     }
 

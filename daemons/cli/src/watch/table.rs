@@ -116,8 +116,17 @@ fn number(v: f64, w: usize) -> String {
 /// The narrowest an event's name is cut to before a number column is left out.
 const NAME_MIN: u16 = 22;
 
-/// A table of summaries of `metric`: event, ranks, mean, min, max, std, the rank of the maximum; the sort
-/// column marked with `↓`.
+/// The quantiles the watch tables show when a stream has them: p50 and p99.
+const SHOWN_QUANTILES: [(f64, &str); 2] = [(0.5, "p50"), (0.99, "p99")];
+
+/// A row's value of quantile `q`, if its stream asks for it.
+fn quantile(s: &EventStats, q: f64) -> Option<f64> {
+    s.quantiles.iter().find(|x| x.q == q).map(|x| x.value)
+}
+
+/// A table of summaries of `metric`: event, ranks, mean, min, p50 and p99 (when the stream has them), max,
+/// std, the rank of the maximum; the sort column marked with `↓`. With quantiles, they take the place of min
+/// and std at 80 columns.
 pub fn stats_lines(
     stats: &[EventStats],
     names: &HashMap<u64, String>,
@@ -133,59 +142,53 @@ pub fn stats_lines(
             label.to_string()
         }
     };
-    let head = vec![
+    let rows: Vec<&EventStats> = sorted(stats, metric, by, names).into_iter().take(top).collect();
+    let shown: Vec<(f64, &str)> = SHOWN_QUANTILES
+        .into_iter()
+        .filter(|&(q, _)| rows.iter().any(|s| quantile(s, q).is_some()))
+        .collect();
+    // Priorities (0 kept first) without quantiles, and with them.
+    let with = !shown.is_empty();
+    let col = |width, plain, quantiles| Column {
+        width,
+        priority: if with { quantiles } else { plain },
+    };
+    let mut head = vec![
         mark(SortBy::Name, &format!("event ({})", metric_title(metric))),
         mark(SortBy::Ranks, "ranks"),
         mark(SortBy::Mean, "mean"),
         mark(SortBy::Min, "min"),
+    ];
+    let mut cols = vec![col(0, 0, 0), col(6, 3, 3), col(11, 0, 0), col(11, 2, 4)];
+    for (_, label) in &shown {
+        head.push(label.to_string());
+        cols.push(col(11, 2, 2));
+    }
+    head.extend([
         mark(SortBy::Max, "max"),
         mark(SortBy::Std, "std"),
         "max@rank".to_string(),
-    ];
-    let cols = [
-        Column {
-            width: 0,
-            priority: 0,
-        },
-        Column {
-            width: 6,
-            priority: 3,
-        },
-        Column {
-            width: 11,
-            priority: 0,
-        },
-        Column {
-            width: 11,
-            priority: 2,
-        },
-        Column {
-            width: 11,
-            priority: 1,
-        },
-        Column {
-            width: 11,
-            priority: 4,
-        },
-        Column {
-            width: 8,
-            priority: 5,
-        },
-    ];
-    let body: Vec<Vec<String>> = sorted(stats, metric, by, names)
+    ]);
+    cols.extend([col(11, 1, 1), col(11, 4, 5), col(8, 5, 6)]);
+    let body: Vec<Vec<String>> = rows
         .into_iter()
-        .take(top)
         .map(|s| {
             let sum = s.summary.clone().unwrap_or_default();
-            vec![
+            let mut cells = vec![
                 name_of(names, s.id),
                 sum.count.to_string(),
                 number(sum.mean, 11),
                 number(sum.min, 11),
+            ];
+            for &(q, _) in &shown {
+                cells.push(quantile(s, q).map(|v| number(v, 11)).unwrap_or_default());
+            }
+            cells.extend([
                 number(sum.max, 11),
                 number(sum.std, 11),
                 sum.max_rank.map(|r| r.rank.to_string()).unwrap_or_default(),
-            ]
+            ]);
+            cells
         })
         .collect();
     lay_out(&head, &body, &cols, width, NAME_MIN)
@@ -310,6 +313,7 @@ mod tests {
                 std: 0.5,
                 ..Default::default()
             }),
+            quantiles: Vec::new(),
         }
     }
 
@@ -401,6 +405,48 @@ mod tests {
         let calls = stats_lines(&s, &n, Metric::Calls as i32, SortBy::Mean, 80, 10);
         assert!(calls.header.starts_with("event (calls)"), "{}", calls.header);
         assert_eq!(calls.rows.len(), 1);
+    }
+
+    #[test]
+    fn quantiles_show_as_p50_and_p99_in_place_of_min_and_std_at_80_columns() {
+        let qs = |p50: f64, p99: f64| {
+            [(0.5, p50), (0.9, p50 + 1.0), (0.99, p99)]
+                .map(|(q, value)| canopy_proto::filters::v1::Quantile { q, value })
+                .to_vec()
+        };
+        let mut s = stats();
+        s[0].quantiles = qs(48.5, 97.25);
+        s[1].quantiles = qs(880.0, 1750.0);
+        s[2].quantiles = qs(299.0, 590.0);
+        let n = names();
+        let t = stats_lines(&s, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
+        for l in std::iter::once(&t.header).chain(&t.rows) {
+            assert!(l.chars().count() <= 80, "{l}");
+        }
+        let words: Vec<&str> = t.header.split_whitespace().collect();
+        assert_eq!(
+            words[words.len() - 5..],
+            ["ranks", "mean↓", "p50", "p99", "max"],
+            "{}",
+            t.header
+        );
+        assert!(
+            t.rows[0].contains("880.0") && t.rows[0].contains("1750.0"),
+            "{:?}",
+            t.rows
+        );
+        assert!(!t.header.contains("p90"), "{}", t.header);
+        let wide = stats_lines(&s, &n, Metric::Exclusive as i32, SortBy::Mean, 200, 10);
+        for label in ["min", "p50", "p99", "max", "std", "max@rank"] {
+            assert!(wide.header.contains(label), "{label}: {}", wide.header);
+        }
+        // A metric whose rows have no quantiles keeps the table it had.
+        let calls = stats_lines(&s, &n, Metric::Calls as i32, SortBy::Mean, 80, 10);
+        assert!(
+            !calls.header.contains("p50") && calls.header.contains("min"),
+            "{}",
+            calls.header
+        );
     }
 
     #[test]

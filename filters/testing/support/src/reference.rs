@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use canopy_filter_proto::v1::{Histogram, Metric, Summary};
+use canopy_filter_proto::v1::{Histogram, Metric, Quantile, Summary};
 use canopy_wire::v1::RankProfile;
 
 /// (id, metric as i32).
@@ -128,6 +128,48 @@ pub fn check_summary(what: &str, s: &Summary, values: &[Sample]) -> Result<(), S
         Some((_, why)) => Err(format!("{what}: {why}")),
         None => Ok(()),
     }
+}
+
+/// The exact lower q-quantile of `values`, as DDSketch defines the quantile it approximates: the value of rank
+/// floor(q * (n - 1)) (from 0) in increasing order.
+pub fn lower_quantile(values: &[Sample], q: f64) -> f64 {
+    let mut v: Vec<f64> = values.iter().map(|s| s.0).collect();
+    v.sort_by(f64::total_cmp);
+    v[(q * (v.len() - 1) as f64).floor() as usize]
+}
+
+/// Checks a row's quantiles: exactly the `qs` asked for, in order, each within `accuracy` of
+/// [`lower_quantile`] relative to it and between the values' min and max.
+pub fn check_quantiles(
+    what: &str,
+    got: &[Quantile],
+    values: &[Sample],
+    qs: &[f64],
+    accuracy: f64,
+) -> Result<(), String> {
+    let asked: Vec<f64> = got.iter().map(|g| g.q).collect();
+    if asked != qs {
+        return Err(format!("{what}: quantiles {asked:?}, asked for {qs:?}"));
+    }
+    let lo = values.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let hi = values.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
+    for g in got {
+        if !(lo..=hi).contains(&g.value) {
+            return Err(format!(
+                "{what}: q {} is {}, outside the values' [{lo}, {hi}]",
+                g.q, g.value
+            ));
+        }
+        let want = lower_quantile(values, g.q);
+        // 1e-9 relative for the rounding of the bin's value.
+        if (g.value - want).abs() > accuracy * want.abs() * (1.0 + 1e-9) {
+            return Err(format!(
+                "{what}: q {} is {}, the exact value {want} (relative accuracy {accuracy})",
+                g.q, g.value
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Counts by brute force: each value's bin by the documented formula, lo and hi the global min and max.
