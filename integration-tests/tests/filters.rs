@@ -32,6 +32,7 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
         period_ms: 5,
         scenario: "flash".into(),
         streams: vec!["stats".into(), "histogram".into()],
+        stream_params: vec![("stats".into(), r#"{"quantiles": true}"#.into())],
         ..TreeBuilder::default()
     };
     let mut tree = builder.start().await;
@@ -68,7 +69,7 @@ async fn flash_shows_the_allreduce_slowdown_at_round_100_in_stats_and_histograms
     let counts = stats.iter().map(|s| s.count).min();
     assert_eq!(counts, Some(64));
 
-    // Its quantiles (p50, p90 and p99 by default), stored beside each row: between the row's min and max, and
+    // Its quantiles (p50, p90 and p99 for `"quantiles": true`), stored beside each row: between the row's min and max, and
     // the median jumps at round 100 as the mean does.
     let quantiles: Vec<_> = stored
         .stats_quantiles(Select::all().stream(1))

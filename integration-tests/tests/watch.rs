@@ -131,6 +131,7 @@ fn summaries_tree() -> TreeBuilder {
         rounds: 0,
         period_ms: 200,
         streams: vec!["stats".into(), "histogram".into(), "classify".into()],
+        stream_params: vec![("stats".into(), r#"{"quantiles": true}"#.into())],
         exit_on_fin: false,
         ..TreeBuilder::default()
     }
@@ -238,7 +239,7 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
         Duration::from_secs(10),
         "not back on stats:\n{screen}"
     );
-    // The stats stream has quantiles (p50, p90 and p99 by default): p50 and p99 fit at 80 columns.
+    // The stats stream has quantiles (p50, p90 and p99): p50 and p99 fit at 80 columns.
     assert!(
         screen.lines().any(|l| l.contains(" p50 ") && l.contains(" p99 ")),
         "no p50 and p99 columns at 80x24:\n{screen}"

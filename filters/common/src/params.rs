@@ -149,6 +149,11 @@ impl Params {
         }
     }
 
+    /// Whether a parameter is the JSON value `true` or `false` (rather than another kind).
+    pub fn is_bool(&self, key: &str) -> bool {
+        matches!(self.map.get(key), Some(Value::Bool(_)))
+    }
+
     /// A boolean parameter, `default` when absent.
     pub fn bool(&self, key: &str, default: bool) -> Result<bool, String> {
         match self.map.get(key) {

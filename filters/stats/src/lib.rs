@@ -74,7 +74,7 @@ impl Filter for StatsFilter {
     const NAME: &'static str = "stats";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
 
-    /// Params: `{"values": "round" | "cumulative", "quantiles": [0.5, 0.9, 0.99], "relative_accuracy": 0.01,
+    /// Params: `{"values": "round" | "cumulative", "quantiles": true | [0.5, 0.9, 0.99], "relative_accuracy": 0.01,
     /// "max_bins": 2048}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
         let params = Params::parse(params, &quantiles::KNOWN)?;
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_relay_refuses_a_hostile_sketch_and_a_sketch_it_did_not_ask_for() {
-        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let mut leaf = StatsFilter::create(r#"{"quantiles": true}"#, Level::Leaf).unwrap();
         let mut out = Collect::default();
         leaf.upstream(0, 0, &[&profile(0, 2.0), &profile(1, 4.0)], &mut out)
             .unwrap();
@@ -210,7 +210,7 @@ mod tests {
         wide.sketch_pos_bins[0] = u32::MAX;
         let wide = wide.encode_to_vec();
 
-        let mut relay = StatsFilter::create("{}", Level::Relay).unwrap();
+        let mut relay = StatsFilter::create(r#"{"quantiles": true}"#, Level::Relay).unwrap();
         let mut up = Collect::default();
         relay.upstream(0, 0, &[&wide, &out.up[0].1], &mut up).unwrap();
         assert_eq!(up.rejects.len(), 1);
@@ -223,7 +223,7 @@ mod tests {
         );
         assert_eq!(StatsColumns::decode(up.up[0].1.as_slice()).unwrap(), good);
 
-        let mut plain = StatsFilter::create(r#"{"quantiles": []}"#, Level::Relay).unwrap();
+        let mut plain = StatsFilter::create("{}", Level::Relay).unwrap();
         let mut up = Collect::default();
         plain.upstream(0, 0, &[&out.up[0].1], &mut up).unwrap();
         assert!(

@@ -58,7 +58,7 @@ proptest! {
         let c = Case::random(seed, ranks, rounds, &DataSpec::default());
         let qs: Vec<f64> = if default_qs { vec![0.5, 0.9, 0.99] } else { vec![0.0, 0.1, 0.25, 0.75, 1.0] };
         let params = if default_qs {
-            format!(r#"{{"relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
+            format!(r#"{{"quantiles": true, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
         } else {
             format!(r#"{{"quantiles": {qs:?}, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
         };
@@ -89,13 +89,15 @@ proptest! {
 }
 
 #[test]
-fn no_quantiles_when_the_list_is_empty() {
+fn no_quantiles_unless_asked_and_p50_p90_p99_for_true() {
     let c = Case::random(5, 40, 1, &DataSpec::default());
-    let rs = results(&c, r#"{"quantiles": []}"#, 5);
-    assert!(!rs[0].stats.is_empty());
-    assert!(rs[0].stats.iter().all(|s| s.quantiles.is_empty()));
-    // And p50, p90 and p99 by default.
-    let rs = results(&c, "{}", 5);
+    for params in ["{}", r#"{"quantiles": []}"#, r#"{"quantiles": false}"#] {
+        let rs = results(&c, params, 5);
+        assert!(!rs[0].stats.is_empty());
+        assert!(rs[0].stats.iter().all(|s| s.quantiles.is_empty()), "{params}");
+    }
+    // `true`: p50, p90 and p99.
+    let rs = results(&c, r#"{"quantiles": true}"#, 5);
     assert!(
         rs[0]
             .stats
