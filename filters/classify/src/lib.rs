@@ -20,10 +20,11 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use canopy_filter_common::histogram::bin_index;
 use canopy_filter_common::rounds::Rounds;
+use canopy_filter_common::select::Selection;
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::three_phase::{self, ThreePhase};
 use canopy_filter_common::{Params, Values, columns, decode, metrics, ranks};
@@ -33,7 +34,6 @@ use canopy_filter_proto::v1::{
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
 use canopy_wire::v1::RankProfile;
 use prost::Message;
-use regex_lite::Regex;
 
 /// The default number of bins, as ToM's Fig. 7.
 pub const DEFAULT_BINS: u32 = 5;
@@ -42,32 +42,7 @@ pub const MAX_BINS: u32 = 10_000;
 
 const PACKET: &str = "canopy.filters.v1.ClassPacket";
 
-/// The `metric` parameter's words, with the metric each names.
-const METRICS: [(&str, Metric); 4] = [
-    ("exclusive", Metric::Exclusive),
-    ("inclusive", Metric::Inclusive),
-    ("calls", Metric::Calls),
-    ("counter", Metric::Counter),
-];
-
-/// Which event names make a rank's class.
-#[derive(Debug, Clone)]
-pub enum Scheme {
-    /// Every event the rank reports.
-    All,
-    /// Only the events whose names match.
-    Pattern(Regex),
-}
-
-impl Scheme {
-    /// As the result reports it: `all`, or `pattern:` followed by the regex.
-    pub fn describe(&self) -> String {
-        match self {
-            Scheme::All => "all".to_string(),
-            Scheme::Pattern(re) => format!("pattern:{}", re.as_str()),
-        }
-    }
-}
+pub use canopy_filter_common::select::Scheme;
 
 /// One class as a leaf builds it in phase 0.
 #[derive(Debug, Default)]
@@ -95,11 +70,8 @@ pub struct ClassifyFilter {
     metric: Metric,
     summaries: bool,
     bins: u32,
-    scheme: Scheme,
-    /// Leaf: event names by id, as the host gives them.
-    names: HashMap<u64, String>,
-    /// Leaf: per event id, its name if the scheme selects it; cleared when names change.
-    selected: HashMap<u64, Option<String>>,
+    /// Leaf: the scheme, with the event names the host gives and what it selects.
+    selection: Selection,
     /// Leaf: the values of each open round.
     buffers: Rounds<Buffer>,
     /// Root: each round's merged phase 0 (classes and ranges) until its counts come up.
@@ -107,32 +79,15 @@ pub struct ClassifyFilter {
 }
 
 impl ClassifyFilter {
-    /// Decides, once per event id, whether the scheme selects it and under which name.
-    fn remember(&mut self, id: u64) {
-        if self.selected.contains_key(&id) {
-            return;
-        }
-        let name = self
-            .names
-            .get(&id)
-            .cloned()
-            .unwrap_or_else(|| format!("{id:016x}"));
-        let chosen = match &self.scheme {
-            Scheme::All => Some(name),
-            Scheme::Pattern(re) => re.is_match(&name).then_some(name),
-        };
-        self.selected.insert(id, chosen);
-    }
-
     /// A rank's class id and its first selected name.
     fn class_of(&mut self, p: &RankProfile) -> (u64, String) {
         for e in &p.events {
-            self.remember(e.event_id);
+            self.selection.remember(e.event_id);
         }
         let mut names: Vec<&str> = p
             .events
             .iter()
-            .filter_map(|e| self.selected.get(&e.event_id).and_then(|s| s.as_deref()))
+            .filter_map(|e| self.selection.selected(e.event_id))
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -568,7 +523,7 @@ impl ThreePhase for ClassifyFilter {
             raw_bytes: packet.raw_bytes,
             result_bytes: 0,
             reduction_factor: 0.0,
-            scheme: self.scheme.describe(),
+            scheme: self.selection.scheme.describe(),
             bins: self.bins,
             metric: self.metric as i32,
             ranges: packet.ranges,
@@ -598,43 +553,15 @@ impl Filter for ClassifyFilter {
             params,
             &["scheme", "pattern", "bins", "metric", "summaries", "values"],
         )?;
-        let scheme = match (
-            params.choice("scheme", &["all", "pattern"], "all")?,
-            params.string("pattern")?,
-        ) {
-            ("all", None) => Scheme::All,
-            ("all", Some(_)) => return Err("pattern needs scheme \"pattern\"".to_string()),
-            (_, None) => return Err("scheme \"pattern\" needs a pattern".to_string()),
-            (_, Some(p)) => Scheme::Pattern(
-                Regex::new(p).map_err(|e| format!("pattern \"{p}\" is not a valid regex: {e}"))?,
-            ),
-        };
-        // The time metrics and counters, or a per-event metric ("page-faults" for its exclusive counts,
-        // "page-faults-inclusive", "heap").
-        let word = params.string("metric")?.unwrap_or("exclusive");
-        let metric = METRICS
-            .iter()
-            .find(|(w, _)| *w == word)
-            .map(|(_, m)| *m)
-            .or_else(|| {
-                canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok())
-            })
-            .ok_or_else(|| {
-                format!(
-                    "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
-                     metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
-                    canopy_wire::event_metrics::metric_words().join(", ")
-                )
-            })?;
+        let scheme = Scheme::from_params(&params)?;
+        let metric = params.metric()?;
         Ok(ClassifyFilter {
             level,
             values: params.values()?,
             metric,
             summaries: params.bool("summaries", false)?,
             bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
-            scheme,
-            names: HashMap::new(),
-            selected: HashMap::new(),
+            selection: Selection::new(scheme),
             buffers: Rounds::new(),
             classes: Rounds::new(),
         })
@@ -665,11 +592,7 @@ impl Filter for ClassifyFilter {
     }
 
     fn names(&mut self, names: &[(u64, &str)]) {
-        for (id, name) in names {
-            self.names.insert(*id, (*name).to_string());
-        }
-        // A name may replace an id's hex stand-in: selection is decided again.
-        self.selected.clear();
+        self.selection.learn(names);
     }
 }
 
@@ -787,7 +710,7 @@ mod tests {
         );
         let f = ClassifyFilter::create("", Level::Root).unwrap();
         assert_eq!(
-            (f.bins, f.scheme.describe(), f.metric, f.summaries),
+            (f.bins, f.selection.scheme.describe(), f.metric, f.summaries),
             (5, "all".to_string(), Metric::Exclusive, false)
         );
         let f = ClassifyFilter::create(
@@ -796,7 +719,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (f.scheme.describe(), f.metric, f.summaries),
+            (f.selection.scheme.describe(), f.metric, f.summaries),
             ("pattern:^MPI_".to_string(), Metric::Counter, true)
         );
     }

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod params;
 pub mod ranks;
 pub mod rounds;
+pub mod select;
 pub mod stream;
 pub mod summary;
 pub mod three_phase;

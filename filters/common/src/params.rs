@@ -2,7 +2,17 @@
 
 use serde_json::{Map, Value};
 
+use canopy_filter_proto::v1::Metric;
+
 use crate::metrics::Values;
+
+/// The `metric` parameter's words for the time metrics and counters, with the metric each names.
+const METRICS: [(&str, Metric); 4] = [
+    ("exclusive", Metric::Exclusive),
+    ("inclusive", Metric::Inclusive),
+    ("calls", Metric::Calls),
+    ("counter", Metric::Counter),
+];
 
 /// The parsed parameters of one filter instance.
 #[derive(Debug, Clone, Default)]
@@ -96,6 +106,24 @@ impl Params {
             Some(Value::Bool(b)) => Ok(*b),
             Some(other) => Err(format!("{key} must be true or false, got {}", kind(other))),
         }
+    }
+
+    /// The `metric` parameter: the time metrics and counters, or a per-event metric ("page-faults" for its
+    /// exclusive counts, "page-faults-inclusive", "heap"); `exclusive` when absent.
+    pub fn metric(&self) -> Result<Metric, String> {
+        let word = self.string("metric")?.unwrap_or("exclusive");
+        METRICS
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map(|(_, m)| *m)
+            .or_else(|| canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok()))
+            .ok_or_else(|| {
+                format!(
+                    "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
+                     metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
+                    canopy_wire::event_metrics::metric_words().join(", ")
+                )
+            })
     }
 
     /// The `values` parameter: `"round"` (the default) or `"cumulative"`.
