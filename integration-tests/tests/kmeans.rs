@@ -1,0 +1,102 @@
+//! The kmeans filter end to end: simulated Uintah ranks on a real tree of agents and relays, clustered with
+//! k = 3 on the exclusive time of their level-1 patch events, fall into exactly the scenario's three groups
+//! (rank 0 regridding, ranks 1-8 on the large patches, the rest on none) in every round, each stored as the
+//! round's result and tabulated in `clusters`.
+
+use std::time::Duration;
+
+use canopy_integration_tests::{Select, TreeBuilder, reader};
+use canopy_proto::filters::v1::KmeansResult;
+use prost::Message;
+
+/// Runs 64 uintah ranks over 4 agents under 2 relays with one kmeans stream of `params`; the results by round.
+async fn uintah(params: &str) -> Vec<KmeansResult> {
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 64,
+        rounds: 6,
+        period_ms: 20,
+        scenario: "uintah".into(),
+        streams: vec!["kmeans".into()],
+        stream_params: vec![("kmeans".into(), params.into())],
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    tree.wait_frontend(Duration::from_secs(60))
+        .await
+        .expect("front-end finishes");
+    let stored = reader(&tree.store);
+    let rounds = stored.rounds(Select::all()).unwrap();
+    assert_eq!(rounds.len(), 6, "{rounds:?}");
+    assert!(rounds.iter().all(|r| r.is_full()), "{rounds:?}");
+    // The store's tables say the same: three clusters a round, of 1, 8 and 55 ranks.
+    let mut sizes: Vec<(u64, u64)> = stored
+        .clusters(Select::all())
+        .unwrap()
+        .iter()
+        .map(|c| (c.round, c.size))
+        .collect();
+    sizes.sort();
+    let want: Vec<(u64, u64)> = (0..6).flat_map(|r| [(r, 1), (r, 8), (r, 55)]).collect();
+    assert_eq!(sizes, want);
+    rounds
+        .iter()
+        .map(|r| {
+            let bytes = stored
+                .final_result(r.stream_id, r.round)
+                .unwrap()
+                .expect("a result");
+            KmeansResult::decode(bytes.as_slice()).unwrap()
+        })
+        .collect()
+}
+
+/// Each cluster's ranks as "first-last" text, sorted.
+fn groups(r: &KmeansResult) -> Vec<String> {
+    let mut out: Vec<String> = r
+        .clusters
+        .iter()
+        .map(|c| {
+            c.ranks
+                .iter()
+                .map(|rr| format!("{}:{}-{}", rr.app, rr.first, rr.last))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kmeans_finds_uintahs_three_groups_through_relays() {
+    // Exclusive time (the default metric) of the level-1 patch events.
+    let results = uintah(r#"{"k": 3, "scheme": "pattern", "pattern": "^Patch 1 ->"}"#).await;
+    for (round, r) in results.iter().enumerate() {
+        assert_eq!(
+            groups(r),
+            ["sim:0-0", "sim:1-8", "sim:9-63"],
+            "round {round}: {r:?}"
+        );
+        assert_eq!((r.k, r.ranks, r.dims.len()), (3, 64, 16), "round {round}");
+        assert!(r.converged && r.refit && r.iterations >= 2, "round {round}");
+        assert_eq!(r.fits.len(), 1);
+        let fit: f64 = r.clusters.iter().map(|c| c.sum_squares).sum();
+        assert_eq!(r.fit, fit, "round {round}");
+        for c in &r.clusters {
+            // The representative is a member, and no member is further from the centroid than max_distance.
+            let rep = c.representative.as_ref().unwrap();
+            assert!(
+                c.ranks.iter().any(|rr| (rr.first..=rr.last).contains(&rep.rank)),
+                "round {round}: {c:?}"
+            );
+            assert!(c.rms <= c.max_distance, "round {round}: {c:?}");
+        }
+        assert!(
+            r.names.iter().all(|n| n.starts_with("Patch 1 -> ")),
+            "{:?}",
+            r.names
+        );
+    }
+}
