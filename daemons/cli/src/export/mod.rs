@@ -28,7 +28,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Only these tables (repeatable, or comma-separated): streams, rounds, stats, histograms, classes,
-    /// reductions, utilization, node_samples, event_metrics, samples, counters, nodes. Default: every table the
+    /// clusters, reductions, utilization, node_samples, event_metrics, samples, counters, nodes. Default: every table the
     /// run has rows in, and always streams and rounds.
     #[arg(long = "table", value_name = "T", value_delimiter = ',')]
     tables: Vec<String>,

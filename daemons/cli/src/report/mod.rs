@@ -3,6 +3,7 @@
 //! histogram, classify, utilization, nodes) after the run's summary, then every stream's coverage.
 
 mod classes;
+mod clusters;
 mod coverage;
 pub mod data;
 mod histogram;
@@ -35,7 +36,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = Format::Html)]
     format: Format,
     /// The figure to write as PNG, by its name in the report (`stats:STREAM`, `histogram:STREAM:EVENT`,
-    /// `classes:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
+    /// `classes:STREAM`, `clusters:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
     #[arg(long, value_name = "NAME")]
     figure: Option<String>,
     /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
@@ -74,6 +75,7 @@ enum Kind {
     Stats,
     Histogram,
     Classify,
+    Kmeans,
     Utilization,
     Nodes,
 }
@@ -86,6 +88,7 @@ impl Kind {
             "StatsResult" => Some(Kind::Stats),
             "HistogramResult" => Some(Kind::Histogram),
             "ClassResult" => Some(Kind::Classify),
+            "KmeansResult" => Some(Kind::Kmeans),
             "UtilizationResult" => Some(Kind::Utilization),
             "NodeSamples" => Some(Kind::Nodes),
             _ => None,
@@ -98,6 +101,7 @@ impl Kind {
             Kind::Stats => stats::section(ctx, stream),
             Kind::Histogram => histogram::section(ctx, stream),
             Kind::Classify => classes::section(ctx, stream),
+            Kind::Kmeans => clusters::section(ctx, stream),
             Kind::Utilization => utilization::section(ctx, stream),
             Kind::Nodes => nodes::section(ctx, stream),
         }
