@@ -5,12 +5,15 @@
 
 use std::time::Duration;
 
-use canopy_integration_tests::{Select, TreeBuilder, reader};
+use std::process::Command;
+
+use canopy_integration_tests::{Select, TreeBuilder, TreeSandbox, bin_dir, reader};
 use canopy_proto::filters::v1::KmeansResult;
 use prost::Message;
 
-/// Runs 64 uintah ranks over 4 agents under 2 relays with one kmeans stream of `params`; the results by round.
-async fn uintah(params: &str) -> Vec<KmeansResult> {
+/// Runs 64 uintah ranks over 4 agents under 2 relays with one kmeans stream of `params`; the tree (kept for its
+/// store) and the results by round.
+async fn uintah(params: &str) -> (TreeSandbox, Vec<KmeansResult>) {
     let builder = TreeBuilder {
         agents: 4,
         fanout: 2,
@@ -40,7 +43,7 @@ async fn uintah(params: &str) -> Vec<KmeansResult> {
     sizes.sort();
     let want: Vec<(u64, u64)> = (0..6).flat_map(|r| [(r, 1), (r, 8), (r, 55)]).collect();
     assert_eq!(sizes, want);
-    rounds
+    let results = rounds
         .iter()
         .map(|r| {
             let bytes = stored
@@ -49,7 +52,21 @@ async fn uintah(params: &str) -> Vec<KmeansResult> {
                 .expect("a result");
             KmeansResult::decode(bytes.as_slice()).unwrap()
         })
-        .collect()
+        .collect();
+    (tree, results)
+}
+
+fn canopy(args: &[&str]) -> String {
+    let out = Command::new(bin_dir().join("canopy"))
+        .args(args)
+        .output()
+        .expect("canopy runs");
+    assert!(
+        out.status.success(),
+        "canopy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Each cluster's ranks as "first-last" text, sorted.
@@ -72,7 +89,7 @@ fn groups(r: &KmeansResult) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kmeans_finds_uintahs_three_groups_through_relays() {
     // Exclusive time (the default metric) of the level-1 patch events.
-    let results = uintah(r#"{"k": 3, "scheme": "pattern", "pattern": "^Patch 1 ->"}"#).await;
+    let (tree, results) = uintah(r#"{"k": 3, "scheme": "pattern", "pattern": "^Patch 1 ->"}"#).await;
     for (round, r) in results.iter().enumerate() {
         assert_eq!(
             groups(r),
@@ -99,4 +116,50 @@ async fn kmeans_finds_uintahs_three_groups_through_relays() {
             r.names
         );
     }
+
+    // canopy export writes the clusters table, canopy report draws the clusters section.
+    let store = tree.store.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let csv_dir = dir.path().join("csv");
+    canopy(&[
+        "export",
+        store,
+        "--format",
+        "csv",
+        "--table",
+        "clusters",
+        "--out",
+        csv_dir.to_str().unwrap(),
+    ]);
+    let mut csv = csv::Reader::from_path(csv_dir.join("clusters.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let mut rows: Vec<(String, String, String)> = csv
+        .records()
+        .map(Result::unwrap)
+        .map(|r| {
+            (
+                r[col("round")].to_string(),
+                r[col("ranks")].to_string(),
+                r[col("size_ranks")].to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(rows.len(), 18, "{rows:?}");
+    assert_eq!(
+        rows[..3],
+        [
+            ("0".to_string(), "sim:0".to_string(), "1".to_string()),
+            ("0".to_string(), "sim:1-8".to_string(), "8".to_string()),
+            ("0".to_string(), "sim:9-63".to_string(), "55".to_string()),
+        ]
+    );
+    let page = dir.path().join("run.html");
+    canopy(&["report", store, "-o", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("Clusters: kmeans") && html.contains("clusters:kmeans"),
+        "no clusters section"
+    );
 }
