@@ -78,6 +78,20 @@ impl Params {
         }
     }
 
+    /// A number parameter strictly between 0 and 1, `default` when absent.
+    pub fn fraction(&self, key: &str, default: f64) -> Result<f64, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(default);
+        };
+        match value.as_f64() {
+            Some(x) if x > 0.0 && x < 1.0 => Ok(x),
+            _ => Err(format!(
+                "{key} must be a number between 0 and 1 (exclusive), got {}",
+                kind(value)
+            )),
+        }
+    }
+
     /// A string parameter, `None` when absent.
     pub fn string(&self, key: &str) -> Result<Option<&str>, String> {
         match self.map.get(key) {

@@ -3,7 +3,6 @@
 use canopy_filter_common::select::Scheme;
 use canopy_filter_common::{Params, Values};
 use canopy_filter_proto::v1::Metric;
-use serde_json::Value;
 
 /// Iterations a round may take at most: each costs two phases, so the plugin declares
 /// `2 * MAX_ITERATIONS + 3` phases (phase 0, the iterations, and the last pass down and up).
@@ -55,24 +54,19 @@ impl Config {
     /// classify's (exclusive), "values": "round" | "cumulative", "scheme": "all" | "pattern", "pattern": regex}`.
     pub fn parse(text: &str) -> Result<Config, String> {
         let params = Params::parse(text, &KEYS)?;
-        let raw: Option<Value> = if text.trim().is_empty() {
-            None
-        } else {
-            serde_json::from_str::<Value>(text)
-                .ok()
-                .and_then(|v| v.get("k").cloned())
+        // k is a number, or the word "auto"; a number goes through the range check below.
+        let auto = match params.string("k") {
+            Ok(Some("auto")) => true,
+            Ok(Some(s)) => {
+                return Err(format!(
+                    "k must be an integer between 1 and {MAX_K} or \"auto\", got \"{s}\""
+                ));
+            }
+            _ => false,
         };
-        let auto = matches!(&raw, Some(Value::String(s)) if s == "auto");
-        if let Some(Value::String(s)) = &raw
-            && !auto
-        {
-            return Err(format!(
-                "k must be an integer between 1 and {MAX_K} or \"auto\", got \"{s}\""
-            ));
-        }
         let (ks, improvement) = if auto {
             let k_max = params.u32_between("k_max", DEFAULT_K_MAX, 2, MAX_K_AUTO)?;
-            let improvement = improvement(text)?.unwrap_or(DEFAULT_IMPROVEMENT);
+            let improvement = params.fraction("improvement", DEFAULT_IMPROVEMENT)?;
             ((1..=k_max).collect(), Some(improvement))
         } else {
             for only in ["k_max", "improvement"] {
@@ -96,23 +90,6 @@ impl Config {
             values: params.values()?,
             scheme: Scheme::from_params(&params)?,
         })
-    }
-}
-
-/// The `improvement` parameter: a number strictly between 0 and 1.
-fn improvement(text: &str) -> Result<Option<f64>, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("parameters are not valid JSON: {e}"))?;
-    match v.get("improvement") {
-        None => Ok(None),
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(x) if x > 0.0 && x < 1.0 => Ok(Some(x)),
-            _ => Err(format!(
-                "improvement must be a number between 0 and 1 (exclusive), got {n}"
-            )),
-        },
-        Some(other) => Err(format!(
-            "improvement must be a number between 0 and 1 (exclusive), got {other}"
-        )),
     }
 }
 
