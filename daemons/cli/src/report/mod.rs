@@ -1,6 +1,6 @@
 //! `canopy report`: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
 //! of its figures as a PNG. A section per stream, drawn by the function of the stream's kind (stats,
-//! histogram, classify, utilization, nodes) after the run's summary, then every stream's coverage.
+//! histogram, classify, kmeans, utilization, nodes) after the run's summary, then every stream's coverage.
 
 mod classes;
 mod clusters;
