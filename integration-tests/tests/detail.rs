@@ -32,11 +32,7 @@ fn members(ranges: &str) -> RankSet {
 async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_representative_per_group() {
     // 10% of the ranks planted three times slower, across every agent.
     let planted: BTreeSet<u32> = (0..256).filter(|r| r % 10 == 3).collect();
-    let plant = planted
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let plant = planted.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let tree = TreeBuilder {
         agents: 4,
         fanout: 2,
@@ -107,7 +103,11 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
     for r in &rounds {
         let chosen = fed_by(&stages, r.round).expect("a stage from round 0");
         let ranks = fed.get(&r.round).cloned().unwrap_or_default();
-        assert!(ranks.iter().all(|rank| chosen.contains(*rank)), "round {}: {ranks:?}", r.round);
+        assert!(
+            ranks.iter().all(|rank| chosen.contains(*rank)),
+            "round {}: {ranks:?}",
+            r.round
+        );
         assert_eq!(r.covered as usize, ranks.len(), "round {}", r.round);
         assert_eq!(r.expected, 256);
     }
@@ -121,7 +121,10 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
         .next()
         .map(|(_, ranks)| ranks.clone())
         .unwrap_or_default();
-    assert!(planted.is_subset(&last), "planted {planted:?} not all in {last:?}");
+    assert!(
+        planted.is_subset(&last),
+        "planted {planted:?} not all in {last:?}"
+    );
     let clusters = stored.clusters(Select::all().stream(3)).unwrap();
     let newest = clusters.iter().map(|c| c.round).max().unwrap();
     let groups: Vec<RankSet> = clusters
@@ -131,7 +134,10 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
         .collect();
     assert_eq!(groups.len(), 3, "{clusters:?}");
     for g in &groups {
-        assert!(last.iter().any(|r| g.contains(*r)), "no rank of a group in {last:?}");
+        assert!(
+            last.iter().any(|r| g.contains(*r)),
+            "no rank of a group in {last:?}"
+        );
     }
     let extra: Vec<&u32> = last.difference(&planted).collect();
     assert!(extra.len() <= 3, "beyond the planted ranks: {extra:?}");
@@ -151,6 +157,13 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
         }
     }
     let share = detail_bytes as f64 / full_bytes as f64;
-    eprintln!("automatic detail: {detail_bytes} of {full_bytes} bytes ({:.1}%)", 100.0 * share);
-    assert!(share <= 0.15, "the detail is {:.1}% of the full passthrough", 100.0 * share);
+    eprintln!(
+        "automatic detail: {detail_bytes} of {full_bytes} bytes ({:.1}%)",
+        100.0 * share
+    );
+    assert!(
+        share <= 0.15,
+        "the detail is {:.1}% of the full passthrough",
+        100.0 * share
+    );
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use canopy_proto::filters::v1::Metric;
+use canopy_proto::filters::v1::{Metric, RankRange};
 use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
@@ -97,6 +97,7 @@ pub enum Table {
     StatsQuantiles,
     Histograms,
     Classes,
+    Clusters,
     Reductions,
     LateArrivals,
     Names,
@@ -124,6 +125,7 @@ impl Table {
             Table::StatsQuantiles => "stats_quantiles",
             Table::Histograms => "histograms",
             Table::Classes => "classes",
+            Table::Clusters => "clusters",
             Table::Reductions => "reductions",
             Table::LateArrivals => "late_arrivals",
             Table::Names => "names",
@@ -151,6 +153,7 @@ impl Table {
                 | Table::StatsQuantiles
                 | Table::Histograms
                 | Table::Classes
+                | Table::Clusters
                 | Table::Reductions
         )
     }
@@ -160,6 +163,7 @@ impl Table {
         match self {
             Table::StatsQuantiles => 13,
             Table::Outliers | Table::OutlierEvents => 12,
+            Table::Clusters => 14,
             _ => 1,
         }
     }
@@ -831,6 +835,66 @@ impl StoreReader {
                 late: r.get(6)?,
             })
         })
+    }
+
+    /// Rows of `clusters`, by stream, round and cluster, each with its ranks as compact ranges.
+    pub fn clusters(&self, select: Select) -> Result<Vec<ClusterRow>, StoreError> {
+        if self.version < Table::Clusters.since() {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, cluster, size, representative_app, representative_rank, rms, max_distance,
+                    sum_squares, late
+             FROM clusters{clause} ORDER BY stream_id, round, cluster, rowid"
+        );
+        let mut rows = self.rows(&sql, &values, |r| {
+            let app: Option<String> = r.get(4)?;
+            let rank: Option<u32> = r.get(5)?;
+            Ok(ClusterRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                cluster: r.get(2)?,
+                size: u64_at(r, 3)?,
+                ranks: String::new(),
+                representative: app.zip(rank),
+                rms: r.get(6)?,
+                max_distance: r.get(7)?,
+                sum_squares: r.get(8)?,
+                late: r.get(9)?,
+            })
+        })?;
+        let sql = format!(
+            "SELECT stream_id, round, cluster, app, first_rank, last_rank, late
+             FROM cluster_ranks{clause} ORDER BY stream_id, round, cluster, app, first_rank"
+        );
+        let ranges = self.rows(&sql, &values, |r| {
+            Ok((
+                (
+                    r.get::<_, u32>(0)?,
+                    u64_at(r, 1)?,
+                    r.get::<_, u32>(2)?,
+                    r.get::<_, bool>(6)?,
+                ),
+                RankRange {
+                    app: r.get(3)?,
+                    first: r.get(4)?,
+                    last: r.get(5)?,
+                },
+            ))
+        })?;
+        let mut by_cluster: std::collections::HashMap<(u32, u64, u32, bool), Vec<RankRange>> =
+            std::collections::HashMap::new();
+        for (key, range) in ranges {
+            by_cluster.entry(key).or_default().push(range);
+        }
+        for row in &mut rows {
+            let key = (row.stream_id, row.round, row.cluster, row.late);
+            if let Some(mine) = by_cluster.get(&key) {
+                row.ranks = crate::tables::ranges_text(mine);
+            }
+        }
+        Ok(rows)
     }
 
     /// Rows of `reductions`, by stream, round, then as stored.

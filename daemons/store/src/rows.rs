@@ -334,6 +334,23 @@ pub struct ClassRow {
     pub late: bool,
 }
 
+/// One row of `clusters` (the kmeans filter), with its ranks from `cluster_ranks` as compact ranges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub cluster: u32,
+    pub size: u64,
+    /// Compact ranges, `app:0-7,9`.
+    pub ranks: String,
+    /// (app, rank); `None` for an empty cluster.
+    pub representative: Option<(String, u32)>,
+    pub rms: f64,
+    pub max_distance: f64,
+    pub sum_squares: f64,
+    pub late: bool,
+}
+
 /// One row of `reductions`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReductionRow {

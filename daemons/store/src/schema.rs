@@ -31,7 +31,9 @@ use crate::tables::parse_ranges_text;
 /// - 12: `outliers` and `outlier_events`, the outliers filter's top ranks of each group and the events that weigh
 ///   most in each one's score, and the `outliers_named` and `outlier_events_named` views.
 /// - 13: `stats_quantiles`, the stats filter's quantiles of each `stats` row, and `stats_quantiles_named`.
-pub const SCHEMA_VERSION: u32 = 13;
+/// - 14: the kmeans filter's equivalence classes: `clusters`, `cluster_ranks`, `cluster_centroids` and
+///   `kmeans_fits`, with the `cluster_members`, `clusters_named` and `cluster_centroids_named` views.
+pub const SCHEMA_VERSION: u32 = 14;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -540,6 +542,84 @@ CREATE VIEW stats_quantiles_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '13');
 ";
 
+/// Version 14: the kmeans filter's results (a `KmeansResult` per round).
+///
+/// - `clusters`: a row per cluster of the k chosen: its size, representative (app and rank; NULL for an empty
+///   cluster), the RMS and max Euclidean distance of its ranks to the centroid, and their summed squares.
+/// - `cluster_ranks`: a row per range of a cluster's ranks, as `class_ranks` for classes.
+/// - `cluster_centroids`: a row per cluster and dimension (an event or counter id): the centroid's value.
+/// - `kmeans_fits`: a row per k the round ran (one, or 1 to k_max with k "auto"): the fit (total within-cluster
+///   sum of squares), the iterations, whether it converged, whether it is the k chosen, and whether the round
+///   refit from the seeds.
+const V14: &str = "
+CREATE TABLE clusters (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    cluster INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    representative_app TEXT,
+    representative_rank INTEGER,
+    rms REAL NOT NULL,
+    max_distance REAL NOT NULL,
+    sum_squares REAL NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX clusters_by_round ON clusters (stream_id, round);
+CREATE TABLE cluster_ranks (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    cluster INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    first_rank INTEGER NOT NULL,
+    last_rank INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX cluster_ranks_by_round ON cluster_ranks (stream_id, round);
+CREATE INDEX cluster_ranks_by_rank ON cluster_ranks (stream_id, app, first_rank);
+CREATE TABLE cluster_centroids (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    cluster INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX cluster_centroids_by_round ON cluster_centroids (stream_id, round);
+CREATE TABLE kmeans_fits (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    fit REAL NOT NULL,
+    iterations INTEGER NOT NULL,
+    converged INTEGER NOT NULL,
+    chosen INTEGER NOT NULL,
+    refit INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX kmeans_fits_by_round ON kmeans_fits (stream_id, round);
+CREATE VIEW cluster_members AS
+    WITH RECURSIVE member (stream_id, round, cluster, app, rank, last_rank, late) AS (
+        SELECT stream_id, round, cluster, app, first_rank, last_rank, late FROM cluster_ranks
+        UNION ALL
+        SELECT stream_id, round, cluster, app, rank + 1, last_rank, late FROM member WHERE rank < last_rank
+    )
+    SELECT stream_id, round, cluster, app, rank, late FROM member;
+CREATE VIEW clusters_named AS
+    SELECT c.stream_id, st.name AS stream, c.round, c.cluster, c.size AS ranks, c.representative_app,
+           c.representative_rank, c.rms, c.max_distance, c.sum_squares, c.late
+    FROM clusters AS c
+    LEFT JOIN streams AS st ON st.stream_id = c.stream_id;
+CREATE VIEW cluster_centroids_named AS
+    SELECT c.stream_id, st.name AS stream, c.round, c.cluster, c.id AS event_id,
+           coalesce(n.name, printf('%016x', c.id)) AS event, c.metric, u.unit, c.value, c.late
+    FROM cluster_centroids AS c
+    LEFT JOIN streams AS st ON st.stream_id = c.stream_id
+    LEFT JOIN names AS n ON n.id = c.id
+    LEFT JOIN units AS u ON u.metric = c.metric;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '14');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -584,6 +664,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V11),
         M::up(V12),
         M::up(V13),
+        M::up(V14),
     ])
 }
 
@@ -826,7 +907,7 @@ mod tests {
         migrations().to_version(&mut conn, 10).unwrap();
         assert_eq!(
             (version(&conn).unwrap(), meta_version(&conn).unwrap()),
-            (10, Some(10))
+            (SCHEMA_VERSION, Some(SCHEMA_VERSION))
         );
         let rows = |sql: &str| -> Vec<String> {
             let mut st = conn.prepare(sql).unwrap();

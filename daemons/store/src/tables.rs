@@ -1,10 +1,11 @@
 //! The standard filters' results as tables: `stats` (and `stats_quantiles`), `histograms`, `classes`,
-//! `utilization`, `reductions`, `outliers` and `outlier_events`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
+//! `utilization`, `reductions`, `outliers` and `outlier_events`, kmeans's `clusters`, `cluster_ranks`,
+//! `cluster_centroids` and `kmeans_fits`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, Metric, NodeSample, NodeSamples, OutliersResult,
-    RankRange, StatsResult, UtilizationResult,
+    ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, Metric, NodeSample, NodeSamples,
+    OutliersResult, RankRange, StatsResult, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -18,12 +19,19 @@ const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
 const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
 const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
 const OUTLIERS_RESULT: &str = "canopy.filters.v1.OutliersResult";
+const KMEANS_RESULT: &str = "canopy.filters.v1.KmeansResult";
 
 /// Whether results of this type get tables.
 pub fn is_tabulated(result_type: &str) -> bool {
     matches!(
         result_type,
-        STATS_RESULT | HISTOGRAM_RESULT | CLASS_RESULT | UTILIZATION_RESULT | NODE_SAMPLES | OUTLIERS_RESULT
+        STATS_RESULT
+            | HISTOGRAM_RESULT
+            | CLASS_RESULT
+            | UTILIZATION_RESULT
+            | NODE_SAMPLES
+            | OUTLIERS_RESULT
+            | KMEANS_RESULT
     )
 }
 
@@ -110,6 +118,10 @@ pub(crate) fn write(
             at.outliers(tx, &r)?;
             let groups = (r.within == "class").then_some(r.groups.len() as i64);
             at.reduction(tx, r.raw_bytes, payload.len() as u64, groups)?;
+        }
+        KMEANS_RESULT => {
+            let r: KmeansResult = decode("KmeansResult", payload)?;
+            at.kmeans(tx, &r)?;
         }
         NODE_SAMPLES => {
             let r: NodeSamples = decode("NodeSamples", payload)?;
@@ -448,6 +460,90 @@ impl At {
                 r.app,
                 r.first.min(r.last),
                 r.first.max(r.last),
+                self.late
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// A kmeans result: its clusters with their ranks and centroids, and the fit of every k it ran.
+    fn kmeans(&self, tx: &Transaction<'_>, r: &KmeansResult) -> Result<(), TableError> {
+        let dims = r.dims.len();
+        let metric = metric_word(r.metric);
+        for c in &r.clusters {
+            if c.centroid.len() != dims {
+                return Err(TableError::Invalid {
+                    what: "KmeansResult",
+                    reason: format!(
+                        "cluster {} has {} centroid values for {dims} dimensions",
+                        c.cluster,
+                        c.centroid.len()
+                    ),
+                });
+            }
+            let rep = c.representative.as_ref();
+            tx.prepare_cached(
+                "INSERT INTO clusters (stream_id, round, cluster, size, representative_app, representative_rank,
+                     rms, max_distance, sum_squares, late)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                self.stream_id,
+                self.round,
+                c.cluster,
+                sat(c.size),
+                rep.map(|r| r.app.as_str()),
+                rep.map(|r| r.rank),
+                c.rms,
+                c.max_distance,
+                c.sum_squares,
+                self.late
+            ])?;
+            let mut st = tx.prepare_cached(
+                "INSERT INTO cluster_ranks (stream_id, round, cluster, app, first_rank, last_rank, late)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            for rr in &c.ranks {
+                st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    c.cluster,
+                    rr.app,
+                    rr.first.min(rr.last),
+                    rr.first.max(rr.last),
+                    self.late
+                ])?;
+            }
+            let mut st = tx.prepare_cached(
+                "INSERT INTO cluster_centroids (stream_id, round, cluster, id, metric, value, late)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            for (id, value) in r.dims.iter().zip(&c.centroid) {
+                st.execute(params![
+                    self.stream_id,
+                    self.round,
+                    c.cluster,
+                    id_bits(*id),
+                    metric,
+                    value,
+                    self.late
+                ])?;
+            }
+        }
+        let mut st = tx.prepare_cached(
+            "INSERT INTO kmeans_fits (stream_id, round, k, fit, iterations, converged, chosen, refit, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for f in &r.fits {
+            st.execute(params![
+                self.stream_id,
+                self.round,
+                f.k,
+                f.fit,
+                f.iterations,
+                f.converged,
+                f.k == r.k,
+                r.refit,
                 self.late
             ])?;
         }

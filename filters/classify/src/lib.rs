@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use canopy_filter_common::classes::{self, Scheme, Selection};
+use canopy_filter_common::classes::{Scheme, Selection};
 use canopy_filter_common::histogram::bin_index;
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::StatsMap;
@@ -534,7 +534,7 @@ impl Filter for ClassifyFilter {
             &["scheme", "pattern", "bins", "metric", "summaries", "values"],
         )?;
         let scheme = Scheme::from_params(&params, "scheme")?;
-        let metric = classes::metric_param(&params)?;
+        let metric = params.metric()?;
         Ok(ClassifyFilter {
             level,
             values: params.values()?,

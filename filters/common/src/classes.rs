@@ -1,7 +1,6 @@
 //! ToM's functional classes of ranks, as classify defines them and other filters reuse them: which event names
 //! a stream selects (a [`Scheme`]), and a rank's class id, the xxh3-64 ([`canopy_wire::event_id`]) of its
-//! selected event names, sorted, deduplicated and joined with "\n". Also the `metric` parameter the filters
-//! that reduce one metric share.
+//! selected event names, sorted, deduplicated and joined with "\n".
 //!
 //! An event whose name this node was never told (through the filter's `names`) takes its id in 16 hex digits
 //! as its name, so the class is still stable across ranks; the host gives the leaves the names before the
@@ -9,48 +8,8 @@
 
 use std::collections::HashMap;
 
-use canopy_filter_proto::v1::Metric;
+pub use crate::select::Scheme;
 use canopy_wire::v1::RankProfile;
-use regex_lite::Regex;
-
-use crate::Params;
-
-/// Which event names a stream selects.
-#[derive(Debug, Clone)]
-pub enum Scheme {
-    /// Every event.
-    All,
-    /// Only the events whose names match (anywhere in the name: anchor it with `^` for a prefix).
-    Pattern(Regex),
-}
-
-impl Scheme {
-    /// As results report it: `all`, or `pattern:` followed by the regex.
-    pub fn describe(&self) -> String {
-        match self {
-            Scheme::All => "all".to_string(),
-            Scheme::Pattern(re) => format!("pattern:{}", re.as_str()),
-        }
-    }
-
-    /// The scheme the parameters `key` (`"all"` or `"pattern"`, `"all"` when absent) and `pattern` (the regex,
-    /// with `"pattern"` only) choose.
-    pub fn from_params(params: &Params, key: &str) -> Result<Scheme, String> {
-        match (
-            params.choice(key, &["all", "pattern"], "all")?,
-            params.string("pattern")?,
-        ) {
-            ("all", None) => Ok(Scheme::All),
-            ("all", Some(_)) => Err(format!("pattern needs {key} \"pattern\"")),
-            (_, None) => Err(format!("{key} \"pattern\" needs a pattern")),
-            (_, Some(p)) => {
-                Ok(Scheme::Pattern(Regex::new(p).map_err(|e| {
-                    format!("pattern \"{p}\" is not a valid regex: {e}")
-                })?))
-            }
-        }
-    }
-}
 
 /// A node's view of the names and of what its scheme selects, kept across rounds.
 #[derive(Debug, Clone)]
@@ -124,32 +83,6 @@ impl Selection {
             names.first().map(|n| n.to_string()).unwrap_or_default(),
         )
     }
-}
-
-/// The `metric` parameter's words for the time metrics and counters, with the metric each names.
-const METRICS: [(&str, Metric); 4] = [
-    ("exclusive", Metric::Exclusive),
-    ("inclusive", Metric::Inclusive),
-    ("calls", Metric::Calls),
-    ("counter", Metric::Counter),
-];
-
-/// The `metric` parameter: a time metric, counters, or a per-event metric ("page-faults" for its exclusive
-/// counts, "page-faults-inclusive", "heap"); exclusive time when absent.
-pub fn metric_param(params: &Params) -> Result<Metric, String> {
-    let word = params.string("metric")?.unwrap_or("exclusive");
-    METRICS
-        .iter()
-        .find(|(w, _)| *w == word)
-        .map(|(_, m)| *m)
-        .or_else(|| canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok()))
-        .ok_or_else(|| {
-            format!(
-                "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
-                 metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
-                canopy_wire::event_metrics::metric_words().join(", ")
-            )
-        })
 }
 
 #[cfg(test)]

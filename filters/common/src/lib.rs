@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod params;
 pub mod ranks;
 pub mod rounds;
+pub mod select;
 pub mod sketch;
 pub mod sketch_columns;
 pub mod stream;

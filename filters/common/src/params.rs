@@ -1,10 +1,19 @@
 //! Filter parameters: a JSON object whose keys the filter lists, so a misspelt key is an error, not a silent default.
 
+use canopy_filter_proto::v1::Metric;
 use serde_json::{Map, Value};
 
 use crate::metrics::Values;
 
 /// The parsed parameters of one filter instance.
+/// The `metric` parameter's words for the time metrics and counters, with the metric each names.
+const METRICS: [(&str, Metric); 4] = [
+    ("exclusive", Metric::Exclusive),
+    ("inclusive", Metric::Inclusive),
+    ("calls", Metric::Calls),
+    ("counter", Metric::Counter),
+];
+
 #[derive(Debug, Clone, Default)]
 pub struct Params {
     map: Map<String, Value>,
@@ -79,6 +88,20 @@ impl Params {
             Some(other) => Err(format!(
                 "{key} must be a number between {lo} and {hi}, got {}",
                 kind(other)
+            )),
+        }
+    }
+
+    /// A number parameter strictly between 0 and 1, `default` when absent.
+    pub fn fraction(&self, key: &str, default: f64) -> Result<f64, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(default);
+        };
+        match value.as_f64() {
+            Some(x) if x > 0.0 && x < 1.0 => Ok(x),
+            _ => Err(format!(
+                "{key} must be a number between 0 and 1 (exclusive), got {}",
+                kind(value)
             )),
         }
     }
@@ -170,6 +193,24 @@ impl Params {
             Some(Value::Number(n)) => Ok(n.as_f64()),
             Some(other) => Err(format!("{key} must be a number, got {}", kind(other))),
         }
+    }
+
+    /// The `metric` parameter: the time metrics and counters, or a per-event metric ("page-faults" for its
+    /// exclusive counts, "page-faults-inclusive", "heap"); `exclusive` when absent.
+    pub fn metric(&self) -> Result<Metric, String> {
+        let word = self.string("metric")?.unwrap_or("exclusive");
+        METRICS
+            .iter()
+            .find(|(w, _)| *w == word)
+            .map(|(_, m)| *m)
+            .or_else(|| canopy_wire::event_metrics::metric_named(word).and_then(|m| Metric::try_from(m).ok()))
+            .ok_or_else(|| {
+                format!(
+                    "metric must be one of \"exclusive\", \"inclusive\", \"calls\", \"counter\" or a per-event \
+                     metric (\"page-faults\", \"page-faults-inclusive\", \"heap\", ...: {}), got \"{word}\"",
+                    canopy_wire::event_metrics::metric_words().join(", ")
+                )
+            })
     }
 
     /// The `values` parameter: `"round"` (the default) or `"cumulative"`.

@@ -1,6 +1,6 @@
 //! The stream's parameters: how many ranks to keep, how to score them, against whom, and over which numbers.
 
-use canopy_filter_common::classes::{self, Scheme};
+use canopy_filter_common::classes::Scheme;
 use canopy_filter_common::{Params, Values};
 use canopy_filter_proto::v1::Metric;
 
@@ -89,7 +89,7 @@ impl Settings {
             top_events: params.u32_between("top_events", DEFAULT_TOP_EVENTS, 0, MAX_TOP_EVENTS)?,
             weighted: params.bool("weighted", false)?,
             by_class: params.choice("within", &["all", "class"], "all")? == "class",
-            metric: classes::metric_param(&params)?,
+            metric: params.metric()?,
             values: params.values()?,
             events: Scheme::from_params(&params, "events")?,
         })

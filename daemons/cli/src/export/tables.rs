@@ -33,6 +33,7 @@ pub const TABLES: &[(&str, StoreTable, Build)] = &[
     ("stats_quantiles", StoreTable::StatsQuantiles, stats_quantiles),
     ("histograms", StoreTable::Histograms, histograms),
     ("classes", StoreTable::Classes, classes),
+    ("clusters", StoreTable::Clusters, clusters),
     ("reductions", StoreTable::Reductions, reductions),
     ("utilization", StoreTable::Utilization, utilization),
     ("outliers", StoreTable::Outliers, outliers),
@@ -163,6 +164,31 @@ fn classes(src: &Source<'_>) -> anyhow::Result<Table> {
         .int("size_ranks", rows.iter().map(|r| r.size))
         .text("ranks", rows.iter().map(|r| r.ranks.clone()))
         .opt_text("example_event", rows.iter().map(|r| r.example_event.clone()))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn clusters(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.clusters(Select::all())?;
+    Ok(Table::new("clusters")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .int("cluster", rows.iter().map(|r| r.cluster))
+        .int("size_ranks", rows.iter().map(|r| r.size))
+        .text("ranks", rows.iter().map(|r| r.ranks.clone()))
+        .opt_text(
+            "representative_app",
+            rows.iter()
+                .map(|r| r.representative.as_ref().map(|(app, _)| app.clone())),
+        )
+        .opt_int(
+            "representative_rank",
+            rows.iter()
+                .map(|r| r.representative.as_ref().map(|(_, rank)| *rank)),
+        )
+        .float("rms", rows.iter().map(|r| Some(r.rms)))
+        .float("max_distance", rows.iter().map(|r| Some(r.max_distance)))
+        .float("sum_squares", rows.iter().map(|r| Some(r.sum_squares)))
         .flag("late", rows.iter().map(|r| r.late)))
 }
 

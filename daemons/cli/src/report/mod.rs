@@ -1,8 +1,9 @@
 //! `canopy report`: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
 //! of its figures as a PNG. A section per stream, drawn by the function of the stream's kind (stats,
-//! histogram, classify, utilization, outliers, nodes) after the run's summary, then every stream's coverage.
+//! histogram, classify, kmeans, utilization, outliers, nodes) after the run's summary, then every stream's coverage.
 
 mod classes;
+mod clusters;
 mod coverage;
 pub mod data;
 mod histogram;
@@ -36,8 +37,8 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = Format::Html)]
     format: Format,
     /// The figure to write as PNG, by its name in the report (`stats:STREAM`, `histogram:STREAM:EVENT`,
-    /// `classes:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `outliers:STREAM`, `nodes:STREAM:cpu`,
-    /// `nodes:STREAM:memory`).
+    /// `classes:STREAM`, `clusters:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `outliers:STREAM`,
+    /// `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
     #[arg(long, value_name = "NAME")]
     figure: Option<String>,
     /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
@@ -76,6 +77,7 @@ enum Kind {
     Stats,
     Histogram,
     Classify,
+    Kmeans,
     Utilization,
     Outliers,
     Nodes,
@@ -89,6 +91,7 @@ impl Kind {
             "StatsResult" => Some(Kind::Stats),
             "HistogramResult" => Some(Kind::Histogram),
             "ClassResult" => Some(Kind::Classify),
+            "KmeansResult" => Some(Kind::Kmeans),
             "UtilizationResult" => Some(Kind::Utilization),
             "OutliersResult" => Some(Kind::Outliers),
             "NodeSamples" => Some(Kind::Nodes),
@@ -102,6 +105,7 @@ impl Kind {
             Kind::Stats => stats::section(ctx, stream),
             Kind::Histogram => histogram::section(ctx, stream),
             Kind::Classify => classes::section(ctx, stream),
+            Kind::Kmeans => clusters::section(ctx, stream),
             Kind::Utilization => utilization::section(ctx, stream),
             Kind::Outliers => outliers::section(ctx, stream),
             Kind::Nodes => nodes::section(ctx, stream),

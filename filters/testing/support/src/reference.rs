@@ -199,3 +199,92 @@ pub fn check_histogram(what: &str, h: &Histogram, values: &[Sample], bins: usize
     }
     Ok(())
 }
+
+/// k-means over all points at once, as seed 002 describes it, for the kmeans filter's tests to compare with.
+#[derive(Debug, Clone)]
+pub struct Kmeans {
+    /// The final centroids.
+    pub centroids: Vec<Vec<f64>>,
+    /// Each point's cluster, against the final centroids.
+    pub assignment: Vec<usize>,
+    /// Each point's squared distance to its centroid.
+    pub d2: Vec<f64>,
+    /// Assignment passes taken, the last being the one that changed nothing when `converged`.
+    pub iterations: u32,
+    pub converged: bool,
+}
+
+/// Lloyd's k-means over `points` (each as long as the others): the box is each dimension's min and max over the
+/// points; seed i is at `lo + (i + 0.5) / k * (hi - lo)` on every dimension; each iteration assigns every point
+/// to its nearest centroid (squared Euclidean distance, a tie to the lowest cluster) and stops when no point
+/// changed cluster since the previous iteration (every point counts as changed in the first), and otherwise
+/// moves each centroid to its cluster's mean (compensated sums; an empty cluster keeps its centroid), up to
+/// `max_iterations`. The points are then assigned to the final centroids.
+pub fn kmeans(points: &[Vec<f64>], k: usize, max_iterations: u32) -> Kmeans {
+    let dims = points.first().map_or(0, Vec::len);
+    let lo: Vec<f64> = (0..dims)
+        .map(|d| points.iter().map(|p| p[d]).fold(f64::INFINITY, f64::min))
+        .collect();
+    let hi: Vec<f64> = (0..dims)
+        .map(|d| points.iter().map(|p| p[d]).fold(f64::NEG_INFINITY, f64::max))
+        .collect();
+    let mut centroids: Vec<Vec<f64>> = (0..k)
+        .map(|i| {
+            let t = (i as f64 + 0.5) / k as f64;
+            (0..dims).map(|d| lo[d] + t * (hi[d] - lo[d])).collect()
+        })
+        .collect();
+    let nearest = |centroids: &[Vec<f64>], p: &[f64]| -> (usize, f64) {
+        let mut best = (0, f64::INFINITY);
+        for (c, centroid) in centroids.iter().enumerate() {
+            let mut d2 = 0.0;
+            for d in 0..dims {
+                d2 += (p[d] - centroid[d]) * (p[d] - centroid[d]);
+            }
+            if dims == 0 {
+                d2 = 0.0;
+            }
+            if d2 < best.1 {
+                best = (c, d2);
+            }
+        }
+        best
+    };
+    let mut previous: Option<Vec<usize>> = None;
+    let (mut iterations, mut converged) = (0, false);
+    for j in 1..=max_iterations {
+        iterations = j;
+        let now: Vec<usize> = points.iter().map(|p| nearest(&centroids, p).0).collect();
+        let changed = match &previous {
+            None => points.len(),
+            Some(prev) => prev.iter().zip(&now).filter(|(a, b)| a != b).count(),
+        };
+        if changed == 0 {
+            converged = true;
+            break;
+        }
+        for (c, centroid) in centroids.iter_mut().enumerate() {
+            let members: Vec<&Vec<f64>> = points
+                .iter()
+                .zip(&now)
+                .filter(|(_, a)| **a == c)
+                .map(|(p, _)| p)
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            for (d, x) in centroid.iter_mut().enumerate() {
+                *x = sum(members.iter().map(|p| p[d])) / members.len() as f64;
+            }
+        }
+        previous = Some(now);
+    }
+    let (assignment, d2) = points.iter().map(|p| nearest(&centroids, p)).unzip();
+    Kmeans {
+        centroids,
+        assignment,
+        d2,
+        iterations,
+        converged,
+    }
+}

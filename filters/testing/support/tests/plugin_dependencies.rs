@@ -64,7 +64,7 @@ fn tree(package: &str) -> Vec<String> {
 fn plugins_link_no_grpc_and_few_crates() {
     let plugins = plugins();
     // The discovery must see the standard plugins, or the test would pass on nothing.
-    for name in ["stats", "histogram", "classify", "utilization", "nodes"] {
+    for name in ["stats", "histogram", "classify", "kmeans", "utilization", "nodes"] {
         let expected = format!("canopy-filter-{name}");
         assert!(plugins.contains(&expected), "{expected} not in {plugins:?}");
     }
