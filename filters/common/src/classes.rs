@@ -88,7 +88,10 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Params;
+    use canopy_filter_proto::v1::Metric;
     use canopy_wire::v1::EventSample;
+    use regex_lite::Regex;
 
     fn profile(ids: &[u64]) -> RankProfile {
         RankProfile {
@@ -153,10 +156,11 @@ mod tests {
                 .unwrap_err()
                 .starts_with("pattern \"(\" is not a valid regex: ")
         );
-        assert_eq!(metric_param(&p("{}")), Ok(Metric::Exclusive));
-        assert_eq!(metric_param(&p(r#"{"metric": "calls"}"#)), Ok(Metric::Calls));
+        assert_eq!(p("{}").metric(), Ok(Metric::Exclusive));
+        assert_eq!(p(r#"{"metric": "calls"}"#).metric(), Ok(Metric::Calls));
         assert!(
-            metric_param(&p(r#"{"metric": "time"}"#))
+            p(r#"{"metric": "time"}"#)
+                .metric()
                 .unwrap_err()
                 .ends_with("got \"time\"")
         );

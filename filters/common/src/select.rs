@@ -111,7 +111,7 @@ mod tests {
     use super::*;
 
     fn scheme(text: &str) -> Result<Scheme, String> {
-        Scheme::from_params(&Params::parse(text, &["scheme", "pattern"]).unwrap())
+        Scheme::from_params(&Params::parse(text, &["scheme", "pattern"]).unwrap(), "scheme")
     }
 
     #[test]

@@ -166,7 +166,7 @@ mod tests {
                 min_app: vec![0],
                 max_app: vec![0],
                 apps: vec!["a".into()],
-                raw_bytes: 0,
+                ..StatsColumns::default()
             }),
             ..Default::default()
         }
