@@ -398,7 +398,12 @@ impl<U: Up> Node<U> {
     }
 
     /// A late packet goes up (at the root: stored, with its result if it carries one).
-    async fn late_up(&mut self, key: GroupKey, coverage: Coverage, first_dump: u64, payload: Vec<u8>) {
+    async fn late_up(&mut self, key: GroupKey, coverage: Coverage, first_dump: u64, mut payload: Vec<u8>) {
+        // A multi-phase filter's early phase is no result: at the root only its late ranks are recorded.
+        let last_phase = self.streams.phases(key.stream).unwrap_or(1).saturating_sub(1);
+        if matches!(self.role, Role::Root(_)) && key.phase != last_phase {
+            payload.clear();
+        }
         if payload.is_empty()
             && let Role::Root(root) = &mut self.role
         {
