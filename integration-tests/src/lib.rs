@@ -51,6 +51,8 @@ pub struct TreeBuilder {
     pub period_ms: u64,
     pub timeout_ms: u32,
     pub scenario: String,
+    /// Simulated ranks planted slower or faster, as `simulate_plant` writes them (`RANKS:FACTOR`).
+    pub plant: Vec<String>,
     pub events: u32,
     pub exit_on_fin: bool,
     /// Ranks the root waits for before it starts collection (0: `ranks`).
@@ -85,6 +87,7 @@ impl Default for TreeBuilder {
             period_ms: 10,
             timeout_ms: 1000,
             scenario: "flash".into(),
+            plant: Vec::new(),
             events: 20,
             exit_on_fin: true,
             expect_ranks: 0,
@@ -266,6 +269,7 @@ impl TreeBuilder {
             simulate_events: self.events,
             simulate_period_ms: self.period_ms,
             simulate_scenario: self.scenario.clone(),
+            simulate_plant: self.plant.clone(),
             rank_offset: offset,
             total_ranks: self.ranks,
             rounds: self.rounds,

@@ -474,6 +474,7 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
         action: Some(control_request::Action::Detail(DetailRequest {
             ranks: "1,5-6".into(),
             name: String::new(),
+            ..DetailRequest::default()
         })),
     };
     let r = api.control(detail).await.unwrap().into_inner();
@@ -519,6 +520,7 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
             action: Some(control_request::Action::Detail(DetailRequest {
                 ranks: "9-2".into(),
                 name: String::new(),
+                ..DetailRequest::default()
             })),
         })
         .await
@@ -531,6 +533,7 @@ async fn detail_from_chosen_ranks_arrives_in_a_stream_of_its_own() {
             action: Some(control_request::Action::Detail(DetailRequest {
                 ranks: " , ".into(),
                 name: String::new(),
+                ..DetailRequest::default()
             })),
         })
         .await

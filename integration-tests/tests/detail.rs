@@ -94,12 +94,14 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
     let stored = reader(&store);
     let stages = stored.stream(4).unwrap().unwrap().stages;
     // Each round is fed by exactly the ranks its stage names: the rest count as sampled out.
+    // Rounds first: the samples read after them hold at least those rounds' rows (a round and its rows are
+    // written in one transaction).
+    let rounds = stored.rounds(Select::all().stream(4)).unwrap();
     let samples = stored.samples(Select::all().stream(4)).unwrap();
     let mut fed: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
     for s in &samples {
         fed.entry(s.round).or_default().insert(s.rank);
     }
-    let rounds = stored.rounds(Select::all().stream(4)).unwrap();
     for r in &rounds {
         let chosen = fed_by(&stages, r.round).expect("a stage from round 0");
         let ranks = fed.get(&r.round).cloned().unwrap_or_default();
@@ -108,14 +110,19 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
             "round {}: {ranks:?}",
             r.round
         );
-        assert_eq!(r.covered as usize, ranks.len(), "round {}", r.round);
+        assert_eq!(
+            r.covered as usize,
+            ranks.len(),
+            "round {}: fed by {ranks:?}, stages {stages:?}, {r:?}",
+            r.round
+        );
         assert_eq!(r.expected, 256);
     }
     // Before the sources answered, no rank fed it.
     assert!(fed.keys().all(|round| *round >= first));
 
     // The latest ranks: every planted outlier, and one representative of each of the three groups.
-    let (last_from, last) = stages.last().unwrap();
+    let (last_from, _) = stages.last().unwrap();
     let last: BTreeSet<u32> = fed
         .range(last_from..)
         .next()

@@ -136,9 +136,20 @@ pub enum CtlCmd {
     /// Full detail (raw profiles) from chosen ranks, in a stream of its own; close it to end the detail.
     Detail {
         /// The ranks, as ranges: 0,17,40-43.
-        ranks: String,
+        #[arg(required_unless_present = "auto", conflicts_with = "auto")]
+        ranks: Option<String>,
         #[arg(long, default_value = "")]
         name: String,
+        /// Only the ranks that matter, moved at round boundaries: the latest top outliers and each cluster's
+        /// representative (opens an outliers and a kmeans stream if none is open).
+        #[arg(long)]
+        auto: bool,
+        /// With --auto: the outliers stream to follow, by name.
+        #[arg(long, requires = "auto", default_value = "")]
+        outliers: String,
+        /// With --auto: the kmeans stream to follow, by name.
+        #[arg(long, requires = "auto", default_value = "")]
+        clusters: String,
     },
     /// Collect exactly the rounds FROM through TO (both included), at every rank: collection pauses until FROM
     /// (or starts, if stopped) and stops after TO. FROM must be a round the tree has not admitted yet.
@@ -286,9 +297,19 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             trace_ranks,
             counters,
         }),
-        CtlCmd::Detail { ranks, name } => {
-            control_request::Action::Detail(canopy_proto::v1::DetailRequest { ranks, name })
-        }
+        CtlCmd::Detail {
+            ranks,
+            name,
+            auto,
+            outliers,
+            clusters,
+        } => control_request::Action::Detail(canopy_proto::v1::DetailRequest {
+            ranks: ranks.unwrap_or_default(),
+            name,
+            auto,
+            outliers,
+            clusters,
+        }),
         CtlCmd::Window { from, to } => control_request::Action::Window(canopy_proto::v1::Window {
             from_round: from,
             to_round: to,

@@ -92,6 +92,15 @@ impl Shared {
         *self.default_modules.lock().expect("modules") = modules;
     }
 
+    /// The ranks a detail stream watches now: their event traces ship with their profiles.
+    pub fn set_detail_ranks(&self, stream: u32, ranks: &str) {
+        self.options
+            .lock()
+            .expect("options")
+            .1
+            .insert(stream, ranks.to_string());
+    }
+
     /// Sets the options in force (the last ones set); returns the options to send down.
     pub fn set_options(&self, o: canopy_proto::v1::Options) -> canopy_proto::v1::Options {
         self.options.lock().expect("options").0 = o;
@@ -308,7 +317,16 @@ fn stored_updates(
 
 impl FrontendApi {
     /// Checks a stream request and opens the stream on the tree.
-    async fn open(&self, mut req: CreateStreamRequest) -> Result<StreamInfo, ApiError> {
+    async fn open(&self, req: CreateStreamRequest) -> Result<StreamInfo, ApiError> {
+        self.open_staged(req, Vec::new()).await
+    }
+
+    /// Opens a stream whose ranks change at the rounds `stages` say.
+    async fn open_staged(
+        &self,
+        mut req: CreateStreamRequest,
+        stages: Vec<canopy_proto::v1::RankStage>,
+    ) -> Result<StreamInfo, ApiError> {
         if let Some(params) = req.params.take() {
             if !req.params_json.is_empty() {
                 return Err(ApiError::ParamsTwice);
@@ -357,7 +375,7 @@ impl FrontendApi {
             sync_mode: sync as i32,
             timeout_ms,
             ranks: req.ranks.clone(),
-            stages: Vec::new(),
+            stages,
         };
         let id = self.root.open_stream_id(spec).await;
         if id == 0 {
@@ -536,24 +554,14 @@ impl FrontendApi {
         let (c, word) = match action {
             Some(control_request::Action::Start(true)) => (Collection::Start, "start"),
             Some(control_request::Action::Stop(true)) => (Collection::Stop, "stop"),
+            Some(control_request::Action::Detail(d)) if d.auto => return self.auto_detail(d).await,
             Some(control_request::Action::Detail(d)) => {
                 let chosen = canopy_core::ranks::RankSet::parse(&d.ranks).map_err(ApiError::BadRanks)?;
                 if chosen.is_all() {
                     return Err(ApiError::DetailWithoutRanks);
                 }
                 let chosen_text = d.ranks.clone();
-                let name = if d.name.is_empty() {
-                    "detail".to_string()
-                } else {
-                    d.name
-                };
-                let req = CreateStreamRequest {
-                    filter: "passthrough".into(),
-                    name,
-                    ranks: d.ranks,
-                    ..CreateStreamRequest::default()
-                };
-                let info = self.open(req).await?;
+                let info = self.open(detail_stream(d.name, d.ranks)).await?;
                 self.shared
                     .options
                     .lock()
@@ -600,6 +608,63 @@ impl FrontendApi {
         })
     }
 
+    /// A detail stream fed by the ranks that matter: it starts with no rank, and `auto_detail::spawn` moves it
+    /// as the outliers and clusters streams' results come.
+    async fn auto_detail(&self, d: canopy_proto::v1::DetailRequest) -> Result<ControlResponse, ApiError> {
+        if !d.ranks.trim().is_empty() {
+            return Err(ApiError::AutoDetailWithRanks);
+        }
+        let streams = read(self.store.clone(), |r| r.streams()).await?;
+        let open = |name: &str, filter: &str| {
+            streams.iter().find(|s| {
+                s.state == Some(StreamState::Open)
+                    && s.filter == filter
+                    && (name.is_empty() || s.name == name)
+            })
+        };
+        let source = async |name: &str, filter: &str, params: &str| -> Result<u32, ApiError> {
+            if let Some(s) = open(name, filter) {
+                return Ok(s.stream_id);
+            }
+            if !name.is_empty() {
+                return Err(ApiError::NoSourceStream {
+                    name: name.to_string(),
+                    filter: filter.to_string(),
+                });
+            }
+            let req = CreateStreamRequest {
+                filter: filter.into(),
+                params_json: params.into(),
+                ..CreateStreamRequest::default()
+            };
+            Ok(self.open(req).await?.stream_id)
+        };
+        let outliers = source(&d.outliers, "outliers", r#"{"fraction": 0.1}"#).await?;
+        let clusters = source(&d.clusters, "kmeans", r#"{"k": 3}"#).await?;
+        let req = detail_stream(d.name, String::new());
+        // No rank feeds it until the sources have chosen.
+        let none = canopy_proto::v1::RankStage {
+            from_round: 0,
+            ranks: String::new(),
+        };
+        let info = self.open_staged(req, vec![none]).await?;
+        crate::auto_detail::spawn(
+            self.shared.clone(),
+            self.root.clone(),
+            info.stream_id,
+            crate::auto_detail::Sources {
+                outliers: Some(outliers),
+                clusters: Some(clusters),
+            },
+        );
+        Ok(ControlResponse {
+            applied: format!(
+                "detail (automatic: outliers from stream {outliers}, representatives from stream {clusters})"
+            ),
+            stream_id: info.stream_id,
+        })
+    }
+
     async fn topology_nodes(&self) -> Result<Vec<TopologyNode>, ApiError> {
         let stored = read(self.store.clone(), |r| r.nodes()).await?;
         let mut nodes: Vec<TopologyNode> = stored
@@ -641,6 +706,16 @@ impl FrontendApi {
             }
         }
         Ok(nodes)
+    }
+}
+
+/// The passthrough stream of a detail request (named "detail" unless the request names it).
+fn detail_stream(name: String, ranks: String) -> CreateStreamRequest {
+    CreateStreamRequest {
+        filter: "passthrough".into(),
+        name: if name.is_empty() { "detail".into() } else { name },
+        ranks,
+        ..CreateStreamRequest::default()
     }
 }
 

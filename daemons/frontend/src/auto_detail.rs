@@ -123,11 +123,16 @@ pub fn spawn(shared: Arc<Shared>, root: RootHandle, detail: u32, sources: Source
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    tracing::warn!(stream = detail, "automatic detail: a source's result is unreadable: {e}");
+                    tracing::warn!(
+                        stream = detail,
+                        "automatic detail: a source's result is unreadable: {e}"
+                    );
                     continue;
                 }
             }
-            let Some(ranks) = chosen.ranks(sources) else { continue };
+            let Some(ranks) = chosen.ranks(sources) else {
+                continue;
+            };
             if current.as_deref() == Some(ranks.as_str()) {
                 continue;
             }
@@ -197,7 +202,10 @@ mod tests {
         let set = |r: &[u32]| r.iter().copied().collect::<BTreeSet<u32>>();
         assert_eq!(ranges(&set(&[])), "");
         assert_eq!(ranges(&set(&[7])), "7");
-        assert_eq!(ranges(&set(&[0, 1, 2, 3, 7, 9, 10, u32::MAX])), "0-3,7,9-10,4294967295");
+        assert_eq!(
+            ranges(&set(&[0, 1, 2, 3, 7, 9, 10, u32::MAX])),
+            "0-3,7,9-10,4294967295"
+        );
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub enum ApiError {
     BadOptions(#[from] canopy_core::options::OptionsError),
     #[error("give an action: start, stop, options, detail or window")]
     NoAction,
+    #[error("an automatic detail stream chooses its own ranks: give --auto or ranks, not both")]
+    AutoDetailWithRanks,
+    #[error("no open {filter} stream named {name:?} to choose the detail ranks")]
+    NoSourceStream { name: String, filter: String },
     /// A window of rounds the tree cannot honour exactly (it starts in the past, or ends before it starts).
     #[error("window refused: {0}")]
     Window(String),
@@ -57,9 +61,12 @@ impl ApiError {
             | ApiError::BadParams(_)
             | ApiError::BadRanks(_)
             | ApiError::DetailWithoutRanks
+            | ApiError::AutoDetailWithRanks
             | ApiError::BadOptions(_)
             | ApiError::NoAction => Code::InvalidArgument,
-            ApiError::UnknownFilter(_) | ApiError::NoStream(_) => Code::NotFound,
+            ApiError::UnknownFilter(_) | ApiError::NoStream(_) | ApiError::NoSourceStream { .. } => {
+                Code::NotFound
+            }
             ApiError::StreamEnded { .. } | ApiError::Window(_) => Code::FailedPrecondition,
             ApiError::ShuttingDown => Code::Unavailable,
             ApiError::Store(_) | ApiError::Task(_) => Code::Internal,

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod auto_detail;
 pub mod error;
 pub mod reflection;
 pub mod resume;
