@@ -151,6 +151,7 @@ fn measure_options() {
                 modules: vec!["profile".into(), "trace".into()],
                 trace_ranks: "0-3,17".into(),
                 counters: vec!["page-faults".into(), "heap".into()],
+                apps: Vec::new(),
             },
         ),
         (

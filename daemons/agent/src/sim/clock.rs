@@ -113,7 +113,8 @@ impl SimulatedRanks {
                 }
                 Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
                 Some(control::Action::Options(o)) => {
-                    match Measure::from_options(&o) {
+                    // The simulated ranks are one application's: they run its options.
+                    match Measure::from_options(&o).map(|m| m.for_app(self.sim.app())) {
                         Ok(m) => {
                             tracing::info!(?o, "measurement options changed");
                             left = left_out(&m, &names);
