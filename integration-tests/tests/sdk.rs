@@ -1314,3 +1314,131 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
         assert_eq!(told, ranks as usize, "{log}");
     }
 }
+
+#[test]
+fn each_application_in_one_tree_runs_its_own_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough,stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    // A simulation and an in-situ analysis, three ranks each, against one agent.
+    let mut ranks = Vec::new();
+    for app in ["sim", "analysis"] {
+        let logs = dir.path().join(app);
+        std::fs::create_dir(&logs).unwrap();
+        let args = ["100000", "16", "5000"];
+        ranks.push((
+            logs.clone(),
+            start_ranks(&logs, &exe, &socket, 3, &args, &[("CANOPY_APP", app)]),
+        ));
+    }
+    wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
+    let settle = |store: &Path| {
+        let sent = max_round(store);
+        wait_for("rounds after the change", Duration::from_secs(20), || {
+            max_round(store) >= sent + 15
+        });
+        sent + 8
+    };
+    // Per application, the events and ranks reported from a round on, and every round's coverage.
+    let reported = |from: i64| {
+        let stored = reader(&store);
+        let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+        let mut by_app: BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)> = BTreeMap::new();
+        for s in stored.samples(Select::all().from_round(from as u64)).unwrap() {
+            let app = by_app.entry(s.app.clone()).or_default();
+            app.0.insert(names[&s.event_id].clone());
+            app.1.insert(s.rank);
+        }
+        let coverage: BTreeSet<(u32, u32, u32)> = stored
+            .rounds(Select::all().from_round(from as u64))
+            .unwrap()
+            .iter()
+            .map(|r| (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)))
+            .collect();
+        (by_app, coverage)
+    };
+    let all_events: BTreeSet<String> = ["halo_exchange", "iteration", "residual", "sweep"]
+        .map(String::from)
+        .into();
+    let ranks_0_to_2: BTreeSet<u32> = [0, 1, 2].into();
+
+    // An include for the simulation alone: the analysis's events stay whole.
+    let applied = canopy(&addr, &["ctl", "set", "--app", "sim", "--include", "^halo"]);
+    assert_eq!(applied.trim(), "options of application \"sim\": applied");
+    let (by_app, coverage) = reported(settle(&store));
+    assert_eq!(
+        by_app["sim"],
+        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
+    );
+    assert_eq!(by_app["analysis"], (all_events.clone(), ranks_0_to_2.clone()));
+    assert_eq!(coverage, [(6, 6, 0)].into(), "every rank of both covered");
+
+    // The analysis sampled to 0: none of its ranks reports, each counts as sampled out (neither lost nor late);
+    // the simulation keeps its own options.
+    canopy(&addr, &["ctl", "set", "--app", "analysis", "--sample-below", "0"]);
+    let (by_app, coverage) = reported(settle(&store));
+    assert_eq!(
+        by_app.keys().collect::<Vec<_>>(),
+        ["sim"],
+        "no analysis rank reports"
+    );
+    assert_eq!(
+        by_app["sim"],
+        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
+    );
+    assert_eq!(coverage, [(3, 6, 3)].into(), "the analysis's 3 ranks sampled out");
+
+    // Global options replace the global ones alone: the analysis stays disabled, the simulation keeps its
+    // include (with the global exclude, which leaves its event alone).
+    canopy(&addr, &["ctl", "set", "--exclude", "^resid"]);
+    let (by_app, coverage) = reported(settle(&store));
+    assert_eq!(by_app.keys().collect::<Vec<_>>(), ["sim"]);
+    assert_eq!(
+        by_app["sim"],
+        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
+    );
+    assert_eq!(coverage, [(3, 6, 3)].into());
+
+    // The analysis back on the global options, the simulation too: every rank, every event but the excluded.
+    canopy(&addr, &["ctl", "set", "--app", "analysis"]);
+    canopy(&addr, &["ctl", "set", "--app", "sim"]);
+    let (by_app, coverage) = reported(settle(&store));
+    let unexcluded: BTreeSet<String> = ["halo_exchange", "iteration", "sweep"].map(String::from).into();
+    for app in ["sim", "analysis"] {
+        assert_eq!(by_app[app], (unexcluded.clone(), ranks_0_to_2.clone()), "{app}");
+    }
+    assert_eq!(coverage, [(6, 6, 0)].into());
+
+    // Bad options for one application are refused, naming it.
+    let refused = canopy_integration_tests::canopy_command()
+        .args([
+            "ctl",
+            "set",
+            "--app",
+            "analysis",
+            "--include",
+            "(",
+            "--frontend",
+            &addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("apps[\"analysis\"]: bad pattern \"(\""),
+        "{message}"
+    );
+
+    for (_, ranks) in &mut ranks {
+        for r in ranks {
+            let _ = r.kill();
+            let _ = r.wait();
+        }
+    }
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
