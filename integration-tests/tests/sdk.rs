@@ -1442,3 +1442,38 @@ fn each_application_in_one_tree_runs_its_own_options() {
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }
+
+#[test]
+fn a_rank_is_sent_its_own_application_s_options_and_no_other_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, _store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    canopy(&addr, &["ctl", "set", "--app", "other", "--sample-below", "0"]);
+    let mut rank = RawRank::connect(&socket, 0, 1);
+    let mut options = || match rank.read().msg {
+        Some(agent_message::Msg::Control(c)) => c.options.unwrap_or_default(),
+        other => panic!("a control, not {other:?}"),
+    };
+    assert!(options().apps.is_empty(), "the other application's entry");
+    canopy(&addr, &["ctl", "set", "--app", "raw", "--include", "^work"]);
+    let own = loop {
+        let o = options();
+        assert!(o.apps.iter().all(|a| a.app == "raw"), "{o:?}");
+        if !o.apps.is_empty() {
+            break o;
+        }
+    };
+    assert_eq!(
+        own.apps,
+        [canopy_proto::v1::AppOptions {
+            app: "raw".into(),
+            include: vec!["^work".into()],
+            ..Default::default()
+        }]
+    );
+    drop(rank);
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
