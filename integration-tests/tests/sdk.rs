@@ -1315,6 +1315,65 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
     }
 }
 
+/// Per application, the events and the ranks that reported them in rounds `from..to`; and the coverage of
+/// those rounds, as (covered, expected, sampled out).
+type Reported = (
+    BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)>,
+    BTreeSet<(u32, u32, u32)>,
+);
+
+fn reported(store: &Path, from: u64, to: u64) -> Reported {
+    let stored = reader(store);
+    let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let mut by_app: BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)> = BTreeMap::new();
+    for s in stored.samples(Select::all().from_round(from)).unwrap() {
+        if s.round < to {
+            let app = by_app.entry(s.app.clone()).or_default();
+            app.0.insert(names[&s.event_id].clone());
+            app.1.insert(s.rank);
+        }
+    }
+    let coverage = stored
+        .rounds(Select::all().from_round(from))
+        .unwrap()
+        .iter()
+        .filter(|r| r.round < to)
+        .map(|r| (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)))
+        .collect();
+    (by_app, coverage)
+}
+
+/// Waits until the latest rounds show `want` (a change of options has reached every rank, at whatever pace
+/// the machine allows), then checks that the ten rounds from there all show it.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of the store other processes write; no runtime worker is blocked"
+)]
+fn in_force(store: &Path, want: &Reported) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let from = loop {
+        let max = max_round(store).max(4) as u64;
+        let seen = reported(store, max - 4, max - 1);
+        if seen == *want {
+            break max - 4;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never in force: {want:?}; the latest rounds show {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    wait_for("ten rounds more", Duration::from_secs(20), || {
+        max_round(store) >= from as i64 + 14
+    });
+    assert_eq!(
+        reported(store, from, from + 10),
+        *want,
+        "rounds {from} to {}",
+        from + 9
+    );
+}
+
 #[test]
 fn each_application_in_one_tree_runs_its_own_options() {
     let dir = tempfile::tempdir().unwrap();
@@ -1329,88 +1388,66 @@ fn each_application_in_one_tree_runs_its_own_options() {
         let logs = dir.path().join(app);
         std::fs::create_dir(&logs).unwrap();
         let args = ["100000", "16", "5000"];
-        ranks.push((
-            logs.clone(),
-            start_ranks(&logs, &exe, &socket, 3, &args, &[("CANOPY_APP", app)]),
+        ranks.push(start_ranks(
+            &logs,
+            &exe,
+            &socket,
+            3,
+            &args,
+            &[("CANOPY_APP", app)],
         ));
     }
     wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
-    let settle = |store: &Path| {
-        let sent = max_round(store);
-        wait_for("rounds after the change", Duration::from_secs(20), || {
-            max_round(store) >= sent + 15
-        });
-        sent + 8
-    };
-    // Per application, the events and ranks reported from a round on, and every round's coverage.
-    let reported = |from: i64| {
-        let stored = reader(&store);
-        let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
-        let mut by_app: BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)> = BTreeMap::new();
-        for s in stored.samples(Select::all().from_round(from as u64)).unwrap() {
-            let app = by_app.entry(s.app.clone()).or_default();
-            app.0.insert(names[&s.event_id].clone());
-            app.1.insert(s.rank);
-        }
-        let coverage: BTreeSet<(u32, u32, u32)> = stored
-            .rounds(Select::all().from_round(from as u64))
-            .unwrap()
-            .iter()
-            .map(|r| (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)))
-            .collect();
-        (by_app, coverage)
-    };
-    let all_events: BTreeSet<String> = ["halo_exchange", "iteration", "residual", "sweep"]
-        .map(String::from)
-        .into();
+    let events = |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
+    let every_event = events(&["halo_exchange", "iteration", "residual", "sweep"]);
     let ranks_0_to_2: BTreeSet<u32> = [0, 1, 2].into();
+    let apps = |entries: &[(&str, &BTreeSet<String>)]| {
+        entries
+            .iter()
+            .map(|(app, events)| (app.to_string(), ((*events).clone(), ranks_0_to_2.clone())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &every_event), ("analysis", &every_event)]),
+            [(6, 6, 0)].into(),
+        ),
+    );
 
-    // An include for the simulation alone: the analysis's events stay whole.
+    // An include for the simulation alone: the analysis's events stay whole, every rank of both is covered.
     let applied = canopy(&addr, &["ctl", "set", "--app", "sim", "--include", "^halo"]);
     assert_eq!(applied.trim(), "options of application \"sim\": applied");
-    let (by_app, coverage) = reported(settle(&store));
-    assert_eq!(
-        by_app["sim"],
-        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
+    let halo = events(&["halo_exchange"]);
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &halo), ("analysis", &every_event)]),
+            [(6, 6, 0)].into(),
+        ),
     );
-    assert_eq!(by_app["analysis"], (all_events.clone(), ranks_0_to_2.clone()));
-    assert_eq!(coverage, [(6, 6, 0)].into(), "every rank of both covered");
 
     // The analysis sampled to 0: none of its ranks reports, each counts as sampled out (neither lost nor late);
     // the simulation keeps its own options.
     canopy(&addr, &["ctl", "set", "--app", "analysis", "--sample-below", "0"]);
-    let (by_app, coverage) = reported(settle(&store));
-    assert_eq!(
-        by_app.keys().collect::<Vec<_>>(),
-        ["sim"],
-        "no analysis rank reports"
-    );
-    assert_eq!(
-        by_app["sim"],
-        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
-    );
-    assert_eq!(coverage, [(3, 6, 3)].into(), "the analysis's 3 ranks sampled out");
+    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
 
     // Global options replace the global ones alone: the analysis stays disabled, the simulation keeps its
     // include (with the global exclude, which leaves its event alone).
     canopy(&addr, &["ctl", "set", "--exclude", "^resid"]);
-    let (by_app, coverage) = reported(settle(&store));
-    assert_eq!(by_app.keys().collect::<Vec<_>>(), ["sim"]);
-    assert_eq!(
-        by_app["sim"],
-        (["halo_exchange".to_string()].into(), ranks_0_to_2.clone())
-    );
-    assert_eq!(coverage, [(3, 6, 3)].into());
+    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
 
-    // The analysis back on the global options, the simulation too: every rank, every event but the excluded.
+    // Both back on the global options: every rank, every event but the excluded one.
     canopy(&addr, &["ctl", "set", "--app", "analysis"]);
     canopy(&addr, &["ctl", "set", "--app", "sim"]);
-    let (by_app, coverage) = reported(settle(&store));
-    let unexcluded: BTreeSet<String> = ["halo_exchange", "iteration", "sweep"].map(String::from).into();
-    for app in ["sim", "analysis"] {
-        assert_eq!(by_app[app], (unexcluded.clone(), ranks_0_to_2.clone()), "{app}");
-    }
-    assert_eq!(coverage, [(6, 6, 0)].into());
+    let unexcluded = events(&["halo_exchange", "iteration", "sweep"]);
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &unexcluded), ("analysis", &unexcluded)]),
+            [(6, 6, 0)].into(),
+        ),
+    );
 
     // Bad options for one application are refused, naming it.
     let refused = canopy_integration_tests::canopy_command()
@@ -1433,11 +1470,9 @@ fn each_application_in_one_tree_runs_its_own_options() {
         "{message}"
     );
 
-    for (_, ranks) in &mut ranks {
-        for r in ranks {
-            let _ = r.kill();
-            let _ = r.wait();
-        }
+    for r in ranks.iter_mut().flatten() {
+        let _ = r.kill();
+        let _ = r.wait();
     }
     fe.signal(Signal::SIGTERM);
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
