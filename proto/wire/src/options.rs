@@ -515,4 +515,94 @@ mod tests {
         assert_eq!(with(app("")), "apps: an entry has no app name");
         assert_eq!(with(app("sim")), "apps: application \"sim\" has two entries");
     }
+
+    mod merged {
+        use super::*;
+        use proptest::prelude::*;
+
+        const PATTERNS: [&str; 5] = ["^MPI_", "Barrier", "io", "^h", "e$"];
+        const NAMES: [&str; 6] = ["MPI_Send", "MPI_Barrier", "io_write", "hydro", "halo", "sweep"];
+        const METRICS: [&str; 4] = ["calls", "inclusive", "exclusive", "counters"];
+        const APPS: [&str; 3] = ["sim", "analysis", "viz"];
+
+        fn some_of(pool: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
+            prop::sample::subsequence(pool, 0..=2).prop_map(|v| v.iter().map(|s| s.to_string()).collect())
+        }
+
+        fn app_options() -> impl Strategy<Value = AppOptions> {
+            (
+                prop::sample::select(&APPS[..]),
+                some_of(&PATTERNS),
+                some_of(&PATTERNS),
+                some_of(&METRICS),
+                prop::option::of(0u32..6),
+            )
+                .prop_map(|(app, include, exclude, metrics, sample_below)| AppOptions {
+                    app: app.into(),
+                    include,
+                    exclude,
+                    metrics,
+                    sample_below,
+                })
+        }
+
+        fn options() -> impl Strategy<Value = Options> {
+            (
+                some_of(&PATTERNS),
+                some_of(&PATTERNS),
+                some_of(&METRICS),
+                0u32..6,
+                prop::collection::vec(app_options(), 0..3),
+            )
+                .prop_map(|(include, exclude, metrics, sample_below, mut apps)| {
+                    apps.sort_by(|a, b| a.app.cmp(&b.app));
+                    apps.dedup_by(|a, b| a.app == b.app);
+                    Options {
+                        include,
+                        exclude,
+                        metrics,
+                        sample_below,
+                        apps,
+                        ..Default::default()
+                    }
+                })
+        }
+
+        proptest! {
+            /// An application runs what global options written with its entry's fields in place of the global
+            /// ones would run; an entry's sample_below 0 leaves every rank out.
+            #[test]
+            fn an_application_runs_the_global_options_with_its_entry_in_place(o in options()) {
+                let m = Measure::from_options(&o).unwrap();
+                for app in APPS {
+                    let entry = o.apps.iter().find(|a| a.app == app);
+                    let pick = |own: Option<&Vec<String>>, global: &Vec<String>| {
+                        own.filter(|v| !v.is_empty()).unwrap_or(global).clone()
+                    };
+                    let by_hand = Options {
+                        include: pick(entry.map(|e| &e.include), &o.include),
+                        exclude: pick(entry.map(|e| &e.exclude), &o.exclude),
+                        metrics: pick(entry.map(|e| &e.metrics), &o.metrics),
+                        sample_below: entry.and_then(|e| e.sample_below).unwrap_or(o.sample_below),
+                        ..Default::default()
+                    };
+                    let expected = Measure::from_options(&by_hand).unwrap();
+                    let disabled = entry.and_then(|e| e.sample_below) == Some(0);
+                    let got = m.for_app(app);
+                    prop_assert_eq!(got.metrics(), expected.metrics(), "{}", app);
+                    prop_assert_eq!(got.disabled(), disabled, "{}", app);
+                    for name in NAMES {
+                        prop_assert_eq!(got.reports(name), expected.reports(name), "{} {}", app, name);
+                    }
+                    for rank in 0..8 {
+                        prop_assert_eq!(
+                            got.samples_out(rank),
+                            disabled || expected.samples_out(rank),
+                            "{} rank {}", app, rank
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
