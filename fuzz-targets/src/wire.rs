@@ -191,11 +191,15 @@ pub fn measure_options(data: &[u8]) {
         }],
         ..Default::default()
     };
-    let applied = measure.apply(profile.clone(), &names);
-    assert!(applied.events.len() <= profile.events.len());
-    for e in &applied.events {
-        let name = names.get(&e.event_id).map(String::as_str).unwrap_or("");
-        assert!(measure.reports(name), "event {name:?} kept against the options");
+    // The global options, and each application's laid over them.
+    let per_app = options.apps.iter().map(|a| measure.for_app(&a.app));
+    for measure in std::iter::once(measure.clone()).chain(per_app) {
+        let applied = measure.apply(profile.clone(), &names);
+        assert!(applied.events.len() <= profile.events.len());
+        for e in &applied.events {
+            let name = names.get(&e.event_id).map(String::as_str).unwrap_or("");
+            assert!(measure.reports(name), "event {name:?} kept against the options");
+        }
+        let _ = measure.samples_out(options.sample_below.saturating_sub(1));
     }
-    let _ = measure.samples_out(options.sample_below.saturating_sub(1));
 }

@@ -14,7 +14,7 @@ use canopy_proto::v1::{
     SyncMode, UpMessage, Want, control, down_message, up_message,
 };
 use canopy_wire::v1::{
-    AgentMessage, Options, RankControl, RankDump, RankFin, RankHello, RankMessage, RankRefused,
+    AgentMessage, AppOptions, Options, RankControl, RankDump, RankFin, RankHello, RankMessage, RankRefused,
     agent_message, rank_message,
 };
 use prost::Message;
@@ -151,6 +151,7 @@ fn measure_options() {
                 modules: vec!["profile".into(), "trace".into()],
                 trace_ranks: "0-3,17".into(),
                 counters: vec!["page-faults".into(), "heap".into()],
+                apps: Vec::new(),
             },
         ),
         (
@@ -174,6 +175,28 @@ fn measure_options() {
                 include: vec![r"^Patch \d+ -> [0-9]{1,3}$".into(), "(?i)mpi".into()],
                 exclude: vec![r"\bsolve\b".into()],
                 period_ms: 3_600_000,
+                ..Default::default()
+            },
+        ),
+        (
+            "apps",
+            Options {
+                include: vec!["^MPI_".into()],
+                sample_below: 4,
+                apps: vec![
+                    AppOptions {
+                        app: "analysis".into(),
+                        sample_below: Some(0),
+                        ..Default::default()
+                    },
+                    AppOptions {
+                        app: "sim".into(),
+                        include: vec!["main".into()],
+                        exclude: vec!["Barrier".into()],
+                        metrics: vec!["calls".into()],
+                        sample_below: Some(2),
+                    },
+                ],
                 ..Default::default()
             },
         ),

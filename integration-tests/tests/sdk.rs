@@ -1314,3 +1314,201 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
         assert_eq!(told, ranks as usize, "{log}");
     }
 }
+
+/// Per application, the events and the ranks that reported them in rounds `from..to`; and the coverage of
+/// those rounds, as (covered, expected, sampled out).
+type Reported = (
+    BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)>,
+    BTreeSet<(u32, u32, u32)>,
+);
+
+fn reported(store: &Path, from: u64, to: u64) -> Reported {
+    let stored = reader(store);
+    let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let mut by_app: BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)> = BTreeMap::new();
+    for s in stored.samples(Select::all().from_round(from)).unwrap() {
+        if s.round < to {
+            let app = by_app.entry(s.app.clone()).or_default();
+            app.0.insert(names[&s.event_id].clone());
+            app.1.insert(s.rank);
+        }
+    }
+    let coverage = stored
+        .rounds(Select::all().from_round(from))
+        .unwrap()
+        .iter()
+        .filter(|r| r.round < to)
+        .map(|r| (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)))
+        .collect();
+    (by_app, coverage)
+}
+
+/// Waits until the latest rounds show `want` (a change of options has reached every rank, at whatever pace
+/// the machine allows), then checks that the ten rounds from there all show it.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of the store other processes write; no runtime worker is blocked"
+)]
+fn in_force(store: &Path, want: &Reported) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let from = loop {
+        let max = max_round(store).max(4) as u64;
+        let seen = reported(store, max - 4, max - 1);
+        if seen == *want {
+            break max - 4;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never in force: {want:?}; the latest rounds show {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    wait_for("ten rounds more", Duration::from_secs(20), || {
+        max_round(store) >= from as i64 + 14
+    });
+    assert_eq!(
+        reported(store, from, from + 10),
+        *want,
+        "rounds {from} to {}",
+        from + 9
+    );
+}
+
+#[test]
+fn each_application_in_one_tree_runs_its_own_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_example(dir.path(), false);
+    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough,stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    // A simulation and an in-situ analysis, three ranks each, against one agent.
+    let mut ranks = Vec::new();
+    for app in ["sim", "analysis"] {
+        let logs = dir.path().join(app);
+        std::fs::create_dir(&logs).unwrap();
+        let args = ["100000", "16", "5000"];
+        ranks.push(start_ranks(
+            &logs,
+            &exe,
+            &socket,
+            3,
+            &args,
+            &[("CANOPY_APP", app)],
+        ));
+    }
+    wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
+    let events = |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
+    let every_event = events(&["halo_exchange", "iteration", "residual", "sweep"]);
+    let ranks_0_to_2: BTreeSet<u32> = [0, 1, 2].into();
+    let apps = |entries: &[(&str, &BTreeSet<String>)]| {
+        entries
+            .iter()
+            .map(|(app, events)| (app.to_string(), ((*events).clone(), ranks_0_to_2.clone())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &every_event), ("analysis", &every_event)]),
+            [(6, 6, 0)].into(),
+        ),
+    );
+
+    // An include for the simulation alone: the analysis's events stay whole, every rank of both is covered.
+    let applied = canopy(&addr, &["ctl", "set", "--app", "sim", "--include", "^halo"]);
+    assert_eq!(applied.trim(), "options of application \"sim\": applied");
+    let halo = events(&["halo_exchange"]);
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &halo), ("analysis", &every_event)]),
+            [(6, 6, 0)].into(),
+        ),
+    );
+
+    // The analysis sampled to 0: none of its ranks reports, each counts as sampled out (neither lost nor late);
+    // the simulation keeps its own options.
+    canopy(&addr, &["ctl", "set", "--app", "analysis", "--sample-below", "0"]);
+    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
+
+    // Global options replace the global ones alone: the analysis stays disabled, the simulation keeps its
+    // include (with the global exclude, which leaves its event alone).
+    canopy(&addr, &["ctl", "set", "--exclude", "^resid"]);
+    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
+
+    // Both back on the global options: every rank, every event but the excluded one.
+    canopy(&addr, &["ctl", "set", "--app", "analysis"]);
+    canopy(&addr, &["ctl", "set", "--app", "sim"]);
+    let unexcluded = events(&["halo_exchange", "iteration", "sweep"]);
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &unexcluded), ("analysis", &unexcluded)]),
+            [(6, 6, 0)].into(),
+        ),
+    );
+
+    // Bad options for one application are refused, naming it.
+    let refused = canopy_integration_tests::canopy_command()
+        .args([
+            "ctl",
+            "set",
+            "--app",
+            "analysis",
+            "--include",
+            "(",
+            "--frontend",
+            &addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("apps[\"analysis\"]: bad pattern \"(\""),
+        "{message}"
+    );
+
+    for r in ranks.iter_mut().flatten() {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}
+
+#[test]
+fn a_rank_is_sent_its_own_application_s_options_and_no_other_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, addr, _store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    canopy(&addr, &["ctl", "set", "--app", "other", "--sample-below", "0"]);
+    let mut rank = RawRank::connect(&socket, 0, 1);
+    let mut options = || match rank.read().msg {
+        Some(agent_message::Msg::Control(c)) => c.options.unwrap_or_default(),
+        other => panic!("a control, not {other:?}"),
+    };
+    assert!(options().apps.is_empty(), "the other application's entry");
+    canopy(&addr, &["ctl", "set", "--app", "raw", "--include", "^work"]);
+    let own = loop {
+        let o = options();
+        assert!(o.apps.iter().all(|a| a.app == "raw"), "{o:?}");
+        if !o.apps.is_empty() {
+            break o;
+        }
+    };
+    assert_eq!(
+        own.apps,
+        [canopy_proto::v1::AppOptions {
+            app: "raw".into(),
+            include: vec!["^work".into()],
+            ..Default::default()
+        }]
+    );
+    drop(rank);
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
+}

@@ -7,7 +7,8 @@
 pub mod v1 {
     tonic::include_proto!("canopy.v1");
     pub use canopy_wire::v1::{
-        CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile, TraceEvent, TraceKind,
+        AppOptions, CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile, TraceEvent,
+        TraceKind,
     };
 }
 

@@ -102,8 +102,14 @@ pub enum CtlCmd {
     Start,
     /// Pause collection on every rank.
     Stop,
-    /// Replace what every rank measures, from its next dump on (no option: the defaults).
+    /// Replace what every rank measures, from its next dump on (no option: the defaults). With --app, replace
+    /// one application's own options instead (no option: it runs the global ones again); the global options
+    /// and the other applications' stay in force.
     Set {
+        /// The application whose options these are (its ranks' name, as CANOPY_APP gives it): its include,
+        /// exclude, metrics and sample_below replace the global ones for its ranks alone.
+        #[arg(long, conflicts_with_all = ["period_ms", "modules", "trace_ranks", "counters"])]
+        app: Option<String>,
         /// Report only the events whose name matches (a regular expression; repeatable).
         #[arg(long)]
         include: Vec<String>,
@@ -116,9 +122,10 @@ pub enum CtlCmd {
         /// A new dump period for ranks that dump on a timer.
         #[arg(long, default_value_t = 0)]
         period_ms: u64,
-        /// Only ranks below this number report; the others count as sampled out.
-        #[arg(long, default_value_t = 0)]
-        sample_below: u32,
+        /// Only ranks below this number report; the others count as sampled out. 0: every rank, or with --app,
+        /// none of the application's ranks (the application is disabled).
+        #[arg(long)]
+        sample_below: Option<u32>,
         /// The measurement modules the ranks run: profile, trace, null (comma-separated; none: each rank's
         /// own CANOPY_MODULES).
         #[arg(long, value_delimiter = ',')]
@@ -279,6 +286,21 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
         CtlCmd::Start => control_request::Action::Start(true),
         CtlCmd::Stop => control_request::Action::Stop(true),
         CtlCmd::Set {
+            app: Some(app),
+            include,
+            exclude,
+            metrics,
+            sample_below,
+            ..
+        } => control_request::Action::AppOptions(canopy_proto::v1::AppOptions {
+            app,
+            include,
+            exclude,
+            metrics,
+            sample_below,
+        }),
+        CtlCmd::Set {
+            app: None,
             include,
             exclude,
             metrics,
@@ -292,10 +314,11 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             exclude,
             metrics,
             period_ms,
-            sample_below,
+            sample_below: sample_below.unwrap_or(0),
             modules,
             trace_ranks,
             counters,
+            apps: Vec::new(),
         }),
         CtlCmd::Detail {
             ranks,

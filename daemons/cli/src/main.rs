@@ -135,6 +135,35 @@ mod tests {
         }
     }
 
+    /// `canopy ctl set ARGS` as parsed, or clap's message.
+    fn ctl_set(args: &[&str]) -> Result<crate::client::CtlCmd, String> {
+        use clap::Parser as _;
+        let all = ["canopy", "ctl", "set"].iter().chain(args);
+        match Args::try_parse_from(all).map_err(|e| e.to_string())?.command {
+            super::Command::Ctl { cmd, .. } => Ok(cmd),
+            _ => unreachable!("ctl parses as ctl"),
+        }
+    }
+
+    #[test]
+    fn ctl_set_with_app_takes_the_fields_an_application_has_and_zero_sampling_is_explicit() {
+        let Ok(crate::client::CtlCmd::Set {
+            app, sample_below, ..
+        }) = ctl_set(&["--app", "analysis", "--sample-below", "0"])
+        else {
+            panic!("ctl set --app parses")
+        };
+        assert_eq!((app.as_deref(), sample_below), (Some("analysis"), Some(0)));
+        let Ok(crate::client::CtlCmd::Set { sample_below, .. }) = ctl_set(&[]) else {
+            panic!("ctl set parses")
+        };
+        assert_eq!(sample_below, None, "no --sample-below: absent, not 0");
+        for global in ["--period-ms", "--modules", "--trace-ranks", "--counters"] {
+            let e = ctl_set(&["--app", "analysis", global, "1"]).unwrap_err();
+            assert!(e.contains("cannot be used with") && e.contains(global), "{e}");
+        }
+    }
+
     #[test]
     fn every_command_and_subcommand_gets_a_man_page() {
         let cmd = Args::command();

@@ -34,9 +34,8 @@ pub struct Shared {
     result_types: Mutex<HashMap<u32, String>>,
     /// The run has ended: every result is out, and each subscription ends (with OK) once it has sent them.
     ended: tokio::sync::watch::Sender<bool>,
-    /// The measurement options last set through the API, and the open detail streams' ranks, which the options
-    /// sent down add to `trace_ranks` (the ranks a detail stream watches ship their event trace).
-    options: Mutex<(canopy_proto::v1::Options, BTreeMap<u32, String>)>,
+    /// The measurement options set through the API, and the open detail streams' ranks.
+    options: Mutex<InForce>,
     /// The measurement modules of the front-end's configuration: options that name none run these.
     default_modules: Mutex<Vec<String>>,
     /// The open streams of the utilization filter: while there is one, every rank runs the utilization module
@@ -45,6 +44,31 @@ pub struct Shared {
     /// Every event and counter name the root has heard of, in the order they came (each id once), for the
     /// subscriptions that ask for names: each keeps how far it has read.
     names: Mutex<(Vec<EventName>, HashSet<u64>)>,
+}
+
+/// The measurement options in force, from which the options sent down are made.
+#[derive(Debug, Default)]
+struct InForce {
+    /// The global options last set (their `apps` moved into `apps`).
+    global: canopy_proto::v1::Options,
+    /// Each application's own options, as last set for it.
+    apps: BTreeMap<String, canopy_proto::v1::AppOptions>,
+    /// The open detail streams' ranks, which the options sent down add to `trace_ranks` (the ranks a detail
+    /// stream watches ship their event trace).
+    detail: BTreeMap<u32, String>,
+}
+
+impl InForce {
+    /// Replaces one application's options; one that sets nothing returns the application to the global ones.
+    fn set_app(&mut self, a: canopy_proto::v1::AppOptions) {
+        let sets_nothing =
+            a.include.is_empty() && a.exclude.is_empty() && a.metrics.is_empty() && a.sample_below.is_none();
+        if sets_nothing {
+            self.apps.remove(&a.app);
+        } else {
+            self.apps.insert(a.app.clone(), a);
+        }
+    }
 }
 
 /// The filter whose streams need the utilization module in force.
@@ -97,13 +121,27 @@ impl Shared {
         self.options
             .lock()
             .expect("options")
-            .1
+            .detail
             .insert(stream, ranks.to_string());
     }
 
-    /// Sets the options in force (the last ones set); returns the options to send down.
-    pub fn set_options(&self, o: canopy_proto::v1::Options) -> canopy_proto::v1::Options {
-        self.options.lock().expect("options").0 = o;
+    /// Replaces the global options; the applications' own options stay in force, but for those `o.apps` names,
+    /// which it replaces. Returns the options to send down.
+    pub fn set_options(&self, mut o: canopy_proto::v1::Options) -> canopy_proto::v1::Options {
+        {
+            let mut in_force = self.options.lock().expect("options");
+            for a in std::mem::take(&mut o.apps) {
+                in_force.set_app(a);
+            }
+            in_force.global = o;
+        }
+        self.effective_options()
+    }
+
+    /// Replaces one application's options, leaving the global ones and the other applications' in force; returns
+    /// the options to send down.
+    pub fn set_app_options(&self, a: canopy_proto::v1::AppOptions) -> canopy_proto::v1::Options {
+        self.options.lock().expect("options").set_app(a);
         self.effective_options()
     }
 
@@ -119,11 +157,14 @@ impl Shared {
         before != streams.is_empty()
     }
 
-    /// The options to send down: the last ones set, with the detail streams' ranks added to `trace_ranks`, and
-    /// the utilization module added to the modules while a utilization stream is open.
+    /// The options to send down: the global ones last set with every application's own, the detail streams'
+    /// ranks added to `trace_ranks`, and the utilization module added to the modules while a utilization stream
+    /// is open.
     pub fn effective_options(&self) -> canopy_proto::v1::Options {
-        let (base, detail) = &*self.options.lock().expect("options");
+        let in_force = &*self.options.lock().expect("options");
+        let (base, detail) = (&in_force.global, &in_force.detail);
         let mut o = base.clone();
+        o.apps = in_force.apps.values().cloned().collect();
         if o.modules.is_empty() {
             o.modules = self.default_modules.lock().expect("modules").clone();
         }
@@ -518,7 +559,7 @@ impl FrontendApi {
             .options
             .lock()
             .expect("options")
-            .1
+            .detail
             .remove(&id)
             .is_some();
         let modules_change = self.shared.stream_filter(id, "", false);
@@ -566,7 +607,7 @@ impl FrontendApi {
                     .options
                     .lock()
                     .expect("options")
-                    .1
+                    .detail
                     .insert(info.stream_id, chosen_text);
                 if !self.root.options(self.shared.effective_options()).await {
                     return Err(ApiError::ShuttingDown);
@@ -595,6 +636,21 @@ impl FrontendApi {
                 return Ok(ControlResponse {
                     stream_id: 0,
                     applied: "options".into(),
+                });
+            }
+            Some(control_request::Action::AppOptions(a)) => {
+                let alone = canopy_proto::v1::Options {
+                    apps: vec![a.clone()],
+                    ..Default::default()
+                };
+                canopy_core::options::Measure::from_options(&alone).map_err(ApiError::BadOptions)?;
+                let applied = format!("options of application {:?}", a.app);
+                if !self.root.options(self.shared.set_app_options(a)).await {
+                    return Err(ApiError::ShuttingDown);
+                }
+                return Ok(ControlResponse {
+                    stream_id: 0,
+                    applied,
                 });
             }
             _ => return Err(ApiError::NoAction),
@@ -778,5 +834,58 @@ impl Frontend for FrontendApi {
                 .map(|(id, name)| EventName { id, name })
                 .collect(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_proto::v1::{AppOptions, Options};
+
+    fn app(name: &str, sample_below: Option<u32>, include: &[&str]) -> AppOptions {
+        AppOptions {
+            app: name.into(),
+            sample_below,
+            include: include.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_application_s_options_replace_its_own_alone_and_the_global_ones_leave_them_in_force() {
+        let shared = Shared::new(1);
+        let sent = shared.set_app_options(app("analysis", Some(0), &[]));
+        assert_eq!(sent.apps, vec![app("analysis", Some(0), &[])]);
+        let sent = shared.set_app_options(app("sim", None, &["^MPI_"]));
+        assert_eq!(
+            sent.apps,
+            vec![app("analysis", Some(0), &[]), app("sim", None, &["^MPI_"])]
+        );
+        // Setting an application again replaces its options whole; the other's stay.
+        let sent = shared.set_app_options(app("sim", Some(4), &[]));
+        assert_eq!(
+            sent.apps,
+            vec![app("analysis", Some(0), &[]), app("sim", Some(4), &[])]
+        );
+        // The global options replace the global ones only.
+        let sent = shared.set_options(Options {
+            exclude: vec!["^io_".into()],
+            ..Default::default()
+        });
+        assert_eq!(sent.exclude, vec!["^io_".to_string()]);
+        assert_eq!(sent.apps.len(), 2);
+        // An entry the global options carry replaces its application's; one that sets nothing clears it.
+        let sent = shared.set_options(Options {
+            apps: vec![app("analysis", None, &[]), app("viz", Some(1), &[])],
+            ..Default::default()
+        });
+        assert!(sent.exclude.is_empty());
+        assert_eq!(
+            sent.apps,
+            vec![app("sim", Some(4), &[]), app("viz", Some(1), &[])]
+        );
+        let sent = shared.set_app_options(app("sim", None, &[]));
+        assert_eq!(sent.apps, vec![app("viz", Some(1), &[])]);
+        assert!(canopy_core::options::Measure::from_options(&sent).is_ok());
     }
 }

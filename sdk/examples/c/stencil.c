@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
         return 2;
     }
 #ifndef CANOPY_DISABLE
-    if (canopy_init("stencil", -1, -1) != CANOPY_OK)
+    /* NULL: the application's name is CANOPY_APP's, else the program's (stencil). */
+    if (canopy_init(NULL, -1, -1) != CANOPY_OK)
         fprintf(stderr, "stencil: canopy_init: %s (running without monitoring)\n", canopy_last_error());
 #endif
     TIMER(t_iter, "iteration");

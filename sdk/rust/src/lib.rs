@@ -626,7 +626,8 @@ impl Sdk {
         st.collecting = c.collecting;
         st.window = c.windowed.then_some((c.window_from, c.window_to));
         let options = c.options.unwrap_or_default();
-        match Measure::from_options(&options) {
+        // The rank runs its own application's options: the global ones with its application's entry laid over.
+        match Measure::from_options(&options).map(|m| m.for_app(&self.config.app)) {
             Ok(m) => {
                 st.sampled_out = m.samples_out(self.config.rank);
                 st.traced = m.traces(self.config.rank);

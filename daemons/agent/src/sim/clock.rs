@@ -113,7 +113,8 @@ impl SimulatedRanks {
                 }
                 Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
                 Some(control::Action::Options(o)) => {
-                    match Measure::from_options(&o) {
+                    // The simulated ranks are one application's: they run its options.
+                    match Measure::from_options(&o).map(|m| m.for_app(self.sim.app())) {
                         Ok(m) => {
                             tracing::info!(?o, "measurement options changed");
                             left = left_out(&m, &names);
@@ -205,18 +206,22 @@ mod tests {
     use canopy_core::window::Window;
     use canopy_proto::v1::Start;
 
-    /// The first round the simulated ranks dump after a Start stamped ten seconds ago.
-    async fn first_round_after_a_late_start(rejoin: bool) -> u64 {
-        let sim = Simulator::new(SimConfig {
+    fn simulator(app: &str) -> Simulator {
+        Simulator::new(SimConfig {
             scenario: Scenario::Flash,
             ranks: 2,
             events: 4,
             rank_offset: 0,
             total_ranks: 2,
             seed: 1,
-            app: "app".into(),
+            app: app.into(),
             plants: Vec::new(),
-        });
+        })
+    }
+
+    /// The first round the simulated ranks dump after a Start stamped ten seconds ago.
+    async fn first_round_after_a_late_start(rejoin: bool) -> u64 {
+        let sim = simulator("app");
         let (control_tx, control) = mpsc::unbounded_channel();
         let (inputs, mut node) = mpsc::channel(16);
         let (_window, gate) = Window::new(1 << 40);
@@ -265,5 +270,122 @@ mod tests {
         let first = first_round_after_a_late_start(true).await;
         // Ten seconds of 1 ms rounds after round 5, give or take the test's own pace.
         assert!((10_005..10_500).contains(&first), "began at round {first}");
+    }
+
+    /// The first round the simulated ranks of `app` dump under these options: per rank, the names of the
+    /// events its profile reports, or why it has none.
+    async fn first_dump(
+        app: &str,
+        options: &canopy_proto::v1::Options,
+    ) -> Vec<(u32, Result<Vec<String>, MissingReason>)> {
+        use prost::Message;
+        let sim = simulator(app);
+        let names: std::collections::HashMap<u64, String> = sim.names().into_iter().collect();
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let (inputs, mut node) = mpsc::channel(16);
+        let (_window, gate) = Window::new(1 << 40);
+        let ranks = SimulatedRanks {
+            sim,
+            schedule: Schedule {
+                period: Duration::from_millis(1),
+                rounds: 0,
+            },
+            control,
+            inputs,
+            window: gate,
+        };
+        let clock = tokio::spawn(ranks.run());
+        control_tx
+            .send(control::Action::Options(options.clone()))
+            .unwrap();
+        let start = Start {
+            start_unix_ns: unix_ns(),
+            first_round: 0,
+            rejoin: false,
+        };
+        control_tx.send(control::Action::Start(start)).unwrap();
+        let dumps = loop {
+            let Some(input) = node.recv().await else {
+                panic!("the simulated ranks ended before dumping")
+            };
+            let Input::Ranks(events) = input else { continue };
+            let dumps: Vec<_> = events
+                .into_iter()
+                .filter_map(|e| match e {
+                    RankEvent::Round { rank, profile, .. } => Some((rank, profile)),
+                    _ => None,
+                })
+                .collect();
+            if !dumps.is_empty() {
+                break dumps;
+            }
+        };
+        clock.abort();
+        dumps
+            .into_iter()
+            .map(|(rank, profile)| {
+                let events = profile.map(|bytes| {
+                    let batch = canopy_proto::v1::ProfileBatch::decode(&bytes[..]).unwrap();
+                    let mut events: Vec<String> = batch
+                        .profiles
+                        .iter()
+                        .flat_map(|p| &p.events)
+                        .map(|e| names[&e.event_id].clone())
+                        .collect();
+                    events.sort();
+                    events.dedup();
+                    events
+                });
+                (rank, events)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn simulated_ranks_of_two_applications_each_run_their_own_options() {
+        let options = canopy_proto::v1::Options {
+            include: vec!["^MPI_".into()],
+            apps: vec![
+                canopy_proto::v1::AppOptions {
+                    app: "analysis".into(),
+                    sample_below: Some(0),
+                    ..Default::default()
+                },
+                canopy_proto::v1::AppOptions {
+                    app: "viz".into(),
+                    sample_below: Some(1),
+                    include: vec![".".into()],
+                    exclude: vec!["^MPI_".into()],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        // The analysis is disabled: every rank sampled out.
+        assert_eq!(
+            first_dump("analysis", &options).await,
+            [
+                (0, Err(MissingReason::SampledOut)),
+                (1, Err(MissingReason::SampledOut))
+            ]
+        );
+        // The simulation has no entry: the global include.
+        let sim = first_dump("sim", &options).await;
+        assert_eq!(sim.len(), 2);
+        for (rank, events) in sim {
+            let events = events.unwrap_or_else(|why| panic!("rank {rank}: {why:?}"));
+            assert!(
+                !events.is_empty() && events.iter().all(|e| e.starts_with("MPI_")),
+                "{events:?}"
+            );
+        }
+        // The visualization: its own include and exclude, and its own sampling.
+        let viz = first_dump("viz", &options).await;
+        assert_eq!(viz[1], (1, Err(MissingReason::SampledOut)));
+        let events = viz[0].1.as_ref().unwrap();
+        assert!(
+            !events.is_empty() && events.iter().all(|e| !e.starts_with("MPI_")),
+            "{events:?}"
+        );
     }
 }

@@ -149,11 +149,15 @@ impl Ranks {
         );
     }
 
-    fn control_message(&self) -> AgentMessage {
+    /// The control in force for a rank of `app`: the options carry its application's entry alone, the only one
+    /// it runs (the SDK lays it over the global options).
+    fn control_message(&self, app: &str) -> AgentMessage {
+        let mut options = self.options.clone();
+        options.apps.retain(|a| a.app == app);
         AgentMessage {
             msg: Some(agent_message::Msg::Control(RankControl {
                 collecting: self.collecting,
-                options: Some(self.options.clone()),
+                options: Some(options),
                 start_unix_ns: self.clock.0,
                 first_round: self.clock.1,
                 windowed: self.window_of_rounds.is_some(),
@@ -315,7 +319,7 @@ impl Ranks {
             h.app,
             h.pid
         );
-        let control = self.control_message();
+        let control = self.control_message(&h.app);
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -490,10 +494,9 @@ impl Ranks {
             }
             control::Action::FinAck(_) => return,
         }
-        let msg = self.control_message();
         for c in self.conns.values() {
             if let (Some(tx), Some(a)) = (&c.tx, &c.rank)
-                && tx.try_send(msg.clone()).is_err()
+                && tx.try_send(self.control_message(&a.app)).is_err()
             {
                 tracing::warn!("{} is not reading control; it gets the next change", a.who());
             }
