@@ -907,7 +907,7 @@ mod tests {
         migrations().to_version(&mut conn, 10).unwrap();
         assert_eq!(
             (version(&conn).unwrap(), meta_version(&conn).unwrap()),
-            (SCHEMA_VERSION, Some(SCHEMA_VERSION))
+            (10, Some(10))
         );
         let rows = |sql: &str| -> Vec<String> {
             let mut st = conn.prepare(sql).unwrap();

@@ -96,7 +96,7 @@ pub(crate) fn write(
                     c.example_event,
                     at.late
                 ])?;
-                at.class_ranks(tx, c.class_id as i64, &c.ranks)?;
+                at.rank_ranges(tx, "class_ranks", "class_id", &(c.class_id as i64), &c.ranks)?;
                 at.stats(tx, class, &c.stats)?;
                 // A class's histograms share the result's ranges: each row gets its event's bounds.
                 let histograms = r.histograms_of(c).map_err(|reason| TableError::Invalid {
@@ -448,21 +448,7 @@ impl At {
             load.map(|l| l.threads),
             self.late
         ])?;
-        let mut st = tx.prepare_cached(
-            "INSERT INTO node_ranks (stream_id, round, node_id, app, first_rank, last_rank, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        for r in &n.ranks {
-            st.execute(params![
-                self.stream_id,
-                self.round,
-                n.node_id,
-                r.app,
-                r.first.min(r.last),
-                r.first.max(r.last),
-                self.late
-            ])?;
-        }
+        self.rank_ranges(tx, "node_ranks", "node_id", &n.node_id, &n.ranks)?;
         Ok(())
     }
 
@@ -499,21 +485,7 @@ impl At {
                 c.sum_squares,
                 self.late
             ])?;
-            let mut st = tx.prepare_cached(
-                "INSERT INTO cluster_ranks (stream_id, round, cluster, app, first_rank, last_rank, late)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            for rr in &c.ranks {
-                st.execute(params![
-                    self.stream_id,
-                    self.round,
-                    c.cluster,
-                    rr.app,
-                    rr.first.min(rr.last),
-                    rr.first.max(rr.last),
-                    self.late
-                ])?;
-            }
+            self.rank_ranges(tx, "cluster_ranks", "cluster", &c.cluster, &c.ranks)?;
             let mut st = tx.prepare_cached(
                 "INSERT INTO cluster_centroids (stream_id, round, cluster, id, metric, value, late)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -550,17 +522,25 @@ impl At {
         Ok(())
     }
 
-    /// A `class_ranks` row per range of a class's ranks, so that "which class is rank 7 in" is a range lookup.
-    fn class_ranks(&self, tx: &Transaction<'_>, class_id: i64, ranks: &[RankRange]) -> rusqlite::Result<()> {
-        let mut st = tx.prepare_cached(
-            "INSERT INTO class_ranks (stream_id, round, class_id, app, first_rank, last_rank, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
+    /// A row per range of a group's ranks (a class, a cluster, a node), in `table` keyed by the group's
+    /// `key_column`, so that "which group is rank 7 in" is a range lookup.
+    fn rank_ranges(
+        &self,
+        tx: &Transaction<'_>,
+        table: &str,
+        key_column: &str,
+        key: &dyn rusqlite::ToSql,
+        ranks: &[RankRange],
+    ) -> rusqlite::Result<()> {
+        let mut st = tx.prepare_cached(&format!(
+            "INSERT INTO {table} (stream_id, round, {key_column}, app, first_rank, last_rank, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+        ))?;
         for r in ranks {
             st.execute(params![
                 self.stream_id,
                 self.round,
-                class_id,
+                key,
                 r.app,
                 r.first.min(r.last),
                 r.first.max(r.last),

@@ -54,6 +54,37 @@ pub trait ThreePhase: Filter {
     fn result(&self, packet: Self::Packet) -> Vec<u8>;
 }
 
+/// The three calls of [`Filter`] that every three-phase filter answers the same way, for its `impl Filter`:
+/// `upstream`, `downstream` and `finalize` by this module's functions.
+#[macro_export]
+macro_rules! three_phase_calls {
+    () => {
+        fn upstream(
+            &mut self,
+            round: u64,
+            phase: u32,
+            inputs: &[&[u8]],
+            out: &mut dyn canopy_filter_sdk::Emit,
+        ) -> Result<(), String> {
+            $crate::three_phase::upstream(self, round, phase, inputs, out)
+        }
+
+        fn downstream(
+            &mut self,
+            round: u64,
+            phase: u32,
+            packet: &[u8],
+            out: &mut dyn canopy_filter_sdk::Emit,
+        ) -> Result<(), String> {
+            $crate::three_phase::downstream(self, round, phase, packet, out)
+        }
+
+        fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
+            $crate::three_phase::finalize(self, round, phase, packet)
+        }
+    };
+}
+
 /// [`Filter::upstream`] of a three-phase filter.
 pub fn upstream<F: ThreePhase>(
     f: &mut F,

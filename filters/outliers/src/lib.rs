@@ -298,29 +298,7 @@ impl Filter for OutliersFilter {
         })
     }
 
-    fn upstream(
-        &mut self,
-        round: u64,
-        phase: u32,
-        inputs: &[&[u8]],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        three_phase::upstream(self, round, phase, inputs, out)
-    }
-
-    fn downstream(
-        &mut self,
-        round: u64,
-        phase: u32,
-        packet: &[u8],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        three_phase::downstream(self, round, phase, packet, out)
-    }
-
-    fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
-        three_phase::finalize(self, round, phase, packet)
-    }
+    canopy_filter_common::three_phase_calls!();
 
     fn names(&mut self, names: &[(u64, &str)]) {
         self.selection.names(names);
