@@ -302,16 +302,19 @@ impl RoundEngine {
             .sources
             .get(id)
             .filter(|s| s.state == SourceState::Lost)
-            .map_or(0, |s| s.moved_unheard.min(ranks_below));
+            .map_or(0, |s| s.moved_unheard);
         if moved == 0 {
             self.add_source(id, ranks_below);
             return 0;
         }
+        // Its count may still include the adopted nodes (it has not heard that they left), or already leave them
+        // out (their links to it ended before it came back): either way, what it held from before is stale.
+        let still_counted = moved.min(ranks_below);
         let s = self.sources.get_mut(id).expect("a lost source");
-        s.ranks_below = ranks_below.saturating_sub(moved).max(s.ranks_below);
+        s.ranks_below = ranks_below.saturating_sub(still_counted).max(s.ranks_below);
         s.reported = ranks_below;
         s.ceiling = s.ceiling.max(ranks_below);
-        s.moved_unheard = moved;
+        s.moved_unheard = still_counted;
         s.state = SourceState::Live;
         s.from = from;
         s.stopped_before = false;

@@ -103,6 +103,18 @@ fn a_source_that_comes_back_after_its_nodes_were_adopted_answers_for_the_rest_fr
     // A child that grows later still counts.
     e.set_ranks_below("relay", 12);
     assert_eq!(e.ranks_expected(), 44);
+    // A relay that heard its children leave before it came back reports none of them: still, what it held
+    // from before is stale, as the adopted nodes sent those rounds again.
+    let mut g = engine(&[("relay", 32), ("agent-a", 0)], SyncMode::WaitForAll);
+    g.add_source("agent-a", 32);
+    g.ranks_moved_away("relay", 32);
+    g.set_source_state("relay", SourceState::Lost);
+    assert_eq!(g.rejoin_source("relay", 0, 11), 32);
+    assert_eq!(g.ranks_below("relay"), Some(0));
+    assert!(g.is_stale("relay", 10));
+    assert!(!g.is_stale("relay", 11));
+    assert!(!g.set_ranks_below("relay", 0));
+    assert_eq!(g.ranks_expected(), 32);
     // A lost source none of whose nodes moved comes back as before.
     let mut f = engine(&[("relay", 16)], SyncMode::WaitForAll);
     f.set_source_state("relay", SourceState::Lost);
