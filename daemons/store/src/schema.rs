@@ -746,6 +746,26 @@ mod tests {
         assert_eq!(version(&conn).unwrap(), SCHEMA_VERSION);
     }
 
+    /// docs/architecture.md names the version this crate writes, and has a row for each migration.
+    #[test]
+    fn the_architecture_document_describes_this_version() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md")).unwrap();
+        assert!(
+            doc.contains(&format!("The schema described here is **version {SCHEMA_VERSION}**.")),
+            "docs/architecture.md does not say the schema is version {SCHEMA_VERSION}"
+        );
+        for v in 1..=SCHEMA_VERSION {
+            assert!(
+                doc.contains(&format!("\n| {v} | ")),
+                "docs/architecture.md's table of versions has no row for version {v}"
+            );
+        }
+        assert!(
+            !doc.contains(&format!("\n| {} | ", SCHEMA_VERSION + 1)),
+            "docs/architecture.md's table of versions has a row past version {SCHEMA_VERSION}"
+        );
+    }
+
     #[test]
     fn rounds_has_a_column_for_every_missing_reason() {
         let mut conn = Connection::open_in_memory().unwrap();
