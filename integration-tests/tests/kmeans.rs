@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use std::process::Command;
 
-use canopy_integration_tests::{Select, TreeBuilder, TreeSandbox, bin_dir, reader};
+use canopy_integration_tests::{
+    Select, TreeBuilder, TreeSandbox, assert_figure_drawn, bin_dir, browser_dom, reader,
+};
 use canopy_proto::filters::v1::KmeansResult;
 use prost::Message;
 
@@ -162,4 +164,14 @@ async fn kmeans_finds_uintahs_three_groups_through_relays() {
         html.contains("Clusters: kmeans") && html.contains("clusters:kmeans"),
         "no clusters section"
     );
+    if let Some(dom) = browser_dom(&page) {
+        let rounds = reader(std::path::Path::new(store))
+            .rounds(Select::all())
+            .unwrap()
+            .iter()
+            .map(|r| r.round)
+            .max()
+            .unwrap();
+        assert_figure_drawn(&dom, "clusters:kmeans", rounds as usize + 1);
+    }
 }

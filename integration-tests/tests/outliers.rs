@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use canopy_integration_tests::{Select, bin_dir, reader};
+use canopy_integration_tests::{Select, assert_figure_drawn, bin_dir, browser_dom, reader};
 
 fn canopy(args: &[&str]) -> Output {
     Command::new(bin_dir().join("canopy"))
@@ -89,6 +89,9 @@ fn the_planted_slow_ranks_are_the_top_outliers_of_a_real_tree() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Outliers: outliers"), "no outliers section");
     assert!(html.contains("scores of the top 2 ranks per round"));
+    if let Some(dom) = browser_dom(&page) {
+        assert_figure_drawn(&dom, "outliers:outliers", 6);
+    }
     let png = dir.path().join("outliers.png");
     ok(&[
         "report",

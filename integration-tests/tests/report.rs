@@ -11,7 +11,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use canopy_integration_tests::{bin_dir, reader};
+use canopy_integration_tests::{
+    assert_figures_drawn, bin_dir, browser_dom, polyline_points, python_with, reader, svg_figures,
+};
 use canopy_store::{Select, StoreReader, Word};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
@@ -89,27 +91,71 @@ fn a_real_run_reports_and_exports_what_its_store_holds() {
     let csv_dir = export(dir.path(), &out_dir, "csv");
     csv_matches(&store, &csv_dir);
     pandas(&parquet_dir, &csv_dir, &store);
+    documented_snippets(&parquet_dir, &csv_dir, &store);
 }
 
-/// The points of every `<polyline>` of an SVG, one list per line.
-fn polylines(svg: &str) -> Vec<usize> {
-    svg.split("<polyline")
-        .skip(1)
-        .filter_map(|p| p.split("points=\"").nth(1)?.split('"').next())
-        .map(|pts| pts.split_whitespace().count())
-        .collect()
+/// docs/report.md's pandas snippet and DuckDB queries run unchanged (but for the paths of the run) on this
+/// run's exports, and find its rows.
+fn documented_snippets(parquet_dir: &Path, csv_dir: &Path, store: &StoreReader) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.md")).unwrap();
+    let block = |lang: &str| {
+        doc.split(&format!("```{lang}\n"))
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .unwrap_or_else(|| panic!("docs/report.md has no {lang} block"))
+            .replace(
+                "canopy-out/run-1764000000-4242-parquet",
+                parquet_dir.to_str().unwrap(),
+            )
+            .replace("canopy-out/run-1764000000-4242-csv", csv_dir.to_str().unwrap())
+    };
+    let events = store
+        .stats(Select::all())
+        .unwrap()
+        .iter()
+        .filter(|r| r.metric.word() == "exclusive" && r.class_id.is_none())
+        .map(|r| r.id)
+        .collect::<BTreeSet<u64>>()
+        .len();
+    let late = read_rounds_of(store)
+        .iter()
+        .filter(|r| r.covered < r.expected)
+        .count();
+    if let Some(python) = python_with(&["pandas", "pyarrow"]) {
+        let script = block("python") + "\nprint(len(top), len(rounds), rounds.latency_ms.notna().all())\n";
+        let out = Command::new(&python).args(["-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{} {} True", events.min(8), read_rounds_of(store).len())
+        );
+    }
+    if let Some(python) = python_with(&["duckdb"]) {
+        let queries: Vec<String> = block("sql")
+            .split(';')
+            .map(str::trim)
+            .filter(|q| {
+                !q.lines()
+                    .all(|l| l.trim().is_empty() || l.trim().starts_with("--"))
+            })
+            .map(str::to_string)
+            .collect();
+        assert_eq!(queries.len(), 2, "{queries:?}");
+        let script =
+            format!("import duckdb\nfor q in {queries:?}:\n    print(len(duckdb.sql(q).fetchall()))\n");
+        let out = Command::new(&python).args(["-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            [events.min(8).to_string(), late.to_string()]
+        );
+    }
 }
 
-/// The figures of the page, by name, each with its SVG.
-fn figures(html: &str) -> HashMap<String, String> {
-    html.split("<figure data-figure=\"")
-        .skip(1)
-        .map(|f| {
-            let (name, rest) = f.split_once('"').unwrap();
-            let svg = rest.split("</figure>").next().unwrap();
-            (name.to_string(), svg.to_string())
-        })
-        .collect()
+fn read_rounds_of(store: &StoreReader) -> Vec<canopy_store::RoundRow> {
+    store.rounds(Select::all()).unwrap()
 }
 
 fn report(dir: &Path, out_dir: &Path) -> PathBuf {
@@ -141,23 +187,23 @@ fn report(dir: &Path, out_dir: &Path) -> PathBuf {
     ] {
         assert!(html.contains(fact), "{fact} not in the summary");
     }
-    let figs = figures(&html);
+    let figs = svg_figures(&html);
     for stream in ["stats", "histogram", "classify", "nodes"] {
         let svg = &figs[&format!("coverage:{stream}")];
         // Covered ranks as a band and the expected ranks as a line, a point per round.
         assert!(
-            polylines(svg).contains(&40),
+            polyline_points(svg).contains(&40),
             "coverage:{stream}: {:?}",
-            polylines(svg)
+            polyline_points(svg)
         );
     }
     // Stats: five events, each a mean line of 40 rounds over its band, named.
     let stats = &figs["stats:stats"];
     assert_eq!(
-        polylines(stats).iter().filter(|n| **n == 40).count(),
+        polyline_points(stats).iter().filter(|n| **n == 40).count(),
         5,
         "{:?}",
-        polylines(stats)
+        polyline_points(stats)
     );
     assert!(stats.matches("<polygon").count() >= 5);
     assert!(stats.contains("exclusive time per rank (µs)"));
@@ -204,61 +250,32 @@ fn report(dir: &Path, out_dir: &Path) -> PathBuf {
         .collect::<BTreeSet<_>>()
         .len();
     assert!(layers > 1, "{layers} classes");
-    let lines = polylines(classes);
+    let lines = polyline_points(classes);
     assert_eq!(lines.iter().filter(|n| **n == 40).count(), layers, "{lines:?}");
     assert!(classes.contains("ranks"));
     // Nodes: a line per agent's node.
     for part in ["cpu", "memory"] {
         let svg = &figs[&format!("nodes:nodes:{part}")];
-        assert!(!polylines(svg).is_empty(), "nodes:nodes:{part}");
+        assert!(!polyline_points(svg).is_empty(), "nodes:nodes:{part}");
     }
     page
 }
 
 /// Why the Chromium check cannot run here, if it cannot; with CANOPY_CHROMIUM_TEST set, a missing chromium
 /// fails instead.
-fn chromium_missing() -> Option<String> {
-    let found = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return None;
-    }
-    let why = "chromium is not installed (apt-get install chromium)".to_string();
-    assert!(
-        std::env::var_os("CANOPY_CHROMIUM_TEST").is_none(),
-        "CANOPY_CHROMIUM_TEST is set but the report cannot be opened in a browser: {why}"
-    );
-    Some(why)
-}
-
 fn chromium(dir: &Path, page: &Path) {
-    if let Some(why) = chromium_missing() {
-        eprintln!("skipped the browser check: {why}");
+    let Some(dom) = browser_dom(page) else {
         return;
-    }
-    let url = format!("file://{}", page.display());
-    let headless = ["--headless", "--no-sandbox", "--disable-gpu"];
-    let out = Command::new("chromium")
-        .args(headless)
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .expect("chromium runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let dom = String::from_utf8_lossy(&out.stdout);
-    // The browser parsed every figure as SVG with its data: as many svg elements as figures, the lines and
-    // cells there.
-    let figs = figures(&dom);
-    assert!(figs.len() >= 4 + 1 + 5 + 1 + 2, "{:?}", figs.keys());
-    assert_eq!(dom.matches("<svg").count(), figs.len());
-    assert!(
-        polylines(&figs["stats:stats"])
+    };
+    // The browser parsed every figure as SVG with its data over the 40 rounds.
+    let figs = assert_figures_drawn(&dom, 40);
+    assert!(figs.len() >= 4 + 1 + 5 + 1 + 2, "{figs:?}");
+    assert_eq!(
+        polyline_points(&svg_figures(&dom)["stats:stats"])
             .iter()
             .filter(|n| **n == 40)
-            .count()
-            == 5
+            .count(),
+        5
     );
     assert!(dom.contains("<section id=\"stats-1\""), "no stats section");
     for kind in ["histogram-2", "classes-3", "nodes-4", "coverage"] {
@@ -267,6 +284,8 @@ fn chromium(dir: &Path, page: &Path) {
             "no {kind} section"
         );
     }
+    let url = format!("file://{}", page.display());
+    let headless = ["--headless", "--no-sandbox", "--disable-gpu"];
     let shot = dir.join("report.png");
     let out = Command::new("chromium")
         .args(headless)
@@ -471,14 +490,9 @@ fn csv_matches(store: &StoreReader, dir: &Path) {
 
 /// pandas reads both exports with the store's rows and names, when pandas and pyarrow are installed.
 fn pandas(parquet_dir: &Path, csv_dir: &Path, store: &StoreReader) {
-    let found = Command::new("python3")
-        .args(["-c", "import pandas, pyarrow"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("skipped the pandas check: python3 with pandas and pyarrow is not installed");
+    let Some(python) = python_with(&["pandas", "pyarrow"]) else {
         return;
-    }
+    };
     let script = format!(
         "import pandas as pd\n\
          p = pd.read_parquet({:?})\n\
@@ -490,7 +504,7 @@ fn pandas(parquet_dir: &Path, csv_dir: &Path, store: &StoreReader) {
         parquet_dir.join("stats.parquet"),
         csv_dir.join("stats.csv")
     );
-    let out = Command::new("python3").args(["-c", &script]).output().unwrap();
+    let out = Command::new(&python).args(["-c", &script]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stats = store.stats(Select::all()).unwrap();
     let events: BTreeSet<u64> = stats
@@ -562,9 +576,12 @@ fn a_utilization_run_reports_each_activity_share_and_exports_its_names() {
     let page = dir.path().join("util.html");
     ok(&["report", out_dir.to_str().unwrap(), "-o", page.to_str().unwrap()]);
     let html = std::fs::read_to_string(&page).unwrap();
-    let svg = &figures(&html)["utilization:utilization"];
+    let svg = &svg_figures(&html)["utilization:utilization"];
+    if let Some(dom) = browser_dom(&page) {
+        assert_figures_drawn(&dom, 8);
+    }
     // A layer per activity (at most eight, and the rest), each a line over the 8 rounds.
-    let layers = polylines(svg).into_iter().filter(|n| *n == 8).count();
+    let layers = polyline_points(svg).into_iter().filter(|n| *n == 8).count();
     let store = reader(&out_dir.join("latest.sqlite"));
     let rows = store.utilization(Select::all()).unwrap();
     let activities: BTreeSet<u64> = rows.iter().map(|r| r.activity_id).collect();
@@ -697,16 +714,16 @@ fn coverage_shows_each_missing_reason_as_the_rounds_table_counts_it() {
         html.contains("30 rounds, 10 at full coverage; missing ranks: late: 10, lost: 80"),
         "{html}"
     );
-    let svg = &figures(&html)["coverage:lossy"];
+    let svg = &svg_figures(&html)["coverage:lossy"];
     // Covered, lost, late: a layer each, stacked to the expected line, all named.
     for layer in ["covered", "missing: lost", "missing: late", "expected"] {
         assert!(svg.contains(&format!(">\n{layer}\n</text>")), "{layer}");
     }
     assert_eq!(
-        polylines(svg).iter().filter(|n| **n == 30).count(),
+        polyline_points(svg).iter().filter(|n| **n == 30).count(),
         4,
         "{:?}",
-        polylines(svg)
+        polyline_points(svg)
     );
     let out = dir.path().join("csv");
     ok(&[

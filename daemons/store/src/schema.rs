@@ -749,9 +749,12 @@ mod tests {
     /// docs/architecture.md names the version this crate writes, and has a row for each migration.
     #[test]
     fn the_architecture_document_describes_this_version() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md")).unwrap();
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md"))
+            .unwrap();
         assert!(
-            doc.contains(&format!("The schema described here is **version {SCHEMA_VERSION}**.")),
+            doc.contains(&format!(
+                "The schema described here is **version {SCHEMA_VERSION}**."
+            )),
             "docs/architecture.md does not say the schema is version {SCHEMA_VERSION}"
         );
         for v in 1..=SCHEMA_VERSION {
