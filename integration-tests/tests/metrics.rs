@@ -116,7 +116,7 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
             "--expect-ranks",
             "16",
             "--streams",
-            "stats",
+            "stats,histogram",
             "--metrics-listen",
             "127.0.0.1:0",
         ],
@@ -197,10 +197,13 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
     }
 
     // Once the store holds every round, each node's counters reach the same figure at the next status tick.
+    // Two streams, one of two phases: each round is a `rounds` row per stream, and counts once at every node.
     wait_for("every round stored", Duration::from_secs(30), || {
-        reader(&store).count(Table::Rounds).unwrap_or(0) == ROUNDS
+        reader(&store).count(Table::Rounds).unwrap_or(0) == 2 * ROUNDS
     });
-    let stored = reader(&store).count_where(Table::Rounds, Select::all()).unwrap();
+    let rows = reader(&store).count_where(Table::Rounds, Select::all()).unwrap();
+    assert_eq!(rows, 2 * ROUNDS);
+    let stored = ROUNDS;
     let full = reader(&store)
         .rounds(Select::all())
         .unwrap()
@@ -219,7 +222,7 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
     let fe_samples = scrape(&fe_metrics);
     assert_eq!(
         value(&fe_samples, "canopy_rounds_partial_total", "frontend", "frontend"),
-        stored as f64 - full
+        rows as f64 - full
     );
     assert_eq!(
         value(&fe_samples, "canopy_ranks_below", "frontend", "frontend"),

@@ -49,14 +49,14 @@ impl Collector for NodeCollector {
         counter(
             &mut enc,
             "rounds_closed",
-            "Rounds this node closed and sent on (phases of a round count once)",
+            "Rounds this node closed and sent on (a round counts once, whatever its streams and phases)",
             None,
             st.rounds_closed,
         )?;
         counter(
             &mut enc,
             "rounds_partial",
-            "Rounds closed without every source below (late, lost, stopped...)",
+            "Groups (one phase of one stream's round) closed without every source below (late, lost, stopped...)",
             None,
             st.rounds_partial,
         )?;

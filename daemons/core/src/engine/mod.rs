@@ -220,7 +220,10 @@ impl ClosedRounds {
 /// Counters the node reports in its status.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Rounds that closed here: a round number counts once, whatever its streams and phases, so the rate of
+    /// this count is the tree's rounds per second.
     pub closed: u64,
+    /// Groups (one phase of one stream's round) closed without every source below.
     pub partial: u64,
     pub late_packets: u64,
     pub late_ranks: u64,
@@ -249,7 +252,13 @@ pub struct RoundEngine {
     participants_order: std::collections::VecDeque<(u32, u64)>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
+    /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
+    rounds_counted: BTreeSet<u64>,
 }
+
+/// How many of the latest closed round numbers the engine remembers, so a round's other streams and phases do
+/// not count it again: far more than the rounds in flight at once.
+const ROUNDS_REMEMBERED: usize = 4096;
 
 impl RoundEngine {
     pub fn new() -> Self {
@@ -572,6 +581,16 @@ impl RoundEngine {
         self.open.values().map(|g| g.deadline).min()
     }
 
+    /// Counts a round that closed a group, once whatever its streams and phases.
+    fn count_round(&mut self, round: u64) {
+        if self.rounds_counted.insert(round) {
+            self.stats.closed += 1;
+            if self.rounds_counted.len() > ROUNDS_REMEMBERED {
+                self.rounds_counted.pop_first();
+            }
+        }
+    }
+
     /// Places one packet.
     pub fn accept(&mut self, key: GroupKey, arrival: Arrival, now: Instant) -> Result<Accepted, EngineError> {
         let Some(source) = self.sources.get_mut(&arrival.source) else {
@@ -598,7 +617,7 @@ impl RoundEngine {
         if sync.mode == SyncMode::DontWait {
             // Each arrival is its own group; the round is never marked closed, so later pieces are not late.
             // The piece accounts for every rank below this node: the other sources' ranks were not waited for.
-            self.stats.closed += 1;
+            self.count_round(key.round);
             let mut coverage = arrival.coverage.clone();
             let others = self.ranks_expected().saturating_sub(coverage.expected);
             coverage.expected += others;
@@ -863,7 +882,7 @@ impl RoundEngine {
             coverage.expected += s.ranks_below;
             add_missing(&mut coverage, reason, s.ranks_below);
         }
-        self.stats.closed += 1;
+        self.count_round(key.round);
         if partial {
             self.stats.partial += 1;
         }

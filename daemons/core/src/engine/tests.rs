@@ -642,3 +642,35 @@ mod props {
         }
     }
 }
+
+#[test]
+fn a_round_counts_once_closed_whatever_its_streams_and_phases() {
+    let mut e = engine(&[("a", 4)], SyncMode::WaitForAll);
+    let sync = StreamSync {
+        mode: SyncMode::WaitForAll,
+        timeout: Duration::from_millis(100),
+    };
+    e.open_stream(2, sync);
+    let now = Instant::now();
+    for round in 0..3 {
+        for (stream, phase) in [(1, 0), (2, 0), (2, 1), (2, 2)] {
+            let key = GroupKey { stream, round, phase };
+            assert!(matches!(
+                e.accept(key, arrival("a", 4), now).unwrap(),
+                Accepted::Closed(_)
+            ));
+        }
+    }
+    // Rounds may close out of order: round 5 before round 4, and each still once.
+    for round in [5, 4] {
+        for stream in [1, 2] {
+            let key = GroupKey {
+                stream,
+                round,
+                phase: 0,
+            };
+            e.accept(key, arrival("a", 4), now).unwrap();
+        }
+    }
+    assert_eq!(e.stats().closed, 5);
+}
