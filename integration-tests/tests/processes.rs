@@ -460,6 +460,22 @@ fn canopy_up_quiet_still_says_where_the_tree_is_and_keep_holds_it_until_ctrl_c()
         std::net::TcpStream::connect(&addr).is_ok(),
         "the front-end at {addr} no longer serves"
     );
+    // A client that attaches after the last round sees the run's latest results.
+    let watch = |how: &str| {
+        let out = std::process::Command::new(bin_dir().join("canopy"))
+            .args(["watch", "--insecure", "--frontend", &addr, how, "--updates", "1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let watched = watch("--json");
+    let last: serde_json::Value =
+        serde_json::from_str(watched.trim()).unwrap_or_else(|e| panic!("{e}: {watched}"));
+    assert_eq!(last["round"], "9", "{last}");
+    assert_eq!(last["replayed"], true, "{last}");
+    let plain = watch("--plain");
+    assert!(plain.contains("round 9"), "{plain}");
     up.signal(Signal::SIGINT);
     let status = up.wait_timeout(Duration::from_secs(15)).expect("canopy up stops");
     let log = up.log_text();

@@ -274,6 +274,7 @@ fn stream_info(s: StreamRow) -> StreamInfo {
         full_rounds: s.full_rounds,
         late_packets: s.late_packets,
         ranks: s.ranks,
+        next_round: s.last_round.map_or(0, |r| r + 1),
     }
 }
 

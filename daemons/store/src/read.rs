@@ -296,7 +296,8 @@ impl StoreReader {
                     s.result_type, COALESCE(s.ranks, ''), s.opened_unix_ns, s.closed_unix_ns,
                     (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id),
                     (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id AND r.covered = r.expected),
-                    (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id)
+                    (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id),
+                    (SELECT MAX(round) FROM rounds r WHERE r.stream_id = s.stream_id)
              FROM streams s ORDER BY s.stream_id",
             &[],
             |r| {
@@ -317,6 +318,7 @@ impl StoreReader {
                     rounds: u64_at(r, 12)?,
                     full_rounds: u64_at(r, 13)?,
                     late_packets: u64_at(r, 14)?,
+                    last_round: opt_u64(r, 15)?,
                 })
             },
         )?;

@@ -34,6 +34,8 @@ pub struct StreamRow {
     pub full_rounds: u64,
     /// Packets that arrived after their round was stored.
     pub late_packets: u64,
+    /// The highest round stored, if any.
+    pub last_round: Option<u64>,
 }
 
 /// One row of `rounds`.

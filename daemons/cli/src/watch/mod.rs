@@ -21,7 +21,10 @@ use tokio::time::Instant;
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, Metric, StatsResult, UtilizationResult,
 };
-use canopy_proto::v1::{EventNamesRequest, RoundUpdate, SubscribeRequest, TopologyRequest};
+use canopy_proto::v1::frontend_client::FrontendClient;
+use canopy_proto::v1::{
+    EventNamesRequest, ListStreamsRequest, RoundUpdate, SubscribeRequest, TopologyRequest, subscribe_request,
+};
 use crossterm::event::Event;
 use prost::Message;
 use ratatui::buffer::Buffer;
@@ -29,6 +32,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline, Widget};
+use tonic::transport::Channel;
 
 use crate::client::{Target, connect, json_of, name_of, render, status_error};
 use crate::fit::{first_shown, truncate};
@@ -474,16 +478,42 @@ impl Screens {
     }
 }
 
+/// Where a watch starts: `history` rounds below the latest the store holds, so that a run that has ended (or a
+/// tree `canopy up --keep` holds) still shows its last results and the sparklines start full; live results
+/// follow. From now on when nothing is stored yet.
+async fn latest_start(
+    api: &mut FrontendClient<Channel>,
+    streams: &[String],
+    history: u64,
+) -> anyhow::Result<Option<subscribe_request::Start>> {
+    let listed = api
+        .list_streams(ListStreamsRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .streams;
+    let next = listed
+        .iter()
+        .filter(|s| streams.is_empty() || streams.contains(&s.name))
+        .map(|s| s.next_round)
+        .max()
+        .unwrap_or(0);
+    Ok((next > 0).then(|| subscribe_request::Start::FromRound(next.saturating_sub(history))))
+}
+
 /// Every stream's results, live: a full-screen view on a terminal, text otherwise, or JSON.
 pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     let mut api = connect(&target).await?;
     let mut names: HashMap<u64, String> = HashMap::new();
+    let terminal = !args.plain && !target.json && std::io::stdout().is_terminal();
+    // On a terminal, the sparklines' span of rounds; otherwise the latest round.
+    let history = if terminal { spark::SPAN as u64 } else { 1 };
     let req = SubscribeRequest {
         stream_names: args.streams.clone(),
+        start: latest_start(&mut api, &args.streams, history).await?,
         ..Default::default()
     };
     let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
-    let terminal = !args.plain && !target.json && std::io::stdout().is_terminal();
     let mut screens = Screens::new(&target.frontend, args.top);
     let (events_tx, mut events) = tokio::sync::mpsc::channel::<Event>(64);
     // The terminal is taken once the front-end has answered, so that failing to reach it is one plain line.
