@@ -215,6 +215,7 @@ mod tests {
             rounds: 0,
             full_rounds: 0,
             late_packets: 0,
+            last_round: None,
         }
     }
 
