@@ -112,7 +112,7 @@ async fn canopy_watch_draws_utilization_in_tmux_and_redraws_on_resize() {
 }
 
 /// The shown stream and its round and coverage, from the header's first line:
-/// `canopy watch ADDR  up 0:05  stats: round 12  9.8 rounds/s  coverage 16/16`.
+/// `stats: round 12  9.8 rounds/s  coverage 16/16  run 0:05`.
 fn header(screen: &str) -> Option<(String, u64, u32, u32)> {
     let first = screen.lines().next()?;
     let (before, after) = first.split_once(": round ")?;
@@ -267,6 +267,43 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
     assert!(tmux::fits(&screen, 200, 60), "{screen}");
     let (_, round, ..) = header(&screen).unwrap();
     assert!(round > 0, "{screen}");
+    // The header counts the run's time (from the store's start), and names the front-end and the troubles.
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.lines().next().is_some_and(|l| l.contains("  run "))
+        },
+        Duration::from_secs(10),
+        "no run time in the header:
+{screen}"
+    );
+    let second = screen.lines().nth(1).unwrap();
+    assert!(
+        second.contains(&tree.frontend_addr) && second.contains("lost 0") && second.contains("dropped 0"),
+        "{screen}"
+    );
+    // Every stream is reachable by Tab at 200x60 too, each fitting.
+    let mut shown = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let Some((stream, ..)) = header(&session.screen()) else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        screen = session.screen();
+        assert!(tmux::fits(&screen, 200, 60), "{screen}");
+        shown.insert(stream.clone());
+        if shown.len() == 3 {
+            break;
+        }
+        session.keys("Tab");
+        assert_eventually!(
+            header(&session.screen()).is_some_and(|(s, ..)| s != stream),
+            Duration::from_secs(10),
+            "Tab did not switch the stream at 200x60:\n{}",
+            session.screen()
+        );
+    }
+    assert_eq!(shown.len(), 3, "{shown:?}");
     // And back to 80x24, still fitting.
     session.resize(80, 24);
     assert_eventually!(

@@ -819,8 +819,10 @@ impl Frontend for FrontendApi {
     }
 
     async fn topology(&self, _: Request<TopologyRequest>) -> Result<Response<TopologyResponse>, Status> {
+        let started = read(self.store.clone(), |r| r.meta("started_unix_ns")).await?;
         Ok(Response::new(TopologyResponse {
             nodes: self.topology_nodes().await?,
+            run_started_unix_ns: started.and_then(|s| s.parse().ok()).unwrap_or(0),
         }))
     }
 

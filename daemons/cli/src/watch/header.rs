@@ -91,6 +91,9 @@ impl Troubles {
 pub struct Header {
     pub frontend: String,
     pub started: Instant,
+    /// How long the run had been going when the front-end last said, and when that was: the header shows the
+    /// run's elapsed time from it (the watch's own until then).
+    pub run_age: Option<(Duration, Instant)>,
     pub troubles: Troubles,
     /// Updates this watch read too slowly to get.
     pub missed: u64,
@@ -111,13 +114,14 @@ impl Header {
         Header {
             frontend: frontend.to_string(),
             started: Instant::now(),
+            run_age: None,
             troubles: Troubles::default(),
             missed: 0,
         }
     }
 
     /// The two lines for the shown stream (if any) at `now`, each short enough for 80 columns: the stream's round,
-    /// rate and coverage and the elapsed time; then the troubles, the front-end's address and `keys`.
+    /// rate and coverage and the run's elapsed time; then the troubles, the front-end's address and `keys`.
     pub fn lines(
         &self,
         stream: Option<(&str, &StreamStatus)>,
@@ -145,10 +149,11 @@ impl Header {
             }
             None => first.push(Span::raw("waiting for the first round")),
         }
-        first.push(Span::raw(format!(
-            "  up {}",
-            elapsed(now.saturating_duration_since(self.started))
-        )));
+        let (label, since) = match self.run_age {
+            Some((age, at)) => ("run", age + now.saturating_duration_since(at)),
+            None => ("up", now.saturating_duration_since(self.started)),
+        };
+        first.push(Span::raw(format!("  {label} {}", elapsed(since))));
         let mut second = Vec::new();
         second.extend(count("lost", self.troubles.lost_nodes));
         second.extend(count("late", self.troubles.late));
@@ -229,6 +234,10 @@ mod tests {
             text(&second),
             "lost 1  late 0  dropped 0  missed 0  127.0.0.1:7400  ?: help"
         );
+        // Once the front-end has said when the run began, the header counts from there.
+        h.run_age = Some((Duration::from_secs(600), h.started + Duration::from_secs(3)));
+        let [first, _] = h.lines(Some(("stats", &s)), h.started + Duration::from_secs(83), "");
+        assert!(text(&first).ends_with("  run 11:20"), "{}", text(&first));
     }
 
     #[test]

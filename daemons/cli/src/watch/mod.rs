@@ -478,6 +478,13 @@ impl Screens {
     }
 }
 
+/// The wall clock, in Unix ns.
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Where a watch starts: `history` rounds below the latest the store holds, so that a run that has ended (or a
 /// tree `canopy up --keep` holds) still shows its last results and the sparklines start full; live results
 /// follow. From now on when nothing is stored yet.
@@ -572,7 +579,12 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
             }
             _ = tick.tick(), if tui.is_some() => {
                 if let Ok(topo) = api.topology(TopologyRequest {}).await {
-                    screens.header.troubles = Troubles::of(&topo.into_inner().nodes);
+                    let topo = topo.into_inner();
+                    screens.header.troubles = Troubles::of(&topo.nodes);
+                    if topo.run_started_unix_ns > 0 {
+                        let age = unix_now_ns().saturating_sub(topo.run_started_unix_ns);
+                        screens.header.run_age = Some((Duration::from_nanos(age), Instant::now()));
+                    }
                 }
                 if let Some(t) = tui.as_mut() {
                     t.terminal.draw(|f| screens.draw(f, &names))?;
