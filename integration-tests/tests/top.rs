@@ -110,6 +110,34 @@ async fn canopy_top_shows_every_node_live_in_tmux_at_80x24() {
     for rate in rates(&screen).unwrap() {
         assert!(rate < 12.5, "{rate} rounds/s:\n{screen}");
     }
+    // At 80 columns → brings the columns on the right into view: the troubles and the filters' time.
+    let table_head = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.starts_with("node "))
+            .map(str::to_string)
+    };
+    assert!(
+        table_head(&screen).is_some_and(|h| !h.contains("malformed")),
+        "{screen}"
+    );
+    // Eight presses shift out state to late: malformed comes first after the node.
+    for _ in 0..8 {
+        session.keys("Right");
+    }
+    assert_eventually!(
+        {
+            screen = session.screen();
+            table_head(&screen)
+                .is_some_and(|h| h.contains("malformed") && h.contains("dropped") && h.contains("stats ms/s"))
+        },
+        Duration::from_secs(10),
+        "→ did not shift the columns:\n{screen}"
+    );
+    assert!(tmux::fits(&screen, 80, 24), "{screen}");
+    for _ in 0..8 {
+        session.keys("Left");
+    }
     // 200x60: redrawn with every column, the open stream's filter time included.
     session.resize(200, 60);
     assert_eventually!(

@@ -57,6 +57,8 @@ struct Top {
     streams: Vec<(u32, String)>,
     sort: SortBy,
     scroll: usize,
+    /// Columns shifted out to the left (→ and ←), so a narrow terminal reaches every column.
+    shift: usize,
     help: bool,
 }
 
@@ -93,6 +95,7 @@ impl Top {
             streams: Vec::new(),
             sort: SortBy::default(),
             scroll: 0,
+            shift: 0,
             help: false,
         }
     }
@@ -160,6 +163,8 @@ impl Top {
         match a {
             Action::Sort => self.sort = self.sort.next(),
             Action::Help => self.help = !self.help,
+            Action::Next => self.shift = (self.shift + 1).min(table::max_shift(&self.streams)),
+            Action::Previous => self.shift = self.shift.saturating_sub(1),
             Action::Scroll(d) => {
                 let to = self.scroll as i64 + i64::from(d);
                 self.scroll = to.clamp(0, self.nodes.len().saturating_sub(1) as i64) as usize;
@@ -181,7 +186,7 @@ impl Top {
                 area.x,
                 y,
                 &Line::styled(
-                    "s sort (tree, rounds/s, in/s, lag, filter time)  ↑↓ PgUp PgDn scroll  q quit",
+                    "s sort (tree, rounds/s, in/s, lag, filter time)  ←→ columns  ↑↓ PgUp PgDn scroll  q quit",
                     Style::new().fg(Color::Gray),
                 ),
                 area.width,
@@ -192,7 +197,7 @@ impl Top {
             return;
         }
         let rows = table::sorted(&self.nodes, &self.rates, self.sort);
-        let t = table::lines(&rows, &self.rates, &self.streams, area.width);
+        let t = table::lines(&rows, &self.rates, &self.streams, area.width, self.shift);
         buf.set_line(
             area.x,
             y,
@@ -238,7 +243,7 @@ pub async fn run(target: Target, args: TopArgs) -> anyhow::Result<()> {
             u16::MAX
         };
         let rows = table::sorted(&top.nodes, &top.rates, SortBy::Tree);
-        let t = table::lines(&rows, &top.rates, &top.streams, width);
+        let t = table::lines(&rows, &top.rates, &top.streams, width, 0);
         println!("{}", t.header);
         for r in t.rows {
             println!("{r}");

@@ -111,12 +111,14 @@ pub fn sorted<'a>(
 
 /// The table for `width` columns: node (indented), state, kind, ranks below, rounds/s, lag, bytes/s in and out,
 /// late arrivals, malformed messages, dropped dumps, and the milliseconds a second in each stream's filter
-/// (`streams`: id and name). Rates are `-` until a node has been seen twice.
+/// (`streams`: id and name). Rates are `-` until a node has been seen twice. `shift` columns after the node's
+/// are left out, so that the ones further right come into a narrow view.
 pub fn lines(
     rows: &[(usize, &TopologyNode)],
     rates: &HashMap<String, Rates>,
     streams: &[(u32, String)],
     width: u16,
+    shift: usize,
 ) -> Lines {
     let mut head: Vec<String> = [
         "node",
@@ -228,8 +230,23 @@ pub fn lines(
             cells
         })
         .collect();
+    let shifted = 1..1 + shift.min(max_shift(streams));
+    head.drain(shifted.clone());
+    cols.drain(shifted.clone());
+    let mut body = body;
+    for row in &mut body {
+        row.drain(shifted.clone());
+    }
     lay_out(&head, &body, &cols, width, 14)
 }
+
+/// The most columns [`lines`] shifts out: all but the node's and the last.
+pub fn max_shift(streams: &[(u32, String)]) -> usize {
+    FIXED_COLUMNS + streams.len() - 2
+}
+
+/// The columns before the streams' filter times.
+const FIXED_COLUMNS: usize = 11;
 
 #[cfg(test)]
 mod tests {
@@ -325,7 +342,7 @@ mod tests {
         .into();
         let streams = [(1, "stats".to_string())];
         let rows = tree_order(&nodes);
-        let wide = lines(&rows, &rates, &streams, 200);
+        let wide = lines(&rows, &rates, &streams, 200, 0);
         for col in [
             "node",
             "state",
@@ -357,7 +374,7 @@ mod tests {
         // A node seen once has no rates yet.
         assert!(wide.rows[0].contains(" - "), "{}", wide.rows[0]);
         for width in [60u16, 80, 100] {
-            let t = lines(&rows, &rates, &streams, width);
+            let t = lines(&rows, &rates, &streams, width, 0);
             for l in std::iter::once(&t.header).chain(&t.rows) {
                 assert!(l.chars().count() <= usize::from(width), "{width}: {l}");
             }
@@ -369,5 +386,25 @@ mod tests {
             );
             assert!(!t.header.contains("stats ms/s"), "{}", t.header);
         }
+        // Shifted, the columns on the right come into 80 columns, the node's first.
+        let t = lines(&rows, &rates, &streams, 80, 7);
+        for col in ["node", "late", "malformed", "dropped", "stats ms/s"] {
+            assert!(t.header.contains(col), "{col}: {}", t.header);
+        }
+        assert!(
+            t.rows[1].starts_with("  relay:0") && t.rows[1].ends_with("12.5"),
+            "{}",
+            t.rows[1]
+        );
+        // No further than the last column.
+        assert_eq!(
+            lines(&rows, &rates, &streams, 80, 99).header,
+            lines(&rows, &rates, &streams, 80, 10).header
+        );
+        assert!(
+            lines(&rows, &rates, &streams, 80, 10)
+                .header
+                .contains("stats ms/s")
+        );
     }
 }
