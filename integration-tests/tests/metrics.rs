@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use canopy_integration_tests::{Proc, reader, ready_field, start_frontend, wait_for, wait_ready_file};
+use canopy_proto::v1::MissingReason;
 use canopy_store::{Select, Table};
 
 fn free_addr() -> String {
@@ -236,8 +237,33 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
     assert!(
         fe_samples
             .keys()
-            .any(|k| k.starts_with("canopy_filter_calls_total{") && k.contains("stream=\"1\""))
+            .any(|k| k.starts_with("canopy_filter_calls_total{")
+                && k.contains("stream=\"1\"")
+                && k.contains("stream_name=\"stats\""))
     );
+    // Rank-rounds covered and missing by reason, as the store's rows count them.
+    let stored_rows = reader(&store).rounds(Select::all()).unwrap();
+    let covered: u64 = stored_rows.iter().map(|r| u64::from(r.covered)).sum();
+    assert_eq!(
+        value(
+            &fe_samples,
+            "canopy_rank_rounds_covered_total",
+            "frontend",
+            "frontend"
+        ),
+        covered as f64
+    );
+    for reason in [MissingReason::Late, MissingReason::Lost, MissingReason::Stopped] {
+        let word = reason
+            .as_str_name()
+            .trim_start_matches("MISSING_REASON_")
+            .to_ascii_lowercase();
+        let key = format!(
+            "canopy_rank_rounds_missing_total{{node=\"frontend\",role=\"frontend\",reason=\"{word}\"}}"
+        );
+        let missing: u64 = stored_rows.iter().map(|r| u64::from(r.missing.get(reason))).sum();
+        assert_eq!(fe_samples.get(&key), Some(&(missing as f64)), "{key}");
+    }
 
     wait_for("the relay's status tick", Duration::from_secs(5), || {
         value(

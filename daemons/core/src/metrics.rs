@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use canopy_proto::v1::NodeKind;
+use canopy_proto::v1::{MissingReason, NodeKind};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -141,6 +141,39 @@ impl Collector for NodeCollector {
             i64::from(s.finished),
         )?;
         let calls = ConstCounter::new(0u64);
+        counter(
+            &mut enc,
+            "rank_rounds_covered",
+            "Rank-rounds in the rounds closed here (a stream's round counts its ranks once, whatever its phases)",
+            None,
+            s.engine.covered_ranks,
+        )?;
+        let mut family = enc.encode_descriptor(
+            "rank_rounds_missing",
+            "Rank-rounds missing from the rounds closed here, by reason (late, lost, stopped, dropped...)",
+            None,
+            calls.metric_type(),
+        )?;
+        for (reason, n) in s.engine.missing_ranks.iter().enumerate() {
+            let Some(word) = i32::try_from(reason)
+                .ok()
+                .and_then(|r| MissingReason::try_from(r).ok())
+                .filter(|r| *r != MissingReason::Unspecified)
+                .map(reason_word)
+            else {
+                continue;
+            };
+            ConstCounter::new(*n).encode(family.encode_family(&[("reason", word)])?)?;
+        }
+        // Each stream's series carry its id and its name.
+        let stream = |id: u32| {
+            let name = s
+                .stream_names
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map_or_else(String::new, |(_, n)| n.clone());
+            [("stream", id.to_string()), ("stream_name", name)]
+        };
         let mut family = enc.encode_descriptor(
             "filter_calls",
             "Calls into each stream's filter",
@@ -148,8 +181,7 @@ impl Collector for NodeCollector {
             calls.metric_type(),
         )?;
         for t in &st.filter_time {
-            ConstCounter::new(t.calls)
-                .encode(family.encode_family(&[("stream", t.stream_id.to_string())])?)?;
+            ConstCounter::new(t.calls).encode(family.encode_family(&stream(t.stream_id))?)?;
         }
         let mut family = enc.encode_descriptor(
             "filter",
@@ -158,11 +190,17 @@ impl Collector for NodeCollector {
             calls.metric_type(),
         )?;
         for t in &st.filter_time {
-            ConstCounter::new(t.micros as f64 / 1e6)
-                .encode(family.encode_family(&[("stream", t.stream_id.to_string())])?)?;
+            ConstCounter::new(t.micros as f64 / 1e6).encode(family.encode_family(&stream(t.stream_id))?)?;
         }
         Ok(())
     }
+}
+
+/// A missing reason's word in the `reason` label: `late`, `lost`, `sampled_out`...
+fn reason_word(r: MissingReason) -> String {
+    r.as_str_name()
+        .trim_start_matches("MISSING_REASON_")
+        .to_ascii_lowercase()
 }
 
 /// The role's word in the `role` label.
@@ -254,6 +292,16 @@ mod tests {
                 ..NodeStatus::default()
             },
             children: 2,
+            engine: crate::engine::EngineStats {
+                covered_ranks: 60,
+                missing_ranks: {
+                    let mut m = [0; crate::engine::MISSING_REASONS];
+                    m[MissingReason::Lost as usize] = 4;
+                    m
+                },
+                ..Default::default()
+            },
+            stream_names: vec![(3, "stats".into())],
             ..NodeSnapshot::default()
         });
         let text = render();
@@ -263,8 +311,11 @@ mod tests {
             "# UNIT canopy_received_bytes bytes",
             r#"canopy_received_bytes_total{node="relay-0",role="relay"} 1000"#,
             r#"canopy_children{node="relay-0",role="relay"} 2"#,
-            r#"canopy_filter_calls_total{node="relay-0",role="relay",stream="3"} 7"#,
-            r#"canopy_filter_seconds_total{node="relay-0",role="relay",stream="3"} 1.5"#,
+            r#"canopy_filter_calls_total{node="relay-0",role="relay",stream="3",stream_name="stats"} 7"#,
+            r#"canopy_filter_seconds_total{node="relay-0",role="relay",stream="3",stream_name="stats"} 1.5"#,
+            r#"canopy_rank_rounds_covered_total{node="relay-0",role="relay"} 60"#,
+            r#"canopy_rank_rounds_missing_total{node="relay-0",role="relay",reason="lost"} 4"#,
+            r#"canopy_rank_rounds_missing_total{node="relay-0",role="relay",reason="late"} 0"#,
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");

@@ -225,6 +225,10 @@ pub struct EngineStats {
     pub closed: u64,
     /// Groups (one phase of one stream's round) closed without every source below.
     pub partial: u64,
+    /// Rank-rounds in the first phase of the groups closed here: covered, and missing by reason (indexed by the
+    /// `MissingReason` number).
+    pub covered_ranks: u64,
+    pub missing_ranks: [u64; MISSING_REASONS],
     pub late_packets: u64,
     pub late_ranks: u64,
 }
@@ -255,6 +259,9 @@ pub struct RoundEngine {
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
     rounds_counted: BTreeSet<u64>,
 }
+
+/// Room for every `MissingReason` number in [`EngineStats::missing_ranks`].
+pub const MISSING_REASONS: usize = 16;
 
 /// How many of the latest closed round numbers the engine remembers, so a round's other streams and phases do
 /// not count it again: far more than the rounds in flight at once.
@@ -581,6 +588,22 @@ impl RoundEngine {
         self.open.values().map(|g| g.deadline).min()
     }
 
+    /// Counts the rank-rounds of a group that closed (its first phase: later ones describe the same ranks).
+    fn count_ranks(&mut self, key: GroupKey, coverage: &Coverage) {
+        if key.phase != 0 {
+            return;
+        }
+        self.stats.covered_ranks += u64::from(coverage.covered);
+        for m in &coverage.missing {
+            if let Some(n) = usize::try_from(m.reason)
+                .ok()
+                .and_then(|r| self.stats.missing_ranks.get_mut(r))
+            {
+                *n += u64::from(m.ranks);
+            }
+        }
+    }
+
     /// Counts a round that closed a group, once whatever its streams and phases.
     fn count_round(&mut self, round: u64) {
         if self.rounds_counted.insert(round) {
@@ -622,6 +645,7 @@ impl RoundEngine {
             let others = self.ranks_expected().saturating_sub(coverage.expected);
             coverage.expected += others;
             add_missing(&mut coverage, MissingReason::NotWaited, others);
+            self.count_ranks(key, &coverage);
             let first = arrival.first_dump_unix_ns;
             return Ok(Accepted::Closed(Closed {
                 key,
@@ -883,6 +907,7 @@ impl RoundEngine {
             add_missing(&mut coverage, reason, s.ranks_below);
         }
         self.count_round(key.round);
+        self.count_ranks(key, &coverage);
         if partial {
             self.stats.partial += 1;
         }

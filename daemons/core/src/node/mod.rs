@@ -857,6 +857,11 @@ impl<U: Up> Node<U> {
 
     /// Renews the daemon's view of this node.
     fn publish_snapshot(&self, status: NodeStatus) {
+        let stream_names = status
+            .filter_time
+            .iter()
+            .filter_map(|t| Some((t.stream_id, self.streams.spec(t.stream_id)?.name.clone())))
+            .collect();
         let snapshot = NodeSnapshot {
             kind: self.kind,
             status,
@@ -866,6 +871,8 @@ impl<U: Up> Node<U> {
             input_queue: self.inputs.len() as u64,
             ticks: self.snapshot.borrow().ticks + 1,
             finished: self.finish,
+            engine: self.engine.stats(),
+            stream_names,
         };
         self.snapshot.send_replace(snapshot);
     }

@@ -64,4 +64,8 @@ pub struct NodeSnapshot {
     pub ticks: u64,
     /// The node has finished (the tree ended, or it was drained).
     pub finished: bool,
+    /// The round engine's counts (rank-rounds covered and missing by reason).
+    pub engine: EngineStats,
+    /// The names of the streams in `status.filter_time`, by id.
+    pub stream_names: Vec<(u32, String)>,
 }
