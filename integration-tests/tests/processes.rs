@@ -147,6 +147,58 @@ fn sigterm_to_the_front_end_drains_and_exits_zero_within_five_seconds() {
     }
 }
 
+/// A log filter that does not parse is said once, in the log, and the daemon logs at its default level; JSON
+/// lines name the node and its role.
+#[test]
+fn a_bad_log_filter_is_said_once_and_json_lines_name_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, fe_addr, _store) = start_frontend(dir.path(), &["--expect-ranks", "4"]);
+    let ready = dir.path().join("relay.ready");
+    let mut relay = Proc::start_with_env(
+        dir.path(),
+        "canopy-relay",
+        "relay",
+        &[
+            "--node-id",
+            "relay-7",
+            "--parent",
+            &fe_addr,
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            ready.to_str().unwrap(),
+            "--log-format",
+            "json",
+        ],
+        &[("CANOPY_LOG", "info,[nope")],
+    );
+    canopy_integration_tests::wait_ready_file(&ready, &mut relay);
+    wait_for("the relay's log", Duration::from_secs(10), || {
+        relay.log_text().contains("attached")
+    });
+    let log = relay.log_text();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("is not a log filter"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("CANOPY_LOG=\\\"info,[nope\\\""), "{log}");
+    // Every line is a JSON object naming the node, once it has its id.
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 2, "{log}");
+    for l in &lines {
+        assert_eq!(
+            (l["role"].as_str(), l["node"].as_str()),
+            (Some("relay"), Some("relay-7")),
+            "{l}"
+        );
+        assert!(l["level"].is_string() && l["message"].is_string(), "{l}");
+    }
+}
+
 #[test]
 fn a_config_value_of_the_wrong_type_exits_64_naming_the_key_and_the_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -178,6 +178,9 @@ impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
 }
 
 impl AgentConfig {

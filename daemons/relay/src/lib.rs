@@ -103,6 +103,9 @@ impl canopy_runtime::daemon::DaemonConfig for RelayConfig {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
 }
 
 impl CheckConfig for RelayConfig {

@@ -32,6 +32,7 @@ pub fn main<C, F, Fut, E>(
     run: F,
 ) -> ExitCode
 where
+    C: DaemonConfig,
     F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display + IsRefusal + Send + 'static,
@@ -54,7 +55,7 @@ where
             return ExitCode::SUCCESS;
         }
     }
-    crate::telemetry::init_daemon(log, "info");
+    crate::telemetry::init_daemon(role, config.node_id(), log, "info");
     match crate::net::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
@@ -169,6 +170,8 @@ pub trait DaemonConfig:
     serde::de::DeserializeOwned + serde::Serialize + Default + crate::config::CheckConfig + clap::Args
 {
     fn log_format(&self) -> LogFormat;
+    /// The node's id when the configuration gives it (empty: the daemon names it once it runs).
+    fn node_id(&self) -> &str;
 }
 
 /// A daemon's command line: [`DaemonArgs`] and one flag per key of its config struct `C`. Every flag is

@@ -4,24 +4,27 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// The node this process runs, named on every text log line once it is known.
+/// The role of the node this process runs (`frontend`, `relay`, `agent`), named on every log line of a daemon.
+static ROLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// The node's id, named on every log line once it is known.
 static NODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Names the node on every text log line from now on, in a daemon's process (it runs one node; its id may be
-/// known only once it listens, as a relay's default id has its port). A process that runs several nodes (a
-/// test, the in-process benchmarks) names none.
+/// Names the node on every log line from now on, in a daemon's process (it runs one node; its id may be known
+/// only once it listens, as a relay's default id has its port). A process that runs several nodes (a test, the
+/// in-process benchmarks) names none.
 pub fn set_node(role: &str, id: &str) {
-    if ONE_NODE.load(std::sync::atomic::Ordering::Relaxed) {
-        let _ = NODE.set(format!("{role} {id}"));
+    if ROLE.get().is_some_and(|r| r == role) {
+        let _ = NODE.set(id.to_string());
     }
 }
 
-/// Set by a daemon's main: this process runs one node.
-static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// A daemon's logs: as [`init`], each text line naming the node once [`set_node`] has said which.
-pub fn init_daemon(format: LogFormat, default_level: &str) {
-    ONE_NODE.store(true, std::sync::atomic::Ordering::Relaxed);
+/// A daemon's logs: as [`init`], each line naming the daemon's `role` from the start, and its node `id` (when
+/// the configuration gives one; empty: once [`set_node`] says which).
+pub fn init_daemon(role: &str, id: &str, format: LogFormat, default_level: &str) {
+    let _ = ROLE.set(role.to_string());
+    if !id.is_empty() {
+        set_node(role, id);
+    }
     init(format, default_level);
 }
 
@@ -40,10 +43,48 @@ where
         mut writer: tracing_subscriber::fmt::format::Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        if let Some(node) = NODE.get() {
-            write!(writer, "[{node}] ")?;
+        match (ROLE.get(), NODE.get()) {
+            (Some(role), Some(id)) => write!(writer, "[{role} {id}] ")?,
+            (Some(role), None) => write!(writer, "[{role}] ")?,
+            _ => {}
         }
         self.0.format_event(ctx, writer, event)
+    }
+}
+
+/// A JSON line's format, with the node's `role` and `node` (its id) as its first fields.
+struct NamedJson<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for NamedJson<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let Some(role) = ROLE.get() else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        let Some(rest) = line.strip_prefix('{') else {
+            return writer.write_str(&line);
+        };
+        let field = |v: &str| serde_json::to_string(v).map_err(|_| std::fmt::Error);
+        write!(writer, "{{\"role\":{},", field(role)?)?;
+        if let Some(id) = NODE.get() {
+            write!(writer, "\"node\":{},", field(id)?)?;
+        }
+        writer.write_str(rest)
     }
 }
 
@@ -75,15 +116,22 @@ pub fn init(format: LogFormat, default_level: &str) {
         LogFormat::Text => builder
             .event_format(Named(tracing_subscriber::fmt::format()))
             .try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
+        LogFormat::Json => {
+            let json = tracing_subscriber::fmt::format()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false);
+            builder.event_format(NamedJson(json)).try_init()
+        }
     };
     if let Some(refused) = refused {
-        eprintln!("{refused}");
-        tracing::warn!("{refused}");
+        // Once: in the log where warnings show (the default), else on stderr as it is.
+        if tracing::enabled!(tracing::Level::WARN) {
+            tracing::warn!("{refused}");
+        } else {
+            eprintln!("{refused}");
+        }
     }
 }
 
