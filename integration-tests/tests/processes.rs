@@ -603,6 +603,53 @@ fn canopy_up_plants_slow_and_fast_ranks_that_the_stats_find() {
     );
 }
 
+/// A filter that is not there, or its bad parameters, stop `canopy up` before any daemon starts, with the flag
+/// the user gave and the filters there are.
+#[test]
+fn canopy_up_refuses_an_unknown_filter_naming_the_flag_and_what_there_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let up = |extra: &[&str]| {
+        let out = Command::new(bin_dir().join("canopy"))
+            .args([
+                "up",
+                "--ranks",
+                "4",
+                "--agents",
+                "1",
+                "--rounds",
+                "2",
+                "--insecure",
+                "--out",
+            ])
+            .arg(&out_dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = up(&["--filters", "stats,histogramm"]);
+    assert!(
+        err.contains("--filters: unknown filter \"histogramm\" (did you mean \"histogram\"? available: ")
+            && err.contains("kmeans")
+            && !err.contains("--streams"),
+        "{err}"
+    );
+    let err = up(&[
+        "--filters",
+        "stats",
+        "--filter-params",
+        r#"stats={"quantiles": 7}"#,
+    ]);
+    assert!(
+        err.contains("--filter-params: filter stats: bad parameters: quantiles must be a list"),
+        "{err}"
+    );
+    // Nothing ran: no store.
+    assert!(!out_dir.join("latest.sqlite").exists());
+}
+
 #[test]
 fn the_example_site_config_validates_for_every_daemon() {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/canopy.toml");

@@ -258,6 +258,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     }
     let bin_dir = binaries_dir()?;
     check_plants(&bin_dir, &args.plant)?;
+    check_filters(&bin_dir, &args.filters, &args.filter_params)?;
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
@@ -590,6 +591,30 @@ fn check_plants(bin_dir: &Path, plants: &[String]) -> anyhow::Result<()> {
     let err = String::from_utf8_lossy(&out.stderr);
     let why = err.trim().rsplit_once("): ").map_or(err.trim(), |(_, why)| why);
     bail!("--plant: {why}")
+}
+
+/// The front-end loads the filters: one `canopy-frontend validate` checks the names and their parameters before
+/// any daemon starts, so a slip (`histogramm`) is refused with the filters there are, naming `--filters`.
+fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyhow::Result<()> {
+    let out = std::process::Command::new(bin_dir.join("canopy-frontend"))
+        .args(["validate", "--insecure", "--streams", &filters.join(",")])
+        .args(params.iter().flat_map(|p| ["--stream-params", p.as_str()]))
+        .output()
+        .context("cannot run canopy-frontend to check --filters")?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why = err
+        .trim()
+        .rsplit_once("(from command-line flags): ")
+        .map_or(err.trim(), |(_, why)| why);
+    let flag = if err.contains("--stream-params") {
+        "--filter-params"
+    } else {
+        "--filters"
+    };
+    bail!("{flag}: {why}")
 }
 
 fn binaries_dir() -> anyhow::Result<PathBuf> {
