@@ -131,8 +131,9 @@ fn number(v: f64, w: usize) -> String {
 /// The narrowest an event's name is cut to before a number column is left out.
 const NAME_MIN: u16 = 22;
 
-/// The width of the application column (a longer name is cut).
-const APP_WIDTH: u16 = 10;
+/// The width of the application column (a longer name is cut): narrow enough that, at 80 columns, a stream with
+/// quantiles still shows p50 and p99 beside it.
+const APP_WIDTH: u16 = 8;
 
 /// The quantiles the watch tables show when a stream has them: p50 and p99.
 const SHOWN_QUANTILES: [(f64, &str); 2] = [(0.5, "p50"), (0.99, "p99")];
@@ -458,11 +459,22 @@ mod tests {
             // The same event, once per application, each row saying which.
             let allreduce: Vec<&String> = t.rows.iter().filter(|r| r.starts_with("MPI_Allreduce")).collect();
             assert_eq!(allreduce.len(), 2, "{width}: {:?}", t.rows);
-            assert!(
-                allreduce.iter().any(|r| r.contains("simulation")),
-                "{allreduce:?}"
-            );
+            assert!(allreduce.iter().any(|r| r.contains("simulat…")), "{allreduce:?}");
             assert!(allreduce.iter().any(|r| r.contains("analysis")), "{allreduce:?}");
+        }
+        // With quantiles, p50 and p99 still fit beside the application at 80 columns.
+        for r in &mut two {
+            r.quantiles = [(0.5, 1.0), (0.99, 2.0)]
+                .map(|(q, value)| canopy_proto::filters::v1::Quantile { q, value })
+                .to_vec();
+        }
+        let t = stats_lines(&two, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
+        let words: Vec<&str> = t.header.split_whitespace().collect();
+        for label in ["app", "mean↓", "p50", "p99", "max"] {
+            assert!(words.contains(&label), "{label}: {}", t.header);
+        }
+        for l in std::iter::once(&t.header).chain(&t.rows) {
+            assert!(l.chars().count() <= 80, "{l}");
         }
     }
 
