@@ -44,8 +44,12 @@ pub struct Fold {
     slots: Vec<u32>,
     rows: Vec<Row>,
     apps: Vec<String>,
-    /// Per slot, the row the value at each position went to, for the last rank that reached that position.
-    by_position: Vec<Vec<u32>>,
+    /// The row the value at each position went to, for the last rank of slot `active` that reached that
+    /// position: the positions of the slot in use, at hand for every value.
+    by_position: Vec<u32>,
+    active: u32,
+    /// The other slots' positions, kept while another is active (the active slot's entry is empty).
+    parked: Vec<Vec<u32>>,
     /// With quantiles: the spec, and one sketch per row. Sketches outlive rounds (only the first
     /// `rows.len()` are in use) so their bins are reused.
     sketch: Option<Spec>,
@@ -73,7 +77,15 @@ impl Fold {
         self.slots.clear();
         self.rows.clear();
         self.apps.clear();
-        self.by_position.iter_mut().for_each(Vec::clear);
+        self.by_position.clear();
+        self.parked.iter_mut().for_each(Vec::clear);
+    }
+
+    /// Makes `slot`'s positions the ones at hand, parking the others.
+    fn activate(&mut self, slot: u32) {
+        std::mem::swap(&mut self.by_position, &mut self.parked[self.active as usize]);
+        std::mem::swap(&mut self.by_position, &mut self.parked[slot as usize]);
+        self.active = slot;
     }
 
     /// Starts a rank's values.
@@ -88,7 +100,10 @@ impl Fold {
         let slot = if self.by_app { app } else { 0 };
         if self.index.len() <= slot {
             self.index.resize_with(slot + 1, HashMap::default);
-            self.by_position.resize_with(slot + 1, Vec::new);
+            self.parked.resize_with(slot + 1, Vec::new);
+        }
+        if slot as u32 != self.active {
+            self.activate(slot as u32);
         }
         RankAt {
             app: app as u32,
@@ -104,16 +119,19 @@ impl Fold {
     pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) -> u32 {
         let pos = at.next;
         at.next += 1;
-        let slot = at.slot as usize;
-        let row = match self.by_position[slot].get(pos) {
+        // Ranks are folded one after the other, so this is the slot `rank` made active (unless a caller
+        // interleaves ranks of two applications).
+        if at.slot != self.active {
+            self.activate(at.slot);
+        }
+        let row = match self.by_position.get(pos) {
             Some(&row) if self.keys[row as usize] == key => row,
             _ => {
-                let row = self.row_of(slot, key);
-                let positions = &mut self.by_position[slot];
-                if pos < positions.len() {
-                    positions[pos] = row;
+                let row = self.row_of(at.slot as usize, key);
+                if pos < self.by_position.len() {
+                    self.by_position[pos] = row;
                 } else {
-                    positions.push(row);
+                    self.by_position.push(row);
                 }
                 row
             }
@@ -172,7 +190,8 @@ impl Fold {
             to_out[old as usize] = new as u32;
         }
         let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
-        if self.by_app {
+        // With one application (the usual leaf) its rows sort by key alone.
+        if self.by_app && sorted.len() > 1 {
             order.sort_unstable_by_key(|&r| (to_out[self.slots[r as usize] as usize], self.keys[r as usize]));
         } else {
             order.sort_unstable_by_key(|&r| self.keys[r as usize]);
@@ -314,6 +333,26 @@ mod tests {
     }
 
     #[test]
+    fn ranks_of_two_applications_folded_in_turns_keep_their_own_rows() {
+        let mut fold = Fold::default().by_app(true);
+        let mut sim = fold.rank("sim", 0);
+        let mut viz = fold.rank("viz", 0);
+        for (id, v) in [(1, 1.0), (2, 2.0)] {
+            fold.add(&mut sim, (id, 1), v);
+            fold.add(&mut viz, (id, 1), v * 10.0);
+        }
+        let mut sim2 = fold.rank("sim", 1);
+        fold.add(&mut sim2, (1, 1), 3.0);
+        fold.add(&mut sim2, (2, 1), 4.0);
+        let mut out = StatsColumns::default();
+        fold.to_columns(0, &mut out);
+        assert_eq!(out.apps, vec!["sim".to_string(), "viz".to_string()]);
+        assert_eq!(out.app, vec![0, 0, 1, 1]);
+        assert_eq!(out.count, vec![2, 2, 1, 1]);
+        assert_eq!(out.mean, vec![2.0, 3.0, 10.0, 20.0]);
+    }
+
+    #[test]
     fn ranks_reporting_the_same_keys_in_the_same_order_skip_the_hash_map() {
         let mut fold = Fold::default();
         for rank in 0..3 {
@@ -323,7 +362,7 @@ mod tests {
             }
         }
         assert_eq!(fold.index[0].len(), 4);
-        assert_eq!(fold.by_position, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(fold.by_position, vec![0, 1, 2, 3]);
         let mut out = StatsColumns::default();
         fold.to_columns(0, &mut out);
         assert_eq!(out.count, vec![3; 4]);
