@@ -75,6 +75,9 @@ pub struct TreeBuilder {
     pub tls: bool,
     /// Every node's `filter_call_timeout_ms`: how long a filter call may run before its stream fails.
     pub filter_call_timeout_ms: u64,
+    /// The application each agent's simulated ranks report, by agent (agent K takes entry K modulo the length);
+    /// empty: the agents' default.
+    pub apps: Vec<String>,
 }
 
 impl Default for TreeBuilder {
@@ -101,6 +104,7 @@ impl Default for TreeBuilder {
             socket_dir: None,
             tls: false,
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            apps: Vec::new(),
         }
     }
 }
@@ -233,6 +237,9 @@ impl TreeBuilder {
         for (i, a) in leaves.iter().enumerate() {
             let parent = addr_of[&topology.parent(a).unwrap().to_string()].clone();
             let mut config = self.agent_config(&a.to_string(), &parent, per, i as u32 * per);
+            if !self.apps.is_empty() {
+                config.app = self.apps[i % self.apps.len()].clone();
+            }
             if let Some(dir) = &self.socket_dir {
                 config.socket = dir.join(format!("agent-{i}.sock")).display().to_string();
                 config.simulate_ranks = 0;

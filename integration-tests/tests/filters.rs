@@ -1,6 +1,7 @@
 //! The standard filters end to end on real trees: the FLASH Allreduce anomaly at round 100 in stats and
 //! histograms, Uintah's three functional classes with a reduction factor that grows with the ranks, and
-//! classify's reduction factor under the ToM paper's schemes (Fig. 7).
+//! classify's reduction factor under the ToM paper's schemes (Fig. 7), and two applications' stats apart in one
+//! tree.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -139,6 +140,88 @@ const L1_PATCHES: &str = r#"{"scheme": "pattern", "pattern": "^Patch 1 ->"}"#;
 
 /// Runs the uintah scenario under classify with `params`; returns the tree (kept alive for the store's
 /// directory).
+/// A simulation on three agents (48 ranks) and an analysis on the fourth (16 ranks) feed one tree through two
+/// relays: the stats stream stores a row per application, event and metric, each counting that application's
+/// ranks alone, with its extremes held by that application's ranks; the histogram stream's summaries stay one
+/// row per event and metric over all 64 ranks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_applications_in_one_tree_have_their_own_stats_rows() {
+    let rounds = 6;
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 64,
+        rounds,
+        period_ms: 5,
+        scenario: "flash".into(),
+        streams: vec!["stats".into(), "histogram".into()],
+        apps: ["sim", "sim", "sim", "analysis"].map(String::from).to_vec(),
+        ..TreeBuilder::default()
+    };
+    let mut tree = builder.start().await;
+    tree.wait_frontend(Duration::from_secs(60))
+        .await
+        .expect("front-end finishes");
+    let stored = reader(&tree.store);
+    let covered = stored.rounds(Select::all()).unwrap();
+    assert_eq!(
+        covered.iter().filter(|r| r.covered == 64).count(),
+        2 * rounds as usize
+    );
+    let allreduce = id("MPI_Allreduce");
+
+    let stats = stored.stats(Select::all().stream(1)).unwrap();
+    let apps: BTreeSet<Option<&str>> = stats.iter().map(|s| s.app.as_deref()).collect();
+    assert_eq!(apps, [Some("analysis"), Some("sim")].into());
+    // One row per (round, application, event, metric).
+    let keys: BTreeSet<_> = stats
+        .iter()
+        .map(|s| (s.round, s.app.clone(), s.id, s.metric as i32))
+        .collect();
+    assert_eq!(keys.len(), stats.len());
+    for s in &stats {
+        assert_eq!(
+            s.min_app, s.app,
+            "round {} {:#x}: the minimum's holder",
+            s.round, s.id
+        );
+        assert_eq!(
+            s.max_app, s.app,
+            "round {} {:#x}: the maximum's holder",
+            s.round, s.id
+        );
+    }
+    for (app, ranks) in [("sim", 48), ("analysis", 16)] {
+        let counts: Vec<(u64, u64)> = stats
+            .iter()
+            .filter(|s| s.id == allreduce && s.metric == Metric::Exclusive && s.app.as_deref() == Some(app))
+            .map(|s| (s.round, s.count))
+            .collect();
+        assert_eq!(
+            counts,
+            (0..rounds).map(|r| (r, ranks)).collect::<Vec<_>>(),
+            "{app}: every round's Allreduce row counts its {ranks} ranks"
+        );
+        // No row of an application counts more ranks than it has.
+        assert!(
+            stats
+                .iter()
+                .filter(|s| s.app.as_deref() == Some(app))
+                .all(|s| s.count <= ranks)
+        );
+    }
+
+    let over_all = stored.stats(Select::all().stream(2)).unwrap();
+    assert!(!over_all.is_empty());
+    assert!(over_all.iter().all(|s| s.app.is_none()));
+    let counts: Vec<u64> = over_all
+        .iter()
+        .filter(|s| s.id == allreduce && s.metric == Metric::Exclusive)
+        .map(|s| s.count)
+        .collect();
+    assert_eq!(counts, vec![64; rounds as usize]);
+}
+
 async fn uintah(ranks: u32, params: &str) -> canopy_integration_tests::TreeSandbox {
     let builder = TreeBuilder {
         agents: 4,

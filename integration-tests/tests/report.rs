@@ -417,6 +417,10 @@ fn parquet_matches(store: &StoreReader, dir: &Path) {
         assert_eq!(double(&row["mean"]), want.mean);
         assert_eq!(double(&row["max"]), want.max);
         assert_eq!(long(&row["count_ranks"]), want.count as i64);
+        assert_eq!(
+            (!matches!(row["app"], Field::Null)).then(|| string(&row["app"])),
+            want.app
+        );
     }
     // The unit column speaks the store's `units` words.
     assert!(rows.iter().any(|r| string(&r["unit"]) == "us"));

@@ -319,6 +319,58 @@ async fn canopy_watch_shows_every_stream_in_tmux_with_a_true_header_at_80x24_and
     session.quit("watch").await;
 }
 
+/// A simulation and its analysis feed one tree: the stats view gives each row's application in a column of its
+/// own, and at 80x24 p50 and p99 still fit beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_watch_shows_each_application_s_stats_rows_at_80x24() {
+    if missing().is_some() {
+        return;
+    }
+    let tree = TreeBuilder {
+        streams: vec!["stats".into()],
+        apps: vec!["sim".into(), "analysis".into()],
+        ..summaries_tree()
+    }
+    .start()
+    .await;
+    let cmd = format!(
+        "{} watch --insecure --frontend {}",
+        bin_dir().join("canopy").display(),
+        tree.frontend_addr
+    );
+    let session = Session::start("canopy-watch-apps", 80, 24, &cmd);
+    #[allow(
+        unused_assignments,
+        reason = "each wait reads the screen afresh; the empty start is for a failure before the first read"
+    )]
+    let mut screen = String::new();
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("event (exclusive us)")
+        },
+        Duration::from_secs(60),
+        "no stats table at 80x24:\n{screen}"
+    );
+    assert!(tmux::fits(&screen, 80, 24), "wider than 80x24:\n{screen}");
+    let heading = screen
+        .lines()
+        .find(|l| l.contains("event (exclusive us)"))
+        .unwrap();
+    let words: Vec<&str> = heading.split_whitespace().collect();
+    for label in ["app", "mean↓", "p50", "p99", "max"] {
+        assert!(words.contains(&label), "{label}:\n{screen}");
+    }
+    // Rows of both applications, each naming its own.
+    for app in ["sim", "analysis"] {
+        assert!(
+            screen.lines().any(|l| l.split_whitespace().nth(1) == Some(app)),
+            "no row of {app}:\n{screen}"
+        );
+    }
+    session.quit("watch").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canopy_watch_json_lines_parse_and_name_their_events() {
     let tree = summaries_tree().start().await;

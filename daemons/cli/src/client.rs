@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::watch::table::{label, several_apps};
 use anyhow::Context;
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, HistogramResult, Metric, NodeSamples, RankRange, StatsResult,
@@ -456,12 +457,14 @@ fn stats_table(stats: &[EventStats], names: &HashMap<u64, String>, top: usize) -
         "  {:<36} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8}\n",
         "event (exclusive us)", "ranks", "mean", "min", "max", "std", "max@rank"
     );
+    // Rows of several applications (the stats filter's by_app) name theirs: "app: event".
+    let with_app = several_apps(stats);
     for s in rows.into_iter().take(top) {
         let sum = s.summary.clone().unwrap_or_default();
         let at = sum.max_rank.map(|r| r.rank.to_string()).unwrap_or_default();
         out.push_str(&format!(
             "  {:<36} {:>6} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>8}\n",
-            name_of(names, s.id),
+            label(s, names, with_app),
             sum.count,
             sum.mean,
             sum.min,
@@ -493,12 +496,13 @@ fn event_metrics_table(stats: &[EventStats], names: &HashMap<u64, String>, top: 
         "  {:<28} {:<26} {:>6} {:>12} {:>12} {:>12}\n",
         "event (per-event metrics)", "metric (unit)", "ranks", "mean", "min", "max"
     );
+    let with_app = several_apps(stats);
     for (s, k) in rows.into_iter().take(top) {
         let sum = s.summary.clone().unwrap_or_default();
         let metric = format!("{} ({})", metric_word(s.metric), ALL[k].unit);
         out.push_str(&format!(
             "  {:<28} {:<26} {:>6} {:>12.1} {:>12.1} {:>12.1}\n",
-            name_of(names, s.id),
+            label(s, names, with_app),
             metric,
             sum.count,
             sum.mean,
@@ -692,7 +696,33 @@ mod tests {
                 ..Default::default()
             }),
             quantiles: Vec::new(),
+            app: String::new(),
         }
+    }
+
+    #[test]
+    fn a_stats_table_of_several_applications_names_each_rows_application() {
+        let names: HashMap<u64, String> = [(1, "touch".to_string())].into();
+        let of = |app: &str, mean| EventStats {
+            app: app.into(),
+            ..row(1, Metric::Exclusive, mean)
+        };
+        let table = stats_table(&[of("sim", 900.0), of("viz", 30.0)], &names, 10);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].contains("sim: touch") && lines[1].contains("900.0"),
+            "{table}"
+        );
+        assert!(
+            lines[2].contains("viz: touch") && lines[2].contains("30.0"),
+            "{table}"
+        );
+        // One application alone: the events' names, as over every application.
+        let one = stats_table(&[of("sim", 900.0)], &names, 10);
+        assert!(
+            one.lines().nth(1).unwrap().trim_start().starts_with("touch "),
+            "{one}"
+        );
     }
 
     #[test]

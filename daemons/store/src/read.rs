@@ -14,6 +14,9 @@ use crate::profiles::{self, PROFILE_BATCH_TYPE};
 use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
 use crate::schema::{self, SCHEMA_VERSION};
+
+/// The schema version that added `app` to `stats` and `stats_quantiles`: an older store reads `None` there.
+const STATS_APP_SINCE: u32 = 15;
 use crate::sql::{id_of, sat, unsigned};
 use crate::store::Collision;
 use crate::words::{StreamState, Word};
@@ -158,7 +161,8 @@ impl Table {
         )
     }
 
-    /// The schema version that added the table: an older store has no rows of it.
+    /// The schema version that added the table: an older store has no rows of it (see also
+    /// [`STATS_APP_SINCE`] for a column added later).
     fn since(self) -> u32 {
         match self {
             Table::StatsQuantiles => 13,
@@ -743,12 +747,22 @@ impl StoreReader {
         })
     }
 
+    /// The `app` column of `stats` and `stats_quantiles`, or NULL in a store older than the column.
+    fn stats_app(&self) -> &'static str {
+        if self.version >= STATS_APP_SINCE {
+            "app"
+        } else {
+            "NULL"
+        }
+    }
+
     /// Rows of `stats`, by stream, round, then as stored.
     pub fn stats(&self, select: Select) -> Result<Vec<StatRow>, StoreError> {
         let (clause, values) = select.clause(true);
+        let app = self.stats_app();
         let sql = format!(
             "SELECT stream_id, round, class_id, id, metric, count, mean, std, min, max, min_app, min_rank,
-                    max_app, max_rank, late
+                    max_app, max_rank, late, {app}
              FROM stats{clause} ORDER BY stream_id, round, rowid"
         );
         self.rows(&sql, &values, |r| {
@@ -768,6 +782,7 @@ impl StoreReader {
                 max_app: r.get(12)?,
                 max_rank: r.get(13)?,
                 late: r.get(14)?,
+                app: r.get(15)?,
             })
         })
     }
@@ -778,8 +793,9 @@ impl StoreReader {
             return Ok(Vec::new());
         }
         let (clause, values) = select.clause(true);
+        let app = self.stats_app();
         let sql = format!(
-            "SELECT stream_id, round, class_id, id, metric, q, value, late
+            "SELECT stream_id, round, class_id, id, metric, q, value, late, {app}
              FROM stats_quantiles{clause} ORDER BY stream_id, round, rowid"
         );
         self.rows(&sql, &values, |r| {
@@ -792,6 +808,7 @@ impl StoreReader {
                 q: r.get(5)?,
                 value: r.get(6)?,
                 late: r.get(7)?,
+                app: r.get(8)?,
             })
         })
     }

@@ -283,6 +283,8 @@ pub struct QuantileRow {
     pub q: f64,
     pub value: Option<f64>,
     pub late: bool,
+    /// The application of the `stats` row the quantile belongs to (see [`StatRow::app`]).
+    pub app: Option<String>,
 }
 
 /// One row of `stats`.
@@ -305,6 +307,9 @@ pub struct StatRow {
     pub max_app: Option<String>,
     pub max_rank: Option<u32>,
     pub late: bool,
+    /// The application the row stands for, when the stats filter breaks its rows down by application
+    /// (`by_app`); `None` for a row over every application (and every row of a store before version 15).
+    pub app: Option<String>,
 }
 
 /// One bin of `histograms`.

@@ -33,7 +33,9 @@ use crate::tables::parse_ranges_text;
 /// - 13: `stats_quantiles`, the stats filter's quantiles of each `stats` row, and `stats_quantiles_named`.
 /// - 14: the kmeans filter's equivalence classes: `clusters`, `cluster_ranks`, `cluster_centroids` and
 ///   `kmeans_fits`, with the `cluster_members`, `clusters_named` and `cluster_centroids_named` views.
-pub const SCHEMA_VERSION: u32 = 14;
+/// - 15: `stats.app` and `stats_quantiles.app`, the application a row stands for (the stats filter's `by_app`;
+///   NULL for every application), also in `stats_named` and `stats_quantiles_named`.
+pub const SCHEMA_VERSION: u32 = 15;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -620,6 +622,33 @@ CREATE VIEW cluster_centroids_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '14');
 ";
 
+/// Version 15: the application each `stats` row (and its quantiles) stands for, when the stats filter breaks
+/// its rows down by application (`by_app`, its default): NULL for a row over every application, as every row
+/// of an older store, of the histogram and classify filters and of `by_app: false`. The named views are
+/// rebuilt with the column between `class_id` and the event.
+const V15: &str = "
+ALTER TABLE stats ADD COLUMN app TEXT;
+ALTER TABLE stats_quantiles ADD COLUMN app TEXT;
+DROP VIEW stats_named;
+CREATE VIEW stats_named AS
+    SELECT s.stream_id, st.name AS stream, s.round, s.class_id, s.app, s.id AS event_id,
+           coalesce(n.name, printf('%016x', s.id)) AS event, s.metric, u.unit, s.count AS ranks,
+           s.mean, s.std, s.min, s.max, s.min_app, s.min_rank, s.max_app, s.max_rank, s.late
+    FROM stats AS s
+    LEFT JOIN streams AS st ON st.stream_id = s.stream_id
+    LEFT JOIN names AS n ON n.id = s.id
+    LEFT JOIN units AS u ON u.metric = s.metric;
+DROP VIEW stats_quantiles_named;
+CREATE VIEW stats_quantiles_named AS
+    SELECT s.stream_id, st.name AS stream, s.round, s.class_id, s.app, s.id AS event_id,
+           coalesce(n.name, printf('%016x', s.id)) AS event, s.metric, u.unit, s.q, s.value, s.late
+    FROM stats_quantiles AS s
+    LEFT JOIN streams AS st ON st.stream_id = s.stream_id
+    LEFT JOIN names AS n ON n.id = s.id
+    LEFT JOIN units AS u ON u.metric = s.metric;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '15');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -665,6 +694,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V12),
         M::up(V13),
         M::up(V14),
+        M::up(V15),
     ])
 }
 
@@ -1012,6 +1042,52 @@ mod tests {
         ] {
             assert!(has(&conn, kind, name), "{kind} {name}");
         }
+    }
+
+    /// A store of version 14 gains the `app` column of `stats` and `stats_quantiles` and in their named views;
+    /// its rows, over every application, read NULL there.
+    #[test]
+    fn a_version_14_store_migrates_to_15_with_the_application_of_each_stats_row() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 14).unwrap();
+        assert!(!columns(&conn, "stats").contains(&"app".to_string()));
+        conn.execute_batch(
+            "INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);
+             INSERT INTO stats_quantiles (stream_id, round, id, metric, q, value) VALUES (3, 0, 7, 'exclusive', 0.5, 2.0);",
+        )
+        .unwrap();
+        migrations().to_version(&mut conn, 15).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (15, Some(15))
+        );
+        for table in ["stats", "stats_quantiles", "stats_named", "stats_quantiles_named"] {
+            assert!(columns(&conn, table).contains(&"app".to_string()), "{table}");
+        }
+        conn.execute_batch(
+            "INSERT INTO stats (stream_id, round, id, metric, count, mean, app) VALUES (3, 1, 7, 'exclusive', 2, 1.5, 'sim');
+             INSERT INTO stats_quantiles (stream_id, round, id, metric, q, value, app) VALUES (3, 1, 7, 'exclusive', 0.5, 1.0, 'sim');",
+        )
+        .unwrap();
+        let rows = |sql: &str| -> Vec<String> {
+            let mut st = conn.prepare(sql).unwrap();
+            st.query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        assert_eq!(
+            rows(
+                "SELECT round || ' ' || coalesce(app, 'all') || ' ' || event || ' ' || ranks FROM stats_named ORDER BY round"
+            ),
+            ["0 all 0000000000000007 4", "1 sim 0000000000000007 2"]
+        );
+        assert_eq!(
+            rows(
+                "SELECT round || ' ' || coalesce(app, 'all') || ' ' || value FROM stats_quantiles_named ORDER BY round"
+            ),
+            ["0 all 2.0", "1 sim 1.0"]
+        );
     }
 
     /// A store of version 7 with rows in it gains `node_samples`, `node_ranks` and their indexes, and keeps its

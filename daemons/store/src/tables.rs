@@ -182,6 +182,11 @@ fn metric_word(m: i32) -> &'static str {
 }
 
 /// The key every row of one result shares.
+/// The application a stats row stands for: NULL for a row over every application.
+fn app_of(s: &EventStats) -> Option<&str> {
+    Some(s.app.as_str()).filter(|a| !a.is_empty())
+}
+
 struct At {
     stream_id: u32,
     round: i64,
@@ -192,8 +197,8 @@ impl At {
     fn stats(&self, tx: &Transaction<'_>, class: Option<i64>, stats: &[EventStats]) -> rusqlite::Result<()> {
         let mut st = tx.prepare_cached(
             "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
-                                min_app, min_rank, max_app, max_rank, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                                min_app, min_rank, max_app, max_rank, late, app)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         )?;
         for s in stats {
             let sum = s.summary.clone().unwrap_or_default();
@@ -213,7 +218,8 @@ impl At {
                 min_r.rank,
                 max_r.app,
                 max_r.rank,
-                self.late
+                self.late,
+                app_of(s)
             ])?;
         }
         self.quantiles(tx, class, stats)
@@ -230,8 +236,8 @@ impl At {
             return Ok(());
         }
         let mut st = tx.prepare_cached(
-            "INSERT INTO stats_quantiles (stream_id, round, class_id, id, metric, q, value, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO stats_quantiles (stream_id, round, class_id, id, metric, q, value, late, app)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?;
         for s in stats {
             for q in &s.quantiles {
@@ -243,7 +249,8 @@ impl At {
                     metric_word(s.metric),
                     q.q,
                     q.value,
-                    self.late
+                    self.late,
+                    app_of(s)
                 ])?;
             }
         }

@@ -44,6 +44,7 @@ fn stat(id: u64, metric: Metric, count: u64, mean: f64) -> EventStats {
         quantiles: [(0.5, mean - 0.5), (0.99, mean + 0.75)]
             .map(|(q, value)| Quantile { q, value })
             .to_vec(),
+        app: String::new(),
     }
 }
 

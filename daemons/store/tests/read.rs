@@ -157,6 +157,7 @@ fn every_table_reads_back_typed() {
             metric: Metric::Exclusive as i32,
             summary: summary(4, 2.5),
             quantiles: Vec::new(),
+            app: "lulesh".into(),
         }],
         raw_bytes: 1000,
     }
@@ -361,6 +362,7 @@ fn every_table_reads_back_typed() {
             Some("a")
         )
     );
+    assert_eq!(st.app.as_deref(), Some("lulesh"), "the row's application");
     let reductions = r.reductions(Select::all()).unwrap();
     assert_eq!(reductions.len(), 1);
     assert_eq!(
@@ -969,7 +971,8 @@ fn legacy_v2(dir: &std::path::Path) -> std::path::PathBuf {
          VALUES (1, 'passthrough', 'passthrough', '', 'wait_for_all', 1000, 'open', 'canopy.v1.ProfileBatch', '');
          INSERT INTO rounds (stream_id, stream_name, round, covered, expected, missing_dropped, missing_reason)
          VALUES (1, 'passthrough', 0, 3, 4, 1, 'dropped: 1');
-         INSERT INTO samples (stream_id, round, app, rank, event_id, calls) VALUES (1, 0, 'app', 0, 17, 5);",
+         INSERT INTO samples (stream_id, round, app, rank, event_id, calls) VALUES (1, 0, 'app', 0, 17, 5);
+         INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (1, 0, 17, 'exclusive', 3, 2.5);",
     )
     .unwrap();
     path
@@ -988,6 +991,12 @@ fn a_version_2_store_reads_and_migrates_forward() {
         (3, 1)
     );
     assert_eq!(old.samples(Select::all()).unwrap()[0].calls, Some(5));
+    // A store before version 15 has no application per stats row: its rows read None there.
+    let stats = old.stats(Select::all()).unwrap();
+    assert_eq!(
+        (stats.len(), stats[0].count, stats[0].app.as_deref()),
+        (1, 3, None)
+    );
     // Tables of later versions read as empty.
     assert!(old.utilization(Select::all()).unwrap().is_empty());
     assert!(old.node_samples(Select::all()).unwrap().is_empty());

@@ -93,7 +93,9 @@ impl ClassifyFilter {
                     ));
                 }
                 (Some(s), true) => {
-                    columns::check(s).map_err(|e| format!("class {:#018x}: summaries: {e}", c.class_id))?;
+                    columns::check(s)
+                        .and_then(|()| columns::check_breakdown(s, false))
+                        .map_err(|e| format!("class {:#018x}: summaries: {e}", c.class_id))?;
                     if let Some(m) = s.metric.iter().find(|m| **m != self.metric as i32) {
                         return Err(format!(
                             "class {:#018x}: summaries of metric {m}, this stream's is {}",
@@ -916,6 +918,15 @@ mod tests {
                 "class {:#018x}: summaries: column mean has 0 entries for {rows} rows",
                 bad.classes[0].class_id
             )
+        );
+        // A class's summaries are over all its members, never broken down by application.
+        let mut by_app = ClassPacket::decode(good.as_slice()).unwrap();
+        let s = by_app.classes[0].summaries.as_mut().unwrap();
+        s.app = vec![0; s.id.len()];
+        assert!(
+            rejection(on, 0, &good, &by_app).contains("does not break rows down by application"),
+            "{}",
+            rejection(on, 0, &good, &by_app)
         );
     }
 

@@ -2,6 +2,11 @@
 //! children's packets in one pass over their sorted keys into reused buffers, with no message per summary and
 //! no string per extreme; the root turns the merged columns into the `StatsResult` it stores.
 //!
+//! Rows may be broken down by application (the stats filter's `by_app`): then the `app` column names each
+//! row's application, an index into the sorted `apps` table, and rows sort by (application name, id, metric).
+//! Because each table is sorted, a child's indices map into the merged table monotonically, so the one pass
+//! over sorted keys still merges them.
+//!
 //! The arithmetic is [`crate::summary::merge`]'s ([`crate::summary::merge_moments`]), applied per key in the
 //! order the inputs are given (a relay gives them in their canonical order, by their bytes), so a relay's
 //! output is bit for bit what merging the same summaries as `Summary` messages in the same order gives.
@@ -24,8 +29,20 @@ pub enum ColumnsError {
     },
     Order {
         row: usize,
+        /// The row's application index, when the rows are broken down by application.
+        app: Option<u32>,
         id: u64,
         metric: i32,
+    },
+    /// The application table is not sorted with each name once.
+    Apps {
+        index: usize,
+        name: String,
+        previous: String,
+    },
+    /// The rows are (`by_app`) or are not broken down by application, against what the stream asks.
+    Breakdown {
+        by_app: bool,
     },
     App {
         row: usize,
@@ -43,10 +60,43 @@ impl std::fmt::Display for ColumnsError {
             ColumnsError::Length { column, got, rows } => {
                 write!(f, "column {column} has {got} entries for {rows} rows")
             }
-            ColumnsError::Order { row, id, metric } => write!(
+            ColumnsError::Order {
+                row,
+                app: None,
+                id,
+                metric,
+            } => write!(
                 f,
                 "row {row}: key ({id:#x}, {metric}) does not follow the previous row's (rows must be sorted, each \
                  key once)"
+            ),
+            ColumnsError::Order {
+                row,
+                app: Some(app),
+                id,
+                metric,
+            } => write!(
+                f,
+                "row {row}: key (application {app}, {id:#x}, {metric}) does not follow the previous row's (rows \
+                 must be sorted by application, id and metric, each key once)"
+            ),
+            ColumnsError::Apps {
+                index,
+                name,
+                previous,
+            } => write!(
+                f,
+                "apps: entry {index} {name:?} does not follow {previous:?} (the application table must be \
+                 sorted, each name once)"
+            ),
+            ColumnsError::Breakdown { by_app: true } => write!(
+                f,
+                "the stream breaks rows down by application (by_app), but the packet has rows and no app column"
+            ),
+            ColumnsError::Breakdown { by_app: false } => write!(
+                f,
+                "the stream does not break rows down by application (by_app: false), but the packet has an app \
+                 column"
             ),
             ColumnsError::App { row, index, apps } => {
                 write!(
@@ -63,10 +113,27 @@ impl std::fmt::Display for ColumnsError {
 
 impl std::error::Error for ColumnsError {}
 
-/// Checks that a decoded packet is usable: every column as long as the keys, keys strictly increasing, every
-/// application index inside the table, no empty row.
+/// Checks that a decoded packet is usable: every column as long as the keys (`app`: as long, or empty), keys
+/// strictly increasing, every application index inside the table, no empty row; with an `app` column, the
+/// table sorted with each name once, so that index order is name order.
 pub fn check(c: &StatsColumns) -> Result<(), ColumnsError> {
     let rows = c.id.len();
+    if !c.app.is_empty() {
+        if c.app.len() != rows {
+            return Err(ColumnsError::Length {
+                column: "app",
+                got: c.app.len(),
+                rows,
+            });
+        }
+        if let Some(i) = (1..c.apps.len()).find(|&i| c.apps[i] <= c.apps[i - 1]) {
+            return Err(ColumnsError::Apps {
+                index: i,
+                name: c.apps[i].clone(),
+                previous: c.apps[i - 1].clone(),
+            });
+        }
+    }
     let lengths = [
         ("metric", c.metric.len()),
         ("count", c.count.len()),
@@ -85,9 +152,19 @@ pub fn check(c: &StatsColumns) -> Result<(), ColumnsError> {
         }
     }
     for row in 0..rows {
+        if let Some(&index) = c.app.get(row)
+            && index as usize >= c.apps.len()
+        {
+            return Err(ColumnsError::App {
+                row,
+                index,
+                apps: c.apps.len(),
+            });
+        }
         if row > 0 && key(c, row) <= key(c, row - 1) {
             return Err(ColumnsError::Order {
                 row,
+                app: c.app.get(row).copied(),
                 id: c.id[row],
                 metric: c.metric[row],
             });
@@ -108,8 +185,19 @@ pub fn check(c: &StatsColumns) -> Result<(), ColumnsError> {
     Ok(())
 }
 
-fn key(c: &StatsColumns, row: usize) -> Key {
-    (c.id[row], c.metric[row])
+/// Whether a checked packet's rows are broken down by application as the stream asks (`by_app`). A packet
+/// without rows is either.
+pub fn check_breakdown(c: &StatsColumns, by_app: bool) -> Result<(), ColumnsError> {
+    match (by_app, c.app.is_empty()) {
+        (true, true) if !c.id.is_empty() => Err(ColumnsError::Breakdown { by_app }),
+        (false, false) => Err(ColumnsError::Breakdown { by_app }),
+        _ => Ok(()),
+    }
+}
+
+/// A row's key in the packet's own terms: (application index, or 0 without an `app` column; id; metric).
+fn key(c: &StatsColumns, row: usize) -> (u32, u64, i32) {
+    (c.app.get(row).copied().unwrap_or(0), c.id[row], c.metric[row])
 }
 
 /// One key's summary as a row: count, mean, m2, and each extreme with the (application index, rank) holding
@@ -242,7 +330,9 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
 }
 
 /// [`merge`], with each row's quantile sketches merged in the same pass when `sketches` is given: every input
-/// must then have passed [`crate::sketch_columns::check`] against it.
+/// must then have passed [`crate::sketch_columns::check`] against it. The output is broken down by application
+/// when an input is (the inputs should agree: see [`check_breakdown`]); each input's application indices are
+/// mapped into the merged table, in the same order, so its rows stay sorted.
 pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut StatsColumns) {
     // prost's clear empties each column and keeps its buffer.
     out.clear();
@@ -254,24 +344,33 @@ pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut S
         out.sketch_accuracy = spec.accuracy();
     }
     let to_out = union_apps(&mut out.apps, inputs.iter().map(|c| c.apps.as_slice()));
+    let by_app = inputs.iter().any(|c| !c.app.is_empty());
+    // A row's key in the merged table's terms.
+    let merged_key = |i: usize, row: usize| {
+        let (app, id, metric) = key(inputs[i], row);
+        let app = if inputs[i].app.is_empty() {
+            0
+        } else {
+            to_out[i][app as usize]
+        };
+        (app, id, metric)
+    };
     let mut at = vec![0usize; inputs.len()];
     let mut raw_bytes = 0u64;
     for c in inputs {
         raw_bytes = raw_bytes.saturating_add(c.raw_bytes);
     }
     loop {
-        let next = inputs
-            .iter()
-            .zip(&at)
-            .filter(|(c, row)| **row < c.id.len())
-            .map(|(c, row)| key(c, *row))
+        let next = (0..inputs.len())
+            .filter(|&i| at[i] < inputs[i].id.len())
+            .map(|i| merged_key(i, at[i]))
             .min();
         let Some(next) = next else { break };
         let mut merged = Row::empty();
         views.clear();
         for (i, c) in inputs.iter().enumerate() {
             let row = at[i];
-            if row < c.id.len() && key(c, row) == next {
+            if row < c.id.len() && merged_key(i, row) == next {
                 if sketches.is_some() && sketch_columns::present(c) {
                     views.push(sketch_columns::view(c, row, &mut bins_at[i]));
                 }
@@ -289,7 +388,10 @@ pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut S
                 at[i] += 1;
             }
         }
-        push(out, next, &merged);
+        push(out, (next.1, next.2), &merged);
+        if by_app {
+            out.app.push(next.0);
+        }
         if let Some(spec) = sketches {
             sketch_columns::push_merged(out, &views, spec);
         }
@@ -302,7 +404,7 @@ pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut S
 /// travel further up than the rows that need it.
 fn prune_apps(out: &mut StatsColumns) {
     let mut used = vec![false; out.apps.len()];
-    for &a in out.min_app.iter().chain(&out.max_app) {
+    for &a in out.min_app.iter().chain(&out.max_app).chain(&out.app) {
         used[a as usize] = true;
     }
     if used.iter().all(|u| *u) {
@@ -314,7 +416,12 @@ fn prune_apps(out: &mut StatsColumns) {
         to_kept[i] = kept;
         kept += u32::from(*u);
     }
-    for a in out.min_app.iter_mut().chain(out.max_app.iter_mut()) {
+    for a in out
+        .min_app
+        .iter_mut()
+        .chain(out.max_app.iter_mut())
+        .chain(out.app.iter_mut())
+    {
         *a = to_kept[*a as usize];
     }
     let mut i = 0;
@@ -363,8 +470,8 @@ pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
     out.raw_bytes = raw_bytes;
 }
 
-/// The stored form: one `EventStats` per row, in key order, with `std` filled. `c` must have passed
-/// [`check`].
+/// The stored form: one `EventStats` per row, in key order, with `std` filled and, when the rows are broken
+/// down by application, `app` naming the row's. `c` must have passed [`check`].
 pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
     let rank = |app: u32, rank: u32| RankRef {
         app: c.apps.get(app as usize).cloned().unwrap_or_default(),
@@ -388,6 +495,12 @@ pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
                 metric: c.metric[row],
                 summary: Some(s),
                 quantiles: Vec::new(),
+                app: c
+                    .app
+                    .get(row)
+                    .and_then(|&a| c.apps.get(a as usize))
+                    .cloned()
+                    .unwrap_or_default(),
             }
         })
         .collect()
@@ -494,6 +607,123 @@ mod tests {
             check(&empty).unwrap_err().to_string(),
             "row 0: count is 0 (a row stands for at least one value)"
         );
+    }
+
+    /// A leaf's columns broken down by application, of `values`: (id, metric, value, app, rank).
+    fn by_app_of(values: &[(u64, i32, f64, &str, u32)]) -> StatsColumns {
+        let mut fold = crate::fold::Fold::default().by_app(true);
+        for &(id, metric, v, app, rank) in values {
+            let mut at = fold.rank(app, rank);
+            fold.add(&mut at, (id, metric), v);
+        }
+        let mut c = StatsColumns::default();
+        fold.to_columns(0, &mut c);
+        c
+    }
+
+    #[test]
+    fn bad_application_columns_are_named() {
+        let good = by_app_of(&[(1, 1, 2.0, "a", 0), (2, 1, 2.0, "a", 0), (1, 1, 5.0, "b", 3)]);
+        check(&good).unwrap();
+        assert_eq!(good.app, vec![0, 0, 1]);
+        let mut short = good.clone();
+        short.app.pop();
+        assert_eq!(
+            check(&short).unwrap_err().to_string(),
+            "column app has 2 entries for 3 rows"
+        );
+        let mut outside = good.clone();
+        outside.app[2] = 2;
+        assert_eq!(
+            check(&outside).unwrap_err().to_string(),
+            "row 2: application index 2 is outside the table of 2"
+        );
+        // Application "b" before "a": the keys go down.
+        let mut unsorted = good.clone();
+        unsorted.app = vec![1, 0, 0];
+        assert_eq!(
+            check(&unsorted).unwrap_err().to_string(),
+            "row 1: key (application 0, 0x2, 1) does not follow the previous row's (rows must be sorted by \
+             application, id and metric, each key once)"
+        );
+        let mut twice = good.clone();
+        twice.app = vec![0, 0, 0];
+        twice.id = vec![1, 2, 2];
+        assert!(matches!(
+            check(&twice).unwrap_err(),
+            ColumnsError::Order {
+                row: 2,
+                app: Some(0),
+                id: 2,
+                metric: 1
+            }
+        ));
+        let mut table = good.clone();
+        table.apps.swap(0, 1);
+        assert_eq!(
+            check(&table).unwrap_err().to_string(),
+            "apps: entry 1 \"a\" does not follow \"b\" (the application table must be sorted, each name once)"
+        );
+        // Whether rows are broken down is the stream's choice; a packet without rows fits either.
+        assert!(check_breakdown(&good, true).is_ok());
+        assert_eq!(
+            check_breakdown(&good, false).unwrap_err().to_string(),
+            "the stream does not break rows down by application (by_app: false), but the packet has an app column"
+        );
+        let flat = columns_of(&map_of(&[(1, 1, 2.0, "a", 0)]), 0);
+        assert_eq!(
+            check_breakdown(&flat, true).unwrap_err().to_string(),
+            "the stream breaks rows down by application (by_app), but the packet has rows and no app column"
+        );
+        assert!(check_breakdown(&StatsColumns::default(), true).is_ok());
+    }
+
+    proptest! {
+        /// Merging columns broken down by application gives, bit for bit, each application's summaries merged
+        /// apart, whatever applications each input holds: each input's indices map into the merged table.
+        #[test]
+        fn merging_by_application_is_merging_each_application_apart(
+            inputs in prop::collection::vec(
+                prop::collection::vec((0u64..6, 1i32..4, -5i32..5, 0usize..4, 0u32..9), 0..20),
+                1..6,
+            )
+        ) {
+            let apps = ["w", "x", "y", "z"];
+            let mut per_app: std::collections::BTreeMap<&str, StatsMap> = Default::default();
+            let cols: Vec<StatsColumns> = inputs
+                .iter()
+                .map(|values| {
+                    let values: Vec<_> = values
+                        .iter()
+                        .map(|&(id, metric, v, app, rank)| (id, metric, f64::from(v) * 0.25, apps[app], rank))
+                        .collect();
+                    // The same input's per-application maps, merged in input order.
+                    let mut mine: std::collections::BTreeMap<&str, StatsMap> = Default::default();
+                    for &(id, metric, v, app, rank) in &values {
+                        mine.entry(app).or_default().add((id, metric), v, &r(app, rank));
+                    }
+                    for (app, m) in mine {
+                        per_app.entry(app).or_default().merge_stats(&m.to_stats());
+                    }
+                    by_app_of(&values)
+                })
+                .collect();
+            let refs: Vec<&StatsColumns> = cols.iter().collect();
+            let mut out = StatsColumns::default();
+            merge(&refs, &mut out);
+            prop_assert!(check(&out).is_ok());
+            prop_assert!(check_breakdown(&out, true).is_ok());
+            let expected: Vec<EventStats> = per_app
+                .iter()
+                .flat_map(|(app, m)| {
+                    m.to_final_stats().into_iter().map(|mut s| {
+                        s.app = app.to_string();
+                        s
+                    })
+                })
+                .collect();
+            prop_assert_eq!(to_stats(&out), expected);
+        }
     }
 
     proptest! {

@@ -6,6 +6,9 @@
 //! each position last went to is tried first and the hash map is the fallback. The arithmetic is
 //! [`crate::summary::add_value`]'s ([`crate::summary::merge_moments`]), so the columns are bit for bit those of
 //! [`crate::summary::StatsMap`] turned into columns.
+//!
+//! Broken down by application ([`Fold::by_app`]), a row is per (application, key): each application has its
+//! own map and positions, so the application's index, known once per rank, is all a value adds to the work.
 
 use std::collections::HashMap;
 
@@ -23,6 +26,8 @@ use crate::summary::BuildKeyHasher;
 pub struct RankAt {
     app: u32,
     rank: u32,
+    /// The rank's rows' map and positions: its application's when broken down by application, else 0.
+    slot: u32,
     /// The position of the rank's next value.
     next: usize,
 }
@@ -30,12 +35,21 @@ pub struct RankAt {
 /// The summaries of a leaf's round, kept between rounds so their buffers are reused.
 #[derive(Debug, Default)]
 pub struct Fold {
-    index: HashMap<Key, u32, BuildKeyHasher>,
+    /// Whether rows are per (application, key) rather than per key.
+    by_app: bool,
+    /// Per slot (see [`RankAt`]), each key's row. Slots outlive rounds so their buffers are reused.
+    index: Vec<HashMap<Key, u32, BuildKeyHasher>>,
     keys: Vec<Key>,
+    /// Each row's slot: its application's index when broken down by application.
+    slots: Vec<u32>,
     rows: Vec<Row>,
     apps: Vec<String>,
-    /// The row the value at each position went to, for the last rank that reached that position.
+    /// The row the value at each position went to, for the last rank of slot `active` that reached that
+    /// position: the positions of the slot in use, at hand for every value.
     by_position: Vec<u32>,
+    active: u32,
+    /// The other slots' positions, kept while another is active (the active slot's entry is empty).
+    parked: Vec<Vec<u32>>,
     /// With quantiles: the spec, and one sketch per row. Sketches outlive rounds (only the first
     /// `rows.len()` are in use) so their bins are reused.
     sketch: Option<Spec>,
@@ -51,13 +65,27 @@ impl Fold {
         }
     }
 
+    /// The same fold with rows per (application, key) when `yes`: each application's ranks summarized apart.
+    pub fn by_app(self, yes: bool) -> Fold {
+        Fold { by_app: yes, ..self }
+    }
+
     /// Empties the fold for a new round, keeping its buffers.
     pub fn clear(&mut self) {
-        self.index.clear();
+        self.index.iter_mut().for_each(HashMap::clear);
         self.keys.clear();
+        self.slots.clear();
         self.rows.clear();
         self.apps.clear();
         self.by_position.clear();
+        self.parked.iter_mut().for_each(Vec::clear);
+    }
+
+    /// Makes `slot`'s positions the ones at hand, parking the others.
+    fn activate(&mut self, slot: u32) {
+        std::mem::swap(&mut self.by_position, &mut self.parked[self.active as usize]);
+        std::mem::swap(&mut self.by_position, &mut self.parked[slot as usize]);
+        self.active = slot;
     }
 
     /// Starts a rank's values.
@@ -69,22 +97,37 @@ impl Fold {
                 self.apps.len() - 1
             }
         };
+        let slot = if self.by_app { app } else { 0 };
+        if self.index.len() <= slot {
+            self.index.resize_with(slot + 1, HashMap::default);
+            self.parked.resize_with(slot + 1, Vec::new);
+        }
+        if slot as u32 != self.active {
+            self.activate(slot as u32);
+        }
         RankAt {
             app: app as u32,
             rank,
+            slot: slot as u32,
             next: 0,
         }
     }
 
     /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does, and returns the
-    /// row: rows are numbered from 0 in the order keys first appear in the round.
+    /// row: rows are numbered from 0 in the order keys (per application, when broken down) first appear in the
+    /// round.
     pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) -> u32 {
         let pos = at.next;
         at.next += 1;
+        // Ranks are folded one after the other, so this is the slot `rank` made active (unless a caller
+        // interleaves ranks of two applications).
+        if at.slot != self.active {
+            self.activate(at.slot);
+        }
         let row = match self.by_position.get(pos) {
             Some(&row) if self.keys[row as usize] == key => row,
             _ => {
-                let row = self.row_of(key);
+                let row = self.row_of(at.slot as usize, key);
                 if pos < self.by_position.len() {
                     self.by_position[pos] = row;
                 } else {
@@ -110,11 +153,12 @@ impl Fold {
         row
     }
 
-    fn row_of(&mut self, key: Key) -> u32 {
+    fn row_of(&mut self, slot: usize, key: Key) -> u32 {
         let next = self.rows.len() as u32;
-        let row = *self.index.entry(key).or_insert(next);
+        let row = *self.index[slot].entry(key).or_insert(next);
         if row == next {
             self.keys.push(key);
+            self.slots.push(slot as u32);
             self.rows.push(Row::empty());
             if self.sketch.is_some() {
                 match self.sketches.get_mut(next as usize) {
@@ -126,12 +170,12 @@ impl Fold {
         row
     }
 
-    /// The summaries as columns sorted by key, into `out` (cleared first).
+    /// The summaries as columns sorted by key (by application name, then key, when broken down by
+    /// application), into `out` (cleared first).
     pub fn to_columns(&self, raw_bytes: u64, out: &mut StatsColumns) {
         out.clear();
-        let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
-        order.sort_unstable_by_key(|&r| self.keys[r as usize]);
-        // The table names only the applications that hold an extreme, sorted.
+        // The table names only the applications that hold an extreme (with a breakdown, each row's application
+        // holds both of its extremes), sorted.
         let mut used = vec![false; self.apps.len()];
         for row in &self.rows {
             used[row.min_at.0 as usize] = true;
@@ -145,7 +189,17 @@ impl Fold {
         for (new, &old) in sorted.iter().enumerate() {
             to_out[old as usize] = new as u32;
         }
+        let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
+        // With one application (the usual leaf) its rows sort by key alone.
+        if self.by_app && sorted.len() > 1 {
+            order.sort_unstable_by_key(|&r| (to_out[self.slots[r as usize] as usize], self.keys[r as usize]));
+        } else {
+            order.sort_unstable_by_key(|&r| self.keys[r as usize]);
+        }
         for r in order {
+            if self.by_app {
+                out.app.push(to_out[self.slots[r as usize] as usize]);
+            }
             let row = &self.rows[r as usize];
             let held = |at: (u32, u32)| (to_out[at.0 as usize], at.1);
             let row = Row {
@@ -210,6 +264,50 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Broken down by application, folding gives, bit for bit, each application's own StatsMap, the
+        /// applications in name order, each row naming its application.
+        #[test]
+        fn folding_by_app_is_a_stats_map_per_application(
+            ranks in prop::collection::vec(
+                (0usize..3, 0u32..50, prop::collection::vec((0u64..8, 1i32..4, -4i32..4), 0..24)),
+                0..12,
+            )
+        ) {
+            let apps = ["b", "a", "c"];
+            let mut fold = Fold::default().by_app(true);
+            for _ in 0..2 {
+                fold.clear();
+                let mut maps: std::collections::BTreeMap<&str, StatsMap> = Default::default();
+                for (app, rank, values) in &ranks {
+                    let mut at = fold.rank(apps[*app], *rank);
+                    let holder = RankRef { app: apps[*app].into(), rank: *rank };
+                    let map = maps.entry(apps[*app]).or_default();
+                    for &(id, metric, v) in values {
+                        let v = f64::from(v) * 0.5;
+                        fold.add(&mut at, (id, metric), v);
+                        map.add((id, metric), v, &holder);
+                    }
+                }
+                let mut folded = StatsColumns::default();
+                fold.to_columns(9, &mut folded);
+                prop_assert!(columns::check(&folded).is_ok());
+                prop_assert!(columns::check_breakdown(&folded, true).is_ok());
+                prop_assert_eq!(folded.app.len(), folded.id.len());
+                let expected: Vec<_> = maps
+                    .iter()
+                    .flat_map(|(app, m)| {
+                        m.to_final_stats().into_iter().map(|mut s| {
+                            s.app = app.to_string();
+                            s
+                        })
+                    })
+                    .collect();
+                prop_assert_eq!(columns::to_stats(&folded), expected);
+            }
+        }
+    }
+
     #[test]
     fn sketches_fill_their_columns_and_keep_their_bins_from_round_to_round() {
         let spec = Spec::new(0.01, 2048).unwrap();
@@ -235,6 +333,26 @@ mod tests {
     }
 
     #[test]
+    fn ranks_of_two_applications_folded_in_turns_keep_their_own_rows() {
+        let mut fold = Fold::default().by_app(true);
+        let mut sim = fold.rank("sim", 0);
+        let mut viz = fold.rank("viz", 0);
+        for (id, v) in [(1, 1.0), (2, 2.0)] {
+            fold.add(&mut sim, (id, 1), v);
+            fold.add(&mut viz, (id, 1), v * 10.0);
+        }
+        let mut sim2 = fold.rank("sim", 1);
+        fold.add(&mut sim2, (1, 1), 3.0);
+        fold.add(&mut sim2, (2, 1), 4.0);
+        let mut out = StatsColumns::default();
+        fold.to_columns(0, &mut out);
+        assert_eq!(out.apps, vec!["sim".to_string(), "viz".to_string()]);
+        assert_eq!(out.app, vec![0, 0, 1, 1]);
+        assert_eq!(out.count, vec![2, 2, 1, 1]);
+        assert_eq!(out.mean, vec![2.0, 3.0, 10.0, 20.0]);
+    }
+
+    #[test]
     fn ranks_reporting_the_same_keys_in_the_same_order_skip_the_hash_map() {
         let mut fold = Fold::default();
         for rank in 0..3 {
@@ -243,7 +361,7 @@ mod tests {
                 fold.add(&mut at, (id, 1), f64::from(rank));
             }
         }
-        assert_eq!(fold.index.len(), 4);
+        assert_eq!(fold.index[0].len(), 4);
         assert_eq!(fold.by_position, vec![0, 1, 2, 3]);
         let mut out = StatsColumns::default();
         fold.to_columns(0, &mut out);

@@ -197,6 +197,7 @@ impl StatsMap {
                 metric,
                 summary: Some(s.clone()),
                 quantiles: Vec::new(),
+                app: String::new(),
             })
             .collect()
     }

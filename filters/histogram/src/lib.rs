@@ -50,10 +50,11 @@ pub struct HistogramFilter {
 }
 
 /// Checks a phase-0 packet: it carries summaries (empty ones when its ranks reported nothing), and they are
-/// usable columns.
+/// usable columns over every application (histograms are not broken down by application).
 fn summaries_of(p: &HistogramPacket) -> Result<(), String> {
     let c = p.summaries.as_ref().ok_or("a phase 0 packet without summaries")?;
-    columns::check(c).map_err(|e| e.to_string())
+    columns::check(c).map_err(|e| e.to_string())?;
+    columns::check_breakdown(c, false).map_err(|e| e.to_string())
 }
 
 impl ThreePhase for HistogramFilter {
@@ -343,6 +344,34 @@ mod tests {
                 "input is not a canopy.filters.v1.HistogramPacket: a phase 0 packet without summaries"
                     .to_string()
             )]
+        );
+    }
+
+    #[test]
+    fn a_phase_0_packet_broken_down_by_application_is_rejected() {
+        let mut leaf = HistogramFilter::create("", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.upstream(1, 0, &[&one_event_profile(0, 2.0)], &mut out)
+            .unwrap();
+        let mut packet = HistogramPacket::decode(out.up[0].1.as_slice()).unwrap();
+        let summaries = packet.summaries.as_mut().unwrap();
+        assert!(
+            summaries.app.is_empty(),
+            "a leaf's phase 0 is over every application"
+        );
+        summaries.app = vec![0; summaries.id.len()];
+        let mut relay = HistogramFilter::create("", Level::Relay).unwrap();
+        let mut up = Collect::default();
+        relay
+            .upstream(1, 0, &[&packet.encode_to_vec(), &out.up[0].1], &mut up)
+            .unwrap();
+        assert_eq!(up.rejects.len(), 1);
+        assert!(
+            up.rejects[0]
+                .1
+                .contains("does not break rows down by application"),
+            "{}",
+            up.rejects[0].1
         );
     }
 

@@ -52,7 +52,9 @@ pub fn check_summaries(p: &OutliersPacket, expect: Expect) -> Result<(), String>
             .summaries
             .as_ref()
             .ok_or_else(|| what("no summaries".to_string()))?;
-        columns::check(s).map_err(|e| what(format!("summaries: {e}")))?;
+        columns::check(s)
+            .and_then(|()| columns::check_breakdown(s, false))
+            .map_err(|e| what(format!("summaries: {e}")))?;
         if let Some(m) = s.metric.iter().find(|m| **m != expect.metric as i32) {
             return Err(what(format!(
                 "summaries of metric {m}, this stream's is {}",
@@ -203,6 +205,13 @@ mod tests {
         assert_eq!(
             check_summaries(&packet(vec![bare]), all).unwrap_err(),
             "group 0x0000000000000000: no summaries"
+        );
+        let mut by_app = group(0, 1);
+        by_app.summaries.as_mut().unwrap().app = vec![0];
+        assert_eq!(
+            check_summaries(&packet(vec![by_app]), all).unwrap_err(),
+            "group 0x0000000000000000: summaries: the stream does not break rows down by application (by_app: \
+             false), but the packet has an app column"
         );
         let mut calls = group(0, 1);
         calls.summaries.as_mut().unwrap().metric = vec![Metric::Calls as i32];

@@ -1,5 +1,6 @@
 //! The stats filter (ToM's StatsFilter): per event and metric, count, mean, standard deviation, min and max
 //! with the ranks holding them and, when asked, quantiles from a DDSketch, merged up the tree in one phase.
+//! By default each application of the tree is summarized apart: a row per (application, event, metric).
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,8 @@ use prost::Message;
 pub struct StatsFilter {
     level: Level,
     values: Values,
+    /// Whether rows are per (application, id, metric) (`by_app`, the default) or per (id, metric).
+    by_app: bool,
     /// The quantiles asked for (increasing) and the sketch they are read from; `None` for none.
     quantiles: Option<(Vec<f64>, Spec)>,
     /// The leaf's events and counters of the round being summarized, kept between calls.
@@ -48,12 +51,13 @@ impl StatsFilter {
     /// Relay and root: merges the children's packets, taken in their canonical order, in one pass.
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         let spec = self.spec().copied();
+        let by_app = self.by_app;
         let good = decode::packets_into(
             inputs,
             &mut self.inputs,
             "canopy.filters.v1.StatsColumns",
             out,
-            |c| check(c, spec.as_ref()),
+            |c| check(c, by_app, spec.as_ref()),
         );
         let packets: Vec<&StatsColumns> = good.iter().map(|&(slot, _)| &self.inputs[slot]).collect();
         columns::merge_with(&packets, spec.as_ref(), &mut self.merged);
@@ -64,9 +68,11 @@ impl StatsFilter {
     }
 }
 
-/// Whether a decoded packet is usable: its columns, and its sketches against the stream's spec.
-fn check(c: &StatsColumns, spec: Option<&Spec>) -> Result<(), String> {
+/// Whether a decoded packet is usable: its columns, their breakdown by application against the stream's, and
+/// its sketches against the stream's spec.
+fn check(c: &StatsColumns, by_app: bool, spec: Option<&Spec>) -> Result<(), String> {
     columns::check(c).map_err(|e| e.to_string())?;
+    columns::check_breakdown(c, by_app).map_err(|e| e.to_string())?;
     sketch_columns::check(c, spec).map_err(|e| e.to_string())
 }
 
@@ -74,18 +80,21 @@ impl Filter for StatsFilter {
     const NAME: &'static str = "stats";
     const RESULT_TYPE: &'static str = "canopy.filters.v1.StatsResult";
 
-    /// Params: `{"values": "round" | "cumulative", "quantiles": true | [0.5, 0.9, 0.99], "relative_accuracy": 0.01,
-    /// "max_bins": 2048}`.
+    /// Params: `{"values": "round" | "cumulative", "by_app": true | false, "quantiles": true | [0.5, 0.9, 0.99],
+    /// "relative_accuracy": 0.01, "max_bins": 2048}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
         let params = Params::parse(params, &quantiles::KNOWN)?;
         let quantiles = quantiles::parse(&params)?;
+        let by_app = params.bool("by_app", true)?;
         Ok(StatsFilter {
             level,
             values: params.values()?,
+            by_app,
             fold: match &quantiles {
                 Some((_, spec)) => Fold::with_sketches(*spec),
                 None => Fold::default(),
-            },
+            }
+            .by_app(by_app),
             quantiles,
             buffers: Default::default(),
             inputs: Vec::new(),
@@ -131,7 +140,7 @@ impl Filter for StatsFilter {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };
         let merged = StatsColumns::decode(packet).map_err(|e| bad(e.to_string()))?;
-        check(&merged, self.spec()).map_err(bad)?;
+        check(&merged, self.by_app, self.spec()).map_err(bad)?;
         let mut stats = columns::to_stats(&merged);
         if let Some((qs, spec)) = &self.quantiles {
             for (s, q) in stats.iter_mut().zip(sketch_columns::quantiles(&merged, spec, qs)) {
@@ -162,7 +171,15 @@ mod tests {
     fn params_errors() {
         assert_eq!(
             StatsFilter::create(r#"{"bins": 3}"#, Level::Leaf).unwrap_err(),
-            "unknown parameter \"bins\" (known: values, quantiles, relative_accuracy, max_bins)"
+            "unknown parameter \"bins\" (known: values, by_app, quantiles, relative_accuracy, max_bins)"
+        );
+        assert_eq!(
+            StatsFilter::create(r#"{"by_app": "yes"}"#, Level::Leaf).unwrap_err(),
+            "by_app must be true or false, got \"yes\""
+        );
+        assert_eq!(
+            StatsFilter::create(r#"{"by_app": 1}"#, Level::Relay).unwrap_err(),
+            "by_app must be true or false, got 1"
         );
         assert_eq!(
             StatsFilter::create(r#"{"values": "all"}"#, Level::Leaf).unwrap_err(),
@@ -230,6 +247,92 @@ mod tests {
             up.rejects[0].1.contains("the stream asks for no quantiles"),
             "{}",
             up.rejects[0].1
+        );
+    }
+
+    /// One rank of application `app` with one event of inclusive time `incl`.
+    fn profile_of(app: &str, rank: u32, incl: f64) -> Vec<u8> {
+        let mut batch =
+            canopy_wire::v1::ProfileBatch::decode(one_event_profile(rank, incl).as_slice()).unwrap();
+        batch.profiles[0].app = app.into();
+        batch.encode_to_vec()
+    }
+
+    #[test]
+    fn rows_are_per_application_unless_asked_otherwise() {
+        let inputs = [
+            profile_of("sim", 0, 2.0),
+            profile_of("ana", 0, 9.0),
+            profile_of("sim", 1, 4.0),
+        ];
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let incl = |params: &str| {
+            let mut leaf = StatsFilter::create(params, Level::Leaf).unwrap();
+            let mut root = StatsFilter::create(params, Level::Root).unwrap();
+            let mut out = Collect::default();
+            leaf.upstream(0, 0, &refs, &mut out).unwrap();
+            let result = StatsResult::decode(root.finalize(0, 0, &out.up[0].1).unwrap().as_slice()).unwrap();
+            result
+                .stats
+                .into_iter()
+                .filter(|s| s.metric == Metric::Inclusive as i32)
+                .map(|s| {
+                    let sum = s.summary.unwrap();
+                    (s.app, sum.count, sum.mean)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            incl("{}"),
+            vec![("ana".to_string(), 1, 9.0), ("sim".to_string(), 2, 3.0)]
+        );
+        assert_eq!(incl(r#"{"by_app": false}"#), vec![(String::new(), 3, 5.0)]);
+    }
+
+    #[test]
+    fn a_relay_rejects_application_columns_that_do_not_fit() {
+        let inputs = [profile_of("sim", 0, 2.0), profile_of("ana", 0, 9.0)];
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let leaf_packet = |params: &str| {
+            let mut leaf = StatsFilter::create(params, Level::Leaf).unwrap();
+            let mut out = Collect::default();
+            leaf.upstream(0, 0, &refs, &mut out).unwrap();
+            StatsColumns::decode(out.up[0].1.as_slice()).unwrap()
+        };
+        let good = leaf_packet("{}");
+        assert_eq!(good.apps, vec!["ana".to_string(), "sim".to_string()]);
+        let flat = leaf_packet(r#"{"by_app": false}"#);
+        assert!(flat.app.is_empty());
+        // A relay given a bad packet and a good one rejects the bad one alone, saying why.
+        let rejected = |params: &str, bad: &StatsColumns, fitting: &StatsColumns| {
+            let mut relay = StatsFilter::create(params, Level::Relay).unwrap();
+            let mut up = Collect::default();
+            relay
+                .upstream(0, 0, &[&bad.encode_to_vec(), &fitting.encode_to_vec()], &mut up)
+                .unwrap();
+            assert_eq!(up.rejects.len(), 1, "{:?}", up.rejects);
+            assert_eq!(up.rejects[0].0, 0);
+            assert_eq!(&StatsColumns::decode(up.up[0].1.as_slice()).unwrap(), fitting);
+            up.rejects[0].1.clone()
+        };
+        let mut outside = good.clone();
+        outside.app[0] = 7;
+        let why = rejected("{}", &outside, &good);
+        assert!(
+            why.contains("row 0: application index 7 is outside the table of 2"),
+            "{why}"
+        );
+        let mut unsorted = good.clone();
+        let rows = unsorted.id.len();
+        unsorted.app = [vec![1; rows / 2], vec![0; rows - rows / 2]].concat();
+        let why = rejected("{}", &unsorted, &good);
+        assert!(why.contains("does not follow the previous row's"), "{why}");
+        let why = rejected("{}", &flat, &good);
+        assert!(why.contains("the packet has rows and no app column"), "{why}");
+        let why = rejected(r#"{"by_app": false}"#, &good, &flat);
+        assert!(
+            why.contains("(by_app: false), but the packet has an app column"),
+            "{why}"
         );
     }
 

@@ -4,7 +4,7 @@ use canopy_filter_common::Params;
 use canopy_filter_common::sketch::{DEFAULT_ACCURACY, DEFAULT_MAX_BINS, Spec};
 
 /// Every parameter the stats filter knows.
-pub(crate) const KNOWN: [&str; 4] = ["values", "quantiles", "relative_accuracy", "max_bins"];
+pub(crate) const KNOWN: [&str; 5] = ["values", "by_app", "quantiles", "relative_accuracy", "max_bins"];
 
 /// The quantiles `"quantiles": true` asks for: p50, p90 and p99.
 pub(crate) const DEFAULT_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];

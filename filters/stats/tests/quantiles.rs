@@ -20,14 +20,14 @@ fn results(c: &Case, params: &str, seed: u64) -> Vec<StatsResult> {
         .collect()
 }
 
-/// Every row's quantiles by (round, id, metric).
-fn quantiles(rs: &[StatsResult]) -> BTreeMap<(usize, u64, i32), Vec<Quantile>> {
+/// Every row's quantiles by (round, application, id, metric).
+fn quantiles(rs: &[StatsResult]) -> BTreeMap<(usize, String, u64, i32), Vec<Quantile>> {
     rs.iter()
         .enumerate()
         .flat_map(|(r, res)| {
             res.stats
                 .iter()
-                .map(move |s| ((r, s.id, s.metric), s.quantiles.clone()))
+                .map(move |s| ((r, s.app.clone(), s.id, s.metric), s.quantiles.clone()))
         })
         .collect()
 }
@@ -54,22 +54,24 @@ proptest! {
         rounds in 1usize..3,
         accuracy in prop_oneof![Just(0.01), Just(0.05)],
         default_qs in any::<bool>(),
+        by_app in any::<bool>(),
     ) {
         let c = Case::random(seed, ranks, rounds, &DataSpec::default());
         let qs: Vec<f64> = if default_qs { vec![0.5, 0.9, 0.99] } else { vec![0.0, 0.1, 0.25, 0.75, 1.0] };
         let params = if default_qs {
-            format!(r#"{{"quantiles": true, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
+            format!(r#"{{"by_app": {by_app}, "quantiles": true, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
         } else {
-            format!(r#"{{"quantiles": {qs:?}, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
+            format!(r#"{{"by_app": {by_app}, "quantiles": {qs:?}, "relative_accuracy": {accuracy}, "max_bins": 4096}}"#)
         };
         let rs = results(&c, &params, seed ^ 0x9a11);
         prop_assert_eq!(rs.len(), rounds);
         for (r, result) in rs.iter().enumerate() {
-            let want = reference::samples(&c.profiles[r], false);
+            let want = reference::samples_by_app(&c.profiles[r], false, by_app);
             prop_assert_eq!(result.stats.len(), want.len());
             for es in &result.stats {
-                let what = format!("round {r} {:016x}/{} ({})", es.id, es.metric, c.tree.describe());
-                reference::check_quantiles(&what, &es.quantiles, &want[&(es.id, es.metric)], &qs, accuracy)
+                let what = format!("round {r} {}/{:016x}/{} ({})", es.app, es.id, es.metric, c.tree.describe());
+                let values = &want[&(es.app.clone(), es.id, es.metric)];
+                reference::check_quantiles(&what, &es.quantiles, values, &qs, accuracy)
                     .map_err(TestCaseError::fail)?;
             }
         }

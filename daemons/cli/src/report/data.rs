@@ -63,16 +63,24 @@ pub fn time_metric<'a>(metrics: impl Iterator<Item = &'a Metric>) -> Option<Metr
 
 /// The `n` ids with the largest `weight` summed over their rows, largest first (ties: smaller id first).
 pub fn top_ids(rows: impl Iterator<Item = (u64, f64)>, n: usize) -> Vec<u64> {
-    let mut totals: HashMap<u64, f64> = HashMap::new();
-    for (id, weight) in rows {
+    top_keys(rows, n)
+}
+
+/// The `n` keys with the largest `weight` summed over their rows, largest first (ties: smaller key first).
+fn top_keys<K: Ord + std::hash::Hash + Clone>(rows: impl Iterator<Item = (K, f64)>, n: usize) -> Vec<K> {
+    let mut totals: HashMap<K, f64> = HashMap::new();
+    for (key, weight) in rows {
         if weight.is_finite() {
-            *totals.entry(id).or_default() += weight;
+            *totals.entry(key).or_default() += weight;
         }
     }
-    let mut ranked: Vec<(u64, f64)> = totals.into_iter().collect();
+    let mut ranked: Vec<(K, f64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked.into_iter().take(n).map(|(id, _)| id).collect()
+    ranked.into_iter().take(n).map(|(key, _)| key).collect()
 }
+
+/// One series of a stats stream: the application its rows stand for (`None`: every application) and the event.
+pub type Series = (Option<String>, u64);
 
 /// The stats rows a stream's time figure reads: of `metric`, of no class, that arrived with their round.
 pub fn plain_stats(rows: &[StatRow], metric: Metric) -> impl Iterator<Item = &StatRow> {
@@ -80,12 +88,20 @@ pub fn plain_stats(rows: &[StatRow], metric: Metric) -> impl Iterator<Item = &St
         .filter(move |r| r.metric == metric && r.class_id.is_none() && !r.late)
 }
 
-/// The events with the largest total mean over the rounds: ToM's "top events".
-pub fn top_stats_events(rows: &[StatRow], metric: Metric, n: usize) -> Vec<u64> {
-    top_ids(
-        plain_stats(rows, metric).map(|r| (r.id, r.mean.unwrap_or(0.0))),
+/// The events with the largest total mean over the rounds: ToM's "top events", per application when the rows
+/// are broken down by application (the stats filter's `by_app`).
+pub fn top_stats_events(rows: &[StatRow], metric: Metric, n: usize) -> Vec<Series> {
+    top_keys(
+        plain_stats(rows, metric).map(|r| ((r.app.clone(), r.id), r.mean.unwrap_or(0.0))),
         n,
     )
+}
+
+/// Whether the rows name more than one application, so that a series' label names its application.
+fn several_apps(rows: &[StatRow]) -> bool {
+    let mut apps = rows.iter().map(|r| &r.app);
+    let first = apps.next();
+    apps.any(|a| Some(a) != first)
 }
 
 /// One round of an event: its mean over the ranks and the range of their values.
@@ -104,12 +120,15 @@ pub struct Band {
     pub points: Vec<BandPoint>,
 }
 
-/// The bands of `ids`, in their order; rounds without a mean are left out, a missing min or max is the mean.
-pub fn bands(rows: &[StatRow], metric: Metric, ids: &[u64], names: &Names) -> Vec<Band> {
-    ids.iter()
-        .map(|&id| {
+/// The bands of `series`, in their order; rounds without a mean are left out, a missing min or max is the mean.
+/// When the rows name more than one application, each band's label is "application: event".
+pub fn bands(rows: &[StatRow], metric: Metric, series: &[Series], names: &Names) -> Vec<Band> {
+    let labelled = several_apps(rows);
+    series
+        .iter()
+        .map(|(app, id)| {
             let mut points: Vec<BandPoint> = plain_stats(rows, metric)
-                .filter(|r| r.id == id)
+                .filter(|r| r.id == *id && r.app == *app)
                 .filter_map(|r| {
                     let mean = r.mean.filter(|m| m.is_finite())?;
                     Some(BandPoint {
@@ -122,10 +141,12 @@ pub fn bands(rows: &[StatRow], metric: Metric, ids: &[u64], names: &Names) -> Ve
                 .collect();
             points.sort_by_key(|p| p.round);
             points.dedup_by_key(|p| p.round);
-            Band {
-                label: names.of(id),
-                points,
-            }
+            let label = match app {
+                Some(app) if labelled => format!("{app}: {}", names.of(*id)),
+                None if labelled => format!("all: {}", names.of(*id)),
+                _ => names.of(*id),
+            };
+            Band { label, points }
         })
         .collect()
 }
@@ -320,7 +341,17 @@ mod tests {
             max_app: None,
             max_rank: None,
             late: false,
+            app: None,
         }
+    }
+
+    fn of_app(app: &str, mut row: StatRow) -> StatRow {
+        row.app = Some(app.into());
+        row
+    }
+
+    fn series(ids: &[u64]) -> Vec<Series> {
+        ids.iter().map(|&id| (None, id)).collect()
     }
 
     #[test]
@@ -333,8 +364,8 @@ mod tests {
             stat(1, 3, 1.0, 1.0, 1.0),
         ];
         // 1: 20 over two rounds beats 2: 15 in one; 3 is last.
-        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 2), vec![1, 2]);
-        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 8), vec![1, 2, 3]);
+        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 2), series(&[1, 2]));
+        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 8), series(&[1, 2, 3]));
         // Another metric, a class's rows or late rows do not count.
         let mut other = stat(0, 4, 1000.0, 0.0, 0.0);
         other.metric = Metric::Calls;
@@ -343,13 +374,45 @@ mod tests {
         let mut late = stat(0, 6, 1000.0, 0.0, 0.0);
         late.late = true;
         let rows = [rows, vec![other, classed, late]].concat();
-        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 3), vec![1, 2, 3]);
+        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 3), series(&[1, 2, 3]));
     }
 
     #[test]
     fn ties_go_to_the_smaller_id() {
         let rows = vec![stat(0, 9, 5.0, 5.0, 5.0), stat(0, 4, 5.0, 5.0, 5.0)];
-        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 1), vec![4]);
+        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 1), series(&[4]));
+    }
+
+    #[test]
+    fn each_application_has_its_own_series_labelled_with_it() {
+        let rows = vec![
+            of_app("sim", stat(0, 1, 10.0, 9.0, 11.0)),
+            of_app("viz", stat(0, 1, 2.0, 1.0, 3.0)),
+            of_app("sim", stat(1, 1, 12.0, 9.0, 13.0)),
+            of_app("viz", stat(0, 2, 5.0, 5.0, 5.0)),
+        ];
+        let top = top_stats_events(&rows, Metric::Exclusive, 2);
+        assert_eq!(top, vec![(Some("sim".into()), 1), (Some("viz".into()), 2)]);
+        let names = Names::new(vec![(1, "solve".into()), (2, "render".into())]);
+        let b = bands(&rows, Metric::Exclusive, &top, &names);
+        assert_eq!(
+            (b[0].label.as_str(), b[1].label.as_str()),
+            ("sim: solve", "viz: render")
+        );
+        // The sim series holds sim's rounds alone, not viz's row of the same event.
+        assert_eq!(
+            b[0].points.iter().map(|p| (p.round, p.mean)).collect::<Vec<_>>(),
+            [(0, 10.0), (1, 12.0)]
+        );
+        // One application alone: labels are the events', as before.
+        let one = vec![of_app("sim", stat(0, 1, 10.0, 9.0, 11.0))];
+        let b = bands(
+            &one,
+            Metric::Exclusive,
+            &top_stats_events(&one, Metric::Exclusive, 1),
+            &names,
+        );
+        assert_eq!(b[0].label, "solve");
     }
 
     #[test]
@@ -358,7 +421,7 @@ mod tests {
         no_min.min = None;
         let rows = vec![stat(1, 1, 3.0, 1.0, 5.0), no_min, stat(0, 1, 2.0, 1.0, 3.0)];
         let names = Names::new(vec![(1, "MPI_Send".into())]);
-        let b = bands(&rows, Metric::Exclusive, &[1, 2], &names);
+        let b = bands(&rows, Metric::Exclusive, &series(&[1, 2]), &names);
         assert_eq!(b[0].label, "MPI_Send");
         assert_eq!(b[1].label, "0x0000000000000002");
         assert!(b[1].points.is_empty());

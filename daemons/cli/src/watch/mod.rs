@@ -34,13 +34,15 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline, Widget};
 use tonic::transport::Channel;
 
-use crate::client::{Target, connect, json_of, name_of, render, status_error};
+use crate::client::{Target, connect, json_of, render, status_error};
 use crate::fit::{first_shown, truncate};
 use crate::keys::{Action, action_of};
 use crate::tui::Tui;
 use header::{Header, StreamStatus, Troubles};
 use spark::Means;
-use table::{SortBy, class_lines, histogram_lines, metric_title, metrics_of, sorted, stats_lines};
+use table::{
+    SortBy, class_lines, histogram_lines, label, metric_title, metrics_of, several_apps, sorted, stats_lines,
+};
 use utilization::History;
 use view::{Mode, UtilView};
 
@@ -392,10 +394,9 @@ impl Screens {
         buf: &mut Buffer,
     ) {
         let metric = self.metric_shown();
-        let order: Vec<u64> = sorted(stats, metric, self.sort, names)
-            .iter()
-            .map(|s| s.id)
-            .collect();
+        let rows_shown = sorted(stats, metric, self.sort, names);
+        let order: Vec<u64> = rows_shown.iter().map(|s| s.id).collect();
+        let with_app = several_apps(stats);
         let h = body.height;
         // Three sparklines from 12 rows for the stream, eight from 30.
         let sparks = match h {
@@ -449,21 +450,17 @@ impl Screens {
             );
             y += 1;
             let label_w = (body.width / 3).clamp(12, 40);
-            for id in order.iter().take(usize::from(sparks)) {
-                let mean = stats
-                    .iter()
-                    .find(|s| s.id == *id && s.metric == metric)
-                    .and_then(|s| s.summary.as_ref())
-                    .map_or(0.0, |s| s.mean);
+            for s in rows_shown.iter().take(usize::from(sparks)) {
+                let mean = s.summary.as_ref().map_or(0.0, |s| s.mean);
                 let value = format!(" {mean:.1}");
                 let name_w = usize::from(label_w).saturating_sub(value.len() + 1);
                 let label = format!(
                     "{:<name_w$}{value:>w$}",
-                    truncate(&name_of(names, *id), name_w),
+                    truncate(&label(s, names, with_app), name_w),
                     w = value.len()
                 );
                 buf.set_string(body.x, y, &label, Style::new());
-                let data = means.bars(*id, metric);
+                let data = means.bars(&s.app, s.id, metric);
                 let x = body.x + label_w + 1;
                 let w = body.right().saturating_sub(x);
                 let data = &data[data.len().saturating_sub(usize::from(w))..];
@@ -645,6 +642,7 @@ mod tests {
                 ..Default::default()
             }),
             quantiles: Vec::new(),
+            app: String::new(),
         };
         let r = StatsResult {
             stats: vec![

@@ -73,6 +73,21 @@ impl SortBy {
     }
 }
 
+/// Whether the rows name more than one application (the stats filter's `by_app` over coupled applications), so
+/// that the table shows each row's.
+pub fn several_apps(stats: &[EventStats]) -> bool {
+    stats.iter().any(|s| s.app != stats[0].app)
+}
+
+/// A row's label: its event's name, after its application's when `with_app`.
+pub fn label(s: &EventStats, names: &HashMap<u64, String>, with_app: bool) -> String {
+    if with_app {
+        format!("{}: {}", s.app, name_of(names, s.id))
+    } else {
+        name_of(names, s.id)
+    }
+}
+
 /// The summaries of `metric`, sorted by `by`.
 pub fn sorted<'a>(
     stats: &'a [EventStats],
@@ -93,7 +108,7 @@ pub fn sorted<'a>(
         }
     };
     if by == SortBy::Name {
-        rows.sort_by_key(|s| name_of(names, s.id));
+        rows.sort_by_key(|s| (name_of(names, s.id), s.app.clone()));
     } else {
         rows.sort_by(|a, b| key(b).total_cmp(&key(a)));
     }
@@ -116,6 +131,10 @@ fn number(v: f64, w: usize) -> String {
 /// The narrowest an event's name is cut to before a number column is left out.
 const NAME_MIN: u16 = 22;
 
+/// The width of the application column (a longer name is cut): narrow enough that, at 80 columns, a stream with
+/// quantiles still shows p50 and p99 beside it.
+const APP_WIDTH: u16 = 8;
+
 /// The quantiles the watch tables show when a stream has them: p50 and p99.
 const SHOWN_QUANTILES: [(f64, &str); 2] = [(0.5, "p50"), (0.99, "p99")];
 
@@ -124,9 +143,10 @@ fn quantile(s: &EventStats, q: f64) -> Option<f64> {
     s.quantiles.iter().find(|x| x.q == q).map(|x| x.value)
 }
 
-/// A table of summaries of `metric`: event, ranks, mean, min, p50 and p99 (when the stream has them), max,
-/// std, the rank of the maximum; the sort column marked with `↓`. With quantiles, they take the place of min
-/// and std at 80 columns.
+/// A table of summaries of `metric`: event, its application (when the rows name more than one), ranks, mean,
+/// min, p50 and p99 (when the stream has them), max, std, the rank of the maximum; the sort column marked with
+/// `↓`. With quantiles, they take the place of min and std at 80 columns; the application is kept as the mean
+/// is.
 pub fn stats_lines(
     stats: &[EventStats],
     names: &HashMap<u64, String>,
@@ -160,6 +180,11 @@ pub fn stats_lines(
         mark(SortBy::Min, "min"),
     ];
     let mut cols = vec![col(0, 0, 0), col(6, 3, 3), col(11, 0, 0), col(11, 2, 4)];
+    let with_app = several_apps(stats);
+    if with_app {
+        head.insert(1, "app".to_string());
+        cols.insert(1, col(APP_WIDTH, 0, 0));
+    }
     for (_, label) in &shown {
         head.push(label.to_string());
         cols.push(col(11, 2, 2));
@@ -180,6 +205,9 @@ pub fn stats_lines(
                 number(sum.mean, 11),
                 number(sum.min, 11),
             ];
+            if with_app {
+                cells.insert(1, s.app.clone());
+            }
             for &(q, _) in &shown {
                 cells.push(quantile(s, q).map(|v| number(v, 11)).unwrap_or_default());
             }
@@ -314,6 +342,7 @@ mod tests {
                 ..Default::default()
             }),
             quantiles: Vec::new(),
+            app: String::new(),
         }
     }
 
@@ -405,6 +434,48 @@ mod tests {
         let calls = stats_lines(&s, &n, Metric::Calls as i32, SortBy::Mean, 80, 10);
         assert!(calls.header.starts_with("event (calls)"), "{}", calls.header);
         assert_eq!(calls.rows.len(), 1);
+    }
+
+    #[test]
+    fn an_app_column_shows_when_the_rows_name_more_than_one_application() {
+        let n = names();
+        let of = |app: &str, r: EventStats| EventStats { app: app.into(), ..r };
+        let one: Vec<EventStats> = stats().into_iter().map(|r| of("simulation", r)).collect();
+        let t = stats_lines(&one, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
+        assert!(!t.header.split_whitespace().any(|w| w == "app"), "{}", t.header);
+        let mut two = one.clone();
+        two.push(of("analysis", row(1, Metric::Exclusive, 7.0, 2)));
+        for width in [60u16, 80, 120] {
+            let t = stats_lines(&two, &n, Metric::Exclusive as i32, SortBy::Mean, width, 10);
+            for l in std::iter::once(&t.header).chain(&t.rows) {
+                assert!(l.chars().count() <= usize::from(width), "{width}: {l}");
+            }
+            assert!(
+                t.header.split_whitespace().any(|w| w == "app"),
+                "{width}: {}",
+                t.header
+            );
+            assert!(t.header.contains("mean↓"), "{width}: {}", t.header);
+            // The same event, once per application, each row saying which.
+            let allreduce: Vec<&String> = t.rows.iter().filter(|r| r.starts_with("MPI_Allreduce")).collect();
+            assert_eq!(allreduce.len(), 2, "{width}: {:?}", t.rows);
+            assert!(allreduce.iter().any(|r| r.contains("simulat…")), "{allreduce:?}");
+            assert!(allreduce.iter().any(|r| r.contains("analysis")), "{allreduce:?}");
+        }
+        // With quantiles, p50 and p99 still fit beside the application at 80 columns.
+        for r in &mut two {
+            r.quantiles = [(0.5, 1.0), (0.99, 2.0)]
+                .map(|(q, value)| canopy_proto::filters::v1::Quantile { q, value })
+                .to_vec();
+        }
+        let t = stats_lines(&two, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
+        let words: Vec<&str> = t.header.split_whitespace().collect();
+        for label in ["app", "mean↓", "p50", "p99", "max"] {
+            assert!(words.contains(&label), "{label}: {}", t.header);
+        }
+        for l in std::iter::once(&t.header).chain(&t.rows) {
+            assert!(l.chars().count() <= 80, "{l}");
+        }
     }
 
     #[test]

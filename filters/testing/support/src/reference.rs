@@ -46,6 +46,33 @@ pub fn samples<'a>(
     m
 }
 
+/// (application, id, metric as i32): the application is "" for rows over every application.
+pub type AppKey = (String, u64, i32);
+
+/// [`samples`] per application when `by_app` (keys sorted by application name, then id and metric), else
+/// every application's together under the application "".
+pub fn samples_by_app<'a>(
+    profiles: impl IntoIterator<Item = &'a RankProfile>,
+    cumulative: bool,
+    by_app: bool,
+) -> BTreeMap<AppKey, Vec<Sample>> {
+    let mut per_app: BTreeMap<&str, Vec<&RankProfile>> = BTreeMap::new();
+    for p in profiles {
+        per_app
+            .entry(if by_app { p.app.as_str() } else { "" })
+            .or_default()
+            .push(p);
+    }
+    per_app
+        .into_iter()
+        .flat_map(|(app, ps)| {
+            samples(ps, cumulative)
+                .into_iter()
+                .map(move |((id, metric), v)| ((app.to_string(), id, metric), v))
+        })
+        .collect()
+}
+
 /// Neumaier's compensated sum: accurate, and a different computation from the filters' pairwise merge.
 pub fn sum(values: impl Iterator<Item = f64>) -> f64 {
     let (mut s, mut c) = (0.0f64, 0.0f64);
