@@ -597,7 +597,14 @@ fn check_plants(bin_dir: &Path, plants: &[String]) -> anyhow::Result<()> {
 /// any daemon starts, so a slip (`histogramm`) is refused with the filters there are, naming `--filters`.
 fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyhow::Result<()> {
     let out = std::process::Command::new(bin_dir.join("canopy-frontend"))
-        .args(["validate", "--insecure", "--streams", &filters.join(",")])
+        .args([
+            "validate",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--streams",
+            &filters.join(","),
+        ])
         .args(params.iter().flat_map(|p| ["--stream-params", p.as_str()]))
         .output()
         .context("cannot run canopy-frontend to check --filters")?;

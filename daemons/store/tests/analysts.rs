@@ -444,23 +444,23 @@ fn the_documented_queries_run_against_a_real_store() {
 
     // The snippet itself, where Python has pandas: its frames must not be empty.
     // CANOPY_PYTHON names the interpreter (CI's has pandas, and sets CANOPY_PYTHON_TEST so that it must).
-    let python = std::env::var("CANOPY_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let has_pandas = std::process::Command::new(&python)
+    let interpreter = std::env::var("CANOPY_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let has_pandas = std::process::Command::new(&interpreter)
         .args(["-c", "import pandas"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_pandas {
         assert!(
             std::env::var_os("CANOPY_PYTHON_TEST").is_none(),
-            "CANOPY_PYTHON_TEST is set but {python} cannot import pandas"
+            "CANOPY_PYTHON_TEST is set but {interpreter} cannot import pandas"
         );
-        eprintln!("{python} with pandas not found: the pandas snippet ran as SQL only");
+        eprintln!("{interpreter} with pandas not found: the pandas snippet ran as SQL only");
         return;
     }
     let script = python.replace("runs/latest.sqlite", &store.path().display().to_string())
         + "\nassert len(samples) > 0 and len(per_round.columns) > 0, 'samples'\n"
         + "assert len(stats) > 0 and 'MPI_Allreduce' in means.columns, 'stats'\n";
-    let out = std::process::Command::new(&python)
+    let out = std::process::Command::new(&interpreter)
         .args(["-c", &script])
         .output()
         .unwrap();
