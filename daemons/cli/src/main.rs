@@ -80,7 +80,7 @@ enum Command {
     /// Print the man page of canopy, or with --out write one page per command and subcommand.
     Man(generate::ManArgs),
     /// A run's store as one self-contained HTML page of figures (summary, coverage, top events with their
-    /// spread, histograms as heat maps, classes, utilization, nodes), or one figure as PNG.
+    /// spread, histograms as heat maps, classes, utilization, outliers, clusters, nodes), or one figure as PNG.
     Report(report::ReportArgs),
     /// A run's tables as CSV or Parquet files, one per table, with event names and units in column names.
     Export(export::ExportArgs),

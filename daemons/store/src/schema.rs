@@ -667,14 +667,17 @@ fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     Ok(())
 }
 
-/// The indexes of per-rank series (`WHERE app = ? AND rank = ?`) on the tables that hold a row per rank and
-/// round. Kept up while writing they would cost the writer about twice its time per passthrough row, so they
+/// The indexes of per-rank series (`WHERE app = ? AND rank = ?`) and per-event series (`WHERE event_id = ?`) on
+/// the tables that hold a row per rank and round. Kept up while writing they would cost the writer about twice its time per passthrough row, so they
 /// are built once, when the run ends ([`crate::Store::end_run`]).
 pub(crate) const SERIES_INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS samples_by_rank ON samples (stream_id, app, rank, round);
 CREATE INDEX IF NOT EXISTS counters_by_rank ON counters (stream_id, app, rank, round);
 CREATE INDEX IF NOT EXISTS event_metrics_by_rank ON event_metrics (stream_id, app, rank, round);
 CREATE INDEX IF NOT EXISTS trace_by_rank ON trace (stream_id, app, rank, round);
+CREATE INDEX IF NOT EXISTS samples_by_event ON samples (stream_id, event_id, round);
+CREATE INDEX IF NOT EXISTS counters_by_event ON counters (stream_id, counter_id, round);
+CREATE INDEX IF NOT EXISTS event_metrics_by_event ON event_metrics (stream_id, event_id, metric, round);
 ";
 
 /// Version n is reached by the first n migrations; never edit one that has shipped, add the next.

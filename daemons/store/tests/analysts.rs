@@ -353,6 +353,19 @@ fn series_are_indexed_by_event_at_once_and_by_rank_when_the_run_ends() {
             "SELECT kind FROM trace WHERE stream_id = 1 AND app = 'sim' AND rank = 3",
             "trace_by_rank",
         ),
+        // A per-event series over every rank.
+        (
+            "SELECT round, excl_us FROM samples WHERE stream_id = 1 AND event_id = 7",
+            "samples_by_event",
+        ),
+        (
+            "SELECT round, value FROM counters WHERE stream_id = 1 AND counter_id = 7",
+            "counters_by_event",
+        ),
+        (
+            "SELECT round, value FROM event_metrics WHERE stream_id = 1 AND event_id = 7 AND metric = 'heap'",
+            "event_metrics_by_event",
+        ),
     ] {
         assert!(plan(&conn, sql).contains(index), "{index}: {}", plan(&conn, sql));
     }
