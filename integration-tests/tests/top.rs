@@ -231,3 +231,41 @@ async fn canopy_top_once_prints_a_row_per_node_through_a_pipe() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("cannot reach the front-end"), "{err}");
 }
+
+/// `canopy up` on a terminal: one progress line, redrawn in place and within 80 columns, with the rounds done,
+/// the rate and the coverage; then the summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_up_draws_one_progress_line_in_tmux_at_80x24() {
+    if missing().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The pane stays after canopy up exits, so its last screen can be read.
+    let cmd = format!(
+        "{} up --agents 2 --ranks 8 --rounds 60 --period-ms 50 --filters stats,histogram --insecure --out {}; sleep 60",
+        bin_dir().join("canopy").display(),
+        dir.path().join("out").display()
+    );
+    let session = Session::start("canopy-up-progress", 80, 24, &cmd);
+    #[allow(
+        unused_assignments,
+        reason = "each wait reads the screen afresh; the empty start is for a failure before the first read"
+    )]
+    let mut screen = String::new();
+    assert_eventually!(
+        {
+            screen = session.screen();
+            screen.contains("rounds stored (2 streams)")
+        },
+        Duration::from_secs(60),
+        "canopy up did not finish:\n{screen}"
+    );
+    let progress: Vec<&str> = screen.lines().filter(|l| l.contains(" rounds  ")).collect();
+    assert_eq!(progress.len(), 1, "not one progress line:\n{screen}");
+    let line = progress[0];
+    assert!(line.chars().count() <= 80, "{line}");
+    assert!(
+        line.contains("60/60 rounds") && line.contains("rounds/s") && line.contains("coverage 100.0%"),
+        "{line}"
+    );
+}

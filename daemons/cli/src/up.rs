@@ -749,22 +749,18 @@ enum Show {
 
 /// The progress line: rounds done of the run's (per stream), the rate, coverage and late packets so far.
 fn progress_bar(total: Option<u64>, streams: usize) -> indicatif::ProgressBar {
-    let (bar, template) = match total {
-        Some(n) => (
-            indicatif::ProgressBar::new(n),
-            "{elapsed_precise} [{bar:24}] {pos}/{len} rounds  {msg}",
-        ),
-        None => (
-            indicatif::ProgressBar::no_length(),
-            "{elapsed_precise} {spinner} {pos} rounds  {msg}",
-        ),
+    // Drawn on stdout from the first draw: a line drawn elsewhere first would stay above the live one. The bar
+    // is short, so the line fits 80 columns with a long run's counts.
+    let template = match total {
+        Some(_) => "{elapsed_precise} [{bar:16}] {pos}/{len} rounds  {msg}",
+        None => "{elapsed_precise} {spinner} {pos} rounds  {msg}",
     };
+    let bar = indicatif::ProgressBar::with_draw_target(total, indicatif::ProgressDrawTarget::stdout());
     let style = indicatif::ProgressStyle::with_template(template)
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
         .progress_chars("=> ");
     bar.set_style(style);
     bar.set_message(format!("{streams} stream{}", if streams == 1 { "" } else { "s" }));
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stdout());
     bar
 }
 
