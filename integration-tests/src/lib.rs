@@ -329,6 +329,12 @@ impl TreeSandbox {
         }
     }
 
+    /// Drains the front-end, as its SIGTERM does.
+    pub fn drain_frontend(&mut self) {
+        let id = self.frontend_id.clone();
+        self.shutdown(&id);
+    }
+
     /// Ends a node abruptly, as a crash would: its connections drop without a word.
     pub fn kill(&mut self, id: &str) {
         if let Some(n) = self.nodes.remove(id) {

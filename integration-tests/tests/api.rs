@@ -630,6 +630,48 @@ async fn a_subscription_ends_with_ok_after_the_last_round_when_the_run_ends() {
     tree.wait_frontend(Duration::from_secs(10)).await.unwrap();
 }
 
+/// A drain of the front-end (its SIGTERM) ends a live subscription with OK too, after the rounds the drain
+/// closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_ends_with_ok_when_the_front_end_drains() {
+    let mut tree = TreeBuilder {
+        agents: 2,
+        ranks: 8,
+        rounds: 0,
+        period_ms: 20,
+        exit_on_fin: false,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let mut api = client(&tree).await;
+    let mut s = api
+        .subscribe(SubscribeRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut updates = 0;
+    while updates < 5 {
+        let u = tokio::time::timeout(Duration::from_secs(30), s.message())
+            .await
+            .expect("no update within 30 s")
+            .expect("the subscription failed");
+        assert!(u.is_some(), "the subscription ended before the drain");
+        updates += 1;
+    }
+    tree.drain_frontend();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(30), s.message()).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => break Ok(()),
+            Ok(Err(status)) => break Err(status),
+            Err(_) => panic!("the subscription did not end within 30 s of the drain"),
+        }
+    };
+    assert!(end.is_ok(), "the subscription ended with {end:?}, not OK");
+    tree.wait_frontend(Duration::from_secs(20)).await.unwrap();
+}
+
 /// `fromRound` is exact: stored rounds from it on, and live rounds too, so a round in the future is where the
 /// subscription starts; no round below it comes, and none from it is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
