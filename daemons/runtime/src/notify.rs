@@ -40,10 +40,21 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// interval. `beats` is the node's snapshot, renewed at every status tick (`beat`) by the node's own task, so a
 /// node whose task stops turning stops the pings and systemd restarts the daemon. Returns when the node is gone
 /// (the sender dropped), or at once without a watchdog.
-pub async fn watchdog<T>(mut beats: watch::Receiver<T>, beat: Duration) {
+pub async fn watchdog<T>(beats: watch::Receiver<T>, beat: Duration) {
     let Some(interval) = watchdog_interval() else {
         return;
     };
+    feed(beats, beat, interval, || send(&[NotifyState::Watchdog])).await;
+}
+
+/// The watchdog's rule, with `ping` the notification: a ping per change of `beats`, at most one per half
+/// `interval`; none while `beats` does not change.
+async fn feed<T>(
+    mut beats: watch::Receiver<T>,
+    beat: Duration,
+    interval: Duration,
+    mut ping: impl FnMut() -> bool,
+) {
     if interval < beat * 3 {
         tracing::warn!(
             watchdog_ms = interval.as_millis() as u64,
@@ -58,7 +69,7 @@ pub async fn watchdog<T>(mut beats: watch::Receiver<T>, beat: Duration) {
         if last.is_some_and(|t| now.duration_since(t) < interval / 2) {
             continue;
         }
-        if send(&[NotifyState::Watchdog]) {
+        if ping() {
             last = Some(now);
         }
     }
@@ -66,6 +77,42 @@ pub async fn watchdog<T>(mut beats: watch::Receiver<T>, beat: Duration) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// The node's task ticks every second: the watchdog (10 s) hears at most one ping per 5 s while it does, and
+    /// none once it stops, so systemd restarts a daemon whose node no longer turns.
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_is_fed_while_the_node_ticks_and_starves_when_it_stops() {
+        let (tx, rx) = watch::channel(0u64);
+        let pings = Arc::new(AtomicU32::new(0));
+        let counted = pings.clone();
+        let fed = tokio::spawn(feed(
+            rx,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+                true
+            },
+        ));
+        for tick in 1..=20 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send_replace(tick);
+            tokio::task::yield_now().await;
+        }
+        // 20 s of ticks: a ping at the first, then one per 5 s.
+        assert_eq!(pings.load(Ordering::Relaxed), 4);
+        // The task stops turning: a minute passes with no tick, and no ping.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(pings.load(Ordering::Relaxed), 4);
+        // The node is gone: the feeding ends.
+        drop(tx);
+        fed.await.unwrap();
+    }
+
     #[test]
     fn without_notify_socket_nothing_is_sent() {
         // Tests never run under a notify-type unit; the variable is unset in their environment.
