@@ -240,6 +240,26 @@ fn daemons_tell_systemd_when_they_serve_and_when_they_stop() {
     let got = notifications(&socket, "serving ranks on", Duration::from_secs(10));
     assert!(got.contains("READY=1\nSTATUS=serving ranks on"), "{got}");
     assert!(agent_socket.exists());
+    // A relay is ready once it listens for children, and names its parent.
+    let _relay = Proc::start_with_env(
+        dir.path(),
+        "canopy-relay",
+        "relay",
+        &[
+            "--node-id",
+            "relay-0",
+            "--parent",
+            &addr,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[("NOTIFY_SOCKET", path.to_str().unwrap())],
+    );
+    let got = notifications(&socket, &format!("parent {addr}"), Duration::from_secs(10));
+    assert!(
+        got.contains("READY=1\nSTATUS=serving on 127.0.0.1:") && got.contains(&format!(", parent {addr}")),
+        "{got}"
+    );
     fe.signal(Signal::SIGTERM);
     let got = notifications(&socket, "STOPPING=1", Duration::from_secs(10));
     assert!(got.contains("STOPPING=1"), "{got}");
