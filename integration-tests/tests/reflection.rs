@@ -459,6 +459,26 @@ async fn a_plugin_built_after_start_has_its_result_type_in_reflection() {
         .unwrap()
         .into_inner();
     assert_eq!(info.result_type, "late.v1.Count");
+    // Registered by the time the stream is open, before any subscriber can have its first result.
+    let now_known = reflection
+        .server_reflection_info(tokio_stream::iter(vec![ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(symbol()),
+        }]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            now_known.message_response,
+            Some(MessageResponse::FileDescriptorResponse(_))
+        ),
+        "late.v1.Count is not in reflection once its stream is open: {now_known:?}"
+    );
     let mut updates = api
         .subscribe(SubscribeRequest {
             stream_ids: vec![info.stream_id],
