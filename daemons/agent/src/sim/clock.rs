@@ -58,6 +58,8 @@ impl SimulatedRanks {
         let names = self.sim.names();
         let mut options = Measure::default();
         let mut left = HashSet::new();
+        // Time rounds (Options.time_rounds, or the utilization module): round k is a window of wall time.
+        let mut time_rounds = false;
         let timer = WallTimer::new();
         loop {
             let wait = anchor.map(|(t0, first)| t0 + next_round.saturating_sub(first) * period_ns);
@@ -97,8 +99,9 @@ impl SimulatedRanks {
                 Some(control::Action::Start(s)) => {
                     // Round k is every rank's k-th dump: a node the Start reached late (a loaded machine) dumps the
                     // rounds it missed at once, so no round lacks its ranks; one that attached after the start (it
-                    // joined late or restarted) begins at the tree's current round.
-                    next_round = if s.rejoin {
+                    // joined late or restarted) begins at the tree's current round. In time rounds a round is a
+                    // window, so every node begins at the window under way, as SDK ranks do.
+                    next_round = if s.rejoin || time_rounds {
                         let since = unix_ns().saturating_sub(s.start_unix_ns);
                         next_round.max(s.first_round + since / period_ns)
                     } else {
@@ -113,6 +116,7 @@ impl SimulatedRanks {
                 }
                 Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
                 Some(control::Action::Options(o)) => {
+                    time_rounds = canopy_wire::options::time_rounds(&o);
                     // The simulated ranks are one application's: they run its options.
                     match Measure::from_options(&o).map(|m| m.for_app(self.sim.app())) {
                         Ok(m) => {

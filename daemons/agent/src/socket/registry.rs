@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::time_window::TimeWindow;
 use canopy_core::node::{Input, RankEvent, rank_source};
 use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
@@ -311,8 +312,13 @@ impl Ranks {
             );
             return self.refuse(conn, reason);
         }
+        // In time rounds a rank dumps first the round of the window under way: it is expected from there, and the
+        // rounds before count it as not attached yet (neither lost nor late).
+        let from = self
+            .time_round_now()
+            .map_or(h.next_round, |r| r.max(h.next_round));
         tracing::info!(
-            from_round = h.next_round,
+            from_round = from,
             nranks = h.nranks,
             "rank {} of {} (pid {}) attached",
             h.rank,
@@ -340,13 +346,13 @@ impl Ranks {
             pid: h.pid,
             source: source.clone(),
             nranks: h.nranks,
-            next_round: h.next_round,
+            next_round: from,
             finished: false,
             notices: 0,
         });
         self.send(RankEvent::Attached {
             source,
-            from: h.next_round,
+            from,
             announced: h.nranks,
         })
         .await;
@@ -418,6 +424,11 @@ impl Ranks {
         if self.draining || a.finished {
             return;
         }
+        // Rounds before the one the rank attached at (the window under way, in time rounds) are no gap.
+        let from = from.max(a.next_round);
+        if from >= end {
+            return;
+        }
         tracing::debug!(from, end, "{}: rounds dropped before they left the rank", a.who());
         a.next_round = a.next_round.max(end);
         let dropped = RankEvent::RoundsDropped {
@@ -450,6 +461,17 @@ impl Ranks {
         }
         let gone = self.leaving(&a, None);
         self.send(gone).await;
+    }
+
+    /// In time rounds with a known period (the options' period_ms) and the tree's clock, the round of the window
+    /// under way: the first a rank that attaches now dumps. A rank's own CANOPY_DUMP_PERIOD_MS is not known here,
+    /// so without period_ms a rank is expected from its hello's round and the rounds it skips count as a gap.
+    fn time_round_now(&self) -> Option<u64> {
+        if !self.collecting || !canopy_wire::options::time_rounds(&self.options) {
+            return None;
+        }
+        let window = TimeWindow::from_start(self.clock.0, self.clock.1, self.options.period_ms)?;
+        Some(window.round_at(canopy_core::node::unix_ns()))
     }
 
     pub(super) async fn on_control(&mut self, action: control::Action) {
