@@ -652,14 +652,6 @@ impl Sdk {
             // The tree checks options before it sends them; an SDK that disagrees keeps the ones in force.
             Err(e) => self.link.note(format!("measurement options ignored: {e}")),
         }
-        if c.start_unix_ns > 0 && (c.start_unix_ns, c.first_round) != st.tree_clock {
-            st.tree_clock = (c.start_unix_ns, c.first_round);
-            st.clock = Some(Clock {
-                start: c.start_unix_ns,
-                first: c.first_round,
-                period_ns: st.period.unwrap_or(TIME_ROUND_PERIOD).as_nanos().max(1) as u64,
-            });
-        }
         if options.period_ms > 0 {
             let period = Duration::from_millis(options.period_ms);
             if let Some(c) = st.clock
@@ -674,6 +666,26 @@ impl Sdk {
                 });
             }
             st.period = Some(period);
+        }
+        // A new Start's clock counts in the period in force with it: a rank that gets both at once (one that
+        // attaches mid-run) counts the windows from the start as every rank attaching then does, and as its agent
+        // expects it to.
+        if c.start_unix_ns > 0 && (c.start_unix_ns, c.first_round) != st.tree_clock {
+            st.tree_clock = (c.start_unix_ns, c.first_round);
+            st.clock = Some(Clock {
+                start: c.start_unix_ns,
+                first: c.first_round,
+                period_ns: st.period.unwrap_or(TIME_ROUND_PERIOD).as_nanos().max(1) as u64,
+            });
+            // In time rounds a rank that gets a clock begins at the window under way: the windows that ended
+            // before it had one are not its own (it joined mid-run, or collection started again), not rounds it
+            // fell behind on.
+            if time_rounds()
+                && let Some(clock) = st.clock
+            {
+                let (round, _, _) = clock.current(rings::now_unix_ns(), st.next_round);
+                st.next_round = round;
+            }
         }
         if (options.period_ms > 0 || time_rounds())
             && let Err(e) = self.start_period_thread()
