@@ -29,6 +29,8 @@ struct Attached {
     nranks: u32,
     /// The round after the last one the rank dumped.
     next_round: u64,
+    /// It dumped (or reported a gap) since it attached.
+    dumped: bool,
     finished: bool,
     /// Notices from the rank logged so far (at most `MAX_NOTICES`).
     notices: usize,
@@ -347,6 +349,7 @@ impl Ranks {
             source: source.clone(),
             nranks: h.nranks,
             next_round: from,
+            dumped: false,
             finished: false,
             notices: 0,
         });
@@ -393,6 +396,7 @@ impl Ranks {
             }
         };
         a.next_round = a.next_round.max(d.round.saturating_add(1));
+        a.dumped = true;
         let round = RankEvent::Round {
             source: a.source.clone(),
             rank: a.rank,
@@ -418,6 +422,7 @@ impl Ranks {
 
     /// A rank's dumps of rounds [from, end) were dropped in the application: the rounds stop waiting for it.
     pub(super) async fn on_gap(&mut self, conn: u64, from: u64, end: u64) {
+        let time_rounds = canopy_wire::options::time_rounds(&self.options);
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
@@ -429,6 +434,20 @@ impl Ranks {
         if from >= end {
             return;
         }
+        if !a.dumped && time_rounds {
+            // In time rounds a rank's first round is the window under way when it got the tree's clock, which may
+            // be later than at its hello (or than its hello's own round, when the period is the rank's own): it
+            // attached there, and the rounds before count it as not attached yet.
+            a.next_round = end;
+            let attached = RankEvent::Attached {
+                source: a.source.clone(),
+                from: end,
+                // Announced once, at the hello.
+                announced: 0,
+            };
+            return self.send(attached).await;
+        }
+        a.dumped = true;
         tracing::debug!(from, end, "{}: rounds dropped before they left the rank", a.who());
         a.next_round = a.next_round.max(end);
         let dropped = RankEvent::RoundsDropped {
@@ -464,8 +483,8 @@ impl Ranks {
     }
 
     /// In time rounds with a known period (the options' period_ms) and the tree's clock, the round of the window
-    /// under way: the first a rank that attaches now dumps. A rank's own CANOPY_DUMP_PERIOD_MS is not known here,
-    /// so without period_ms a rank is expected from its hello's round and the rounds it skips count as a gap.
+    /// under way: the first a rank that attaches now dumps. A rank's own CANOPY_DUMP_PERIOD_MS is not known here:
+    /// without period_ms a rank is expected from its hello's round until its first dump says where it attached.
     fn time_round_now(&self) -> Option<u64> {
         if !self.collecting || !canopy_wire::options::time_rounds(&self.options) {
             return None;
