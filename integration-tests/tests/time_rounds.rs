@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    build_c_example, canopy_cli, start_frontend, start_socket_agent, wait_socket,
+    build_c_example, canopy_cli, canopy_command, start_frontend, start_socket_agent, wait_socket,
 };
 use nix::sys::signal::Signal;
 
@@ -140,6 +140,25 @@ fn run(dir: &Path, time_rounds: bool) -> Stored {
         // The period every rank counts windows of; time_rounds left unset keeps the front-end's key.
         let applied = canopy_cli(&["ctl", "set", "--period-ms", "100", "--frontend", &addr]);
         assert!(applied.contains("applied"), "{applied}");
+        // The utilization module's rounds are time rounds: options that turn them off with it are refused.
+        let refused = canopy_command()
+            .args([
+                "ctl",
+                "set",
+                "--modules",
+                "profile,utilization",
+                "--time-rounds",
+                "off",
+            ])
+            .args(["--frontend", &addr])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
+        let message = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            message.contains("time_rounds cannot be off while the utilization module is in force"),
+            "{message}"
+        );
     }
     let socket = dir.join("agent.sock");
     let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);

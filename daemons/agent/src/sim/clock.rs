@@ -223,8 +223,8 @@ mod tests {
         })
     }
 
-    /// The first round the simulated ranks dump after a Start stamped ten seconds ago.
-    async fn first_round_after_a_late_start(rejoin: bool) -> u64 {
+    /// The first round the simulated ranks dump after a Start stamped ten seconds ago, in time rounds or not.
+    async fn first_round_after_a_late_start(rejoin: bool, time_rounds: bool) -> u64 {
         let sim = simulator("app");
         let (control_tx, control) = mpsc::unbounded_channel();
         let (inputs, mut node) = mpsc::channel(16);
@@ -240,6 +240,11 @@ mod tests {
             window: gate,
         };
         let clock = tokio::spawn(ranks.run());
+        let options = canopy_proto::v1::Options {
+            time_rounds: Some(time_rounds),
+            ..Default::default()
+        };
+        control_tx.send(control::Action::Options(options)).unwrap();
         let start = Start {
             start_unix_ns: unix_ns() - 10_000_000_000,
             first_round: 5,
@@ -266,12 +271,19 @@ mod tests {
     #[tokio::test]
     async fn a_start_that_reached_the_node_late_dumps_from_its_first_round() {
         // A loaded machine delayed the broadcast Start: no round may lack these ranks.
-        assert_eq!(first_round_after_a_late_start(false).await, 5);
+        assert_eq!(first_round_after_a_late_start(false, false).await, 5);
+    }
+
+    #[tokio::test]
+    async fn in_time_rounds_a_start_that_reached_the_node_late_begins_at_the_window_under_way() {
+        // A round is a window of wall time: the windows that ended before the Start came are not this node's.
+        let first = first_round_after_a_late_start(false, true).await;
+        assert!((10_005..10_500).contains(&first), "began at round {first}");
     }
 
     #[tokio::test]
     async fn a_node_that_rejoins_begins_at_the_trees_current_round() {
-        let first = first_round_after_a_late_start(true).await;
+        let first = first_round_after_a_late_start(true, false).await;
         // Ten seconds of 1 ms rounds after round 5, give or take the test's own pace.
         assert!((10_005..10_500).contains(&first), "began at round {first}");
     }
