@@ -109,7 +109,7 @@ pub enum CtlCmd {
     Set {
         /// The application whose options these are (its ranks' name, as CANOPY_APP gives it): its include,
         /// exclude, metrics and sample_below replace the global ones for its ranks alone.
-        #[arg(long, conflicts_with_all = ["period_ms", "modules", "trace_ranks", "counters"])]
+        #[arg(long, conflicts_with_all = ["period_ms", "modules", "trace_ranks", "counters", "time_rounds"])]
         app: Option<String>,
         /// Report only the events whose name matches (a regular expression; repeatable).
         #[arg(long)]
@@ -131,6 +131,10 @@ pub enum CtlCmd {
         /// own CANOPY_MODULES).
         #[arg(long, value_delimiter = ',')]
         modules: Vec<String>,
+        /// Rounds by time window (on) or by dump count (off), for every application; unset: the front-end's
+        /// `time_rounds` key.
+        #[arg(long, value_name = "on|off", value_parser = on_off)]
+        time_rounds: Option<bool>,
         /// The ranks that ship their event trace (the trace module) with each profile, as ranges: 0,17,40-43.
         #[arg(long, default_value = "")]
         trace_ranks: String,
@@ -310,6 +314,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             modules,
             trace_ranks,
             counters,
+            time_rounds,
         } => control_request::Action::Options(canopy_proto::v1::Options {
             include,
             exclude,
@@ -320,6 +325,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             trace_ranks,
             counters,
             apps: Vec::new(),
+            time_rounds,
         }),
         CtlCmd::Detail {
             ranks,
@@ -677,6 +683,15 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
         ));
     }
     out
+}
+
+/// `on` or `off`, for a switch that may also be left unset.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?} is neither on nor off")),
+    }
 }
 
 #[cfg(test)]

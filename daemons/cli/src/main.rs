@@ -165,6 +165,26 @@ mod tests {
     }
 
     #[test]
+    fn ctl_set_time_rounds_is_on_off_or_unset_and_global_only() {
+        let time_rounds = |args: &[&str]| match ctl_set(args) {
+            Ok(crate::client::CtlCmd::Set { time_rounds, .. }) => Ok(time_rounds),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(time_rounds(&["--time-rounds", "on"]), Ok(Some(true)));
+        assert_eq!(time_rounds(&["--time-rounds", "off"]), Ok(Some(false)));
+        assert_eq!(time_rounds(&[]), Ok(None), "unset: the front-end's key holds");
+        let e = time_rounds(&["--time-rounds", "yes"]).unwrap_err();
+        assert!(e.contains("\"yes\" is neither on nor off"), "{e}");
+        // Rounds mean the same window for every application: not an application's own option.
+        let e = time_rounds(&["--app", "analysis", "--time-rounds", "on"]).unwrap_err();
+        assert!(
+            e.contains("cannot be used with") && e.contains("--time-rounds"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn every_command_and_subcommand_gets_a_man_page() {
         let cmd = Args::command();
         let mut expected = Vec::new();

@@ -34,6 +34,9 @@ pub struct UpArgs {
     /// Milliseconds between two rounds.
     #[arg(long, default_value_t = 100)]
     period_ms: u64,
+    /// Number rounds by time window rather than by dump count (the front-end's `time_rounds`).
+    #[arg(long)]
+    time_rounds: bool,
     /// Directory for the run's SQLite store and the daemons' logs.
     #[arg(long, default_value = "canopy-out")]
     out: PathBuf,
@@ -333,6 +336,7 @@ async fn launch_and_watch(
     ])
     .args(["--out".to_string(), args.out.display().to_string()])
     .args(["--streams", &args.filters.join(",")])
+    .args(["--time-rounds", if args.time_rounds { "true" } else { "false" }])
     .args(
         args.filter_params
             .iter()

@@ -38,6 +38,8 @@ pub struct Shared {
     options: Mutex<InForce>,
     /// The measurement modules of the front-end's configuration: options that name none run these.
     default_modules: Mutex<Vec<String>>,
+    /// The front-end's `time_rounds` key: options that leave `time_rounds` unset take it.
+    default_time_rounds: Mutex<bool>,
     /// The open streams of the utilization filter: while there is one, every rank runs the utilization module
     /// (and its rounds are time rounds).
     utilization_streams: Mutex<BTreeSet<u32>>,
@@ -107,6 +109,7 @@ impl Shared {
             names: Mutex::default(),
             options: Mutex::default(),
             default_modules: Mutex::default(),
+            default_time_rounds: Mutex::default(),
             utilization_streams: Mutex::default(),
         })
     }
@@ -114,6 +117,12 @@ impl Shared {
     /// The modules every rank runs when the options in force name none (the front-end's `modules` key).
     pub fn set_default_modules(&self, modules: Vec<String>) {
         *self.default_modules.lock().expect("modules") = modules;
+    }
+
+    /// Whether the rounds are time rounds when the options in force leave `time_rounds` unset (the front-end's
+    /// `time_rounds` key).
+    pub fn set_default_time_rounds(&self, on: bool) {
+        *self.default_time_rounds.lock().expect("time rounds") = on;
     }
 
     /// The ranks a detail stream watches now: their event traces ship with their profiles.
@@ -181,6 +190,11 @@ impl Shared {
             .filter(|r| !r.trim().is_empty())
             .collect();
         o.trace_ranks = ranks.join(",");
+        // Always said: a rank must not keep an earlier choice. The utilization module's rounds are time rounds.
+        let time_rounds = o
+            .time_rounds
+            .unwrap_or(*self.default_time_rounds.lock().expect("time rounds"));
+        o.time_rounds = Some(time_rounds || o.modules.iter().any(|m| m == UTILIZATION_FILTER));
         o
     }
 
@@ -890,5 +904,27 @@ mod tests {
         let sent = shared.set_app_options(app("sim", None, &[]));
         assert_eq!(sent.apps, vec![app("viz", Some(1), &[])]);
         assert!(canopy_core::options::Measure::from_options(&sent).is_ok());
+    }
+
+    #[test]
+    fn time_rounds_are_always_sent_taken_from_the_default_when_unset_and_kept_under_utilization() {
+        let shared = Shared::new(1);
+        assert_eq!(shared.effective_options().time_rounds, Some(false));
+        shared.set_default_time_rounds(true);
+        assert_eq!(shared.effective_options().time_rounds, Some(true));
+        // Set through the API, the options' own choice wins over the default.
+        let sent = shared.set_options(Options {
+            time_rounds: Some(false),
+            ..Default::default()
+        });
+        assert_eq!(sent.time_rounds, Some(false));
+        // A utilization stream's module makes the rounds time rounds whatever the options say: what is sent
+        // down is always options the ranks accept.
+        assert!(shared.stream_filter(7, UTILIZATION_FILTER, true));
+        let sent = shared.effective_options();
+        assert_eq!(sent.time_rounds, Some(true));
+        assert!(canopy_core::options::Measure::from_options(&sent).is_ok());
+        assert!(shared.stream_filter(7, UTILIZATION_FILTER, false));
+        assert_eq!(shared.effective_options().time_rounds, Some(false));
     }
 }

@@ -66,6 +66,11 @@ pub struct FrontendConfig {
     /// in force name none; empty: each rank's own CANOPY_MODULES. `canopy ctl set --modules` overrides them.
     #[arg(long, value_delimiter = ',')]
     pub modules: Vec<String>,
+    /// Number rounds by time window from the start (Options.time_rounds): every rank dumps each period on the
+    /// tree's clock, so applications that iterate at different rates, or attach mid-run, line up. `canopy ctl set
+    /// --time-rounds` overrides it.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub time_rounds: bool,
     /// Milliseconds a shutdown waits for the tree to deliver what it holds.
     #[arg(long)]
     pub drain_timeout_ms: u64,
@@ -188,6 +193,7 @@ impl Default for FrontendConfig {
             start_timeout_ms: 30_000,
             exit_on_fin: false,
             modules: Vec::new(),
+            time_rounds: false,
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
@@ -657,11 +663,12 @@ impl Frontend {
         for spec in &opened {
             utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
         }
-        if !config.modules.is_empty() || utilization {
+        if !config.modules.is_empty() || utilization || config.time_rounds {
             // The modules every rank runs: options in force from the start, told to every child that attaches.
             // Queued before the server takes its first child, so the root records them before any attach or
             // Start: a child hears them first, and no rank dumps round 0 without them.
             shared.set_default_modules(config.modules.clone());
+            shared.set_default_time_rounds(config.time_rounds);
             let options = shared.set_options(canopy_proto::v1::Options::default());
             RootHandle::new(handles.inputs.clone()).options(options).await;
         }

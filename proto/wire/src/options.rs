@@ -38,6 +38,11 @@ struct AppMeasure {
 /// The measurement modules a rank can run, by the names options and CANOPY_MODULES give them.
 pub const MODULES: [&str; 4] = ["profile", "trace", "utilization", "null"];
 
+/// Whether options make the rounds time rounds: `time_rounds` is set, or the utilization module is in force.
+pub fn time_rounds(o: &crate::v1::Options) -> bool {
+    o.time_rounds == Some(true) || o.modules.iter().any(|m| m == "utilization")
+}
+
 /// The metrics a rank reports of each event, as bits of `RankProfile.metrics` (0: all of them).
 pub mod metric {
     /// Calls and subroutine calls, for the round and in total.
@@ -84,6 +89,8 @@ pub enum OptionsError {
     AppUnnamed,
     /// Two entries of `apps` name the same application.
     AppTwice(String),
+    /// Time rounds turned off while the utilization module, whose rounds are time rounds, is in force.
+    TimeRoundsOff,
     /// What is wrong with an application's own options.
     App {
         app: String,
@@ -106,6 +113,9 @@ impl std::fmt::Display for OptionsError {
             }
             OptionsError::TraceRanks(e) => write!(f, "trace_ranks: {e}"),
             OptionsError::Counter(e) => f.write_str(e),
+            OptionsError::TimeRoundsOff => f.write_str(
+                "time_rounds cannot be off while the utilization module is in force: its rounds are time rounds",
+            ),
             OptionsError::AppUnnamed => f.write_str("apps: an entry has no app name"),
             OptionsError::AppTwice(a) => write!(f, "apps: application {a:?} has two entries"),
             OptionsError::App { app, error } => write!(f, "apps[{app:?}]: {error}"),
@@ -124,6 +134,9 @@ impl Measure {
         }
         if let Some(m) = o.modules.iter().find(|m| !MODULES.contains(&m.as_str())) {
             return Err(OptionsError::Module(m.clone()));
+        }
+        if o.time_rounds == Some(false) && o.modules.iter().any(|m| m == "utilization") {
+            return Err(OptionsError::TimeRoundsOff);
         }
         let trace_ranks = if o.trace_ranks.trim().is_empty() {
             None
@@ -287,6 +300,26 @@ fn metric_bits(names: &[String]) -> Result<u32, OptionsError> {
 mod tests {
     use super::*;
     use crate::v1::{AppOptions, CounterSample, EventSample, Options, RankProfile};
+
+    #[test]
+    fn time_rounds_are_on_when_set_or_under_utilization_and_cannot_be_turned_off_there() {
+        let with = |time_rounds: Option<bool>, modules: &[&str]| Options {
+            time_rounds,
+            modules: modules.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        };
+        assert!(!time_rounds(&with(None, &[])));
+        assert!(!time_rounds(&with(Some(false), &["profile"])));
+        assert!(time_rounds(&with(Some(true), &[])));
+        assert!(time_rounds(&with(None, &["profile", "utilization"])));
+        assert!(Measure::from_options(&with(Some(true), &["profile"])).is_ok());
+        assert!(Measure::from_options(&with(Some(true), &["utilization"])).is_ok());
+        let e = Measure::from_options(&with(Some(false), &["profile", "utilization"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "time_rounds cannot be off while the utilization module is in force: its rounds are time rounds"
+        );
+    }
 
     #[test]
     fn options_filter_events_and_mark_metrics() {

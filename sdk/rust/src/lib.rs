@@ -257,9 +257,13 @@ impl Clock {
     }
 }
 
-/// Whether the rounds are time rounds: the utilization module is in force.
+/// The tree's options set `time_rounds` (as of the last control applied).
+static TIME_ROUNDS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the rounds are time rounds: the tree's options set `time_rounds`, or the utilization module is in
+/// force.
 fn time_rounds() -> bool {
-    events::in_force("utilization")
+    TIME_ROUNDS.load(Ordering::Acquire) || events::in_force("utilization")
 }
 
 #[allow(
@@ -513,7 +517,7 @@ impl Sdk {
     }
 
     /// Takes a dump under the state's lock; true if a snapshot was queued. `time` is a time round's number
-    /// and window (from the period thread, while the utilization module is in force).
+    /// and window (from the period thread, in time rounds).
     fn dump_locked(
         &'static self,
         st: &mut State,
@@ -626,6 +630,7 @@ impl Sdk {
         st.collecting = c.collecting;
         st.window = c.windowed.then_some((c.window_from, c.window_to));
         let options = c.options.unwrap_or_default();
+        TIME_ROUNDS.store(options.time_rounds == Some(true), Ordering::Release);
         // The rank runs its own application's options: the global ones with its application's entry laid over.
         match Measure::from_options(&options).map(|m| m.for_app(&self.config.app)) {
             Ok(m) => {
@@ -647,14 +652,6 @@ impl Sdk {
             // The tree checks options before it sends them; an SDK that disagrees keeps the ones in force.
             Err(e) => self.link.note(format!("measurement options ignored: {e}")),
         }
-        if c.start_unix_ns > 0 && (c.start_unix_ns, c.first_round) != st.tree_clock {
-            st.tree_clock = (c.start_unix_ns, c.first_round);
-            st.clock = Some(Clock {
-                start: c.start_unix_ns,
-                first: c.first_round,
-                period_ns: st.period.unwrap_or(TIME_ROUND_PERIOD).as_nanos().max(1) as u64,
-            });
-        }
         if options.period_ms > 0 {
             let period = Duration::from_millis(options.period_ms);
             if let Some(c) = st.clock
@@ -669,6 +666,26 @@ impl Sdk {
                 });
             }
             st.period = Some(period);
+        }
+        // A new Start's clock counts in the period in force with it: a rank that gets both at once (one that
+        // attaches mid-run) counts the windows from the start as every rank attaching then does, and as its agent
+        // expects it to.
+        if c.start_unix_ns > 0 && (c.start_unix_ns, c.first_round) != st.tree_clock {
+            st.tree_clock = (c.start_unix_ns, c.first_round);
+            st.clock = Some(Clock {
+                start: c.start_unix_ns,
+                first: c.first_round,
+                period_ns: st.period.unwrap_or(TIME_ROUND_PERIOD).as_nanos().max(1) as u64,
+            });
+            // In time rounds a rank that gets a clock begins at the window under way: the windows that ended
+            // before it had one are not its own (it joined mid-run, or collection started again), not rounds it
+            // fell behind on.
+            if time_rounds()
+                && let Some(clock) = st.clock
+            {
+                let (round, _, _) = clock.current(rings::now_unix_ns(), st.next_round);
+                st.next_round = round;
+            }
         }
         if (options.period_ms > 0 || time_rounds())
             && let Err(e) = self.start_period_thread()
@@ -691,7 +708,7 @@ impl Sdk {
             })
     }
 
-    /// The period thread: a dump at every tick of the period, or, while the utilization module is in force, a
+    /// The period thread: a dump at every tick of the period, or, in time rounds, a
     /// time round at the end of each window of the tree's clock (none before the rank has that clock).
     fn run_period(&'static self) {
         let mut next = Instant::now();
@@ -738,13 +755,10 @@ impl Sdk {
         }
     }
 
-    /// Called by the link when the agent sends control. Options that put the utilization module in force
-    /// start the period thread, which applies them: a rank that never dumps is monitored too.
+    /// Called by the link when the agent sends control. Options that make the rounds time rounds (`time_rounds`,
+    /// or the utilization module in force) start the period thread, which applies them: a rank that never dumps is monitored too.
     fn set_control(&'static self, c: RankControl) {
-        let time = c
-            .options
-            .as_ref()
-            .is_some_and(|o| o.modules.iter().any(|m| m == "utilization"));
+        let time = c.options.as_ref().is_some_and(canopy_wire::options::time_rounds);
         *lock(&self.control) = Some(c);
         self.control_gen.fetch_add(1, Ordering::AcqRel);
         if time && let Err(e) = self.start_period_thread() {

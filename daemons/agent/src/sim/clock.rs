@@ -58,6 +58,8 @@ impl SimulatedRanks {
         let names = self.sim.names();
         let mut options = Measure::default();
         let mut left = HashSet::new();
+        // Time rounds (Options.time_rounds, or the utilization module): round k is a window of wall time.
+        let mut time_rounds = false;
         let timer = WallTimer::new();
         loop {
             let wait = anchor.map(|(t0, first)| t0 + next_round.saturating_sub(first) * period_ns);
@@ -97,8 +99,9 @@ impl SimulatedRanks {
                 Some(control::Action::Start(s)) => {
                     // Round k is every rank's k-th dump: a node the Start reached late (a loaded machine) dumps the
                     // rounds it missed at once, so no round lacks its ranks; one that attached after the start (it
-                    // joined late or restarted) begins at the tree's current round.
-                    next_round = if s.rejoin {
+                    // joined late or restarted) begins at the tree's current round. In time rounds a round is a
+                    // window, so every node begins at the window under way, as SDK ranks do.
+                    next_round = if s.rejoin || time_rounds {
                         let since = unix_ns().saturating_sub(s.start_unix_ns);
                         next_round.max(s.first_round + since / period_ns)
                     } else {
@@ -113,6 +116,7 @@ impl SimulatedRanks {
                 }
                 Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
                 Some(control::Action::Options(o)) => {
+                    time_rounds = canopy_wire::options::time_rounds(&o);
                     // The simulated ranks are one application's: they run its options.
                     match Measure::from_options(&o).map(|m| m.for_app(self.sim.app())) {
                         Ok(m) => {
@@ -219,8 +223,8 @@ mod tests {
         })
     }
 
-    /// The first round the simulated ranks dump after a Start stamped ten seconds ago.
-    async fn first_round_after_a_late_start(rejoin: bool) -> u64 {
+    /// The first round the simulated ranks dump after a Start stamped ten seconds ago, in time rounds or not.
+    async fn first_round_after_a_late_start(rejoin: bool, time_rounds: bool) -> u64 {
         let sim = simulator("app");
         let (control_tx, control) = mpsc::unbounded_channel();
         let (inputs, mut node) = mpsc::channel(16);
@@ -236,6 +240,11 @@ mod tests {
             window: gate,
         };
         let clock = tokio::spawn(ranks.run());
+        let options = canopy_proto::v1::Options {
+            time_rounds: Some(time_rounds),
+            ..Default::default()
+        };
+        control_tx.send(control::Action::Options(options)).unwrap();
         let start = Start {
             start_unix_ns: unix_ns() - 10_000_000_000,
             first_round: 5,
@@ -262,12 +271,19 @@ mod tests {
     #[tokio::test]
     async fn a_start_that_reached_the_node_late_dumps_from_its_first_round() {
         // A loaded machine delayed the broadcast Start: no round may lack these ranks.
-        assert_eq!(first_round_after_a_late_start(false).await, 5);
+        assert_eq!(first_round_after_a_late_start(false, false).await, 5);
+    }
+
+    #[tokio::test]
+    async fn in_time_rounds_a_start_that_reached_the_node_late_begins_at_the_window_under_way() {
+        // A round is a window of wall time: the windows that ended before the Start came are not this node's.
+        let first = first_round_after_a_late_start(false, true).await;
+        assert!((10_005..10_500).contains(&first), "began at round {first}");
     }
 
     #[tokio::test]
     async fn a_node_that_rejoins_begins_at_the_trees_current_round() {
-        let first = first_round_after_a_late_start(true).await;
+        let first = first_round_after_a_late_start(true, false).await;
         // Ten seconds of 1 ms rounds after round 5, give or take the test's own pace.
         assert!((10_005..10_500).contains(&first), "began at round {first}");
     }

@@ -6,6 +6,7 @@
 mod access;
 mod conn;
 mod registry;
+mod time_window;
 
 pub use access::{Access, AccessError};
 

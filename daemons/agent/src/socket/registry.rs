@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::time_window::TimeWindow;
 use canopy_core::node::{Input, RankEvent, rank_source};
 use canopy_core::window::WindowGate;
 use canopy_proto::v1::{MissingReason, control};
@@ -28,6 +29,8 @@ struct Attached {
     nranks: u32,
     /// The round after the last one the rank dumped.
     next_round: u64,
+    /// It dumped (or reported a gap) since it attached.
+    dumped: bool,
     finished: bool,
     /// Notices from the rank logged so far (at most `MAX_NOTICES`).
     notices: usize,
@@ -311,8 +314,13 @@ impl Ranks {
             );
             return self.refuse(conn, reason);
         }
+        // In time rounds a rank dumps first the round of the window under way: it is expected from there, and the
+        // rounds before count it as not attached yet (neither lost nor late).
+        let from = self
+            .time_round_now()
+            .map_or(h.next_round, |r| r.max(h.next_round));
         tracing::info!(
-            from_round = h.next_round,
+            from_round = from,
             nranks = h.nranks,
             "rank {} of {} (pid {}) attached",
             h.rank,
@@ -340,13 +348,14 @@ impl Ranks {
             pid: h.pid,
             source: source.clone(),
             nranks: h.nranks,
-            next_round: h.next_round,
+            next_round: from,
+            dumped: false,
             finished: false,
             notices: 0,
         });
         self.send(RankEvent::Attached {
             source,
-            from: h.next_round,
+            from,
             announced: h.nranks,
         })
         .await;
@@ -387,6 +396,7 @@ impl Ranks {
             }
         };
         a.next_round = a.next_round.max(d.round.saturating_add(1));
+        a.dumped = true;
         let round = RankEvent::Round {
             source: a.source.clone(),
             rank: a.rank,
@@ -412,12 +422,32 @@ impl Ranks {
 
     /// A rank's dumps of rounds [from, end) were dropped in the application: the rounds stop waiting for it.
     pub(super) async fn on_gap(&mut self, conn: u64, from: u64, end: u64) {
+        let time_rounds = canopy_wire::options::time_rounds(&self.options);
         let Some(a) = self.conns.get_mut(&conn).and_then(|c| c.rank.as_mut()) else {
             return;
         };
         if self.draining || a.finished {
             return;
         }
+        // Rounds before the one the rank attached at (the window under way, in time rounds) are no gap.
+        let from = from.max(a.next_round);
+        if from >= end {
+            return;
+        }
+        if !a.dumped && time_rounds {
+            // In time rounds a rank's first round is the window under way when it got the tree's clock, which may
+            // be later than at its hello (or than its hello's own round, when the period is the rank's own): it
+            // attached there, and the rounds before count it as not attached yet.
+            a.next_round = end;
+            let attached = RankEvent::Attached {
+                source: a.source.clone(),
+                from: end,
+                // Announced once, at the hello.
+                announced: 0,
+            };
+            return self.send(attached).await;
+        }
+        a.dumped = true;
         tracing::debug!(from, end, "{}: rounds dropped before they left the rank", a.who());
         a.next_round = a.next_round.max(end);
         let dropped = RankEvent::RoundsDropped {
@@ -450,6 +480,17 @@ impl Ranks {
         }
         let gone = self.leaving(&a, None);
         self.send(gone).await;
+    }
+
+    /// In time rounds with a known period (the options' period_ms) and the tree's clock, the round of the window
+    /// under way: the first a rank that attaches now dumps. A rank's own CANOPY_DUMP_PERIOD_MS is not known here:
+    /// without period_ms a rank is expected from its hello's round until its first dump says where it attached.
+    fn time_round_now(&self) -> Option<u64> {
+        if !self.collecting || !canopy_wire::options::time_rounds(&self.options) {
+            return None;
+        }
+        let window = TimeWindow::from_start(self.clock.0, self.clock.1, self.options.period_ms)?;
+        Some(window.round_at(canopy_core::node::unix_ns()))
     }
 
     pub(super) async fn on_control(&mut self, action: control::Action) {
