@@ -152,6 +152,7 @@ fn measure_options() {
                 trace_ranks: "0-3,17".into(),
                 counters: vec!["page-faults".into(), "heap".into()],
                 apps: Vec::new(),
+                time_rounds: None,
             },
         ),
         (
