@@ -121,3 +121,162 @@ impl Filter for LatencyFilter {
 }
 
 export_filter!(LatencyFilter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canopy_filter_proto::v1::{LatencyResult, LatencyStep};
+    use canopy_filter_test::Collect;
+    use canopy_wire::v1::{ProfileBatch, RankProfile, StepMark};
+
+    fn marked(app: &str, rank: u32, marks: &[(u64, bool, u64)]) -> Vec<u8> {
+        ProfileBatch {
+            profiles: vec![RankProfile {
+                app: app.into(),
+                rank,
+                marks: marks
+                    .iter()
+                    .map(|&(step, stop, unix_ns)| StepMark {
+                        key_id: 9,
+                        step,
+                        stop,
+                        unix_ns,
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_malformed_profile_is_rejected_and_the_rest_folded() {
+        let good = marked("sim", 0, &[(1, false, 100)]);
+        // A mark whose length runs past the profile: the profile is [field 12, length 9] and 2 bytes.
+        let mut bad = Vec::new();
+        let profile = [0x62u8, 0x09, 0x09, 0x01];
+        prost::encoding::bytes::encode(1, &profile.to_vec(), &mut bad);
+        // A mark whose key has the wrong wire type (a varint where a fixed64 belongs).
+        let mut wrong = Vec::new();
+        let mark = [0x08u8, 0x01];
+        let mut p = Vec::new();
+        prost::encoding::bytes::encode(12, &mark.to_vec(), &mut p);
+        prost::encoding::bytes::encode(1, &p, &mut wrong);
+        let mut leaf = LatencyFilter::create("{}", Level::Leaf).unwrap();
+        let mut out = Collect::default();
+        leaf.upstream(0, 0, &[&good, &bad, &wrong], &mut out).unwrap();
+        let rejected: Vec<usize> = out.rejects.iter().map(|r| r.0).collect();
+        assert_eq!(rejected, vec![1, 2]);
+        assert_eq!(
+            out.rejects[0].1,
+            "input is not a canopy.v1.ProfileBatch: buffer underflow"
+        );
+        assert_eq!(
+            out.rejects[1].1,
+            "input is not a canopy.v1.ProfileBatch: failed to decode Protobuf message: invalid wire type: \
+             Varint (expected SixtyFourBit)"
+        );
+        let packet = LatencyPacket::decode(out.up[0].1.as_slice()).unwrap();
+        assert_eq!(packet.steps.len(), 1);
+        assert_eq!((packet.steps[0].starts, packet.steps[0].start_unix_ns), (1, 100));
+    }
+
+    #[test]
+    fn a_relay_rejects_a_bad_packet_saying_why_and_merges_the_rest() {
+        let good = LatencyPacket {
+            steps: vec![LatencyStep {
+                key_id: 9,
+                step: 1,
+                stops: 1,
+                stop_unix_ns: 5,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut unsorted = good.clone();
+        unsorted.steps.push(good.steps[0].clone());
+        let mut relay = LatencyFilter::create("{}", Level::Relay).unwrap();
+        let mut out = Collect::default();
+        let inputs = [unsorted.encode_to_vec(), vec![0x0a, 0x07], good.encode_to_vec()];
+        let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        relay.upstream(0, 0, &refs, &mut out).unwrap();
+        let mut rejects = out.rejects.clone();
+        rejects.sort();
+        assert_eq!(rejects.len(), 2, "{rejects:?}");
+        assert_eq!(rejects[0].0, 0);
+        assert!(
+            rejects[0]
+                .1
+                .starts_with("input is not a canopy.filters.v1.LatencyPacket: row 1: step (0000000000000009, 1) does not follow"),
+            "{}",
+            rejects[0].1
+        );
+        assert_eq!(rejects[1].0, 1);
+        assert!(rejects[1].1.contains("buffer underflow"), "{}", rejects[1].1);
+        assert_eq!(LatencyPacket::decode(out.up[0].1.as_slice()).unwrap(), good);
+        // The root refuses a bad packet in finalize with the round in the error.
+        let mut root = LatencyFilter::create("{}", Level::Root).unwrap();
+        let err = root.finalize(4, 0, &unsorted.encode_to_vec()).unwrap_err();
+        assert!(
+            err.starts_with("round 4: the root's packet is not a canopy.filters.v1.LatencyPacket: row 1:"),
+            "{err}"
+        );
+        assert!(root.finalize(4, 1, &good.encode_to_vec()).is_err());
+    }
+
+    #[test]
+    fn a_step_started_by_one_application_and_stopped_by_another_later() {
+        let mut leaf = LatencyFilter::create("{}", Level::Leaf).unwrap();
+        let mut root = LatencyFilter::create("{}", Level::Root).unwrap();
+        let mut round = |r: u64, inputs: &[Vec<u8>]| {
+            let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut out = Collect::default();
+            leaf.upstream(r, 0, &refs, &mut out).unwrap();
+            LatencyResult::decode(root.finalize(r, 0, &out.up[0].1).unwrap().as_slice()).unwrap()
+        };
+        let r0 = round(
+            0,
+            &[
+                marked("sim", 0, &[(1, false, 1_000)]),
+                marked("sim", 1, &[(1, false, 900)]),
+            ],
+        );
+        assert_eq!((r0.steps.len(), r0.open), (0, 1));
+        let r1 = round(
+            1,
+            &[marked("ana", 3, &[(1, true, 31_000)]), marked("ana", 2, &[])],
+        );
+        assert_eq!(r1.open, 0);
+        let s = &r1.steps[0];
+        assert_eq!(
+            (s.latency_ns, s.start_rank, s.stop_app.as_str()),
+            (30_100, 1, "ana")
+        );
+        assert_eq!(
+            s.apps
+                .iter()
+                .map(|a| (a.app.as_str(), a.ranks))
+                .collect::<Vec<_>>(),
+            vec![("ana", 1), ("sim", 2)]
+        );
+    }
+
+    #[test]
+    fn params_errors_are_named() {
+        assert_eq!(
+            LatencyFilter::create(r#"{"max_open": -1}"#, Level::Root).unwrap_err(),
+            "max_open must be between 1 and 1048576, got -1"
+        );
+    }
+
+    #[test]
+    fn descriptors_define_the_result_type() {
+        let fds = prost_types::FileDescriptorSet::decode(LatencyFilter::descriptors()).unwrap();
+        let (pkg, name) = LatencyFilter::RESULT_TYPE.rsplit_once('.').unwrap();
+        assert!(
+            fds.file
+                .iter()
+                .any(|f| f.package() == pkg && f.message_type.iter().any(|m| m.name() == name))
+        );
+    }
+}
