@@ -557,6 +557,7 @@ impl Sdk {
         let kind = if !st.collecting || !in_window {
             if st.stop_sent {
                 std::mem::swap(&mut st.prev, &mut st.totals);
+                steps::let_go();
                 return Ok(false);
             }
             Kind::Stopped
@@ -586,11 +587,14 @@ impl Sdk {
         snap.trace.clear();
         snap.trace_lost = 0;
         snap.has_utilization = false;
-        // The marks since the previous dump: shipped by a profile, else let go (counted as lost).
-        snap.marks_lost = steps::take(&mut snap.marks);
-        if kind != Kind::Profile {
-            snap.marks_lost += snap.marks.len() as u64;
+        // The marks since the previous dump: shipped by a profile, else let go and counted as lost in the next
+        // profile.
+        if kind == Kind::Profile {
+            snap.marks_lost = steps::take(&mut snap.marks);
+        } else {
+            steps::let_go();
             snap.marks.clear();
+            snap.marks_lost = 0;
         }
         if let Some((_, from, to)) = time {
             // Every period is replayed, reported or not, so the next one starts where this one ends.

@@ -68,6 +68,15 @@ pub(crate) fn take(into: &mut Vec<Mark>) -> u64 {
     std::mem::take(&mut p.lost)
 }
 
+/// Lets the marks since the previous take go, counted as lost in the next profile: a dump that carries no
+/// profile (sampled out, stopped) cannot ship them.
+pub(crate) fn let_go() {
+    let mut p = pending();
+    let n = p.marks.len() as u64;
+    p.lost = p.lost.saturating_add(n);
+    p.marks.clear();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +97,12 @@ mod tests {
         assert_eq!((got[1].step, got[1].stop), (1, true));
         assert!(got.windows(2).all(|w| w[0].unix_ns <= w[1].unix_ns));
         assert_eq!(take(&mut got), 0);
+        assert!(got.is_empty());
+        // Marks a dump without a profile lets go are counted in the next take.
+        mark("exchange", 1, false).unwrap();
+        mark("exchange", 1, true).unwrap();
+        let_go();
+        assert_eq!(take(&mut got), 2);
         assert!(got.is_empty());
         assert!(matches!(mark("", 1, false), Err(Error::Invalid(_))));
     }
