@@ -974,6 +974,35 @@ mod tests {
         assert!(has(&conn, "index", "event_metrics_by_round"));
     }
 
+    /// A store of version 15 gains the latency tables and their views, and keeps its rows.
+    #[test]
+    fn a_version_15_store_migrates_to_16_with_the_latency_tables() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 15).unwrap();
+        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
+            .unwrap();
+        migrations().to_version(&mut conn, 16).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (16, Some(16))
+        );
+        for (kind, name) in [
+            ("table", "latency"),
+            ("table", "latency_apps"),
+            ("index", "latency_by_round"),
+            ("index", "latency_by_step"),
+            ("index", "latency_apps_by_round"),
+            ("view", "latency_named"),
+            ("view", "latency_apps_named"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+    }
+
     /// A store of version 11 gains the outliers tables and their views, and keeps its rows.
     #[test]
     fn a_version_11_store_migrates_to_12_with_the_outliers_tables() {
