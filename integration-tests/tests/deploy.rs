@@ -84,6 +84,7 @@ fn every_installed_unit_verifies_and_a_broken_one_does_not() {
             "libcanopy_filter_classify.so",
             "libcanopy_filter_histogram.so",
             "libcanopy_filter_kmeans.so",
+            "libcanopy_filter_latency.so",
             "libcanopy_filter_nodes.so",
             "libcanopy_filter_outliers.so",
             "libcanopy_filter_passthrough.so",

@@ -268,6 +268,7 @@ fn canopy_last_error_gives_the_c_libraries_message_as_a_fortran_string() {
         &src,
         r#"program errors
     use canopy
+    use, intrinsic :: iso_fortran_env, only: int64
     implicit none
     integer :: ierr, a, b
     character(len=16) :: padded
@@ -288,6 +289,11 @@ fn canopy_last_error_gives_the_c_libraries_message_as_a_fortran_string() {
     b = canopy_activity('solve')
     print '(a, l1, a, l1)', 'activity: ', a >= 0, ' trimmed: ', a == b
     print '(a, l1)', 'blank activity refused: ', canopy_activity('   ') < 0
+    call canopy_step_start(padded, 3_int64, ierr)
+    print '(a, i0)', 'step start: ', ierr
+    call canopy_step_stop(padded, 3_int64)
+    call canopy_step_stop('   ', 3_int64, ierr)
+    print '(a, i0, a)', 'blank step key: ', ierr, ' [' // canopy_last_error() // ']'
     call canopy_finalize(ierr)
     print '(a, i0)', 'finalize: ', ierr
     call canopy_finalize(ierr)
@@ -320,6 +326,8 @@ end program errors
             &format!("init again without ierr: [{msg}]"),
             "activity: T trimmed: T",
             "blank activity refused: T",
+            "step start: 0",
+            "blank step key: -1 [a step mark needs a key]",
             "finalize: 0",
             "finalize again: -2 [canopy was finalized]",
         ],

@@ -101,6 +101,8 @@ pub enum Table {
     Histograms,
     Classes,
     Clusters,
+    Latency,
+    LatencyApps,
     Reductions,
     LateArrivals,
     Names,
@@ -129,6 +131,8 @@ impl Table {
             Table::Histograms => "histograms",
             Table::Classes => "classes",
             Table::Clusters => "clusters",
+            Table::Latency => "latency",
+            Table::LatencyApps => "latency_apps",
             Table::Reductions => "reductions",
             Table::LateArrivals => "late_arrivals",
             Table::Names => "names",
@@ -157,6 +161,8 @@ impl Table {
                 | Table::Histograms
                 | Table::Classes
                 | Table::Clusters
+                | Table::Latency
+                | Table::LatencyApps
                 | Table::Reductions
         )
     }
@@ -168,6 +174,7 @@ impl Table {
             Table::StatsQuantiles => 13,
             Table::Outliers | Table::OutlierEvents => 12,
             Table::Clusters => 14,
+            Table::Latency | Table::LatencyApps => 16,
             _ => 1,
         }
     }
@@ -657,6 +664,61 @@ impl StoreReader {
                 std: r.get(9)?,
                 contribution: r.get(10)?,
                 late: r.get(11)?,
+            })
+        })
+    }
+
+    /// Rows of `latency`, by stream and round, then by key and step. A store older than version 16 has none.
+    pub fn latency(&self, select: Select) -> Result<Vec<LatencyRow>, StoreError> {
+        if self.version < 16 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, key_id, step, latency_ns, start_unix_ns, start_app, start_rank,
+                    stop_unix_ns, stop_app, stop_rank, late
+             FROM latency{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(LatencyRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                key_id: id_of(r.get(2)?),
+                step: u64_at(r, 3)?,
+                latency_ns: u64_at(r, 4)?,
+                start_unix_ns: u64_at(r, 5)?,
+                start_app: r.get(6)?,
+                start_rank: r.get(7)?,
+                stop_unix_ns: u64_at(r, 8)?,
+                stop_app: r.get(9)?,
+                stop_rank: r.get(10)?,
+                late: r.get(11)?,
+            })
+        })
+    }
+
+    /// Rows of `latency_apps`, by stream and round, then by key, step and application. A store older than
+    /// version 16 has none.
+    pub fn latency_apps(&self, select: Select) -> Result<Vec<LatencyAppRow>, StoreError> {
+        if self.version < 16 {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(true);
+        let sql = format!(
+            "SELECT stream_id, round, key_id, step, app, ranks, transfer_us, compute_us, late
+             FROM latency_apps{clause} ORDER BY stream_id, round, rowid"
+        );
+        self.rows(&sql, &values, |r| {
+            Ok(LatencyAppRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                key_id: id_of(r.get(2)?),
+                step: u64_at(r, 3)?,
+                app: r.get(4)?,
+                ranks: r.get(5)?,
+                transfer_us: r.get(6)?,
+                compute_us: r.get(7)?,
+                late: r.get(8)?,
             })
         })
     }

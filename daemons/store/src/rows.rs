@@ -358,6 +358,37 @@ pub struct ClusterRow {
     pub late: bool,
 }
 
+/// One row of `latency` (the latency filter): a step completed in the round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub key_id: u64,
+    pub step: u64,
+    pub latency_ns: u64,
+    pub start_unix_ns: u64,
+    pub start_app: String,
+    pub start_rank: u32,
+    pub stop_unix_ns: u64,
+    pub stop_app: String,
+    pub stop_rank: u32,
+    pub late: bool,
+}
+
+/// One row of `latency_apps`: an application's part in a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyAppRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub key_id: u64,
+    pub step: u64,
+    pub app: String,
+    pub ranks: u32,
+    pub transfer_us: f64,
+    pub compute_us: f64,
+    pub late: bool,
+}
+
 /// One row of `reductions`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReductionRow {

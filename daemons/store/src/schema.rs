@@ -35,7 +35,9 @@ use crate::tables::parse_ranges_text;
 ///   `kmeans_fits`, with the `cluster_members`, `clusters_named` and `cluster_centroids_named` views.
 /// - 15: `stats.app` and `stats_quantiles.app`, the application a row stands for (the stats filter's `by_app`;
 ///   NULL for every application), also in `stats_named` and `stats_quantiles_named`.
-pub const SCHEMA_VERSION: u32 = 15;
+/// - 16: the latency filter's steps: `latency` (each step completed in a round: its end-to-end latency and
+///   ends) and `latency_apps` (each application's part in it), with `latency_named` and `latency_apps_named`.
+pub const SCHEMA_VERSION: u32 = 16;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -649,6 +651,57 @@ CREATE VIEW stats_quantiles_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '15');
 ";
 
+/// Version 16: the latency filter's results (a `LatencyResult` per round: the steps completed in it).
+///
+/// - `latency`: a row per step of a key: its end-to-end latency (latest stop minus earliest start, in ns) and
+///   where and when it started and stopped (application and rank).
+/// - `latency_apps`: a row per step and application: the rank dumps that marked the step and their mean
+///   exclusive time per rank, split into transfer and compute (microseconds).
+const V16: &str = "
+CREATE TABLE latency (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    key_id INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    latency_ns INTEGER NOT NULL,
+    start_unix_ns INTEGER NOT NULL,
+    start_app TEXT NOT NULL,
+    start_rank INTEGER NOT NULL,
+    stop_unix_ns INTEGER NOT NULL,
+    stop_app TEXT NOT NULL,
+    stop_rank INTEGER NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX latency_by_round ON latency (stream_id, round);
+CREATE INDEX latency_by_step ON latency (stream_id, key_id, step);
+CREATE TABLE latency_apps (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    key_id INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    ranks INTEGER NOT NULL,
+    transfer_us REAL NOT NULL,
+    compute_us REAL NOT NULL,
+    late INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX latency_apps_by_round ON latency_apps (stream_id, round);
+CREATE VIEW latency_named AS
+    SELECT l.stream_id, st.name AS stream, l.round, l.key_id, coalesce(n.name, printf('%016x', l.key_id)) AS key,
+           l.step, l.latency_ns, l.start_unix_ns, l.start_app, l.start_rank, l.stop_unix_ns, l.stop_app,
+           l.stop_rank, l.late
+    FROM latency AS l
+    LEFT JOIN streams AS st ON st.stream_id = l.stream_id
+    LEFT JOIN names AS n ON n.id = l.key_id;
+CREATE VIEW latency_apps_named AS
+    SELECT a.stream_id, st.name AS stream, a.round, a.key_id, coalesce(n.name, printf('%016x', a.key_id)) AS key,
+           a.step, a.app, a.ranks, a.transfer_us, a.compute_us, a.late
+    FROM latency_apps AS a
+    LEFT JOIN streams AS st ON st.stream_id = a.stream_id
+    LEFT JOIN names AS n ON n.id = a.key_id;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '16');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -698,6 +751,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V13),
         M::up(V14),
         M::up(V15),
+        M::up(V16),
     ])
 }
 
@@ -918,6 +972,35 @@ mod tests {
             ]
         );
         assert!(has(&conn, "index", "event_metrics_by_round"));
+    }
+
+    /// A store of version 15 gains the latency tables and their views, and keeps its rows.
+    #[test]
+    fn a_version_15_store_migrates_to_16_with_the_latency_tables() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, 15).unwrap();
+        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
+            .unwrap();
+        migrations().to_version(&mut conn, 16).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (16, Some(16))
+        );
+        for (kind, name) in [
+            ("table", "latency"),
+            ("table", "latency_apps"),
+            ("index", "latency_by_round"),
+            ("index", "latency_by_step"),
+            ("index", "latency_apps_by_round"),
+            ("view", "latency_named"),
+            ("view", "latency_apps_named"),
+        ] {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
     }
 
     /// A store of version 11 gains the outliers tables and their views, and keeps its rows.

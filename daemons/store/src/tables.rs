@@ -4,8 +4,8 @@
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, Metric, NodeSample, NodeSamples,
-    OutliersResult, RankRange, StatsResult, UtilizationResult,
+    ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
+    NodeSamples, OutliersResult, RankRange, StatsResult, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -20,6 +20,7 @@ const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
 const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
 const OUTLIERS_RESULT: &str = "canopy.filters.v1.OutliersResult";
 const KMEANS_RESULT: &str = "canopy.filters.v1.KmeansResult";
+const LATENCY_RESULT: &str = "canopy.filters.v1.LatencyResult";
 
 /// Whether results of this type get tables.
 pub fn is_tabulated(result_type: &str) -> bool {
@@ -32,6 +33,7 @@ pub fn is_tabulated(result_type: &str) -> bool {
             | NODE_SAMPLES
             | OUTLIERS_RESULT
             | KMEANS_RESULT
+            | LATENCY_RESULT
     )
 }
 
@@ -122,6 +124,11 @@ pub(crate) fn write(
         KMEANS_RESULT => {
             let r: KmeansResult = decode("KmeansResult", payload)?;
             at.kmeans(tx, &r)?;
+        }
+        LATENCY_RESULT => {
+            let r: LatencyResult = decode("LatencyResult", payload)?;
+            at.latency(tx, &r)?;
+            at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
         }
         NODE_SAMPLES => {
             let r: NodeSamples = decode("NodeSamples", payload)?;
@@ -456,6 +463,49 @@ impl At {
             self.late
         ])?;
         self.rank_ranges(tx, "node_ranks", "node_id", &n.node_id, &n.ranks)?;
+        Ok(())
+    }
+
+    /// A latency result: each step completed in the round, and each application's part in it.
+    fn latency(&self, tx: &Transaction<'_>, r: &LatencyResult) -> Result<(), TableError> {
+        let mut step = tx.prepare_cached(
+            "INSERT INTO latency (stream_id, round, key_id, step, latency_ns, start_unix_ns, start_app, start_rank,
+                 stop_unix_ns, stop_app, stop_rank, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?;
+        let mut app = tx.prepare_cached(
+            "INSERT INTO latency_apps (stream_id, round, key_id, step, app, ranks, transfer_us, compute_us, late)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for s in &r.steps {
+            step.execute(params![
+                self.stream_id,
+                self.round,
+                id_bits(s.key_id),
+                sat(s.step),
+                sat(s.latency_ns),
+                sat(s.start_unix_ns),
+                s.start_app,
+                s.start_rank,
+                sat(s.stop_unix_ns),
+                s.stop_app,
+                s.stop_rank,
+                self.late
+            ])?;
+            for a in &s.apps {
+                app.execute(params![
+                    self.stream_id,
+                    self.round,
+                    id_bits(s.key_id),
+                    sat(s.step),
+                    a.app,
+                    a.ranks,
+                    a.transfer_us,
+                    a.compute_us,
+                    self.late
+                ])?;
+            }
+        }
         Ok(())
     }
 

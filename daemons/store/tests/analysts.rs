@@ -56,8 +56,8 @@ fn range(app: &str, first: u32, last: u32) -> RankRange {
     }
 }
 
-/// A store with a passthrough stream (1), a stats stream (2) and a classify stream (3), names for the events,
-/// and two classes over the ranks of two applications.
+/// A store with a passthrough stream (1), a stats stream (2), a classify stream (3), an outliers stream (4) and
+/// a latency stream (5), names for the events, and two classes over the ranks of two applications.
 fn populated(dir: &std::path::Path) -> Store {
     let mut store = Store::create(dir).unwrap();
     store
@@ -68,7 +68,7 @@ fn populated(dir: &std::path::Path) -> Store {
             Some(canopy_store::PROFILE_BATCH_TYPE),
         )
         .unwrap();
-    for (id, name) in [(2, "stats"), (3, "classify"), (4, "outliers")] {
+    for (id, name) in [(2, "stats"), (3, "classify"), (4, "outliers"), (5, "latency")] {
         let mut s = spec(id);
         s.name = name.into();
         s.filter = name.into();
@@ -165,6 +165,34 @@ fn populated(dir: &std::path::Path) -> Store {
         .encode_to_vec();
         store
             .write_filter_tables(4, round, "canopy.filters.v1.OutliersResult", &outliers, false)
+            .unwrap();
+        // Step `round` of "compute" (id 7), started by the simulation and stopped by the analysis.
+        let latency = canopy_proto::filters::v1::LatencyResult {
+            steps: vec![canopy_proto::filters::v1::StepLatency {
+                key_id: 7,
+                step: round,
+                latency_ns: 30_000_000,
+                start_unix_ns: 1_000,
+                start_app: "sim".into(),
+                stop_unix_ns: 30_001_000,
+                stop_app: "analysis".into(),
+                starts: 1,
+                stops: 1,
+                apps: ["analysis", "sim"]
+                    .map(|app| canopy_proto::filters::v1::StepApp {
+                        app: app.into(),
+                        ranks: 1,
+                        transfer_us: 10.0,
+                        compute_us: 20.0,
+                    })
+                    .to_vec(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        store
+            .write_filter_tables(5, round, "canopy.filters.v1.LatencyResult", &latency, false)
             .unwrap();
     }
     store

@@ -48,6 +48,15 @@ pub struct CounterView {
     pub total: f64,
 }
 
+/// One step mark of one rank, as `canopy.v1.StepMark` carries it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MarkView {
+    pub key_id: u64,
+    pub step: u64,
+    pub stop: bool,
+    pub unix_ns: u64,
+}
+
 /// One rank's profile: its header, and where its events and counters are in the buffers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProfileView<'a> {
@@ -58,6 +67,9 @@ pub struct ProfileView<'a> {
     pub counters: Range<usize>,
     /// Its per-event metrics (`Metric` numbers) in `Buffers::event_metrics`.
     pub event_metrics: Range<usize>,
+    /// Its step marks in `Buffers::marks`, and how many its rank could not record.
+    pub marks: Range<usize>,
+    pub marks_lost: u64,
 }
 
 impl ProfileView<'_> {
@@ -78,6 +90,8 @@ pub struct Buffers {
     pub event_metrics: Vec<u32>,
     /// The events' per-event metric values.
     pub values: Vec<f64>,
+    /// The profiles' step marks.
+    pub marks: Vec<MarkView>,
     /// An event's totals while its fields are read.
     scratch: Vec<f64>,
 }
@@ -88,22 +102,25 @@ impl Buffers {
         self.counters.clear();
         self.event_metrics.clear();
         self.values.clear();
+        self.marks.clear();
     }
 
-    fn lengths(&self) -> [usize; 4] {
+    fn lengths(&self) -> [usize; 5] {
         [
             self.events.len(),
             self.counters.len(),
             self.event_metrics.len(),
             self.values.len(),
+            self.marks.len(),
         ]
     }
 
-    fn truncate(&mut self, to: [usize; 4]) {
+    fn truncate(&mut self, to: [usize; 5]) {
         self.events.truncate(to[0]);
         self.counters.truncate(to[1]);
         self.event_metrics.truncate(to[2]);
         self.values.truncate(to[3]);
+        self.marks.truncate(to[4]);
     }
 }
 
@@ -268,13 +285,29 @@ fn read_counter(mut buf: &[u8]) -> Result<CounterView, String> {
     Ok(c)
 }
 
+fn read_mark(mut buf: &[u8]) -> Result<MarkView, String> {
+    let mut m = MarkView::default();
+    while !buf.is_empty() {
+        let (tag, wt) = decode_key(&mut buf).map_err(err)?;
+        match tag {
+            1 => m.key_id = take_fixed64(&mut buf, wt)?,
+            2 => m.step = take_varint(&mut buf, wt)?,
+            // As prost reads a bool: any non-zero varint is true.
+            3 => m.stop = take_varint(&mut buf, wt)? != 0,
+            4 => m.unix_ns = take_varint(&mut buf, wt)?,
+            _ => skip(&mut buf, wt, tag)?,
+        }
+    }
+    Ok(m)
+}
+
 /// Whether `bytes` decode as an `M`, as prost would decode the field that holds them.
 fn check_message<M: prost::Message + Default>(bytes: &[u8]) -> Result<(), String> {
     M::decode(bytes).map(drop).map_err(err)
 }
 
 fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView<'a>, String> {
-    let [events, counters, event_metrics, _] = into.lengths();
+    let [events, counters, event_metrics, _, marks] = into.lengths();
     let mut p = ProfileView {
         app: "",
         rank: 0,
@@ -282,6 +315,8 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
         events: events..events,
         counters: counters..counters,
         event_metrics: event_metrics..event_metrics,
+        marks: marks..marks,
+        marks_lost: 0,
     };
     while !buf.is_empty() {
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
@@ -309,12 +344,15 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
             }
             10 => check_message::<canopy_wire::v1::Utilization>(take_len(&mut buf, wt)?)?,
             11 => take_u32s(&mut buf, wt, &mut into.event_metrics)?,
+            12 => into.marks.push(read_mark(take_len(&mut buf, wt)?)?),
+            13 => p.marks_lost = take_varint(&mut buf, wt)?,
             _ => skip(&mut buf, wt, tag)?,
         }
     }
     p.events = events..into.events.len();
     p.counters = counters..into.counters.len();
     p.event_metrics = event_metrics..into.event_metrics.len();
+    p.marks = marks..into.marks.len();
     Ok(p)
 }
 
@@ -347,7 +385,7 @@ pub fn read_batch<'a>(input: &'a [u8], into: &mut Buffers) -> Result<Vec<Profile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_wire::v1::{CounterSample, EventSample, ProfileBatch, RankProfile};
+    use canopy_wire::v1::{CounterSample, EventSample, ProfileBatch, RankProfile, StepMark};
     use prost::Message;
 
     fn batch() -> ProfileBatch {
@@ -378,6 +416,15 @@ mod tests {
                 total: 4.0,
             }],
             metrics: 6,
+            marks: (0..3u64)
+                .map(|i| StepMark {
+                    key_id: u64::MAX - i,
+                    step: i << 40,
+                    stop: i % 2 == 1,
+                    unix_ns: 1_700_000_000_000_000_000 + i,
+                })
+                .collect(),
+            marks_lost: u64::from(rank) * 7,
             ..RankProfile::default()
         };
         ProfileBatch {
@@ -413,6 +460,16 @@ mod tests {
             assert_eq!(events, p.events);
             assert_eq!(buffers.event_metrics[v.event_metrics.clone()], p.event_metrics);
             assert_eq!(buffers.counters[v.counters.clone()][0].total, 4.0);
+            let marks: Vec<StepMark> = buffers.marks[v.marks.clone()]
+                .iter()
+                .map(|m| StepMark {
+                    key_id: m.key_id,
+                    step: m.step,
+                    stop: m.stop,
+                    unix_ns: m.unix_ns,
+                })
+                .collect();
+            assert_eq!((marks, v.marks_lost), (p.marks.clone(), p.marks_lost));
         }
     }
 

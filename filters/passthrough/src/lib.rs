@@ -106,6 +106,30 @@ mod tests {
         );
     }
 
+    /// Step marks travel with their profiles, so a brute force over passthrough sees every one.
+    #[test]
+    fn step_marks_pass_through() {
+        let marked = ProfileBatch {
+            profiles: vec![RankProfile {
+                app: "sim".into(),
+                marks: vec![canopy_wire::v1::StepMark {
+                    key_id: 3,
+                    step: 7,
+                    stop: true,
+                    unix_ns: 11,
+                }],
+                marks_lost: 2,
+                ..Default::default()
+            }],
+        };
+        let mut f = Passthrough::create("", Level::Relay).unwrap();
+        let mut out = Collect::default();
+        f.upstream(0, 0, &[&batch(&[0]), &marked.encode_to_vec()], &mut out)
+            .unwrap();
+        let merged = ProfileBatch::decode(out.up[0].as_slice()).unwrap();
+        assert_eq!(merged.profiles[1], marked.profiles[0]);
+    }
+
     #[test]
     fn parameters_are_refused_by_name() {
         assert_eq!(

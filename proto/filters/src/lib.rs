@@ -88,6 +88,7 @@ mod tests {
             "RankCount",
             "UtilizationResult",
             "NodeSamples",
+            "LatencyResult",
         ] {
             assert!(defines("canopy.filters.v1", name), "{name}");
         }

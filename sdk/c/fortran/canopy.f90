@@ -50,6 +50,7 @@ module canopy
     public :: canopy_init, canopy_timer, canopy_start, canopy_stop
     public :: canopy_activity, canopy_begin, canopy_end, canopy_send, canopy_idle_begin, canopy_idle_end
     public :: canopy_counter, canopy_counter_id, canopy_count
+    public :: canopy_step_start, canopy_step_stop
     public :: canopy_dump, canopy_finalize, canopy_last_error, canopy_stats
 
     ! Message-send events: the size in bytes as a default or an 8-byte integer.
@@ -118,6 +119,20 @@ module canopy
 
         subroutine c_idle_end() bind(C, name='canopy_idle_end')
         end subroutine c_idle_end
+
+        function c_step_start(key, step) bind(C, name='canopy_step_start')
+            import :: c_char, c_int, c_int64_t
+            character(kind=c_char), dimension(*), intent(in) :: key
+            integer(c_int64_t), value :: step
+            integer(c_int) :: c_step_start
+        end function c_step_start
+
+        function c_step_stop(key, step) bind(C, name='canopy_step_stop')
+            import :: c_char, c_int, c_int64_t
+            character(kind=c_char), dimension(*), intent(in) :: key
+            integer(c_int64_t), value :: step
+            integer(c_int) :: c_step_stop
+        end function c_step_stop
 
         subroutine c_counter(name, value) bind(C, name='canopy_counter')
             import :: c_char, c_double
@@ -256,6 +271,27 @@ contains
     end subroutine canopy_idle_end
 
     ! Adds value to the counter of this name (bytes sent, cache misses...).
+    ! Marks the start of step `step` of the workflow key `key` now (see canopy_step_start in canopy.h); ierr, when
+    ! given, gets 0 or a negative code.
+    subroutine canopy_step_start(key, step, ierr)
+        character(len=*), intent(in) :: key
+        integer(int64), intent(in) :: step
+        integer, intent(out), optional :: ierr
+        integer(c_int) :: rc
+        rc = c_step_start(c_string(key), int(step, c_int64_t))
+        if (present(ierr)) ierr = int(rc)
+    end subroutine canopy_step_start
+
+    ! Marks the end of step `step` of `key` now (see canopy_step_stop in canopy.h).
+    subroutine canopy_step_stop(key, step, ierr)
+        character(len=*), intent(in) :: key
+        integer(int64), intent(in) :: step
+        integer, intent(out), optional :: ierr
+        integer(c_int) :: rc
+        rc = c_step_stop(c_string(key), int(step, c_int64_t))
+        if (present(ierr)) ierr = int(rc)
+    end subroutine canopy_step_stop
+
     subroutine counter_real64(name, value)
         character(len=*), intent(in) :: name
         real(real64), intent(in) :: value

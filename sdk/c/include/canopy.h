@@ -79,6 +79,14 @@ void canopy_send(int dest, uint64_t bytes);
 void canopy_idle_begin(void);
 void canopy_idle_end(void);
 
+/* Step marks: the start or the stop of step `step` of the workflow key `key` (say "exchange"), now, on this
+ * rank. Any rank of any application may start or stop a step, in any round; the latency filter pairs the
+ * earliest start with the latest stop of each (key, step) over the tree: the step's end-to-end latency. A mark
+ * ships with the next dump (at most 4096 per dump; more are counted as lost). 0, or < 0 when the key is NULL,
+ * empty or not UTF-8. They work before canopy_init. */
+int canopy_step_start(const char *key, uint64_t step);
+int canopy_step_stop(const char *key, uint64_t step);
+
 /* The id (>= 0) of the counter of this name, made on first use; < 0 on error. */
 int canopy_counter_id(const char *name);
 

@@ -125,6 +125,41 @@ pub unsafe extern "C" fn canopy_counter(name: *const c_char, value: c_double) {
     });
 }
 
+/// A step mark's key as a string.
+///
+/// # Safety
+/// `key` is NULL or a NUL-terminated string.
+unsafe fn key_arg<'a>(key: *const c_char, call: &str) -> Result<&'a str, Error> {
+    // SAFETY: as documented above.
+    unsafe { str_arg(key, "the step key") }?.ok_or_else(|| Error::Invalid(format!("{call}: the key is NULL")))
+}
+
+/// See canopy.h.
+///
+/// # Safety
+/// `key` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canopy_step_start(key: *const c_char, step: u64) -> c_int {
+    guard(|| {
+        // SAFETY: as documented above.
+        let key = unsafe { key_arg(key, "canopy_step_start") }?;
+        canopy_sdk::step_start(key, step)
+    })
+}
+
+/// See canopy.h.
+///
+/// # Safety
+/// `key` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canopy_step_stop(key: *const c_char, step: u64) -> c_int {
+    guard(|| {
+        // SAFETY: as documented above.
+        let key = unsafe { key_arg(key, "canopy_step_stop") }?;
+        canopy_sdk::step_stop(key, step)
+    })
+}
+
 /// See canopy.h.
 #[unsafe(no_mangle)]
 pub extern "C" fn canopy_dump() -> c_int {

@@ -41,6 +41,7 @@ mod measure;
 mod perf;
 mod rings;
 mod ship;
+mod steps;
 mod trace;
 mod utilization;
 
@@ -56,6 +57,7 @@ pub use config::Config;
 pub use events::{Activity, Counter, activity, counter_id, idle_begin, idle_end, modules, send};
 pub use measure::{MAX_NAMES, Scope, Timer};
 use measure::{Totals, registry};
+pub use steps::MAX_MARKS;
 
 /// What went wrong; `code()` gives the C library's return code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +139,19 @@ pub fn timer(name: &str) -> Result<&'static Timer, Error> {
     registry().timer(name)
 }
 
+/// Marks the start of step `step` of the workflow key `key` (say "exchange") now, on this rank. Any rank of
+/// any application may start or stop a step, in any round: the latency filter pairs the earliest start with
+/// the latest stop of each (key, step) over the tree and gives the step's end-to-end latency. The mark ships
+/// with the next dump (at most [`MAX_MARKS`] per dump; more are counted as lost). Works before `init`.
+pub fn step_start(key: &str, step: u64) -> Result<(), Error> {
+    steps::mark(key, step, false)
+}
+
+/// Marks the end of step `step` of `key` now, on this rank (see [`step_start`]).
+pub fn step_stop(key: &str, step: u64) -> Result<(), Error> {
+    steps::mark(key, step, true)
+}
+
 /// Adds `value` to the counter `name` (bytes sent, cache misses...) on the calling thread.
 pub fn counter(name: &str, value: f64) -> Result<(), Error> {
     if name.is_empty() {
@@ -195,6 +210,9 @@ struct Snapshot {
     trace: Vec<(u32, trace::Record)>,
     /// Trace events recorded since the previous dump and not in `trace`.
     trace_lost: u64,
+    /// The step marks since the previous dump, and those the bound left out.
+    marks: Vec<steps::Mark>,
+    marks_lost: u64,
     /// The utilization module's profile of the period, when `has_utilization`.
     utilization: Utilization,
     has_utilization: bool,
@@ -214,6 +232,8 @@ impl Snapshot {
             measure_gen: 0,
             trace: Vec::new(),
             trace_lost: 0,
+            marks: Vec::new(),
+            marks_lost: 0,
             utilization: Utilization::default(),
             has_utilization: false,
         }
@@ -541,6 +561,7 @@ impl Sdk {
         let kind = if !st.collecting || !in_window {
             if st.stop_sent {
                 std::mem::swap(&mut st.prev, &mut st.totals);
+                steps::let_go();
                 return Ok(false);
             }
             Kind::Stopped
@@ -570,6 +591,15 @@ impl Sdk {
         snap.trace.clear();
         snap.trace_lost = 0;
         snap.has_utilization = false;
+        // The marks since the previous dump: shipped by a profile, else let go and counted as lost in the next
+        // profile.
+        if kind == Kind::Profile {
+            snap.marks_lost = steps::take(&mut snap.marks);
+        } else {
+            steps::let_go();
+            snap.marks.clear();
+            snap.marks_lost = 0;
+        }
         if let Some((_, from, to)) = time {
             // Every period is replayed, reported or not, so the next one starts where this one ends.
             st.binner

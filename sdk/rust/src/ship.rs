@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use canopy_wire::options::{Measure, metric};
 use canopy_wire::v1::{
     AgentMessage, CounterSample, EventName, EventSample, RankAbsence, RankDump, RankFin, RankHello,
-    RankMessage, RankProfile, TraceEvent, TraceKind, agent_message, rank_message,
+    RankMessage, RankProfile, StepMark, TraceEvent, TraceKind, agent_message, rank_message,
 };
 use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
 use prost::Message;
@@ -484,6 +484,17 @@ fn encode_dump(
             profile.trace.push(e);
         }
         profile.trace_lost = snap.trace_lost;
+        profile.marks = snap
+            .marks
+            .iter()
+            .map(|m| StepMark {
+                key_id: m.key_id,
+                step: m.step,
+                stop: m.stop,
+                unix_ns: m.unix_ns,
+            })
+            .collect();
+        profile.marks_lost = snap.marks_lost;
         if snap.has_utilization {
             profile.utilization = Some(snap.utilization.clone());
         }
@@ -493,9 +504,14 @@ fn encode_dump(
             .map(|e| e.event_id)
             .chain(profile.counters.iter().map(|c| c.counter_id))
             .chain(profile.trace.iter().filter(|t| t.id != 0).map(|t| t.id))
+            .chain(profile.marks.iter().map(|m| m.key_id))
             .filter(|id| !sent.contains(id))
             .collect();
         for id in fresh {
+            // Marks repeat their keys' ids.
+            if sent.contains(&id) {
+                continue;
+            }
             if !names.by_id.contains_key(&id) {
                 names.refresh();
             }

@@ -246,6 +246,9 @@ impl Simulator {
                 utilization: None,
                 // Nor do they read perf counters.
                 event_metrics: Vec::new(),
+                // Nor mark workflow steps.
+                marks: Vec::new(),
+                marks_lost: 0,
                 app: app.clone(),
                 rank: st.rank,
                 round,

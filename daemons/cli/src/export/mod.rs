@@ -28,8 +28,8 @@ pub struct ExportArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Only these tables (repeatable, or comma-separated): streams, rounds, stats, stats_quantiles, histograms,
-    /// classes, clusters, reductions, utilization, outliers, outlier_events, node_samples, event_metrics, samples,
-    /// counters, nodes. Default: every table the run has rows in, and always streams and rounds.
+    /// classes, clusters, latency, latency_apps, reductions, utilization, outliers, outlier_events, node_samples,
+    /// event_metrics, samples, counters, nodes. Default: every table the run has rows in, and always streams and rounds.
     #[arg(long = "table", value_name = "T", value_delimiter = ',')]
     tables: Vec<String>,
 }

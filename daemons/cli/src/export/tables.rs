@@ -34,6 +34,8 @@ pub const TABLES: &[(&str, StoreTable, Build)] = &[
     ("histograms", StoreTable::Histograms, histograms),
     ("classes", StoreTable::Classes, classes),
     ("clusters", StoreTable::Clusters, clusters),
+    ("latency", StoreTable::Latency, latency),
+    ("latency_apps", StoreTable::LatencyApps, latency_apps),
     ("reductions", StoreTable::Reductions, reductions),
     ("utilization", StoreTable::Utilization, utilization),
     ("outliers", StoreTable::Outliers, outliers),
@@ -191,6 +193,41 @@ fn clusters(src: &Source<'_>) -> anyhow::Result<Table> {
         .float("rms", rows.iter().map(|r| Some(r.rms)))
         .float("max_distance", rows.iter().map(|r| Some(r.max_distance)))
         .float("sum_squares", rows.iter().map(|r| Some(r.sum_squares)))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn latency(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.latency(Select::all())?;
+    Ok(Table::new("latency")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .id("key_id", rows.iter().map(|r| r.key_id))
+        .text("key", rows.iter().map(|r| src.names.of(r.key_id)))
+        .int("step", rows.iter().map(|r| r.step))
+        .int("latency_ns", rows.iter().map(|r| r.latency_ns))
+        .int("start_unix_ns", rows.iter().map(|r| r.start_unix_ns))
+        .text("start_app", rows.iter().map(|r| r.start_app.clone()))
+        .int("start_rank", rows.iter().map(|r| r.start_rank))
+        .int("stop_unix_ns", rows.iter().map(|r| r.stop_unix_ns))
+        .text("stop_app", rows.iter().map(|r| r.stop_app.clone()))
+        .int("stop_rank", rows.iter().map(|r| r.stop_rank))
+        .flag("late", rows.iter().map(|r| r.late)))
+}
+
+fn latency_apps(src: &Source<'_>) -> anyhow::Result<Table> {
+    let rows = src.reader.latency_apps(Select::all())?;
+    Ok(Table::new("latency_apps")
+        .int("stream_id", rows.iter().map(|r| r.stream_id))
+        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
+        .int("round", rows.iter().map(|r| r.round))
+        .id("key_id", rows.iter().map(|r| r.key_id))
+        .text("key", rows.iter().map(|r| src.names.of(r.key_id)))
+        .int("step", rows.iter().map(|r| r.step))
+        .text("app", rows.iter().map(|r| r.app.clone()))
+        .int("ranks", rows.iter().map(|r| r.ranks))
+        .float("transfer_us", rows.iter().map(|r| Some(r.transfer_us)))
+        .float("compute_us", rows.iter().map(|r| Some(r.compute_us)))
         .flag("late", rows.iter().map(|r| r.late)))
 }
 

@@ -7,6 +7,7 @@ mod clusters;
 mod coverage;
 pub mod data;
 mod histogram;
+mod latency;
 mod nodes;
 mod outliers;
 mod page;
@@ -78,6 +79,7 @@ enum Kind {
     Histogram,
     Classify,
     Kmeans,
+    Latency,
     Utilization,
     Outliers,
     Nodes,
@@ -92,6 +94,7 @@ impl Kind {
             "HistogramResult" => Some(Kind::Histogram),
             "ClassResult" => Some(Kind::Classify),
             "KmeansResult" => Some(Kind::Kmeans),
+            "LatencyResult" => Some(Kind::Latency),
             "UtilizationResult" => Some(Kind::Utilization),
             "OutliersResult" => Some(Kind::Outliers),
             "NodeSamples" => Some(Kind::Nodes),
@@ -106,6 +109,7 @@ impl Kind {
             Kind::Histogram => histogram::section(ctx, stream),
             Kind::Classify => classes::section(ctx, stream),
             Kind::Kmeans => clusters::section(ctx, stream),
+            Kind::Latency => latency::section(ctx, stream),
             Kind::Utilization => utilization::section(ctx, stream),
             Kind::Outliers => outliers::section(ctx, stream),
             Kind::Nodes => nodes::section(ctx, stream),
@@ -247,6 +251,7 @@ mod tests {
             Some(Kind::Utilization)
         );
         assert_eq!(kind(Some("canopy.filters.v1.NodeSamples")), Some(Kind::Nodes));
+        assert_eq!(kind(Some("canopy.filters.v1.LatencyResult")), Some(Kind::Latency));
         // Passthrough profiles, a plugin's own type, or no result yet: coverage only.
         assert_eq!(kind(Some("canopy.v1.ProfileBatch")), None);
         assert_eq!(kind(Some("canopy.filters.v1.RankCount")), None);

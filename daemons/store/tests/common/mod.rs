@@ -97,6 +97,9 @@ pub fn profiles(app: &str, ranks: std::ops::Range<u32>, events: u64, counters: u
                 .collect(),
             metrics: 0,
             event_metrics: vec![19, 40, 999],
+            // Step marks are the latency filter's; the store keeps them only inside the profile batch.
+            marks: Vec::new(),
+            marks_lost: 0,
             // Every rank ships a trace of one activity's begin and end and a send, and rank 1 lost 3 events.
             trace: vec![
                 TraceEvent {
