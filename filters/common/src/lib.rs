@@ -1,5 +1,5 @@
 //! What Canopy's standard filters share: parameters, metric extraction, mergeable summaries, histograms,
-//! quantile sketches, rank ranges, per-round state and the skeleton of the three-phase scheme. Their test support (a tree
+//! quantile sketches, rank ranges, per-round state and the skeletons of the one-phase and three-phase schemes. Their test support (a tree
 //! simulator among it) is the crate canopy-filter-test.
 //!
 //! Functional classes of ranks (classify's class ids) are here too, for every filter that groups by them.
@@ -15,6 +15,7 @@ pub mod decode;
 pub mod fold;
 pub mod histogram;
 pub mod metrics;
+pub mod one_phase;
 pub mod params;
 pub mod ranks;
 pub mod rounds;

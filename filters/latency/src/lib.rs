@@ -14,9 +14,10 @@ pub mod open;
 pub mod packet;
 pub mod settings;
 
+use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::{decode, stream};
 use canopy_filter_proto::v1::LatencyPacket;
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
 use prost::Message;
 
 use settings::{Settings, Transfer};
@@ -37,7 +38,17 @@ pub struct LatencyFilter {
 
 const PACKET: &str = "canopy.filters.v1.LatencyPacket";
 
-impl LatencyFilter {
+impl OnePhase for LatencyFilter {
+    type Packet = LatencyPacket;
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn packet(&mut self) -> (&LatencyPacket, &mut Vec<u8>) {
+        (&self.merged, &mut self.encoded)
+    }
+
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         self.buffers.clear();
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.buffers, out);
@@ -76,35 +87,7 @@ impl Filter for LatencyFilter {
         })
     }
 
-    fn upstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        inputs: &[&[u8]],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        one_phase(Self::NAME, phase)?;
-        match self.level {
-            Level::Leaf => self.leaf(inputs, out),
-            Level::Relay | Level::Root => self.merge(inputs, out),
-        }
-        self.encoded.clear();
-        self.merged
-            .encode(&mut self.encoded)
-            .map_err(|e| format!("encoding the latency packet: {e}"))?;
-        out.up(0, &self.encoded);
-        Ok(())
-    }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        _packet: &[u8],
-        _out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        nothing_down(Self::NAME, phase)
-    }
+    canopy_filter_common::one_phase_calls!();
 
     /// The round's root packet taken into the open steps; the steps it completes are the result.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {

@@ -7,9 +7,10 @@
 
 use std::cmp::Ordering;
 
+use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::{Params, decode};
 use canopy_filter_proto::v1::{NodeSample, NodeSamples};
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
 use prost::Message;
 
 /// What the inputs and the packets are, as rejections name them.
@@ -18,6 +19,7 @@ const PACKET: &str = "canopy.filters.v1.NodeSamples";
 /// One instance per stream per node; the same at every level. What it keeps between rounds are buffers.
 #[derive(Debug)]
 pub struct NodesFilter {
+    level: Level,
     /// The inputs of the round, decoded into slots kept between rounds.
     inputs: Vec<NodeSamples>,
     merged: NodeSamples,
@@ -82,7 +84,22 @@ fn order(a: &NodeSample, b: &NodeSample) -> Ordering {
         .then_with(|| a.encode_to_vec().cmp(&b.encode_to_vec()))
 }
 
-impl NodesFilter {
+impl OnePhase for NodesFilter {
+    type Packet = NodeSamples;
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn packet(&mut self) -> (&NodeSamples, &mut Vec<u8>) {
+        (&self.merged, &mut self.encoded)
+    }
+
+    /// Leaf: its own node's samples, as any level merges them.
+    fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
+        self.merge(inputs, out);
+    }
+
     /// Concatenates the samples of the inputs that read, sorted; the others are rejected by index.
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         let good = decode::packets_into(inputs, &mut self.inputs, PACKET, out, check_packet);
@@ -99,41 +116,17 @@ impl Filter for NodesFilter {
     const RESULT_TYPE: &'static str = "canopy.filters.v1.NodeSamples";
 
     /// Takes no parameters: which samplers run, and how often, is each agent's configuration.
-    fn create(params: &str, _level: Level) -> Result<Self, String> {
+    fn create(params: &str, level: Level) -> Result<Self, String> {
         Params::parse(params, &[])?;
         Ok(NodesFilter {
+            level,
             inputs: Vec::new(),
             merged: NodeSamples::default(),
             encoded: Vec::new(),
         })
     }
 
-    fn upstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        inputs: &[&[u8]],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        one_phase(Self::NAME, phase)?;
-        self.merge(inputs, out);
-        self.encoded.clear();
-        self.merged
-            .encode(&mut self.encoded)
-            .map_err(|e| format!("encoding the node samples: {e}"))?;
-        out.up(0, &self.encoded);
-        Ok(())
-    }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        _packet: &[u8],
-        _out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        nothing_down(Self::NAME, phase)
-    }
+    canopy_filter_common::one_phase_calls!();
 
     /// The root's packet is the result, once checked.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {

@@ -7,10 +7,11 @@
 mod quantiles;
 
 use canopy_filter_common::fold::Fold;
+use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::sketch::Spec;
 use canopy_filter_common::{Params, Values, columns, decode, metrics, sketch_columns};
 use canopy_filter_proto::v1::{StatsColumns, StatsResult};
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
 use prost::Message;
 
 /// One instance per stream per node. Each round is one phase; what it keeps between calls are buffers.
@@ -33,7 +34,17 @@ pub struct StatsFilter {
     encoded: Vec<u8>,
 }
 
-impl StatsFilter {
+impl OnePhase for StatsFilter {
+    type Packet = StatsColumns;
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn packet(&mut self) -> (&StatsColumns, &mut Vec<u8>) {
+        (&self.merged, &mut self.encoded)
+    }
+
     /// Leaf: summarizes its ranks' profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         self.buffers.clear();
@@ -62,7 +73,9 @@ impl StatsFilter {
         let packets: Vec<&StatsColumns> = good.iter().map(|&(slot, _)| &self.inputs[slot]).collect();
         columns::merge_with(&packets, spec.as_ref(), &mut self.merged);
     }
+}
 
+impl StatsFilter {
     fn spec(&self) -> Option<&Spec> {
         self.quantiles.as_ref().map(|(_, spec)| spec)
     }
@@ -103,35 +116,7 @@ impl Filter for StatsFilter {
         })
     }
 
-    fn upstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        inputs: &[&[u8]],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        one_phase(Self::NAME, phase)?;
-        match self.level {
-            Level::Leaf => self.leaf(inputs, out),
-            Level::Relay | Level::Root => self.merge(inputs, out),
-        }
-        self.encoded.clear();
-        self.merged
-            .encode(&mut self.encoded)
-            .map_err(|e| format!("encoding the stats packet: {e}"))?;
-        out.up(0, &self.encoded);
-        Ok(())
-    }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        _packet: &[u8],
-        _out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        nothing_down(Self::NAME, phase)
-    }
+    canopy_filter_common::one_phase_calls!();
 
     /// The root's merged columns as the `StatsResult` stored, every `std` filled.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {

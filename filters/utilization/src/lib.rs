@@ -11,9 +11,10 @@ pub mod window;
 
 use std::collections::HashMap;
 
+use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::{Params, decode};
 use canopy_filter_proto::v1::UtilizationPacket;
-use canopy_filter_sdk::{Emit, Filter, Level, export_filter, nothing_down, one_phase};
+use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
 use canopy_wire::utilization::{self as util, FULL};
 use canopy_wire::v1::ProfileBatch;
 use prost::Message;
@@ -91,7 +92,17 @@ pub fn check_packet(p: &UtilizationPacket) -> Result<(), String> {
     Ok(())
 }
 
-impl UtilizationFilter {
+impl OnePhase for UtilizationFilter {
+    type Packet = UtilizationPacket;
+
+    fn level(&self) -> Level {
+        self.level
+    }
+
+    fn packet(&mut self) -> (&UtilizationPacket, &mut Vec<u8>) {
+        (&self.merged, &mut self.encoded)
+    }
+
     /// Leaf: sums its ranks' utilization profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         let mut window = None;
@@ -232,35 +243,7 @@ impl Filter for UtilizationFilter {
         })
     }
 
-    fn upstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        inputs: &[&[u8]],
-        out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        one_phase(Self::NAME, phase)?;
-        match self.level {
-            Level::Leaf => self.leaf(inputs, out),
-            Level::Relay | Level::Root => self.merge(inputs, out),
-        }
-        self.encoded.clear();
-        self.merged
-            .encode(&mut self.encoded)
-            .map_err(|e| format!("encoding the utilization packet: {e}"))?;
-        out.up(0, &self.encoded);
-        Ok(())
-    }
-
-    fn downstream(
-        &mut self,
-        _round: u64,
-        phase: u32,
-        _packet: &[u8],
-        _out: &mut dyn Emit,
-    ) -> Result<(), String> {
-        nothing_down(Self::NAME, phase)
-    }
+    canopy_filter_common::one_phase_calls!();
 
     /// The root's summed packet as the `UtilizationResult` stored: averages, folded and named.
     fn finalize(&mut self, round: u64, phase: u32, packet: &[u8]) -> Result<Vec<u8>, String> {
