@@ -106,9 +106,10 @@ async fn canopy_top_shows_every_node_live_in_tmux_at_80x24() {
         Duration::from_secs(30),
         "a node without rounds per second:\n{screen}"
     );
-    // Ranks dump every 100 ms: no node closes more than 10 rounds a second (a margin for the interval's edges).
+    // Ranks dump every 100 ms: a node closes about 10 rounds a second. The margin allows a catch-up after a
+    // stall of a loaded machine; counting each phase of each stream would show 30.
     for rate in rates(&screen).unwrap() {
-        assert!(rate < 12.5, "{rate} rounds/s:\n{screen}");
+        assert!(rate < 20.0, "{rate} rounds/s:\n{screen}");
     }
     // At 80 columns → brings the columns on the right into view: the troubles and the filters' time.
     let table_head = |screen: &str| {
