@@ -56,7 +56,7 @@ impl Collector for NodeCollector {
         counter(
             &mut enc,
             "rounds_partial",
-            "Groups (one phase of one stream's round) closed without every source below (late, lost, stopped...)",
+            "Streams' rounds closed without every source below (late, lost, stopped...), each once whatever its phases",
             None,
             st.rounds_partial,
         )?;

@@ -223,7 +223,7 @@ pub struct EngineStats {
     /// Rounds that closed here: a round number counts once, whatever its streams and phases, so the rate of
     /// this count is the tree's rounds per second.
     pub closed: u64,
-    /// Groups (one phase of one stream's round) closed without every source below.
+    /// Streams' rounds closed without every source below (in any of their phases; each counts once).
     pub partial: u64,
     /// Rank-rounds in the first phase of the groups closed here: covered, and missing by reason (indexed by the
     /// `MissingReason` number).
@@ -258,6 +258,8 @@ pub struct RoundEngine {
     any_dropped: bool,
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
     rounds_counted: BTreeSet<u64>,
+    /// The latest (stream, round) that closed a group partial here, so each counts once in `stats.partial`.
+    partials_counted: BTreeSet<(u32, u64)>,
 }
 
 /// Room for every `MissingReason` number in [`EngineStats::missing_ranks`].
@@ -908,8 +910,12 @@ impl RoundEngine {
         }
         self.count_round(key.round);
         self.count_ranks(key, &coverage);
-        if partial {
+        if partial && self.partials_counted.insert((key.stream, key.round)) {
+            // A stream's round counts once, whichever of its phases closed without every source.
             self.stats.partial += 1;
+            if self.partials_counted.len() > ROUNDS_REMEMBERED {
+                self.partials_counted.pop_first();
+            }
         }
         let first_dump_unix_ns = group
             .arrived

@@ -673,4 +673,20 @@ fn a_round_counts_once_closed_whatever_its_streams_and_phases() {
         }
     }
     assert_eq!(e.stats().closed, 5);
+    assert_eq!(e.stats().partial, 0);
+    // Round 6 closes by time-out without b in both streams: one round, two streams' rounds partial.
+    e.add_source("b", 4);
+    for stream in [1, 2] {
+        let key = GroupKey {
+            stream,
+            round: 6,
+            phase: 0,
+        };
+        assert!(matches!(
+            e.accept(key, arrival("a", 4), now).unwrap(),
+            Accepted::Pending
+        ));
+    }
+    assert_eq!(e.expire(now + Duration::from_secs(1)).len(), 2);
+    assert_eq!((e.stats().closed, e.stats().partial), (6, 2));
 }
