@@ -918,6 +918,35 @@ mod tests {
     }
 
     /// Whether the store has a table (or index...) of this name.
+    /// A store of version `from` holding a `stats` row, migrated one version up: it reaches `from + 1` (in
+    /// `user_version` and `meta`), has each of `gains` (kind, name), and keeps its row.
+    fn migrated_one_up_keeping_a_stats_row(from: u32, gains: &[(&str, &str)]) -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrations().to_version(&mut conn, from as usize).unwrap();
+        for (kind, name) in gains {
+            assert!(
+                !has(&conn, kind, name),
+                "{kind} {name} before version {}",
+                from + 1
+            );
+        }
+        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
+            .unwrap();
+        migrations().to_version(&mut conn, from as usize + 1).unwrap();
+        assert_eq!(
+            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
+            (from + 1, Some(from + 1))
+        );
+        for (kind, name) in gains {
+            assert!(has(&conn, kind, name), "{kind} {name}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        conn
+    }
+
     fn has(conn: &Connection, kind: &str, name: &str) -> bool {
         conn.query_row(
             "SELECT count(*) FROM sqlite_master WHERE type = ?1 AND name = ?2",
@@ -977,58 +1006,34 @@ mod tests {
     /// A store of version 15 gains the latency tables and their views, and keeps its rows.
     #[test]
     fn a_version_15_store_migrates_to_16_with_the_latency_tables() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        migrations().to_version(&mut conn, 15).unwrap();
-        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
-            .unwrap();
-        migrations().to_version(&mut conn, 16).unwrap();
-        assert_eq!(
-            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
-            (16, Some(16))
+        migrated_one_up_keeping_a_stats_row(
+            15,
+            &[
+                ("table", "latency"),
+                ("table", "latency_apps"),
+                ("index", "latency_by_round"),
+                ("index", "latency_by_step"),
+                ("index", "latency_apps_by_round"),
+                ("view", "latency_named"),
+                ("view", "latency_apps_named"),
+            ],
         );
-        for (kind, name) in [
-            ("table", "latency"),
-            ("table", "latency_apps"),
-            ("index", "latency_by_round"),
-            ("index", "latency_by_step"),
-            ("index", "latency_apps_by_round"),
-            ("view", "latency_named"),
-            ("view", "latency_apps_named"),
-        ] {
-            assert!(has(&conn, kind, name), "{kind} {name}");
-        }
-        let kept: i64 = conn
-            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(kept, 1);
     }
 
     /// A store of version 11 gains the outliers tables and their views, and keeps its rows.
     #[test]
     fn a_version_11_store_migrates_to_12_with_the_outliers_tables() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        migrations().to_version(&mut conn, 11).unwrap();
-        conn.execute_batch("INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);")
-            .unwrap();
-        migrations().to_version(&mut conn, 12).unwrap();
-        assert_eq!(
-            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
-            (12, Some(12))
+        migrated_one_up_keeping_a_stats_row(
+            11,
+            &[
+                ("table", "outliers"),
+                ("table", "outlier_events"),
+                ("index", "outliers_by_round"),
+                ("index", "outliers_by_rank"),
+                ("view", "outliers_named"),
+                ("view", "outlier_events_named"),
+            ],
         );
-        for (kind, name) in [
-            ("table", "outliers"),
-            ("table", "outlier_events"),
-            ("index", "outliers_by_round"),
-            ("index", "outliers_by_rank"),
-            ("view", "outliers_named"),
-            ("view", "outlier_events_named"),
-        ] {
-            assert!(has(&conn, kind, name), "{kind} {name}");
-        }
-        let kept: i64 = conn
-            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(kept, 1);
     }
 
     /// A store of version 9 gains the units, the class ranges (filled from the classes it holds), the views and
@@ -1093,17 +1098,14 @@ mod tests {
     /// A store of version 12 gains `stats_quantiles` and its named view, and keeps its rows.
     #[test]
     fn a_version_12_store_migrates_to_13_with_the_quantiles_table() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        migrations().to_version(&mut conn, 12).unwrap();
-        assert!(!has(&conn, "table", "stats_quantiles"));
-        conn.execute_batch(
-            "INSERT INTO stats (stream_id, round, id, metric, count, mean) VALUES (3, 0, 7, 'exclusive', 4, 2.5);",
-        )
-        .unwrap();
-        migrations().to_version(&mut conn, 13).unwrap();
-        assert_eq!(
-            (version(&conn).unwrap(), meta_version(&conn).unwrap()),
-            (13, Some(13))
+        let conn = migrated_one_up_keeping_a_stats_row(
+            12,
+            &[
+                ("table", "stats_quantiles"),
+                ("index", "stats_quantiles_by_round"),
+                ("index", "stats_quantiles_by_event"),
+                ("view", "stats_quantiles_named"),
+            ],
         );
         conn.execute_batch(
             "INSERT INTO stats_quantiles (stream_id, round, id, metric, q, value) VALUES (3, 0, 7, 'exclusive', 0.5, 2.0);",
@@ -1117,17 +1119,6 @@ mod tests {
             )
             .unwrap();
         assert_eq!(row, "0000000000000007 exclusive 0.5 2.0");
-        let kept: i64 = conn
-            .query_row("SELECT count(*) FROM stats", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(kept, 1);
-        for (kind, name) in [
-            ("index", "stats_quantiles_by_round"),
-            ("index", "stats_quantiles_by_event"),
-            ("view", "stats_quantiles_named"),
-        ] {
-            assert!(has(&conn, kind, name), "{kind} {name}");
-        }
     }
 
     /// A store of version 14 gains the `app` column of `stats` and `stats_quantiles` and in their named views;
