@@ -121,12 +121,16 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
     // Before the sources answered, no rank fed it.
     assert!(fed.keys().all(|round| *round >= first));
 
-    // The latest ranks: every planted outlier, and one representative of each of the three groups.
-    let (last_from, _) = stages.last().unwrap();
-    let last: BTreeSet<u32> = fed
-        .range(last_from..)
-        .next()
-        .map(|(_, ranks)| ranks.clone())
+    // The latest ranks: every planted outlier, and one representative of each of the three groups. A stage is
+    // recorded before its first round arrives, so the latest is the newest stage with a stored round.
+    let last: BTreeSet<u32> = stages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, (from, _))| {
+            let to = stages.get(i + 1).map_or(u64::MAX, |(next, _)| *next);
+            fed.range(*from..to).next().map(|(_, ranks)| ranks.clone())
+        })
         .unwrap_or_default();
     assert!(
         planted.is_subset(&last),
