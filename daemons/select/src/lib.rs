@@ -13,8 +13,12 @@
 
 #![forbid(unsafe_code)]
 
+mod cfs;
 mod dataset;
 mod error;
+#[cfg(test)]
+mod testing;
 
+pub use cfs::{Ranked, SearchOptions, Selection, correlation, merit, select};
 pub use dataset::Dataset;
 pub use error::SelectError;
