@@ -46,4 +46,33 @@ pub enum SelectError {
         /// The observation's position.
         index: usize,
     },
+    /// A subset names a feature the training set does not have.
+    #[error("feature {feature} is out of range: the set has {features}")]
+    UnknownFeature {
+        /// The feature asked for.
+        feature: usize,
+        /// How many features the training set has.
+        features: usize,
+    },
+    /// The share of observations to train on is not strictly between 0 and 1.
+    #[error("train fraction {fraction} is not between 0 and 1")]
+    TrainFraction {
+        /// The fraction given.
+        fraction: f64,
+    },
+    /// The split leaves fewer than 2 observations on one side.
+    #[error(
+        "{observations} observations split at {fraction} leave {train} for training and {validate} for \
+         validation: at least 2 of each are needed"
+    )]
+    TooFewRows {
+        /// How many observations the training set holds.
+        observations: usize,
+        /// The share asked for training.
+        fraction: f64,
+        /// The observations the split gives to training.
+        train: usize,
+        /// The observations the split leaves for validation.
+        validate: usize,
+    },
 }

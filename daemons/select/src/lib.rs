@@ -16,9 +16,11 @@
 mod cfs;
 mod dataset;
 mod error;
+mod fit;
 #[cfg(test)]
 mod testing;
 
 pub use cfs::{Ranked, SearchOptions, Selection, correlation, merit, select};
 pub use dataset::Dataset;
 pub use error::SelectError;
+pub use fit::{Fit, prediction_error};
