@@ -16,6 +16,7 @@
 mod cfs;
 mod dataset;
 mod error;
+mod export;
 mod fit;
 #[cfg(test)]
 mod testing;
@@ -23,4 +24,5 @@ mod testing;
 pub use cfs::{Ranked, SearchOptions, Selection, correlation, merit, select};
 pub use dataset::Dataset;
 pub use error::SelectError;
+pub use export::{write_arff, write_csv};
 pub use fit::{Fit, prediction_error};
