@@ -37,6 +37,7 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
             metrics: 0,
             sampled_out: &|_| false,
             utilization: None,
+            step_unix_ns: 0,
         };
         let mut batches: Vec<Vec<Vec<u8>>> = Vec::with_capacity(rounds as usize);
         let t = Instant::now();

@@ -167,6 +167,7 @@ fn tree(plan: &Plan<'_>) -> anyhow::Result<()> {
             metrics: 0,
             sampled_out: &|_| false,
             utilization: Some(window),
+            step_unix_ns: 0,
         };
         let mut leaf_out = Vec::new();
         let mut t_leaf = 0.0;

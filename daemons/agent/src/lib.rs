@@ -65,7 +65,8 @@ pub struct AgentConfig {
     /// Milliseconds between two rounds of the simulated ranks.
     #[arg(long)]
     pub simulate_period_ms: u64,
-    /// Scenario of the simulated ranks: flash, uintah or namd.
+    /// Scenario of the simulated ranks: flash, uintah, namd or workflow (the application name chooses its part: bonds,
+    /// csym, or else the simulation).
     #[arg(long)]
     pub simulate_scenario: String,
     /// Simulated ranks made slower or faster for the whole run, as RANKS:FACTOR (global rank numbers): `3,17:2.5`

@@ -46,7 +46,8 @@ pub struct UpArgs {
     /// A filter's parameters, NAME=JSON, e.g. classify='{"scheme":"pattern","pattern":"^MPI_"}' (repeatable).
     #[arg(long = "filter-params", value_name = "NAME=JSON")]
     filter_params: Vec<String>,
-    /// flash, uintah or namd.
+    /// flash, uintah, namd or workflow (a simulation, `lammps`, on all agents but the last two, which run its
+    /// in-situ analyses `bonds` and `csym`; each round is a step of the workflow key "workflow").
     #[arg(long, default_value = "flash")]
     scenario: String,
     /// Make simulated ranks slower or faster for the whole run, RANKS:FACTOR (repeatable): `--plant 5,40:3`
@@ -239,6 +240,23 @@ pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(up(args))
 }
 
+/// The application each agent's simulated ranks report, in the order of the leaves: `sim` for one application;
+/// for the workflow scenario its simulation `lammps` on every agent but the last two, `bonds` and `csym`.
+fn agent_apps(scenario: &str, agents: usize) -> anyhow::Result<Vec<&'static str>> {
+    if !scenario.eq_ignore_ascii_case("workflow") {
+        return Ok(vec!["sim"; agents]);
+    }
+    if agents < 3 {
+        bail!(
+            "--scenario workflow needs at least 3 agents (the simulation, then one each for the analyses bonds and \
+             csym); the tree has {agents}"
+        );
+    }
+    let mut apps = vec!["lammps"; agents - 2];
+    apps.extend(["bonds", "csym"]);
+    Ok(apps)
+}
+
 async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let topology = match &args.topology {
         Some(t) if Path::new(t).is_file() => crate::topology_cmd::read_mrnet(Path::new(t))?,
@@ -389,9 +407,15 @@ async fn launch_and_watch(
     }
     let per = args.ranks / leaves.len() as u32;
     let extra = args.ranks % leaves.len() as u32;
-    let mut offset = 0u32;
+    let ranks_of = |i: usize| per + u32::from((i as u32) < extra);
+    let apps = agent_apps(&args.scenario, leaves.len())?;
+    let mut offsets: HashMap<&str, u32> = HashMap::new();
     for (i, agent) in leaves.iter().enumerate() {
-        let n = per + u32::from((i as u32) < extra);
+        let n = ranks_of(i);
+        let app = apps[i];
+        // Each application numbers its own ranks from 0.
+        let offset = *offsets.entry(app).or_default();
+        let total: u32 = (0..leaves.len()).filter(|&j| apps[j] == app).map(ranks_of).sum();
         topology.parent(agent).context("agent without parent")?;
         let mut cmd = Launch::new(bin_dir.join("canopy-agent"));
         let socket = match (&args.socket, i) {
@@ -412,9 +436,10 @@ async fn launch_and_watch(
                 "--rank-offset",
                 &offset.to_string(),
             ])
+            .args(["--app", app])
             .args([
                 "--total-ranks",
-                &args.ranks.to_string(),
+                &total.to_string(),
                 "--rounds",
                 &args.rounds.to_string(),
             ])
@@ -434,7 +459,7 @@ async fn launch_and_watch(
             cmd.args(["--simulate-plant".to_string(), args.plant.join(";")]);
         }
         daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, logs)?);
-        offset += n;
+        *offsets.get_mut(app).expect("counted above") += n;
     }
     // Where the tree is, always: a second terminal needs it even when the rounds are not shown.
     {

@@ -85,14 +85,16 @@ impl ProfileWriter {
     /// Ends the profile as [`ProfileWriter::finish`] does and appends it to `out` as an encoded
     /// `ProfileBatch` holding it alone.
     pub fn finish_batch(&mut self, metrics: u32, out: &mut Vec<u8>) {
-        self.finish_batch_with(metrics, None, out);
+        self.finish_batch_with(metrics, None, &[], out);
     }
 
-    /// Ends the profile as [`ProfileWriter::finish_batch`] does, with a utilization profile (field 10).
+    /// Ends the profile as [`ProfileWriter::finish_batch`] does, with a utilization profile (field 10) and step
+    /// marks (field 12).
     pub fn finish_batch_with(
         &mut self,
         metrics: u32,
         utilization: Option<&crate::v1::Utilization>,
+        marks: &[crate::v1::StepMark],
         out: &mut Vec<u8>,
     ) {
         varint_field(&mut self.body, 7, u64::from(metrics));
@@ -100,6 +102,11 @@ impl ProfileWriter {
             self.body.push(len_key(10));
             encode_varint(prost::Message::encoded_len(u) as u64, &mut self.body);
             prost::Message::encode_raw(u, &mut self.body);
+        }
+        for m in marks {
+            self.body.push(len_key(12));
+            encode_varint(prost::Message::encoded_len(m) as u64, &mut self.body);
+            prost::Message::encode_raw(m, &mut self.body);
         }
         out.reserve(1 + encoded_len_varint(self.body.len() as u64) + self.body.len());
         out.push(len_key(1));
@@ -249,7 +256,7 @@ mod tests {
                 w.finish_batch(p.metrics, &mut batch);
                 let expected = ProfileBatch { profiles: vec![p.clone()] }.encode_to_vec();
                 prop_assert_eq!(&batch[1..], expected.as_slice());
-                // With a utilization profile, as simulated ranks in time rounds write it.
+                // With a utilization profile and step marks, as simulated ranks write them.
                 let u = crate::v1::Utilization {
                     start_unix_ns: p.dump_unix_ns,
                     bin_us: 1000,
@@ -262,8 +269,12 @@ mod tests {
                 };
                 let mut batch = Vec::new();
                 write(&mut w, p);
-                w.finish_batch_with(p.metrics, Some(&u), &mut batch);
-                let with = RankProfile { utilization: Some(u), ..p.clone() };
+                let marks = [
+                    crate::v1::StepMark { key_id: p.round ^ 0xfeed, step: p.round, stop: false, unix_ns: p.dump_unix_ns },
+                    crate::v1::StepMark { key_id: 7, step: 0, stop: true, unix_ns: 0 },
+                ];
+                w.finish_batch_with(p.metrics, Some(&u), &marks, &mut batch);
+                let with = RankProfile { utilization: Some(u), marks: marks.to_vec(), ..p.clone() };
                 let expected = ProfileBatch { profiles: vec![with] }.encode_to_vec();
                 prop_assert_eq!(&batch, &expected);
             }

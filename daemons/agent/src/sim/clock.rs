@@ -81,7 +81,10 @@ impl SimulatedRanks {
                             start_unix_ns: due.saturating_sub(period_ns),
                             period_ns,
                         });
-                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left, time).await {
+                        // The round's step begins where its window does on the tree's clock, the same instant at every
+                        // agent that heard the same Start.
+                        let step = due.saturating_sub(period_ns);
+                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left, time, step).await {
                             return;
                         }
                         next_round += 1;
@@ -152,6 +155,7 @@ impl SimulatedRanks {
         options: &Measure,
         left_out: &HashSet<u64>,
         utilization: Option<TimeWindow>,
+        step_unix_ns: u64,
     ) -> bool {
         let dump_unix_ns = unix_ns();
         let app = self.sim.app().to_string();
@@ -162,6 +166,7 @@ impl SimulatedRanks {
                 metrics: options.metrics(),
                 sampled_out: &|rank| options.samples_out(rank),
                 utilization,
+                step_unix_ns,
             };
             self.sim
                 .encode_round(round, dump_unix_ns, &selection, |rank, batch| {

@@ -3,6 +3,7 @@
 pub mod clock;
 pub mod plant;
 mod timer;
+pub mod workflow;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -12,6 +13,7 @@ use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
 use canopy_wire::options::metric;
 use canopy_wire::utilization::{Bins, DEFAULT_THRESHOLD};
+use canopy_wire::v1::StepMark;
 use canopy_wire::v1::Utilization;
 use canopy_wire::write::{ProfileHeader, ProfileWriter};
 use rand_xoshiro::SplitMix64;
@@ -29,21 +31,30 @@ use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
 ///   optional MPI calls a rank makes are picked by rank % 13).
 /// - `Namd` (Charm++ paper): flat Charm++ entry methods plus "Idle". A few ranks are overloaded, and Idle
 ///   fills each rank up to the busiest rank's time, so busy + idle is about the same on every rank.
+/// - `Workflow` (seed 004): a simulation and two in-situ analyses, one application each, with each round a step
+///   of a workflow whose end-to-end latency three known events drive ([`workflow`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     Flash,
     Uintah,
     Namd,
+    Workflow,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 3] = [Scenario::Flash, Scenario::Uintah, Scenario::Namd];
+    const ALL: [Scenario; 4] = [
+        Scenario::Flash,
+        Scenario::Uintah,
+        Scenario::Namd,
+        Scenario::Workflow,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Scenario::Flash => "flash",
             Scenario::Uintah => "uintah",
             Scenario::Namd => "namd",
+            Scenario::Workflow => "workflow",
         }
     }
 
@@ -53,6 +64,7 @@ impl Scenario {
             Scenario::Flash => 1,
             Scenario::Uintah => 2,
             Scenario::Namd => 3,
+            Scenario::Workflow => 4,
         }
     }
 }
@@ -104,6 +116,8 @@ pub struct SimConfig {
     /// Namd: this many entry methods (likewise), plus "Idle". Uintah: this many framework tasks that every
     /// rank runs (named after Uintah's ICE/MPM tasks, then "Task k"), besides the MPI and patch events that
     /// define its classes.
+    /// Workflow: the simulation's events (at least its 8 named ones are listed first); the analyses have their
+    /// own fixed sets.
     pub events: u32,
     pub rank_offset: u32,
     /// The number of ranks in the whole application (across all agents); some scenarios depend on it
@@ -162,6 +176,14 @@ impl Simulator {
                     .sum();
                 plans.push(plan);
             }
+            Scenario::Workflow => {
+                let component = workflow::Component::of(&cfg.app);
+                plans.push(workflow::plan(component, cfg.events, &mut names));
+                // The step key is a name of the ranks that mark steps (rank 0 of the simulation and of csym).
+                if cfg.rank_offset == 0 && cfg.ranks > 0 && component != workflow::Component::Bonds {
+                    names.add(workflow::KEY);
+                }
+            }
             Scenario::Uintah => {}
         }
         for rank in cfg.rank_offset..end {
@@ -174,7 +196,7 @@ impl Simulator {
                         FLASH_WAIT_SPREAD_US * (SPEED_MAX - statics.speed) / (SPEED_MAX - SPEED_MIN),
                     )
                 }
-                Scenario::Namd => (0, 0.0),
+                Scenario::Namd | Scenario::Workflow => (0, 0.0),
                 Scenario::Uintah => {
                     let plan = uintah_plan(rank, total, cfg.events, &mut names);
                     let busy: f64 = plan
@@ -237,6 +259,7 @@ impl Simulator {
     pub fn round(&mut self, round: u64) -> Vec<RankProfile> {
         let mut profiles = Vec::with_capacity(self.ranks.len());
         let app = self.cfg.app.clone();
+        let cfg = self.cfg.clone();
         self.each_rank(round, |st, plan, samples, counter_ids, counters| {
             profiles.push(RankProfile {
                 metrics: 0,
@@ -246,8 +269,7 @@ impl Simulator {
                 utilization: None,
                 // Nor do they read perf counters.
                 event_metrics: Vec::new(),
-                // Nor mark workflow steps.
-                marks: Vec::new(),
+                marks: step_marks(&cfg, st.rank, round, 0),
                 marks_lost: 0,
                 app: app.clone(),
                 rank: st.rank,
@@ -286,6 +308,7 @@ impl Simulator {
         let mut writer = std::mem::take(&mut self.writer);
         let mut bins = std::mem::take(&mut self.bins);
         let mut utilization = std::mem::take(&mut self.utilization);
+        let cfg = self.cfg.clone();
         let app = std::mem::take(&mut self.cfg.app);
         let with_counters = metric::reports(selection.metrics, metric::COUNTERS);
         self.each_rank(round, |st, plan, samples, counter_ids, counters| {
@@ -323,7 +346,8 @@ impl Simulator {
                 bins.compress(1, DEFAULT_THRESHOLD, 0, &mut utilization);
                 &utilization
             });
-            writer.finish_batch_with(selection.metrics, with, &mut batch);
+            let marks = step_marks(&cfg, st.rank, round, selection.step_unix_ns);
+            writer.finish_batch_with(selection.metrics, with, &marks, &mut batch);
             each(st.rank, Some(batch));
         });
         self.cfg.app = app;
@@ -421,6 +445,7 @@ impl Simulator {
                 }
                 // Busy + idle for now: the busy part is taken off below, once it is known.
                 Kind::Idle => (8 + g.next_u64() % 17, self.envelope_us * w * g.range(1.01, 1.015)),
+                Kind::Driver(i) => (slot.calls, workflow::driver_us(self.cfg.seed, round, i)),
             };
             Sample {
                 calls,
@@ -469,6 +494,33 @@ pub struct Selection<'a> {
     /// Time rounds (the utilization module in force): the round's window of wall time, and every rank's
     /// profile carries its utilization profile.
     pub utilization: Option<TimeWindow>,
+    /// When the round's step begins on the tree's clock, in nanoseconds since the Unix epoch: the time of the
+    /// workflow scenario's step marks.
+    pub step_unix_ns: u64,
+}
+
+/// The workflow scenario's step marks of one rank's round: rank 0 of the simulation marks the start of step
+/// `round` at `at`, and rank 0 of `csym` its stop at `at` plus the step's latency.
+fn step_marks(cfg: &SimConfig, rank: u32, round: u64, at: u64) -> Vec<StepMark> {
+    if cfg.scenario != Scenario::Workflow || rank != 0 {
+        return Vec::new();
+    }
+    let key_id = event_id(workflow::KEY);
+    match workflow::Component::of(&cfg.app) {
+        workflow::Component::Simulation => vec![StepMark {
+            key_id,
+            step: round,
+            stop: false,
+            unix_ns: at,
+        }],
+        workflow::Component::Csym => vec![StepMark {
+            key_id,
+            step: round,
+            stop: true,
+            unix_ns: at + workflow::latency_ns(cfg.seed, round),
+        }],
+        workflow::Component::Bonds => Vec::new(),
+    }
 }
 
 /// A time round's window of wall time.
@@ -546,6 +598,9 @@ enum Kind {
     Entry { load: f64 },
     /// Charm++ scheduler idle time.
     Idle,
+    /// One of the workflow scenario's latency drivers (its index in [`workflow::DRIVERS`]): the same time at
+    /// every rank of its application, drawn anew for every step.
+    Driver(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -609,6 +664,7 @@ impl Statics {
                 Scenario::Flash => 24.0 * 32768.0,
                 Scenario::Uintah => 40.0 * 16384.0,
                 Scenario::Namd => 16.0 * 49152.0,
+                Scenario::Workflow => 12.0 * 65536.0,
             };
         let (u, v) = (g.unit(), g.unit());
         // One rank is always overloaded so that the imbalance shows even in a small run.
@@ -642,6 +698,7 @@ fn workload(sc: Scenario, round: u64) -> f64 {
         Scenario::Flash => 1.0 + 0.1 * (k / 40.0).sin() + 0.2 * k / (k + 500.0),
         Scenario::Uintah => 1.0 + 0.05 * (k / 25.0).sin(),
         Scenario::Namd => 1.0 + 0.02 * (k / 10.0).sin(),
+        Scenario::Workflow => 1.0 + 0.05 * (k / 30.0).sin(),
     }
 }
 

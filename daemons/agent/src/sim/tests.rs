@@ -247,6 +247,8 @@ fn names_cover_every_reported_id() {
                 for p in sim.round(round) {
                     used.extend(p.events.iter().map(|e| e.event_id));
                     used.extend(p.counters.iter().map(|c| c.counter_id));
+                    // A workflow step's key travels as a name too.
+                    used.extend(p.marks.iter().map(|m| m.key_id));
                 }
             }
             assert!(used.is_subset(&ids), "{sc}");
@@ -372,6 +374,7 @@ fn encoded_rounds_are_the_profiles_under_the_options() {
                     metrics: measure.metrics(),
                     sampled_out: &|rank| measure.samples_out(rank),
                     utilization: None,
+                    step_unix_ns: 0,
                 };
                 encoder.encode_round(round, 77, &selection, |rank, batch| got.push((rank, batch)));
                 assert_eq!(got, expected, "{sc} {o:?} round {round}");
@@ -420,4 +423,97 @@ fn planted_ranks_compute_their_factor_times_as_long() {
             }
         }
     }
+}
+
+#[test]
+fn the_workflows_steps_take_the_transfer_and_the_drivers_time_exactly() {
+    let component = |app: &str, ranks: u32| SimConfig {
+        app: app.into(),
+        ..cfg(Scenario::Workflow, 0, ranks, ranks)
+    };
+    let mut lammps = Simulator::new(component("lammps", 4));
+    let mut bonds = Simulator::new(component("bonds", 2));
+    let mut csym = Simulator::new(component("csym", 1));
+    let key_id = event_id(workflow::KEY);
+    assert!(
+        lammps
+            .names()
+            .iter()
+            .any(|(id, n)| *id == key_id && n == workflow::KEY)
+    );
+    let mut latencies = BTreeSet::new();
+    for round in 0..30 {
+        let (l, b, c) = (lammps.round(round), bonds.round(round), csym.round(round));
+        // Only rank 0 of the simulation marks the start, and rank 0 of csym the stop; bonds marks nothing.
+        assert_eq!(
+            l[0].marks,
+            [StepMark {
+                key_id,
+                step: round,
+                stop: false,
+                unix_ns: 0
+            }]
+        );
+        assert!(l[1..].iter().chain(&b).all(|p| p.marks.is_empty()));
+        let latency = workflow::latency_ns(42, round);
+        assert_eq!(
+            c[0].marks,
+            [StepMark {
+                key_id,
+                step: round,
+                stop: true,
+                unix_ns: latency
+            }]
+        );
+        // The latency is the transfer plus the drivers' times as the analyses' ranks report them, every rank alike.
+        let driver = |profiles: &[RankProfile], sim: &Simulator, name: &str| {
+            let times: BTreeSet<u64> = profiles
+                .iter()
+                .map(|p| named(sim, p, name).excl_us.to_bits())
+                .collect();
+            assert_eq!(times.len(), 1, "{name} differs between ranks");
+            f64::from_bits(*times.first().unwrap())
+        };
+        let transfer = workflow::transfer_us(42, round);
+        assert!((0.8 * workflow::TRANSFER_US..=1.2 * workflow::TRANSFER_US).contains(&transfer));
+        let us = transfer
+            + driver(&b, &bonds, "bonds_read_input")
+            + driver(&c, &csym, "csym_read_input")
+            + driver(&c, &csym, "csym_compute_send");
+        assert_eq!(latency, (us * 1000.0).round() as u64);
+        latencies.insert(latency);
+        // The simulation's ranks report its own events, not the analyses'.
+        assert!(named(&lammps, &l[0], "Pair::compute").excl_us > 0.0);
+        assert!(l[0].events.len() == 20 && b[0].events.len() == 4 && c[0].events.len() == 4);
+    }
+    // The latency moves from step to step.
+    assert!(latencies.len() >= 29);
+}
+
+#[test]
+fn an_encoded_workflow_round_carries_the_step_marks_at_the_windows_start() {
+    use prost::Message as _;
+    let mut sim = Simulator::new(SimConfig {
+        app: "csym".into(),
+        ..cfg(Scenario::Workflow, 0, 1, 1)
+    });
+    let selection = Selection {
+        reported: &|_| true,
+        metrics: 0,
+        sampled_out: &|_| false,
+        utilization: None,
+        step_unix_ns: 5_000_000_000,
+    };
+    let mut batches = Vec::new();
+    sim.encode_round(7, 5_020_000_000, &selection, |_, b| batches.push(b.unwrap()));
+    let batch = canopy_proto::v1::ProfileBatch::decode(batches[0].as_slice()).unwrap();
+    assert_eq!(
+        batch.profiles[0].marks,
+        [StepMark {
+            key_id: event_id(workflow::KEY),
+            step: 7,
+            stop: true,
+            unix_ns: 5_000_000_000 + workflow::latency_ns(42, 7)
+        }]
+    );
 }
