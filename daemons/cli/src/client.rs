@@ -173,6 +173,29 @@ pub enum CtlCmd {
         #[arg(long)]
         to: u64,
     },
+    /// Rank the metrics of a stats stream by how well they explain a workflow's end-to-end latency (a latency
+    /// stream's steps), choose a subset by correlation-based selection, and say how well it predicts the latency
+    /// beside every metric; with --apply, each application then reports only its chosen metrics.
+    Select {
+        /// The latency stream, by name (default: the one open latency stream).
+        #[arg(long, default_value = "")]
+        latency_stream: String,
+        /// The stats stream whose metrics are the candidates, by name (default: the one open stats stream).
+        #[arg(long, default_value = "")]
+        stats_stream: String,
+        /// Only the steps of this workflow key (default: every key's).
+        #[arg(long, default_value = "")]
+        key: String,
+        /// The latest rounds to learn from.
+        #[arg(long, default_value_t = 100)]
+        rounds: u32,
+        /// Narrow collection to the chosen metrics, from the ranks' next dump on.
+        #[arg(long)]
+        apply: bool,
+        /// Rows of the ranking printed (the chosen ones always are).
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+    },
 }
 
 pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>> {
@@ -288,6 +311,32 @@ pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
 pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
     let mut api = connect(&target).await?;
     let action = match cmd {
+        CtlCmd::Select {
+            latency_stream,
+            stats_stream,
+            key,
+            rounds,
+            apply,
+            top,
+        } => {
+            let r = api
+                .select_metrics(canopy_proto::v1::SelectMetricsRequest {
+                    latency_stream,
+                    stats_stream,
+                    key,
+                    rounds,
+                    apply,
+                })
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if target.json {
+                println!("{}", json_of("canopy.v1.SelectMetricsResponse", &r));
+            } else {
+                print!("{}", selection_text(&r, top));
+            }
+            return Ok(());
+        }
         CtlCmd::Start => control_request::Action::Start(true),
         CtlCmd::Stop => control_request::Action::Stop(true),
         CtlCmd::Set {
@@ -358,6 +407,71 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
         println!("{}: applied", r.applied);
     }
     Ok(())
+}
+
+/// A selection as people read it: what it learned from, the ranking with the chosen metrics marked, the
+/// prediction errors, and what was applied.
+fn selection_text(r: &canopy_proto::v1::SelectMetricsResponse, top: usize) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "learned from {} rounds ({} to {}), mean end-to-end latency {:.3} ms; {} candidates{}",
+        r.observations,
+        r.from_round,
+        r.to_round,
+        r.latency_mean_ms,
+        r.ranking.len(),
+        if r.incomplete > 0 {
+            format!(" ({} more left out: missing in some round)", r.incomplete)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(out, "  chosen  |r|     metric");
+    for (i, c) in r.ranking.iter().enumerate() {
+        if i >= top && !c.selected {
+            continue;
+        }
+        let app = if c.app.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", c.app)
+        };
+        let _ = writeln!(
+            out,
+            "  {:<6}  {:.3}  {app}{} {}",
+            if c.selected { "*" } else { "" },
+            c.correlation,
+            c.event,
+            c.metric
+        );
+    }
+    let chosen = r.ranking.iter().filter(|c| c.selected).count();
+    let _ = writeln!(
+        out,
+        "chosen {chosen} of {} (merit {:.3}, {} subsets scored); relative absolute error predicting the latency: \
+         {:.1}% with the chosen, {:.1}% with every candidate",
+        r.ranking.len(),
+        r.merit,
+        r.subsets_evaluated,
+        100.0 * r.error_selected,
+        100.0 * r.error_all
+    );
+    for a in &r.applied {
+        let _ = writeln!(
+            out,
+            "applied: {} reports {} (metrics: {})",
+            a.app,
+            a.include.join(" "),
+            if a.metrics.is_empty() {
+                "all".to_string()
+            } else {
+                a.metrics.join(",")
+            }
+        );
+    }
+    out
 }
 
 pub(crate) fn kind_word(k: i32) -> &'static str {

@@ -840,6 +840,27 @@ impl Frontend for FrontendApi {
         }))
     }
 
+    async fn select_metrics(
+        &self,
+        request: Request<canopy_proto::v1::SelectMetricsRequest>,
+    ) -> Result<Response<canopy_proto::v1::SelectMetricsResponse>, Status> {
+        let req = request.into_inner();
+        let apply = req.apply;
+        let mut response = read(self.store.clone(), move |r| {
+            Ok(crate::selection::training(r, &req).and_then(|t| crate::selection::select(&t)))
+        })
+        .await??;
+        if apply {
+            response.applied = crate::selection::narrowed(&response.ranking);
+            crate::selection::apply(&self.shared, &self.root, &response.applied).await?;
+            tracing::info!(
+                chosen = %crate::selection::chosen_labels(&response),
+                "metric selection applied on request"
+            );
+        }
+        Ok(Response::new(response))
+    }
+
     async fn event_names(
         &self,
         _: Request<EventNamesRequest>,

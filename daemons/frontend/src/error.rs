@@ -44,6 +44,9 @@ pub enum ApiError {
     StreamEnded { id: u32, state: String },
     #[error("the front-end is shutting down")]
     ShuttingDown,
+    /// A metric selection that cannot run on what the store holds (no such stream, too few rounds).
+    #[error("metric selection: {0}")]
+    Selection(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("a store read did not finish: {0}")]
@@ -67,7 +70,9 @@ impl ApiError {
             ApiError::UnknownFilter(_) | ApiError::NoStream(_) | ApiError::NoSourceStream { .. } => {
                 Code::NotFound
             }
-            ApiError::StreamEnded { .. } | ApiError::Window(_) => Code::FailedPrecondition,
+            ApiError::StreamEnded { .. } | ApiError::Window(_) | ApiError::Selection(_) => {
+                Code::FailedPrecondition
+            }
             ApiError::ShuttingDown => Code::Unavailable,
             ApiError::Store(_) | ApiError::Task(_) => Code::Internal,
         }

@@ -8,6 +8,7 @@ pub mod auto_detail;
 pub mod error;
 pub mod reflection;
 pub mod resume;
+pub mod selection;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -71,6 +72,20 @@ pub struct FrontendConfig {
     /// --time-rounds` overrides it.
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub time_rounds: bool,
+    /// Metric selection (seed 004) by itself every this many rounds of the open latency stream, over the
+    /// metrics of the open stats stream (0: only on request, `canopy ctl select`).
+    #[arg(long)]
+    pub select_every_rounds: u64,
+    /// Metric selection by itself when the moving average of the end-to-end latency (over 10 rounds) moves by
+    /// this fraction from its value at the previous selection (0.5 for 50%; 0: never).
+    #[arg(long)]
+    pub select_on_change: f64,
+    /// Apply what a selection that ran by itself chooses: each application reports only its chosen metrics.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub select_apply: bool,
+    /// The latest rounds a selection that ran by itself learns from.
+    #[arg(long)]
+    pub select_rounds: u32,
     /// Milliseconds a shutdown waits for the tree to deliver what it holds.
     #[arg(long)]
     pub drain_timeout_ms: u64,
@@ -194,6 +209,10 @@ impl Default for FrontendConfig {
             exit_on_fin: false,
             modules: Vec::new(),
             time_rounds: false,
+            select_every_rounds: 0,
+            select_on_change: 0.0,
+            select_apply: false,
+            select_rounds: selection::DEFAULT_ROUNDS,
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
@@ -296,6 +315,18 @@ impl CheckConfig for FrontendConfig {
                     format!("no stream runs filter {name:?}"),
                 ));
             }
+        }
+        if !(0.0..=100.0).contains(&self.select_on_change) {
+            return Err(ConfigIssue::new(
+                "select_on_change",
+                "must be a fraction between 0 (never) and 100",
+            ));
+        }
+        if self.select_rounds < 3 {
+            return Err(ConfigIssue::new(
+                "select_rounds",
+                "must be at least 3: a selection correlates the metrics over that many rounds",
+            ));
         }
         if self.stream_timeout_ms == 0 {
             return Err(ConfigIssue::new("stream_timeout_ms", "must be at least 1"));
@@ -636,6 +667,20 @@ impl Frontend {
         } = self;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
+        let triggers = selection::Triggers {
+            every_rounds: config.select_every_rounds,
+            on_change: config.select_on_change,
+            apply: config.select_apply,
+            rounds: config.select_rounds,
+        };
+        if triggers.any() {
+            selection::spawn(
+                shared.clone(),
+                RootHandle::new(handles.inputs.clone()),
+                store_path.clone(),
+                triggers,
+            );
+        }
         let api = api::FrontendApi {
             root: RootHandle::new(handles.inputs.clone()),
             shared: shared.clone(),

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// What a workflow's training data asks for is not in the store (no such stream, no round yet).
+    #[error("{0}")]
+    Training(String),
     #[error("cannot create the output directory {path}: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
     #[error("sqlite error on {path}: {source}")]

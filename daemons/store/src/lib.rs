@@ -15,6 +15,7 @@ mod schema;
 mod sql;
 mod store;
 mod tables;
+mod training;
 mod words;
 mod writer;
 
@@ -31,5 +32,6 @@ pub use rows::{
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Store};
 pub use tables::{is_tabulated, ranges_text};
+pub use training::{Candidate, DEFAULT_TRAINING_ROUNDS, Training, TrainingQuery, TrainingSpec};
 pub use words::{StreamState, Word, metric_unit};
 pub use writer::{Round, RunSummary, Writer, WriterThread};

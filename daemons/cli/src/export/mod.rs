@@ -20,9 +20,26 @@ pub struct ExportArgs {
     /// The run: a store (.sqlite), or a directory of runs (canopy up's --out), whose latest.sqlite (else newest
     /// run-*.sqlite) is taken.
     run: PathBuf,
-    /// csv or parquet (INT64, DOUBLE and UTF-8 strings, snappy-compressed).
+    /// csv or parquet (INT64, DOUBLE and UTF-8 strings, snappy-compressed); with --training, csv or arff.
     #[arg(long, value_enum)]
     format: Format,
+    /// Write a workflow's training data for metric selection instead of the tables: per round, the mean
+    /// end-to-end latency of a latency stream's steps beside each application's mean of every metric a stats
+    /// stream holds, one column each, in one file (training.csv, or training.arff for Weka, the latency last).
+    #[arg(long)]
+    training: bool,
+    /// With --training: the latency stream, by name (default: the one open, or the only, latency stream).
+    #[arg(long, requires = "training", default_value = "")]
+    latency_stream: String,
+    /// With --training: the stats stream, by name (default: the one open, or the only, stats stream).
+    #[arg(long, requires = "training", default_value = "")]
+    stats_stream: String,
+    /// With --training: only the steps of this workflow key (default: every key's, averaged per round).
+    #[arg(long, requires = "training", default_value = "")]
+    key: String,
+    /// With --training: the latest rounds (0: every round).
+    #[arg(long, requires = "training", default_value_t = 0)]
+    rounds: u32,
     /// The directory to write TABLE.csv or TABLE.parquet into; default, beside the store, the run's file name
     /// with -csv or -parquet.
     #[arg(long, value_name = "DIR")]
@@ -38,6 +55,8 @@ pub struct ExportArgs {
 enum Format {
     Csv,
     Parquet,
+    /// Weka's attribute-relation file format: --training only.
+    Arff,
 }
 
 impl Format {
@@ -45,11 +64,18 @@ impl Format {
         match self {
             Format::Csv => "csv",
             Format::Parquet => "parquet",
+            Format::Arff => "arff",
         }
     }
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
+    if args.training {
+        return training(&args);
+    }
+    if args.format == Format::Arff {
+        bail!("--format arff is for --training (a workflow's training data); the tables are csv or parquet");
+    }
     for t in &args.tables {
         if !TABLES.iter().any(|(name, ..)| name == t) {
             bail!("unknown table {t:?} for --table; tables: {}", table_names());
@@ -86,6 +112,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         match args.format {
             Format::Csv => csv_out::write(&table, std::io::BufWriter::new(file)),
             Format::Parquet => parquet_out::write(&table, file),
+            Format::Arff => unreachable!("refused above"),
         }
         .with_context(|| format!("cannot write {}", path.display()))?;
         println!("{} ({} rows)", path.display(), table.rows());
@@ -95,6 +122,54 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         "canopy export: {written} tables of {} in {}",
         reader.path().display(),
         dir.display()
+    );
+    Ok(())
+}
+
+/// `--training`: the workflow's training data in one file, as `canopy ctl select` learns from it.
+fn training(args: &ExportArgs) -> anyhow::Result<()> {
+    if args.format == Format::Parquet {
+        bail!("--training writes csv or arff");
+    }
+    let reader = run_store::open(&args.run)?;
+    let t = reader.training_of(&canopy_store::TrainingQuery {
+        latency_stream: args.latency_stream.clone(),
+        stats_stream: args.stats_stream.clone(),
+        key: args.key.clone(),
+        rounds: if args.rounds == 0 { u32::MAX } else { args.rounds },
+    })?;
+    let ds = canopy_select::Dataset::new(
+        t.candidates.iter().map(canopy_store::Candidate::label).collect(),
+        t.latency_ms.clone(),
+        t.columns.clone(),
+    )
+    .context("the training data cannot be written")?;
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_dir(reader.path(), args.format.ext()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(format!("training.{}", args.format.ext()));
+    let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    match args.format {
+        Format::Arff => canopy_select::write_arff(&ds, "canopy_workflow", "latency_ms", &mut w),
+        _ => canopy_select::write_csv(&ds, "latency_ms", &mut w),
+    }
+    .and_then(|()| std::io::Write::flush(&mut w))
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "{}: {} rounds ({} to {}), {} metrics beside the latency{}",
+        path.display(),
+        t.rounds.len(),
+        t.rounds.first().copied().unwrap_or_default(),
+        t.rounds.last().copied().unwrap_or_default(),
+        t.candidates.len(),
+        if t.incomplete > 0 {
+            format!(" ({} left out: missing in some round)", t.incomplete)
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
