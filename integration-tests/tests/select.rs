@@ -1,0 +1,294 @@
+//! Metric selection on the workflow scenario (seed 004), end to end: a simulation (`lammps`, 32 ranks) feeds two
+//! analyses (`bonds`, 2 ranks; `csym`, 1 rank) under a relay; three events drive each step's end-to-end latency.
+//! Every step's latency as the tree measures it equals the scenario's ground truth; `canopy ctl select` names
+//! every planted driver and at most two other metrics, predicts the latency at least as well as every metric
+//! does, and applied, it cuts the bytes of results per round by more than half while every step is still
+//! measured.
+
+#![allow(
+    clippy::disallowed_types,
+    reason = "a synchronous test that waits on real processes by the wall clock; no tokio clock to pause"
+)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use canopy_agent::sim::workflow;
+use canopy_integration_tests::{Proc, Select, canopy_cli, reader, start_frontend, start_relay, wait_for};
+
+const PERIOD_MS: &str = "20";
+/// The rounds the selection learns from.
+const LEARN: u64 = 120;
+const SEED: u64 = 11;
+
+fn workflow_agent(
+    dir: &Path,
+    id: &str,
+    parent: &str,
+    app: &str,
+    ranks: u32,
+    offset: u32,
+    total: u32,
+) -> Proc {
+    let numbers = [
+        ranks.to_string(),
+        offset.to_string(),
+        total.to_string(),
+        SEED.to_string(),
+    ];
+    Proc::start(
+        dir,
+        "canopy-agent",
+        id,
+        &[
+            "--node-id",
+            id,
+            "--parent",
+            parent,
+            "--socket",
+            "none",
+            "--app",
+            app,
+            "--simulate-scenario",
+            "workflow",
+            "--simulate-ranks",
+            &numbers[0],
+            "--rank-offset",
+            &numbers[1],
+            "--total-ranks",
+            &numbers[2],
+            "--simulate-period-ms",
+            PERIOD_MS,
+            "--seed",
+            &numbers[3],
+        ],
+    )
+}
+
+fn last_round(store: &Path, filter: &str) -> Option<u64> {
+    let streams = reader(store).streams().unwrap();
+    streams.iter().find(|s| s.filter == filter)?.last_round
+}
+
+/// The bytes of results the front-end stores per round (every stream's), over the next `rounds` rounds.
+fn bytes_per_round(store: &Path, rounds: u64) -> f64 {
+    let start = last_round(store, "stats").unwrap() + 1;
+    wait_for("rounds to weigh", Duration::from_secs(60), || {
+        last_round(store, "stats").is_some_and(|r| r >= start + rounds)
+            && last_round(store, "latency").is_some_and(|r| r >= start + rounds)
+    });
+    let bytes: u64 = reader(store)
+        .rounds(Select::all().from_round(start))
+        .unwrap()
+        .iter()
+        .filter(|r| r.round < start + rounds)
+        .map(|r| r.result_bytes)
+        .sum();
+    bytes as f64 / rounds as f64
+}
+
+fn selected(response: &serde_json::Value) -> Vec<(String, String, String)> {
+    response["ranking"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["selected"] == true)
+        .map(|c| {
+            (
+                c["app"].as_str().unwrap().to_string(),
+                c["event"].as_str().unwrap().to_string(),
+                c["metric"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &["--streams", "stats,latency", "--expect-ranks", "35"],
+    );
+    let (_relay, relay_addr) = start_relay(dir.path(), "relay", &fe_addr, "127.0.0.1:0");
+    let _agents = [
+        workflow_agent(dir.path(), "sim-0", &relay_addr, "lammps", 16, 0, 32),
+        workflow_agent(dir.path(), "sim-1", &relay_addr, "lammps", 16, 16, 32),
+        workflow_agent(dir.path(), "bonds", &relay_addr, "bonds", 2, 0, 2),
+        workflow_agent(dir.path(), "csym", &fe_addr, "csym", 1, 0, 1),
+    ];
+    wait_for("the rounds to learn from", Duration::from_secs(90), || {
+        last_round(&store, "latency").is_some_and(|r| r >= LEARN + 5)
+            && last_round(&store, "stats").is_some_and(|r| r >= LEARN + 5)
+    });
+    let before = bytes_per_round(&store, 40);
+
+    // The tree's latency of every step is the scenario's ground truth; of it, the drivers' times as the stats
+    // stream holds them (each driver is the same at every rank of its application) leave the transfer, which no
+    // metric shows.
+    let r = reader(&store);
+    let names: std::collections::HashMap<u64, String> = r.names().unwrap().into_iter().collect();
+    let latency_stream = r
+        .streams()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.filter == "latency")
+        .unwrap();
+    let stats_stream = r
+        .streams()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.filter == "stats")
+        .unwrap();
+    let steps = r.latency(Select::all().stream(latency_stream.stream_id)).unwrap();
+    let stats = r.stats(Select::all().stream(stats_stream.stream_id)).unwrap();
+    let mut checked = 0;
+    for step in steps.iter().filter(|s| s.round <= LEARN) {
+        assert_eq!(
+            (step.start_app.as_str(), step.stop_app.as_str()),
+            ("lammps", "csym"),
+            "{step:?}"
+        );
+        assert_eq!(step.step, step.round, "{step:?}");
+        let driver_us: f64 = ["bonds_read_input", "csym_read_input", "csym_compute_send"]
+            .iter()
+            .map(|d| {
+                stats
+                    .iter()
+                    .find(|s| {
+                        s.round == step.round
+                            && names.get(&s.id).map(String::as_str) == Some(d)
+                            && s.metric == canopy_proto::filters::v1::Metric::Exclusive
+                    })
+                    .and_then(|s| s.mean)
+                    .unwrap_or_else(|| panic!("no {d} in round {}", step.round))
+            })
+            .sum();
+        let truth_ns = workflow::latency_ns(SEED, step.step) as f64;
+        let err = (step.latency_ns as f64 - truth_ns).abs() / truth_ns;
+        assert!(
+            err < 0.01,
+            "step {}: {} ns against {truth_ns} ns",
+            step.step,
+            step.latency_ns
+        );
+        let transfer_us = step.latency_ns as f64 / 1000.0 - driver_us;
+        assert!(
+            (1600.0..=2400.0).contains(&transfer_us),
+            "step {}: {transfer_us} us beside the drivers",
+            step.step
+        );
+        checked += 1;
+    }
+    assert!(
+        checked as u64 >= LEARN - 10,
+        "only {checked} steps measured in {LEARN} rounds"
+    );
+
+    // The selection names every driver and at most two other metrics, and predicts at least as well as all.
+    let text = canopy_cli(&[
+        "ctl",
+        "select",
+        "--frontend",
+        &fe_addr,
+        "--rounds",
+        &LEARN.to_string(),
+    ]);
+    eprintln!("{text}");
+    let json: serde_json::Value = serde_json::from_str(&canopy_cli(&[
+        "ctl",
+        "select",
+        "--frontend",
+        &fe_addr,
+        "--rounds",
+        &LEARN.to_string(),
+        "--apply",
+        "--json",
+    ]))
+    .unwrap();
+    let chosen = selected(&json);
+    for (app, driver) in [
+        ("bonds", "bonds_read_input"),
+        ("csym", "csym_read_input"),
+        ("csym", "csym_compute_send"),
+    ] {
+        assert!(
+            chosen.iter().any(|(a, e, _)| a == app && e == driver),
+            "{app}: {driver} not chosen: {chosen:?}"
+        );
+    }
+    let others = chosen
+        .iter()
+        .filter(|(_, e, _)| {
+            !["bonds_read_input", "csym_read_input", "csym_compute_send"].contains(&e.as_str())
+        })
+        .count();
+    assert!(
+        others <= 2,
+        "more than two metrics beside the drivers: {chosen:?}"
+    );
+    let error = |k: &str| json[k].as_f64().unwrap_or(0.0);
+    assert!(
+        error("errorSelected") <= error("errorAll"),
+        "the chosen predict worse than all: {json}"
+    );
+    assert!(json["observations"].as_u64().unwrap() >= LEARN - 10, "{json}");
+    assert_eq!(json["applied"].as_array().unwrap().len(), 3, "{json}");
+
+    // Applied: from the ranks' next dump on, far fewer bytes reach the front-end, and the steps go on.
+    let applied_at = last_round(&store, "stats").unwrap();
+    wait_for("the options in force", Duration::from_secs(30), || {
+        last_round(&store, "stats").is_some_and(|r| r >= applied_at + 10)
+    });
+    let after = bytes_per_round(&store, 40);
+    eprintln!(
+        "result bytes per round: {before:.0} before, {after:.0} after ({:.1}% less)",
+        100.0 * (1.0 - after / before)
+    );
+    assert!(
+        after <= 0.5 * before,
+        "{after} bytes per round after, {before} before"
+    );
+    let late = last_round(&store, "latency").unwrap();
+    let steps = reader(&store)
+        .latency(
+            Select::all()
+                .stream(latency_stream.stream_id)
+                .from_round(late.saturating_sub(10)),
+        )
+        .unwrap();
+    assert!(
+        steps.len() >= 5,
+        "steps stopped being measured after the selection: {steps:?}"
+    );
+    let kept = reader(&store)
+        .stats(
+            Select::all()
+                .stream(stats_stream.stream_id)
+                .from_round(late.saturating_sub(5)),
+        )
+        .unwrap();
+    assert!(
+        kept.iter().all(|s| s.app.as_deref() != Some("lammps")
+            && names
+                .get(&s.id)
+                .is_some_and(|n| chosen.iter().any(|(_, e, _)| e == n))),
+        "metrics not chosen are still reported"
+    );
+}
+
+#[test]
+fn selection_refuses_clearly_without_the_streams_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, fe_addr, _store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    let out = canopy_integration_tests::canopy_command()
+        .args(["ctl", "select", "--frontend", &fe_addr])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("FailedPrecondition: metric selection: no latency stream: open one (canopy streams open latency) or name it"),
+        "{err}"
+    );
+}
