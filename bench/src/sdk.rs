@@ -82,6 +82,25 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         clock_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64);
     }
 
+    // Cross-application timers (seed 004's INIT_TIMER and TRACK_TIMER): a step's start and stop marks, 1000
+    // pairs between dumps (a dump carries at most 4096 marks), the dumps not timed.
+    let mut mark_ns = Vec::new();
+    for _ in 0..repeats {
+        let (mut spent, mut done) = (std::time::Duration::ZERO, 0u64);
+        while done < pairs {
+            let batch = 1000.min(pairs - done);
+            let start = Instant::now();
+            for step in done..done + batch {
+                canopy_sdk::step_start("bench", step)?;
+                canopy_sdk::step_stop("bench", step)?;
+            }
+            spent += start.elapsed();
+            done += batch;
+            let _ = canopy_sdk::dump();
+        }
+        mark_ns.push(spent.as_nanos() as f64 / pairs as f64);
+    }
+
     // Dumps of `events` timers, each run once per round, and the copy of as many values.
     let timers: Vec<_> = (0..events)
         .map(|i| canopy_sdk::timer(&format!("event {i:03}")))
@@ -204,6 +223,17 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     println!(
         "| timer start+stop, ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
         m / b
+    );
+    let (m, lo, hi) = stats(mark_ns);
+    println!(
+        "| step_start+step_stop (a cross-application timer's two ends), ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
+        m / b
+    );
+    println!(
+        "| the same per step of 100 ms (the workflow scenario's rate), % | {:.5} | {:.5} | {:.5} | | |",
+        m / 1e6,
+        lo / 1e6,
+        hi / 1e6
     );
     let (m, lo, hi) = stats(dump_us);
     let (b, _, _) = stats(copy_us);
