@@ -778,6 +778,11 @@ pub struct SimAgent<'a> {
 
 impl SimAgent<'_> {
     pub fn start(&self, dir: &Path) -> Proc {
+        self.start_with(dir, &[])
+    }
+
+    /// As [`SimAgent::start`], with more flags (`--app`, `--simulate-scenario`, ...).
+    pub fn start_with(&self, dir: &Path, extra: &[&str]) -> Proc {
         let numbers = [
             self.ranks.to_string(),
             self.offset.to_string(),
@@ -803,6 +808,7 @@ impl SimAgent<'_> {
             "--rounds",
             &numbers[4],
         ];
+        let args: Vec<&str> = args.iter().chain(extra).copied().collect();
         Proc::start(dir, "canopy-agent", self.id, &args)
     }
 }

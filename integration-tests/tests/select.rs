@@ -14,9 +14,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use canopy_agent::sim::workflow;
-use canopy_integration_tests::{Proc, Select, canopy_cli, reader, start_frontend, start_relay, wait_for};
+use canopy_integration_tests::{
+    Proc, Select, SimAgent, canopy_cli, reader, start_frontend, start_relay, wait_for,
+};
 
-const PERIOD_MS: &str = "20";
+const PERIOD_MS: u64 = 20;
 /// The rounds the selection learns from.
 const LEARN: u64 = 120;
 const SEED: u64 = 11;
@@ -30,37 +32,27 @@ fn workflow_agent(
     offset: u32,
     total: u32,
 ) -> Proc {
-    let numbers = [
-        ranks.to_string(),
-        offset.to_string(),
-        total.to_string(),
-        SEED.to_string(),
-    ];
-    Proc::start(
-        dir,
-        "canopy-agent",
+    let seed = SEED.to_string();
+    SimAgent {
         id,
+        parents: parent,
+        ranks,
+        offset,
+        total,
+        period_ms: PERIOD_MS,
+        rounds: 0,
+    }
+    .start_with(
+        dir,
         &[
-            "--node-id",
-            id,
-            "--parent",
-            parent,
-            "--socket",
-            "none",
             "--app",
             app,
             "--simulate-scenario",
             "workflow",
-            "--simulate-ranks",
-            &numbers[0],
-            "--rank-offset",
-            &numbers[1],
-            "--total-ranks",
-            &numbers[2],
-            "--simulate-period-ms",
-            PERIOD_MS,
+            "--simulate-events",
+            "40",
             "--seed",
-            &numbers[3],
+            &seed,
         ],
     )
 }
@@ -250,24 +242,19 @@ fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_b
         "{after} bytes per round after, {before} before"
     );
     let late = last_round(&store, "latency").unwrap();
+    let recent = |stream: u32, rounds: u64| {
+        Select::all()
+            .stream(stream)
+            .from_round(late.saturating_sub(rounds))
+    };
     let steps = reader(&store)
-        .latency(
-            Select::all()
-                .stream(latency_stream.stream_id)
-                .from_round(late.saturating_sub(10)),
-        )
+        .latency(recent(latency_stream.stream_id, 10))
         .unwrap();
     assert!(
         steps.len() >= 5,
         "steps stopped being measured after the selection: {steps:?}"
     );
-    let kept = reader(&store)
-        .stats(
-            Select::all()
-                .stream(stats_stream.stream_id)
-                .from_round(late.saturating_sub(5)),
-        )
-        .unwrap();
+    let kept = reader(&store).stats(recent(stats_stream.stream_id, 5)).unwrap();
     assert!(
         kept.iter().all(|s| s.app.as_deref() != Some("lammps")
             && names
