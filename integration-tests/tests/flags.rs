@@ -193,3 +193,38 @@ fn validate_prints_the_configuration_in_force_and_suggests_what_was_meant() {
         "{err}"
     );
 }
+
+/// The front-end's metric selection keys are refused outside their range, each by its key.
+#[test]
+fn selection_keys_out_of_range_are_refused_by_their_key() {
+    let validate = |args: &[&str]| {
+        let out = Command::new(bin_dir().join("canopy-frontend"))
+            .arg("validate")
+            .args(["--insecure", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = validate(&["--select-rounds", "2"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains(
+            "bad config value for `--select-rounds` (from command-line flags): must be at least 3: a selection correlates the metrics over that many rounds"
+        ),
+        "{err}"
+    );
+    let (code, err) = validate(&["--select-on-change=-0.5"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains(
+            "`--select-on-change` (from command-line flags): must be a fraction between 0 (never) and 100"
+        ),
+        "{err}"
+    );
+    let (code, err) = validate(&["--select-every-rounds", "50", "--select-on-change", "0.5"]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -264,6 +264,72 @@ fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_b
     );
 }
 
+/// With `select_every_rounds` and `select_apply`, the front-end selects by itself and narrows collection: the
+/// simulation stops reporting its events, the drivers go on, and the log says what was chosen.
+#[test]
+fn a_selection_on_a_timer_applies_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--streams",
+            "stats,latency",
+            "--expect-ranks",
+            "6",
+            "--select-every-rounds",
+            "80",
+            "--select-rounds",
+            "70",
+            "--select-apply",
+            "true",
+        ],
+    );
+    let _agents = [
+        workflow_agent(dir.path(), "sim", &fe_addr, "lammps", 4, 0, 4),
+        workflow_agent(dir.path(), "bonds", &fe_addr, "bonds", 1, 0, 1),
+        workflow_agent(dir.path(), "csym", &fe_addr, "csym", 1, 0, 1),
+    ];
+    let stats_of_lammps = |from: u64| {
+        let r = reader(&store);
+        let stats = r
+            .streams()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.filter == "stats")
+            .unwrap();
+        r.stats(Select::all().stream(stats.stream_id).from_round(from))
+            .unwrap()
+            .iter()
+            .filter(|s| s.app.as_deref() == Some("lammps"))
+            .count()
+    };
+    wait_for("a few rounds", Duration::from_secs(60), || {
+        last_round(&store, "stats").is_some_and(|r| r >= 10)
+    });
+    assert!(
+        stats_of_lammps(0) > 0,
+        "the simulation reports before any selection"
+    );
+    wait_for("the selection on its timer", Duration::from_secs(60), || {
+        fe.log_text().contains("metric selection")
+    });
+    let log = fe.log_text();
+    let line = log.lines().find(|l| l.contains("metric selection")).unwrap();
+    assert!(
+        line.contains("Timer") && line.contains("bonds: bonds_read_input") && line.contains("applied=true"),
+        "{line}"
+    );
+    let applied_at = last_round(&store, "stats").unwrap();
+    wait_for("rounds under the selection", Duration::from_secs(60), || {
+        last_round(&store, "stats").is_some_and(|r| r >= applied_at + 15)
+    });
+    assert_eq!(
+        stats_of_lammps(applied_at + 10),
+        0,
+        "the simulation still reports"
+    );
+}
+
 #[test]
 fn selection_refuses_clearly_without_the_streams_it_needs() {
     let dir = tempfile::tempdir().unwrap();
