@@ -213,7 +213,7 @@ fn selection_keys_out_of_range_are_refused_by_their_key() {
     assert_eq!(code, Some(64), "{err}");
     assert!(
         err.contains(
-            "bad config value for `--select-rounds` (from command-line flags): must be at least 3: a selection correlates the metrics over that many rounds"
+            "bad config value for `--select-rounds` (from command-line flags): must be between 10 (the check validates on a fifth of them) and 1000"
         ),
         "{err}"
     );

@@ -228,9 +228,21 @@ fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_b
     assert_eq!(json["applied"].as_array().unwrap().len(), 3, "{json}");
 
     // Applied: from the ranks' next dump on, far fewer bytes reach the front-end, and the steps go on.
+    // Rounds still in flight as it was applied carry the rest: weigh from the first round without the simulation.
     let applied_at = last_round(&store, "stats").unwrap();
     wait_for("the options in force", Duration::from_secs(30), || {
-        last_round(&store, "stats").is_some_and(|r| r >= applied_at + 10)
+        let rows = reader(&store)
+            .stats(
+                Select::all()
+                    .stream(stats_stream.stream_id)
+                    .from_round(applied_at),
+            )
+            .unwrap();
+        let mut lammps_in = std::collections::BTreeMap::<u64, bool>::new();
+        for s in &rows {
+            *lammps_in.entry(s.round).or_default() |= s.app.as_deref() == Some("lammps");
+        }
+        lammps_in.values().any(|with| !with)
     });
     let after = bytes_per_round(&store, 40);
     eprintln!(
@@ -264,10 +276,27 @@ fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_b
     );
 }
 
-/// With `select_every_rounds` and `select_apply`, the front-end selects by itself and narrows collection: the
-/// simulation stops reporting its events, the drivers go on, and the log says what was chosen.
+/// The (application, event) pairs a logged selection chose, from its `chosen=` field.
+fn chosen_in(line: &str) -> Vec<(String, String)> {
+    let chosen = line
+        .split_once("chosen=")
+        .and_then(|(_, rest)| rest.split_once(" observations="))
+        .map(|(chosen, _)| chosen)
+        .unwrap_or_else(|| panic!("no chosen field in {line}"));
+    chosen
+        .split(", ")
+        .map(|c| {
+            let (app, rest) = c.split_once(": ").unwrap();
+            let (event, _metric) = rest.rsplit_once(' ').unwrap();
+            (app.to_string(), event.to_string())
+        })
+        .collect()
+}
+
+/// With `select_every_rounds` and `select_apply`, the front-end selects by itself and narrows collection to what
+/// it chose; at the next tick it widens collection again, and selects anew from the rounds after.
 #[test]
-fn a_selection_on_a_timer_applies_itself() {
+fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
     let dir = tempfile::tempdir().unwrap();
     let (fe, fe_addr, store) = start_frontend(
         dir.path(),
@@ -289,44 +318,76 @@ fn a_selection_on_a_timer_applies_itself() {
         workflow_agent(dir.path(), "bonds", &fe_addr, "bonds", 1, 0, 1),
         workflow_agent(dir.path(), "csym", &fe_addr, "csym", 1, 0, 1),
     ];
-    let stats_of_lammps = |from: u64| {
+    // Each stored round's (application, event) pairs.
+    let reported = |from: u64| {
         let r = reader(&store);
+        let names: std::collections::HashMap<u64, String> = r.names().unwrap().into_iter().collect();
         let stats = r
             .streams()
             .unwrap()
             .into_iter()
             .find(|s| s.filter == "stats")
             .unwrap();
-        r.stats(Select::all().stream(stats.stream_id).from_round(from))
+        let mut by_round: std::collections::BTreeMap<u64, std::collections::BTreeSet<(String, String)>> =
+            Default::default();
+        for s in r
+            .stats(Select::all().stream(stats.stream_id).from_round(from))
             .unwrap()
-            .iter()
-            .filter(|s| s.app.as_deref() == Some("lammps"))
-            .count()
+        {
+            by_round.entry(s.round).or_default().insert((
+                s.app.unwrap_or_default(),
+                names.get(&s.id).cloned().unwrap_or_default(),
+            ));
+        }
+        by_round
     };
-    wait_for("a few rounds", Duration::from_secs(60), || {
-        last_round(&store, "stats").is_some_and(|r| r >= 10)
-    });
-    assert!(
-        stats_of_lammps(0) > 0,
-        "the simulation reports before any selection"
-    );
+    let lines = |what: &str| -> Vec<String> {
+        fe.log_text()
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_string)
+            .collect()
+    };
     wait_for("the selection on its timer", Duration::from_secs(60), || {
-        fe.log_text().contains("metric selection")
+        !lines("metric selection trigger").is_empty()
     });
-    let log = fe.log_text();
-    let line = log.lines().find(|l| l.contains("metric selection")).unwrap();
+    let first = lines("metric selection trigger")[0].clone();
     assert!(
-        line.contains("Timer") && line.contains("bonds: bonds_read_input") && line.contains("applied=true"),
-        "{line}"
+        first.contains("trigger=Timer") && first.contains("applied=true"),
+        "{first}"
     );
-    let applied_at = last_round(&store, "stats").unwrap();
-    wait_for("rounds under the selection", Duration::from_secs(60), || {
-        last_round(&store, "stats").is_some_and(|r| r >= applied_at + 15)
+    let chosen = chosen_in(&first);
+    assert!(
+        chosen.contains(&("bonds".into(), "bonds_read_input".into())),
+        "{first}"
+    );
+    // From some round on, only what was chosen is reported (rounds in flight as it was applied still carry the
+    // rest), and the simulation reports nothing unless something of it was chosen.
+    let narrowed =
+        |pairs: &std::collections::BTreeSet<(String, String)>| pairs.iter().all(|p| chosen.contains(p));
+    wait_for("a round under the selection", Duration::from_secs(60), || {
+        reported(0).values().any(&narrowed)
     });
-    assert_eq!(
-        stats_of_lammps(applied_at + 10),
-        0,
-        "the simulation still reports"
+    // The next tick widens collection again: the simulation's events come back.
+    wait_for("collection widened", Duration::from_secs(60), || {
+        !lines("collection widened to learn again").is_empty()
+    });
+    let widened_at = last_round(&store, "stats").unwrap();
+    wait_for("the simulation reporting again", Duration::from_secs(60), || {
+        reported(widened_at)
+            .values()
+            .any(|pairs| pairs.iter().any(|(app, _)| app == "lammps") && !narrowed(pairs))
+    });
+    // 70 rounds later it selects again, from what came after the widening.
+    wait_for(
+        "the selection after the widening",
+        Duration::from_secs(60),
+        || lines("metric selection trigger").len() >= 2,
+    );
+    let second = lines("metric selection trigger")[1].clone();
+    assert!(
+        second.contains("trigger=Relearn") && second.contains("applied=true"),
+        "{second}"
     );
 }
 

@@ -322,10 +322,14 @@ impl CheckConfig for FrontendConfig {
                 "must be a fraction between 0 (never) and 100",
             ));
         }
-        if self.select_rounds < 3 {
+        if !(selection::MIN_ROUNDS..=selection::MAX_ROUNDS).contains(&self.select_rounds) {
             return Err(ConfigIssue::new(
                 "select_rounds",
-                "must be at least 3: a selection correlates the metrics over that many rounds",
+                format!(
+                    "must be between {} (the check validates on a fifth of them) and {}",
+                    selection::MIN_ROUNDS,
+                    selection::MAX_ROUNDS
+                ),
             ));
         }
         if self.stream_timeout_ms == 0 {

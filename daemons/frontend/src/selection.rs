@@ -27,9 +27,22 @@ pub const DEFAULT_ROUNDS: u32 = canopy_store::DEFAULT_TRAINING_ROUNDS;
 const TRAIN_FRACTION: f64 = 0.8;
 /// Rounds in the latency's moving average that the change trigger follows.
 const MOVING_AVERAGE_ROUNDS: usize = 10;
+/// The most rounds a selection learns from: what it reads from the store grows with them.
+pub const MAX_ROUNDS: u32 = 1000;
+/// The fewest: the check validates on the last fifth of them, which needs at least two.
+pub const MIN_ROUNDS: u32 = 10;
+/// The most candidates the search and the check take, the most correlated with the latency first: the search
+/// keeps a square matrix of their correlations and the check solves a system as large.
+pub const MAX_CANDIDATES: usize = 500;
 
 /// The training data a request asks for, read from the store.
 pub fn training(reader: &StoreReader, req: &SelectMetricsRequest) -> Result<Training, ApiError> {
+    if req.rounds != 0 && !(MIN_ROUNDS..=MAX_ROUNDS).contains(&req.rounds) {
+        return Err(ApiError::Selection(format!(
+            "rounds {} is not between {MIN_ROUNDS} and {MAX_ROUNDS}",
+            req.rounds
+        )));
+    }
     let query = TrainingQuery {
         latency_stream: req.latency_stream.clone(),
         stats_stream: req.stats_stream.clone(),
@@ -52,28 +65,43 @@ pub fn dataset(t: &Training) -> Result<Dataset, ApiError> {
     .map_err(|e| ApiError::Selection(e.to_string()))
 }
 
-/// Ranks the candidates of `t`, chooses a subset, and checks how well it predicts the latency.
+/// Ranks the candidates of `t`, chooses a subset, and checks how well it predicts the latency. Every candidate is
+/// ranked; the search and the check take the [`MAX_CANDIDATES`] most correlated.
 pub fn select(t: &Training) -> Result<SelectMetricsResponse, ApiError> {
-    let ds = dataset(t)?;
+    let all = dataset(t)?;
+    let correlations: Vec<f64> = all
+        .columns
+        .iter()
+        .map(|c| canopy_select::correlation(c, &all.target).abs())
+        .collect();
+    let mut order: Vec<usize> = (0..all.features()).collect();
+    order.sort_by(|&a, &b| correlations[b].total_cmp(&correlations[a]).then(a.cmp(&b)));
+    let mut searched: Vec<usize> = order.iter().copied().take(MAX_CANDIDATES).collect();
+    searched.sort_unstable();
+    let ds = Dataset::new(
+        searched.iter().map(|&i| all.names[i].clone()).collect(),
+        all.target.clone(),
+        searched.iter().map(|&i| all.columns[i].clone()).collect(),
+    )
+    .map_err(|e| ApiError::Selection(e.to_string()))?;
     let chosen = canopy_select::select(&ds, &SearchOptions::default());
-    let all: Vec<usize> = (0..ds.features()).collect();
+    let subset: Vec<usize> = chosen.subset.iter().map(|&k| searched[k]).collect();
     let fit = |subset: &[usize]| {
         canopy_select::prediction_error(&ds, subset, TRAIN_FRACTION)
             .map(|f| f.relative_absolute_error)
             .map_err(|e| ApiError::Selection(e.to_string()))
     };
-    let ranking = chosen
-        .ranking
+    let ranking = order
         .iter()
-        .map(|r| {
-            let c = &t.candidates[r.feature];
+        .map(|&i| {
+            let c = &t.candidates[i];
             CandidateMetric {
                 app: c.app.clone(),
                 event_id: c.id,
                 event: c.name.clone(),
                 metric: c.metric.word().to_string(),
-                correlation: r.correlation,
-                selected: chosen.subset.contains(&r.feature),
+                correlation: correlations[i],
+                selected: subset.contains(&i),
             }
         })
         .collect();
@@ -85,7 +113,7 @@ pub fn select(t: &Training) -> Result<SelectMetricsResponse, ApiError> {
         observations: t.rounds.len() as u32,
         subsets_evaluated: chosen.evaluated as u32,
         error_selected: fit(&chosen.subset)?,
-        error_all: fit(&all)?,
+        error_all: fit(&(0..ds.features()).collect::<Vec<_>>())?,
         applied: Vec::new(),
         latency_mean_ms: t.latency_ms.iter().sum::<f64>() / t.latency_ms.len().max(1) as f64,
         incomplete: t.incomplete as u32,
@@ -98,7 +126,16 @@ pub fn select(t: &Training) -> Result<SelectMetricsResponse, ApiError> {
 /// still dump, and their step marks still reach the latency stream.
 pub fn narrowed(ranking: &[CandidateMetric]) -> Vec<AppOptions> {
     let mut by_app: BTreeMap<&str, (Vec<&str>, Vec<&str>, bool)> = BTreeMap::new();
+    // An event the store has no name for cannot be included by name: its application is left as it is.
+    let unnamed: Vec<&str> = ranking
+        .iter()
+        .filter(|c| c.selected && c.event == format!("{:016x}", c.event_id))
+        .map(|c| c.app.as_str())
+        .collect();
     for c in ranking {
+        if unnamed.contains(&c.app.as_str()) {
+            continue;
+        }
         let entry = by_app.entry(c.app.as_str()).or_default();
         if !c.selected {
             continue;
@@ -179,6 +216,9 @@ impl Triggers {
 pub enum Trigger {
     Timer,
     Change,
+    /// The rounds after a widening: collection was narrowed by an earlier selection, so the one a timer or a
+    /// change asked for first returned every application to its options and learned from what came after.
+    Relearn,
 }
 
 /// Follows the latency streams' results and says when a selection is due.
@@ -237,11 +277,17 @@ impl Watch {
 }
 
 /// Runs selections by themselves as `triggers` say, until the run ends; each is logged, and applied when
-/// `triggers.apply`.
+/// `triggers.apply`. A selection learns from what is collected, so once one has narrowed collection, the next a
+/// timer or a change asks for first widens it again (each narrowed application back to its options), then learns
+/// from the `triggers.rounds` rounds after.
 pub fn spawn(shared: Arc<Shared>, root: RootHandle, store: std::path::PathBuf, triggers: Triggers) {
     let mut results = shared.live.subscribe();
     tokio::spawn(async move {
         let mut watch = Watch::new(triggers);
+        // The applications the last applied selection narrowed.
+        let mut narrowed_apps: Vec<String> = Vec::new();
+        // Rounds of the latency stream until the selection after a widening.
+        let mut relearn: Option<u64> = None;
         loop {
             let result = match results.recv().await {
                 Ok(r) => r,
@@ -255,9 +301,38 @@ pub fn spawn(shared: Arc<Shared>, root: RootHandle, store: std::path::PathBuf, t
                 continue;
             };
             let latencies: Vec<f64> = r.steps.iter().map(|s| s.latency_ns as f64 / 1e6).collect();
-            let Some(trigger) = watch.round(&latencies) else {
+            let asked = watch.round(&latencies);
+            let due = match relearn.as_mut() {
+                Some(left) => {
+                    *left = left.saturating_sub(1);
+                    (*left == 0).then_some(Trigger::Relearn)
+                }
+                None => asked,
+            };
+            let Some(trigger) = due else {
                 continue;
             };
+            if trigger == Trigger::Relearn {
+                relearn = None;
+            } else if !narrowed_apps.is_empty() {
+                let widened: Vec<AppOptions> = narrowed_apps
+                    .drain(..)
+                    .map(|app| AppOptions {
+                        app,
+                        ..AppOptions::default()
+                    })
+                    .collect();
+                match apply(&shared, &root, &widened).await {
+                    Ok(()) => tracing::info!(
+                        trigger = ?trigger,
+                        rounds = triggers.rounds,
+                        "metric selection: collection widened to learn again"
+                    ),
+                    Err(e) => tracing::warn!("metric selection ({trigger:?}): collection not widened: {e}"),
+                }
+                relearn = Some(u64::from(triggers.rounds));
+                continue;
+            }
             let req = SelectMetricsRequest {
                 latency_stream: result.stream.name.clone(),
                 rounds: triggers.rounds,
@@ -274,8 +349,11 @@ pub fn spawn(shared: Arc<Shared>, root: RootHandle, store: std::path::PathBuf, t
                 Ok(Ok(mut response)) => {
                     if triggers.apply {
                         response.applied = narrowed(&response.ranking);
-                        if let Err(e) = apply(&shared, &root, &response.applied).await {
-                            tracing::warn!("metric selection ({trigger:?}) not applied: {e}");
+                        match apply(&shared, &root, &response.applied).await {
+                            Ok(()) => {
+                                narrowed_apps = response.applied.iter().map(|a| a.app.clone()).collect()
+                            }
+                            Err(e) => tracing::warn!("metric selection ({trigger:?}) not applied: {e}"),
                         }
                     }
                     tracing::info!(

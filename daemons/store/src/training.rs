@@ -58,9 +58,14 @@ pub struct Training {
     /// The candidates, sorted by application, name and metric; each has a value in every observation.
     pub candidates: Vec<Candidate>,
     pub columns: Vec<Vec<f64>>,
-    /// Candidates left out because some observation's round has no value of them.
+    /// Candidates left out because they have no value in more than a tenth of the rounds with a latency.
     pub incomplete: usize,
+    /// Rounds with a latency left out because a kept candidate has no value in them (a partial round).
+    pub rounds_dropped: usize,
 }
+
+/// The share of the rounds a candidate must have a value in to be kept; the rounds it lacks are then dropped.
+const PRESENT_IN: f64 = 0.9;
 
 /// Which rounds and steps to learn from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,11 +83,18 @@ pub struct TrainingSpec {
 /// a run whose streams are all closed, its one stream of `filter`.
 fn stream_of<'a>(streams: &'a [StreamRow], filter: &str, name: &str) -> Result<&'a StreamRow, StoreError> {
     if !name.is_empty() {
-        return streams
+        let named = streams
             .iter()
             .filter(|s| s.name == name)
             .max_by_key(|s| s.stream_id)
-            .ok_or_else(|| StoreError::Training(format!("no stream named {name:?}")));
+            .ok_or_else(|| StoreError::Training(format!("no stream named {name:?}")))?;
+        if named.filter != filter {
+            return Err(StoreError::Training(format!(
+                "stream {name:?} runs filter {}, not {filter}",
+                named.filter
+            )));
+        }
+        return Ok(named);
     }
     let of_filter: Vec<&StreamRow> = streams.iter().filter(|s| s.filter == filter).collect();
     let open: Vec<&StreamRow> = of_filter
@@ -157,21 +169,25 @@ impl StoreReader {
             }
         }
         let names: HashMap<u64, String> = self.names()?.into_iter().collect();
-        let mut values: BTreeMap<Candidate, HashMap<u64, f64>> = BTreeMap::new();
-        let mut stats_rounds = std::collections::BTreeSet::new();
+        // Per candidate and round, the sum of the rows' means weighted by their ranks, and the ranks: a round of a
+        // dont_wait stream is stored in pieces, each a row over some of the ranks.
+        let mut values: BTreeMap<Candidate, HashMap<u64, (f64, u64)>> = BTreeMap::new();
         for row in self.stats(
             Select::all()
                 .stream(spec.stats_stream)
                 .from_round(spec.from_round)
                 .late(false),
         )? {
-            if !in_range(row.round) || row.class_id.is_some() || !latency.contains_key(&row.round) {
+            if !in_range(row.round)
+                || row.class_id.is_some()
+                || !latency.contains_key(&row.round)
+                || row.count == 0
+            {
                 continue;
             }
             let Some(mean) = row.mean.filter(|m| m.is_finite()) else {
                 continue;
             };
-            stats_rounds.insert(row.round);
             let candidate = Candidate {
                 app: row.app.unwrap_or_default(),
                 name: names
@@ -181,32 +197,46 @@ impl StoreReader {
                 id: row.id,
                 metric: row.metric,
             };
-            values.entry(candidate).or_default().insert(row.round, mean);
+            let v = values.entry(candidate).or_default().entry(row.round).or_default();
+            v.0 += mean * row.count as f64;
+            v.1 += row.count;
+        }
+        // A candidate missing from a few rounds (a partial round, an application that left) drops those rounds;
+        // one missing from many is dropped instead.
+        let needed = (PRESENT_IN * latency.len() as f64).ceil() as usize;
+        let mut training = Training::default();
+        let mut kept = Vec::new();
+        for (candidate, by_round) in values {
+            if by_round.len() >= needed.max(1) {
+                kept.push((candidate, by_round));
+            } else {
+                training.incomplete += 1;
+            }
         }
         let rounds: Vec<u64> = latency
             .keys()
             .copied()
-            .filter(|r| stats_rounds.contains(r))
+            .filter(|r| !kept.is_empty() && kept.iter().all(|(_, by_round)| by_round.contains_key(r)))
             .collect();
-        let mut training = Training {
-            latency_ms: rounds
-                .iter()
-                .map(|r| {
-                    let (sum, n) = latency[r];
-                    sum / f64::from(n)
-                })
-                .collect(),
-            ..Training::default()
-        };
-        for (candidate, by_round) in values {
-            let column: Option<Vec<f64>> = rounds.iter().map(|r| by_round.get(r).copied()).collect();
-            match column {
-                Some(column) => {
-                    training.candidates.push(candidate);
-                    training.columns.push(column);
-                }
-                None => training.incomplete += 1,
-            }
+        training.rounds_dropped = latency.len() - rounds.len();
+        training.latency_ms = rounds
+            .iter()
+            .map(|r| {
+                let (sum, n) = latency[r];
+                sum / f64::from(n)
+            })
+            .collect();
+        for (candidate, by_round) in kept {
+            training.columns.push(
+                rounds
+                    .iter()
+                    .map(|r| {
+                        let (sum, ranks) = by_round[r];
+                        sum / ranks as f64
+                    })
+                    .collect(),
+            );
+            training.candidates.push(candidate);
         }
         training.rounds = rounds;
         Ok(training)
