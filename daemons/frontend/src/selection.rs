@@ -66,7 +66,8 @@ pub fn dataset(t: &Training) -> Result<Dataset, ApiError> {
 }
 
 /// Ranks the candidates of `t`, chooses a subset, and checks how well it predicts the latency. Every candidate is
-/// ranked; the search and the check take the [`MAX_CANDIDATES`] most correlated.
+/// ranked; the search and the check take the [`MAX_CANDIDATES`] most correlated, one of each set of an event's
+/// metrics that are equal in every round.
 pub fn select(t: &Training) -> Result<SelectMetricsResponse, ApiError> {
     let all = dataset(t)?;
     let correlations: Vec<f64> = all
@@ -76,7 +77,22 @@ pub fn select(t: &Training) -> Result<SelectMetricsResponse, ApiError> {
         .collect();
     let mut order: Vec<usize> = (0..all.features()).collect();
     order.sort_by(|&a, &b| correlations[b].total_cmp(&correlations[a]).then(a.cmp(&b)));
-    let mut searched: Vec<usize> = order.iter().copied().take(MAX_CANDIDATES).collect();
+    // Two metrics of one event equal in every round (a leaf region's inclusive and exclusive time) are one
+    // candidate to the search: a copy would only weigh its twin twice.
+    let mut searched: Vec<usize> = Vec::new();
+    for &i in &order {
+        let c = &t.candidates[i];
+        let twin = searched.iter().any(|&j| {
+            let d = &t.candidates[j];
+            d.app == c.app && d.id == c.id && all.columns[j] == all.columns[i]
+        });
+        if !twin {
+            searched.push(i);
+        }
+        if searched.len() == MAX_CANDIDATES {
+            break;
+        }
+    }
     searched.sort_unstable();
     let ds = Dataset::new(
         searched.iter().map(|&i| all.names[i].clone()).collect(),
@@ -434,6 +450,56 @@ mod tests {
         .unwrap();
         assert!(m.for_app("x").reports("a.b(c)"));
         assert!(!m.for_app("x").reports("aXb(c)"));
+    }
+
+    #[test]
+    fn an_events_equal_metrics_are_one_candidate_and_each_driver_is_chosen_once() {
+        use canopy_proto::filters::v1::Metric;
+        // Two drivers, each reported as inclusive and exclusive time (equal, as for a leaf region), and noise.
+        let mut state = 7u64;
+        let mut draw = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let rounds = 60;
+        let a: Vec<f64> = (0..rounds).map(|_| draw()).collect();
+        let b: Vec<f64> = (0..rounds).map(|_| draw()).collect();
+        let noise: Vec<f64> = (0..rounds).map(|_| draw()).collect();
+        let candidate = |app: &str, name: &str, id: u64, metric: Metric| Candidate {
+            app: app.into(),
+            name: name.into(),
+            id,
+            metric,
+        };
+        let t = Training {
+            rounds: (0..rounds as u64).collect(),
+            latency_ms: (0..rounds).map(|i| a[i] + b[i] + 0.05 * noise[i]).collect(),
+            candidates: vec![
+                candidate("x", "a", 1, Metric::Inclusive),
+                candidate("x", "a", 1, Metric::Exclusive),
+                candidate("y", "b", 2, Metric::Inclusive),
+                candidate("y", "b", 2, Metric::Exclusive),
+                candidate("y", "other", 3, Metric::Exclusive),
+            ],
+            columns: vec![a.clone(), a, b.clone(), b, (0..rounds).map(|_| draw()).collect()],
+            ..Training::default()
+        };
+        let r = select(&t).unwrap();
+        assert_eq!(r.ranking.len(), 5, "every candidate is ranked");
+        let chosen: Vec<(&str, &str)> = r
+            .ranking
+            .iter()
+            .filter(|c| c.selected)
+            .map(|c| (c.app.as_str(), c.event.as_str()))
+            .collect();
+        assert_eq!(chosen.len(), 2, "{chosen:?}");
+        assert!(
+            chosen.contains(&("x", "a")) && chosen.contains(&("y", "b")),
+            "{chosen:?}"
+        );
+        assert!(r.error_selected < 0.2, "{r:?}");
     }
 
     #[test]
