@@ -404,6 +404,16 @@ fn canopy_up_runs_a_whole_tree_to_full_coverage() {
 
 #[test]
 fn ctrl_c_stops_canopy_up_cleanly() {
+    stops_canopy_up_cleanly(Signal::SIGINT, "interrupted");
+}
+
+/// SIGTERM (kill, timeout, a batch system) stops it as Ctrl-C does, and leaves no daemon running.
+#[test]
+fn sigterm_stops_canopy_up_cleanly_and_leaves_no_daemon() {
+    stops_canopy_up_cleanly(Signal::SIGTERM, "terminated");
+}
+
+fn stops_canopy_up_cleanly(sig: Signal, word: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
     let mut up = Proc::start(
@@ -426,10 +436,14 @@ fn ctrl_c_stops_canopy_up_cleanly() {
     );
     let store = out_dir.join("latest.sqlite");
     wait_for("rounds", Duration::from_secs(30), || rounds_in(&store) >= 5);
-    up.signal(Signal::SIGINT);
+    up.signal(sig);
     let status = up.wait_timeout(Duration::from_secs(15)).expect("canopy up stops");
     let log = up.log_text();
     assert!(status.success(), "{log}");
+    assert!(
+        log.contains(&format!("canopy up: {word}, draining the tree")),
+        "{log}"
+    );
     assert!(log.contains("(interrupted)"), "{log}");
     let rounds = read_rounds(&store);
     for (i, r) in rounds.iter().enumerate() {
@@ -883,7 +897,18 @@ fn canopy_watch_draws_a_live_table_on_a_terminal() {
     );
     let _a0 = start_agent(dir.path(), "agent:0", &fe_addr, 4, 0, 0);
     let _a1 = start_agent(dir.path(), "agent:1", &fe_addr, 4, 4, 0);
-    wait_for("rounds", Duration::from_secs(30), || rounds_in(&store) >= 3);
+    // Both streams have stored rounds, so the watch starts from them: classify's three phases may lag stats' one
+    // by more than the watch's six updates on a loaded machine.
+    wait_for("rounds of both streams", Duration::from_secs(30), || {
+        store.exists()
+            && reader(&store)
+                .streams()
+                .unwrap()
+                .iter()
+                .filter(|s| s.last_round.is_some_and(|r| r >= 2))
+                .count()
+                == 2
+    });
     // `script` gives the command a pseudo-terminal (of 120x40, set with stty) and keeps what it wrote.
     let screen = dir.path().join("screen");
     let cmd = format!(

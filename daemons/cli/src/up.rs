@@ -511,6 +511,10 @@ async fn launch_and_watch(
     let mut watcher = StoreWatcher::new(store.clone(), show);
     let mut tick = tokio::time::interval(REAP_POLL);
     let mut ticks = 0u64;
+    // SIGTERM (kill, timeout, a batch system's end of job) and SIGHUP (the terminal closed) stop the run as Ctrl-C
+    // does: the tree drains and no daemon is left running behind.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let interrupted;
     loop {
         tokio::select! {
@@ -533,8 +537,14 @@ async fn launch_and_watch(
                     }
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("canopy up: interrupted, draining the tree");
+            why = async {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => "interrupted",
+                    _ = terminate.recv() => "terminated",
+                    _ = hangup.recv() => "hung up",
+                }
+            } => {
+                eprintln!("canopy up: {why}, draining the tree");
                 signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
                 daemons[0].wait_reaped(Duration::from_secs(10)).await;
                 watcher.show_new();
