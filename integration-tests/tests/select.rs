@@ -18,9 +18,9 @@ use canopy_integration_tests::{
     Proc, Select, SimAgent, canopy_cli, reader, start_frontend, start_relay, wait_for,
 };
 
-const PERIOD_MS: u64 = 20;
+const PERIOD_MS: u64 = 10;
 /// The rounds the selection learns from.
-const LEARN: u64 = 120;
+const LEARN: u64 = 250;
 const SEED: u64 = 11;
 
 fn workflow_agent(
@@ -296,6 +296,10 @@ fn chosen_in(line: &str) -> Vec<(String, String)> {
 /// With `select_every_rounds` and `select_apply`, the front-end selects by itself and narrows collection to what
 /// it chose; at the next tick it widens collection again, and selects anew from the rounds after.
 #[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a synchronous poll of other processes' store and log; no runtime worker is blocked"
+)]
 fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
     let dir = tempfile::tempdir().unwrap();
     let (fe, fe_addr, store) = start_frontend(
@@ -306,9 +310,9 @@ fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
             "--expect-ranks",
             "6",
             "--select-every-rounds",
-            "80",
+            "220",
             "--select-rounds",
-            "70",
+            "200",
             "--select-apply",
             "true",
         ],
@@ -348,9 +352,22 @@ fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
             .map(str::to_string)
             .collect()
     };
-    wait_for("the selection on its timer", Duration::from_secs(60), || {
-        !lines("metric selection trigger").is_empty()
-    });
+    // On a time-out, what the front-end said of its selections.
+    let waiting = |what: &str, mut cond: Box<dyn FnMut() -> bool + '_>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while !cond() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; the front-end said:\n{}",
+                lines("metric selection").join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    waiting(
+        "the selection on its timer",
+        Box::new(|| !lines("metric selection trigger").is_empty()),
+    );
     let first = lines("metric selection trigger")[0].clone();
     assert!(
         first.contains("trigger=Timer") && first.contains("applied=true"),
@@ -365,20 +382,25 @@ fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
     // rest), and the simulation reports nothing unless something of it was chosen.
     let narrowed =
         |pairs: &std::collections::BTreeSet<(String, String)>| pairs.iter().all(|p| chosen.contains(p));
-    wait_for("a round under the selection", Duration::from_secs(60), || {
-        reported(0).values().any(&narrowed)
-    });
+    waiting(
+        "a round under the selection",
+        Box::new(|| reported(0).values().any(&narrowed)),
+    );
     // The next tick widens collection again: the simulation's events come back.
-    wait_for("collection widened", Duration::from_secs(60), || {
-        !lines("collection widened to learn again").is_empty()
-    });
+    waiting(
+        "collection widened",
+        Box::new(|| !lines("collection widened to learn again").is_empty()),
+    );
     let widened_at = last_round(&store, "stats").unwrap();
-    wait_for("the simulation reporting again", Duration::from_secs(60), || {
-        reported(widened_at)
-            .values()
-            .any(|pairs| pairs.iter().any(|(app, _)| app == "lammps") && !narrowed(pairs))
-    });
-    // 70 rounds later it selects again, from what came after the widening.
+    waiting(
+        "the simulation reporting again",
+        Box::new(|| {
+            reported(widened_at)
+                .values()
+                .any(|pairs| pairs.iter().any(|(app, _)| app == "lammps") && !narrowed(pairs))
+        }),
+    );
+    // 200 rounds later it selects again, from what came after the widening.
     wait_for(
         "the selection after the widening",
         Duration::from_secs(60),
