@@ -10,6 +10,7 @@
     reason = "a synchronous test that waits on real processes by the wall clock; no tokio clock to pause"
 )]
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -57,9 +58,22 @@ fn workflow_agent(
     )
 }
 
+/// The run's stream of `filter`, once the store has it.
+fn stream_of(store: &Path, filter: &str) -> Option<canopy_store::StreamRow> {
+    reader(store)
+        .streams()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.filter == filter)
+}
+
 fn last_round(store: &Path, filter: &str) -> Option<u64> {
-    let streams = reader(store).streams().unwrap();
-    streams.iter().find(|s| s.filter == filter)?.last_round
+    stream_of(store, filter)?.last_round
+}
+
+/// The store's event and counter names by id.
+fn names_of(store: &Path) -> HashMap<u64, String> {
+    reader(store).names().unwrap().into_iter().collect()
 }
 
 /// The bytes of results the front-end stores per round (every stream's), over the next `rounds` rounds.
@@ -119,19 +133,9 @@ fn selection_names_the_planted_drivers_predicts_as_well_and_applied_halves_the_b
     // stream holds them (each driver is the same at every rank of its application) leave the transfer, which no
     // metric shows.
     let r = reader(&store);
-    let names: std::collections::HashMap<u64, String> = r.names().unwrap().into_iter().collect();
-    let latency_stream = r
-        .streams()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.filter == "latency")
-        .unwrap();
-    let stats_stream = r
-        .streams()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.filter == "stats")
-        .unwrap();
+    let names = names_of(&store);
+    let latency_stream = stream_of(&store, "latency").unwrap();
+    let stats_stream = stream_of(&store, "stats").unwrap();
     let steps = r.latency(Select::all().stream(latency_stream.stream_id)).unwrap();
     let stats = r.stats(Select::all().stream(stats_stream.stream_id)).unwrap();
     let mut checked = 0;
@@ -325,13 +329,8 @@ fn a_selection_on_a_timer_applies_itself_and_widens_to_learn_again() {
     // Each stored round's (application, event) pairs.
     let reported = |from: u64| {
         let r = reader(&store);
-        let names: std::collections::HashMap<u64, String> = r.names().unwrap().into_iter().collect();
-        let stats = r
-            .streams()
-            .unwrap()
-            .into_iter()
-            .find(|s| s.filter == "stats")
-            .unwrap();
+        let names = names_of(&store);
+        let stats = stream_of(&store, "stats").unwrap();
         let mut by_round: std::collections::BTreeMap<u64, std::collections::BTreeSet<(String, String)>> =
             Default::default();
         for s in r
