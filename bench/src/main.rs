@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use canopy_core::engine::{Accepted, Arrival, GroupKey, RoundEngine, StreamSync};
 use canopy_core::filter::{FilterFactory, Level};
 use canopy_integration_tests::TreeBuilder;
-use canopy_proto::v1::{Coverage, EventSample, ProfileBatch, RankProfile, SyncMode};
+use canopy_proto::v1::{AppCoverage, Coverage, EventSample, ProfileBatch, RankProfile, SyncMode};
 use clap::{Parser, Subcommand};
 use prost::Message;
 
@@ -547,10 +547,17 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                 for (id, p) in ids.iter().zip(&payloads) {
                     let a = Arrival {
                         source: id.clone(),
+                        // A rank's coverage names its application, as a leaf's does.
                         coverage: Coverage {
                             covered: 1,
                             expected: 1,
                             missing: vec![],
+                            apps: vec![AppCoverage {
+                                app: "bench".into(),
+                                covered: 1,
+                                expected: 1,
+                                missing: vec![],
+                            }],
                         },
                         payload: p.clone().into(),
                         first_dump_unix_ns: 0,

@@ -310,6 +310,7 @@ fn envelope(round: u64, phase: u32, payload: Vec<u8>, ranks: u32) -> UpMessage {
                     reason: canopy_proto::v1::MissingReason::Late as i32,
                     ranks: 1,
                 }],
+                apps: vec![],
             }),
             payload,
             late: false,

@@ -707,6 +707,7 @@ fn coverage_shows_each_missing_reason_as_the_rounds_table_counts_it() {
             missing,
             first_dump_unix_ns: 0,
             closed_unix_ns: 0,
+            apps: vec![],
         };
         store.write_round(&rec, Payload::None).unwrap();
     }

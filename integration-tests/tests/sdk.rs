@@ -1315,11 +1315,14 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
     }
 }
 
-/// Per application, the events and the ranks that reported them in rounds `from..to`; and the coverage of
-/// those rounds, as (covered, expected, sampled out).
+/// Per application, the events and the ranks that reported them in rounds `from..to`; the coverage of those
+/// rounds, as (covered, expected, sampled out), in all and per application (`round_apps`); and the
+/// applications the stats stream's rows stand for.
 type Reported = (
     BTreeMap<String, (BTreeSet<String>, BTreeSet<u32>)>,
     BTreeSet<(u32, u32, u32)>,
+    BTreeSet<(String, u32, u32, u32)>,
+    BTreeSet<String>,
 );
 
 fn reported(store: &Path, from: u64, to: u64) -> Reported {
@@ -1340,7 +1343,28 @@ fn reported(store: &Path, from: u64, to: u64) -> Reported {
         .filter(|r| r.round < to)
         .map(|r| (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)))
         .collect();
-    (by_app, coverage)
+    let per_app = stored
+        .round_apps(Select::all().from_round(from))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.round < to)
+        .map(|r| {
+            (
+                r.app,
+                r.covered,
+                r.expected,
+                r.missing.get(MissingReason::SampledOut),
+            )
+        })
+        .collect();
+    let stats_apps = stored
+        .stats(Select::all().from_round(from))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.round < to)
+        .filter_map(|r| r.app)
+        .collect();
+    (by_app, coverage, per_app, stats_apps)
 }
 
 /// Waits until the latest rounds show `want` (a change of options has reached every rank, at whatever pace
@@ -1407,11 +1431,18 @@ fn each_application_in_one_tree_runs_its_own_options() {
             .map(|(app, events)| (app.to_string(), ((*events).clone(), ranks_0_to_2.clone())))
             .collect::<BTreeMap<_, _>>()
     };
+    // Each application's part of every round: (application, covered, expected, sampled out).
+    let whole = |app: &str| (app.to_string(), 3, 3, 0);
+    let both_whole: BTreeSet<_> = [whole("analysis"), whole("sim")].into();
+    let analysis_off: BTreeSet<_> = [("analysis".to_string(), 0, 3, 3), whole("sim")].into();
+    let stats_of = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
     in_force(
         &store,
         &(
             apps(&[("sim", &every_event), ("analysis", &every_event)]),
             [(6, 6, 0)].into(),
+            both_whole.clone(),
+            stats_of(&["analysis", "sim"]),
         ),
     );
 
@@ -1424,18 +1455,36 @@ fn each_application_in_one_tree_runs_its_own_options() {
         &(
             apps(&[("sim", &halo), ("analysis", &every_event)]),
             [(6, 6, 0)].into(),
+            both_whole.clone(),
+            stats_of(&["analysis", "sim"]),
         ),
     );
 
     // The analysis sampled to 0: none of its ranks reports, each counts as sampled out (neither lost nor late);
     // the simulation keeps its own options.
     canopy(&addr, &["ctl", "set", "--app", "analysis", "--sample-below", "0"]);
-    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &halo)]),
+            [(3, 6, 3)].into(),
+            analysis_off.clone(),
+            stats_of(&["sim"]),
+        ),
+    );
 
     // Global options replace the global ones alone: the analysis stays disabled, the simulation keeps its
     // include (with the global exclude, which leaves its event alone).
     canopy(&addr, &["ctl", "set", "--exclude", "^resid"]);
-    in_force(&store, &(apps(&[("sim", &halo)]), [(3, 6, 3)].into()));
+    in_force(
+        &store,
+        &(
+            apps(&[("sim", &halo)]),
+            [(3, 6, 3)].into(),
+            analysis_off.clone(),
+            stats_of(&["sim"]),
+        ),
+    );
 
     // Both back on the global options: every rank, every event but the excluded one.
     canopy(&addr, &["ctl", "set", "--app", "analysis"]);
@@ -1446,6 +1495,8 @@ fn each_application_in_one_tree_runs_its_own_options() {
         &(
             apps(&[("sim", &unexcluded), ("analysis", &unexcluded)]),
             [(6, 6, 0)].into(),
+            both_whole.clone(),
+            stats_of(&["analysis", "sim"]),
         ),
     );
 

@@ -321,6 +321,7 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
                 covered: 4,
                 expected: 4,
                 missing: vec![],
+                apps: vec![],
             }),
             payload,
             ..Envelope::default()
@@ -396,6 +397,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
         covered: u32::MAX,
         expected: u32::MAX,
         missing: vec![],
+        apps: vec![],
     };
     let inexact = Coverage {
         covered: 4,
@@ -404,6 +406,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
             reason: MissingReason::Late as i32,
             ranks: 7,
         }],
+        apps: vec![],
     };
     for msg in [
         with_coverage(0, inflated),
@@ -479,6 +482,7 @@ fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
             covered: n,
             expected: n,
             missing: vec![],
+            apps: vec![],
         }),
         payload,
         ..Envelope::default()
@@ -694,6 +698,7 @@ fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]
             covered: 1,
             expected: 1,
             missing: vec![],
+            apps: vec![],
         }),
         payload,
         ..Envelope::default()

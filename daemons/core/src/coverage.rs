@@ -1,69 +1,180 @@
 //! Coverage arithmetic: how many ranks a packet or a result covers out of how many were expected, and why the
-//! others are missing. Every coverage keeps one invariant, [`coverage_is_exact`].
+//! others are missing, in all and per application. Every coverage keeps one invariant, [`coverage_is_exact`].
+//!
+//! The per-application counts (`apps`, sorted by name) are a part of the whole: a rank counts in its
+//! application's entry when the node that first counts it knows the application (a rank's own dump or absence,
+//! a child whose last packet said how its ranks divide among applications), and in the whole alone otherwise.
 
-use canopy_proto::v1::{Coverage, Missing, MissingReason};
+use std::cmp::Ordering;
 
-/// The coverage of one rank that delivered.
-pub fn full() -> Coverage {
+use canopy_proto::v1::{AppCoverage, Coverage, Missing, MissingReason};
+
+/// The most applications one coverage may name: a child naming more is refused, so a packet's coverage costs
+/// bounded work at every node.
+pub const MAX_COVERAGE_APPS: usize = 1024;
+
+/// How a source's ranks divide among applications, sorted by name: (application, ranks).
+pub type Composition = Vec<(String, u32)>;
+
+/// The coverage of one rank of `app` that delivered.
+pub fn full(app: &str) -> Coverage {
     Coverage {
         covered: 1,
         expected: 1,
         missing: vec![],
-    }
-}
-
-/// The coverage of one rank that answers for a round without a profile, and why.
-pub fn absent(reason: MissingReason) -> Coverage {
-    Coverage {
-        covered: 0,
-        expected: 1,
-        missing: vec![Missing {
-            reason: reason as i32,
-            ranks: 1,
+        apps: vec![AppCoverage {
+            app: app.to_string(),
+            covered: 1,
+            expected: 1,
+            missing: vec![],
         }],
     }
 }
 
-/// Adds `other` into `into`: covered, expected and each reason.
-pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
-    into.covered = into.covered.saturating_add(other.covered);
-    into.expected = into.expected.saturating_add(other.expected);
-    for m in &other.missing {
-        add_missing(into, m.reason(), m.ranks);
+/// The coverage of one rank of `app` that answers for a round without a profile, and why.
+pub fn absent(app: &str, reason: MissingReason) -> Coverage {
+    let missing = vec![Missing {
+        reason: reason as i32,
+        ranks: 1,
+    }];
+    Coverage {
+        covered: 0,
+        expected: 1,
+        missing: missing.clone(),
+        apps: vec![AppCoverage {
+            app: app.to_string(),
+            covered: 0,
+            expected: 1,
+            missing,
+        }],
     }
 }
 
-/// Counts `ranks` more under `reason`, keeping one entry per reason.
-pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
+/// Adds `other` into `into`: covered, expected and each reason, in all and per application.
+pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
+    into.covered = into.covered.saturating_add(other.covered);
+    into.expected = into.expected.saturating_add(other.expected);
+    add_reasons(&mut into.missing, &other.missing);
+    if into.apps.is_empty() {
+        into.apps.clone_from(&other.apps);
+        return;
+    }
+    // Both sorted by name, each application once: each of `other`'s is found (or placed) by binary search, so
+    // adding a rank's coverage to a node's (the common case, an application already there) allocates nothing.
+    for t in &other.apps {
+        match into.apps.binary_search_by(|a| a.app.as_str().cmp(&t.app)) {
+            Ok(i) => {
+                let a = &mut into.apps[i];
+                a.covered = a.covered.saturating_add(t.covered);
+                a.expected = a.expected.saturating_add(t.expected);
+                add_reasons(&mut a.missing, &t.missing);
+            }
+            Err(i) => into.apps.insert(i, t.clone()),
+        }
+    }
+}
+
+fn add_reasons(into: &mut Vec<Missing>, other: &[Missing]) {
+    for m in other {
+        add_reason(into, m.reason(), m.ranks);
+    }
+}
+
+fn add_reason(missing: &mut Vec<Missing>, reason: MissingReason, ranks: u32) {
     if ranks == 0 {
         return;
     }
-    match cov.missing.iter_mut().find(|m| m.reason() == reason) {
+    match missing.iter_mut().find(|m| m.reason() == reason) {
         Some(m) => m.ranks = m.ranks.saturating_add(ranks),
-        None => cov.missing.push(Missing {
+        None => missing.push(Missing {
             reason: reason as i32,
             ranks,
         }),
     }
 }
 
-/// Moves `ranks` covered ranks to `reason` (a payload the filter rejected).
-pub fn uncover(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
-    let ranks = ranks.min(cov.covered);
+/// Counts `ranks` more under `reason`, keeping one entry per reason, in the whole only (their applications
+/// are not known here).
+pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
+    add_reason(&mut cov.missing, reason, ranks);
+}
+
+/// `ranks` more expected and missing under `reason`, the ranks of a source whose ranks divide among
+/// applications as `apps` says: per application too when `apps` accounts for exactly these ranks, else in the
+/// whole only.
+pub fn add_missing_of(cov: &mut Coverage, reason: MissingReason, ranks: u32, apps: &[(String, u32)]) {
+    if ranks == 0 {
+        return;
+    }
+    cov.expected = cov.expected.saturating_add(ranks);
+    let attributed: u64 = apps.iter().map(|(_, n)| u64::from(*n)).sum();
+    if attributed != u64::from(ranks) {
+        add_missing(cov, reason, ranks);
+        return;
+    }
+    let part = Coverage {
+        covered: 0,
+        expected: 0,
+        missing: vec![],
+        apps: apps
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(app, n)| AppCoverage {
+                app: app.clone(),
+                covered: 0,
+                expected: *n,
+                missing: vec![Missing {
+                    reason: reason as i32,
+                    ranks: *n,
+                }],
+            })
+            .collect(),
+    };
+    add_missing(cov, reason, ranks);
+    add_coverage(cov, &part);
+}
+
+/// Moves the ranks `input` covered to `reason` (a payload the filter rejected), in all and per application.
+pub fn uncover_input(cov: &mut Coverage, reason: MissingReason, input: &Coverage) {
+    let ranks = input.covered.min(cov.covered);
     cov.covered -= ranks;
     add_missing(cov, reason, ranks);
+    for part in &input.apps {
+        if let Ok(i) = cov.apps.binary_search_by(|a| a.app.as_str().cmp(&part.app)) {
+            let a = &mut cov.apps[i];
+            let ranks = part.covered.min(a.covered);
+            a.covered -= ranks;
+            add_reason(&mut a.missing, reason, ranks);
+        }
+    }
 }
 
-/// The invariant every coverage keeps.
+/// Moves every covered rank to `reason` (a round whose result never came), in all and per application.
+pub fn uncover_all(cov: &mut Coverage, reason: MissingReason) {
+    let whole = cov.clone();
+    uncover_input(cov, reason, &whole);
+}
+
+/// How the ranks a coverage expects divide among applications, as far as it tells.
+pub fn composition(cov: &Coverage) -> Composition {
+    cov.apps.iter().map(|a| (a.app.clone(), a.expected)).collect()
+}
+
+/// The invariant every coverage keeps, in all and per application.
 pub fn coverage_is_exact(cov: &Coverage) -> bool {
-    u64::from(cov.covered) + cov.missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>()
-        == u64::from(cov.expected)
+    exact(cov.covered, cov.expected, &cov.missing)
+        && cov.apps.iter().all(|a| exact(a.covered, a.expected, &a.missing))
 }
 
-/// Whether a child's coverage may be taken in: exact, and for no more ranks than `ranks_below` (the most
-/// [`canopy_proto::MAX_RANKS`]); the reason when not.
+fn exact(covered: u32, expected: u32, missing: &[Missing]) -> bool {
+    u64::from(covered) + missing.iter().map(|m| u64::from(m.ranks)).sum::<u64>() == u64::from(expected)
+}
+
+/// Whether a child's coverage may be taken in: exact, for no more ranks than `ranks_below` (the most
+/// [`canopy_proto::MAX_RANKS`]), its applications sorted, each once, at most [`MAX_COVERAGE_APPS`] of them, and
+/// together no more than the whole; the reason when not.
 pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), String> {
-    if !coverage_is_exact(cov) {
+    if !exact(cov.covered, cov.expected, &cov.missing) {
         let missing: u64 = cov.missing.iter().map(|m| u64::from(m.ranks)).sum();
         return Err(format!(
             "coverage is not exact: {} covered and {missing} missing, but {} expected",
@@ -74,6 +185,40 @@ pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), Stri
         return Err(format!(
             "coverage expects {} ranks, more than the {ranks_below} the child has below",
             cov.expected
+        ));
+    }
+    if cov.apps.len() > MAX_COVERAGE_APPS {
+        return Err(format!(
+            "coverage names {} applications, more than the {MAX_COVERAGE_APPS} allowed",
+            cov.apps.len()
+        ));
+    }
+    for pair in cov.apps.windows(2) {
+        if pair[0].app.cmp(&pair[1].app) != Ordering::Less {
+            return Err(format!(
+                "coverage names its applications out of order or twice: {:?} before {:?}",
+                pair[0].app, pair[1].app
+            ));
+        }
+    }
+    if let Some(a) = cov
+        .apps
+        .iter()
+        .find(|a| !exact(a.covered, a.expected, &a.missing))
+    {
+        let missing: u64 = a.missing.iter().map(|m| u64::from(m.ranks)).sum();
+        return Err(format!(
+            "coverage of application {:?} is not exact: {} covered and {missing} missing, but {} expected",
+            a.app, a.covered, a.expected
+        ));
+    }
+    let (covered, expected) = cov.apps.iter().fold((0u64, 0u64), |(c, e), a| {
+        (c + u64::from(a.covered), e + u64::from(a.expected))
+    });
+    if covered > u64::from(cov.covered) || expected > u64::from(cov.expected) {
+        return Err(format!(
+            "coverage's applications cover {covered} of {expected} ranks, more than the whole's {} of {}",
+            cov.covered, cov.expected
         ));
     }
     Ok(())
@@ -91,18 +236,39 @@ pub fn missing_for(cov: &Coverage, reason: MissingReason) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn app_of<'a>(c: &'a Coverage, app: &str) -> &'a AppCoverage {
+        c.apps.iter().find(|a| a.app == app).unwrap()
+    }
+
+    fn reason_of(missing: &[Missing], reason: MissingReason) -> u32 {
+        missing
+            .iter()
+            .filter(|m| m.reason() == reason)
+            .map(|m| m.ranks)
+            .sum()
+    }
 
     #[test]
     fn uncovering_keeps_the_invariant_and_one_entry_per_reason() {
-        let mut c = full();
-        add_coverage(&mut c, &absent(MissingReason::Late));
-        add_coverage(&mut c, &full());
+        let mut c = full("a");
+        add_coverage(&mut c, &absent("a", MissingReason::Late));
+        add_coverage(&mut c, &full("b"));
         assert_eq!((c.covered, c.expected), (2, 3));
-        uncover(&mut c, MissingReason::Late, 5);
+        uncover_all(&mut c, MissingReason::Late);
         assert_eq!(c.covered, 0);
         assert_eq!(missing_for(&c, MissingReason::Late), 3);
         assert_eq!(c.missing.len(), 1);
+        assert_eq!(
+            (
+                app_of(&c, "a").expected,
+                reason_of(&app_of(&c, "a").missing, MissingReason::Late)
+            ),
+            (2, 2)
+        );
         assert!(coverage_is_exact(&c));
+        assert_eq!(check_child_coverage(&c, 3), Ok(()));
     }
 
     #[test]
@@ -110,9 +276,9 @@ mod tests {
         let mut c = Coverage {
             covered: u32::MAX,
             expected: u32::MAX,
-            missing: vec![],
+            ..Default::default()
         };
-        add_coverage(&mut c, &full());
+        add_coverage(&mut c, &full("a"));
         add_missing(&mut c, MissingReason::Late, u32::MAX);
         add_missing(&mut c, MissingReason::Late, 1);
         assert_eq!((c.covered, c.expected), (u32::MAX, u32::MAX));
@@ -120,11 +286,54 @@ mod tests {
     }
 
     #[test]
-    fn a_childs_coverage_must_add_up_and_stay_within_its_ranks() {
-        assert_eq!(check_child_coverage(&full(), 1), Ok(()));
-        assert_eq!(check_child_coverage(&absent(MissingReason::Lost), 4), Ok(()));
+    fn a_sources_missing_ranks_count_in_their_applications_only_when_the_composition_accounts_for_them() {
+        let apps = vec![("lammps".to_string(), 3), ("bonds".to_string(), 1)];
+        let mut c = full("bonds");
+        add_missing_of(
+            &mut c,
+            MissingReason::Lost,
+            4,
+            &[("bonds".into(), 1), ("lammps".into(), 3)],
+        );
         assert_eq!(
-            check_child_coverage(&full(), 0),
+            (c.covered, c.expected, missing_for(&c, MissingReason::Lost)),
+            (1, 5, 4)
+        );
+        assert_eq!(
+            (app_of(&c, "bonds").covered, app_of(&c, "bonds").expected),
+            (1, 2)
+        );
+        assert_eq!(app_of(&c, "lammps").expected, 3);
+        assert_eq!(
+            c.apps.iter().map(|a| a.app.as_str()).collect::<Vec<_>>(),
+            ["bonds", "lammps"]
+        );
+        // Five ranks of which the composition tells four: the whole alone counts them.
+        let mut d = Coverage::default();
+        add_missing_of(&mut d, MissingReason::Late, 5, &apps);
+        assert_eq!((d.expected, missing_for(&d, MissingReason::Late)), (5, 5));
+        assert!(d.apps.is_empty());
+        assert!(coverage_is_exact(&c) && coverage_is_exact(&d));
+    }
+
+    #[test]
+    fn a_rejected_input_uncovers_its_own_applications_ranks() {
+        let mut input = full("a");
+        add_coverage(&mut input, &full("b"));
+        let mut c = input.clone();
+        add_coverage(&mut c, &full("b"));
+        uncover_input(&mut c, MissingReason::Malformed, &input);
+        assert_eq!((c.covered, missing_for(&c, MissingReason::Malformed)), (1, 2));
+        assert_eq!((app_of(&c, "a").covered, app_of(&c, "b").covered), (0, 1));
+        assert!(coverage_is_exact(&c));
+    }
+
+    #[test]
+    fn a_childs_coverage_must_add_up_and_stay_within_its_ranks() {
+        assert_eq!(check_child_coverage(&full("a"), 1), Ok(()));
+        assert_eq!(check_child_coverage(&absent("a", MissingReason::Lost), 4), Ok(()));
+        assert_eq!(
+            check_child_coverage(&full("a"), 0),
             Err("coverage expects 1 ranks, more than the 0 the child has below".into())
         );
         let inexact = Coverage {
@@ -134,10 +343,88 @@ mod tests {
                 reason: MissingReason::Late as i32,
                 ranks: u32::MAX,
             }],
+            apps: vec![],
         };
         assert_eq!(
             check_child_coverage(&inexact, 8),
             Err("coverage is not exact: 4 covered and 4294967295 missing, but 4 expected".into())
         );
+        let mut twice = full("a");
+        twice.apps.push(twice.apps[0].clone());
+        twice.apps[1].covered = 0;
+        twice.apps[1].expected = 0;
+        assert_eq!(
+            check_child_coverage(&twice, 1),
+            Err("coverage names its applications out of order or twice: \"a\" before \"a\"".into())
+        );
+        let mut more = full("a");
+        more.apps[0].covered = 2;
+        more.apps[0].expected = 2;
+        assert_eq!(
+            check_child_coverage(&more, 1),
+            Err("coverage's applications cover 2 of 2 ranks, more than the whole's 1 of 1".into())
+        );
+        let mut bad = full("a");
+        bad.apps[0].covered = 0;
+        assert_eq!(
+            check_child_coverage(&bad, 1),
+            Err("coverage of application \"a\" is not exact: 0 covered and 0 missing, but 1 expected".into())
+        );
+        let mut many = Coverage::default();
+        for i in 0..=MAX_COVERAGE_APPS {
+            add_coverage(&mut many, &full(&format!("app{i:05}")));
+        }
+        assert_eq!(
+            check_child_coverage(&many, u32::MAX),
+            Err(format!(
+                "coverage names 1025 applications, more than the {MAX_COVERAGE_APPS} allowed"
+            ))
+        );
+    }
+
+    proptest! {
+        /// However ranks' coverages are grouped and added up (a tree of any shape), the result per application
+        /// is that application's ranks counted at once, the whole is every rank, and the child check accepts it.
+        #[test]
+        fn adding_up_in_any_grouping_counts_each_application_exactly(
+            ranks in prop::collection::vec((0usize..4, 0u8..3), 1..60),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            let names = ["lammps", "bonds", "csym", "a"];
+            let one = |&(app, what): &(usize, u8)| match what {
+                0 => full(names[app]),
+                1 => absent(names[app], MissingReason::SampledOut),
+                _ => absent(names[app], MissingReason::Dropped),
+            };
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(ranks.len())).collect();
+            bounds.extend([0, ranks.len()]);
+            bounds.sort_unstable();
+            bounds.dedup();
+            let mut root = Coverage::default();
+            for w in bounds.windows(2) {
+                let mut part = Coverage::default();
+                for r in &ranks[w[0]..w[1]] {
+                    add_coverage(&mut part, &one(r));
+                }
+                prop_assert_eq!(check_child_coverage(&part, part.expected), Ok(()));
+                add_coverage(&mut root, &part);
+            }
+            prop_assert_eq!(check_child_coverage(&root, ranks.len() as u32), Ok(()));
+            for (i, name) in names.iter().enumerate() {
+                let of: Vec<_> = ranks.iter().filter(|(a, _)| *a == i).collect();
+                match root.apps.iter().find(|a| a.app == *name) {
+                    None => prop_assert!(of.is_empty()),
+                    Some(a) => {
+                        prop_assert_eq!(a.expected as usize, of.len());
+                        prop_assert_eq!(a.covered as usize, of.iter().filter(|(_, w)| *w == 0).count());
+                        prop_assert_eq!(
+                            reason_of(&a.missing, MissingReason::Dropped) as usize,
+                            of.iter().filter(|(_, w)| *w == 2).count()
+                        );
+                    }
+                }
+            }
+            prop_assert_eq!(root.expected as usize, ranks.len());
+        }
     }
 }

@@ -11,12 +11,12 @@ use canopy_core::node::{Collection, RootHandle, RoundResult};
 use canopy_core::plugin::PluginFilters;
 use canopy_proto::v1::frontend_server::Frontend;
 use canopy_proto::v1::{
-    CloseStreamRequest, ControlRequest, ControlResponse, Coverage, CreateStreamRequest, EventName,
-    EventNamesRequest, EventNamesResponse, ListStreamsRequest, ListStreamsResponse, Missing, NodeStatus,
-    RoundUpdate, StreamInfo, StreamSpec, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest,
-    TopologyResponse, control_request, subscribe_request,
+    AppCoverage, CloseStreamRequest, ControlRequest, ControlResponse, Coverage, CreateStreamRequest,
+    EventName, EventNamesRequest, EventNamesResponse, ListStreamsRequest, ListStreamsResponse, Missing,
+    NodeStatus, RoundUpdate, StreamInfo, StreamSpec, SubscribeRequest, SyncMode, TopologyNode,
+    TopologyRequest, TopologyResponse, control_request, subscribe_request,
 };
-use canopy_store::{MissingCounts, StoreError, StoreReader, StreamRow, StreamState, Word};
+use canopy_store::{MissingCounts, StoreError, StoreReader, StoredRound, StreamRow, StreamState, Word};
 use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -321,18 +321,33 @@ impl SentNames {
     }
 }
 
-fn coverage(covered: u32, expected: u32, missing: &MissingCounts) -> Coverage {
+/// A stored round's coverage as it was streamed: in all and per application.
+fn coverage(r: &StoredRound) -> Coverage {
     Coverage {
-        covered,
-        expected,
-        missing: missing
+        covered: r.covered,
+        expected: r.expected,
+        missing: missing_of(&r.missing),
+        apps: r
+            .apps
             .iter()
-            .map(|(reason, ranks)| Missing {
-                reason: reason as i32,
-                ranks,
+            .map(|a| AppCoverage {
+                app: a.app.clone(),
+                covered: a.covered,
+                expected: a.expected,
+                missing: missing_of(&a.missing),
             })
             .collect(),
     }
+}
+
+fn missing_of(missing: &MissingCounts) -> Vec<Missing> {
+    missing
+        .iter()
+        .map(|(reason, ranks)| Missing {
+            reason: reason as i32,
+            ranks,
+        })
+        .collect()
 }
 
 /// What the store holds of the streams a subscriber wants, from `from_round` on, as updates; and the
@@ -359,7 +374,7 @@ fn stored_updates(
                 filter: s.filter.clone(),
                 round: r.round,
                 phase: 0,
-                coverage: Some(coverage(r.covered, r.expected, &r.missing)),
+                coverage: Some(coverage(&r)),
                 result: Some(any_of(&result_type, r.payload)),
                 late: false,
                 missed: 0,

@@ -449,6 +449,17 @@ impl RootSink for StoreUp {
                 first_dump_unix_ns: result.first_dump_unix_ns,
                 // Stamped by the writer as it stores the round.
                 closed_unix_ns: 0,
+                apps: result
+                    .coverage
+                    .apps
+                    .iter()
+                    .map(|a| canopy_store::AppRecord {
+                        app: a.app.clone(),
+                        covered: a.covered,
+                        expected: a.expected,
+                        missing: a.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
+                    })
+                    .collect(),
             };
             let round = canopy_store::Round {
                 record,

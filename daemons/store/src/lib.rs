@@ -22,12 +22,12 @@ mod writer;
 pub use error::StoreError;
 pub use profiles::PROFILE_BATCH_TYPE;
 pub use read::{EXAMPLE_QUERY, RANK_NODE_QUERY, Select, StoreReader, Table};
-pub use rounds::{MissingCounts, RoundRecord};
+pub use rounds::{AppRecord, MissingCounts, RoundRecord};
 pub use rows::{
     ClassRow, ClusterRow, CounterRow, EventMetricRow, HistogramRow, LateArrival, LatencyAppRow, LatencyRow,
     NodeChange, NodeRanksRow, NodeRow, NodeSampleRow, OutlierEventRow, OutlierRow, QuantileRow, ReductionRow,
-    ResultRow, RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow, TraceRow,
-    UtilizationRow,
+    ResultRow, RoundAppRow, RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
+    TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Store};

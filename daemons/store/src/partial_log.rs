@@ -136,6 +136,7 @@ mod tests {
             missing: vec![(MissingReason::Lost, lost)],
             first_dump_unix_ns: 0,
             closed_unix_ns: 0,
+            apps: vec![],
         }
     }
 

@@ -2,6 +2,7 @@
 //! benchmarks. It opens the file read-only, so it is safe while the front-end writes: every query sees the
 //! rounds committed before it started, each whole.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,12 +12,14 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
 use crate::StoreError;
 use crate::profiles::{self, PROFILE_BATCH_TYPE};
-use crate::rounds::{MissingCounts, missing_columns_at};
+use crate::rounds::{MissingCounts, missing_columns, missing_columns_at};
 use crate::rows::*;
 use crate::schema::{self, SCHEMA_VERSION};
 
 /// The schema version that added `app` to `stats` and `stats_quantiles`: an older store reads `None` there.
 const STATS_APP_SINCE: u32 = 15;
+/// The schema version that added `app` to `histograms`.
+const HISTOGRAMS_APP_SINCE: u32 = 17;
 use crate::sql::{id_of, sat, unsigned};
 use crate::store::Collision;
 use crate::words::{StreamState, Word};
@@ -85,6 +88,7 @@ impl Select {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Table {
     Rounds,
+    RoundApps,
     Samples,
     Counters,
     EventMetrics,
@@ -115,6 +119,7 @@ impl Table {
     fn name(self) -> &'static str {
         match self {
             Table::Rounds => "rounds",
+            Table::RoundApps => "round_apps",
             Table::Samples => "samples",
             Table::Counters => "counters",
             Table::EventMetrics => "event_metrics",
@@ -175,6 +180,7 @@ impl Table {
             Table::Outliers | Table::OutlierEvents => 12,
             Table::Clusters => 14,
             Table::Latency | Table::LatencyApps => 16,
+            Table::RoundApps => 17,
             _ => 1,
         }
     }
@@ -367,6 +373,38 @@ impl StoreReader {
         self.rows(&sql, &values, round_row)
     }
 
+    /// Each round's coverage per application (`round_apps`), by stream, round and application; none in a store
+    /// older than version 17.
+    pub fn round_apps(&self, select: Select) -> Result<Vec<RoundAppRow>, StoreError> {
+        if self.version < Table::RoundApps.since() {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(false);
+        let sql = format!(
+            "SELECT stream_id, round, app, covered, expected, missing_reason, {} FROM round_apps{clause}
+             ORDER BY stream_id, round, app",
+            missing_columns()
+        );
+        self.rows(&sql, &values, |r| {
+            let mut missing = MissingCounts::default();
+            for (i, (reason, _)) in <canopy_proto::v1::MissingReason as Word>::WORDS
+                .iter()
+                .enumerate()
+            {
+                missing.set(*reason, r.get(6 + i)?);
+            }
+            Ok(RoundAppRow {
+                stream_id: r.get(0)?,
+                round: u64_at(r, 1)?,
+                app: r.get(2)?,
+                covered: r.get(3)?,
+                expected: r.get(4)?,
+                missing_reason: r.get(5)?,
+                missing,
+            })
+        })
+    }
+
     /// The rounds stored since `cursor` (in the order they were first stored), moving it past them. A round
     /// stored in pieces is returned once, with what its first piece brought.
     pub fn new_rounds(&self, cursor: &mut RoundCursor) -> Result<Vec<RoundRow>, StoreError> {
@@ -441,7 +479,12 @@ impl StoreReader {
     /// A stream's rounds from `from_round` on, as a replay sends them: the coverage of each, and its result as
     /// stored (a passthrough round's batch byte for byte; else the last phase's result). Late data is left out.
     pub fn stored_rounds(&self, stream: &StreamRow, from_round: u64) -> Result<Vec<StoredRound>, StoreError> {
-        let rounds = self.rounds(Select::all().stream(stream.stream_id).from_round(from_round))?;
+        let select = Select::all().stream(stream.stream_id).from_round(from_round);
+        let rounds = self.rounds(select)?;
+        let mut apps: BTreeMap<u64, Vec<RoundAppRow>> = BTreeMap::new();
+        for a in self.round_apps(select)? {
+            apps.entry(a.round).or_default().push(a);
+        }
         let profiles = stream.result_type.as_deref() == Some(PROFILE_BATCH_TYPE);
         rounds
             .into_iter()
@@ -456,6 +499,7 @@ impl StoreReader {
                     covered: r.covered,
                     expected: r.expected,
                     missing: r.missing,
+                    apps: apps.remove(&r.round).unwrap_or_default(),
                     payload: payload.unwrap_or_default(),
                 })
             })
@@ -878,8 +922,13 @@ impl StoreReader {
     /// Bins of `histograms`, by stream, round, then as stored.
     pub fn histograms(&self, select: Select) -> Result<Vec<HistogramRow>, StoreError> {
         let (clause, values) = select.clause(true);
+        let app = if self.version >= HISTOGRAMS_APP_SINCE {
+            "app"
+        } else {
+            "NULL"
+        };
         let sql = format!(
-            "SELECT stream_id, round, class_id, id, metric, bin, lo, hi, count, late
+            "SELECT stream_id, round, class_id, id, metric, bin, lo, hi, count, late, {app}
              FROM histograms{clause} ORDER BY stream_id, round, rowid"
         );
         self.rows(&sql, &values, |r| {
@@ -894,6 +943,7 @@ impl StoreReader {
                 hi: r.get(7)?,
                 count: u64_at(r, 8)?,
                 late: r.get(9)?,
+                app: r.get(10)?,
             })
         })
     }

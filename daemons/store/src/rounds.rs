@@ -23,6 +23,17 @@ pub struct RoundRecord {
     pub first_dump_unix_ns: u64,
     /// 0 when unknown.
     pub closed_unix_ns: u64,
+    /// Each application's part of the coverage, as far as the tree could tell (`round_apps`).
+    pub apps: Vec<AppRecord>,
+}
+
+/// One application's part of a round's coverage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppRecord {
+    pub app: String,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: Vec<(MissingReason, u32)>,
 }
 
 /// Ranks missing from a round, per reason.
@@ -30,6 +41,15 @@ pub struct RoundRecord {
 pub struct MissingCounts([u32; REASONS]);
 
 impl MissingCounts {
+    /// The counts of `(reason, ranks)` pairs (a reason given twice adds up).
+    pub fn from_pairs(pairs: &[(MissingReason, u32)]) -> MissingCounts {
+        let mut m = MissingCounts::default();
+        for (reason, ranks) in pairs {
+            m.0[reason_index(*reason)] = m.0[reason_index(*reason)].saturating_add(*ranks);
+        }
+        m
+    }
+
     /// Ranks missing for `reason`.
     pub fn get(&self, reason: MissingReason) -> u32 {
         self.0[reason_index(reason)]
@@ -94,6 +114,19 @@ struct Tally {
 }
 
 impl Tally {
+    fn of_app(rec: &AppRecord) -> Tally {
+        let mut t = Tally {
+            covered: rec.covered.into(),
+            expected: rec.expected.into(),
+            pieces: 1,
+            ..Tally::default()
+        };
+        for (reason, ranks) in &rec.missing {
+            t.missing[reason_index(*reason)] += u64::from(*ranks);
+        }
+        t
+    }
+
     fn of(rec: &RoundRecord, result_bytes: usize) -> Tally {
         let mut t = Tally {
             covered: rec.covered.into(),
@@ -238,7 +271,67 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
     values.extend(missing.iter().map(|n| n as &dyn ToSql));
     tx.prepare_cached(upsert)?
         .execute(rusqlite::params_from_iter(values))?;
+    for app in &rec.apps {
+        upsert_app(tx, rec.stream_id, round, app)?;
+    }
     Ok(excess)
+}
+
+/// Upserts the `round_apps` row of one application of a round, as [`upsert`] does the round's.
+fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: i64, rec: &AppRecord) -> rusqlite::Result<()> {
+    static SELECT: OnceLock<String> = OnceLock::new();
+    static UPSERT: OnceLock<String> = OnceLock::new();
+    let select = SELECT.get_or_init(|| {
+        format!(
+            "SELECT covered, expected, {} FROM round_apps WHERE stream_id = ?1 AND round = ?2 AND app = ?3",
+            missing_columns()
+        )
+    });
+    let upsert = UPSERT.get_or_init(|| {
+        let columns = format!(
+            "stream_id, round, app, covered, expected, missing_reason, {}",
+            missing_columns()
+        );
+        let names: Vec<&str> = columns.split(", ").collect();
+        let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
+        let updates: Vec<String> = names
+            .iter()
+            .filter(|c| !matches!(**c, "stream_id" | "round" | "app"))
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!(
+            "INSERT INTO round_apps ({columns}) VALUES ({}) ON CONFLICT (stream_id, round, app) DO UPDATE SET {}",
+            values.join(", "),
+            updates.join(", ")
+        )
+    });
+    let mut tally = Tally::of_app(rec);
+    let existing = tx
+        .prepare_cached(select)?
+        .query_row(params![stream_id, round, rec.app], |row| {
+            let mut t = Tally {
+                covered: row.get(0)?,
+                expected: row.get(1)?,
+                ..Tally::default()
+            };
+            for (i, slot) in t.missing.iter_mut().enumerate() {
+                *slot = row.get(2 + i)?;
+            }
+            Ok(t)
+        })
+        .optional()?;
+    if let Some(mut old) = existing {
+        old.merge(tally);
+        tally = old;
+    }
+    let missing: Vec<i64> = tally.missing.iter().map(|n| sat(*n)).collect();
+    let (covered, expected) = (sat(tally.covered), sat(tally.expected));
+    let reason = tally.reason_text();
+    let mut values: Vec<&dyn ToSql> = vec![&stream_id, &round, &rec.app, &covered, &expected, &reason];
+    values.extend(missing.iter().map(|n| n as &dyn ToSql));
+    tx.prepare_cached(upsert)?
+        .execute(rusqlite::params_from_iter(values))?;
+    Ok(())
 }
 
 /// The round's row counts every late packet stored for it so far (some came before the row was written).

@@ -63,6 +63,19 @@ impl RoundRow {
     }
 }
 
+/// One application's part of a round's coverage (`round_apps`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundAppRow {
+    pub stream_id: u32,
+    pub round: u64,
+    pub app: String,
+    pub covered: u32,
+    pub expected: u32,
+    pub missing: MissingCounts,
+    /// A summary of the non-zero reasons, largest first (`sampled_out: 3`).
+    pub missing_reason: Option<String>,
+}
+
 /// Where [`StoreReader::new_rounds`] left off.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundCursor(pub(crate) i64);
@@ -74,6 +87,8 @@ pub struct StoredRound {
     pub covered: u32,
     pub expected: u32,
     pub missing: MissingCounts,
+    /// Each application's part of the coverage (`round_apps`), by application name.
+    pub apps: Vec<RoundAppRow>,
     /// A passthrough round's `ProfileBatch` as it was stored; any other stream's final result.
     pub payload: Vec<u8>,
 }
@@ -326,6 +341,8 @@ pub struct HistogramRow {
     /// Ranks in the bin.
     pub count: u64,
     pub late: bool,
+    /// The application the histogram stands for; `None` for every application.
+    pub app: Option<String>,
 }
 
 /// One row of `classes`.

@@ -37,7 +37,9 @@ use crate::tables::parse_ranges_text;
 ///   NULL for every application), also in `stats_named` and `stats_quantiles_named`.
 /// - 16: the latency filter's steps: `latency` (each step completed in a round: its end-to-end latency and
 ///   ends) and `latency_apps` (each application's part in it), with `latency_named` and `latency_apps_named`.
-pub const SCHEMA_VERSION: u32 = 16;
+/// - 17: `round_apps`, each round's coverage per application, and `histograms.app`, the application a histogram
+///   stands for (the histogram filter's `by_app`), also in `histograms_named`.
+pub const SCHEMA_VERSION: u32 = 17;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -702,6 +704,47 @@ CREATE VIEW latency_apps_named AS
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '16');
 ";
 
+/// Version 17: applications as first-class.
+///
+/// - `round_apps`: a row per (stream, round, application) with the application's part of the round's coverage,
+///   in the columns of `rounds`. Ranks whose application no node could tell (a child lost before it ever
+///   delivered, ranks not waited for) count in `rounds` only, so a round's rows here add up to at most its row
+///   there.
+/// - `histograms.app`: the application a histogram stands for when the histogram filter breaks its rows down by
+///   application (`by_app`, its default); NULL for every application, as every row of an older store, of the
+///   classify filter and of `by_app: false`. `histograms_named` is rebuilt with the column.
+const V17: &str = "
+CREATE TABLE round_apps (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    app TEXT NOT NULL,
+    covered INTEGER NOT NULL,
+    expected INTEGER NOT NULL,
+    missing_late INTEGER NOT NULL DEFAULT 0,
+    missing_lost INTEGER NOT NULL DEFAULT 0,
+    missing_stopped INTEGER NOT NULL DEFAULT 0,
+    missing_sampled_out INTEGER NOT NULL DEFAULT 0,
+    missing_malformed INTEGER NOT NULL DEFAULT 0,
+    missing_not_waited INTEGER NOT NULL DEFAULT 0,
+    missing_unspecified INTEGER NOT NULL DEFAULT 0,
+    missing_dropped INTEGER NOT NULL DEFAULT 0,
+    missing_absent INTEGER NOT NULL DEFAULT 0,
+    missing_reason TEXT,
+    PRIMARY KEY (stream_id, round, app)
+);
+ALTER TABLE histograms ADD COLUMN app TEXT;
+DROP VIEW histograms_named;
+CREATE VIEW histograms_named AS
+    SELECT h.stream_id, st.name AS stream, h.round, h.class_id, h.app, h.id AS event_id,
+           coalesce(n.name, printf('%016x', h.id)) AS event, h.metric, u.unit, h.bin, h.lo, h.hi,
+           h.count AS ranks, h.late
+    FROM histograms AS h
+    LEFT JOIN streams AS st ON st.stream_id = h.stream_id
+    LEFT JOIN names AS n ON n.id = h.id
+    LEFT JOIN units AS u ON u.metric = h.metric;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '17');
+";
+
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     let mut read = tx.prepare("SELECT stream_id, round, class_id, ranks, late FROM classes")?;
@@ -752,6 +795,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V14),
         M::up(V15),
         M::up(V16),
+        M::up(V17),
     ])
 }
 

@@ -271,8 +271,8 @@ impl At {
         histograms: &[Histogram],
     ) -> rusqlite::Result<()> {
         let mut st = tx.prepare_cached(
-            "INSERT INTO histograms (stream_id, round, class_id, id, metric, bin, lo, hi, count, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO histograms (stream_id, round, class_id, id, metric, bin, lo, hi, count, late, app)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?;
         for h in histograms {
             let bins = h.counts.len().max(1) as f64;
@@ -294,7 +294,8 @@ impl At {
                     lo,
                     hi,
                     sat(*count),
-                    self.late
+                    self.late,
+                    (!h.app.is_empty()).then_some(h.app.as_str()),
                 ])?;
             }
         }

@@ -480,6 +480,7 @@ fn histogram_and_class_results_become_rows_and_a_bad_one_is_refused() {
             lo: 0.0,
             hi: 10.0,
             counts: vec![1, 0, 3, 4],
+            app: String::new(),
         }],
         raw_bytes: 100,
         ..HistogramResult::default()

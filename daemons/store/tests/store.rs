@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use canopy_proto::v1::{MissingReason, NodeEvent, NodeKind, NodeState, SyncMode};
-use canopy_store::{Collision, LATEST, Payload, Store, StoreError, StreamState};
+use canopy_store::{AppRecord, Collision, LATEST, Payload, Store, StoreError, StreamState};
 use common::*;
 use rusqlite::Connection;
 
@@ -288,6 +288,60 @@ fn dont_wait_pieces_add_up_in_one_round() {
         [format!("5|8|1|2|not_waited: 2, lost: 1|{}|2|400|900", a.len() + b.len())]
     );
     assert_eq!(count(&conn, "samples"), 5);
+}
+
+#[test]
+fn each_applications_coverage_has_its_own_row_and_pieces_add_up_in_it() {
+    let dir = tempdir("apps");
+    let mut store = Store::create(dir.path()).unwrap();
+    let app = |app: &str, covered, expected, missing: &[(MissingReason, u32)]| AppRecord {
+        app: app.into(),
+        covered,
+        expected,
+        missing: missing.to_vec(),
+    };
+    // A don't-wait round in two pieces: the simulation's four ranks come in both, the analysis is sampled out.
+    let mut first = record(4, 2, 2, 8, &[(MissingReason::NotWaited, 6)]);
+    first.apps = vec![app("sim", 2, 4, &[(MissingReason::NotWaited, 2)])];
+    store.write_round(&first, Payload::None).unwrap();
+    let mut second = record(
+        4,
+        2,
+        2,
+        8,
+        &[(MissingReason::SampledOut, 4), (MissingReason::NotWaited, 2)],
+    );
+    second.apps = vec![
+        app("analysis", 0, 4, &[(MissingReason::SampledOut, 4)]),
+        app("sim", 2, 4, &[(MissingReason::NotWaited, 2)]),
+    ];
+    store.write_round(&second, Payload::None).unwrap();
+    let reader = canopy_store::StoreReader::open(store.path()).unwrap();
+    let rows: Vec<_> = reader
+        .round_apps(canopy_store::Select::all())
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            (
+                r.app,
+                r.covered,
+                r.expected,
+                r.missing.get(MissingReason::SampledOut),
+                r.missing.get(MissingReason::NotWaited),
+                r.missing_reason,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("analysis".into(), 0, 4, 4, 0, Some("sampled_out: 4".into())),
+            // Both pieces' ranks covered, none left not waited for.
+            ("sim".into(), 4, 4, 0, 0, None),
+        ]
+    );
+    let whole = reader.rounds(canopy_store::Select::all()).unwrap();
+    assert_eq!((whole[0].covered, whole[0].expected), (4, 8));
 }
 
 #[test]

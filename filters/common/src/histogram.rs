@@ -55,11 +55,13 @@ pub fn ranges_of(stats: &StatsMap) -> Vec<Range> {
             metric,
             lo: s.min,
             hi: s.max,
+            app: String::new(),
         })
         .collect()
 }
 
-/// The global ranges for binning from merged columns: one per row, lo = its min and hi = its max, sorted by key.
+/// The global ranges for binning from merged columns: one per row, lo = its min and hi = its max, sorted by
+/// (application, key); each names its row's application when the rows are broken down by application.
 pub fn ranges_of_columns(c: &StatsColumns) -> Vec<Range> {
     (0..c.id.len())
         .map(|row| Range {
@@ -67,15 +69,29 @@ pub fn ranges_of_columns(c: &StatsColumns) -> Vec<Range> {
             metric: c.metric[row],
             lo: c.min[row],
             hi: c.max[row],
+            app: c
+                .app
+                .get(row)
+                .and_then(|&a| c.apps.get(a as usize))
+                .cloned()
+                .unwrap_or_default(),
         })
         .collect()
+}
+
+/// A row of [`Samples`]: the application it stands for ("" for every application), its key and values.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct SampleRow {
+    app: String,
+    key: Key,
+    values: Vec<f64>,
 }
 
 /// The raw values a leaf keeps for a round between phase 0 and phase 1, by the row its [`crate::fold::Fold`]
 /// gave each key (rows are numbered from 0 in the order keys first appear), so keeping a value costs no lookup.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples {
-    rows: Vec<(Key, Vec<f64>)>,
+    rows: Vec<SampleRow>,
     /// Capacity of a new row's values: the ranks of the round.
     ranks: usize,
 }
@@ -89,57 +105,69 @@ impl Samples {
         }
     }
 
-    /// Keeps `v` of `key` in `row`, the row [`crate::fold::Fold::add`] returned for it.
+    /// Keeps `v` of `key` in `row`, the row [`crate::fold::Fold::add`] returned for it; `app` is the
+    /// application the row stands for ("" when the fold is not broken down by application), read when the row
+    /// is new.
     ///
     /// # Panics
     /// If `row` is neither the next new row nor the row already holding `key`: the caller broke the contract.
-    pub fn add(&mut self, row: u32, key: Key, v: f64) {
+    pub fn add(&mut self, row: u32, app: &str, key: Key, v: f64) {
         let r = row as usize;
         if r == self.rows.len() {
             let mut values = Vec::with_capacity(self.ranks);
             values.push(v);
-            self.rows.push((key, values));
+            self.rows.push(SampleRow {
+                app: app.to_string(),
+                key,
+                values,
+            });
             return;
         }
-        let (held, values) = &mut self.rows[r];
-        assert_eq!(*held, key, "row {row} holds another key");
-        values.push(v);
+        let held = &mut self.rows[r];
+        assert_eq!(held.key, key, "row {row} holds another key");
+        held.values.push(v);
     }
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
-    /// Bins the buffered values with the global `ranges`: one histogram per buffered key that has a range,
-    /// sorted by key. A key without a range (the root never saw it, which a correct tree cannot produce)
-    /// is left out rather than binned against a guess.
+    /// Bins the buffered values with the global `ranges`: one histogram per buffered (application, key) that
+    /// has a range, sorted by (application, key). A row without a range (the root never saw it, which a correct
+    /// tree cannot produce) is left out rather than binned against a guess.
     pub fn bin(&self, ranges: &[Range], bins: usize) -> Vec<Histogram> {
-        let by_key: BTreeMap<Key, &Range> = ranges.iter().map(|r| ((r.id, r.metric), r)).collect();
-        let mut order: Vec<&(Key, Vec<f64>)> = self.rows.iter().collect();
-        order.sort_unstable_by_key(|(key, _)| *key);
+        let by_key: BTreeMap<(&str, Key), &Range> = ranges
+            .iter()
+            .map(|r| ((r.app.as_str(), (r.id, r.metric)), r))
+            .collect();
+        let mut order: Vec<&SampleRow> = self.rows.iter().collect();
+        order.sort_unstable_by(|a, b| (a.app.as_str(), a.key).cmp(&(b.app.as_str(), b.key)));
         let mut out = Vec::with_capacity(self.rows.len());
-        for (key, values) in order {
-            let Some(range) = by_key.get(key) else { continue };
+        for row in order {
+            let Some(range) = by_key.get(&(row.app.as_str(), row.key)) else {
+                continue;
+            };
             let mut counts = vec![0u64; bins];
-            for &v in values {
+            for &v in &row.values {
                 counts[bin_index(v, range.lo, range.hi, bins)] += 1;
             }
             out.push(Histogram {
-                id: key.0,
-                metric: key.1,
+                id: row.key.0,
+                metric: row.key.1,
                 lo: range.lo,
                 hi: range.hi,
                 counts,
+                app: row.app.clone(),
             });
         }
         out
     }
 }
 
-/// Histograms keyed by (id, metric), merged by adding counts.
+/// Histograms keyed by (application, id, metric), merged by adding counts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HistMap {
-    map: BTreeMap<Key, Histogram>,
+    map: BTreeMap<String, BTreeMap<Key, Histogram>>,
 }
 
 impl HistMap {
@@ -163,7 +191,11 @@ impl HistMap {
     /// Adds the counts of `histograms` (checked with [`HistMap::check`]) to this map.
     pub fn merge(&mut self, histograms: &[Histogram]) {
         for h in histograms {
-            match self.map.get_mut(&(h.id, h.metric)) {
+            let of_app = match self.map.get_mut(h.app.as_str()) {
+                Some(m) => m,
+                None => self.map.entry(h.app.clone()).or_default(),
+            };
+            match of_app.get_mut(&(h.id, h.metric)) {
                 // Counts binned against another range cannot add up; such a packet is a protocol error
                 // upstream (the phases exist to prevent it), so it is left out rather than merged wrongly.
                 Some(mine) if mine.lo != h.lo || mine.hi != h.hi || mine.counts.len() != h.counts.len() => {}
@@ -173,7 +205,7 @@ impl HistMap {
                     }
                 }
                 None => {
-                    self.map.insert((h.id, h.metric), h.clone());
+                    of_app.insert((h.id, h.metric), h.clone());
                 }
             }
         }
@@ -183,9 +215,9 @@ impl HistMap {
         self.map.is_empty()
     }
 
-    /// The histograms sorted by (id, metric).
+    /// The histograms sorted by (application, id, metric).
     pub fn to_vec(&self) -> Vec<Histogram> {
-        self.map.values().cloned().collect()
+        self.map.values().flat_map(|m| m.values().cloned()).collect()
     }
 }
 
@@ -222,13 +254,13 @@ mod tests {
         let mut left = Samples::with_ranks(4);
         let mut right = Samples::with_ranks(4);
         // Key (5, 1) first on the right, so its rows are in another order than the keys.
-        right.add(0, (5, 1), 7.0);
+        right.add(0, "", (5, 1), 7.0);
         for (i, v) in [0.0, 1.0, 2.0, 3.0, 4.0].into_iter().enumerate() {
             stats.add((1, 2), v, &rank);
             if i % 2 == 0 {
-                left.add(0, (1, 2), v)
+                left.add(0, "", (1, 2), v)
             } else {
-                right.add(1, (1, 2), v)
+                right.add(1, "", (1, 2), v)
             }
         }
         stats.add((5, 1), 7.0, &rank);

@@ -7,6 +7,10 @@
 //! and sends the histograms; relays and the root add the counts; finalize stores a `HistogramResult`.
 //! Rounds pipeline: every phase of every round is keyed by its round number. The scheme's skeleton, shared
 //! with classify, is [`canopy_filter_common::three_phase`].
+//!
+//! Broken down by application (`by_app`, the default, as the stats filter), every summary, range and histogram
+//! is per (application, id, metric): each application's ranks are binned between that application's own min
+//! and max, so a small analysis is not flattened into one bin by a simulation's range.
 
 #![forbid(unsafe_code)]
 
@@ -40,6 +44,8 @@ pub struct HistogramFilter {
     level: Level,
     values: Values,
     bins: u32,
+    /// Whether rows are per (application, id, metric) (`by_app`, the default) or per (id, metric).
+    by_app: bool,
     /// Leaf: the values of each open round.
     buffers: Rounds<Buffer>,
     /// Leaf: the profiles of the round being read, and their summaries, kept between calls.
@@ -50,11 +56,11 @@ pub struct HistogramFilter {
 }
 
 /// Checks a phase-0 packet: it carries summaries (empty ones when its ranks reported nothing), and they are
-/// usable columns over every application (histograms are not broken down by application).
-fn summaries_of(p: &HistogramPacket) -> Result<(), String> {
+/// usable columns broken down by application as the stream asks (`by_app`).
+fn summaries_of(p: &HistogramPacket, by_app: bool) -> Result<(), String> {
     let c = p.summaries.as_ref().ok_or("a phase 0 packet without summaries")?;
     columns::check(c).map_err(|e| e.to_string())?;
-    columns::check_breakdown(c, false).map_err(|e| e.to_string())
+    columns::check_breakdown(c, by_app).map_err(|e| e.to_string())
 }
 
 impl ThreePhase for HistogramFilter {
@@ -84,9 +90,10 @@ impl ThreePhase for HistogramFilter {
         let mut samples = Samples::with_ranks(profiles.len());
         for p in &profiles {
             let mut at = self.fold.rank(p.app, p.rank);
+            let app = if self.by_app { p.app } else { "" };
             metrics::extract_view(p, &self.views, self.values, |key, v| {
                 let row = self.fold.add(&mut at, key, v);
-                samples.add(row, key, v);
+                samples.add(row, app, key, v);
             });
         }
         let mut summaries = StatsColumns::default();
@@ -99,7 +106,9 @@ impl ThreePhase for HistogramFilter {
     }
 
     fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsColumns {
-        let packets: Vec<HistogramPacket> = decode::packets(inputs, PACKET, out, summaries_of);
+        let by_app = self.by_app;
+        let packets: Vec<HistogramPacket> =
+            decode::packets(inputs, PACKET, out, |p: &HistogramPacket| summaries_of(p, by_app));
         let summaries: Vec<&StatsColumns> = packets.iter().filter_map(|p| p.summaries.as_ref()).collect();
         let mut merged = StatsColumns::default();
         columns::merge(&summaries, &mut merged);
@@ -178,16 +187,18 @@ impl Filter for HistogramFilter {
     const RESULT_TYPE: &'static str = "canopy.filters.v1.HistogramResult";
     const PHASES: u32 = three_phase::PHASES;
 
-    /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative"}`.
+    /// Params: `{"bins": 1..=10000 (10), "values": "round" | "cumulative", "by_app": true | false}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
-        let params = Params::parse(params, &["bins", "values"])?;
+        let params = Params::parse(params, &["bins", "values", "by_app"])?;
+        let by_app = params.bool("by_app", true)?;
         Ok(HistogramFilter {
             level,
             values: params.values()?,
             bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
+            by_app,
             buffers: Rounds::new(),
             views: Buffers::default(),
-            fold: Fold::default(),
+            fold: Fold::default().by_app(by_app),
             stats: Rounds::new(),
         })
     }
@@ -225,7 +236,7 @@ mod tests {
         );
         assert_eq!(
             err(r#"{"bin": 4}"#),
-            "unknown parameter \"bin\" (known: bins, values)"
+            "unknown parameter \"bin\" (known: bins, values, by_app)"
         );
         assert_eq!(
             err(r#"{"values": "total"}"#),
@@ -348,31 +359,89 @@ mod tests {
     }
 
     #[test]
-    fn a_phase_0_packet_broken_down_by_application_is_rejected() {
-        let mut leaf = HistogramFilter::create("", Level::Leaf).unwrap();
-        let mut out = Collect::default();
-        leaf.upstream(1, 0, &[&one_event_profile(0, 2.0)], &mut out)
-            .unwrap();
-        let mut packet = HistogramPacket::decode(out.up[0].1.as_slice()).unwrap();
-        let summaries = packet.summaries.as_mut().unwrap();
-        assert!(
-            summaries.app.is_empty(),
-            "a leaf's phase 0 is over every application"
+    fn a_phase_0_packet_broken_down_otherwise_than_the_stream_asks_is_rejected() {
+        for by_app in [false, true] {
+            let params = format!(r#"{{"by_app": {by_app}}}"#);
+            let mut leaf = HistogramFilter::create(&params, Level::Leaf).unwrap();
+            let mut out = Collect::default();
+            leaf.upstream(1, 0, &[&one_event_profile(0, 2.0)], &mut out)
+                .unwrap();
+            let mut packet = HistogramPacket::decode(out.up[0].1.as_slice()).unwrap();
+            let summaries = packet.summaries.as_mut().unwrap();
+            assert_eq!(
+                summaries.app.is_empty(),
+                !by_app,
+                "a leaf's phase 0 is broken down as asked"
+            );
+            summaries.app = if by_app {
+                Vec::new()
+            } else {
+                vec![0; summaries.id.len()]
+            };
+            let mut relay = HistogramFilter::create(&params, Level::Relay).unwrap();
+            let mut up = Collect::default();
+            relay
+                .upstream(1, 0, &[&packet.encode_to_vec(), &out.up[0].1], &mut up)
+                .unwrap();
+            assert_eq!(up.rejects.len(), 1);
+            let want = if by_app {
+                "the stream breaks rows down by application (by_app), but the packet has rows and no app column"
+            } else {
+                "does not break rows down by application"
+            };
+            assert!(up.rejects[0].1.contains(want), "{}", up.rejects[0].1);
+        }
+    }
+
+    #[test]
+    fn each_application_is_binned_between_its_own_min_and_max() {
+        // A simulation's ranks spend 100 to 200, an analysis's 1 to 3: over every application the analysis would
+        // fall into one bin.
+        let mut leaf = HistogramFilter::create(r#"{"bins": 2}"#, Level::Leaf).unwrap();
+        let mut root = HistogramFilter::create(r#"{"bins": 2}"#, Level::Root).unwrap();
+        let mut ranks = Vec::new();
+        for (rank, (app, v)) in [
+            ("sim", 100.0),
+            ("sim", 200.0),
+            ("analysis", 1.0),
+            ("analysis", 3.0),
+            ("analysis", 2.9),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            ranks.push(canopy_filter_test::one_event_profile_in(app, rank as u32, v));
+        }
+        let inputs: Vec<&[u8]> = ranks.iter().map(Vec::as_slice).collect();
+        let mut up0 = Collect::default();
+        leaf.upstream(0, 0, &inputs, &mut up0).unwrap();
+        let mut down = Collect::default();
+        root.upstream(0, 0, &[&up0.up[0].1], &mut down).unwrap();
+        let mut up2 = Collect::default();
+        leaf.downstream(0, 1, &down.down[0].1, &mut up2).unwrap();
+        let mut last = Collect::default();
+        root.upstream(0, 2, &[&up2.up[0].1], &mut last).unwrap();
+        let result = HistogramResult::decode(root.finalize(0, 2, &last.up[0].1).unwrap().as_slice()).unwrap();
+        let inclusive: Vec<(String, f64, f64, Vec<u64>)> = result
+            .histograms
+            .iter()
+            .filter(|h| h.metric == Metric::Inclusive as i32)
+            .map(|h| (h.app.clone(), h.lo, h.hi, h.counts.clone()))
+            .collect();
+        assert_eq!(
+            inclusive,
+            [
+                ("analysis".into(), 1.0, 3.0, vec![1, 2]),
+                ("sim".into(), 100.0, 200.0, vec![1, 1]),
+            ]
         );
-        summaries.app = vec![0; summaries.id.len()];
-        let mut relay = HistogramFilter::create("", Level::Relay).unwrap();
-        let mut up = Collect::default();
-        relay
-            .upstream(1, 0, &[&packet.encode_to_vec(), &out.up[0].1], &mut up)
-            .unwrap();
-        assert_eq!(up.rejects.len(), 1);
-        assert!(
-            up.rejects[0]
-                .1
-                .contains("does not break rows down by application"),
-            "{}",
-            up.rejects[0].1
-        );
+        let apps: Vec<&str> = result
+            .stats
+            .iter()
+            .filter(|s| s.metric == Metric::Inclusive as i32)
+            .map(|s| s.app.as_str())
+            .collect();
+        assert_eq!(apps, ["analysis", "sim"]);
     }
 
     #[test]
@@ -414,6 +483,7 @@ mod tests {
                 lo: 0.0,
                 hi: 1.0,
                 counts: vec![1, 2],
+                app: String::new(),
             }],
             ..Default::default()
         }

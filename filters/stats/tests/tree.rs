@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use canopy_filter_proto::v1::StatsResult;
 use canopy_filter_stats::StatsFilter;
 use canopy_filter_test::reference::{self, AppKey};
-use canopy_filter_test::{Case, DataSpec, Rng};
+use canopy_filter_test::{Case, DataSpec};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -14,21 +14,6 @@ fn run(c: &Case, params: &str, seed: u64) -> BTreeMap<(u64, u32), Vec<u8>> {
     let out = c.run::<StatsFilter>(params, seed).unwrap();
     assert!(out.rejects.is_empty());
     out.results
-}
-
-/// A random case whose ranks belong to `apps` applications (1 to 3), each rank to the same one every round.
-fn with_apps(seed: u64, ranks: usize, rounds: usize, apps: usize) -> Case {
-    let c = Case::random(seed, ranks, rounds, &DataSpec::default());
-    let names = ["viz", "analysis", "simulation"];
-    let mut rng = Rng::new(seed ^ 0xa995);
-    let of_slot: Vec<&str> = (0..ranks).map(|_| names[rng.below(apps)]).collect();
-    let mut profiles = c.profiles.clone();
-    for round in &mut profiles {
-        for (slot, p) in round.iter_mut().enumerate() {
-            p.app = of_slot[slot].into();
-        }
-    }
-    Case::new(c.tree, c.placement, profiles, c.names)
 }
 
 proptest! {
@@ -43,7 +28,7 @@ proptest! {
         apps in 1usize..4,
         by_app in any::<bool>(),
     ) {
-        let c = with_apps(seed, ranks, rounds, apps);
+        let c = Case::with_apps(seed, ranks, rounds, apps);
         let values = if cumulative { "cumulative" } else { "round" };
         let params = format!(r#"{{"values": "{values}", "by_app": {by_app}}}"#);
         let results = run(&c, &params, seed ^ 0x5eed);

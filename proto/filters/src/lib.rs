@@ -62,6 +62,7 @@ impl v1::ClassResult {
                     lo,
                     hi,
                     counts: counts.to_vec(),
+                    app: String::new(),
                 })
             })
             .collect()
@@ -121,6 +122,7 @@ mod tests {
                 lo: 5.0,
                 hi: 7.0,
                 counts: vec![4, 1],
+                app: String::new(),
             }]
         );
         let short = v1::Class {

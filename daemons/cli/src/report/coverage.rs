@@ -1,8 +1,11 @@
 //! The coverage section: for every stream, its ranks round by round, covered and missing by reason, stacked up
-//! to the ranks expected (the `rounds` table: `covered` and the `missing_*` columns).
+//! to the ranks expected (the `rounds` table: `covered` and the `missing_*` columns), and each application's
+//! share when several feed a stream (`round_apps`).
+
+use std::collections::BTreeMap;
 
 use canopy_proto::v1::MissingReason;
-use canopy_store::{RoundRow, Select, StreamRow, Word};
+use canopy_store::{MissingCounts, RoundAppRow, RoundRow, Select, StreamRow, Word};
 
 use super::data::Stack;
 use super::plot::{Chart, Figure, Line};
@@ -24,7 +27,7 @@ pub fn section(ctx: &Context<'_>, streams: &[StreamRow]) -> anyhow::Result<Secti
             continue;
         }
         let full = rows.iter().filter(|r| r.is_full()).count();
-        let missing = missing_words(&rows);
+        let missing = missing_words(rows.iter().map(|r| &r.missing));
         section.facts.push((
             stream.name.clone(),
             format!(
@@ -37,9 +40,46 @@ pub fn section(ctx: &Context<'_>, streams: &[StreamRow]) -> anyhow::Result<Secti
                 }
             ),
         ));
+        let apps = ctx.reader.round_apps(Select::all().stream(stream.stream_id))?;
+        if let Some(text) = per_app(&apps) {
+            section
+                .facts
+                .push((format!("{} per application", stream.name), text));
+        }
         section.figures.push(figure(stream, &rows));
     }
     Ok(section)
+}
+
+/// "analysis 50.0% (sampled_out: 30), sim 100.0%": each application's rank-rounds covered out of those
+/// expected, with the reasons for the others; `None` unless the rows name more than one application.
+fn per_app(rows: &[RoundAppRow]) -> Option<String> {
+    let mut by_app: BTreeMap<&str, Vec<&RoundAppRow>> = BTreeMap::new();
+    for r in rows {
+        by_app.entry(r.app.as_str()).or_default().push(r);
+    }
+    if by_app.len() < 2 {
+        return None;
+    }
+    let parts: Vec<String> = by_app
+        .iter()
+        .map(|(app, rows)| {
+            let covered: u64 = rows.iter().map(|r| u64::from(r.covered)).sum();
+            let expected: u64 = rows.iter().map(|r| u64::from(r.expected)).sum();
+            let share = if expected == 0 {
+                100.0
+            } else {
+                100.0 * covered as f64 / expected as f64
+            };
+            let missing = missing_words(rows.iter().map(|r| &r.missing));
+            if missing.is_empty() {
+                format!("{app} {share:.1}%")
+            } else {
+                format!("{app} {share:.1}% ({})", missing.join(", "))
+            }
+        })
+        .collect();
+    Some(parts.join(", "))
 }
 
 /// The figure of one stream's rounds.
@@ -71,13 +111,46 @@ pub fn figure(stream: &StreamRow, rows: &[RoundRow]) -> Figure {
     }
 }
 
-/// The reasons ranks went missing for, with their rank-rounds (`late: 12`).
-fn missing_words(rows: &[RoundRow]) -> Vec<String> {
+/// The reasons ranks went missing for, with their rank-rounds (`late: 12`), over the rounds' counts.
+fn missing_words<'a>(rounds: impl Iterator<Item = &'a MissingCounts> + Clone) -> Vec<String> {
     MissingReason::WORDS
         .iter()
         .filter_map(|(reason, word)| {
-            let n: u64 = rows.iter().map(|r| u64::from(r.missing.get(*reason))).sum();
+            let n: u64 = rounds.clone().map(|m| u64::from(m.get(*reason))).sum();
             (n > 0).then(|| format!("{word}: {n}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(app: &str, round: u64, covered: u32, sampled_out: u32) -> RoundAppRow {
+        let missing = MissingCounts::from_pairs(&[(MissingReason::SampledOut, sampled_out)]);
+        RoundAppRow {
+            stream_id: 1,
+            round,
+            app: app.into(),
+            covered,
+            expected: covered + sampled_out,
+            missing,
+            missing_reason: None,
+        }
+    }
+
+    #[test]
+    fn each_application_gets_its_share_once_several_feed_the_stream() {
+        let rows = [
+            row("sim", 0, 3, 0),
+            row("analysis", 0, 3, 0),
+            row("sim", 1, 3, 0),
+            row("analysis", 1, 0, 3),
+        ];
+        assert_eq!(
+            per_app(&rows).unwrap(),
+            "analysis 50.0% (sampled_out: 3), sim 100.0%"
+        );
+        assert_eq!(per_app(&rows[..1]), None);
+    }
 }

@@ -238,9 +238,15 @@ pub fn merge_rounds(cells: &[HeatCell], columns: usize) -> Vec<HeatCell> {
 /// An event's bins round by round. With `by_value`, a bin spans its bounds (`lo`..`hi`, which move from round to
 /// round with the ranks' range); else, or when a round lacks bounds, its index (`bin`..`bin + 1`). A round whose
 /// values were all equal has one bin of zero width: it is drawn as a thin band around the value.
-pub fn heat_cells(rows: &[HistogramRow], metric: Metric, id: u64, by_value: bool) -> Vec<HeatCell> {
+pub fn heat_cells(
+    rows: &[HistogramRow],
+    metric: Metric,
+    id: u64,
+    app: Option<&str>,
+    by_value: bool,
+) -> Vec<HeatCell> {
     plain_bins(rows, metric)
-        .filter(|r| r.id == id)
+        .filter(|r| r.id == id && r.app.as_deref() == app)
         .map(|r| {
             let (lo, hi) = match (by_value, r.lo, r.hi) {
                 (true, Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() => (lo, hi),
@@ -464,6 +470,7 @@ mod tests {
             hi: Some(hi),
             count,
             late: false,
+            app: None,
         }
     }
 
@@ -475,9 +482,9 @@ mod tests {
             bin(1, 1, 1, 10.0, 20.0, 2),   // 30
         ];
         assert_eq!(top_histogram_events(&rows, Metric::Exclusive, 2), vec![2, 1]);
-        let cells = heat_cells(&rows, Metric::Exclusive, 1, true);
+        let cells = heat_cells(&rows, Metric::Exclusive, 1, None, true);
         assert_eq!(cells, vec![cell(0, 0.0, 10.0, 8), cell(1, 10.0, 20.0, 2)]);
-        let by_index = heat_cells(&rows, Metric::Exclusive, 1, false);
+        let by_index = heat_cells(&rows, Metric::Exclusive, 1, None, false);
         assert_eq!((by_index[1].lo, by_index[1].hi), (1.0, 2.0));
     }
 

@@ -247,14 +247,16 @@ pub fn histogram_lines(
     width: u16,
     top: usize,
 ) -> Vec<String> {
-    let by_id: HashMap<u64, &Histogram> = hists
-        .iter()
-        .filter(|h| h.metric == metric)
-        .map(|h| (h.id, h))
-        .collect();
+    // Broken down by application, an event has a histogram per application, in the order of their names.
+    let mut by_id: HashMap<u64, Vec<&Histogram>> = HashMap::new();
+    for h in hists.iter().filter(|h| h.metric == metric) {
+        by_id.entry(h.id).or_default().push(h);
+    }
+    let with_app = hists.iter().any(|h| h.app != hists[0].app);
     order
         .iter()
         .filter_map(|id| by_id.get(id))
+        .flatten()
         .take(top)
         .map(|h| {
             let range = format!("{}..{}", number(h.lo, 10), number(h.hi, 10));
@@ -262,10 +264,12 @@ pub fn histogram_lines(
             let name_w = usize::from(width)
                 .saturating_sub(range.chars().count() + bins.chars().count() + 4)
                 .clamp(8, 30);
-            let line = format!(
-                "{:<name_w$}  {range}  {bins}",
-                truncate(&name_of(names, h.id), name_w)
-            );
+            let name = if with_app {
+                format!("{}: {}", h.app, name_of(names, h.id))
+            } else {
+                name_of(names, h.id)
+            };
+            let line = format!("{:<name_w$}  {range}  {bins}", truncate(&name, name_w));
             truncate(&line, usize::from(width))
         })
         .collect()
@@ -529,6 +533,7 @@ mod tests {
             lo,
             hi,
             counts: vec![1, 2, 0, 4],
+            app: String::new(),
         };
         let lines = histogram_lines(
             &[h(1, 0.0, 10.0), h(3, 5.0, 9.5)],
@@ -544,6 +549,28 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[1].starts_with("MPI_Allreduce"), "{lines:?}");
+        // Per application, each of an event's histograms is a line naming its application.
+        let of = |app: &str, id, lo, hi| Histogram {
+            app: app.into(),
+            ..h(id, lo, hi)
+        };
+        let lines = histogram_lines(
+            &[of("analysis", 3, 1.0, 2.0), of("sim", 3, 5.0, 9.5)],
+            &[3],
+            &names(),
+            Metric::Exclusive as i32,
+            80,
+            5,
+        );
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("analysis: compute") && lines[0].contains("1.0..2.0"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("sim: compute") && lines[1].contains("5.0..9.5"),
+            "{lines:?}"
+        );
     }
 
     #[test]

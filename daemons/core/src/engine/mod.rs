@@ -14,7 +14,10 @@ use std::time::Duration;
 use canopy_proto::v1::{Coverage, MissingReason, SyncMode};
 use tokio::time::Instant;
 
-pub use crate::coverage::{add_coverage, add_missing, coverage_is_exact, missing_for, uncover};
+pub use crate::coverage::{
+    Composition, add_coverage, add_missing, add_missing_of, composition, coverage_is_exact, missing_for,
+    uncover_all, uncover_input,
+};
 
 /// Identifies a source of packets: a child node, or a rank at the leaf agent.
 pub type SourceId = String;
@@ -98,6 +101,9 @@ struct Source {
     /// The source came back after its nodes below were adopted elsewhere: what it sends for rounds below this
     /// was held from before its loss, and was sent again by the adopted nodes.
     stale_before: Option<u64>,
+    /// How its ranks divide among applications, as its latest packet's coverage (or, for a rank, its
+    /// attachment) said: the ranks it misses in a round count in their applications' coverage too.
+    apps: Composition,
 }
 
 impl Source {
@@ -292,7 +298,11 @@ impl RoundEngine {
             .sources
             .get(id)
             .map_or((0, 0), |s| (s.ranks_below, s.ceiling));
-        let dropped = self.sources.remove(id).map(|s| s.dropped).unwrap_or_default();
+        let (dropped, apps) = self
+            .sources
+            .remove(id)
+            .map(|s| (s.dropped, s.apps))
+            .unwrap_or_default();
         self.sources.insert(
             id.to_string(),
             Source {
@@ -306,9 +316,18 @@ impl RoundEngine {
                 heard: None,
                 moved_unheard: 0,
                 stale_before: None,
+                apps,
             },
         );
         self.recount();
+    }
+
+    /// Says how a source's ranks divide among applications (a rank: its own application, one rank), until its
+    /// packets say otherwise.
+    pub fn set_composition(&mut self, id: &str, apps: Composition) {
+        if let Some(s) = self.sources.get_mut(id) {
+            s.apps = apps;
+        }
     }
 
     /// Revives a lost source some of whose nodes below were adopted elsewhere while it was away (a relay that
@@ -622,6 +641,18 @@ impl RoundEngine {
             return Err(EngineError::UnknownSource(arrival.source));
         };
         source.heard = Some(now);
+        if !arrival.coverage.apps.is_empty() {
+            let apps = &arrival.coverage.apps;
+            // The common case, the same applications as before, costs no allocation.
+            let same = apps.len() == source.apps.len()
+                && apps
+                    .iter()
+                    .zip(&source.apps)
+                    .all(|(a, (app, n))| a.app == *app && a.expected == *n);
+            if !same {
+                source.apps = composition(&arrival.coverage);
+            }
+        }
         let sync = *self
             .streams
             .get(&key.stream)
@@ -905,8 +936,7 @@ impl RoundEngine {
                 SourceState::Lost => MissingReason::Lost,
                 _ => MissingReason::Stopped,
             };
-            coverage.expected += s.ranks_below;
-            add_missing(&mut coverage, reason, s.ranks_below);
+            add_missing_of(&mut coverage, reason, s.ranks_below, &s.apps);
         }
         self.count_round(key.round);
         self.count_ranks(key, &coverage);

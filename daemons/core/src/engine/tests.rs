@@ -7,6 +7,7 @@ fn full(n: u32) -> Coverage {
         covered: n,
         expected: n,
         missing: vec![],
+        apps: vec![],
     }
 }
 
@@ -120,6 +121,59 @@ fn a_source_that_comes_back_after_its_nodes_were_adopted_answers_for_the_rest_fr
     f.set_source_state("relay", SourceState::Lost);
     assert_eq!(f.rejoin_source("relay", 16, 3), 0);
     assert!(!f.is_stale("relay", 0));
+}
+
+/// `n` ranks covered, split among applications as `apps` says.
+fn of_apps(apps: &[(&str, u32)]) -> Coverage {
+    let mut c = Coverage::default();
+    for (app, n) in apps {
+        for _ in 0..*n {
+            add_coverage(&mut c, &crate::coverage::full(app));
+        }
+    }
+    c
+}
+
+#[test]
+fn a_lost_sources_ranks_count_in_the_applications_its_last_packet_named() {
+    let mut e = engine(
+        &[("relay-a", 4), ("relay-b", 2), ("relay-c", 1)],
+        SyncMode::WaitForAll,
+    );
+    let now = Instant::now();
+    let from = |src: &str, apps: &[(&str, u32)]| Arrival {
+        source: src.into(),
+        coverage: of_apps(apps),
+        payload: Default::default(),
+        first_dump_unix_ns: 0,
+    };
+    e.accept(K, from("relay-a", &[("sim", 3), ("analysis", 1)]), now)
+        .unwrap();
+    e.accept(K, from("relay-b", &[("analysis", 2)]), now).unwrap();
+    // relay-c never delivers: its application is not known.
+    let closed = e.set_source_state("relay-c", SourceState::Lost);
+    assert_eq!(closed.len(), 1);
+    let next = GroupKey { round: 1, ..K };
+    e.accept(next, from("relay-a", &[("sim", 3), ("analysis", 1)]), now)
+        .unwrap();
+    let closed = e.set_source_state("relay-b", SourceState::Lost);
+    let [c] = closed.as_slice() else {
+        panic!("round 1 closes once relay-b is lost: {closed:?}")
+    };
+    let cov = &c.coverage;
+    assert!(coverage_is_exact(cov));
+    assert_eq!(
+        (cov.covered, cov.expected, missing_for(cov, MissingReason::Lost)),
+        (4, 7, 3)
+    );
+    let apps: Vec<(&str, u32, u32)> = cov
+        .apps
+        .iter()
+        .map(|a| (a.app.as_str(), a.covered, a.expected))
+        .collect();
+    // relay-b's two analysis ranks count lost in analysis; relay-c's rank in the whole only.
+    assert_eq!(apps, [("analysis", 1, 3), ("sim", 3, 3)]);
+    assert_eq!(crate::coverage::check_child_coverage(cov, 7), Ok(()));
 }
 
 #[test]
@@ -469,7 +523,12 @@ fn a_later_phase_cannot_open_a_round() {
 #[test]
 fn uncover_moves_ranks_to_a_reason() {
     let mut c = full(10);
-    uncover(&mut c, MissingReason::Malformed, 4);
+    let part = Coverage {
+        covered: 4,
+        expected: 4,
+        ..Default::default()
+    };
+    uncover_input(&mut c, MissingReason::Malformed, &part);
     assert_eq!(c.covered, 6);
     assert_eq!(missing_for(&c, MissingReason::Malformed), 4);
     assert!(coverage_is_exact(&c));
@@ -575,7 +634,7 @@ mod props {
                     continue;
                 }
                 let covered = n - dropped.min(n);
-                let mut cov = Coverage { covered, expected: *n, missing: vec![] };
+                let mut cov = Coverage { covered, expected: *n, missing: vec![], apps: vec![] };
                 add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
                 on_time_expected[*r as usize] += covered;
                 let key = GroupKey { stream: 7, round: *r, phase: 0 };

@@ -37,6 +37,9 @@ impl<U: Up> Node<U> {
         match ev {
             RankEvent::Attached { source, from, .. } => {
                 self.engine.add_source_from(&source, 1, from);
+                if let Some((app, _)) = parse_rank_source(&source) {
+                    self.engine.set_composition(&source, vec![(app.to_string(), 1)]);
+                }
                 self.ranks_changed().await;
             }
             RankEvent::Round {
@@ -129,15 +132,16 @@ impl<U: Up> Node<U> {
             }
             _ => {}
         }
+        let app = parse_rank_source(&source).map_or("", |(app, _)| app);
         let (payload, coverage) = match profile {
-            Ok(p) => (bytes::Bytes::from(p), full()),
+            Ok(p) => (bytes::Bytes::from(p), full(app)),
             Err(MissingReason::Stopped) => {
                 let closed = self
                     .engine
                     .set_source_state(&source, SourceState::Stopped { end: round });
                 return self.on_closed_all(closed).await;
             }
-            Err(reason) => (bytes::Bytes::new(), absent(reason)),
+            Err(reason) => (bytes::Bytes::new(), absent(app, reason)),
         };
         // A stream fed by chosen ranks only (detail) counts the others as sampled out.
         let feeds: Vec<(u32, bool, bool)> = self
@@ -151,7 +155,7 @@ impl<U: Up> Node<U> {
             let (payload, coverage) = match (chosen, node_stream) {
                 (true, false) => (payload.clone(), coverage.clone()),
                 (true, true) => (bytes::Bytes::new(), coverage.clone()),
-                (false, _) => (bytes::Bytes::new(), absent(MissingReason::SampledOut)),
+                (false, _) => (bytes::Bytes::new(), absent(app, MissingReason::SampledOut)),
             };
             let key = GroupKey {
                 stream,

@@ -181,7 +181,7 @@ impl<U: Up> Node<U> {
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
         let stream = c.key.stream;
-        let (inputs, sources): (Vec<bytes::Bytes>, Vec<(String, u32)>) = match &mut self.role {
+        let (inputs, sources): (Vec<bytes::Bytes>, Vec<(String, Coverage)>) = match &mut self.role {
             // A node stream's leaf input is the node's sample, which answers for every rank the round covers.
             Role::Leaf(leaf) if c.key.phase == 0 && self.streams.is_node_stream(stream) => {
                 let ranks = used
@@ -190,12 +190,12 @@ impl<U: Up> Node<U> {
                     .filter_map(|a| parse_rank_source(&a.source));
                 let sample = leaf.samples.input(c.key.round, ranks);
                 let source = format!("the node's sample of round {}", c.key.round);
-                (vec![sample.into()], vec![(source, c.coverage.covered)])
+                (vec![sample.into()], vec![(source, c.coverage.clone())])
             }
             _ => (
                 used.iter().map(|a| a.payload.clone()).collect(),
                 used.iter()
-                    .map(|a| (a.source.to_string(), a.coverage.covered))
+                    .map(|a| (a.source.to_string(), a.coverage.clone()))
                     .collect(),
             ),
         };
@@ -229,14 +229,14 @@ impl<U: Up> Node<U> {
         key: GroupKey,
         mut coverage: Coverage,
         first_dump: u64,
-        inputs: &[(String, u32)],
+        inputs: &[(String, Coverage)],
         out: Output,
     ) {
         for (i, reason) in &out.rejected {
             let Some((source, covered)) = inputs.get(*i) else {
                 continue;
             };
-            uncover(&mut coverage, MissingReason::Malformed, *covered);
+            uncover_input(&mut coverage, MissingReason::Malformed, covered);
             self.counters.malformed += 1;
             let filter = self
                 .streams
@@ -479,8 +479,7 @@ impl<U: Up> Node<U> {
         };
         let phases = self.streams.phases(stream).unwrap_or(1);
         let (mut coverage, first_dump) = self.route.recall(stream, round);
-        let covered = coverage.covered;
-        uncover(&mut coverage, MissingReason::Late, covered);
+        uncover_all(&mut coverage, MissingReason::Late);
         let announced = self.announced_below();
         if let Role::Root(root) = &self.role {
             root.count_absent(&mut coverage, announced);

@@ -200,6 +200,7 @@ mod tests {
             covered: 1,
             expected: 1,
             missing: vec![],
+            apps: vec![],
         };
         for round in 0..(COVERAGE_MEMORY as u64 + 10) {
             r.remember(1, round, &cov, round);

@@ -160,7 +160,7 @@ pub(crate) enum Then {
         key: GroupKey,
         coverage: Coverage,
         first_dump: u64,
-        inputs: Vec<(String, u32)>,
+        inputs: Vec<(String, Coverage)>,
     },
     /// A packet from the parent.
     Down {

@@ -356,6 +356,7 @@ fn packet(stream: u32, round: u64, covered: u32, payload: u8) -> up_message::Msg
             covered,
             expected: covered,
             missing: vec![],
+            apps: vec![],
         }),
         payload: vec![payload],
         ..Default::default()

@@ -145,6 +145,7 @@ pub fn record(
         missing: missing.to_vec(),
         first_dump_unix_ns: 1_000,
         closed_unix_ns: 2_000,
+        apps: vec![],
     }
 }
 

@@ -128,8 +128,13 @@ pub fn random_profiles(rng: &mut Rng, spec: &DataSpec, slots: usize, round: u64)
 
 /// One rank's leaf input with a single event (id 1, one call) whose inclusive and exclusive time are `time_us`.
 pub fn one_event_profile(rank: u32, time_us: f64) -> Vec<u8> {
+    one_event_profile_in("a", rank, time_us)
+}
+
+/// [`one_event_profile`] of a rank of application `app`.
+pub fn one_event_profile_in(app: &str, rank: u32, time_us: f64) -> Vec<u8> {
     encode_one(&RankProfile {
-        app: "a".into(),
+        app: app.into(),
         rank,
         events: vec![EventSample {
             event_id: 1,
@@ -173,6 +178,22 @@ impl Case {
             .map(|r| random_profiles(&mut rng, spec, ranks, r as u64))
             .collect();
         Case::new(tree, placement, profiles, spec.names())
+    }
+
+    /// [`Case::random`] with its ranks in `apps` applications (1 to 3: `viz`, `analysis`, `simulation`), each
+    /// rank in the same one every round.
+    pub fn with_apps(seed: u64, ranks: usize, rounds: usize, apps: usize) -> Case {
+        let c = Case::random(seed, ranks, rounds, &DataSpec::default());
+        let names = ["viz", "analysis", "simulation"];
+        let mut rng = Rng::new(seed ^ 0xa995);
+        let of_slot: Vec<&str> = (0..ranks).map(|_| names[rng.below(apps.clamp(1, 3))]).collect();
+        let mut profiles = c.profiles.clone();
+        for round in &mut profiles {
+            for (slot, p) in round.iter_mut().enumerate() {
+                p.app = of_slot[slot].into();
+            }
+        }
+        Case::new(c.tree, c.placement, profiles, c.names)
     }
 
     /// A case from given parts; the inputs are the profiles, one per batch.

@@ -11,6 +11,8 @@ pub mod reference;
 mod rng;
 mod sim;
 
-pub use data::{Case, DataSpec, edge_value, encode_one, one_event_profile, random_profiles};
+pub use data::{
+    Case, DataSpec, edge_value, encode_one, one_event_profile, one_event_profile_in, random_profiles,
+};
 pub use rng::Rng;
 pub use sim::{Collect, Outcome, Rejected, Run, Tree, simulate};
