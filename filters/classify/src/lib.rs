@@ -11,6 +11,10 @@
 //! across ranks; the host should give the leaves the names before the first round. The scheme and the class
 //! id are [`canopy_filter_common::classes`], which other filters group ranks by too.
 //!
+//! Broken down by application (`by_app`, the default, as the stats filter), a class holds the ranks of one
+//! application only: its id hashes the application's name with the selected names, so a simulation and an
+//! analysis that call the same functions are still two classes. The ranges stay one per event over every rank.
+//!
 //! The histograms follow ToM's three phases ([`canopy_filter_common::three_phase`]) with one range per event,
 //! shared by every class: phase 0 up, the classes' members (and summaries) and each event's min and max over
 //! the packet's ranks (leaves buffer their values per class); phase 1 down, the global ranges; phase 2 up, per
@@ -529,11 +533,19 @@ impl Filter for ClassifyFilter {
 
     /// Params: `{"scheme": "all" | "pattern", "pattern": "<regex>" (with scheme pattern only),
     /// "bins": 1..=10000 (5), "metric": "exclusive" | "inclusive" | "calls" | "counter",
-    /// "summaries": false | true, "values": "round" | "cumulative"}`.
+    /// "summaries": false | true, "values": "round" | "cumulative", "by_app": true | false}`.
     fn create(params: &str, level: Level) -> Result<Self, String> {
         let params = Params::parse(
             params,
-            &["scheme", "pattern", "bins", "metric", "summaries", "values"],
+            &[
+                "scheme",
+                "pattern",
+                "bins",
+                "metric",
+                "summaries",
+                "values",
+                "by_app",
+            ],
         )?;
         let scheme = Scheme::from_params(&params, "scheme")?;
         let metric = params.metric()?;
@@ -543,7 +555,7 @@ impl Filter for ClassifyFilter {
             metric,
             summaries: params.bool("summaries", false)?,
             bins: params.u32_between("bins", DEFAULT_BINS, 1, MAX_BINS)?,
-            selection: Selection::new(scheme),
+            selection: Selection::new(scheme).by_app(params.bool("by_app", true)?),
             buffers: Rounds::new(),
             classes: Rounds::new(),
         })
@@ -635,6 +647,12 @@ mod tests {
         canopy_wire::event_id(name)
     }
 
+    /// The class of application a's ranks that select `names` (joined by "\n"), classes being per application
+    /// by default.
+    fn class(names: &str) -> u64 {
+        canopy_wire::event_id(&format!("a\0{names}"))
+    }
+
     #[test]
     fn params_errors() {
         let err = |p: &str| ClassifyFilter::create(p, Level::Leaf).unwrap_err();
@@ -654,7 +672,7 @@ mod tests {
         assert_eq!(err(r#"{"bins": 0}"#), "bins must be between 1 and 10000, got 0");
         assert_eq!(
             err(r#"{"schema": "all"}"#),
-            "unknown parameter \"schema\" (known: scheme, pattern, bins, metric, summaries, values)"
+            "unknown parameter \"schema\" (known: scheme, pattern, bins, metric, summaries, values, by_app)"
         );
         assert_eq!(
             err(r#"{"metric": "time"}"#),
@@ -700,13 +718,13 @@ mod tests {
         // Both rounds' phase 0 before either's phase 1 and 2, completed in either order.
         for order in [[0, 1], [1, 0]] {
             let res = run_rounds(r#"{"bins": 2}"#, &["a", "b"], &[r0.clone(), r1.clone()], &order);
-            let mut ids0: Vec<u64> = vec![id("a"), id("a\nb")];
+            let mut ids0: Vec<u64> = vec![class("a"), class("a\nb")];
             ids0.sort();
             assert_eq!(
                 res[0].classes.iter().map(|c| c.class_id).collect::<Vec<_>>(),
                 ids0
             );
-            let c0 = res[0].classes.iter().find(|c| c.class_id == id("a")).unwrap();
+            let c0 = res[0].classes.iter().find(|c| c.class_id == class("a")).unwrap();
             assert_eq!((c0.size, c0.example_event.as_str()), (2, "a"));
             assert_eq!(res[1].classes.len(), 1);
             assert_eq!(members(&res[1]), vec![vec![(0, 2)]]);
@@ -742,10 +760,10 @@ mod tests {
                 want.iter().map(|w| w.2).collect()
             )
         );
-        let a_only = r.classes.iter().find(|c| c.class_id == id("a")).unwrap();
+        let a_only = r.classes.iter().find(|c| c.class_id == class("a")).unwrap();
         assert_eq!(a_only.events, vec![id("a")]);
         assert_eq!(a_only.counts, vec![1, 0, 1, 0]);
-        let a_b = r.classes.iter().find(|c| c.class_id == id("a\nb")).unwrap();
+        let a_b = r.classes.iter().find(|c| c.class_id == class("a\nb")).unwrap();
         let counts_of = |event: u64| {
             let i = a_b.events.iter().position(|e| *e == event).unwrap();
             a_b.counts[i * 4..(i + 1) * 4].to_vec()
@@ -797,7 +815,7 @@ mod tests {
         // Counters are binned by the counter's id; the class is still made of event names.
         let counter = run(r#"{"metric": "counter", "bins": 2}"#);
         let c = &counter.classes[0];
-        assert_eq!(c.class_id, id("a"));
+        assert_eq!(c.class_id, class("a"));
         assert_eq!(
             (c.events.clone(), c.counts.clone()),
             (vec![id("bytes")], vec![1, 2])
@@ -999,7 +1017,7 @@ mod tests {
     #[test]
     fn unknown_names_fall_back_to_hex_ids() {
         let id = canopy_wire::event_id("MPI_Send()");
-        let mut leaf = ClassifyFilter::create("{}", Level::Leaf).unwrap();
+        let mut leaf = ClassifyFilter::create(r#"{"by_app": false}"#, Level::Leaf).unwrap();
         let p = RankProfile {
             events: vec![EventSample {
                 event_id: id,
@@ -1022,7 +1040,7 @@ mod tests {
     #[test]
     fn class_id_hashes_sorted_selected_names_of_events_only() {
         let mut leaf = named(
-            r#"{"scheme": "pattern", "pattern": "^MPI_"}"#,
+            r#"{"scheme": "pattern", "pattern": "^MPI_", "by_app": false}"#,
             Level::Leaf,
             &["main", "MPI_Send", "MPI_Recv"],
         );

@@ -1,6 +1,6 @@
 //! The classify filter over random trees equals classifying all ranks at once: memberships exactly, the ranges
 //! (each event's min and max over every rank), within each class the brute-force histograms against them, and
-//! the summaries when asked for.
+//! the summaries when asked for; per application by default, over every application with `by_app: false`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -26,6 +26,7 @@ fn classify<'a>(
     profiles: &'a [RankProfile],
     names: &HashMap<u64, String>,
     pattern: Option<&Regex>,
+    by_app: bool,
 ) -> BTreeMap<u64, (String, Vec<&'a RankProfile>)> {
     let mut classes: BTreeMap<u64, (String, Vec<&RankProfile>)> = BTreeMap::new();
     for p in profiles {
@@ -41,7 +42,11 @@ fn classify<'a>(
             .filter(|n| pattern.is_none_or(|re| re.is_match(n)))
             .collect();
         let joined: Vec<&str> = selected.iter().map(String::as_str).collect();
-        let id = canopy_wire::event_id(&joined.join("\n"));
+        let id = if by_app {
+            canopy_wire::event_id(&format!("{}\0{}", p.app, joined.join("\n")))
+        } else {
+            canopy_wire::event_id(&joined.join("\n"))
+        };
         let first = selected.iter().next().cloned().unwrap_or_default();
         classes.entry(id).or_insert_with(|| (first, Vec::new())).1.push(p);
     }
@@ -72,6 +77,7 @@ struct Setup {
     metric: Metric,
     summaries: bool,
     cumulative: bool,
+    by_app: bool,
 }
 
 impl Setup {
@@ -91,8 +97,8 @@ impl Setup {
             ),
         };
         format!(
-            r#"{{"bins": {}, "metric": "{word}", "summaries": {}, "values": "{values}"{scheme}}}"#,
-            self.bins, self.summaries
+            r#"{{"bins": {}, "metric": "{word}", "summaries": {}, "values": "{values}", "by_app": {}{scheme}}}"#,
+            self.bins, self.summaries, self.by_app
         )
     }
 }
@@ -140,7 +146,7 @@ fn check(c: &Case, setup: &Setup, seed: u64) -> Result<(), TestCaseError> {
     let bins = setup.bins;
     for r in 0..c.profiles.len() {
         let result = ClassResult::decode(out.results[&(r as u64, 2)].as_slice()).unwrap();
-        let want = classify(&c.profiles[r], &names, re.as_ref());
+        let want = classify(&c.profiles[r], &names, re.as_ref(), setup.by_app);
         prop_assert_eq!(
             result.classes.iter().map(|k| k.class_id).collect::<Vec<_>>(),
             want.keys().copied().collect::<Vec<_>>(),
@@ -238,6 +244,7 @@ proptest! {
         summaries in any::<bool>(),
         cumulative in any::<bool>(),
         forget_a_name in any::<bool>(),
+        by_app in any::<bool>(),
     ) {
         let mut c = Case::random(seed, ranks, rounds, &DataSpec::default());
         if forget_a_name {
@@ -250,6 +257,7 @@ proptest! {
             metric: METRICS[metric],
             summaries,
             cumulative,
+            by_app,
         };
         check(&c, &setup, seed ^ 0xc1a55)?;
     }

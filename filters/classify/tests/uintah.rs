@@ -110,10 +110,10 @@ fn level_1_patch_scheme_gives_three_classes() {
             .iter()
             .all(|c| c.ranks.iter().all(|r| r.app == "uintah"))
     );
-    // The class ids are the hashes of the sorted, "\n"-joined selected names.
+    // The class ids are the hashes of the application's name, a NUL and the sorted, "\n"-joined selected names.
     let mut rank0: Vec<String> = (0..16).map(|p| format!("Patch 1 -> {p}")).collect();
     rank0.sort();
-    let id0 = canopy_wire::event_id(&rank0.join("\n"));
+    let id0 = canopy_wire::event_id(&format!("uintah\0{}", rank0.join("\n")));
     let c0 = result.classes.iter().find(|c| c.class_id == id0).unwrap();
     assert_eq!(
         c0.ranks,
@@ -125,7 +125,7 @@ fn level_1_patch_scheme_gives_three_classes() {
     );
     assert_eq!(
         result.classes.iter().find(|c| c.size == 55).unwrap().class_id,
-        canopy_wire::event_id("")
+        canopy_wire::event_id("uintah\0")
     );
     assert_eq!(result.scheme, "pattern:^Patch 1 ->");
 }

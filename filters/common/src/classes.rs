@@ -5,6 +5,10 @@
 //! An event whose name this node was never told (through the filter's `names`) takes its id in 16 hex digits
 //! as its name, so the class is still stable across ranks; the host gives the leaves the names before the
 //! first round.
+//!
+//! Broken down by application ([`Selection::by_app`]), a class is the ranks of one application that select the
+//! same names: its id is the xxh3-64 of the application's name, a NUL, then the names joined as above, so two
+//! applications never share a class. An application's ranks together are the group [`app_group`].
 
 use std::collections::HashMap;
 
@@ -19,6 +23,14 @@ pub struct Selection {
     names: HashMap<u64, String>,
     /// Per id, its name if the scheme selects it; cleared when names change.
     selected: HashMap<u64, Option<String>>,
+    /// Whether classes are per application.
+    by_app: bool,
+}
+
+/// The id of the group of every rank of `app`: the xxh3-64 of its name and a NUL (the class id of its ranks
+/// that select no name, when classes are per application).
+pub fn app_group(app: &str) -> u64 {
+    canopy_wire::event_id(&format!("{app}\0"))
 }
 
 impl Selection {
@@ -27,7 +39,13 @@ impl Selection {
             scheme,
             names: HashMap::new(),
             selected: HashMap::new(),
+            by_app: false,
         }
+    }
+
+    /// The same selection with classes per application when `yes` (see the module documentation).
+    pub fn by_app(self, yes: bool) -> Selection {
+        Selection { by_app: yes, ..self }
     }
 
     pub fn scheme(&self) -> &Scheme {
@@ -78,10 +96,13 @@ impl Selection {
             .collect();
         names.sort_unstable();
         names.dedup();
-        (
-            canopy_wire::event_id(&names.join("\n")),
-            names.first().map(|n| n.to_string()).unwrap_or_default(),
-        )
+        let joined = names.join("\n");
+        let id = if self.by_app {
+            canopy_wire::event_id(&format!("{}\0{joined}", p.app))
+        } else {
+            canopy_wire::event_id(&joined)
+        };
+        (id, names.first().map(|n| n.to_string()).unwrap_or_default())
     }
 }
 
@@ -104,6 +125,29 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn per_application_the_same_names_make_one_class_per_application() {
+        let a = canopy_wire::event_id("MPI_Send");
+        let mut s = Selection::new(Scheme::All).by_app(true);
+        s.names(&[(a, "MPI_Send")]);
+        let of = |app: &str| RankProfile {
+            app: app.into(),
+            ..profile(&[a])
+        };
+        let (sim, analysis) = (s.class_of(&of("sim")).0, s.class_of(&of("analysis")).0);
+        assert_ne!(sim, analysis);
+        assert_eq!(sim, canopy_wire::event_id("sim\0MPI_Send"));
+        let empty = RankProfile {
+            app: "sim".into(),
+            ..profile(&[])
+        };
+        assert_eq!(s.class_of(&empty).0, app_group("sim"));
+        // Over every application the application plays no part.
+        let mut over_all = Selection::new(Scheme::All);
+        over_all.names(&[(a, "MPI_Send")]);
+        assert_eq!(over_all.class_of(&of("sim")), over_all.class_of(&of("analysis")));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use canopy_filter_common::classes::app_group;
 use canopy_filter_common::columns;
 use canopy_filter_proto::v1::{Metric, Outlier, OutlierGroup, OutliersPacket, StatsColumns};
 
@@ -14,17 +15,35 @@ use crate::top;
 #[derive(Debug, Clone, Copy)]
 pub struct Expect {
     pub by_class: bool,
+    pub by_app: bool,
     pub metric: Metric,
     pub top_events: u32,
 }
 
-fn check_order(groups: &[OutlierGroup], by_class: bool) -> Result<(), String> {
+fn check_order(groups: &[OutlierGroup], expect: Expect) -> Result<(), String> {
     for (i, g) in groups.iter().enumerate() {
-        if !by_class && g.class_id != 0 {
-            return Err(format!(
-                "group {:#018x}: this stream scores all ranks together (group 0 only)",
-                g.class_id
-            ));
+        match (expect.by_class, expect.by_app) {
+            (false, false) if g.class_id != 0 => {
+                return Err(format!(
+                    "group {:#018x}: this stream scores all ranks together (group 0 only)",
+                    g.class_id
+                ));
+            }
+            (false, true) if g.class_id != app_group(&g.app) => {
+                return Err(format!(
+                    "group {:#018x}: this stream scores each application's ranks together, and this is not \
+                     the group of application {:?}",
+                    g.class_id, g.app
+                ));
+            }
+            (_, false) if !g.app.is_empty() => {
+                return Err(format!(
+                    "group {:#018x}: this stream does not score applications apart (by_app: false), but the \
+                     group names application {:?}",
+                    g.class_id, g.app
+                ));
+            }
+            _ => {}
         }
         if i > 0 && g.class_id <= groups[i - 1].class_id {
             return Err(format!(
@@ -39,7 +58,7 @@ fn check_order(groups: &[OutlierGroup], by_class: bool) -> Result<(), String> {
 /// Refuses a phase-0 (or phase-1) packet this node cannot use: groups out of order, a group of no ranks or
 /// without usable summaries of the stream's metric, or carrying a top list.
 pub fn check_summaries(p: &OutliersPacket, expect: Expect) -> Result<(), String> {
-    check_order(&p.groups, expect.by_class)?;
+    check_order(&p.groups, expect)?;
     for g in &p.groups {
         let what = |e: String| format!("group {:#018x}: {e}", g.class_id);
         if g.ranks == 0 {
@@ -68,7 +87,7 @@ pub fn check_summaries(p: &OutliersPacket, expect: Expect) -> Result<(), String>
 /// Refuses a phase-2 packet this node cannot merge: groups out of order, a `keep` above the most a stream
 /// keeps, a top list [`top::check`] refuses.
 pub fn check_tops(p: &OutliersPacket, expect: Expect) -> Result<(), String> {
-    check_order(&p.groups, expect.by_class)?;
+    check_order(&p.groups, expect)?;
     for g in &p.groups {
         if g.keep > MAX_KEEP {
             return Err(format!(
@@ -85,14 +104,15 @@ pub fn check_tops(p: &OutliersPacket, expect: Expect) -> Result<(), String> {
 /// Checked phase-0 packets merged: per group, the ranks added, the smallest example kept, the summaries
 /// merged in the order given.
 pub fn merge_summaries(packets: &[OutliersPacket]) -> OutliersPacket {
-    let mut by_class: BTreeMap<u64, (u64, String, Vec<&StatsColumns>)> = BTreeMap::new();
+    let mut by_class: BTreeMap<u64, (u64, String, Vec<&StatsColumns>, &str)> = BTreeMap::new();
     let mut raw_bytes = 0u64;
     for p in packets {
         raw_bytes = raw_bytes.saturating_add(p.raw_bytes);
         for g in &p.groups {
-            let (ranks, example, summaries) = by_class
+            // A group's id hashes its application's name: children agree on it.
+            let (ranks, example, summaries, _) = by_class
                 .entry(g.class_id)
-                .or_insert_with(|| (0, g.example_event.clone(), Vec::new()));
+                .or_insert_with(|| (0, g.example_event.clone(), Vec::new(), g.app.as_str()));
             *ranks = ranks.saturating_add(g.ranks);
             // Members of a class share their names, so their examples agree; the smallest settles a collision.
             if g.example_event < *example {
@@ -103,7 +123,7 @@ pub fn merge_summaries(packets: &[OutliersPacket]) -> OutliersPacket {
     }
     let groups = by_class
         .into_iter()
-        .map(|(class_id, (ranks, example_event, summaries))| {
+        .map(|(class_id, (ranks, example_event, summaries, app))| {
             let mut merged = StatsColumns::default();
             columns::merge(&summaries, &mut merged);
             OutlierGroup {
@@ -111,6 +131,7 @@ pub fn merge_summaries(packets: &[OutliersPacket]) -> OutliersPacket {
                 ranks,
                 example_event,
                 summaries: Some(merged),
+                app: app.to_string(),
                 ..Default::default()
             }
         })
@@ -120,10 +141,13 @@ pub fn merge_summaries(packets: &[OutliersPacket]) -> OutliersPacket {
 
 /// Checked phase-2 packets merged: per group, the union of the top lists, of which the first `keep` stay.
 pub fn merge_tops(packets: Vec<OutliersPacket>) -> OutliersPacket {
-    let mut by_class: BTreeMap<u64, (u32, Vec<Outlier>)> = BTreeMap::new();
+    let mut by_class: BTreeMap<u64, (u32, Vec<Outlier>, String)> = BTreeMap::new();
     for p in packets {
         for g in p.groups {
-            let (keep, list) = by_class.entry(g.class_id).or_default();
+            // A group's id hashes its application's name: children agree on it.
+            let (keep, list, _) = by_class
+                .entry(g.class_id)
+                .or_insert_with(|| (0, Vec::new(), g.app));
             // Every leaf computes keep from the same rank count; the largest is kept should one differ.
             *keep = (*keep).max(g.keep);
             list.extend(g.top);
@@ -131,10 +155,11 @@ pub fn merge_tops(packets: Vec<OutliersPacket>) -> OutliersPacket {
     }
     let groups = by_class
         .into_iter()
-        .map(|(class_id, (keep, list))| OutlierGroup {
+        .map(|(class_id, (keep, list, app))| OutlierGroup {
             class_id,
             keep,
             top: top::select(list, keep as usize),
+            app,
             ..Default::default()
         })
         .collect();
@@ -147,6 +172,7 @@ mod tests {
 
     const EXPECT: Expect = Expect {
         by_class: true,
+        by_app: false,
         metric: Metric::Exclusive,
         top_events: 3,
     };
@@ -199,6 +225,30 @@ mod tests {
         assert_eq!(
             check_summaries(&packet(vec![group(5, 1)]), all).unwrap_err(),
             "group 0x0000000000000005: this stream scores all ranks together (group 0 only)"
+        );
+        let per_app = Expect {
+            by_class: false,
+            by_app: true,
+            ..EXPECT
+        };
+        let mut sim = group(app_group("sim"), 1);
+        sim.app = "sim".into();
+        assert_eq!(check_summaries(&packet(vec![sim.clone()]), per_app), Ok(()));
+        sim.app = "analysis".into();
+        assert_eq!(
+            check_summaries(&packet(vec![sim.clone()]), per_app).unwrap_err(),
+            format!(
+                "group {:#018x}: this stream scores each application's ranks together, and this is not the \
+                 group of application \"analysis\"",
+                app_group("sim")
+            )
+        );
+        let mut named = group(5, 1);
+        named.app = "sim".into();
+        assert_eq!(
+            check_summaries(&packet(vec![named]), EXPECT).unwrap_err(),
+            "group 0x0000000000000005: this stream does not score applications apart (by_app: false), but the \
+             group names application \"sim\""
         );
         let mut bare = group(0, 1);
         bare.summaries = None;

@@ -2,7 +2,9 @@
 //! reports of its distance from the event's mean in standard deviations (optionally weighted by each event's
 //! share of the time), and the `k` ranks (or the `fraction` of the ranks) with the highest scores, each with the
 //! events that weigh most in its score. With `"within": "class"` ranks are scored against their functional
-//! class (classify's class ids, [`canopy_filter_common::classes`]) and each class gets its own top.
+//! class (classify's class ids, [`canopy_filter_common::classes`]) and each class gets its own top. Each
+//! application's ranks are scored apart (`by_app`, the default): against their own application's means, with
+//! their own top, a group per application ([`canopy_filter_common::classes::app_group`]) or per class of it.
 //!
 //! Computed in the tree, in ToM's three phases ([`canopy_filter_common::three_phase`]), so the root receives
 //! O(k), not O(ranks): phase 0 up, per group its rank count and per-event count, mean and m2 (leaves keep their
@@ -19,7 +21,7 @@ pub mod top;
 
 use std::collections::BTreeMap;
 
-use canopy_filter_common::classes::Selection;
+use canopy_filter_common::classes::{Selection, app_group};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::three_phase::{self, ThreePhase};
@@ -65,6 +67,7 @@ impl OutliersFilter {
     fn expect(&self) -> Expect {
         Expect {
             by_class: self.settings.by_class,
+            by_app: self.settings.by_app,
             metric: self.settings.metric,
             top_events: self.settings.top_events,
         }
@@ -123,10 +126,10 @@ impl ThreePhase for OutliersFilter {
         let metric = self.settings.metric;
         let mut groups: BTreeMap<u64, (String, Vec<RankValues>, StatsMap)> = BTreeMap::new();
         for p in &profiles {
-            let (class, example) = if self.settings.by_class {
-                self.selection.class_of(p)
-            } else {
-                (0, String::new())
+            let (class, example) = match (self.settings.by_class, self.settings.by_app) {
+                (true, _) => self.selection.class_of(p),
+                (false, true) => (app_group(&p.app), String::new()),
+                (false, false) => (0, String::new()),
             };
             let mut values = Vec::new();
             metrics::each_value(p, self.settings.values, metric, |id, v| values.push((id, v)));
@@ -159,11 +162,17 @@ impl ThreePhase for OutliersFilter {
         for (class_id, (example_event, ranks, stats)) in groups {
             let mut summaries = StatsColumns::default();
             columns::from_map(&stats, 0, &mut summaries);
+            // Per application, a group's ranks are all of one.
+            let app = match (self.settings.by_app, ranks.first()) {
+                (true, Some(r)) => r.app.clone(),
+                _ => String::new(),
+            };
             packet.groups.push(OutlierGroup {
                 class_id,
                 ranks: ranks.len() as u64,
                 example_event,
                 summaries: Some(summaries),
+                app,
                 ..Default::default()
             });
             buffer.groups.push((class_id, ranks));
@@ -193,6 +202,7 @@ impl ThreePhase for OutliersFilter {
                     class_id: g.class_id,
                     ranks: g.ranks,
                     summaries: g.summaries.clone(),
+                    app: g.app.clone(),
                     ..Default::default()
                 })
                 .collect(),
@@ -220,6 +230,7 @@ impl ThreePhase for OutliersFilter {
                 class_id,
                 keep,
                 top: self.score_group(&ranks, &moments, keep as usize),
+                app: g.app.clone(),
                 ..Default::default()
             });
         }
@@ -255,6 +266,7 @@ impl ThreePhase for OutliersFilter {
                     top,
                     example_event: g.example_event,
                     summaries: None,
+                    app: g.app,
                 }
             })
             .collect();
@@ -291,7 +303,7 @@ impl Filter for OutliersFilter {
         let settings = Settings::parse(params)?;
         Ok(OutliersFilter {
             level,
-            selection: Selection::new(settings.events.clone()),
+            selection: Selection::new(settings.events.clone()).by_app(settings.by_app),
             settings,
             buffers: Rounds::new(),
             phase0: Rounds::new(),

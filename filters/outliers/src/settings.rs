@@ -14,7 +14,7 @@ pub const DEFAULT_TOP_EVENTS: u32 = 3;
 /// The most events reported per kept rank.
 pub const MAX_TOP_EVENTS: u32 = 64;
 
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 10] = [
     "k",
     "fraction",
     "top_events",
@@ -24,6 +24,7 @@ const KNOWN: [&str; 9] = [
     "events",
     "pattern",
     "values",
+    "by_app",
 ];
 
 /// How many ranks a group keeps.
@@ -64,6 +65,8 @@ pub struct Settings {
     pub weighted: bool,
     /// Scores against the rank's functional class rather than every rank.
     pub by_class: bool,
+    /// Scores each application's ranks apart (`by_app`, the default).
+    pub by_app: bool,
     pub metric: Metric,
     pub values: Values,
     pub events: Scheme,
@@ -73,7 +76,7 @@ impl Settings {
     /// Params: `{"k": 1..=10000 (10) | "fraction": (0, 1], "top_events": 0..=64 (3), "weighted": false | true,
     /// "within": "all" | "class", "metric": "exclusive" | "inclusive" | "calls" | "counter" | a per-event metric,
     /// "events": "all" | "pattern", "pattern": "<regex>" (with events pattern only), "values": "round" |
-    /// "cumulative"}`.
+    /// "cumulative", "by_app": true | false}`.
     pub fn parse(text: &str) -> Result<Settings, String> {
         let params = Params::parse(text, &KNOWN)?;
         let keep = match (params.has("k"), params.number("fraction")?) {
@@ -89,6 +92,7 @@ impl Settings {
             top_events: params.u32_between("top_events", DEFAULT_TOP_EVENTS, 0, MAX_TOP_EVENTS)?,
             weighted: params.bool("weighted", false)?,
             by_class: params.choice("within", &["all", "class"], "all")? == "class",
+            by_app: params.bool("by_app", true)?,
             metric: params.metric()?,
             values: params.values()?,
             events: Scheme::from_params(&params, "events")?,
@@ -110,7 +114,7 @@ mod tests {
         let s = Settings::parse("").unwrap();
         assert_eq!(s.keep, Keep::Count(10));
         assert_eq!(s.top_events, 3);
-        assert!(!s.weighted && !s.by_class);
+        assert!(!s.weighted && !s.by_class && s.by_app);
         assert_eq!((s.metric, s.values), (Metric::Exclusive, Values::Round));
         assert_eq!(s.events.describe(), "all");
     }
@@ -157,7 +161,7 @@ mod tests {
         assert_eq!(
             err(r#"{"kk": 1}"#),
             "unknown parameter \"kk\" (known: k, fraction, top_events, weighted, within, metric, events, \
-             pattern, values)"
+             pattern, values, by_app)"
         );
         assert!(err("[").starts_with("parameters are not valid JSON"));
     }

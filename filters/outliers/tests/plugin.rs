@@ -136,7 +136,11 @@ fn a_round_through_leaves_a_relay_and_the_root_finds_the_slow_rank() {
     let r = OutliersResult::decode(bytes.as_slice()).unwrap();
     assert_eq!((r.within.as_str(), r.events.as_str()), ("all", "all"));
     let g = &r.groups[0];
-    assert_eq!((g.class_id, g.ranks, g.keep), (0, 8, 2));
+    // Each application's ranks are scored apart: the group is application a's.
+    assert_eq!(
+        (g.class_id, g.app.as_str(), g.ranks, g.keep),
+        (canopy_filter_common::classes::app_group("a"), "a", 8, 2)
+    );
     // Next to rank 6, rank 0 (100 us) lies farthest from the mean of solve (127.75 us).
     let top: Vec<u32> = g.top.iter().map(|o| o.rank).collect();
     assert_eq!(top, [6, 0]);
@@ -182,15 +186,16 @@ fn malformed_packets_are_rejected_with_their_reason_and_the_rest_merges() {
         why[1],
         (
             2,
-            "input is not a canopy.filters.v1.OutliersPacket: group 0x0000000000000009: this stream scores all \
-             ranks together (group 0 only)"
+            "input is not a canopy.filters.v1.OutliersPacket: group 0x0000000000000009: this stream scores each \
+             application's ranks together, and this is not the group of application \"\""
                 .to_string()
         )
     );
     let merged = OutliersPacket::decode(out.up[0].payload.as_slice()).unwrap();
     assert_eq!(merged.groups[0].ranks, 1);
 
-    // Phase 2: a top list out of order, and one longer than its keep.
+    // Phase 2: a top list out of order, and one longer than its keep (of application a's group).
+    let group = canopy_filter_common::classes::app_group("a");
     let o = |rank: u32, score: f64| Outlier {
         app: "a".into(),
         rank,
@@ -200,8 +205,10 @@ fn malformed_packets_are_rejected_with_their_reason_and_the_rest_merges() {
     let tops = |keep: u32, top: Vec<Outlier>| {
         OutliersPacket {
             groups: vec![OutlierGroup {
+                class_id: group,
                 keep,
                 top,
+                app: "a".into(),
                 ..Default::default()
             }],
             raw_bytes: 0,
@@ -219,14 +226,16 @@ fn malformed_packets_are_rejected_with_their_reason_and_the_rest_merges() {
         [
             (
                 0,
-                "input is not a canopy.filters.v1.OutliersPacket: group 0x0000000000000000: rank a:0 at 1 does not \
-                 follow the previous one (score descending, then app, then rank; each rank once)"
-                    .to_string()
+                format!(
+                    "input is not a canopy.filters.v1.OutliersPacket: group {group:#018x}: rank a:0 at 1 does not \
+                     follow the previous one (score descending, then app, then rank; each rank once)"
+                )
             ),
             (
                 2,
-                "input is not a canopy.filters.v1.OutliersPacket: group 0x0000000000000000: 2 ranks in a top of 1"
-                    .to_string()
+                format!(
+                    "input is not a canopy.filters.v1.OutliersPacket: group {group:#018x}: 2 ranks in a top of 1"
+                )
             ),
         ]
     );

@@ -96,6 +96,7 @@ struct Setup {
     metric: Metric,
     pattern: Option<&'static str>,
     by_class: bool,
+    by_app: bool,
     weighted: bool,
     /// `k`, or with `fraction` the fraction.
     k: u32,
@@ -120,10 +121,11 @@ impl Setup {
             Some(p) => format!(r#", "events": "pattern", "pattern": "{p}""#),
         };
         format!(
-            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}{events}}}"#,
+            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}{events}}}"#,
             if self.by_class { "class" } else { "all" },
             self.weighted,
-            self.top_events
+            self.top_events,
+            self.by_app
         )
     }
 
@@ -159,6 +161,12 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
     // Each rank's class and its (id, value) pairs of the metric.
     let mut groups: BTreeMap<u64, Vec<Member<'_>>> = BTreeMap::new();
     for p in profiles {
+        // Per application, the application's name and a NUL lead what the class id hashes.
+        let app = if setup.by_app {
+            format!("{}\0", p.app)
+        } else {
+            String::new()
+        };
         let class = if setup.by_class {
             let chosen: BTreeSet<String> = p
                 .events
@@ -167,7 +175,12 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
                 .filter(|id| selected(*id))
                 .map(name_of)
                 .collect();
-            canopy_wire::event_id(&chosen.into_iter().collect::<Vec<_>>().join("\n"))
+            canopy_wire::event_id(&format!(
+                "{app}{}",
+                chosen.into_iter().collect::<Vec<_>>().join("\n")
+            ))
+        } else if setup.by_app {
+            canopy_wire::event_id(&app)
         } else {
             0
         };
@@ -305,6 +318,17 @@ fn check(c: &Case, setup: &Setup, seed: u64) -> Result<(), TestCaseError> {
         );
         for g in &result.groups {
             let (ranks, top) = &want[&g.class_id];
+            // Per application a group names its application, which every one of its ranks belongs to.
+            if setup.by_app {
+                prop_assert!(
+                    top.iter().all(|o| o.app == g.app),
+                    "group {:016x} is of {}",
+                    g.class_id,
+                    g.app
+                );
+            } else {
+                prop_assert_eq!(&g.app, "");
+            }
             prop_assert_eq!(g.ranks as usize, *ranks);
             prop_assert_eq!(g.keep as usize, setup.keep(*ranks));
             prop_assert!(g.summaries.is_none());
@@ -361,6 +385,7 @@ proptest! {
         metric in 0usize..METRICS.len(),
         pattern in 0usize..PATTERNS.len(),
         by_class in any::<bool>(),
+        by_app in any::<bool>(),
         weighted in any::<bool>(),
         k in 1u32..12,
         fraction in 0usize..FRACTIONS.len(),
@@ -371,6 +396,7 @@ proptest! {
             metric: METRICS[metric],
             pattern: PATTERNS[pattern],
             by_class,
+            by_app,
             weighted,
             k,
             fraction: FRACTIONS[fraction],

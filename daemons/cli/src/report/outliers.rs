@@ -9,25 +9,35 @@ use super::data::top_ids;
 use super::plot::{Chart, Figure, Line};
 use super::{Context, Section};
 
-/// A kept rank: its group (0: all ranks) and who it is.
+/// A kept rank: its group (all ranks, an application's, or a class) and who it is.
 type Who = (u64, String, u32);
 
-fn label(who: &Who) -> String {
+/// A rank as `app:rank`, with its class when the stream scores ranks against their class.
+fn label(who: &Who, by_class: bool) -> String {
     let (class, app, rank) = who;
     let rank = if app.is_empty() {
         rank.to_string()
     } else {
         format!("{app}:{rank}")
     };
-    if *class == 0 {
-        rank
-    } else {
+    if by_class {
         format!("{rank} (class {class:016x})")
+    } else {
+        rank
     }
+}
+
+/// Whether the stream's parameters ask for scores within each class (`"within": "class"`).
+fn within_class(params: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(params)
+        .ok()
+        .and_then(|v| v.get("within")?.as_str().map(|w| w == "class"))
+        .unwrap_or(false)
 }
 
 pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section> {
     let select = || Select::all().stream(stream.stream_id).late(false);
+    let by_class = within_class(&stream.params);
     let rows = ctx.reader.outliers(select())?;
     let events = ctx.reader.outlier_events(select())?;
     let mut section = Section {
@@ -92,7 +102,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
     if let Some((i, n)) = most(&firsts) {
         section.facts.push((
             "most often first".into(),
-            format!("{} ({n} of {rounds} rounds)", label(&whos[i as usize])),
+            format!("{} ({n} of {rounds} rounds)", label(&whos[i as usize], by_class)),
         ));
     }
     if let Some((id, n)) = most(&first_events) {
@@ -114,7 +124,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
             shown
                 .iter()
                 .map(|i| Line {
-                    label: label(&whos[*i as usize]),
+                    label: label(&whos[*i as usize], by_class),
                     points: lines[i].clone(),
                 })
                 .collect(),
