@@ -19,7 +19,7 @@ use canopy_integration_tests::{
 const STEPS: u64 = 12;
 const DELAY_MS: u64 = 30;
 
-/// Compiles workflow.c against the libcanopy built beside the daemons.
+/// Compiles the SDK's workflow example (sdk/examples/c/workflow.c) against the libcanopy built beside the daemons.
 fn build_workflow(dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let lib = bin_dir();
@@ -33,7 +33,7 @@ fn build_workflow(dir: &Path) -> PathBuf {
         .arg("-O2")
         .arg("-o")
         .arg(&out)
-        .arg(root.join("integration-tests/tests/latency/workflow.c"))
+        .arg(root.join("sdk/examples/c/workflow.c"))
         .arg("-I")
         .arg(root.join("sdk/c/include"))
         .arg(format!("-L{}", lib.display()))

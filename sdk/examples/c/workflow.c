@@ -1,6 +1,14 @@
-/* A two-application workflow for the latency filter's end-to-end test. The producer starts step s of
- * "exchange", hands it over by creating the file <dir>/step-<s>, and dumps; the consumer waits for that file,
- * works for <delay_ms> milliseconds, stops step s and dumps. Usage: workflow producer|consumer DIR STEPS DELAY_MS */
+/* Two real programs coupled through files, timed across: a producer (application "simulation") and a consumer
+ * (application "analysis") against the same agent. The producer starts step s of the key "exchange", hands it
+ * over by creating the file DIR/step-<s>, and dumps; the consumer waits for that file, works for DELAY_MS
+ * milliseconds in the event "analyse", stops step s and dumps. A `latency` stream then stores each step's
+ * end-to-end latency (from the producer's start to the consumer's stop) and each application's part in it.
+ *
+ *   canopy-frontend --listen 127.0.0.1:7000 --streams latency,stats &
+ *   canopy-agent --node-id agent-0 --parent 127.0.0.1:7000 &
+ *   mkdir -p /tmp/steps; ./workflow consumer /tmp/steps 100 30 & ./workflow producer /tmp/steps 100 30
+ *
+ * Usage: workflow producer|consumer DIR STEPS DELAY_MS */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
