@@ -142,8 +142,8 @@ const L1_PATCHES: &str = r#"{"scheme": "pattern", "pattern": "^Patch 1 ->"}"#;
 /// directory).
 /// A simulation on three agents (48 ranks) and an analysis on the fourth (16 ranks) feed one tree through two
 /// relays: the stats stream stores a row per application, event and metric, each counting that application's
-/// ranks alone, with its extremes held by that application's ranks; the histogram stream's summaries stay one
-/// row per event and metric over all 64 ranks.
+/// ranks alone, with its extremes held by that application's ranks; the histogram stream breaks down the same
+/// way, each application binned between its own bounds; and each round's coverage is kept per application.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_applications_in_one_tree_have_their_own_stats_rows() {
     let rounds = 6;
@@ -211,15 +211,62 @@ async fn two_applications_in_one_tree_have_their_own_stats_rows() {
         );
     }
 
-    let over_all = stored.stats(Select::all().stream(2)).unwrap();
-    assert!(!over_all.is_empty());
-    assert!(over_all.iter().all(|s| s.app.is_none()));
-    let counts: Vec<u64> = over_all
+    // The histogram stream breaks down by application too: each application's summaries count its own ranks,
+    // and each of its histograms holds them all, binned between that application's own bounds.
+    let hist_stats = stored.stats(Select::all().stream(2)).unwrap();
+    let bins = stored.histograms(Select::all().stream(2)).unwrap();
+    for (app, ranks) in [("sim", 48u64), ("analysis", 16)] {
+        let counts: Vec<u64> = hist_stats
+            .iter()
+            .filter(|s| s.id == allreduce && s.metric == Metric::Exclusive && s.app.as_deref() == Some(app))
+            .map(|s| s.count)
+            .collect();
+        assert_eq!(counts, vec![ranks; rounds as usize], "{app}");
+        for round in 0..rounds {
+            let of: Vec<_> = bins
+                .iter()
+                .filter(|b| b.round == round && b.id == allreduce && b.metric == Metric::Exclusive)
+                .filter(|b| b.app.as_deref() == Some(app))
+                .collect();
+            assert_eq!(
+                of.iter().map(|b| b.count).sum::<u64>(),
+                ranks,
+                "{app} round {round}"
+            );
+            let row = hist_stats
+                .iter()
+                .find(|s| {
+                    s.round == round
+                        && s.id == allreduce
+                        && s.metric == Metric::Exclusive
+                        && s.app.as_deref() == Some(app)
+                })
+                .unwrap();
+            let lo = of.iter().filter_map(|b| b.lo).fold(f64::INFINITY, f64::min);
+            let hi = of.iter().filter_map(|b| b.hi).fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(
+                (Some(lo), Some(hi)),
+                (row.min, row.max),
+                "{app} round {round}: its own bounds"
+            );
+        }
+    }
+
+    // Each round's coverage per application, through the relays: every application whole, in both streams.
+    let per_app = stored.round_apps(Select::all()).unwrap();
+    let whole: BTreeSet<(u32, u64, String, u32, u32)> = per_app
         .iter()
-        .filter(|s| s.id == allreduce && s.metric == Metric::Exclusive)
-        .map(|s| s.count)
+        .map(|r| (r.stream_id, r.round, r.app.clone(), r.covered, r.expected))
         .collect();
-    assert_eq!(counts, vec![64; rounds as usize]);
+    let want: BTreeSet<(u32, u64, String, u32, u32)> = [1, 2]
+        .into_iter()
+        .flat_map(|stream| {
+            (0..rounds).flat_map(move |round| {
+                [("analysis", 16), ("sim", 48)].map(|(app, n)| (stream, round, app.to_string(), n, n))
+            })
+        })
+        .collect();
+    assert_eq!(whole, want);
 }
 
 async fn uintah(ranks: u32, params: &str) -> canopy_integration_tests::TreeSandbox {

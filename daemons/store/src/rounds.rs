@@ -192,6 +192,24 @@ impl Tally {
     }
 }
 
+/// `INSERT INTO table (columns) VALUES (?1, ...) ON CONFLICT (key) DO UPDATE SET` every column not in `key`:
+/// the statement that writes a row of `columns` (`a, b, c`) over the one of the same key.
+fn upsert_sql(table: &str, columns: &str, key: &[&str]) -> String {
+    let names: Vec<&str> = columns.split(", ").collect();
+    let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
+    let updates: Vec<String> = names
+        .iter()
+        .filter(|c| !key.contains(c))
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({columns}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}",
+        values.join(", "),
+        key.join(", "),
+        updates.join(", ")
+    )
+}
+
 /// Upserts the row of `rec` (a later piece adds to it). Returns how many ranks the merged pieces account for
 /// beyond `expected` (0 when consistent).
 pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) -> rusqlite::Result<u64> {
@@ -210,18 +228,7 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
              first_dump_unix_ns, closed_unix_ns, {}",
             missing_columns()
         );
-        let names: Vec<&str> = columns.split(", ").collect();
-        let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
-        let updates: Vec<String> = names
-            .iter()
-            .filter(|c| !matches!(**c, "stream_id" | "round"))
-            .map(|c| format!("{c} = excluded.{c}"))
-            .collect();
-        format!(
-            "INSERT INTO rounds ({columns}) VALUES ({}) ON CONFLICT (stream_id, round) DO UPDATE SET {}",
-            values.join(", "),
-            updates.join(", ")
-        )
+        upsert_sql("rounds", &columns, &["stream_id", "round"])
     });
     let round = sat(rec.round);
     let mut tally = Tally::of(rec, result_bytes);
@@ -292,18 +299,7 @@ fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: i64, rec: &AppRecord)
             "stream_id, round, app, covered, expected, missing_reason, {}",
             missing_columns()
         );
-        let names: Vec<&str> = columns.split(", ").collect();
-        let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
-        let updates: Vec<String> = names
-            .iter()
-            .filter(|c| !matches!(**c, "stream_id" | "round" | "app"))
-            .map(|c| format!("{c} = excluded.{c}"))
-            .collect();
-        format!(
-            "INSERT INTO round_apps ({columns}) VALUES ({}) ON CONFLICT (stream_id, round, app) DO UPDATE SET {}",
-            values.join(", "),
-            updates.join(", ")
-        )
+        upsert_sql("round_apps", &columns, &["stream_id", "round", "app"])
     });
     let mut tally = Tally::of_app(rec);
     let existing = tx

@@ -470,6 +470,14 @@ pub fn from_map(map: &StatsMap, raw_bytes: u64, out: &mut StatsColumns) {
     out.raw_bytes = raw_bytes;
 }
 
+/// The application row `row` stands for when the rows are broken down by application, else "".
+pub fn app_of(c: &StatsColumns, row: usize) -> &str {
+    c.app
+        .get(row)
+        .and_then(|&a| c.apps.get(a as usize))
+        .map_or("", String::as_str)
+}
+
 /// The stored form: one `EventStats` per row, in key order, with `std` filled and, when the rows are broken
 /// down by application, `app` naming the row's. `c` must have passed [`check`].
 pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
@@ -495,12 +503,7 @@ pub fn to_stats(c: &StatsColumns) -> Vec<EventStats> {
                 metric: c.metric[row],
                 summary: Some(s),
                 quantiles: Vec::new(),
-                app: c
-                    .app
-                    .get(row)
-                    .and_then(|&a| c.apps.get(a as usize))
-                    .cloned()
-                    .unwrap_or_default(),
+                app: app_of(c, row).to_string(),
             }
         })
         .collect()

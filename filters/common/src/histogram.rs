@@ -69,12 +69,7 @@ pub fn ranges_of_columns(c: &StatsColumns) -> Vec<Range> {
             metric: c.metric[row],
             lo: c.min[row],
             hi: c.max[row],
-            app: c
-                .app
-                .get(row)
-                .and_then(|&a| c.apps.get(a as usize))
-                .cloned()
-                .unwrap_or_default(),
+            app: crate::columns::app_of(c, row).to_string(),
         })
         .collect()
 }
