@@ -564,8 +564,13 @@ async fn launch_and_watch(
     for d in daemons.iter() {
         by_kind.add(d.kind, d.cpu_total());
     }
-    let summary = StoreReader::open(&store)
-        .and_then(|r| r.summary())
+    let reader = StoreReader::open(&store).with_context(|| format!("cannot read {}", store.display()))?;
+    let summary = reader
+        .summary()
+        .with_context(|| format!("cannot read {}", store.display()))?;
+    // A workflow's applications each get their share of the rank-rounds covered.
+    let per_app = reader
+        .app_coverage(canopy_store::Select::all())
         .with_context(|| format!("cannot read {}", store.display()))?;
     println!(
         "canopy up: {} rounds stored ({} streams), {} at full coverage, {:.1}% of rank-rounds covered, {} bytes of results, {} late packets{}",
@@ -577,6 +582,9 @@ async fn launch_and_watch(
         summary.late_packets,
         if interrupted { " (interrupted)" } else { "" }
     );
+    if let Some(line) = crate::report::coverage::per_app(&per_app) {
+        println!("  per application: {line}");
+    }
     let rounds = summary.rounds / summary.streams.max(1);
     println!("  {}", by_kind.line(rounds));
     let cpu_file = args.out.join("latest-cpu.json");

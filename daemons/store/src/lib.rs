@@ -24,10 +24,10 @@ pub use profiles::PROFILE_BATCH_TYPE;
 pub use read::{EXAMPLE_QUERY, RANK_NODE_QUERY, Select, StoreReader, Table};
 pub use rounds::{AppRecord, MissingCounts, RoundRecord};
 pub use rows::{
-    ClassRow, ClusterRow, CounterRow, EventMetricRow, HistogramRow, LateArrival, LatencyAppRow, LatencyRow,
-    NodeChange, NodeRanksRow, NodeRow, NodeSampleRow, OutlierEventRow, OutlierRow, QuantileRow, ReductionRow,
-    ResultRow, RoundAppRow, RoundCursor, RoundRow, SampleRow, StatRow, StoreSummary, StoredRound, StreamRow,
-    TraceRow, UtilizationRow,
+    AppCoverageTotal, ClassRow, ClusterRow, CounterRow, EventMetricRow, HistogramRow, LateArrival,
+    LatencyAppRow, LatencyRow, NodeChange, NodeRanksRow, NodeRow, NodeSampleRow, OutlierEventRow, OutlierRow,
+    QuantileRow, ReductionRow, ResultRow, RoundAppRow, RoundCursor, RoundRow, SampleRow, StatRow,
+    StoreSummary, StoredRound, StreamRow, TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Store};

@@ -405,6 +405,39 @@ impl StoreReader {
         })
     }
 
+    /// Each application's rank-rounds covered, expected and missing per reason over the rounds `select` picks,
+    /// summed in SQL (a long run's `round_apps` is not read row by row), by application name.
+    pub fn app_coverage(&self, select: Select) -> Result<Vec<AppCoverageTotal>, StoreError> {
+        if self.version < Table::RoundApps.since() {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(false);
+        let reasons = <canopy_proto::v1::MissingReason as Word>::WORDS;
+        let sums: Vec<String> = missing_columns()
+            .split(", ")
+            .map(|c| format!("sum({c})"))
+            .collect();
+        let sql = format!(
+            "SELECT app, sum(covered), sum(expected), {} FROM round_apps{clause} GROUP BY app ORDER BY app",
+            sums.join(", ")
+        );
+        self.rows(&sql, &values, |r| {
+            let mut missing = Vec::new();
+            for (i, (reason, _)) in reasons.iter().enumerate() {
+                let n = u64_at(r, 3 + i)?;
+                if n > 0 {
+                    missing.push((*reason, n));
+                }
+            }
+            Ok(AppCoverageTotal {
+                app: r.get(0)?,
+                covered: u64_at(r, 1)?,
+                expected: u64_at(r, 2)?,
+                missing,
+            })
+        })
+    }
+
     /// The rounds stored since `cursor` (in the order they were first stored), moving it past them. A round
     /// stored in pieces is returned once, with what its first piece brought.
     pub fn new_rounds(&self, cursor: &mut RoundCursor) -> Result<Vec<RoundRow>, StoreError> {

@@ -41,15 +41,6 @@ pub struct AppRecord {
 pub struct MissingCounts([u32; REASONS]);
 
 impl MissingCounts {
-    /// The counts of `(reason, ranks)` pairs (a reason given twice adds up).
-    pub fn from_pairs(pairs: &[(MissingReason, u32)]) -> MissingCounts {
-        let mut m = MissingCounts::default();
-        for (reason, ranks) in pairs {
-            m.0[reason_index(*reason)] = m.0[reason_index(*reason)].saturating_add(*ranks);
-        }
-        m
-    }
-
     /// Ranks missing for `reason`.
     pub fn get(&self, reason: MissingReason) -> u32 {
         self.0[reason_index(reason)]

@@ -76,6 +76,16 @@ pub struct RoundAppRow {
     pub missing_reason: Option<String>,
 }
 
+/// One application's rank-rounds over the rounds a query picks (`round_apps` summed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppCoverageTotal {
+    pub app: String,
+    pub covered: u64,
+    pub expected: u64,
+    /// Rank-rounds missing per reason, the reasons with some only, in the proto's order.
+    pub missing: Vec<(canopy_proto::v1::MissingReason, u64)>,
+}
+
 /// Where [`StoreReader::new_rounds`] left off.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundCursor(pub(crate) i64);

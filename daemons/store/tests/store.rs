@@ -342,6 +342,26 @@ fn each_applications_coverage_has_its_own_row_and_pieces_add_up_in_it() {
     );
     let whole = reader.rounds(canopy_store::Select::all()).unwrap();
     assert_eq!((whole[0].covered, whole[0].expected), (4, 8));
+    // Summed over the rounds, in SQL.
+    let mut later = record(4, 3, 4, 8, &[(MissingReason::SampledOut, 4)]);
+    later.apps = vec![
+        app("analysis", 0, 4, &[(MissingReason::SampledOut, 4)]),
+        app("sim", 4, 4, &[]),
+    ];
+    store.write_round(&later, Payload::None).unwrap();
+    let totals: Vec<_> = reader
+        .app_coverage(canopy_store::Select::all())
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.app, t.covered, t.expected, t.missing))
+        .collect();
+    assert_eq!(
+        totals,
+        [
+            ("analysis".into(), 0, 8, vec![(MissingReason::SampledOut, 8)]),
+            ("sim".into(), 8, 8, vec![]),
+        ]
+    );
 }
 
 #[test]

@@ -2,10 +2,8 @@
 //! to the ranks expected (the `rounds` table: `covered` and the `missing_*` columns), and each application's
 //! share when several feed a stream (`round_apps`).
 
-use std::collections::BTreeMap;
-
 use canopy_proto::v1::MissingReason;
-use canopy_store::{MissingCounts, RoundAppRow, RoundRow, Select, StreamRow, Word};
+use canopy_store::{AppCoverageTotal, MissingCounts, RoundRow, Select, StreamRow, Word};
 
 use super::data::Stack;
 use super::plot::{Chart, Figure, Line};
@@ -40,7 +38,7 @@ pub fn section(ctx: &Context<'_>, streams: &[StreamRow]) -> anyhow::Result<Secti
                 }
             ),
         ));
-        let apps = ctx.reader.round_apps(Select::all().stream(stream.stream_id))?;
+        let apps = ctx.reader.app_coverage(Select::all().stream(stream.stream_id))?;
         if let Some(text) = per_app(&apps) {
             section
                 .facts
@@ -52,30 +50,28 @@ pub fn section(ctx: &Context<'_>, streams: &[StreamRow]) -> anyhow::Result<Secti
 }
 
 /// "analysis 50.0% (sampled_out: 30), sim 100.0%": each application's rank-rounds covered out of those
-/// expected, with the reasons for the others; `None` unless the rows name more than one application.
-fn per_app(rows: &[RoundAppRow]) -> Option<String> {
-    let mut by_app: BTreeMap<&str, Vec<&RoundAppRow>> = BTreeMap::new();
-    for r in rows {
-        by_app.entry(r.app.as_str()).or_default().push(r);
-    }
-    if by_app.len() < 2 {
+/// expected, with the reasons for the others; `None` unless more than one application is named.
+pub(crate) fn per_app(apps: &[AppCoverageTotal]) -> Option<String> {
+    if apps.len() < 2 {
         return None;
     }
-    let parts: Vec<String> = by_app
+    let parts: Vec<String> = apps
         .iter()
-        .map(|(app, rows)| {
-            let covered: u64 = rows.iter().map(|r| u64::from(r.covered)).sum();
-            let expected: u64 = rows.iter().map(|r| u64::from(r.expected)).sum();
-            let share = if expected == 0 {
+        .map(|a| {
+            let share = if a.expected == 0 {
                 100.0
             } else {
-                100.0 * covered as f64 / expected as f64
+                100.0 * a.covered as f64 / a.expected as f64
             };
-            let missing = missing_words(rows.iter().map(|r| &r.missing));
+            let missing: Vec<String> = a
+                .missing
+                .iter()
+                .map(|(reason, n)| format!("{}: {n}", reason.word()))
+                .collect();
             if missing.is_empty() {
-                format!("{app} {share:.1}%")
+                format!("{} {share:.1}%", a.app)
             } else {
-                format!("{app} {share:.1}% ({})", missing.join(", "))
+                format!("{} {share:.1}% ({})", a.app, missing.join(", "))
             }
         })
         .collect();
@@ -126,31 +122,22 @@ fn missing_words<'a>(rounds: impl Iterator<Item = &'a MissingCounts> + Clone) ->
 mod tests {
     use super::*;
 
-    fn row(app: &str, round: u64, covered: u32, sampled_out: u32) -> RoundAppRow {
-        let missing = MissingCounts::from_pairs(&[(MissingReason::SampledOut, sampled_out)]);
-        RoundAppRow {
-            stream_id: 1,
-            round,
-            app: app.into(),
-            covered,
-            expected: covered + sampled_out,
-            missing,
-            missing_reason: None,
-        }
-    }
-
     #[test]
     fn each_application_gets_its_share_once_several_feed_the_stream() {
-        let rows = [
-            row("sim", 0, 3, 0),
-            row("analysis", 0, 3, 0),
-            row("sim", 1, 3, 0),
-            row("analysis", 1, 0, 3),
+        let total = |app: &str, covered, expected, missing: Vec<(MissingReason, u64)>| AppCoverageTotal {
+            app: app.into(),
+            covered,
+            expected,
+            missing,
+        };
+        let apps = [
+            total("analysis", 3, 6, vec![(MissingReason::SampledOut, 3)]),
+            total("sim", 6, 6, vec![]),
         ];
         assert_eq!(
-            per_app(&rows).unwrap(),
+            per_app(&apps).unwrap(),
             "analysis 50.0% (sampled_out: 3), sim 100.0%"
         );
-        assert_eq!(per_app(&rows[..1]), None);
+        assert_eq!(per_app(&apps[..1]), None);
     }
 }

@@ -4,7 +4,7 @@
 
 mod classes;
 mod clusters;
-mod coverage;
+pub(crate) mod coverage;
 pub mod data;
 mod histogram;
 mod latency;
