@@ -507,12 +507,16 @@ struct RawRank {
 
 impl RawRank {
     fn connect(socket: &Path, rank: u32, nranks: u32) -> RawRank {
+        RawRank::connect_as(socket, "raw", rank, nranks)
+    }
+
+    fn connect_as(socket: &Path, app: &str, rank: u32, nranks: u32) -> RawRank {
         let mut stream = UnixStream::connect(socket).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let hello = RankMessage {
             msg: Some(rank_message::Msg::Hello(RankHello {
                 protocol_version: RANK_PROTOCOL_VERSION,
-                app: "raw".into(),
+                app: app.into(),
                 rank,
                 nranks,
                 pid: std::process::id(),
@@ -615,6 +619,18 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
             Some(agent_message::Msg::Refused(r)) => assert!(r.reason.contains(says), "{}", r.reason),
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    // An application name too long to carry in every round's coverage: refused, naming the bound.
+    let mut long = RawRank::connect_as(&socket, &"a".repeat(200), 0, 3);
+    match long.read().msg {
+        Some(agent_message::Msg::Refused(r)) => assert!(
+            r.reason
+                .contains("names an application of 200 bytes, longer than the 128 allowed"),
+            "{}",
+            r.reason
+        ),
+        other => panic!("not refused: {other:?}"),
     }
 
     let dump_rounds = |ranks: &mut [RawRank], which: &[usize], rounds: std::ops::Range<u64>| {

@@ -23,6 +23,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// count from the wire can overflow a sum of them.
 pub const MAX_RANKS: u32 = 1 << 24;
 
+/// The longest application name (in bytes) a rank may give and a node may name in its coverage: a name is
+/// carried in every round's coverage, so it must stay small.
+pub const MAX_APP_NAME: usize = 128;
+
 /// Largest message either side of a Canopy gRPC connection accepts: a passthrough round of thousands of ranks
 /// is several megabytes.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;

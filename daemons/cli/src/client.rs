@@ -745,9 +745,13 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
                 .collect();
             hists.sort_by_key(|h| std::cmp::Reverse(h.hi.to_bits()));
             for h in hists.into_iter().take(top.min(3)) {
+                let name = if h.app.is_empty() {
+                    name_of(names, h.id)
+                } else {
+                    format!("{}: {}", h.app, name_of(names, h.id))
+                };
                 out.push_str(&format!(
-                    "  {} ({}, {:.1}..{:.1} us)\n",
-                    name_of(names, h.id),
+                    "  {name} ({}, {:.1}..{:.1} us)\n",
                     metric_word(h.metric),
                     h.lo,
                     h.hi

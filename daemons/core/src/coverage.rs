@@ -9,9 +9,10 @@ use std::cmp::Ordering;
 
 use canopy_proto::v1::{AppCoverage, Coverage, Missing, MissingReason};
 
-/// The most applications one coverage may name: a child naming more is refused, so a packet's coverage costs
-/// bounded work at every node.
-pub const MAX_COVERAGE_APPS: usize = 1024;
+/// The most applications one coverage may name: a child naming more is refused, so a round's coverage (which
+/// every node keeps for the rounds in flight) stays within a few kilobytes whatever a child sends; a node with
+/// more below it counts the others in the whole alone.
+pub const MAX_COVERAGE_APPS: usize = 64;
 
 /// How a source's ranks divide among applications, sorted by name: (application, ranks).
 pub type Composition = Vec<(String, u32)>;
@@ -55,7 +56,7 @@ pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
     into.covered = into.covered.saturating_add(other.covered);
     into.expected = into.expected.saturating_add(other.expected);
     add_reasons(&mut into.missing, &other.missing);
-    if into.apps.is_empty() {
+    if into.apps.is_empty() && other.apps.len() <= MAX_COVERAGE_APPS {
         into.apps.clone_from(&other.apps);
         return;
     }
@@ -69,7 +70,9 @@ pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
                 a.expected = a.expected.saturating_add(t.expected);
                 add_reasons(&mut a.missing, &t.missing);
             }
-            Err(i) => into.apps.insert(i, t.clone()),
+            // Beyond the most a parent takes, further applications count in the whole alone.
+            Err(i) if into.apps.len() < MAX_COVERAGE_APPS => into.apps.insert(i, t.clone()),
+            Err(_) => {}
         }
     }
 }
@@ -171,8 +174,9 @@ fn exact(covered: u32, expected: u32, missing: &[Missing]) -> bool {
 }
 
 /// Whether a child's coverage may be taken in: exact, for no more ranks than `ranks_below` (the most
-/// [`canopy_proto::MAX_RANKS`]), its applications sorted, each once, at most [`MAX_COVERAGE_APPS`] of them, and
-/// together no more than the whole; the reason when not.
+/// [`canopy_proto::MAX_RANKS`]), its applications sorted, each once, at most [`MAX_COVERAGE_APPS`] of them, each
+/// with ranks and a name of at most [`canopy_proto::MAX_APP_NAME`] bytes, and together no more than the whole;
+/// the reason when not.
 pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), String> {
     if !exact(cov.covered, cov.expected, &cov.missing) {
         let missing: u64 = cov.missing.iter().map(|m| u64::from(m.ranks)).sum();
@@ -200,6 +204,16 @@ pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), Stri
                 pair[0].app, pair[1].app
             ));
         }
+    }
+    if let Some(a) = cov.apps.iter().find(|a| a.expected == 0) {
+        return Err(format!("coverage names application {:?} with no ranks", a.app));
+    }
+    if let Some(a) = cov.apps.iter().find(|a| a.app.len() > canopy_proto::MAX_APP_NAME) {
+        return Err(format!(
+            "coverage names an application of {} bytes, longer than the {} allowed",
+            a.app.len(),
+            canopy_proto::MAX_APP_NAME
+        ));
     }
     if let Some(a) = cov
         .apps
@@ -370,15 +384,36 @@ mod tests {
             check_child_coverage(&bad, 1),
             Err("coverage of application \"a\" is not exact: 0 covered and 0 missing, but 1 expected".into())
         );
+        // A node with more applications below it than a parent takes names the first 64 and counts the others
+        // in the whole alone, so its packets are still taken in.
         let mut many = Coverage::default();
         for i in 0..=MAX_COVERAGE_APPS {
             add_coverage(&mut many, &full(&format!("app{i:05}")));
         }
+        assert_eq!((many.apps.len(), many.covered), (MAX_COVERAGE_APPS, 65));
+        assert_eq!(check_child_coverage(&many, u32::MAX), Ok(()));
+        let mut forged = many.clone();
+        forged.apps.push(full("zzz").apps[0].clone());
         assert_eq!(
-            check_child_coverage(&many, u32::MAX),
+            check_child_coverage(&forged, u32::MAX),
             Err(format!(
-                "coverage names 1025 applications, more than the {MAX_COVERAGE_APPS} allowed"
+                "coverage names 65 applications, more than the {MAX_COVERAGE_APPS} allowed"
             ))
+        );
+        // Applications without ranks or with names too long to carry every round are refused.
+        let mut empty = full("a");
+        empty.apps.push(AppCoverage {
+            app: "b".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            check_child_coverage(&empty, 1),
+            Err("coverage names application \"b\" with no ranks".into())
+        );
+        let long = full(&"x".repeat(canopy_proto::MAX_APP_NAME + 1));
+        assert_eq!(
+            check_child_coverage(&long, 1),
+            Err("coverage names an application of 129 bytes, longer than the 128 allowed".into())
         );
     }
 

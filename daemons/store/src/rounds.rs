@@ -134,6 +134,16 @@ impl Tally {
         t
     }
 
+    /// Adds a later piece of one application's part of a round: the pieces of a don't-wait round cover different
+    /// ranks, and no node counts an application's ranks as not waited for, so every count adds up.
+    fn add(&mut self, piece: &Tally) {
+        self.covered += piece.covered;
+        self.expected += piece.expected;
+        for (mine, theirs) in self.missing.iter_mut().zip(&piece.missing) {
+            *mine += theirs;
+        }
+    }
+
     /// Adds a later piece of the same round. Ranks not waited for are whatever no piece has accounted for yet:
     /// summing each piece's own "not waited" count would count a rank again after it arrived. Returns how many
     /// ranks the pieces account for beyond `expected`, which only inconsistent callers produce.
@@ -308,7 +318,7 @@ fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: i64, rec: &AppRecord)
         })
         .optional()?;
     if let Some(mut old) = existing {
-        old.merge(tally);
+        old.add(&tally);
         tally = old;
     }
     let missing: Vec<i64> = tally.missing.iter().map(|n| sat(*n)).collect();

@@ -300,9 +300,11 @@ fn each_applications_coverage_has_its_own_row_and_pieces_add_up_in_it() {
         expected,
         missing: missing.to_vec(),
     };
-    // A don't-wait round in two pieces: the simulation's four ranks come in both, the analysis is sampled out.
+    // A don't-wait round in two pieces, as the tree sends them: each names only its own ranks' applications
+    // (the ranks it did not wait for count in the whole alone). The simulation's four ranks come in both, the
+    // analysis, sampled out, in the second.
     let mut first = record(4, 2, 2, 8, &[(MissingReason::NotWaited, 6)]);
-    first.apps = vec![app("sim", 2, 4, &[(MissingReason::NotWaited, 2)])];
+    first.apps = vec![app("sim", 2, 2, &[])];
     store.write_round(&first, Payload::None).unwrap();
     let mut second = record(
         4,
@@ -313,7 +315,7 @@ fn each_applications_coverage_has_its_own_row_and_pieces_add_up_in_it() {
     );
     second.apps = vec![
         app("analysis", 0, 4, &[(MissingReason::SampledOut, 4)]),
-        app("sim", 2, 4, &[(MissingReason::NotWaited, 2)]),
+        app("sim", 2, 2, &[]),
     ];
     store.write_round(&second, Payload::None).unwrap();
     let reader = canopy_store::StoreReader::open(store.path()).unwrap();

@@ -140,8 +140,17 @@ impl ThreePhase for HistogramFilter {
     /// The children's histograms added up.
     fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> HistogramPacket {
         let bins = self.bins as usize;
+        let by_app = self.by_app;
         let packets: Vec<HistogramPacket> = decode::packets(inputs, PACKET, out, |p: &HistogramPacket| {
-            HistMap::check(&p.histograms, bins)
+            HistMap::check(&p.histograms, bins)?;
+            match p.histograms.iter().find(|h| !by_app && !h.app.is_empty()) {
+                Some(h) => Err(format!(
+                    "histogram of event {:016x} names application {:?}, but the stream does not break rows down \
+                     by application (by_app: false)",
+                    h.id, h.app
+                )),
+                None => Ok(()),
+            }
         });
         let mut hists = HistMap::new();
         let mut raw_bytes = 0u64;

@@ -259,6 +259,18 @@ impl Ranks {
                 format!("rank {} (pid {}) names no application", h.rank, h.pid),
             );
         }
+        if h.app.len() > canopy_proto::MAX_APP_NAME {
+            return self.refuse(
+                conn,
+                format!(
+                    "rank {} (pid {}) names an application of {} bytes, longer than the {} allowed",
+                    h.rank,
+                    h.pid,
+                    h.app.len(),
+                    canopy_proto::MAX_APP_NAME
+                ),
+            );
+        }
         if h.nranks > canopy_proto::MAX_RANKS {
             let reason = format!(
                 "rank {} of {} (pid {}) announces {} ranks, more than any node may answer for ({})",

@@ -147,6 +147,7 @@ fn histograms(src: &Source<'_>) -> anyhow::Result<Table> {
         .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
         .int("round", rows.iter().map(|r| r.round))
         .opt_id("class_id", rows.iter().map(|r| r.class_id))
+        .opt_text("app", rows.iter().map(|r| r.app.clone()))
         .id("event_id", rows.iter().map(|r| r.id))
         .text("event", rows.iter().map(|r| src.names.of(r.id)))
         .text("metric", rows.iter().map(|r| r.metric.word()))

@@ -253,8 +253,11 @@ pub fn histogram_lines(
         by_id.entry(h.id).or_default().push(h);
     }
     let with_app = hists.iter().any(|h| h.app != hists[0].app);
+    // The order comes from the stats rows, which name an event once per application: each event once.
+    let mut seen = std::collections::HashSet::new();
     order
         .iter()
+        .filter(|id| seen.insert(**id))
         .filter_map(|id| by_id.get(id))
         .flatten()
         .take(top)
@@ -556,7 +559,7 @@ mod tests {
         };
         let lines = histogram_lines(
             &[of("analysis", 3, 1.0, 2.0), of("sim", 3, 5.0, 9.5)],
-            &[3],
+            &[3, 3],
             &names(),
             Metric::Exclusive as i32,
             80,

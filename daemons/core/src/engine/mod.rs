@@ -322,6 +322,28 @@ impl RoundEngine {
         self.recount();
     }
 
+    /// Remembers how the source of a whole packet (wait-for-all, phase 0, taken into a group) divides its ranks
+    /// among applications, when the packet says so for all of them.
+    fn remember_composition(&mut self, arrival: &Arrival) {
+        let Some(source) = self.sources.get_mut(&arrival.source) else {
+            return;
+        };
+        let apps = &arrival.coverage.apps;
+        let told: u64 = apps.iter().map(|a| u64::from(a.expected)).sum();
+        if apps.is_empty() || told != u64::from(arrival.coverage.expected) {
+            return;
+        }
+        // The common case, the same applications as before, costs no allocation.
+        let same = apps.len() == source.apps.len()
+            && apps
+                .iter()
+                .zip(&source.apps)
+                .all(|(a, (app, n))| a.app == *app && a.expected == *n);
+        if !same {
+            source.apps = composition(&arrival.coverage);
+        }
+    }
+
     /// Says how a source's ranks divide among applications (a rank: its own application, one rank), until its
     /// packets say otherwise.
     pub fn set_composition(&mut self, id: &str, apps: Composition) {
@@ -641,18 +663,6 @@ impl RoundEngine {
             return Err(EngineError::UnknownSource(arrival.source));
         };
         source.heard = Some(now);
-        if !arrival.coverage.apps.is_empty() {
-            let apps = &arrival.coverage.apps;
-            // The common case, the same applications as before, costs no allocation.
-            let same = apps.len() == source.apps.len()
-                && apps
-                    .iter()
-                    .zip(&source.apps)
-                    .all(|(a, (app, n))| a.app == *app && a.expected == *n);
-            if !same {
-                source.apps = composition(&arrival.coverage);
-            }
-        }
         let sync = *self
             .streams
             .get(&key.stream)
@@ -705,6 +715,9 @@ impl RoundEngine {
                 self.stats.late_ranks += u64::from(arrival.coverage.covered);
                 return Ok(Accepted::Late(arrival));
             }
+        }
+        if key.phase == 0 {
+            self.remember_composition(&arrival);
         }
         let waits = self.waits_for(key, &arrival.source);
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {
