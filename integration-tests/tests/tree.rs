@@ -368,7 +368,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
         agents: 1,
         ranks: 8,
         expect_ranks: 12,
-        rounds: 4,
+        rounds: 5,
         period_ms: 20,
         ..TreeBuilder::default()
     };
@@ -408,18 +408,31 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
         }],
         apps: vec![],
     };
+    // Exact in all, but its applications claim more ranks than the whole: refused too.
+    let claims_more = Coverage {
+        covered: 4,
+        expected: 4,
+        missing: vec![],
+        apps: vec![canopy_proto::v1::AppCoverage {
+            app: "forged".into(),
+            covered: 9,
+            expected: 9,
+            missing: vec![],
+        }],
+    };
     for msg in [
         with_coverage(0, inflated),
         with_coverage(1, inexact),
-        batch_envelope(2, 100..104),
+        with_coverage(2, claims_more),
         batch_envelope(3, 100..104),
+        batch_envelope(4, 100..104),
     ] {
         tx.send(msg).await.unwrap();
     }
     tx.send(UpMessage {
         msg: Some(up_message::Msg::Fin(canopy_proto::v1::Fin {
             node_id: "inflater".into(),
-            rounds_end: 4,
+            rounds_end: 5,
         })),
     })
     .await
@@ -428,10 +441,10 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
         .await
         .expect("the tree goes on");
     let rounds = tree.rounds();
-    assert_eq!(rounds.len(), 4);
+    assert_eq!(rounds.len(), 5);
     for r in &rounds {
         assert_eq!(r.expected, 12, "round {}: {r:?}", r.round);
-        if r.round < 2 {
+        if r.round < 3 {
             assert_eq!(
                 (r.covered, r.missing.get(MissingReason::Late)),
                 (8, 4),
@@ -442,6 +455,17 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
             assert_eq!(r.covered, 12, "round {}: {r:?}", r.round);
         }
     }
+    // The refused breakdown reached no round: only the simulated agent's application is named, whole.
+    let per_app = canopy_integration_tests::reader(&tree.store)
+        .round_apps(canopy_store::Select::all())
+        .unwrap();
+    assert_eq!(per_app.len(), 5, "{per_app:?}");
+    assert!(
+        per_app
+            .iter()
+            .all(|a| a.app != "forged" && (a.covered, a.expected) == (8, 8)),
+        "{per_app:?}"
+    );
 }
 
 /// Waits on a hand-made child's down stream until the root's Start.
