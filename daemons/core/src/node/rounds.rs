@@ -174,10 +174,11 @@ impl<U: Up> Node<U> {
     pub(super) async fn on_closed(&mut self, c: Closed) {
         let closed_ns = super::unix_ns();
         self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
-        // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs.
-        let used: Vec<&Arrival> = c
+        // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs. The
+        // closed group is taken apart: each input's source and coverage move on with it, uncopied.
+        let used: Vec<Arrival> = c
             .inputs
-            .iter()
+            .into_iter()
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
         let stream = c.key.stream;
@@ -192,12 +193,10 @@ impl<U: Up> Node<U> {
                 let source = format!("the node's sample of round {}", c.key.round);
                 (vec![sample.into()], vec![(source, c.coverage.clone())])
             }
-            _ => (
-                used.iter().map(|a| a.payload.clone()).collect(),
-                used.iter()
-                    .map(|a| (a.source.to_string(), a.coverage.clone()))
-                    .collect(),
-            ),
+            _ => used
+                .into_iter()
+                .map(|a| (a.payload, (a.source, a.coverage)))
+                .unzip(),
         };
         tracing::debug!(target: crate::LATENCY, node = %self.id, round = c.key.round, phase = c.key.phase,
             first_dump_ns = c.first_dump_unix_ns, closed_ns, "round closed");
