@@ -350,8 +350,9 @@ fn missing_of(missing: &MissingCounts) -> Vec<Missing> {
         .collect()
 }
 
-/// What the store holds of the streams a subscriber wants, from `from_round` on, as updates; and the
-/// don't-wait streams among them, whose rounds come in pieces.
+/// What the store holds of the streams a subscriber wants, from `from_round` on, as updates in round order (a
+/// round's streams by id, as the tree stored them), so a subscriber drawing round by round sees every stream from
+/// the first; and the don't-wait streams among them, whose rounds come in pieces.
 fn stored_updates(
     reader: &StoreReader,
     wanted: &dyn Fn(u32, &str) -> bool,
@@ -383,6 +384,7 @@ fn stored_updates(
             });
         }
     }
+    out.sort_by_key(|u| (u.round, u.stream_id));
     Ok((out, dont_wait))
 }
 
