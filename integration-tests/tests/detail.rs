@@ -90,6 +90,17 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
         Duration::from_secs(60),
         "too few detail rounds"
     );
+    // The full passthrough writes far more rows per round, so on a loaded machine its rounds may be stored a
+    // while after the detail's: the volume below compares the rounds both have.
+    assert_eventually!(
+        reader(&store)
+            .rounds(Select::all().stream(1).from_round(first))
+            .unwrap()
+            .len()
+            >= 10,
+        Duration::from_secs(60),
+        "too few full rounds since the detail's first"
+    );
 
     let stored = reader(&store);
     let stages = stored.stream(4).unwrap().unwrap().stages;
@@ -167,6 +178,10 @@ async fn an_automatic_detail_stream_carries_the_planted_outliers_and_a_represent
             full_bytes += f;
         }
     }
+    assert!(
+        full_bytes > 0,
+        "no round stored by both streams since round {first}"
+    );
     let share = detail_bytes as f64 / full_bytes as f64;
     eprintln!(
         "automatic detail: {detail_bytes} of {full_bytes} bytes ({:.1}%)",
