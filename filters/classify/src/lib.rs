@@ -406,7 +406,7 @@ impl ThreePhase for ClassifyFilter {
     /// Per class, the counts of its events' values in the bins of each event's global range. An event without
     /// a range (the root never saw it, which a complete round cannot produce) is left out rather than binned
     /// against a guess.
-    fn bin(&self, buffer: Buffer, down: ClassPacket) -> Result<ClassPacket, String> {
+    fn bin(&mut self, buffer: Buffer, down: ClassPacket) -> Result<ClassPacket, String> {
         check_ranges(down.ranges.as_ref())?;
         let ranges = down.ranges.unwrap_or_default();
         let bins = self.bins as usize;

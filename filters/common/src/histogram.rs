@@ -15,21 +15,54 @@ use crate::summary::StatsMap;
 
 /// The bin of `v` among `bins` equal bins between `lo` and `hi` (see the module documentation).
 pub fn bin_index(v: f64, lo: f64, hi: f64, bins: usize) -> usize {
-    if bins == 0 {
-        return 0;
+    Binning::new(lo, hi, bins).index(v)
+}
+
+/// [`bin_index`] with what depends only on the range worked out once, for binning many values against it.
+#[derive(Debug, Clone, Copy)]
+pub struct Binning {
+    lo: f64,
+    hi: f64,
+    span: f64,
+    bins: f64,
+    last: usize,
+    /// Whether `hi - lo` is finite; else every term is halved (values near f64::MAX).
+    finite: bool,
+    /// No bins, or `lo == hi`: everything goes to bin 0.
+    degenerate: bool,
+}
+
+impl Binning {
+    pub fn new(lo: f64, hi: f64, bins: usize) -> Binning {
+        let span = hi - lo;
+        Binning {
+            lo,
+            hi,
+            span,
+            bins: bins as f64,
+            last: bins.saturating_sub(1),
+            finite: span.is_finite(),
+            degenerate: bins == 0 || lo == hi,
+        }
     }
-    if lo == hi {
-        return 0;
+
+    /// The bin of `v`: `floor((v - lo) / (hi - lo) * bins)`, clamped to the last bin.
+    #[inline]
+    pub fn index(&self, v: f64) -> usize {
+        if self.degenerate {
+            return 0;
+        }
+        let x = if self.finite {
+            (v - self.lo) / self.span * self.bins
+        } else {
+            // The span overflows: halving every term keeps the ratio and stays in range.
+            (v / 2.0 - self.lo / 2.0) / (self.hi / 2.0 - self.lo / 2.0) * self.bins
+        };
+        // `as` truncates toward zero, saturates, and maps NaN to 0: for x >= 0 that is floor(x), and an x below
+        // 0 (a value under lo, which a global min never leaves) lands at 0 as floor(x) would after the same
+        // cast. No call to libm's floor, which the baseline x86-64 target cannot inline.
+        (x as usize).min(self.last)
     }
-    let x = if (hi - lo).is_finite() {
-        ((v - lo) / (hi - lo) * bins as f64).floor()
-    } else {
-        // The span overflows (values near f64::MAX): halving every term keeps the ratio and stays in range.
-        ((v / 2.0 - lo / 2.0) / (hi / 2.0 - lo / 2.0) * bins as f64).floor()
-    };
-    // `as` saturates and maps NaN to 0: a value outside [lo, hi] (not produced by a global min/max) still
-    // lands in a bin rather than panicking.
-    (x as usize).min(bins - 1)
 }
 
 #[cfg(test)]
@@ -84,20 +117,40 @@ struct SampleRow {
 
 /// The raw values a leaf keeps for a round between phase 0 and phase 1, by the row its [`crate::fold::Fold`]
 /// gave each key (rows are numbered from 0 in the order keys first appear), so keeping a value costs no lookup.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// [`Samples::clear`] keeps every row's buffers: a leaf that reuses its samples from round to round allocates
+/// (and has the kernel zero) no new memory for its values once the rows have grown to the round's size.
+#[derive(Debug, Clone, Default)]
 pub struct Samples {
+    /// The first `len` rows are this round's; the rest are spare buffers from earlier rounds.
     rows: Vec<SampleRow>,
+    len: usize,
     /// Capacity of a new row's values: the ranks of the round.
     ranks: usize,
+}
+
+impl PartialEq for Samples {
+    fn eq(&self, other: &Samples) -> bool {
+        self.rows[..self.len] == other.rows[..other.len]
+    }
 }
 
 impl Samples {
     /// Samples of a round of `ranks` ranks (a hint for the buffers' size).
     pub fn with_ranks(ranks: usize) -> Samples {
         Samples {
-            rows: Vec::new(),
             ranks,
+            ..Samples::default()
         }
+    }
+
+    /// Empties the samples for a round of `ranks` ranks, keeping the rows' buffers.
+    pub fn clear(&mut self, ranks: usize) {
+        for row in &mut self.rows[..self.len] {
+            row.values.clear();
+        }
+        self.len = 0;
+        self.ranks = ranks;
     }
 
     /// Keeps `v` of `key` in `row`, the row [`crate::fold::Fold::add`] returned for it; `app` is the
@@ -106,25 +159,33 @@ impl Samples {
     ///
     /// # Panics
     /// If `row` is neither the next new row nor the row already holding `key`: the caller broke the contract.
+    #[inline]
     pub fn add(&mut self, row: u32, app: &str, key: Key, v: f64) {
         let r = row as usize;
-        if r == self.rows.len() {
-            let mut values = Vec::with_capacity(self.ranks);
-            values.push(v);
-            self.rows.push(SampleRow {
-                app: app.to_string(),
-                key,
-                values,
-            });
+        if r < self.len {
+            let held = &mut self.rows[r];
+            assert_eq!(held.key, key, "row {row} holds another key");
+            held.values.push(v);
             return;
         }
-        let held = &mut self.rows[r];
-        assert_eq!(held.key, key, "row {row} holds another key");
-        held.values.push(v);
+        assert_eq!(r, self.len, "row {row} is not the next new row");
+        if r == self.rows.len() {
+            self.rows.push(SampleRow {
+                app: String::new(),
+                key,
+                values: Vec::with_capacity(self.ranks),
+            });
+        }
+        let new = &mut self.rows[r];
+        new.app.clear();
+        new.app.push_str(app);
+        new.key = key;
+        new.values.push(v);
+        self.len += 1;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.len == 0
     }
 
     /// Bins the buffered values with the global `ranges`: one histogram per buffered (application, key) that
@@ -135,16 +196,17 @@ impl Samples {
             .iter()
             .map(|r| ((r.app.as_str(), (r.id, r.metric)), r))
             .collect();
-        let mut order: Vec<&SampleRow> = self.rows.iter().collect();
+        let mut order: Vec<&SampleRow> = self.rows[..self.len].iter().collect();
         order.sort_unstable_by(|a, b| (a.app.as_str(), a.key).cmp(&(b.app.as_str(), b.key)));
-        let mut out = Vec::with_capacity(self.rows.len());
+        let mut out = Vec::with_capacity(self.len);
         for row in order {
             let Some(range) = by_key.get(&(row.app.as_str(), row.key)) else {
                 continue;
             };
             let mut counts = vec![0u64; bins];
+            let binning = Binning::new(range.lo, range.hi, bins);
             for &v in &row.values {
-                counts[bin_index(v, range.lo, range.hi, bins)] += 1;
+                counts[binning.index(v)] += 1;
             }
             out.push(Histogram {
                 id: row.key.0,
@@ -237,6 +299,69 @@ mod tests {
         assert_eq!(bin_index(7.0, 0.0, 1.0, 4), 3);
         assert_eq!(bin_index(f64::NAN, 0.0, 1.0, 4), 0);
         assert_eq!(bin_index(1.0, 0.0, 1.0, 1), 0);
+    }
+
+    proptest::proptest! {
+        /// Binning against a range worked out once gives the bin the formula as written gives, with floor.
+        #[test]
+        fn binning_is_the_formula_with_floor(
+            lo in -1e6f64..1e6,
+            width in 0f64..1e6,
+            bins in 1usize..50,
+            at in -0.5f64..1.5,
+        ) {
+            let hi = lo + width;
+            let v = lo + at * width;
+            let expected = if lo == hi {
+                0
+            } else {
+                (((v - lo) / (hi - lo) * bins as f64).floor() as usize).min(bins - 1)
+            };
+            proptest::prop_assert_eq!(Binning::new(lo, hi, bins).index(v), expected);
+        }
+    }
+
+    #[test]
+    fn cleared_samples_reuse_their_rows_and_bin_as_new_ones() {
+        let ranges = [(1, 0.0, 4.0), (2, -1.0, 1.0), (3, 5.0, 5.0)].map(|(id, lo, hi)| Range {
+            id,
+            metric: 1,
+            lo,
+            hi,
+            app: String::new(),
+        });
+        let mut reused = Samples::with_ranks(2);
+        // A first round with more keys than the second, in another order.
+        for (row, id) in [3, 2, 1].into_iter().enumerate() {
+            reused.add(row as u32, "", (id, 1), 5.0);
+        }
+        let kept = reused.rows[0].values.as_ptr();
+        reused.clear(2);
+        assert!(reused.is_empty());
+        let mut fresh = Samples::with_ranks(2);
+        for (row, id, v) in [(0, 1, 4.0), (1, 2, -1.0), (0, 1, 0.5), (1, 2, 0.25)] {
+            reused.add(row, "", (id, 1), v);
+            fresh.add(row, "", (id, 1), v);
+        }
+        assert_eq!(reused, fresh);
+        assert_eq!(
+            reused.rows[0].values.as_ptr(),
+            kept,
+            "the first row's buffer is reused"
+        );
+        assert_eq!(reused.bin(&ranges, 4), fresh.bin(&ranges, 4));
+        assert_eq!(
+            reused.bin(&ranges, 4).len(),
+            2,
+            "the first round's third key is gone"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "is not the next new row")]
+    fn a_row_past_the_next_new_one_is_a_broken_contract() {
+        let mut s = Samples::with_ranks(1);
+        s.add(1, "", (1, 1), 0.0);
     }
 
     #[test]

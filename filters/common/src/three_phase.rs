@@ -43,7 +43,7 @@ pub trait ThreePhase: Filter {
     fn ranges_packet(&self, merged: &Self::Summaries) -> Self::Packet;
     /// Phase 1 at a leaf: a round's buffered values binned against the ranges from the root; an error says why
     /// the ranges are unusable.
-    fn bin(&self, buffer: Self::Buffer, ranges: Self::Packet) -> Result<Self::Packet, String>;
+    fn bin(&mut self, buffer: Self::Buffer, ranges: Self::Packet) -> Result<Self::Packet, String>;
     /// Phase 2 at a relay or the root: the children's counts merged.
     fn merge_counts(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> Self::Counts;
     /// Phase 2 at a relay: the merged counts as they go up.
@@ -243,7 +243,7 @@ mod tests {
                 bytes: *merged,
             }
         }
-        fn bin(&self, buffer: u64, ranges: RankCount) -> Result<RankCount, String> {
+        fn bin(&mut self, buffer: u64, ranges: RankCount) -> Result<RankCount, String> {
             if ranges.ranks != 0 {
                 return Err(format!("ranks is {}, the root sends 0", ranges.ranks));
             }

@@ -31,6 +31,10 @@ pub const MAX_BINS: u32 = 10_000;
 
 const PACKET: &str = "canopy.filters.v1.HistogramPacket";
 
+/// How many binned rounds' sample buffers a leaf keeps for reuse: enough for the rounds a window keeps in
+/// flight, so that a leaf in a steady state takes no new memory for its values.
+const SPARE_SAMPLES: usize = 8;
+
 /// A leaf's values for a round, kept from phase 0 until the ranges arrive.
 #[derive(Debug, Default)]
 pub struct Buffer {
@@ -51,6 +55,9 @@ pub struct HistogramFilter {
     /// Leaf: the profiles of the round being read, and their summaries, kept between calls.
     views: Buffers,
     fold: Fold,
+    /// Leaf: samples of rounds already binned, their buffers kept for the next rounds (at most
+    /// [`SPARE_SAMPLES`]).
+    spare: Vec<Samples>,
     /// Root: the merged summaries of each round between phase 0 and phase 2.
     stats: Rounds<StatsColumns>,
 }
@@ -87,7 +94,8 @@ impl ThreePhase for HistogramFilter {
         self.views.clear();
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.views, out);
         self.fold.clear();
-        let mut samples = Samples::with_ranks(profiles.len());
+        let mut samples = self.spare.pop().unwrap_or_default();
+        samples.clear(profiles.len());
         for p in &profiles {
             let mut at = self.fold.rank(p.app, p.rank);
             let app = if self.by_app { p.app } else { "" };
@@ -129,9 +137,13 @@ impl ThreePhase for HistogramFilter {
         }
     }
 
-    fn bin(&self, buffer: Buffer, ranges: HistogramPacket) -> Result<HistogramPacket, String> {
+    fn bin(&mut self, buffer: Buffer, ranges: HistogramPacket) -> Result<HistogramPacket, String> {
+        let histograms = buffer.samples.bin(&ranges.ranges, self.bins as usize);
+        if self.spare.len() < SPARE_SAMPLES {
+            self.spare.push(buffer.samples);
+        }
         Ok(HistogramPacket {
-            histograms: buffer.samples.bin(&ranges.ranges, self.bins as usize),
+            histograms,
             raw_bytes: buffer.raw_bytes,
             ..Default::default()
         })
@@ -208,6 +220,7 @@ impl Filter for HistogramFilter {
             buffers: Rounds::new(),
             views: Buffers::default(),
             fold: Fold::default().by_app(by_app),
+            spare: Vec::new(),
             stats: Rounds::new(),
         })
     }

@@ -211,7 +211,7 @@ impl ThreePhase for OutliersFilter {
     }
 
     /// The leaf's ranks scored against the global means and deviations; per group its top `keep`.
-    fn bin(&self, buffer: Buffer, down: OutliersPacket) -> Result<OutliersPacket, String> {
+    fn bin(&mut self, buffer: Buffer, down: OutliersPacket) -> Result<OutliersPacket, String> {
         groups::check_summaries(&down, self.expect())?;
         let mut packet = OutliersPacket::default();
         for (class_id, ranks) in buffer.groups {
