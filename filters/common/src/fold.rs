@@ -116,6 +116,7 @@ impl Fold {
     /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does, and returns the
     /// row: rows are numbered from 0 in the order keys (per application, when broken down) first appear in the
     /// round.
+    #[inline]
     pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) -> u32 {
         let pos = at.next;
         at.next += 1;
@@ -153,6 +154,7 @@ impl Fold {
         row
     }
 
+    #[cold]
     fn row_of(&mut self, slot: usize, key: Key) -> u32 {
         let next = self.rows.len() as u32;
         let row = *self.index[slot].entry(key).or_insert(next);

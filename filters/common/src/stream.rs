@@ -30,6 +30,7 @@ pub struct EventView {
 
 impl EventView {
     /// This round's per-event metric values (`Values::Round`) or their totals, from the buffers.
+    #[inline]
     pub fn metric_values<'b>(&self, buffers: &'b Buffers, cumulative: bool) -> &'b [f64] {
         let (at, len) = if cumulative {
             self.metrics_total
@@ -190,6 +191,39 @@ fn skip(buf: &mut &[u8], wt: WireType, tag: u32) -> Result<(), String> {
     skip_field(wt, tag, buf, DecodeContext::default()).map_err(err)
 }
 
+/// A fixed64 field with one-byte key `key` at the front of `buf`, read and passed; `None` (nothing read) if
+/// the front is anything else.
+#[inline(always)]
+fn fixed_with_key(buf: &mut &[u8], key: u8) -> Option<u64> {
+    match buf {
+        [k, b0, b1, b2, b3, b4, b5, b6, b7, rest @ ..] if *k == key => {
+            let v = u64::from_le_bytes([*b0, *b1, *b2, *b3, *b4, *b5, *b6, *b7]);
+            *buf = rest;
+            Some(v)
+        }
+        _ => None,
+    }
+}
+
+/// A varint field with one-byte key `key` at the front of `buf`, read and passed (one-byte values without a
+/// call); `Ok(None)` (nothing read) if the front is anything else.
+#[inline(always)]
+fn varint_with_key(buf: &mut &[u8], key: u8) -> Result<Option<u64>, String> {
+    match buf {
+        [k, b, rest @ ..] if *k == key && *b < 0x80 => {
+            let v = u64::from(*b);
+            *buf = rest;
+            Ok(Some(v))
+        }
+        [k, ..] if *k == key => {
+            *buf = &buf[1..];
+            decode_varint(buf).map(Some).map_err(err)
+        }
+        _ => Ok(None),
+    }
+}
+
+#[inline]
 fn read_event(mut buf: &[u8], values: &mut Vec<f64>, total: &mut Vec<f64>) -> Result<EventView, String> {
     let mut e = EventView::default();
     // The per-event metrics of this event: this round's values, then the totals, each a run in `values` (the
@@ -199,27 +233,8 @@ fn read_event(mut buf: &[u8], values: &mut Vec<f64>, total: &mut Vec<f64>) -> Re
     // Writers put the fields in tag order with one-byte keys, leaving out the zeros: read them in that order,
     // each behind a test that predicts well, and leave whatever follows (another order, other fields or wire
     // types, longer keys) to the general loop, where a field seen again overrides, as protobuf says.
-    let fixed = |buf: &mut &[u8], key: u8| -> Option<u64> {
-        if buf.first() != Some(&key) {
-            return None;
-        }
-        let bytes: [u8; 8] = buf.get(1..9)?.try_into().ok()?;
-        *buf = &buf[9..];
-        Some(u64::from_le_bytes(bytes))
-    };
-    let varint = |buf: &mut &[u8], key: u8| -> Result<Option<u64>, String> {
-        if buf.first() != Some(&key) {
-            return Ok(None);
-        }
-        *buf = &buf[1..];
-        match buf.first() {
-            Some(&b) if b < 0x80 => {
-                *buf = &buf[1..];
-                Ok(Some(u64::from(b)))
-            }
-            _ => decode_varint(buf).map(Some).map_err(err),
-        }
-    };
+    let fixed = fixed_with_key;
+    let varint = varint_with_key;
     if let Some(v) = fixed(&mut buf, 0x09) {
         e.id = v;
     }
@@ -267,7 +282,9 @@ fn read_event(mut buf: &[u8], values: &mut Vec<f64>, total: &mut Vec<f64>) -> Re
     let round = values.len() - at;
     e.metrics = (at as u32, round as u32);
     e.metrics_total = ((at + round) as u32, total.len() as u32);
-    values.extend_from_slice(total);
+    if !total.is_empty() {
+        values.extend_from_slice(total);
+    }
     Ok(e)
 }
 
@@ -319,6 +336,18 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
         marks_lost: 0,
     };
     while !buf.is_empty() {
+        // Events are most of a profile, each under 128 bytes with the usual fields: their one-byte key and
+        // length read without the general path.
+        if let [0x2a, len, rest @ ..] = buf
+            && *len < 0x80
+            && usize::from(*len) <= rest.len()
+        {
+            let (event, after) = rest.split_at(usize::from(*len));
+            let e = read_event(event, &mut into.values, &mut into.scratch)?;
+            into.events.push(e);
+            buf = after;
+            continue;
+        }
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
         match tag {
             1 => {
