@@ -385,17 +385,36 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     );
 
     canopy(&addr, &["ctl", "set", "--sample-below", "2"]);
-    let from = settle(&store);
-    let sampled = reader(&store)
-        .rounds(Select::all().from_round(from as u64))
+    // The options reach the ranks at their next dump, which may be up to a window of rounds ahead of the last
+    // stored round, and each rank at its own: every round before the first with ranks 0 and 1 only misses at
+    // most one rank, sampled out, and every round from it on has ranks 0 and 1 only.
+    let sent = max_round(&store) as u64;
+    let rounds_since = || reader(&store).rounds(Select::all().from_round(sent)).unwrap();
+    wait_for("rounds sampled below rank 2", Duration::from_secs(20), || {
+        rounds_since().iter().filter(|r| r.covered == 2).count() >= 16
+    });
+    let rounds = rounds_since();
+    let first = rounds
+        .iter()
+        .filter(|r| r.covered == 2)
+        .map(|r| r.round)
+        .min()
         .unwrap();
-    assert!(!sampled.is_empty());
-    for r in &sampled {
-        assert_eq!(
-            (r.covered, r.expected, r.missing.get(MissingReason::SampledOut)),
-            (2, 4, 2),
-            "ranks 2 and 3 sampled out"
-        );
+    assert!(
+        first <= sent + 64,
+        "sampling took effect at round {first}, sent at {sent}"
+    );
+    for r in &rounds {
+        let got = (r.covered, r.expected, r.missing.get(MissingReason::SampledOut));
+        if r.round < first {
+            assert!(
+                got == (4, 4, 0) || got == (3, 4, 1),
+                "round {} before the sampling took effect: {got:?}",
+                r.round
+            );
+        } else {
+            assert_eq!(got, (2, 4, 2), "round {}: ranks 2 and 3 sampled out", r.round);
+        }
     }
 
     // A period: the SDK dumps on its own every 50 ms (the application's own dumps, every 5 ms, then do nothing).
