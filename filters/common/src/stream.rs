@@ -233,33 +233,31 @@ fn read_event(mut buf: &[u8], values: &mut Vec<f64>, total: &mut Vec<f64>) -> Re
     // Writers put the fields in tag order with one-byte keys, leaving out the zeros: read them in that order,
     // each behind a test that predicts well, and leave whatever follows (another order, other fields or wire
     // types, longer keys) to the general loop, where a field seen again overrides, as protobuf says.
-    let fixed = fixed_with_key;
-    let varint = varint_with_key;
-    if let Some(v) = fixed(&mut buf, 0x09) {
+    if let Some(v) = fixed_with_key(&mut buf, 0x09) {
         e.id = v;
     }
-    if let Some(v) = varint(&mut buf, 0x10)? {
+    if let Some(v) = varint_with_key(&mut buf, 0x10)? {
         e.calls = v;
     }
-    if let Some(v) = varint(&mut buf, 0x18)? {
+    if let Some(v) = varint_with_key(&mut buf, 0x18)? {
         e.subrs = v;
     }
-    if let Some(v) = fixed(&mut buf, 0x21) {
+    if let Some(v) = fixed_with_key(&mut buf, 0x21) {
         e.incl_us = f64::from_bits(v);
     }
-    if let Some(v) = fixed(&mut buf, 0x29) {
+    if let Some(v) = fixed_with_key(&mut buf, 0x29) {
         e.excl_us = f64::from_bits(v);
     }
-    if let Some(v) = varint(&mut buf, 0x30)? {
+    if let Some(v) = varint_with_key(&mut buf, 0x30)? {
         e.calls_total = v;
     }
-    if let Some(v) = varint(&mut buf, 0x38)? {
+    if let Some(v) = varint_with_key(&mut buf, 0x38)? {
         e.subrs_total = v;
     }
-    if let Some(v) = fixed(&mut buf, 0x41) {
+    if let Some(v) = fixed_with_key(&mut buf, 0x41) {
         e.incl_total_us = f64::from_bits(v);
     }
-    if let Some(v) = fixed(&mut buf, 0x49) {
+    if let Some(v) = fixed_with_key(&mut buf, 0x49) {
         e.excl_total_us = f64::from_bits(v);
     }
     while !buf.is_empty() {
