@@ -163,6 +163,31 @@ fn validate_prints_the_configuration_in_force_and_suggests_what_was_meant() {
     );
     assert!(line("max_rounds_in_flight").ends_with("# defaults"), "{out}");
     assert!(out.contains("# tls_ca is not set\n"), "{out}");
+    // The filters Canopy ships run inline unless the configuration says otherwise.
+    assert!(
+        line("inline_filters").contains("\"stats\"") && line("inline_filters").ends_with("# defaults"),
+        "{out}"
+    );
+    let (code, out, err) = run(
+        "canopy-relay",
+        &[
+            "validate",
+            "--print",
+            "--listen",
+            "127.0.0.1:7401",
+            "--insecure",
+            "--inline-filters",
+            "stats,mine",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let inline = out.lines().find(|l| l.starts_with("inline_filters = ")).unwrap();
+    assert!(
+        inline.starts_with("inline_filters = [\"stats\", \"mine\"]")
+            && inline.ends_with("# flag --inline-filters"),
+        "{out}"
+    );
 
     let (code, _, err) = run(
         "canopy-agent",

@@ -112,6 +112,11 @@ pub struct AgentConfig {
     /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
     #[arg(long)]
     pub filter_call_timeout_ms: u64,
+    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
+    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
+    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
+    #[arg(long, value_delimiter = ',')]
+    pub inline_filters: Vec<String>,
     /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
@@ -155,6 +160,10 @@ impl Default for AgentConfig {
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
@@ -376,6 +385,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     };
     let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
     node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
+    node.set_inline_filters(&config.inline_filters);
     if !config.metrics_listen.is_empty() {
         canopy_core::metrics::spawn(&config.metrics_listen, &node_id, handles.snapshot.clone())
             .await

@@ -110,6 +110,11 @@ pub struct FrontendConfig {
     /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
     #[arg(long)]
     pub filter_call_timeout_ms: u64,
+    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
+    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
+    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
+    #[arg(long, value_delimiter = ',')]
+    pub inline_filters: Vec<String>,
     /// Continue the latest run's store under `out` if the front-end that wrote it did not end it (it crashed or
     /// was killed): the same file, the same stream ids. A run that ended is never continued.
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -220,6 +225,10 @@ impl Default for FrontendConfig {
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             token_file: None,
@@ -635,6 +644,7 @@ impl Frontend {
         };
         let (mut node, handles) = Node::new(node_config, up);
         node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
+        node.set_inline_filters(&config.inline_filters);
         Ok(Self {
             config,
             listener,

@@ -46,6 +46,11 @@ pub struct RelayConfig {
     /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
     #[arg(long)]
     pub filter_call_timeout_ms: u64,
+    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
+    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
+    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
+    #[arg(long, value_delimiter = ',')]
+    pub inline_filters: Vec<String>,
     /// Written with the bound address once the relay serves (for launchers using port 0).
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -77,6 +82,10 @@ impl Default for RelayConfig {
             log_format: LogFormat::Text,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             tls_ca: None,
@@ -214,6 +223,7 @@ impl Relay {
         ));
         node.set_listen_addr(advertised(addr));
         node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
+        node.set_inline_filters(&config.inline_filters);
         let link = ParentLink {
             parents: canopy_runtime::config::parents(&config.parent),
             hello: handles.hello.clone(),

@@ -12,6 +12,21 @@ use canopy_filter_abi as abi;
 use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 use crate::guard::guarded;
 
+/// The filters Canopy ships. Their payload readers are fuzzed and their work is linear in their inputs, so the
+/// daemons run them inline by default (`inline_filters`); every other plugin runs contained, on a thread per
+/// stream.
+pub const BUNDLED_FILTERS: &[&str] = &[
+    "classify",
+    "histogram",
+    "kmeans",
+    "latency",
+    "nodes",
+    "outliers",
+    "passthrough",
+    "stats",
+    "utilization",
+];
+
 /// Where the daemons look for plugins when the configuration names no directory: beside the running
 /// executable (a build tree), `../lib/canopy/filters` and `../lib64/canopy/filters` from it (an installation
 /// under any prefix, with either library directory), then the system directories.

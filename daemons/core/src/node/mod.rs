@@ -18,6 +18,7 @@ mod ranks;
 mod root;
 mod rounds;
 mod route;
+mod runner;
 mod samples;
 mod status;
 mod streams;
@@ -221,6 +222,13 @@ impl<U: Up> Node<U> {
     /// ([`streams::DEFAULT_FILTER_CALL_TIMEOUT`] unless set).
     pub fn set_filter_call_timeout(&mut self, timeout: Duration) {
         self.streams.set_call_timeout(timeout);
+    }
+
+    /// The filters this node runs inline, on its own task, rather than contained on a thread per stream (none
+    /// unless set; the daemons' `inline_filters`). Set it before streams open: an open stream keeps where it runs.
+    pub fn set_inline_filters(&mut self, filters: &[String]) {
+        self.streams
+            .set_inline(filters.iter().filter(|f| !f.is_empty()).cloned());
     }
 
     /// Counters for tests and status.

@@ -59,6 +59,47 @@ impl FilterInstance for Append {
     }
 }
 
+/// A filter that sends up the name of the thread it runs on.
+struct Where;
+
+impl FilterInstance for Where {
+    fn upstream(&mut self, _round: u64, phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let payload = std::thread::current().name().unwrap_or("").as_bytes().to_vec();
+        Ok(Output {
+            up: vec![Packet { phase, payload }],
+            ..Default::default()
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
+/// A filter whose every upstream call panics, counting its calls (across the tests of this binary).
+struct Panics;
+
+static PANICS_CALLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl FilterInstance for Panics {
+    fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        PANICS_CALLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        panic!("the merge lost its way");
+    }
+
+    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output::default())
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+}
+
 /// Released once a test is done with its stuck calls.
 static RELEASE_STUCK: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
 
@@ -192,6 +233,8 @@ impl FilterFactory for Filters {
             "phased" => Ok(Box::new(Phased)),
             "hangs" => Ok(Box::new(Hangs)),
             "fails-late" => Ok(Box::new(FailsLate)),
+            "where" | "where-contained" => Ok(Box::new(Where)),
+            "panics" => Ok(Box::new(Panics)),
             _ => Err(FilterError::Unknown {
                 name: name.into(),
                 available: "concat".into(),
@@ -265,6 +308,10 @@ fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
 }
 
 fn start_with(role: RoleConfig, max_in_flight: u64, call_timeout: Duration) -> Harness {
+    start_full(role, max_in_flight, call_timeout, &[])
+}
+
+fn start_full(role: RoleConfig, max_in_flight: u64, call_timeout: Duration, inline: &[&str]) -> Harness {
     let (up_tx, up) = mpsc::unbounded_channel();
     let config = NodeConfig {
         node_id: "n".into(),
@@ -276,6 +323,7 @@ fn start_with(role: RoleConfig, max_in_flight: u64, call_timeout: Duration) -> H
     };
     let (mut node, handles) = Node::new(config, TestUp(up_tx));
     node.set_filter_call_timeout(call_timeout);
+    node.set_inline_filters(&inline.iter().map(|f| f.to_string()).collect::<Vec<_>>());
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(node.run(async {
         let _ = stop_rx.await;
@@ -1184,6 +1232,65 @@ async fn stream_error(h: &mut Harness, within: Duration) -> Option<canopy_proto:
             Ok(None) | Err(_) => return None,
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_stream_for_good() {
+    let mut h = start_full(
+        RoleConfig::Relay,
+        64,
+        DEFAULT_FILTER_CALL_TIMEOUT,
+        &["where", "panics", ""],
+    );
+    let _child = h.child("a", 1, 1).await;
+    let open = |id: u32, filter: &str| {
+        let mut spec = spec(id);
+        spec.filter = filter.into();
+        down_message::Msg::OpenStream(OpenStream { spec: Some(spec) })
+    };
+    for (id, filter) in [(1, "where"), (2, "where-contained"), (3, "panics")] {
+        h.input(Input::Parent(ParentEvent::Message(open(id, filter))))
+            .await;
+    }
+    let calls_before = PANICS_CALLED.load(std::sync::atomic::Ordering::SeqCst);
+    for round in 0..3 {
+        for stream in 1..=3 {
+            h.child_sends("a", 1, packet(stream, round, 1, 0)).await;
+        }
+    }
+    let mut threads = std::collections::BTreeMap::new();
+    let mut errors = Vec::new();
+    while threads.len() < 6 || errors.is_empty() {
+        match tokio::time::timeout(Duration::from_secs(5), h.up.recv()).await {
+            Ok(Some(up_message::Msg::Envelope(env))) => {
+                let thread = String::from_utf8(env.payload).unwrap();
+                threads.insert((env.stream_id, env.round), thread);
+            }
+            Ok(Some(up_message::Msg::StreamError(e))) => errors.push(e),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => panic!("got {threads:?} and {errors:?}"),
+        }
+    }
+    let here = std::thread::current().name().unwrap_or("").to_string();
+    for round in 0..3 {
+        // The inline filter answers on the node's own task (this test's only thread); the other on its thread.
+        assert_eq!(threads[&(1, round)], here, "round {round}");
+        assert_eq!(threads[&(2, round)], "filter-2", "round {round}");
+    }
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].stream_id, 3);
+    assert!(
+        errors[0]
+            .reason
+            .contains("filter panics failed: upstream panicked: the merge lost its way"),
+        "{}",
+        errors[0].reason
+    );
+    // The instance that panicked is never called again.
+    assert_eq!(
+        PANICS_CALLED.load(std::sync::atomic::Ordering::SeqCst) - calls_before,
+        1
+    );
 }
 
 /// Real time: the watchdog measures how long a thread has been in a call.
