@@ -5,7 +5,7 @@
 
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
-    NodeSamples, OutliersResult, RankRange, StatsResult, UtilizationResult,
+    NodeSamples, OutliersResult, RankRange, RankRef, StatsResult, Summary, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -207,9 +207,11 @@ impl At {
                                 min_app, min_rank, max_app, max_rank, late, app)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         )?;
+        let (none, nobody) = (Summary::default(), RankRef::default());
         for s in stats {
-            let sum = s.summary.clone().unwrap_or_default();
-            let (min_r, max_r) = (sum.min_rank.unwrap_or_default(), sum.max_rank.unwrap_or_default());
+            let sum = s.summary.as_ref().unwrap_or(&none);
+            let min_r = sum.min_rank.as_ref().unwrap_or(&nobody);
+            let max_r = sum.max_rank.as_ref().unwrap_or(&nobody);
             st.execute(params![
                 self.stream_id,
                 self.round,
