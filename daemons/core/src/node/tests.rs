@@ -16,6 +16,19 @@ use super::*;
 use crate::coverage::missing_for;
 use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 
+/// The downstream and finalize of a test filter that sends nothing down and stores what reaches the root.
+macro_rules! quiet_down_and_final {
+    () => {
+        fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+            Ok(Output::default())
+        }
+
+        fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+            Ok(payload.to_vec())
+        }
+    };
+}
+
 /// A filter that sends up the concatenation of its inputs: the merged payload says which packets were merged.
 struct Concat;
 
@@ -29,13 +42,7 @@ impl FilterInstance for Concat {
         })
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 /// A filter that sends up its inputs as they came, one after the other (the node stream's tests decode them).
@@ -50,13 +57,7 @@ impl FilterInstance for Append {
         })
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 /// A filter that sends up the name of the thread it runs on.
@@ -71,13 +72,7 @@ impl FilterInstance for Where {
         })
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 /// A filter whose every upstream call panics, counting its calls (across the tests of this binary).
@@ -91,13 +86,7 @@ impl FilterInstance for Panics {
         panic!("the merge lost its way");
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 /// Released once a test is done with its stuck calls.
@@ -115,13 +104,7 @@ impl FilterInstance for Stuck {
         Ok(Output::default())
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 /// Released when a test lets the two-phase filter's first phase answer.
@@ -208,13 +191,7 @@ impl FilterInstance for Hangs {
         Ok(Output::default())
     }
 
-    fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
-        Ok(Output::default())
-    }
-
-    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
-        Ok(payload.to_vec())
-    }
+    quiet_down_and_final!();
 }
 
 struct Filters;
