@@ -109,7 +109,8 @@ pub struct AgentConfig {
     /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
     #[arg(long, value_delimiter = ':')]
     pub filter_path: Vec<PathBuf>,
-    /// Milliseconds one call into a stream's filter may run before the watchdog fails that stream (and only it).
+    /// Milliseconds one call into a contained filter may run before the watchdog fails its stream (and only it);
+    /// an inline call past it is logged as holding the node.
     #[arg(long)]
     pub filter_call_timeout_ms: u64,
     /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where

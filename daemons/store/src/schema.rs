@@ -748,13 +748,29 @@ INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '17');
 /// Version 18: the per-event series indexes of `stats`, `stats_quantiles` and `histograms` are built when the run
 /// ends, with the per-rank ones ([`SERIES_INDEXES`]). Kept up as rounds were written, each round's rows (301 for
 /// 100 events) went to as many places in each index, since event ids are hashes: a page of the index written per
-/// row, and the store's writer took two thirds of the front-end's CPU at 1024 ranks.
+/// row, and the store's writer took two thirds of the front-end's CPU at 1024 ranks. A run that had ended keeps
+/// its indexes ([`live_event_indexes_dropped`]).
 const V18: &str = "
-DROP INDEX IF EXISTS stats_by_event;
-DROP INDEX IF EXISTS stats_quantiles_by_event;
-DROP INDEX IF EXISTS histograms_by_event;
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '18');
 ";
+
+/// Drops the per-event indexes of a run still being written; an ended run keeps them, since nothing would build
+/// them again.
+fn live_event_indexes_dropped(tx: &Transaction<'_>) -> HookResult {
+    let ended: i64 = tx.query_row(
+        "SELECT count(*) FROM meta WHERE key = ?1",
+        [crate::store::ENDED],
+        |r| r.get(0),
+    )?;
+    if ended == 0 {
+        tx.execute_batch(
+            "DROP INDEX IF EXISTS stats_by_event;
+             DROP INDEX IF EXISTS stats_quantiles_by_event;
+             DROP INDEX IF EXISTS histograms_by_event;",
+        )?;
+    }
+    Ok(())
+}
 
 /// Fills `class_ranks` for the classes a store held before version 10, from their `ranks` text.
 fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
@@ -811,7 +827,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V15),
         M::up(V16),
         M::up(V17),
-        M::up(V18),
+        M::up_with_hook(V18, live_event_indexes_dropped),
     ])
 }
 
@@ -1078,6 +1094,32 @@ mod tests {
                 ("view", "latency_apps_named"),
             ],
         );
+    }
+
+    /// A store of version 17 loses its per-event indexes while its run is still written (they are built when it
+    /// ends); an ended run keeps them.
+    #[test]
+    fn a_version_17_store_migrates_to_18_keeping_the_event_indexes_of_an_ended_run_only() {
+        for (ended, kept) in [(false, false), (true, true)] {
+            let mut conn = Connection::open_in_memory().unwrap();
+            migrations().to_version(&mut conn, 17).unwrap();
+            if ended {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, '1700000000000000000')",
+                    [crate::store::ENDED],
+                )
+                .unwrap();
+            }
+            migrations().to_version(&mut conn, 18).unwrap();
+            assert_eq!(version(&conn).unwrap(), 18);
+            for index in [
+                "stats_by_event",
+                "stats_quantiles_by_event",
+                "histograms_by_event",
+            ] {
+                assert_eq!(has(&conn, "index", index), kept, "{index}, ended: {ended}");
+            }
+        }
     }
 
     /// A store of version 11 gains the outliers tables and their views, and keeps its rows.

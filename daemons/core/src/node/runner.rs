@@ -135,6 +135,8 @@ pub(crate) struct Contained {
     abandoned: Arc<AtomicBool>,
     /// Set by the watchdog: the thread is counted stuck against its filter until it ends.
     counted: Arc<AtomicBool>,
+    /// Set once the running call's answer is back (it may wait in the node's queue behind the node's own work).
+    answered: Arc<AtomicBool>,
 }
 
 impl Drop for Contained {
@@ -196,12 +198,22 @@ impl Runner {
             jobs,
             abandoned,
             counted: stuck_flag,
+            answered: Arc::new(AtomicBool::new(false)),
         }))
     }
 
     /// Whether a call of this runner can be abandoned by the watchdog (a contained one).
     pub(crate) fn is_contained(&self) -> bool {
         matches!(self, Runner::Thread(_))
+    }
+
+    /// Whether the running call of a contained runner has answered (always true inline: the answer is made on
+    /// the node's task).
+    pub(crate) fn answered(&self) -> bool {
+        match self {
+            Runner::Inline(_) => true,
+            Runner::Thread(c) => c.answered.load(Ordering::Acquire),
+        }
     }
 
     /// Marks a contained runner's thread as counted stuck against its filter (the thread uncounts itself if its
@@ -249,7 +261,8 @@ impl Runner {
                 if let Err(std::sync::mpsc::SendError((call, _))) = c.jobs.send((call, answer_tx)) {
                     return Err((call, answered));
                 }
-                let abandoned = c.abandoned.clone();
+                let (abandoned, done) = (c.abandoned.clone(), c.answered.clone());
+                done.store(false, Ordering::Release);
                 let lost = Answer::failed(
                     filter_name,
                     name,
@@ -269,6 +282,7 @@ impl Runner {
                             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break (lost, 0),
                         }
                     };
+                    done.store(true, Ordering::Release);
                     answered(answer, micros);
                 });
                 Ok(())

@@ -473,16 +473,24 @@ impl StreamTable {
         let t = self.time.entry(d.stream).or_default();
         t.0 += 1;
         t.1 += d.micros;
-        let worker = match self.streams.get_mut(&d.stream) {
-            Some(s) => s.worker.as_mut(),
-            None => self.closing.get_mut(&d.stream).map(|(_, w)| w),
+        // The worker of the answer's generation: the live stream's, or that of a closed one still finishing its
+        // calls (a stream id the parent reopened has both).
+        let live = self
+            .streams
+            .get(&d.stream)
+            .and_then(|s| s.worker.as_ref())
+            .is_some_and(|w| w.generation == d.generation);
+        let w = if live {
+            self.streams.get_mut(&d.stream)?.worker.as_mut()?
+        } else {
+            self.closing
+                .get_mut(&d.stream)
+                .map(|(_, w)| w)
+                .filter(|w| w.generation == d.generation)?
         };
-        let w = worker.filter(|w| w.generation == d.generation)?;
         w.busy = None;
         Self::start(w, d.stream, &self.done);
-        if !self.streams.contains_key(&d.stream)
-            && self.closing.get(&d.stream).is_some_and(|(_, w)| !w.pending())
-        {
+        if !live && self.closing.get(&d.stream).is_some_and(|(_, w)| !w.pending()) {
             self.closing.remove(&d.stream);
         }
         Some((d.stream, d.then, d.answer))
@@ -513,7 +521,12 @@ impl StreamTable {
     pub(crate) fn stuck(&mut self, now: Instant) -> Vec<(u32, String)> {
         let mut out = Vec::new();
         for (id, s) in &mut self.streams {
-            let Some(w) = s.worker.as_ref().filter(|w| w.runner.is_contained()) else {
+            // An answer already back (waiting behind the node's own work) is not a stuck call.
+            let Some(w) = s
+                .worker
+                .as_ref()
+                .filter(|w| w.runner.is_contained() && !w.runner.answered())
+            else {
                 continue;
             };
             let Some((call, since)) = w.busy else { continue };
@@ -546,6 +559,7 @@ impl StreamTable {
             .iter()
             .filter(|(_, (_, w))| {
                 w.runner.is_contained()
+                    && !w.runner.answered()
                     && w.busy
                         .is_some_and(|(_, since)| now.saturating_duration_since(since) >= timeout)
             })
@@ -633,6 +647,65 @@ mod hand_off {
 
         fn names(&self) -> Vec<String> {
             vec!["echo".into()]
+        }
+    }
+
+    /// A contained call whose answer is back, waiting for the node (held by its own work, an inline call say),
+    /// is not stuck however late the watchdog looks.
+    #[tokio::test]
+    async fn an_answer_waiting_for_the_node_is_not_a_stuck_call() {
+        let (mut table, mut done) = StreamTable::new(Arc::new(EchoFilters), Level::Relay);
+        let spec = StreamSpec {
+            stream_id: 1,
+            filter: "echo".into(),
+            timeout_ms: 1000,
+            ..Default::default()
+        };
+        table.open(spec, &HashMap::new()).unwrap();
+        let call = Call::Upstream {
+            round: 0,
+            phase: 0,
+            inputs: vec![bytes::Bytes::from_static(b"x")],
+        };
+        assert!(matches!(table.submit(1, call, Then::Nothing), Queued::Yes));
+        let answer = done.recv().await.unwrap();
+        let late = Instant::now() + DEFAULT_FILTER_CALL_TIMEOUT * 2;
+        assert!(table.stuck(late).is_empty());
+        assert!(table.done(answer).is_some());
+        assert_eq!(table.known(1), Known::Live);
+    }
+
+    /// A stream closed with a call under way and opened again under the same id (a parent that reopens it with
+    /// another spec): the old call's answer still reaches the closed stream's worker, and nothing is left waiting.
+    #[tokio::test]
+    async fn an_answer_reaches_the_closed_streams_worker_after_its_id_is_reopened() {
+        for inline in [false, true] {
+            let (mut table, mut done) = StreamTable::new(Arc::new(EchoFilters), Level::Relay);
+            if inline {
+                table.set_inline(["echo".to_string()]);
+            }
+            let spec = StreamSpec {
+                stream_id: 1,
+                filter: "echo".into(),
+                timeout_ms: 1000,
+                ..Default::default()
+            };
+            table.open(spec.clone(), &HashMap::new()).unwrap();
+            let call = Call::Upstream {
+                round: 0,
+                phase: 0,
+                inputs: vec![bytes::Bytes::from_static(b"x")],
+            };
+            assert!(matches!(table.submit(1, call, Then::Nothing), Queued::Yes));
+            assert!(table.close(1).is_some());
+            table.open(spec, &HashMap::new()).unwrap();
+            assert!(table.busy(), "inline: {inline}");
+            let answer = done.recv().await.unwrap();
+            assert!(table.done(answer).is_some(), "inline: {inline}");
+            assert!(
+                !table.busy(),
+                "inline: {inline}: a closed stream's call left waiting"
+            );
         }
     }
 
