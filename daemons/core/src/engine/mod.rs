@@ -206,6 +206,9 @@ struct ClosedRounds {
     exact: BTreeSet<u64>,
     /// Every round below this is treated as closed.
     horizon: u64,
+    /// Every round below this is closed (at least `horizon`): kept as rounds close, so the lowest round not
+    /// closed is known without walking the rounds remembered.
+    contiguous: u64,
 }
 
 impl ClosedRounds {
@@ -219,6 +222,10 @@ impl ClosedRounds {
             if let Some(r) = self.exact.pop_first() {
                 self.horizon = self.horizon.max(r + 1);
             }
+        }
+        self.contiguous = self.contiguous.max(self.horizon);
+        while self.contains(self.contiguous) {
+            self.contiguous += 1;
         }
     }
 }
@@ -870,7 +877,7 @@ impl RoundEngine {
             .map(|(id, _)| {
                 let mut r = self.resumed.get(id).copied().unwrap_or(0);
                 if let Some(closed) = self.closed.get(&(*id, 0)) {
-                    r = r.max(closed.horizon);
+                    r = r.max(closed.contiguous);
                     for c in closed.exact.range(r..) {
                         if *c != r {
                             break;

@@ -221,6 +221,47 @@ fn the_lowest_unclosed_round_is_below_any_gap_whatever_order_rounds_closed_in() 
     );
 }
 
+/// The lowest round not closed, kept as rounds close, against the rounds closed counted one by one: any order,
+/// gaps, and past the rounds remembered exactly (where the horizon moves up under it).
+#[test]
+fn closed_rounds_know_their_lowest_gap_in_any_order_and_past_the_memory() {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for _ in 0..20 {
+        let total = 1 + next(2 * CLOSED_MEMORY as u64);
+        let mut rounds: Vec<u64> = (0..total).filter(|_| next(50) != 0).collect();
+        for i in (1..rounds.len()).rev() {
+            let j = next(i as u64 + 1) as usize;
+            // Mostly in order, as rounds close, with some shuffling.
+            if i - j < 64 {
+                rounds.swap(i, j);
+            }
+        }
+        let mut closed = ClosedRounds::default();
+        for (n, &r) in rounds.iter().enumerate() {
+            closed.insert(r);
+            if n % 97 == 0 || n + 1 == rounds.len() {
+                let mut gap = closed.horizon;
+                while closed.contains(gap) {
+                    gap += 1;
+                }
+                assert_eq!(
+                    closed.contiguous,
+                    gap,
+                    "after {} of {} rounds",
+                    n + 1,
+                    rounds.len()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     let mut e = engine(&[("a", 1), ("b", 1), ("c", 1)], SyncMode::WaitForAll);
