@@ -75,6 +75,8 @@ pub struct TreeBuilder {
     pub tls: bool,
     /// Every node's `filter_call_timeout_ms`: how long a filter call may run before its stream fails.
     pub filter_call_timeout_ms: u64,
+    /// Every node's `inline_filters` (the daemons' default: the filters Canopy ships).
+    pub inline_filters: Vec<String>,
     /// The application each agent's simulated ranks report, by agent (agent K takes entry K modulo the length);
     /// empty: the agents' default.
     pub apps: Vec<String>,
@@ -104,6 +106,10 @@ impl Default for TreeBuilder {
             socket_dir: None,
             tls: false,
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
             apps: Vec::new(),
         }
     }
@@ -161,6 +167,7 @@ impl TreeBuilder {
             max_rounds_in_flight: self.max_rounds_in_flight,
             filter_path: self.filter_path(),
             filter_call_timeout_ms: self.filter_call_timeout_ms,
+            inline_filters: self.inline_filters.clone(),
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
@@ -204,6 +211,7 @@ impl TreeBuilder {
                 listen: "127.0.0.1:0".into(),
                 filter_path: self.filter_path(),
                 filter_call_timeout_ms: self.filter_call_timeout_ms,
+                inline_filters: self.inline_filters.clone(),
                 tls_ca: self.node_tls().ca,
                 tls_cert: self.node_tls().cert,
                 tls_key: self.node_tls().key,
@@ -282,6 +290,7 @@ impl TreeBuilder {
             rounds: self.rounds,
             filter_path: self.filter_path(),
             filter_call_timeout_ms: self.filter_call_timeout_ms,
+            inline_filters: self.inline_filters.clone(),
             tls_ca: self.node_tls().ca,
             tls_cert: self.node_tls().cert,
             tls_key: self.node_tls().key,

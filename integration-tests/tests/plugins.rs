@@ -233,6 +233,65 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
         .expect("the front-end drains and exits cleanly");
 }
 
+/// A plugin named in `inline_filters` runs on each node's own task, and its faults still fail only its stream:
+/// a panic at a leaf, bytes a relay cannot read, a panic at the root's finalize.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_faulty_plugin_run_inline_fails_only_its_stream_and_the_tree_lives_on() {
+    let mut tree = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 32,
+        rounds: 0,
+        period_ms: 20,
+        inline_filters: vec!["passthrough".into(), "faulty".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        reader(&store).count(Table::Rounds).unwrap() >= 3,
+        Duration::from_secs(20),
+        "no rounds"
+    );
+    let why = failure_of(&tree, "panics", "faulty", r#"{"fault": "panic_upstream"}"#).await;
+    assert!(
+        why.starts_with("node agent:") && why.contains("filter panicked: faulty: told to panic in upstream"),
+        "{why}"
+    );
+    let why = failure_of(&tree, "garbage", "faulty", r#"{"fault": "garbage"}"#).await;
+    assert!(
+        why.starts_with("node relay:") && why.contains("packet from below does not decode"),
+        "{why}"
+    );
+    let why = failure_of(
+        &tree,
+        "panics-at-finalize",
+        "faulty",
+        r#"{"fault": "panic_finalize"}"#,
+    )
+    .await;
+    assert!(
+        why.starts_with("node frontend:0") && why.contains("told to panic in finalize"),
+        "{why}"
+    );
+    // The healthy stream, inline too, still covers every rank, round after round.
+    let before = rounds_of(&store, Select::all().stream(1));
+    assert_eventually!(
+        rounds_of(&store, Select::all().stream(1)) >= before + 10,
+        Duration::from_secs(20),
+        "the healthy stream stopped"
+    );
+    let later = reader(&store)
+        .rounds(Select::all().stream(1).from_round(before + 1))
+        .unwrap();
+    assert_eq!(later.iter().filter(|r| r.covered != 32).count(), 0);
+    tree.shutdown("frontend:0");
+    tree.wait_frontend(Duration::from_secs(10))
+        .await
+        .expect("the front-end drains and exits cleanly");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_phase_filter_refuses_a_dont_wait_stream() {
     let tree = start(vec![]).await;
