@@ -30,7 +30,7 @@ pub use rows::{
     StoreSummary, StoredRound, StreamRow, TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;
-pub use store::{Collision, ENDED, LATEST, Payload, Store};
+pub use store::{Collision, ENDED, LATEST, Payload, Rows, Store};
 pub use tables::{is_tabulated, ranges_text};
 pub use training::{Candidate, DEFAULT_TRAINING_ROUNDS, Training, TrainingQuery, TrainingSpec};
 pub use words::{StreamState, Word, metric_unit};

@@ -41,6 +41,14 @@ pub enum Payload<'a> {
     None,
 }
 
+/// A result to write into its filter's tables (see [`crate::is_tabulated`]): its type, as its stream declared it,
+/// and its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    pub result_type: &'a str,
+    pub payload: &'a [u8],
+}
+
 impl Payload<'_> {
     fn len(&self) -> usize {
         match self {
@@ -215,15 +223,27 @@ impl Store {
     /// Profiles are kept whole in `profile_batches` and become one `samples` row per (rank, event) and one
     /// `counters` row per (rank, counter). On a decode error nothing is written.
     pub fn write_round(&mut self, rec: &RoundRecord, payload: Payload<'_>) -> Result<(), StoreError> {
+        self.write_round_with(rec, payload, None)
+    }
+
+    /// [`Store::write_round`] with the result's rows in its filter's tables in the same transaction, so a round
+    /// costs one commit. Rows that cannot be made (a payload that is not its declared type) are rolled back
+    /// alone: the round's row and payload are kept, and the error is returned.
+    pub fn write_round_with(
+        &mut self,
+        rec: &RoundRecord,
+        payload: Payload<'_>,
+        rows: Option<Rows<'_>>,
+    ) -> Result<(), StoreError> {
         let batch = decode(rec.stream_id, rec.round, payload)?;
         let late_first = self.late_before_row.remove(&(rec.stream_id, rec.round));
-        let excess = self.in_transaction(|tx| {
+        let (excess, rows) = self.in_transaction(|tx| {
             let ranks_over = rounds::upsert(tx, rec, payload.len())?;
             if late_first {
                 rounds::count_late_arrivals(tx, rec.stream_id, rec.round)?;
             }
             write_payload(tx, rec.stream_id, rec.round, payload, batch.as_ref(), false)?;
-            Ok(ranks_over)
+            Ok((ranks_over, write_rows(tx, rec.stream_id, rec.round, rows, false)?))
         })?;
         if excess > 0 {
             tracing::warn!(
@@ -233,7 +253,7 @@ impl Store {
                 "the pieces of a round cover more ranks than expected"
             );
         }
-        Ok(())
+        rows.map_err(|e| self.table_error(rec.stream_id, rec.round, e))
     }
 
     /// A packet that reached the root after its round had closed: one `late_arrivals` row, and the round row's
@@ -246,12 +266,26 @@ impl Store {
         bytes: u64,
         payload: Payload<'_>,
     ) -> Result<(), StoreError> {
+        self.write_late_with(stream_id, round, ranks, bytes, payload, None)
+    }
+
+    /// [`Store::write_late`] with the packet's rows in its filter's tables in the same transaction, as
+    /// [`Store::write_round_with`].
+    pub fn write_late_with(
+        &mut self,
+        stream_id: u32,
+        round: u64,
+        ranks: u32,
+        bytes: u64,
+        payload: Payload<'_>,
+        rows: Option<Rows<'_>>,
+    ) -> Result<(), StoreError> {
         let batch = decode(stream_id, round, payload)?;
         let now = now_unix_ns();
-        let has_row = self.in_transaction(|tx| {
+        let (has_row, rows) = self.in_transaction(|tx| {
             let has_row = rounds::add_late(tx, stream_id, round, ranks, bytes, now)?;
             write_payload(tx, stream_id, round, payload, batch.as_ref(), true)?;
-            Ok(has_row)
+            Ok((has_row, write_rows(tx, stream_id, round, rows, true)?))
         })?;
         if !has_row {
             // The round's result is still being finalized (its row comes next), or an earlier run of this root
@@ -262,7 +296,7 @@ impl Store {
                 self.late_before_row.pop_first();
             }
         }
-        Ok(())
+        rows.map_err(|e| self.table_error(stream_id, round, e))
     }
 
     /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `utilization`,
@@ -281,7 +315,11 @@ impl Store {
             tx.commit()?;
             Ok(())
         };
-        run(&mut self.conn).map_err(|e| match e {
+        run(&mut self.conn).map_err(|e| self.table_error(stream_id, round, e))
+    }
+
+    fn table_error(&self, stream_id: u32, round: u64, e: tables::TableError) -> StoreError {
+        match e {
             tables::TableError::Decode { what, source } => StoreError::Decode {
                 what,
                 stream_id,
@@ -298,7 +336,7 @@ impl Store {
                 path: self.path.clone(),
                 source,
             },
-        })
+        }
     }
 
     /// Upserts names; returns the collisions (same id, a different name already stored), which are also
@@ -485,6 +523,28 @@ fn decode(stream_id: u32, round: u64, payload: Payload<'_>) -> Result<Option<Pro
         }
         _ => Ok(None),
     }
+}
+
+/// `rows` written inside the open transaction `tx` under a savepoint: rows that cannot be made are rolled back
+/// alone and their error handed back as the `Ok` value, so the rest of the transaction still commits; only an
+/// SQLite failure of the savepoint itself fails the transaction.
+fn write_rows(
+    tx: &Transaction<'_>,
+    stream_id: u32,
+    round: u64,
+    rows: Option<Rows<'_>>,
+    late: bool,
+) -> rusqlite::Result<Result<(), tables::TableError>> {
+    let Some(rows) = rows else {
+        return Ok(Ok(()));
+    };
+    tx.prepare_cached("SAVEPOINT result_rows")?.execute([])?;
+    let written = tables::write(tx, stream_id, round, rows.result_type, rows.payload, late);
+    if written.is_err() {
+        tx.prepare_cached("ROLLBACK TO result_rows")?.execute([])?;
+    }
+    tx.prepare_cached("RELEASE result_rows")?.execute([])?;
+    Ok(written)
 }
 
 fn write_payload(

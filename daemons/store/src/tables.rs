@@ -201,35 +201,46 @@ struct At {
 }
 
 impl At {
+    /// Binds the key every row of a result shares to an insert that numbers it `?1` (stream), `?2` (round),
+    /// `?3` (class) and `late_at` (late).
+    fn bind_key(
+        &self,
+        st: &mut rusqlite::Statement<'_>,
+        class: Option<i64>,
+        late_at: usize,
+    ) -> rusqlite::Result<()> {
+        st.raw_bind_parameter(1, self.stream_id)?;
+        st.raw_bind_parameter(2, self.round)?;
+        st.raw_bind_parameter(3, class)?;
+        st.raw_bind_parameter(late_at, self.late)
+    }
+
     fn stats(&self, tx: &Transaction<'_>, class: Option<i64>, stats: &[EventStats]) -> rusqlite::Result<()> {
         let mut st = tx.prepare_cached(
             "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
                                 min_app, min_rank, max_app, max_rank, late, app)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         )?;
+        // The key every row shares is bound once: a statement keeps its bindings from one execution to the next.
+        self.bind_key(&mut st, class, 15)?;
         let (none, nobody) = (Summary::default(), RankRef::default());
         for s in stats {
             let sum = s.summary.as_ref().unwrap_or(&none);
             let min_r = sum.min_rank.as_ref().unwrap_or(&nobody);
             let max_r = sum.max_rank.as_ref().unwrap_or(&nobody);
-            st.execute(params![
-                self.stream_id,
-                self.round,
-                class,
-                id_bits(s.id),
-                metric_word(s.metric),
-                sat(sum.count),
-                sum.mean,
-                sum.std,
-                sum.min,
-                sum.max,
-                min_r.app,
-                min_r.rank,
-                max_r.app,
-                max_r.rank,
-                self.late,
-                app_of(s)
-            ])?;
+            st.raw_bind_parameter(4, id_bits(s.id))?;
+            st.raw_bind_parameter(5, metric_word(s.metric))?;
+            st.raw_bind_parameter(6, sat(sum.count))?;
+            st.raw_bind_parameter(7, sum.mean)?;
+            st.raw_bind_parameter(8, sum.std)?;
+            st.raw_bind_parameter(9, sum.min)?;
+            st.raw_bind_parameter(10, sum.max)?;
+            st.raw_bind_parameter(11, &min_r.app)?;
+            st.raw_bind_parameter(12, min_r.rank)?;
+            st.raw_bind_parameter(13, &max_r.app)?;
+            st.raw_bind_parameter(14, max_r.rank)?;
+            st.raw_bind_parameter(16, app_of(s))?;
+            st.raw_execute()?;
         }
         self.quantiles(tx, class, stats)
     }
@@ -276,7 +287,11 @@ impl At {
             "INSERT INTO histograms (stream_id, round, class_id, id, metric, bin, lo, hi, count, late, app)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?;
+        self.bind_key(&mut st, class, 10)?;
         for h in histograms {
+            st.raw_bind_parameter(4, id_bits(h.id))?;
+            st.raw_bind_parameter(5, metric_word(h.metric))?;
+            st.raw_bind_parameter(11, (!h.app.is_empty()).then_some(h.app.as_str()))?;
             let bins = h.counts.len().max(1) as f64;
             let width = (h.hi - h.lo) / bins;
             for (b, count) in h.counts.iter().enumerate() {
@@ -286,19 +301,11 @@ impl At {
                 } else {
                     h.lo + width * (b + 1) as f64
                 };
-                st.execute(params![
-                    self.stream_id,
-                    self.round,
-                    class,
-                    id_bits(h.id),
-                    metric_word(h.metric),
-                    b as i64,
-                    lo,
-                    hi,
-                    sat(*count),
-                    self.late,
-                    (!h.app.is_empty()).then_some(h.app.as_str()),
-                ])?;
+                st.raw_bind_parameter(6, b as i64)?;
+                st.raw_bind_parameter(7, lo)?;
+                st.raw_bind_parameter(8, hi)?;
+                st.raw_bind_parameter(9, sat(*count))?;
+                st.raw_execute()?;
             }
         }
         Ok(())

@@ -12,7 +12,7 @@ use crate::partial_log::{PARTIAL_LOG_INTERVAL, PartialLog};
 use crate::profiles::PROFILE_BATCH_TYPE;
 use crate::rounds::RoundRecord;
 use crate::sql::now_unix_ns;
-use crate::store::{Payload, Store};
+use crate::store::{Payload, Rows, Store};
 use crate::tables::is_tabulated;
 use crate::words::StreamState;
 use crate::{StoreError, sql};
@@ -212,26 +212,26 @@ fn store_round<P: AsRef<[u8]>>(
             payload: bytes,
         }
     };
+    // The result's rows go in the round's own transaction: one commit per round.
+    let rows = is_tabulated(&result_type).then_some(Rows {
+        result_type: &result_type,
+        payload: bytes,
+    });
     let res = if late {
         summary.late_packets += 1;
-        store.write_late(
+        store.write_late_with(
             record.stream_id,
             record.round,
             record.covered,
             bytes.len() as u64,
             stored,
+            rows,
         )
     } else {
         if record.closed_unix_ns == 0 {
             record.closed_unix_ns = sql::unsigned(now_unix_ns());
         }
-        store.write_round(&record, stored)
-    };
-    let res = match res {
-        Ok(()) if is_tabulated(&result_type) => {
-            store.write_filter_tables(record.stream_id, record.round, &result_type, bytes, late)
-        }
-        other => other,
+        store.write_round_with(&record, stored, rows)
     };
     res?;
     if !late {

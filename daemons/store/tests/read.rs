@@ -11,8 +11,8 @@ use canopy_proto::v1::{
     EventSample, MissingReason, NodeEvent, NodeKind, NodeState, ProfileBatch, RankProfile, SyncMode,
 };
 use canopy_store::{
-    Collision, PROFILE_BATCH_TYPE, Payload, RANK_NODE_QUERY, RoundCursor, SCHEMA_VERSION, Select, Store,
-    StoreError, StoreReader, StreamState, Table,
+    Collision, PROFILE_BATCH_TYPE, Payload, RANK_NODE_QUERY, RoundCursor, Rows, SCHEMA_VERSION, Select,
+    Store, StoreError, StoreReader, StreamState, Table,
 };
 use common::*;
 use prost::Message;
@@ -1053,4 +1053,118 @@ fn a_store_from_a_newer_canopy_is_refused() {
         Store::open(&path).unwrap_err(),
         StoreError::Migrate { .. }
     ));
+}
+
+#[test]
+fn a_round_and_its_rows_land_together_and_rows_that_cannot_be_made_leave_the_round_whole() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let stats = StatsResult {
+        stats: vec![EventStats {
+            id: 5,
+            metric: Metric::Exclusive as i32,
+            summary: summary(4, 2.5),
+            ..EventStats::default()
+        }],
+        raw_bytes: 1000,
+    }
+    .encode_to_vec();
+    let rows = |payload| {
+        Some(Rows {
+            result_type: "canopy.filters.v1.StatsResult",
+            payload,
+        })
+    };
+    let blob = |payload| Payload::Blob { phase: 0, payload };
+    store
+        .write_round_with(&record(1, 0, 4, 4, &[]), blob(&stats), rows(&stats))
+        .unwrap();
+    // A late packet's rows come with its late_arrivals row, marked late.
+    store
+        .write_late_with(1, 0, 1, stats.len() as u64, blob(&stats), rows(&stats))
+        .unwrap();
+    // Rows that cannot be made are refused, naming why; the round's row and result stay.
+    let bad = [0xff, 0xff];
+    let err = store
+        .write_round_with(&record(1, 1, 4, 4, &[]), blob(&bad), rows(&bad))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Decode {
+                what: "StatsResult",
+                stream_id: 1,
+                round: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A class result that fails halfway, its class row written before its counts are found torn, leaves no
+    // row of it behind: the rows are rolled back alone.
+    let torn = ClassResult {
+        classes: vec![Class {
+            class_id: 7,
+            size: 1,
+            ranks: vec![RankRange {
+                app: "sim".into(),
+                first: 1,
+                last: 1,
+            }],
+            events: vec![5],
+            counts: vec![2],
+            ..Class::default()
+        }],
+        bins: 2,
+        ranges: Some(BinRanges {
+            id: vec![5],
+            lo: vec![0.0],
+            hi: vec![1.0],
+        }),
+        ..ClassResult::default()
+    }
+    .encode_to_vec();
+    let err = store
+        .write_round_with(
+            &record(1, 3, 4, 4, &[]),
+            blob(&torn),
+            Some(Rows {
+                result_type: "canopy.filters.v1.ClassResult",
+                payload: &torn,
+            }),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid { round: 3, .. }), "{err:?}");
+    // A later round still writes whole after the refusals: the transaction and its savepoint are closed.
+    store
+        .write_round_with(&record(1, 2, 4, 4, &[]), blob(&stats), rows(&stats))
+        .unwrap();
+    let conn = Connection::open(store.path()).unwrap();
+    let all = |sql: &str| -> Vec<(i64, i64)> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        all("SELECT round, covered FROM rounds ORDER BY round"),
+        [(0, 4), (1, 4), (2, 4), (3, 4)]
+    );
+    assert_eq!(
+        all("SELECT round, late FROM results ORDER BY round, late"),
+        [(0, 0), (0, 1), (1, 0), (2, 0), (3, 0)]
+    );
+    assert_eq!(all("SELECT round, class_id FROM classes"), []);
+    assert_eq!(all("SELECT round, class_id FROM class_ranks"), []);
+    assert_eq!(
+        all("SELECT round, late FROM stats ORDER BY round, late"),
+        [(0, 0), (0, 1), (2, 0)]
+    );
+    assert_eq!(
+        all("SELECT round, late FROM reductions ORDER BY round, late"),
+        [(0, 0), (0, 1), (2, 0)]
+    );
+    assert_eq!(all("SELECT round, ranks FROM late_arrivals"), [(0, 1)]);
 }
