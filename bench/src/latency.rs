@@ -43,6 +43,13 @@ pub fn run(shape: &Shape, topology: Option<&Path>, repeats: usize) -> anyhow::Re
         cmd.env("CANOPY_LOG", format!("{}=debug,info", canopy_core::LATENCY));
         processes::finish(&mut cmd)?;
         let events = read_logs(&dir.path().join("logs"))?;
+        // Every step is logged by every node: one missing from all the logs means the lines changed.
+        for what in ["packet read", "packet in", "closed", "filtered", "packet out"] {
+            anyhow::ensure!(
+                events.iter().any(|e| e.what == what),
+                "no `{what}` step in the nodes' latency account: the log lines and this reader disagree"
+            );
+        }
         for (key, (label, median)) in account(&events) {
             steps
                 .entry(key)
@@ -81,10 +88,15 @@ fn parse_line(line: &str) -> Vec<Event> {
     let Some((_, rest)) = line.split_once(&format!("{}: ", canopy_core::LATENCY)) else {
         return Vec::new();
     };
-    let Some((what, fields)) = ["packet read", "packet in", "round closed", "packet out"]
-        .into_iter()
-        .find_map(|w| rest.strip_prefix(w).map(|f| (w, f)))
-    else {
+    let Some((what, fields)) = [
+        "packet read",
+        "packet in",
+        "round closed",
+        "round filtered",
+        "packet out",
+    ]
+    .into_iter()
+    .find_map(|w| rest.strip_prefix(w).map(|f| (w, f))) else {
         return Vec::new();
     };
     let fields: HashMap<&str, &str> = fields
@@ -120,10 +132,13 @@ fn parse_line(line: &str) -> Vec<Event> {
         at_ns,
     };
     match what {
-        "round closed" => match (num("closed_ns"), num("filtered_ns")) {
-            (Some(c), Some(f)) => vec![event("closed", c), event("filtered", f)],
-            _ => Vec::new(),
-        },
+        // A node logs the close when it calls the filter, and the filtered round when the answer is routed.
+        "round closed" => num("closed_ns")
+            .map(|c| vec![event("closed", c)])
+            .unwrap_or_default(),
+        "round filtered" => num("filtered_ns")
+            .map(|f| vec![event("filtered", f)])
+            .unwrap_or_default(),
         _ => num("at_ns").map(|at| vec![event(what, at)]).unwrap_or_default(),
     }
 }
@@ -221,7 +236,9 @@ mod tests {
 
     #[test]
     fn reads_the_account_from_log_lines() {
-        let line = "2026-11-24T02:48:13.123Z DEBUG canopy::latency: round closed node=localhost:1 round=50 phase=0 first_dump_ns=1000 closed_ns=1198000 filtered_ns=1268000";
+        // As the node logs them (`node/rounds.rs`): the close when the filter is called, then the answer.
+        let closed = "2026-11-24T02:48:13.123Z DEBUG canopy::latency: round closed node=localhost:1 round=50 phase=0 first_dump_ns=1000 closed_ns=1198000";
+        let filtered = "2026-11-24T02:48:13.124Z DEBUG canopy::latency: round filtered node=localhost:1 round=50 phase=0 first_dump_ns=1000 filtered_ns=1268000";
         let ev = |what, at_ns| Event {
             node: "localhost:1".into(),
             child: None,
@@ -230,10 +247,8 @@ mod tests {
             first_dump_ns: 1000,
             at_ns,
         };
-        assert_eq!(
-            parse_line(line),
-            vec![ev("closed", 1198000), ev("filtered", 1268000)]
-        );
+        assert_eq!(parse_line(closed), vec![ev("closed", 1198000)]);
+        assert_eq!(parse_line(filtered), vec![ev("filtered", 1268000)]);
         let read = "… DEBUG canopy::latency: packet read child=localhost:3 round=5 phase=0 first_dump_ns=7 at_ns=675";
         assert_eq!(parse_line(read)[0].node, "localhost:3");
         let handled = "… DEBUG canopy::latency: packet in node=localhost:1 child=localhost:3 round=5 phase=0 first_dump_ns=7 at_ns=690";
