@@ -85,15 +85,30 @@ pub fn packets_into<M: Message + Default>(
     out: &mut dyn Emit,
     check: impl Fn(&M) -> Result<(), String>,
 ) -> Vec<(usize, usize)> {
+    let decode = |m: &mut M, bytes: &[u8]| {
+        m.clear();
+        m.merge(bytes)
+    };
+    packets_decoded_into(inputs, slots, what, out, decode, check)
+}
+
+/// As [`packets_into`], each input decoded into its slot by `decode` (which must leave in it what
+/// `clear` then `merge` would, and fail where they would).
+pub fn packets_decoded_into<M: Message + Default>(
+    inputs: &[&[u8]],
+    slots: &mut Vec<M>,
+    what: &str,
+    out: &mut dyn Emit,
+    decode: impl Fn(&mut M, &[u8]) -> Result<(), prost::DecodeError>,
+    check: impl Fn(&M) -> Result<(), String>,
+) -> Vec<(usize, usize)> {
     if slots.len() < inputs.len() {
         slots.resize_with(inputs.len(), M::default);
     }
     let mut good = Vec::with_capacity(inputs.len());
     for (slot, i) in canonical_order(inputs).into_iter().enumerate() {
         let m = &mut slots[slot];
-        m.clear();
-        match m
-            .merge(inputs[i])
+        match decode(m, inputs[i])
             .map_err(|e| e.to_string())
             .and_then(|()| check(m))
         {

@@ -11,6 +11,7 @@
 
 pub mod classes;
 pub mod columns;
+pub mod columns_wire;
 pub mod decode;
 pub mod fold;
 pub mod histogram;

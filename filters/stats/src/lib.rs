@@ -9,7 +9,7 @@ mod quantiles;
 use canopy_filter_common::fold::Fold;
 use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::sketch::Spec;
-use canopy_filter_common::{Params, Values, columns, decode, metrics, sketch_columns};
+use canopy_filter_common::{Params, Values, columns, columns_wire, decode, metrics, sketch_columns};
 use canopy_filter_proto::v1::{StatsColumns, StatsResult};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
 use prost::Message;
@@ -45,6 +45,10 @@ impl OnePhase for StatsFilter {
         (&self.merged, &mut self.encoded)
     }
 
+    fn encode(packet: &StatsColumns, into: &mut Vec<u8>) {
+        columns_wire::encode(packet, into);
+    }
+
     /// Leaf: summarizes its ranks' profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         self.buffers.clear();
@@ -63,11 +67,12 @@ impl OnePhase for StatsFilter {
     fn merge(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
         let spec = self.spec().copied();
         let by_app = self.by_app;
-        let good = decode::packets_into(
+        let good = decode::packets_decoded_into(
             inputs,
             &mut self.inputs,
             "canopy.filters.v1.StatsColumns",
             out,
+            columns_wire::decode_into,
             |c| check(c, by_app, spec.as_ref()),
         );
         let packets: Vec<&StatsColumns> = good.iter().map(|&(slot, _)| &self.inputs[slot]).collect();
@@ -124,7 +129,8 @@ impl Filter for StatsFilter {
         let bad = |e: String| {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };
-        let merged = StatsColumns::decode(packet).map_err(|e| bad(e.to_string()))?;
+        let mut merged = StatsColumns::default();
+        columns_wire::decode_into(&mut merged, packet).map_err(|e| bad(e.to_string()))?;
         check(&merged, self.by_app, self.spec()).map_err(bad)?;
         let mut stats = columns::to_stats(&merged);
         if let Some((qs, spec)) = &self.quantiles {
