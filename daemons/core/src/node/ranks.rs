@@ -149,13 +149,26 @@ impl<U: Up> Node<U> {
             .feeds()
             .map(|(id, feed)| (id, feed.at(round).contains(rank), self.streams.is_node_stream(id)))
             .collect();
-        for (stream, chosen, node_stream) in feeds {
-            // Every stream shares the one payload; a node stream counts the rank and takes the node's sample
-            // instead when the round closes (`samples`).
+        // Every stream shares the one payload; the last takes the dump's source and coverage as they are.
+        let mut dump = Some((source, payload, coverage));
+        let last = feeds.len().saturating_sub(1);
+        for (i, (stream, chosen, node_stream)) in feeds.into_iter().enumerate() {
+            let Some((source, payload, coverage)) = (if i == last {
+                dump.take()
+            } else {
+                dump.clone()
+            }) else {
+                break;
+            };
+            // A node stream counts the rank and takes the node's sample instead when the round closes
+            // (`samples`).
             let (payload, coverage) = match (chosen, node_stream) {
-                (true, false) => (payload.clone(), coverage.clone()),
-                (true, true) => (bytes::Bytes::new(), coverage.clone()),
-                (false, _) => (bytes::Bytes::new(), absent(app, MissingReason::SampledOut)),
+                (true, false) => (payload, coverage),
+                (true, true) => (bytes::Bytes::new(), coverage),
+                (false, _) => {
+                    let app = parse_rank_source(&source).map_or("", |(app, _)| app);
+                    (bytes::Bytes::new(), absent(app, MissingReason::SampledOut))
+                }
             };
             let key = GroupKey {
                 stream,
@@ -163,7 +176,7 @@ impl<U: Up> Node<U> {
                 phase: 0,
             };
             let arrival = Arrival {
-                source: source.clone(),
+                source,
                 coverage,
                 payload,
                 first_dump_unix_ns: dump_unix_ns,
