@@ -153,11 +153,8 @@ impl<U: Up> Node<U> {
         let mut dump = Some((source, payload, coverage));
         let last = feeds.len().saturating_sub(1);
         for (i, (stream, chosen, node_stream)) in feeds.into_iter().enumerate() {
-            let Some((source, payload, coverage)) = (if i == last {
-                dump.take()
-            } else {
-                dump.clone()
-            }) else {
+            let Some((source, payload, coverage)) = (if i == last { dump.take() } else { dump.clone() })
+            else {
                 break;
             };
             // A node stream counts the rank and takes the node's sample instead when the round closes
