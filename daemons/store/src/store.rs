@@ -257,21 +257,9 @@ impl Store {
     }
 
     /// A packet that reached the root after its round had closed: one `late_arrivals` row, and the round row's
-    /// `late_ranks` grows by `ranks`.
+    /// `late_ranks` grows by `ranks`. Its `rows`, if any, go in its filter's tables (marked late) in the same
+    /// transaction, as [`Store::write_round_with`] writes a round's.
     pub fn write_late(
-        &mut self,
-        stream_id: u32,
-        round: u64,
-        ranks: u32,
-        bytes: u64,
-        payload: Payload<'_>,
-    ) -> Result<(), StoreError> {
-        self.write_late_with(stream_id, round, ranks, bytes, payload, None)
-    }
-
-    /// [`Store::write_late`] with the packet's rows in its filter's tables in the same transaction, as
-    /// [`Store::write_round_with`].
-    pub fn write_late_with(
         &mut self,
         stream_id: u32,
         round: u64,

@@ -219,7 +219,7 @@ fn store_round<P: AsRef<[u8]>>(
     });
     let res = if late {
         summary.late_packets += 1;
-        store.write_late_with(
+        store.write_late(
             record.stream_id,
             record.round,
             record.covered,

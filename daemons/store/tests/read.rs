@@ -82,7 +82,9 @@ fn a_replayed_passthrough_round_is_the_stored_batch_byte_for_byte() {
         .unwrap();
     // Late data of the round is not part of what it closed with.
     let late = odd_batch(&[9]);
-    store.write_late(1, 3, 1, 9, Payload::Profiles(&late)).unwrap();
+    store
+        .write_late(1, 3, 1, 9, Payload::Profiles(&late), None)
+        .unwrap();
     // A don't-wait stream: two pieces of one round.
     s.stream_id = 2;
     s.sync_mode = SyncMode::DontWait as i32;
@@ -149,7 +151,7 @@ fn every_table_reads_back_typed() {
         .unwrap();
     let late = profiles("lulesh", 2..3, 1, 0);
     store
-        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late))
+        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late), None)
         .unwrap();
     let stats = StatsResult {
         stats: vec![EventStats {
@@ -1081,7 +1083,7 @@ fn a_round_and_its_rows_land_together_and_rows_that_cannot_be_made_leave_the_rou
         .unwrap();
     // A late packet's rows come with its late_arrivals row, marked late.
     store
-        .write_late_with(1, 0, 1, stats.len() as u64, blob(&stats), rows(&stats))
+        .write_late(1, 0, 1, stats.len() as u64, blob(&stats), rows(&stats))
         .unwrap();
     // Rows that cannot be made are refused, naming why; the round's row and result stay.
     let bad = [0xff, 0xff];

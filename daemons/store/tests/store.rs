@@ -37,7 +37,7 @@ fn every_column_reads_back_from_a_fresh_connection() {
     store.write_round(&record(2, 7, 4, 4, &[]), blob).unwrap();
     let late = profiles("lulesh", 2..3, 1, 0);
     store
-        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late))
+        .write_late(1, 7, 1, late.len() as u64, Payload::Profiles(&late), None)
         .unwrap();
     store.put_names(&[(u64::MAX, "MPI_Allreduce".into())]).unwrap();
     let node = NodeEvent {
@@ -242,7 +242,9 @@ fn a_malformed_batch_is_refused_and_writes_nothing() {
             .starts_with("cannot decode the profiles of stream 3 round 9: "),
         "{err}"
     );
-    let err = store.write_late(3, 9, 1, 3, Payload::Profiles(&bad)).unwrap_err();
+    let err = store
+        .write_late(3, 9, 1, 3, Payload::Profiles(&bad), None)
+        .unwrap_err();
     assert!(matches!(err, StoreError::Decode { .. }), "{err:?}");
     let conn = Connection::open(store.path()).unwrap();
     for table in [
@@ -519,10 +521,11 @@ fn a_late_packet_adds_to_its_round_or_stands_alone() {
                 phase: 0,
                 payload: b"x",
             },
+            None,
         )
         .unwrap();
-    store.write_late(1, 1, 2, 20, Payload::None).unwrap();
-    store.write_late(1, 99, 5, 30, Payload::None).unwrap();
+    store.write_late(1, 1, 2, 20, Payload::None, None).unwrap();
+    store.write_late(1, 99, 5, 30, Payload::None, None).unwrap();
     let conn = Connection::open(store.path()).unwrap();
     assert_eq!(
         table(&conn, "SELECT round, late_ranks, missing_late FROM rounds"),
@@ -672,8 +675,8 @@ fn a_late_packet_stored_before_its_rounds_row_is_counted_when_the_row_comes() {
     let mut store = Store::create(dir.path()).unwrap();
     store.put_stream(&spec(1), StreamState::Open, None, None).unwrap();
     // The root's filter is still finalizing round 5 when the late piece of it is stored.
-    store.write_late(1, 5, 4, 0, Payload::None).unwrap();
-    store.write_late(1, 5, 2, 0, Payload::None).unwrap();
+    store.write_late(1, 5, 4, 0, Payload::None, None).unwrap();
+    store.write_late(1, 5, 2, 0, Payload::None, None).unwrap();
     store
         .write_round(&record(1, 5, 10, 16, &[(MissingReason::Late, 6)]), Payload::None)
         .unwrap();
@@ -681,7 +684,7 @@ fn a_late_packet_stored_before_its_rounds_row_is_counted_when_the_row_comes() {
     store
         .write_round(&record(1, 6, 12, 16, &[(MissingReason::Late, 4)]), Payload::None)
         .unwrap();
-    store.write_late(1, 6, 4, 0, Payload::None).unwrap();
+    store.write_late(1, 6, 4, 0, Payload::None, None).unwrap();
     let path = store.path().to_path_buf();
     drop(store);
     let open = Connection::open(&path).unwrap();
