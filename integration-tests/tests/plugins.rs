@@ -188,20 +188,28 @@ async fn broken_plugins_fail_their_stream_with_the_node_and_the_reason_and_the_t
         why.contains("filter panicked: faulty: told to panic in create"),
         "{why}"
     );
+    faults_fail_only_their_streams(&mut tree).await;
+}
+
+/// In a tree of 32 ranks whose stream 1 is healthy: a leaf that panics in its first round, leaves that emit
+/// bytes the relays cannot read, and a root that panics in finalize each fail their own stream, naming the node;
+/// every daemon lives on, stream 1 covering every rank round after round, and the front-end drains cleanly.
+async fn faults_fail_only_their_streams(tree: &mut TreeSandbox) {
+    let store = tree.store.clone();
     // Created everywhere, then a leaf panics in its first round: the agent names itself.
-    let why = failure_of(&tree, "panics", "faulty", r#"{"fault": "panic_upstream"}"#).await;
+    let why = failure_of(tree, "panics", "faulty", r#"{"fault": "panic_upstream"}"#).await;
     assert!(
         why.starts_with("node agent:") && why.contains("filter panicked: faulty: told to panic in upstream"),
         "{why}"
     );
     // The leaves emit bytes the relays cannot read: the relay that got them names itself.
-    let why = failure_of(&tree, "garbage", "faulty", r#"{"fault": "garbage"}"#).await;
+    let why = failure_of(tree, "garbage", "faulty", r#"{"fault": "garbage"}"#).await;
     assert!(
         why.starts_with("node relay:") && why.contains("packet from below does not decode"),
         "{why}"
     );
     let why = failure_of(
-        &tree,
+        tree,
         "panics-at-finalize",
         "faulty",
         r#"{"fault": "panic_finalize"}"#,
@@ -254,42 +262,8 @@ async fn a_faulty_plugin_run_inline_fails_only_its_stream_and_the_tree_lives_on(
         Duration::from_secs(20),
         "no rounds"
     );
-    let why = failure_of(&tree, "panics", "faulty", r#"{"fault": "panic_upstream"}"#).await;
-    assert!(
-        why.starts_with("node agent:") && why.contains("filter panicked: faulty: told to panic in upstream"),
-        "{why}"
-    );
-    let why = failure_of(&tree, "garbage", "faulty", r#"{"fault": "garbage"}"#).await;
-    assert!(
-        why.starts_with("node relay:") && why.contains("packet from below does not decode"),
-        "{why}"
-    );
-    let why = failure_of(
-        &tree,
-        "panics-at-finalize",
-        "faulty",
-        r#"{"fault": "panic_finalize"}"#,
-    )
-    .await;
-    assert!(
-        why.starts_with("node frontend:0") && why.contains("told to panic in finalize"),
-        "{why}"
-    );
     // The healthy stream, inline too, still covers every rank, round after round.
-    let before = rounds_of(&store, Select::all().stream(1));
-    assert_eventually!(
-        rounds_of(&store, Select::all().stream(1)) >= before + 10,
-        Duration::from_secs(20),
-        "the healthy stream stopped"
-    );
-    let later = reader(&store)
-        .rounds(Select::all().stream(1).from_round(before + 1))
-        .unwrap();
-    assert_eq!(later.iter().filter(|r| r.covered != 32).count(), 0);
-    tree.shutdown("frontend:0");
-    tree.wait_frontend(Duration::from_secs(10))
-        .await
-        .expect("the front-end drains and exits cleanly");
+    faults_fail_only_their_streams(&mut tree).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
