@@ -23,6 +23,7 @@ pub mod rounds;
 pub mod select;
 pub mod sketch;
 pub mod sketch_columns;
+pub mod stats_result_wire;
 pub mod stream;
 pub mod summary;
 pub mod three_phase;

@@ -9,10 +9,11 @@ mod quantiles;
 use canopy_filter_common::fold::Fold;
 use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::sketch::Spec;
-use canopy_filter_common::{Params, Values, columns, columns_wire, decode, metrics, sketch_columns};
-use canopy_filter_proto::v1::{StatsColumns, StatsResult};
+use canopy_filter_common::{
+    Params, Values, columns, columns_wire, decode, metrics, sketch_columns, stats_result_wire,
+};
+use canopy_filter_proto::v1::StatsColumns;
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter, one_phase};
-use prost::Message;
 
 /// One instance per stream per node. Each round is one phase; what it keeps between calls are buffers.
 #[derive(Debug)]
@@ -32,6 +33,8 @@ pub struct StatsFilter {
     /// The packet this node sends up, and its encoding.
     merged: StatsColumns,
     encoded: Vec<u8>,
+    /// The root's packet being finalized, decoded into buffers kept between rounds.
+    finalized: StatsColumns,
 }
 
 impl OnePhase for StatsFilter {
@@ -118,6 +121,7 @@ impl Filter for StatsFilter {
             inputs: Vec::new(),
             merged: StatsColumns::default(),
             encoded: Vec::new(),
+            finalized: StatsColumns::default(),
         })
     }
 
@@ -129,20 +133,20 @@ impl Filter for StatsFilter {
         let bad = |e: String| {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };
-        let mut merged = StatsColumns::default();
+        let mut merged = std::mem::take(&mut self.finalized);
         columns_wire::decode_into(&mut merged, packet).map_err(|e| bad(e.to_string()))?;
-        check(&merged, self.by_app, self.spec()).map_err(bad)?;
-        let mut stats = columns::to_stats(&merged);
-        if let Some((qs, spec)) = &self.quantiles {
-            for (s, q) in stats.iter_mut().zip(sketch_columns::quantiles(&merged, spec, qs)) {
-                s.quantiles = q;
-            }
-        }
-        let result = StatsResult {
-            stats,
-            raw_bytes: merged.raw_bytes,
-        };
-        Ok(result.encode_to_vec())
+        let checked = check(&merged, self.by_app, self.spec()).map_err(bad);
+        let result = checked.map(|()| {
+            let quantiles = match &self.quantiles {
+                Some((qs, spec)) => sketch_columns::quantiles(&merged, spec, qs),
+                None => Vec::new(),
+            };
+            let mut result = Vec::new();
+            stats_result_wire::encode(&merged, &quantiles, &mut result);
+            result
+        });
+        self.finalized = merged;
+        result
     }
 }
 
@@ -152,7 +156,9 @@ export_filter!(StatsFilter);
 mod tests {
     use super::*;
     use canopy_filter_proto::v1::Metric;
+    use canopy_filter_proto::v1::StatsResult;
     use canopy_filter_test::{Collect, one_event_profile};
+    use prost::Message;
 
     fn profile(rank: u32, incl: f64) -> Vec<u8> {
         one_event_profile(rank, incl)
