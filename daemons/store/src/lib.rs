@@ -13,6 +13,7 @@ mod rounds;
 mod rows;
 mod schema;
 mod sql;
+mod stat_rows;
 mod store;
 mod tables;
 mod training;

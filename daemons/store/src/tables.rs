@@ -5,12 +5,13 @@
 
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
-    NodeSamples, OutliersResult, RankRange, RankRef, StatsResult, Summary, UtilizationResult,
+    NodeSamples, OutliersResult, RankRange, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
 
 use crate::sql::{id_bits, sat};
+use crate::stat_rows::{self, StatRow};
 use crate::words::Word;
 
 const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
@@ -71,9 +72,14 @@ pub(crate) fn write(
     };
     match result_type {
         STATS_RESULT => {
-            let r: StatsResult = decode("StatsResult", payload)?;
-            at.stats(tx, None, &r.stats)?;
-            at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
+            let r = stat_rows::read(payload).map_err(|source| TableError::Decode {
+                what: "StatsResult",
+                source,
+            })?;
+            let (rows, decoded) = r.rows();
+            at.stat_rows(tx, None, &rows)?;
+            at.quantiles(tx, None, decoded)?;
+            at.reduction(tx, r.raw_bytes(), payload.len() as u64, None)?;
         }
         HISTOGRAM_RESULT => {
             let r: HistogramResult = decode("HistogramResult", payload)?;
@@ -216,6 +222,17 @@ impl At {
     }
 
     fn stats(&self, tx: &Transaction<'_>, class: Option<i64>, stats: &[EventStats]) -> rusqlite::Result<()> {
+        let rows: Vec<StatRow<'_>> = stats.iter().map(StatRow::from).collect();
+        self.stat_rows(tx, class, &rows)?;
+        self.quantiles(tx, class, stats)
+    }
+
+    fn stat_rows(
+        &self,
+        tx: &Transaction<'_>,
+        class: Option<i64>,
+        rows: &[StatRow<'_>],
+    ) -> rusqlite::Result<()> {
         let mut st = tx.prepare_cached(
             "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
                                 min_app, min_rank, max_app, max_rank, late, app)
@@ -223,26 +240,22 @@ impl At {
         )?;
         // The key every row shares is bound once: a statement keeps its bindings from one execution to the next.
         self.bind_key(&mut st, class, 15)?;
-        let (none, nobody) = (Summary::default(), RankRef::default());
-        for s in stats {
-            let sum = s.summary.as_ref().unwrap_or(&none);
-            let min_r = sum.min_rank.as_ref().unwrap_or(&nobody);
-            let max_r = sum.max_rank.as_ref().unwrap_or(&nobody);
-            st.raw_bind_parameter(4, id_bits(s.id))?;
-            st.raw_bind_parameter(5, metric_word(s.metric))?;
-            st.raw_bind_parameter(6, sat(sum.count))?;
-            st.raw_bind_parameter(7, sum.mean)?;
-            st.raw_bind_parameter(8, sum.std)?;
-            st.raw_bind_parameter(9, sum.min)?;
-            st.raw_bind_parameter(10, sum.max)?;
-            st.raw_bind_parameter(11, &min_r.app)?;
-            st.raw_bind_parameter(12, min_r.rank)?;
-            st.raw_bind_parameter(13, &max_r.app)?;
-            st.raw_bind_parameter(14, max_r.rank)?;
-            st.raw_bind_parameter(16, app_of(s))?;
+        for r in rows {
+            st.raw_bind_parameter(4, id_bits(r.id))?;
+            st.raw_bind_parameter(5, metric_word(r.metric))?;
+            st.raw_bind_parameter(6, sat(r.count))?;
+            st.raw_bind_parameter(7, r.mean)?;
+            st.raw_bind_parameter(8, r.std)?;
+            st.raw_bind_parameter(9, r.min)?;
+            st.raw_bind_parameter(10, r.max)?;
+            st.raw_bind_parameter(11, r.min_app)?;
+            st.raw_bind_parameter(12, r.min_rank)?;
+            st.raw_bind_parameter(13, r.max_app)?;
+            st.raw_bind_parameter(14, r.max_rank)?;
+            st.raw_bind_parameter(16, Some(r.app).filter(|a| !a.is_empty()))?;
             st.raw_execute()?;
         }
-        self.quantiles(tx, class, stats)
+        Ok(())
     }
 
     /// The quantiles of each `stats` row (the stats filter's, when its stream asks for them).
