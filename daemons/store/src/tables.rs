@@ -7,6 +7,8 @@ use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
     NodeSamples, OutliersResult, RankRange, UtilizationResult,
 };
+use std::sync::OnceLock;
+
 use prost::Message;
 use rusqlite::{Transaction, params};
 
@@ -200,6 +202,61 @@ fn app_of(s: &EventStats) -> Option<&str> {
     Some(s.app.as_str()).filter(|a| !a.is_empty())
 }
 
+/// `stats` rows per insert statement.
+const STATS_PER_INSERT: usize = 16;
+/// The parameters of one `stats` row after the shared key (`?1` stream, `?2` round, `?3` class, `?4` late).
+const STATS_ROW_PARAMS: usize = 12;
+
+/// The insert of `rows` `stats` rows (1 or [`STATS_PER_INSERT`]), row `k`'s own values numbered from
+/// `?(5 + 12 k)` in [`bind_stat_rows`]'s order.
+fn stats_insert(rows: usize) -> &'static str {
+    static ONE: OnceLock<String> = OnceLock::new();
+    static MANY: OnceLock<String> = OnceLock::new();
+    let make = || {
+        let values: Vec<String> = (0..rows)
+            .map(|k| {
+                let p = |i: usize| format!("?{}", 5 + STATS_ROW_PARAMS * k + i);
+                format!(
+                    "(?1, ?2, ?3, {}, ?4, {})",
+                    (0..11).map(p).collect::<Vec<_>>().join(", "),
+                    p(11)
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
+                                min_app, min_rank, max_app, max_rank, late, app)
+             VALUES {}",
+            values.join(", ")
+        )
+    };
+    match rows {
+        1 => ONE.get_or_init(make),
+        STATS_PER_INSERT => MANY.get_or_init(make),
+        _ => unreachable!("stats inserts carry 1 or {STATS_PER_INSERT} rows"),
+    }
+}
+
+/// Binds each row's own values to an insert from [`stats_insert`] of as many rows.
+fn bind_stat_rows(st: &mut rusqlite::Statement<'_>, rows: &[StatRow<'_>]) -> rusqlite::Result<()> {
+    for (k, r) in rows.iter().enumerate() {
+        let at = 5 + STATS_ROW_PARAMS * k;
+        st.raw_bind_parameter(at, id_bits(r.id))?;
+        st.raw_bind_parameter(at + 1, metric_word(r.metric))?;
+        st.raw_bind_parameter(at + 2, sat(r.count))?;
+        st.raw_bind_parameter(at + 3, r.mean)?;
+        st.raw_bind_parameter(at + 4, r.std)?;
+        st.raw_bind_parameter(at + 5, r.min)?;
+        st.raw_bind_parameter(at + 6, r.max)?;
+        st.raw_bind_parameter(at + 7, r.min_app)?;
+        st.raw_bind_parameter(at + 8, r.min_rank)?;
+        st.raw_bind_parameter(at + 9, r.max_app)?;
+        st.raw_bind_parameter(at + 10, r.max_rank)?;
+        st.raw_bind_parameter(at + 11, Some(r.app).filter(|a| !a.is_empty()))?;
+    }
+    Ok(())
+}
+
 struct At {
     stream_id: u32,
     round: i64,
@@ -227,33 +284,32 @@ impl At {
         self.quantiles(tx, class, stats)
     }
 
+    /// The `stats` rows, [`STATS_PER_INSERT`] to a statement: SQLite's work per statement run (starting it,
+    /// resetting it, reading back its parameters) is shared by the rows it carries.
     fn stat_rows(
         &self,
         tx: &Transaction<'_>,
         class: Option<i64>,
         rows: &[StatRow<'_>],
     ) -> rusqlite::Result<()> {
-        let mut st = tx.prepare_cached(
-            "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
-                                min_app, min_rank, max_app, max_rank, late, app)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-        )?;
-        // The key every row shares is bound once: a statement keeps its bindings from one execution to the next.
-        self.bind_key(&mut st, class, 15)?;
-        for r in rows {
-            st.raw_bind_parameter(4, id_bits(r.id))?;
-            st.raw_bind_parameter(5, metric_word(r.metric))?;
-            st.raw_bind_parameter(6, sat(r.count))?;
-            st.raw_bind_parameter(7, r.mean)?;
-            st.raw_bind_parameter(8, r.std)?;
-            st.raw_bind_parameter(9, r.min)?;
-            st.raw_bind_parameter(10, r.max)?;
-            st.raw_bind_parameter(11, r.min_app)?;
-            st.raw_bind_parameter(12, r.min_rank)?;
-            st.raw_bind_parameter(13, r.max_app)?;
-            st.raw_bind_parameter(14, r.max_rank)?;
-            st.raw_bind_parameter(16, Some(r.app).filter(|a| !a.is_empty()))?;
-            st.raw_execute()?;
+        let mut chunks = rows.chunks_exact(STATS_PER_INSERT);
+        if rows.len() >= STATS_PER_INSERT {
+            let mut st = tx.prepare_cached(stats_insert(STATS_PER_INSERT))?;
+            // The key every row shares is bound once: a statement keeps its bindings from one run to the next.
+            self.bind_key(&mut st, class, 4)?;
+            for chunk in &mut chunks {
+                bind_stat_rows(&mut st, chunk)?;
+                st.raw_execute()?;
+            }
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut st = tx.prepare_cached(stats_insert(1))?;
+            self.bind_key(&mut st, class, 4)?;
+            for row in rest.chunks(1) {
+                bind_stat_rows(&mut st, row)?;
+                st.raw_execute()?;
+            }
         }
         Ok(())
     }

@@ -1170,3 +1170,121 @@ fn a_round_and_its_rows_land_together_and_rows_that_cannot_be_made_leave_the_rou
     );
     assert_eq!(all("SELECT round, ranks FROM late_arrivals"), [(0, 1)]);
 }
+
+/// Every column of every `stats` row reads back as written, whatever the number of rows (the inserts carry
+/// several rows each, and a remainder one by one), for results read in place and results prost decodes (with
+/// quantiles).
+#[test]
+fn stats_rows_read_back_column_for_column_in_any_number() {
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    let sizes = [0usize, 1, 15, 16, 17, 37];
+    let row = |n: usize, i: usize| {
+        let x = (n * 100 + i) as f64;
+        EventStats {
+            id: u64::MAX - i as u64,
+            metric: [
+                Metric::Calls,
+                Metric::Inclusive,
+                Metric::Exclusive,
+                Metric::Counter,
+            ][i % 4] as i32,
+            summary: Some(Summary {
+                count: 1 + i as u64,
+                mean: x + 0.25,
+                m2: x * 3.0,
+                std: x + 0.5,
+                min: -x,
+                max: x + 0.75,
+                min_rank: Some(RankRef {
+                    app: format!("min{i}"),
+                    rank: i as u32,
+                }),
+                max_rank: Some(RankRef {
+                    app: format!("max{i}"),
+                    rank: 1000 + i as u32,
+                }),
+            }),
+            quantiles: Vec::new(),
+            app: if i.is_multiple_of(3) {
+                String::new()
+            } else {
+                format!("app{}", i % 3)
+            },
+        }
+    };
+    let results: Vec<(usize, Vec<EventStats>)> = sizes
+        .iter()
+        .map(|&n| (n, (0..n).map(|i| row(n, i)).collect()))
+        .collect();
+    for (round, (_, stats)) in results.iter().enumerate() {
+        let mut stats = stats.clone();
+        // One result in another form than the root writes (a quantile): prost decodes it.
+        if round == 4 {
+            stats[3]
+                .quantiles
+                .push(canopy_proto::filters::v1::Quantile { q: 0.5, value: 1.0 });
+        }
+        let payload = StatsResult { stats, raw_bytes: 9 }.encode_to_vec();
+        store
+            .write_round_with(
+                &record(1, round as u64, 4, 4, &[]),
+                Payload::Blob {
+                    phase: 0,
+                    payload: &payload,
+                },
+                Some(Rows {
+                    result_type: "canopy.filters.v1.StatsResult",
+                    payload: &payload,
+                }),
+            )
+            .unwrap();
+    }
+    let r = StoreReader::open(store.path()).unwrap();
+    let stored = r.stats(Select::all()).unwrap();
+    assert_eq!(stored.len(), sizes.iter().sum::<usize>());
+    let mut stored = stored.into_iter();
+    for (round, (_, stats)) in results.iter().enumerate() {
+        for s in stats {
+            let got = stored.next().unwrap();
+            let sum = s.summary.as_ref().unwrap();
+            let (lo, hi) = (sum.min_rank.as_ref().unwrap(), sum.max_rank.as_ref().unwrap());
+            assert_eq!(
+                (
+                    got.stream_id,
+                    got.round,
+                    got.class_id,
+                    got.id,
+                    got.metric as i32,
+                    got.count,
+                    got.late
+                ),
+                (1, round as u64, None, s.id, s.metric, sum.count, false)
+            );
+            assert_eq!(
+                (got.mean, got.std, got.min, got.max),
+                (Some(sum.mean), Some(sum.std), Some(sum.min), Some(sum.max))
+            );
+            assert_eq!(
+                (
+                    got.min_app.as_deref(),
+                    got.min_rank,
+                    got.max_app.as_deref(),
+                    got.max_rank
+                ),
+                (
+                    Some(lo.app.as_str()),
+                    Some(lo.rank),
+                    Some(hi.app.as_str()),
+                    Some(hi.rank)
+                )
+            );
+            assert_eq!(got.app.as_deref(), Some(s.app.as_str()).filter(|a| !a.is_empty()));
+        }
+    }
+    assert_eq!(
+        r.stats_quantiles(Select::all()).unwrap().len(),
+        1,
+        "the decoded result's quantile"
+    );
+}
