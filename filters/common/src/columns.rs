@@ -334,6 +334,13 @@ pub fn merge(inputs: &[&StatsColumns], out: &mut StatsColumns) {
 /// when an input is (the inputs should agree: see [`check_breakdown`]); each input's application indices are
 /// mapped into the merged table, in the same order, so its rows stay sorted.
 pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut StatsColumns) {
+    merge_rows(inputs, sketches, out, true);
+}
+
+/// [`merge_with`]; with `aligned_pass`, inputs whose rows have the same keys in the same order (every child of a
+/// relay reporting the same events, the usual case) are merged row by row, without looking for the smallest
+/// key among them: the same merges in the same order, so the same bits.
+fn merge_rows(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut StatsColumns, aligned_pass: bool) {
     // prost's clear empties each column and keeps its buffer.
     out.clear();
     // Where each input's next row's sketch bins start in its sketch_counts, and the sketches of one row.
@@ -360,17 +367,29 @@ pub fn merge_with(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut S
     for c in inputs {
         raw_bytes = raw_bytes.saturating_add(c.raw_bytes);
     }
+    let aligned = aligned_pass
+        && inputs.split_first().is_some_and(|(first, rest)| {
+            rest.iter().all(|c| {
+                c.id == first.id && c.metric == first.metric && c.app.is_empty() == first.app.is_empty()
+            }) && (first.app.is_empty()
+                || (0..first.id.len())
+                    .all(|row| (1..inputs.len()).all(|i| merged_key(i, row) == merged_key(0, row))))
+        });
     loop {
-        let next = (0..inputs.len())
-            .filter(|&i| at[i] < inputs[i].id.len())
-            .map(|i| merged_key(i, at[i]))
-            .min();
+        let next = if aligned {
+            (at[0] < inputs[0].id.len()).then(|| merged_key(0, at[0]))
+        } else {
+            (0..inputs.len())
+                .filter(|&i| at[i] < inputs[i].id.len())
+                .map(|i| merged_key(i, at[i]))
+                .min()
+        };
         let Some(next) = next else { break };
         let mut merged = Row::empty();
         views.clear();
         for (i, c) in inputs.iter().enumerate() {
             let row = at[i];
-            if row < c.id.len() && merged_key(i, row) == next {
+            if row < c.id.len() && (aligned || merged_key(i, row) == next) {
                 if sketches.is_some() && sketch_columns::present(c) {
                     views.push(sketch_columns::view(c, row, &mut bins_at[i]));
                 }
@@ -765,6 +784,42 @@ mod tests {
                 expected.merge_stats(&m.to_stats());
             }
             prop_assert_eq!(to_stats(&out), expected.to_final_stats());
+        }
+    }
+
+    proptest! {
+        /// Inputs with the same keys in the same rows (every child reporting the same events) merge, bit for
+        /// bit, as the general pass over the smallest keys merges them, with rows by application or not.
+        #[test]
+        fn aligned_inputs_merge_as_the_general_pass_does(
+            keys in prop::collection::btree_set((0u64..50, 1i32..4, 0usize..3), 1..30),
+            inputs in prop::collection::vec(prop::collection::vec((-5i32..5, 0u32..9, 0usize..3), 1..4), 2..5),
+            by_app in any::<bool>(),
+        ) {
+            let apps = ["x", "y", "z"];
+            let cols: Vec<StatsColumns> = inputs
+                .iter()
+                .map(|values| {
+                    // Every key, each with the input's values, from ranks of its application (by application)
+                    // or of any (not).
+                    let rows: Vec<_> = keys
+                        .iter()
+                        .flat_map(|&(id, metric, app)| {
+                            values.iter().map(move |&(v, rank, other)| {
+                                let app = if by_app { app } else { other };
+                                (id, metric, f64::from(v) * 0.25, apps[app], rank)
+                            })
+                        })
+                        .collect();
+                    if by_app { by_app_of(&rows) } else { columns_of(&map_of(&rows), 1) }
+                })
+                .collect();
+            let refs: Vec<&StatsColumns> = cols.iter().collect();
+            let (mut fast, mut general) = (StatsColumns::default(), StatsColumns::default());
+            merge_rows(&refs, None, &mut fast, true);
+            merge_rows(&refs, None, &mut general, false);
+            prop_assert!(check(&fast).is_ok());
+            prop_assert_eq!(fast, general);
         }
     }
 }
