@@ -448,6 +448,9 @@ impl Store {
         // NORMAL with WAL loses nothing when the process dies, only the last commits on a power cut, and saves
         // an fsync per round.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // A round's filter rows are written under a savepoint, whose journal of the pages it changes would
+        // otherwise be a temporary file, written through the kernel every round: in memory it is a copy.
+        self.conn.pragma_update(None, "temp_store", "MEMORY")?;
         // A pandas user reading the file during the run must not make a round write fail.
         self.conn.busy_timeout(Duration::from_secs(5))?;
         self.conn.set_prepared_statement_cache_capacity(32);
