@@ -54,6 +54,18 @@ pub struct Fold {
     /// `rows.len()` are in use) so their bins are reused.
     sketch: Option<Spec>,
     sketches: Vec<Sketch>,
+    /// The last round's rows in output order, and the keys, slots and applications it was worked out for: a
+    /// round whose ranks reported the same keys in the same order (the usual round) has the same order.
+    sorted: Sorted,
+}
+
+/// An output order of rows and what it depends on.
+#[derive(Debug, Default)]
+struct Sorted {
+    order: Vec<u32>,
+    keys: Vec<Key>,
+    slots: Vec<u32>,
+    apps: Vec<String>,
 }
 
 impl Fold {
@@ -174,7 +186,7 @@ impl Fold {
 
     /// The summaries as columns sorted by key (by application name, then key, when broken down by
     /// application), into `out` (cleared first).
-    pub fn to_columns(&self, raw_bytes: u64, out: &mut StatsColumns) {
+    pub fn to_columns(&mut self, raw_bytes: u64, out: &mut StatsColumns) {
         out.clear();
         // The table names only the applications that hold an extreme (with a breakdown, each row's application
         // holds both of its extremes), sorted.
@@ -191,14 +203,25 @@ impl Fold {
         for (new, &old) in sorted.iter().enumerate() {
             to_out[old as usize] = new as u32;
         }
-        let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
-        // With one application (the usual leaf) its rows sort by key alone.
-        if self.by_app && sorted.len() > 1 {
-            order.sort_unstable_by_key(|&r| (to_out[self.slots[r as usize] as usize], self.keys[r as usize]));
-        } else {
-            order.sort_unstable_by_key(|&r| self.keys[r as usize]);
+        let same =
+            self.sorted.keys == self.keys && self.sorted.slots == self.slots && self.sorted.apps == self.apps;
+        if !same {
+            let order = &mut self.sorted.order;
+            order.clear();
+            order.extend(0..self.rows.len() as u32);
+            // With one application (the usual leaf) its rows sort by key alone.
+            if self.by_app && sorted.len() > 1 {
+                order.sort_unstable_by_key(|&r| {
+                    (to_out[self.slots[r as usize] as usize], self.keys[r as usize])
+                });
+            } else {
+                order.sort_unstable_by_key(|&r| self.keys[r as usize]);
+            }
+            self.sorted.keys.clone_from(&self.keys);
+            self.sorted.slots.clone_from(&self.slots);
+            self.sorted.apps.clone_from(&self.apps);
         }
-        for r in order {
+        for &r in &self.sorted.order {
             if self.by_app {
                 out.app.push(to_out[self.slots[r as usize] as usize]);
             }
@@ -296,6 +319,61 @@ mod tests {
                 prop_assert!(columns::check(&folded).is_ok());
                 prop_assert!(columns::check_breakdown(&folded, true).is_ok());
                 prop_assert_eq!(folded.app.len(), folded.id.len());
+                let expected: Vec<_> = maps
+                    .iter()
+                    .flat_map(|(app, m)| {
+                        m.to_final_stats().into_iter().map(|mut s| {
+                            s.app = app.to_string();
+                            s
+                        })
+                    })
+                    .collect();
+                prop_assert_eq!(columns::to_stats(&folded), expected);
+            }
+        }
+    }
+
+    /// One round: each rank's application, number, and values (id, metric, value).
+    type Ranks = Vec<(usize, u32, Vec<(u64, i32, i32)>)>;
+
+    proptest! {
+        /// A fold kept from round to round gives each round, bit for bit, the summaries of that round's values
+        /// added to StatsMaps (one per application when broken down), whether the round has the keys, order and
+        /// applications of the one before or not.
+        #[test]
+        fn a_kept_fold_gives_each_round_its_own_summaries(
+            rounds in prop::collection::vec(
+                prop::collection::vec(
+                    (0usize..3, 0u32..50, prop::collection::vec((0u64..8, 1i32..4, -4i32..4), 0..12)),
+                    0..6,
+                ),
+                1..5,
+            ),
+            reassigned in prop::collection::vec(prop::collection::vec(0usize..3, 6), 0..4),
+            by_app in any::<bool>(),
+        ) {
+            let apps = ["b", "a", "c"];
+            let mut kept = Fold::default().by_app(by_app);
+            // Each round, then the first round's ranks again with their values but other applications: the
+            // same keys in the same order, their rows held by other applications.
+            let again = reassigned.iter().map(|to| {
+                rounds[0].iter().zip(to).map(|((_, rank, values), &app)| (app, *rank, values.clone())).collect()
+            });
+            let all: Vec<Ranks> = rounds.iter().cloned().chain(again).collect();
+            for ranks in &all {
+                kept.clear();
+                let mut maps: std::collections::BTreeMap<&str, StatsMap> = Default::default();
+                for (app, rank, values) in ranks {
+                    let mut at = kept.rank(apps[*app], *rank);
+                    let holder = RankRef { app: apps[*app].into(), rank: *rank };
+                    let map = maps.entry(if by_app { apps[*app] } else { "" }).or_default();
+                    for &(id, metric, v) in values {
+                        kept.add(&mut at, (id, metric), f64::from(v));
+                        map.add((id, metric), f64::from(v), &holder);
+                    }
+                }
+                let mut folded = StatsColumns::default();
+                kept.to_columns(1, &mut folded);
                 let expected: Vec<_> = maps
                     .iter()
                     .flat_map(|(app, m)| {
