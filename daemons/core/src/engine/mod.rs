@@ -911,16 +911,6 @@ impl RoundEngine {
 
     fn close(&mut self, key: GroupKey) -> Closed {
         let group = self.open.remove(&key).expect("closing a group that is open");
-        if key.phase == 0 {
-            self.participants
-                .insert((key.stream, key.round), group.from.clone());
-            self.participants_order.push_back((key.stream, key.round));
-            while self.participants_order.len() > CLOSED_MEMORY {
-                if let Some(k) = self.participants_order.pop_front() {
-                    self.participants.remove(&k);
-                }
-            }
-        }
         self.closed
             .entry((key.stream, key.phase))
             .or_default()
@@ -957,6 +947,15 @@ impl RoundEngine {
                 _ => MissingReason::Stopped,
             };
             add_missing_of(&mut coverage, reason, s.ranks_below, &s.apps);
+        }
+        if key.phase == 0 {
+            self.participants.insert((key.stream, key.round), group.from);
+            self.participants_order.push_back((key.stream, key.round));
+            while self.participants_order.len() > CLOSED_MEMORY {
+                if let Some(k) = self.participants_order.pop_front() {
+                    self.participants.remove(&k);
+                }
+            }
         }
         self.count_round(key.round);
         self.count_ranks(key, &coverage);
