@@ -47,22 +47,27 @@ impl ProfileWriter {
     pub fn event(&mut self, e: &EventSample) {
         // Key and length, then at most 9 bytes for the id and each double and 11 for each varint field: an
         // event is at most 89 bytes long, so its length takes one byte and is filled in once the fields are
-        // written. Written in place: bytes stored one by one and read back wider stall the CPU.
+        // written. Written in place, through a window of the buffer: bytes pushed one by one would each
+        // reload and store the vector's length (a byte written may be any byte, its length's too, for all the
+        // compiler knows), and bytes stored on the side and copied in after are read back wider, which stalls.
         let b = &mut self.body;
-        b.reserve(91);
         let start = b.len();
-        b.push(len_key(5));
-        b.push(0);
-        fixed64_field(b, 1, e.event_id);
-        varint_field(b, 2, e.calls);
-        varint_field(b, 3, e.subrs);
-        double_field(b, 4, e.incl_us);
-        double_field(b, 5, e.excl_us);
-        varint_field(b, 6, e.calls_total);
-        varint_field(b, 7, e.subrs_total);
-        double_field(b, 8, e.incl_total_us);
-        double_field(b, 9, e.excl_total_us);
-        b[start + 1] = (b.len() - start - 2) as u8;
+        b.resize(start + EVENT_MAX, 0);
+        let window: &mut [u8; EVENT_MAX] = (&mut b[start..]).try_into().expect("EVENT_MAX bytes");
+        let mut w = Window { bytes: window, at: 2 };
+        w.bytes[0] = len_key(5);
+        w.fixed64(1, e.event_id);
+        w.varint(2, e.calls);
+        w.varint(3, e.subrs);
+        w.double(4, e.incl_us);
+        w.double(5, e.excl_us);
+        w.varint(6, e.calls_total);
+        w.varint(7, e.subrs_total);
+        w.double(8, e.incl_total_us);
+        w.double(9, e.excl_total_us);
+        let len = w.at;
+        w.bytes[1] = (len - 2) as u8;
+        b.truncate(start + len);
     }
 
     /// Appends one counter (field 6), after every event.
@@ -122,6 +127,56 @@ fn fixed64_len(v: u64) -> usize {
 fn double_len(v: f64) -> usize {
     // prost leaves out 0.0 and -0.0 alike (it compares with ==).
     if v == 0.0 { 0 } else { 9 }
+}
+
+/// The most an event takes: its key and one-byte length, four fixed64 fields of 9 bytes, four varints of 11.
+const EVENT_MAX: usize = 2 + 5 * 9 + 4 * 11;
+
+/// A window of a buffer being written, and how far it is written.
+struct Window<'a> {
+    bytes: &'a mut [u8; EVENT_MAX],
+    at: usize,
+}
+
+impl Window<'_> {
+    /// A varint field, left out when 0 (as prost leaves out a default).
+    #[inline(always)]
+    fn varint(&mut self, field: u8, mut v: u64) {
+        if v != 0 {
+            self.bytes[self.at] = field << 3;
+            self.at += 1;
+            while v >= 0x80 {
+                self.bytes[self.at] = v as u8 | 0x80;
+                self.at += 1;
+                v >>= 7;
+            }
+            self.bytes[self.at] = v as u8;
+            self.at += 1;
+        }
+    }
+
+    /// A fixed64 field, left out when 0.
+    #[inline(always)]
+    fn fixed64(&mut self, field: u8, v: u64) {
+        if v != 0 {
+            self.bits(field, v);
+        }
+    }
+
+    /// A double field, left out when it equals 0.0 (-0.0 too, as prost leaves it out).
+    #[inline(always)]
+    fn double(&mut self, field: u8, v: f64) {
+        if v != 0.0 {
+            self.bits(field, v.to_bits());
+        }
+    }
+
+    #[inline(always)]
+    fn bits(&mut self, field: u8, v: u64) {
+        self.bytes[self.at] = field << 3 | 1;
+        self.bytes[self.at + 1..self.at + 9].copy_from_slice(&v.to_le_bytes());
+        self.at += 9;
+    }
 }
 
 fn varint_field(b: &mut Vec<u8>, field: u8, mut v: u64) {
