@@ -493,6 +493,41 @@ fn security_args(name: &str, args: &[&str]) -> Vec<String> {
     flags
 }
 
+/// A loopback port that is free now and below the kernel's ephemeral range, for a daemon told to listen on it.
+///
+/// A port the kernel picked for a bind to port 0 and then released is free, but it is in the ephemeral range: a
+/// daemon started after may be handed the same port for a listener of its own on port 0 (or an outgoing
+/// connection), and then fail to bind the one it was told. Ports below the range are never handed out that way.
+/// Calls try the ports of a sequence that starts at a place drawn from the process id, so test processes that
+/// run at once start far apart.
+pub fn unused_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const SPAN: u32 = 8_000;
+    // The range's first port, 32768 unless the kernel says otherwise.
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let first = ephemeral.saturating_sub(SPAN).max(1_024);
+    let span = ephemeral.saturating_sub(first).max(1);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let port = first + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        if let Ok(port) = u16::try_from(port)
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {first} and {}", first + span);
+}
+
+/// `127.0.0.1:` and an [`unused_port`].
+pub fn unused_addr() -> String {
+    format!("127.0.0.1:{}", unused_port())
+}
+
 /// Polls `cond` every 20 ms until it holds; panics naming `what` once `timeout` has passed. For the tests that
 /// wait on real processes by the wall clock.
 #[allow(

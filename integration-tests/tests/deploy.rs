@@ -267,14 +267,6 @@ fn daemons_tell_systemd_when_they_serve_and_when_they_stop() {
     assert!(fe.wait_timeout(Duration::from_secs(10)).is_some());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_relay_on(dir: &Path, parent: &str, listen: &str) -> Proc {
     canopy_integration_tests::start_relay(dir, "relay-0", parent, listen).0
 }
@@ -286,7 +278,7 @@ fn a_relay_killed_and_started_again_on_its_port_is_rejoined_and_the_tree_heals()
         dir.path(),
         &["--expect-ranks", "16", "--stream-timeout-ms", "500"],
     );
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = canopy_integration_tests::unused_addr();
     let relay = start_relay_on(dir.path(), &addr, &listen);
     let agent = |id: &str, offset: &str| {
         Proc::start(

@@ -5,18 +5,11 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use canopy_integration_tests::{Proc, reader, ready_field, start_frontend, wait_for, wait_ready_file};
+use canopy_integration_tests::{
+    Proc, reader, ready_field, start_frontend, unused_addr, wait_for, wait_ready_file,
+};
 use canopy_proto::v1::MissingReason;
 use canopy_store::{Select, Table};
-
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
 
 /// `GET path` on `addr`: the status code and the body.
 fn get(addr: &str, path: &str) -> (u16, String) {
@@ -126,7 +119,7 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
         &std::fs::read_to_string(dir.path().join("frontend.ready")).unwrap(),
         "metrics",
     );
-    let relay_metrics = free_addr();
+    let relay_metrics = unused_addr();
     let ready = dir.path().join("relay.ready");
     let mut relay = Proc::start(
         dir.path(),
@@ -146,7 +139,7 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
         ],
     );
     let relay_addr = wait_ready_file(&ready, &mut relay).trim().to_string();
-    let agent_metrics = [free_addr(), free_addr()];
+    let agent_metrics = [unused_addr(), unused_addr()];
     let rounds = ROUNDS.to_string();
     let _agents: Vec<Proc> = (0..2)
         .map(|i| {

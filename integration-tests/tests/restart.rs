@@ -39,12 +39,7 @@ fn frontend(dir: &Path, listen: &str, streams: &str) -> (Proc, std::path::PathBu
 #[test]
 fn a_killed_frontend_restarted_on_its_out_continues_the_run_and_its_stream_table() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = canopy_integration_tests::unused_addr();
     let (mut fe, store) = frontend(dir.path(), &listen, "stats,histogram");
     let (_relay, relay_addr) = start_relay(dir.path(), "relay-0", &listen, "127.0.0.1:0");
     let agent_args = [

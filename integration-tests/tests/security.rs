@@ -336,12 +336,7 @@ async fn roles_are_enforced_and_strangers_cannot_read_control_or_attach() {
 #[test]
 fn a_child_refuses_an_impostor_parent_and_attaches_to_the_real_one_on_its_address() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = canopy_integration_tests::unused_addr();
     // The impostor: a front-end with a certificate of its own CA, on the address the agent's parent had.
     let impostor_dir = dir.path().join("impostor");
     std::fs::create_dir_all(&impostor_dir).unwrap();

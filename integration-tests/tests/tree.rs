@@ -656,11 +656,8 @@ async fn relays_with_a_larger_window_than_the_root_keep_their_agents_going() {
 async fn an_agent_whose_ranks_attached_before_its_parent_answered_never_reports_fewer() {
     use canopy_core::node::{ChildEvent, Input};
     // A port nobody serves yet: the agent's simulated ranks attach one by one while its link retries.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let config = TreeBuilder::default().agent_config("agent:0", &addr.to_string(), 4, 0);
+    let addr = canopy_integration_tests::unused_addr();
+    let config = TreeBuilder::default().agent_config("agent:0", &addr, 4, 0);
     let agent = tokio::spawn(canopy_agent::run(config, std::future::pending()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A hand-made parent: what the node behind it would hear.
