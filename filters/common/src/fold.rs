@@ -319,18 +319,24 @@ mod tests {
                 prop_assert!(columns::check(&folded).is_ok());
                 prop_assert!(columns::check_breakdown(&folded, true).is_ok());
                 prop_assert_eq!(folded.app.len(), folded.id.len());
-                let expected: Vec<_> = maps
-                    .iter()
-                    .flat_map(|(app, m)| {
-                        m.to_final_stats().into_iter().map(|mut s| {
-                            s.app = app.to_string();
-                            s
-                        })
-                    })
-                    .collect();
+                let expected = per_app_stats(&maps);
                 prop_assert_eq!(columns::to_stats(&folded), expected);
             }
         }
+    }
+
+    /// Each application's summaries, in name order, each row naming its application ("" for none).
+    fn per_app_stats(
+        maps: &std::collections::BTreeMap<&str, StatsMap>,
+    ) -> Vec<canopy_filter_proto::v1::EventStats> {
+        maps.iter()
+            .flat_map(|(app, m)| {
+                m.to_final_stats().into_iter().map(|mut s| {
+                    s.app = app.to_string();
+                    s
+                })
+            })
+            .collect()
     }
 
     /// One round: each rank's application, number, and values (id, metric, value).
@@ -374,15 +380,7 @@ mod tests {
                 }
                 let mut folded = StatsColumns::default();
                 kept.to_columns(1, &mut folded);
-                let expected: Vec<_> = maps
-                    .iter()
-                    .flat_map(|(app, m)| {
-                        m.to_final_stats().into_iter().map(|mut s| {
-                            s.app = app.to_string();
-                            s
-                        })
-                    })
-                    .collect();
+                let expected = per_app_stats(&maps);
                 prop_assert_eq!(columns::to_stats(&folded), expected);
             }
         }

@@ -487,19 +487,7 @@ mod tests {
             assert_eq!((v.app, v.rank, v.metrics), (p.app.as_str(), p.rank, p.metrics));
             let events: Vec<EventSample> = buffers.events[v.events.clone()]
                 .iter()
-                .map(|e| EventSample {
-                    event_id: e.id,
-                    calls: e.calls,
-                    subrs: e.subrs,
-                    incl_us: e.incl_us,
-                    excl_us: e.excl_us,
-                    calls_total: e.calls_total,
-                    subrs_total: e.subrs_total,
-                    incl_total_us: e.incl_total_us,
-                    excl_total_us: e.excl_total_us,
-                    metrics: e.metric_values(&buffers, false).to_vec(),
-                    metrics_total: e.metric_values(&buffers, true).to_vec(),
-                })
+                .map(|e| sample_of(e, &buffers))
                 .collect();
             assert_eq!(events, p.events);
             assert_eq!(buffers.event_metrics[v.event_metrics.clone()], p.event_metrics);
@@ -557,19 +545,7 @@ mod tests {
         let views = read_batch(&batch, &mut buffers).unwrap();
         assert_eq!(views[0].rank, 3);
         let e = buffers.events[0];
-        let got = EventSample {
-            event_id: e.id,
-            calls: e.calls,
-            subrs: e.subrs,
-            incl_us: e.incl_us,
-            excl_us: e.excl_us,
-            calls_total: e.calls_total,
-            subrs_total: e.subrs_total,
-            incl_total_us: e.incl_total_us,
-            excl_total_us: e.excl_total_us,
-            metrics: e.metric_values(&buffers, false).to_vec(),
-            metrics_total: e.metric_values(&buffers, true).to_vec(),
-        };
+        let got = sample_of(&e, &buffers);
         assert_eq!(got, expected);
         assert_eq!(
             (got.metrics, got.metrics_total),
