@@ -9,8 +9,6 @@
 //! by prost, which gives the same rows or the error. So what is accepted, and the rows it gives, are always
 //! prost's.
 
-use std::borrow::Cow;
-
 use canopy_proto::filters::v1::{EventStats, StatsResult, Summary};
 use prost::Message;
 use prost::encoding::decode_varint;
@@ -71,27 +69,11 @@ impl<'a> From<&'a EventStats> for StatRow<'a> {
     }
 }
 
-/// A `StatsResult`'s rows, borrowed from its bytes, or the message prost decoded when they were in another form.
+/// A `StatsResult`'s rows, borrowed from its bytes, or the message prost decoded when they were in another form
+/// (which alone can hold quantiles).
 pub(crate) enum StatsRows<'a> {
     InPlace { rows: Vec<StatRow<'a>>, raw_bytes: u64 },
     Decoded(Box<StatsResult>),
-}
-
-impl StatsRows<'_> {
-    pub fn raw_bytes(&self) -> u64 {
-        match self {
-            StatsRows::InPlace { raw_bytes, .. } => *raw_bytes,
-            StatsRows::Decoded(r) => r.raw_bytes,
-        }
-    }
-
-    /// The rows in order, and the decoded rows' messages (which alone can hold quantiles).
-    pub fn rows(&self) -> (Cow<'_, [StatRow<'_>]>, &[EventStats]) {
-        match self {
-            StatsRows::InPlace { rows, .. } => (Cow::Borrowed(rows.as_slice()), &[]),
-            StatsRows::Decoded(r) => (Cow::Owned(r.stats.iter().map(StatRow::from).collect()), &r.stats),
-        }
-    }
 }
 
 /// Reads `payload` as a `StatsResult`: accepts what prost accepts, and gives its rows.
@@ -267,9 +249,19 @@ mod tests {
     }
 
     fn our_rows(payload: &[u8]) -> Result<(Vec<String>, u64), String> {
-        let rows = read(payload).map_err(|e| e.to_string())?;
-        let (list, _) = rows.rows();
-        Ok((list.iter().map(|r| format!("{r:?}")).collect(), rows.raw_bytes()))
+        let (rows, raw_bytes): (Vec<StatRow<'_>>, u64) = match read(payload).map_err(|e| e.to_string())? {
+            StatsRows::InPlace { rows, raw_bytes } => (rows, raw_bytes),
+            StatsRows::Decoded(r) => {
+                return Ok((
+                    r.stats
+                        .iter()
+                        .map(|s| format!("{:?}", StatRow::from(s)))
+                        .collect(),
+                    r.raw_bytes,
+                ));
+            }
+        };
+        Ok((rows.iter().map(|r| format!("{r:?}")).collect(), raw_bytes))
     }
 
     proptest! {
@@ -317,8 +309,9 @@ mod tests {
         entry.extend_from_slice(&9u64.to_le_bytes());
         let mut payload = Vec::new();
         prost::encoding::bytes::encode(1, &entry, &mut payload);
-        let rows = read(&payload).unwrap();
-        assert!(matches!(rows, StatsRows::Decoded(_)));
-        assert_eq!(rows.rows().0[0].id, 9);
+        let StatsRows::Decoded(r) = read(&payload).unwrap() else {
+            panic!("read in place")
+        };
+        assert_eq!(r.stats[0].id, 9);
     }
 }

@@ -3,17 +3,17 @@
 //! `cluster_centroids` and `kmeans_fits`, `node_samples` and `node_ranks`, decoded from the result message a stream's filter declares (any plugin whose result type is
 //! one of the standard messages gets the same tables). Every result also stays whole in `results`.
 
+use std::sync::OnceLock;
+
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
     NodeSamples, OutliersResult, RankRange, UtilizationResult,
 };
-use std::sync::OnceLock;
-
 use prost::Message;
 use rusqlite::{Transaction, params};
 
 use crate::sql::{id_bits, sat};
-use crate::stat_rows::{self, StatRow};
+use crate::stat_rows::{self, StatRow, StatsRows};
 use crate::words::Word;
 
 const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
@@ -74,14 +74,21 @@ pub(crate) fn write(
     };
     match result_type {
         STATS_RESULT => {
-            let r = stat_rows::read(payload).map_err(|source| TableError::Decode {
+            let read = stat_rows::read(payload).map_err(|source| TableError::Decode {
                 what: "StatsResult",
                 source,
             })?;
-            let (rows, decoded) = r.rows();
-            at.stat_rows(tx, None, &rows)?;
-            at.quantiles(tx, None, decoded)?;
-            at.reduction(tx, r.raw_bytes(), payload.len() as u64, None)?;
+            let raw_bytes = match read {
+                StatsRows::InPlace { rows, raw_bytes } => {
+                    at.stat_rows(tx, None, &rows)?;
+                    raw_bytes
+                }
+                StatsRows::Decoded(r) => {
+                    at.stats(tx, None, &r.stats)?;
+                    r.raw_bytes
+                }
+            };
+            at.reduction(tx, raw_bytes, payload.len() as u64, None)?;
         }
         HISTOGRAM_RESULT => {
             let r: HistogramResult = decode("HistogramResult", payload)?;
