@@ -56,6 +56,8 @@ impl SimulatedRanks {
         // The window of rounds in force (canopy ctl window): rounds outside it are neither measured nor reported.
         let mut window_of_rounds: Option<(u64, u64)> = None;
         let names = self.sim.names();
+        // Each rank's source id, made once: every dump names its rank's.
+        let sources: Vec<String> = self.sim.ranks().map(|rank| rank_source(self.sim.app(), rank)).collect();
         let mut options = Measure::default();
         let mut left = HashSet::new();
         // Time rounds (Options.time_rounds, or the utilization module): round k is a window of wall time.
@@ -84,7 +86,7 @@ impl SimulatedRanks {
                         // The round's step begins where its window does on the tree's clock, the same instant at every
                         // agent that heard the same Start.
                         let step = due.saturating_sub(period_ns);
-                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left, time, step).await {
+                        if !self.window.admit(next_round).await || !self.dump(next_round, &options, &left, time, step, &sources).await {
                             return;
                         }
                         next_round += 1;
@@ -148,7 +150,7 @@ impl SimulatedRanks {
     }
 
     /// Every rank's dump of `round`, as one input; false once the node has ended. `left_out` holds the ids the
-    /// options leave out by name.
+    /// options leave out by name; `sources` each rank's source id, in the order of [`Simulator::ranks`].
     async fn dump(
         &mut self,
         round: u64,
@@ -156,9 +158,10 @@ impl SimulatedRanks {
         left_out: &HashSet<u64>,
         utilization: Option<TimeWindow>,
         step_unix_ns: u64,
+        sources: &[String],
     ) -> bool {
         let dump_unix_ns = unix_ns();
-        let app = self.sim.app().to_string();
+        let first = self.sim.ranks().start;
         let mut events = Vec::with_capacity(self.sim.ranks().len());
         {
             let selection = Selection {
@@ -171,7 +174,7 @@ impl SimulatedRanks {
             self.sim
                 .encode_round(round, dump_unix_ns, &selection, |rank, batch| {
                     events.push(RankEvent::Round {
-                        source: rank_source(&app, rank),
+                        source: sources[(rank - first) as usize].clone(),
                         rank,
                         round,
                         dump_unix_ns,
