@@ -55,9 +55,16 @@ impl SimulatedRanks {
         let mut dumped_end = 0u64;
         // The window of rounds in force (canopy ctl window): rounds outside it are neither measured nor reported.
         let mut window_of_rounds: Option<(u64, u64)> = None;
+        // The Start the ranks run on (its start and first round), until a Stop: the same Start heard again is
+        // not a new one.
+        let mut started: Option<(u64, u64)> = None;
         let names = self.sim.names();
         // Each rank's source id, made once: every dump names its rank's.
-        let sources: Vec<String> = self.sim.ranks().map(|rank| rank_source(self.sim.app(), rank)).collect();
+        let sources: Vec<String> = self
+            .sim
+            .ranks()
+            .map(|rank| rank_source(self.sim.app(), rank))
+            .collect();
         let mut options = Measure::default();
         let mut left = HashSet::new();
         // Time rounds (Options.time_rounds, or the utilization module): round k is a window of wall time.
@@ -101,6 +108,16 @@ impl SimulatedRanks {
                 },
             };
             match action {
+                Some(control::Action::Start(s)) if started == Some((s.start_unix_ns, s.first_round)) => {
+                    // The Start these ranks run on, told again by a parent this node attached to since (an adopter
+                    // after its parent was lost, or the parent back after a restart): every parent replays the
+                    // collection in force to a child that attaches, marked as a rejoin. These ranks did not join
+                    // late: they keep their count, and dump at once the rounds they fell behind on while their
+                    // window waited for the parent (its credit was gone with it). Moved to the tree's current
+                    // round, they would never dump those rounds: rank-rounds neither sent up nor kept for the
+                    // adopter to ask for again, lost although no rank was.
+                    window_of_rounds = None;
+                }
                 Some(control::Action::Start(s)) => {
                     // Round k is every rank's k-th dump: a node the Start reached late (a loaded machine) dumps the
                     // rounds it missed at once, so no round lacks its ranks; one that attached after the start (it
@@ -113,10 +130,12 @@ impl SimulatedRanks {
                         next_round.max(s.first_round)
                     };
                     anchor = Some((s.start_unix_ns, s.first_round));
+                    started = Some((s.start_unix_ns, s.first_round));
                     window_of_rounds = None;
                 }
                 Some(control::Action::Stop(_)) => {
                     anchor = None;
+                    started = None;
                     window_of_rounds = None;
                 }
                 Some(control::Action::Window(w)) => window_of_rounds = Some((w.from_round, w.to_round)),
@@ -131,8 +150,12 @@ impl SimulatedRanks {
                         }
                         Err(e) => tracing::error!("measurement options ignored: {e}"),
                     }
-                    if o.period_ms > 0 {
-                        period_ns = o.period_ms.saturating_mul(1_000_000).max(1);
+                    let period = o.period_ms.saturating_mul(1_000_000).max(1);
+                    // The period in force told again (a new parent replays the options in force to a child that
+                    // attaches) changes nothing: the ranks stay on the tree's clock and catch up on what they
+                    // fell behind on.
+                    if o.period_ms > 0 && period != period_ns {
+                        period_ns = period;
                         if anchor.is_some() {
                             // The new period counts from now, from the next round on.
                             anchor = Some((unix_ns(), next_round));
@@ -215,7 +238,7 @@ fn left_out(options: &Measure, names: &[(u64, String)]) -> HashSet<u64> {
 mod tests {
     use super::*;
     use crate::sim::{Scenario, SimConfig};
-    use canopy_core::window::Window;
+    use canopy_core::window::{Window, WindowState};
     use canopy_proto::v1::Start;
 
     fn simulator(app: &str) -> Simulator {
@@ -294,6 +317,139 @@ mod tests {
         let first = first_round_after_a_late_start(true, false).await;
         // Ten seconds of 1 ms rounds after round 5, give or take the test's own pace.
         assert!((10_005..10_500).contains(&first), "began at round {first}");
+    }
+
+    /// The round of the next dump the simulated ranks hand the node.
+    async fn next_dump(node: &mut mpsc::Receiver<Input>) -> u64 {
+        loop {
+            let input = tokio::time::timeout(Duration::from_secs(10), node.recv())
+                .await
+                .expect("a dump within 10 s")
+                .expect("the simulated ranks ended");
+            let Input::Ranks(events) = input else { continue };
+            if let Some(round) = events.iter().find_map(|e| match e {
+                RankEvent::Round { round, .. } => Some(*round),
+                _ => None,
+            }) {
+                return round;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn ranks_held_by_the_window_and_adopted_skip_no_round() {
+        // The ranks dump rounds 0 to 2 and wait at round 3, the end of their window (the parent's last credit):
+        // the parent died. The tree's clock moves on while the node finds its adopter, which tells it the Start in
+        // force again (marked as a rejoin, as to any child that attaches), then opens the window with its credit.
+        // The ranks go on from round 3, the rounds they fell behind on at once: a round skipped here would be
+        // lost at every rank of the node, with nothing left to send again.
+        let sim = simulator("app");
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let (inputs, mut node) = mpsc::channel(16);
+        let (mut window, gate) = Window::new(1 << 20);
+        window.update(WindowState {
+            credit: Some(3),
+            ..Default::default()
+        });
+        let period = Duration::from_millis(5);
+        let ranks = SimulatedRanks {
+            sim,
+            schedule: Schedule { period, rounds: 0 },
+            control,
+            inputs,
+            window: gate,
+        };
+        let clock = tokio::spawn(ranks.run());
+        let start = Start {
+            start_unix_ns: unix_ns(),
+            first_round: 0,
+            rejoin: false,
+        };
+        control_tx.send(control::Action::Start(start)).unwrap();
+        for round in 0..3 {
+            assert_eq!(next_dump(&mut node).await, round);
+        }
+        // Twenty periods without a parent: round 3 is due, and the window holds it.
+        tokio::time::sleep(period * 20).await;
+        let replayed = Start {
+            rejoin: true,
+            ..start
+        };
+        control_tx.send(control::Action::Start(replayed)).unwrap();
+        window.update(WindowState {
+            credit: Some(1 << 20),
+            ..Default::default()
+        });
+        let mut after = Vec::new();
+        for _ in 0..3 {
+            after.push(next_dump(&mut node).await);
+        }
+        clock.abort();
+        assert_eq!(after, [3, 4, 5], "the adopted node's ranks skipped rounds");
+    }
+
+    #[tokio::test]
+    async fn options_told_again_keep_the_ranks_on_the_trees_clock() {
+        // As above, the ranks wait at round 3 while their node finds a new parent; this time the parent replays
+        // the options in force, period included, before the Start. Once the window opens, the rounds the ranks
+        // fell behind on are due already and go at once, not one period apart from the moment the options came.
+        let sim = simulator("app");
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let (inputs, mut node) = mpsc::channel(64);
+        let (mut window, gate) = Window::new(1 << 20);
+        window.update(WindowState {
+            credit: Some(3),
+            ..Default::default()
+        });
+        let period = Duration::from_millis(50);
+        let ranks = SimulatedRanks {
+            sim,
+            schedule: Schedule { period, rounds: 0 },
+            control,
+            inputs,
+            window: gate,
+        };
+        let clock = tokio::spawn(ranks.run());
+        let options = canopy_proto::v1::Options {
+            period_ms: 50,
+            ..Default::default()
+        };
+        control_tx
+            .send(control::Action::Options(options.clone()))
+            .unwrap();
+        let start = Start {
+            start_unix_ns: unix_ns(),
+            first_round: 0,
+            rejoin: false,
+        };
+        control_tx.send(control::Action::Start(start)).unwrap();
+        for round in 0..3 {
+            assert_eq!(next_dump(&mut node).await, round);
+        }
+        // Twenty periods without a parent: rounds 3 to 22 are due.
+        tokio::time::sleep(period * 20).await;
+        control_tx.send(control::Action::Options(options)).unwrap();
+        control_tx
+            .send(control::Action::Start(Start {
+                rejoin: true,
+                ..start
+            }))
+            .unwrap();
+        let opened = tokio::time::Instant::now();
+        window.update(WindowState {
+            credit: Some(1 << 20),
+            ..Default::default()
+        });
+        for round in 3..18 {
+            assert_eq!(next_dump(&mut node).await, round);
+        }
+        clock.abort();
+        // Fifteen rounds on a clock moved to the options' arrival would take 14 periods (700 ms).
+        let took = opened.elapsed();
+        assert!(
+            took < period * 7,
+            "rounds 3 to 17 took {took:?}: the ranks left the tree's clock"
+        );
     }
 
     /// The first round the simulated ranks of `app` dump under these options: per rank, the names of the
