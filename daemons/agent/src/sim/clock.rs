@@ -336,114 +336,105 @@ mod tests {
         }
     }
 
+    /// Simulated ranks whose parent died: they dumped rounds 0 to 2 and wait at round 3, the end of their window
+    /// (the dead parent's last credit), while the tree's clock runs on for twenty periods.
+    struct Orphaned {
+        control: mpsc::UnboundedSender<control::Action>,
+        node: mpsc::Receiver<Input>,
+        window: Window,
+        clock: tokio::task::JoinHandle<()>,
+        start: Start,
+    }
+
+    impl Orphaned {
+        /// The ranks on `period`, told `options` (if any) before the Start, held at round 3.
+        async fn held(period: Duration, options: Option<&canopy_proto::v1::Options>) -> Orphaned {
+            let (control, control_rx) = mpsc::unbounded_channel();
+            let (inputs, mut node) = mpsc::channel(64);
+            let (mut window, gate) = Window::new(1 << 20);
+            window.update(WindowState {
+                credit: Some(3),
+                ..Default::default()
+            });
+            let ranks = SimulatedRanks {
+                sim: simulator("app"),
+                schedule: Schedule { period, rounds: 0 },
+                control: control_rx,
+                inputs,
+                window: gate,
+            };
+            let clock = tokio::spawn(ranks.run());
+            if let Some(o) = options {
+                control.send(control::Action::Options(o.clone())).unwrap();
+            }
+            let start = Start {
+                start_unix_ns: unix_ns(),
+                first_round: 0,
+                rejoin: false,
+            };
+            control.send(control::Action::Start(start)).unwrap();
+            for round in 0..3 {
+                assert_eq!(next_dump(&mut node).await, round);
+            }
+            tokio::time::sleep(period * 20).await;
+            Orphaned {
+                control,
+                node,
+                window,
+                clock,
+                start,
+            }
+        }
+
+        /// The adopter attaches: it tells the controls in force again, the Start marked as a rejoin as to any
+        /// child that attaches, and opens the window with its credit.
+        fn adopted(&mut self, options: Option<canopy_proto::v1::Options>) {
+            if let Some(o) = options {
+                self.control.send(control::Action::Options(o)).unwrap();
+            }
+            let replayed = Start {
+                rejoin: true,
+                ..self.start
+            };
+            self.control.send(control::Action::Start(replayed)).unwrap();
+            self.window.update(WindowState {
+                credit: Some(1 << 20),
+                ..Default::default()
+            });
+        }
+    }
+
     #[tokio::test]
     async fn ranks_held_by_the_window_and_adopted_skip_no_round() {
-        // The ranks dump rounds 0 to 2 and wait at round 3, the end of their window (the parent's last credit):
-        // the parent died. The tree's clock moves on while the node finds its adopter, which tells it the Start in
-        // force again (marked as a rejoin, as to any child that attaches), then opens the window with its credit.
-        // The ranks go on from round 3, the rounds they fell behind on at once: a round skipped here would be
-        // lost at every rank of the node, with nothing left to send again.
-        let sim = simulator("app");
-        let (control_tx, control) = mpsc::unbounded_channel();
-        let (inputs, mut node) = mpsc::channel(16);
-        let (mut window, gate) = Window::new(1 << 20);
-        window.update(WindowState {
-            credit: Some(3),
-            ..Default::default()
-        });
-        let period = Duration::from_millis(5);
-        let ranks = SimulatedRanks {
-            sim,
-            schedule: Schedule { period, rounds: 0 },
-            control,
-            inputs,
-            window: gate,
-        };
-        let clock = tokio::spawn(ranks.run());
-        let start = Start {
-            start_unix_ns: unix_ns(),
-            first_round: 0,
-            rejoin: false,
-        };
-        control_tx.send(control::Action::Start(start)).unwrap();
-        for round in 0..3 {
-            assert_eq!(next_dump(&mut node).await, round);
-        }
-        // Twenty periods without a parent: round 3 is due, and the window holds it.
-        tokio::time::sleep(period * 20).await;
-        let replayed = Start {
-            rejoin: true,
-            ..start
-        };
-        control_tx.send(control::Action::Start(replayed)).unwrap();
-        window.update(WindowState {
-            credit: Some(1 << 20),
-            ..Default::default()
-        });
+        // The ranks go on from round 3 once adopted, the rounds they fell behind on at once: a round skipped here
+        // would be lost at every rank of the node, with nothing left to send again.
+        let mut orphan = Orphaned::held(Duration::from_millis(5), None).await;
+        orphan.adopted(None);
         let mut after = Vec::new();
         for _ in 0..3 {
-            after.push(next_dump(&mut node).await);
+            after.push(next_dump(&mut orphan.node).await);
         }
-        clock.abort();
+        orphan.clock.abort();
         assert_eq!(after, [3, 4, 5], "the adopted node's ranks skipped rounds");
     }
 
     #[tokio::test]
     async fn options_told_again_keep_the_ranks_on_the_trees_clock() {
-        // As above, the ranks wait at round 3 while their node finds a new parent; this time the parent replays
-        // the options in force, period included, before the Start. Once the window opens, the rounds the ranks
-        // fell behind on are due already and go at once, not one period apart from the moment the options came.
-        let sim = simulator("app");
-        let (control_tx, control) = mpsc::unbounded_channel();
-        let (inputs, mut node) = mpsc::channel(64);
-        let (mut window, gate) = Window::new(1 << 20);
-        window.update(WindowState {
-            credit: Some(3),
-            ..Default::default()
-        });
+        // The adopter also replays the options in force, period included. Once the window opens, the rounds the
+        // ranks fell behind on (3 to 22) are due already and go at once, not one period apart from the moment the
+        // options came.
         let period = Duration::from_millis(50);
-        let ranks = SimulatedRanks {
-            sim,
-            schedule: Schedule { period, rounds: 0 },
-            control,
-            inputs,
-            window: gate,
-        };
-        let clock = tokio::spawn(ranks.run());
         let options = canopy_proto::v1::Options {
             period_ms: 50,
             ..Default::default()
         };
-        control_tx
-            .send(control::Action::Options(options.clone()))
-            .unwrap();
-        let start = Start {
-            start_unix_ns: unix_ns(),
-            first_round: 0,
-            rejoin: false,
-        };
-        control_tx.send(control::Action::Start(start)).unwrap();
-        for round in 0..3 {
-            assert_eq!(next_dump(&mut node).await, round);
-        }
-        // Twenty periods without a parent: rounds 3 to 22 are due.
-        tokio::time::sleep(period * 20).await;
-        control_tx.send(control::Action::Options(options)).unwrap();
-        control_tx
-            .send(control::Action::Start(Start {
-                rejoin: true,
-                ..start
-            }))
-            .unwrap();
+        let mut orphan = Orphaned::held(period, Some(&options)).await;
         let opened = tokio::time::Instant::now();
-        window.update(WindowState {
-            credit: Some(1 << 20),
-            ..Default::default()
-        });
+        orphan.adopted(Some(options));
         for round in 3..18 {
-            assert_eq!(next_dump(&mut node).await, round);
+            assert_eq!(next_dump(&mut orphan.node).await, round);
         }
-        clock.abort();
+        orphan.clock.abort();
         // Fifteen rounds on a clock moved to the options' arrival would take 14 periods (700 ms).
         let took = opened.elapsed();
         assert!(
