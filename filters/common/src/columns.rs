@@ -372,9 +372,18 @@ fn merge_rows(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut Stats
             rest.iter().all(|c| {
                 c.id == first.id && c.metric == first.metric && c.app.is_empty() == first.app.is_empty()
             }) && (first.app.is_empty()
+                // The same application column through the same mapping (children of one application)
+                // says it for every row at once.
+                || (1..inputs.len()).all(|i| inputs[i].app == first.app && to_out[i] == to_out[0])
                 || (0..first.id.len())
                     .all(|row| (1..inputs.len()).all(|i| merged_key(i, row) == merged_key(0, row))))
         });
+    if aligned && sketches.is_none() {
+        merge_aligned(inputs, &to_out, by_app, out);
+        prune_apps(out);
+        out.raw_bytes = raw_bytes;
+        return;
+    }
     loop {
         let next = if aligned {
             (at[0] < inputs[0].id.len()).then(|| merged_key(0, at[0]))
@@ -417,6 +426,84 @@ fn merge_rows(inputs: &[&StatsColumns], sketches: Option<&Spec>, out: &mut Stats
     }
     prune_apps(out);
     out.raw_bytes = raw_bytes;
+}
+
+/// The merge of inputs whose rows have the same keys in the same order, column by column: each row starts as
+/// input 0's (as `Row::empty()` merged with it) and the other inputs are merged into it in order, which are the
+/// merges [`merge_rows`] makes row by row, so the same bits, without a pass over the keys or a push per row
+/// and column.
+fn merge_aligned(inputs: &[&StatsColumns], to_out: &[Vec<u32>], by_app: bool, out: &mut StatsColumns) {
+    let Some((first, rest)) = inputs.split_first() else {
+        return;
+    };
+    let n = first.id.len();
+    let apps = &to_out[0];
+    out.id.extend_from_slice(&first.id);
+    out.metric.extend_from_slice(&first.metric);
+    if by_app {
+        out.app.extend(first.app.iter().map(|&a| apps[a as usize]));
+    }
+    out.count.extend_from_slice(&first.count);
+    out.mean.extend_from_slice(&first.mean);
+    out.m2.extend_from_slice(&first.m2);
+    out.min.extend_from_slice(&first.min);
+    out.max.extend_from_slice(&first.max);
+    out.min_app
+        .extend(first.min_app.iter().map(|&a| apps[a as usize]));
+    out.min_rank.extend_from_slice(&first.min_rank);
+    out.max_app
+        .extend(first.max_app.iter().map(|&a| apps[a as usize]));
+    out.max_rank.extend_from_slice(&first.max_rank);
+    // An empty row merged with input 0's is input 0's, unless that has no values: then it stays empty.
+    for row in (0..n).filter(|&row| first.count[row] == 0) {
+        set(out, row, &Row::empty());
+    }
+    for (i, c) in rest.iter().enumerate() {
+        let apps = &to_out[i + 1];
+        for row in 0..n {
+            let incoming = row_of(c, apps, row);
+            if incoming.count == 0 {
+                continue;
+            }
+            let mut merged = Row {
+                count: out.count[row],
+                mean: out.mean[row],
+                m2: out.m2[row],
+                min: out.min[row],
+                max: out.max[row],
+                min_at: (out.min_app[row], out.min_rank[row]),
+                max_at: (out.max_app[row], out.max_rank[row]),
+            };
+            merged.merge(&incoming, |a, b| a < b);
+            set(out, row, &merged);
+        }
+    }
+}
+
+/// Row `row` of `out`'s summaries made `r` (its key stays).
+#[inline]
+fn set(out: &mut StatsColumns, row: usize, r: &Row) {
+    out.count[row] = r.count;
+    out.mean[row] = r.mean;
+    out.m2[row] = r.m2;
+    out.min[row] = r.min;
+    out.max[row] = r.max;
+    (out.min_app[row], out.min_rank[row]) = r.min_at;
+    (out.max_app[row], out.max_rank[row]) = r.max_at;
+}
+
+/// Row `row` of `c`, its extremes' applications mapped through `apps` into the merged table.
+#[inline]
+fn row_of(c: &StatsColumns, apps: &[u32], row: usize) -> Row {
+    Row {
+        count: c.count[row],
+        mean: c.mean[row],
+        m2: c.m2[row],
+        min: c.min[row],
+        max: c.max[row],
+        min_at: (apps[c.min_app[row] as usize], c.min_rank[row]),
+        max_at: (apps[c.max_app[row] as usize], c.max_rank[row]),
+    }
 }
 
 /// Drops the applications no row names any more (the table stays sorted), so a child's long table does not
@@ -821,5 +908,30 @@ mod tests {
             prop_assert!(check(&fast).is_ok());
             prop_assert_eq!(fast, general);
         }
+    }
+
+    /// A row without values (which no leaf makes, but a packet may carry) merges aligned as in the general
+    /// pass: it adds nothing, first or not.
+    #[test]
+    fn aligned_rows_without_values_merge_as_the_general_pass_does() {
+        let rows = [(1, 1, 2.0, "x", 0), (1, 2, -1.0, "x", 3), (4, 1, 0.5, "y", 2)];
+        let mut a = columns_of(&map_of(&rows), 1);
+        let b = columns_of(&map_of(&rows), 1);
+        a.count[1] = 0;
+        a.min[1] = -7.0;
+        for inputs in [[&a, &b], [&b, &a]] {
+            let (mut fast, mut general) = (StatsColumns::default(), StatsColumns::default());
+            merge_rows(&inputs, None, &mut fast, true);
+            merge_rows(&inputs, None, &mut general, false);
+            assert_eq!(fast, general);
+            assert_eq!(fast.count, [2, 1, 2]);
+            assert_eq!(fast.min[1], -1.0);
+        }
+        // In no input: the row stays as empty as the general pass leaves it.
+        let (mut fast, mut general) = (StatsColumns::default(), StatsColumns::default());
+        merge_rows(&[&a, &a], None, &mut fast, true);
+        merge_rows(&[&a, &a], None, &mut general, false);
+        assert_eq!(fast, general);
+        assert_eq!(fast.count, [2, 0, 2]);
     }
 }

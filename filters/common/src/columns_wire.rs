@@ -66,18 +66,23 @@ fn packed_column(into: &mut StatsColumns, tag: u32, buf: &mut &[u8]) -> bool {
 }
 
 /// A packed column of 8-byte values appended to `into`; `false` (nothing appended) unless `body` is whole values.
-fn fixed<T>(body: &[u8], into: &mut Vec<T>, from: fn([u8; 8]) -> T) -> bool {
+fn fixed<T: Copy + Default>(body: &[u8], into: &mut Vec<T>, from: impl Fn([u8; 8]) -> T) -> bool {
     let values = body.chunks_exact(8);
     if !values.remainder().is_empty() {
         return false;
     }
-    into.extend(values.map(|b| from(b.try_into().expect("chunks of 8"))));
+    // Sized first and then filled, so the loop is a plain copy the compiler can widen.
+    let start = into.len();
+    into.resize(start + values.len(), T::default());
+    for (to, b) in into[start..].iter_mut().zip(values) {
+        *to = from(b.try_into().expect("chunks of 8"));
+    }
     true
 }
 
 /// A packed column of varints appended to `into`, each made a `T` by `cast` as prost does; `false` (nothing
 /// appended) unless `body` is whole varints of at most 10 bytes, the last of which fits 64 bits.
-fn varints<T>(body: &[u8], into: &mut Vec<T>, cast: fn(u64) -> T) -> bool {
+fn varints<T>(body: &[u8], into: &mut Vec<T>, cast: impl Fn(u64) -> T) -> bool {
     let before = into.len();
     into.reserve(body.len());
     let mut i = 0;
@@ -153,7 +158,7 @@ pub fn encode(c: &StatsColumns, out: &mut Vec<u8>) {
     packed_varints(21, &c.app, |&v| u64::from(v), out);
 }
 
-fn packed_fixed<T: Copy>(tag: u32, values: &[T], bytes: fn(T) -> [u8; 8], out: &mut Vec<u8>) {
+fn packed_fixed<T: Copy>(tag: u32, values: &[T], bytes: impl Fn(T) -> [u8; 8], out: &mut Vec<u8>) {
     if values.is_empty() {
         return;
     }
@@ -163,7 +168,7 @@ fn packed_fixed<T: Copy>(tag: u32, values: &[T], bytes: fn(T) -> [u8; 8], out: &
     out.extend(values.iter().flat_map(|&v| bytes(v)));
 }
 
-fn packed_varints<T>(tag: u32, values: &[T], wide: fn(&T) -> u64, out: &mut Vec<u8>) {
+fn packed_varints<T>(tag: u32, values: &[T], wide: impl Fn(&T) -> u64, out: &mut Vec<u8>) {
     if values.is_empty() {
         return;
     }
