@@ -458,30 +458,56 @@ fn merge_aligned(inputs: &[&StatsColumns], to_out: &[Vec<u32>], by_app: bool, ou
     for row in (0..n).filter(|&row| first.count[row] == 0) {
         set(out, row, &Row::empty());
     }
+    // Every column cut to the rows' count, so that indexing them in the loop needs no check.
+    let count = &mut out.count[..n];
+    let mean = &mut out.mean[..n];
+    let m2 = &mut out.m2[..n];
+    let min = &mut out.min[..n];
+    let max = &mut out.max[..n];
+    let min_app = &mut out.min_app[..n];
+    let min_rank = &mut out.min_rank[..n];
+    let max_app = &mut out.max_app[..n];
+    let max_rank = &mut out.max_rank[..n];
     for (i, c) in rest.iter().enumerate() {
         let apps = &to_out[i + 1];
+        let (c_count, c_mean, c_m2) = (&c.count[..n], &c.mean[..n], &c.m2[..n]);
+        let (c_min, c_min_app, c_min_rank) = (&c.min[..n], &c.min_app[..n], &c.min_rank[..n]);
+        let (c_max, c_max_app, c_max_rank) = (&c.max[..n], &c.max_app[..n], &c.max_rank[..n]);
         for row in 0..n {
-            let incoming = row_of(c, apps, row);
-            if incoming.count == 0 {
+            if c_count[row] == 0 {
                 continue;
             }
+            let incoming = Row {
+                count: c_count[row],
+                mean: c_mean[row],
+                m2: c_m2[row],
+                min: c_min[row],
+                max: c_max[row],
+                min_at: (apps[c_min_app[row] as usize], c_min_rank[row]),
+                max_at: (apps[c_max_app[row] as usize], c_max_rank[row]),
+            };
             let mut merged = Row {
-                count: out.count[row],
-                mean: out.mean[row],
-                m2: out.m2[row],
-                min: out.min[row],
-                max: out.max[row],
-                min_at: (out.min_app[row], out.min_rank[row]),
-                max_at: (out.max_app[row], out.max_rank[row]),
+                count: count[row],
+                mean: mean[row],
+                m2: m2[row],
+                min: min[row],
+                max: max[row],
+                min_at: (min_app[row], min_rank[row]),
+                max_at: (max_app[row], max_rank[row]),
             };
             merged.merge(&incoming, |a, b| a < b);
-            set(out, row, &merged);
+            count[row] = merged.count;
+            mean[row] = merged.mean;
+            m2[row] = merged.m2;
+            min[row] = merged.min;
+            max[row] = merged.max;
+            (min_app[row], min_rank[row]) = merged.min_at;
+            (max_app[row], max_rank[row]) = merged.max_at;
         }
     }
 }
 
 /// Row `row` of `out`'s summaries made `r` (its key stays).
-#[inline]
 fn set(out: &mut StatsColumns, row: usize, r: &Row) {
     out.count[row] = r.count;
     out.mean[row] = r.mean;
@@ -490,20 +516,6 @@ fn set(out: &mut StatsColumns, row: usize, r: &Row) {
     out.max[row] = r.max;
     (out.min_app[row], out.min_rank[row]) = r.min_at;
     (out.max_app[row], out.max_rank[row]) = r.max_at;
-}
-
-/// Row `row` of `c`, its extremes' applications mapped through `apps` into the merged table.
-#[inline]
-fn row_of(c: &StatsColumns, apps: &[u32], row: usize) -> Row {
-    Row {
-        count: c.count[row],
-        mean: c.mean[row],
-        m2: c.m2[row],
-        min: c.min[row],
-        max: c.max[row],
-        min_at: (apps[c.min_app[row] as usize], c.min_rank[row]),
-        max_at: (apps[c.max_app[row] as usize], c.max_rank[row]),
-    }
 }
 
 /// Drops the applications no row names any more (the table stays sorted), so a child's long table does not

@@ -83,6 +83,12 @@ fn fixed<T: Copy + Default>(body: &[u8], into: &mut Vec<T>, from: impl Fn([u8; 8
 /// A packed column of varints appended to `into`, each made a `T` by `cast` as prost does; `false` (nothing
 /// appended) unless `body` is whole varints of at most 10 bytes, the last of which fits 64 bits.
 fn varints<T>(body: &[u8], into: &mut Vec<T>, cast: impl Fn(u64) -> T) -> bool {
+    // Values under 128 (metrics, applications, and counts and ranks of small trees) are one byte each: a
+    // column of them alone is read in one widening pass.
+    if body.iter().all(|&b| b < 0x80) {
+        into.extend(body.iter().map(|&b| cast(u64::from(b))));
+        return true;
+    }
     let before = into.len();
     into.reserve(body.len());
     let mut i = 0;
@@ -173,6 +179,12 @@ fn packed_varints<T>(tag: u32, values: &[T], wide: impl Fn(&T) -> u64, out: &mut
         return;
     }
     encode_key(tag, WireType::LengthDelimited, out);
+    // A column of values under 128 is a byte per value.
+    if values.iter().all(|v| wide(v) < 0x80) {
+        encode_varint(values.len() as u64, out);
+        out.extend(values.iter().map(|v| wide(v) as u8));
+        return;
+    }
     let len: usize = values.iter().map(|v| encoded_len_varint(wide(v))).sum();
     encode_varint(len as u64, out);
     for v in values {
