@@ -2,6 +2,10 @@
 //! apart: generating and encoding a round's profiles (in a deployment, the ranks' work, done by the SDK in
 //! the application) against the leaf filter reading and folding them (the agent's work). The rest of an
 //! agent's CPU (runtime, round engine, transport) is what a whole-process figure adds to these two.
+//!
+//! A second table times the same filters one level up: a relay's phase-0 call over `children` leaf packets
+//! per round (the leaf's packets of consecutive rounds, so every child reports the same keys with its own
+//! values, as the children of a relay over one application do), through the real plugin.
 
 use std::time::Instant;
 
@@ -11,7 +15,14 @@ use canopy_core::filter::{FilterFactory, Level};
 use crate::stats;
 
 #[allow(clippy::disallowed_types)] // a benchmark's wall clock, on its own thread
-pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: usize) -> anyhow::Result<()> {
+pub fn run(
+    ranks: u32,
+    events: u32,
+    rounds: u64,
+    children: usize,
+    filters: &[String],
+    repeats: usize,
+) -> anyhow::Result<()> {
     println!(
         "\n## leaf: one agent's {ranks} simulated ranks (flash, {events} events), {rounds} rounds, one thread: us per rank-round"
     );
@@ -21,6 +32,7 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
     let rank_rounds = (u64::from(ranks) * rounds) as f64;
     let mut generate = Vec::new();
     let mut fold: Vec<Vec<f64>> = vec![Vec::new(); filters.len()];
+    let mut merge: Vec<Vec<f64>> = vec![Vec::new(); filters.len()];
     for _ in 0..repeats {
         let mut sim = Simulator::new(SimConfig {
             scenario: Scenario::Flash,
@@ -54,12 +66,16 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
             let mut filter = plugins.create(name, "", Level::Leaf)?;
             let mut root = plugins.create(name, "", Level::Root)?;
             let mut leaf_us = 0.0;
+            let mut packets = Vec::with_capacity(batches.len());
             for (round, batch) in batches.iter().enumerate() {
                 let round = round as u64;
                 let inputs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
                 let t = Instant::now();
                 let mut out = filter.upstream(round, 0, &inputs)?;
                 leaf_us += t.elapsed().as_secs_f64() * 1e6;
+                if let Some(up) = out.up.iter().find(|p| p.phase == 0) {
+                    packets.push(up.payload.clone());
+                }
                 while let Some(up) = out.up.pop() {
                     let down = root.upstream(round, up.phase, &[&up.payload])?.down;
                     let Some(down) = down.into_iter().next() else {
@@ -72,6 +88,17 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
                 std::hint::black_box(out);
             }
             fold[f].push(leaf_us / rank_rounds);
+            if !packets.is_empty() {
+                let mut relay = plugins.create(name, "", Level::Relay)?;
+                let t = Instant::now();
+                for round in 0..packets.len() {
+                    let inputs: Vec<&[u8]> = (0..children)
+                        .map(|c| packets[(round + c) % packets.len()].as_slice())
+                        .collect();
+                    std::hint::black_box(relay.upstream(round as u64, 0, &inputs)?);
+                }
+                merge[f].push(t.elapsed().as_secs_f64() * 1e6 / packets.len() as f64);
+            }
         }
     }
     let row = |label: &str, xs: Vec<f64>| {
@@ -87,6 +114,19 @@ pub fn run(ranks: u32, events: u32, rounds: u64, filters: &[String], repeats: us
             &format!("the leaf's `{name}` filter: its whole leaf round (the agent's work)"),
             xs,
         );
+    }
+    println!(
+        "\n## relay: {children} children's phase-0 packets of those leaves merged, one thread: us per round"
+    );
+    println!("| work | us per round (median) | min | max |");
+    println!("|---|---:|---:|---:|");
+    for (name, xs) in filters.iter().zip(merge) {
+        if !xs.is_empty() {
+            row(
+                &format!("the relay's `{name}` filter: decode, check, merge and encode"),
+                xs,
+            );
+        }
     }
     Ok(())
 }

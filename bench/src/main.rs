@@ -134,6 +134,9 @@ enum Command {
         events: u32,
         #[arg(long, default_value_t = 200)]
         rounds: u64,
+        /// Children of the relay timed over the leaves' packets.
+        #[arg(long, default_value_t = 2)]
+        children: usize,
         /// Leaf filters timed, each over the same encoded rounds.
         #[arg(long, default_value = "stats,histogram", value_delimiter = ',')]
         filters: Vec<String>,
@@ -361,8 +364,9 @@ fn main() -> anyhow::Result<()> {
             ranks,
             events,
             rounds,
+            children,
             filters,
-        } => leaf::run(ranks, events, rounds, &filters, args.repeats),
+        } => leaf::run(ranks, events, rounds, children, &filters, args.repeats),
         Command::Latency {
             topology,
             ranks,
