@@ -33,6 +33,35 @@ pub fn decode_into(into: &mut StatsColumns, bytes: &[u8]) -> Result<(), prost::D
     merge(into, bytes)
 }
 
+/// Decodes `bytes` into `into`, cleared first, as `into.clear(); into.merge(bytes)` does, with its
+/// `StatsColumns` field numbered `field` (reached through `columns`, which creates it if absent) read by
+/// [`merge`]: for the packets that carry summaries beside other fields. A field that is not a well-formed
+/// length-delimited `field` is left to prost, which then decides.
+pub fn decode_with_columns<M: Message>(
+    into: &mut M,
+    bytes: &[u8],
+    field: u32,
+    columns: impl Fn(&mut M) -> &mut StatsColumns,
+) -> Result<(), prost::DecodeError> {
+    into.clear();
+    let mut buf = bytes;
+    while !buf.is_empty() {
+        let (tag, wt) = decode_key(&mut buf)?;
+        if tag == field && wt == WireType::LengthDelimited {
+            let mut rest = buf;
+            if let Ok(len) = decode_varint(&mut rest)
+                && let Some(body) = usize::try_from(len).ok().and_then(|len| rest.get(..len))
+            {
+                merge(columns(into), body)?;
+                buf = &rest[body.len()..];
+                continue;
+            }
+        }
+        into.merge_field(tag, wt, &mut buf, DecodeContext::default())?;
+    }
+    Ok(())
+}
+
 /// One packed column of field `tag` at the front of `buf` (after its key), appended and passed. `false`, with
 /// `buf` and `into` as they were, if the field is not one taken apart here or its bytes are not a well-formed
 /// packed column: prost reads it then.
@@ -312,6 +341,58 @@ mod tests {
         #[test]
         fn reads_arbitrary_bytes_as_prost_does(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             same_as_prost(&bytes, &StatsColumns::default());
+        }
+    }
+
+    /// A histogram packet (summaries as field 5 beside other fields) read with its columns taken apart: the
+    /// same verdict as prost, and on success the same message.
+    fn packet_same_as_prost(bytes: &[u8]) {
+        use canopy_filter_proto::v1::HistogramPacket;
+        let theirs = HistogramPacket::decode(bytes);
+        let mut ours = HistogramPacket {
+            raw_bytes: 7,
+            ..HistogramPacket::default()
+        };
+        let ours_ok =
+            decode_with_columns(&mut ours, bytes, 5, |p| p.summaries.get_or_insert_default()).is_ok();
+        assert_eq!(ours_ok, theirs.is_ok(), "{bytes:02x?}");
+        if let Ok(theirs) = theirs {
+            assert_eq!(ours.encode_to_vec(), theirs.encode_to_vec(), "{bytes:02x?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn reads_packets_with_columns_as_prost_does(
+            c in columns(),
+            twice in any::<bool>(),
+            raw_bytes in any::<u64>(),
+            cut in prop::option::of((any::<prop::sample::Index>(), any::<u8>())),
+        ) {
+            use canopy_filter_proto::v1::{HistogramPacket, Range};
+            let packet = HistogramPacket {
+                summaries: Some(c.clone()),
+                ranges: vec![Range { id: 3, metric: 1, lo: 0.5, hi: 2.0, ..Range::default() }],
+                raw_bytes,
+                ..HistogramPacket::default()
+            };
+            let mut bytes = packet.encode_to_vec();
+            if twice {
+                // The field seen twice: prost merges the second into the first.
+                bytes.extend(HistogramPacket { summaries: Some(c), ..HistogramPacket::default() }.encode_to_vec());
+            }
+            if let Some((at, b)) = cut {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+            }
+            packet_same_as_prost(&bytes);
+        }
+
+        #[test]
+        fn reads_arbitrary_packets_as_prost_does(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            packet_same_as_prost(&bytes);
         }
     }
 

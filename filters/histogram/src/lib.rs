@@ -19,7 +19,7 @@ use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::stream::Buffers;
 use canopy_filter_common::three_phase::{self, ThreePhase};
-use canopy_filter_common::{Params, Values, columns, decode, metrics};
+use canopy_filter_common::{Params, Values, columns, columns_wire, decode, metrics};
 use canopy_filter_proto::v1::{HistogramPacket, HistogramResult, StatsColumns};
 use canopy_filter_sdk::{Emit, Filter, Level, export_filter};
 use prost::Message;
@@ -30,6 +30,8 @@ pub const DEFAULT_BINS: u32 = 10;
 pub const MAX_BINS: u32 = 10_000;
 
 const PACKET: &str = "canopy.filters.v1.HistogramPacket";
+/// `HistogramPacket.summaries`' field number.
+const SUMMARIES_FIELD: u32 = 5;
 
 /// How many binned rounds' sample buffers a leaf keeps for reuse: enough for the rounds a window keeps in
 /// flight, so that a leaf in a steady state takes no new memory for its values.
@@ -115,9 +117,24 @@ impl ThreePhase for HistogramFilter {
 
     fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> StatsColumns {
         let by_app = self.by_app;
-        let packets: Vec<HistogramPacket> =
-            decode::packets(inputs, PACKET, out, |p: &HistogramPacket| summaries_of(p, by_app));
-        let summaries: Vec<&StatsColumns> = packets.iter().filter_map(|p| p.summaries.as_ref()).collect();
+        // The summaries' columns read by the packed-column reader, as the stats filter reads its packets.
+        let mut packets: Vec<HistogramPacket> = Vec::new();
+        let good = decode::packets_decoded_into(
+            inputs,
+            &mut packets,
+            PACKET,
+            out,
+            |p, bytes| {
+                columns_wire::decode_with_columns(p, bytes, SUMMARIES_FIELD, |p| {
+                    p.summaries.get_or_insert_default()
+                })
+            },
+            |p: &HistogramPacket| summaries_of(p, by_app),
+        );
+        let summaries: Vec<&StatsColumns> = good
+            .iter()
+            .filter_map(|&(slot, _)| packets[slot].summaries.as_ref())
+            .collect();
         let mut merged = StatsColumns::default();
         columns::merge(&summaries, &mut merged);
         merged
