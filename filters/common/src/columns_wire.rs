@@ -193,6 +193,16 @@ pub fn encode(c: &StatsColumns, out: &mut Vec<u8>) {
     packed_varints(21, &c.app, |&v| u64::from(v), out);
 }
 
+/// `c` as the message field `tag` of an enclosing message, appended to `out`: the bytes prost writes for a
+/// message field that is set.
+pub fn encode_field(tag: u32, c: &StatsColumns, out: &mut Vec<u8>) {
+    let mut body = Vec::new();
+    encode(c, &mut body);
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(body.len() as u64, out);
+    out.extend_from_slice(&body);
+}
+
 fn packed_fixed<T: Copy>(tag: u32, values: &[T], bytes: impl Fn(T) -> [u8; 8], out: &mut Vec<u8>) {
     if values.is_empty() {
         return;

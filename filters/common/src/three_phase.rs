@@ -52,6 +52,10 @@ pub trait ThreePhase: Filter {
     fn root_packet(&self, counts: Self::Counts, summaries: Self::Summaries) -> Self::Packet;
     /// The stored result, from a phase-2 packet.
     fn result(&self, packet: Self::Packet) -> Vec<u8>;
+    /// A packet's bytes, in every phase: prost's encoding unless the filter writes the same bytes faster.
+    fn encode_packet(&self, packet: &Self::Packet) -> Vec<u8> {
+        packet.encode_to_vec()
+    }
 }
 
 /// The three calls of [`Filter`] that every three-phase filter answers the same way, for its `impl Filter`:
@@ -98,21 +102,21 @@ pub fn upstream<F: ThreePhase>(
             let (packet, buffer) = f.leaf_summaries(inputs, out);
             // Buffered even when empty: phase 2 must still answer, or the parent would wait for this leaf forever.
             f.buffers().insert(round, buffer);
-            out.up(0, &packet.encode_to_vec());
+            out.up(0, &f.encode_packet(&packet));
         }
         (Level::Relay, 0) => {
             let merged = f.merge_summaries(inputs, out);
-            out.up(0, &f.summaries_packet(&merged).encode_to_vec());
+            out.up(0, &f.encode_packet(&f.summaries_packet(&merged)));
         }
         (Level::Root, 0) => {
             let merged = f.merge_summaries(inputs, out);
             let ranges = f.ranges_packet(&merged);
             f.summaries().insert(round, merged);
-            out.down(1, &ranges.encode_to_vec());
+            out.down(1, &f.encode_packet(&ranges));
         }
         (Level::Relay, 2) => {
             let counts = f.merge_counts(inputs, out);
-            out.up(2, &f.counts_packet(counts).encode_to_vec());
+            out.up(2, &f.encode_packet(&f.counts_packet(counts)));
         }
         (Level::Root, 2) => {
             let counts = f.merge_counts(inputs, out);
@@ -122,7 +126,7 @@ pub fn upstream<F: ThreePhase>(
                 )
             })?;
             // The result needs the summaries: they travel with the root's own packet to finalize.
-            out.up(2, &f.root_packet(counts, summaries).encode_to_vec());
+            out.up(2, &f.encode_packet(&f.root_packet(counts, summaries)));
         }
         (level, phase) => {
             return Err(format!(
@@ -154,7 +158,7 @@ pub fn downstream<F: ThreePhase>(
             let counts = f
                 .bin(buffer, ranges)
                 .map_err(|e| format!("round {round}: the phase 1 packet is unusable: {e}"))?;
-            out.up(2, &counts.encode_to_vec());
+            out.up(2, &f.encode_packet(&counts));
         }
         (level, phase) => {
             return Err(format!(

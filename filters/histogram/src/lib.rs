@@ -72,6 +72,22 @@ fn summaries_of(p: &HistogramPacket, by_app: bool) -> Result<(), String> {
     columns::check_breakdown(c, by_app).map_err(|e| e.to_string())
 }
 
+/// `p`'s bytes, the same as prost's (fields in tag order), with its summaries written by the packed-column
+/// writer.
+fn encode_packet(p: &HistogramPacket) -> Vec<u8> {
+    use prost::encoding::{message, uint64};
+    let mut out = Vec::new();
+    message::encode_repeated(2, &p.ranges, &mut out);
+    message::encode_repeated(3, &p.histograms, &mut out);
+    if p.raw_bytes != 0 {
+        uint64::encode(4, &p.raw_bytes, &mut out);
+    }
+    if let Some(c) = &p.summaries {
+        columns_wire::encode_field(SUMMARIES_FIELD, c, &mut out);
+    }
+    out
+}
+
 impl ThreePhase for HistogramFilter {
     const PACKET: &'static str = PACKET;
     type Packet = HistogramPacket;
@@ -203,6 +219,10 @@ impl ThreePhase for HistogramFilter {
         counts
     }
 
+    fn encode_packet(&self, packet: &HistogramPacket) -> Vec<u8> {
+        encode_packet(packet)
+    }
+
     fn result(&self, packet: HistogramPacket) -> Vec<u8> {
         let result = HistogramResult {
             // The root's own packet carries the summaries; a late child's packet carries none that count.
@@ -263,6 +283,43 @@ mod tests {
             .unwrap()
             .counts
             .clone()
+    }
+
+    proptest::proptest! {
+        /// The packet writer writes prost's bytes, whichever fields a packet carries.
+        #[test]
+        fn packets_are_written_as_prost_writes_them(
+            rows in proptest::collection::vec((proptest::prelude::any::<u64>(), 0i32..5, 0u64..5000, proptest::prelude::any::<f64>()), 0..20),
+            apps in proptest::collection::vec("[a-z]{1,4}", 0..3),
+            ranges in 0usize..3,
+            counts in proptest::collection::vec(0u64..300, 0..12),
+            raw_bytes in proptest::prelude::any::<u64>(),
+            with_summaries in proptest::prelude::any::<bool>(),
+        ) {
+            let summaries = StatsColumns {
+                id: rows.iter().map(|r| r.0).collect(),
+                metric: rows.iter().map(|r| r.1).collect(),
+                count: rows.iter().map(|r| r.2).collect(),
+                mean: rows.iter().map(|r| r.3).collect(),
+                min_rank: rows.iter().map(|r| r.2 as u32).collect(),
+                apps,
+                raw_bytes,
+                ..StatsColumns::default()
+            };
+            let packet = HistogramPacket {
+                summaries: with_summaries.then_some(summaries),
+                ranges: (0..ranges)
+                    .map(|i| canopy_filter_proto::v1::Range { id: i as u64, metric: 2, lo: -1.0, hi: i as f64, app: "a".into() })
+                    .collect(),
+                histograms: vec![Histogram { id: 9, metric: 3, counts, ..Histogram::default() }],
+                raw_bytes,
+            };
+            proptest::prop_assert_eq!(encode_packet(&packet), packet.encode_to_vec());
+            proptest::prop_assert_eq!(
+                encode_packet(&HistogramPacket::default()),
+                HistogramPacket::default().encode_to_vec()
+            );
+        }
     }
 
     #[test]
