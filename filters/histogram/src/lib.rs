@@ -113,7 +113,7 @@ impl ThreePhase for HistogramFilter {
         let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.views, out);
         self.fold.clear();
         let mut samples = self.spare.pop().unwrap_or_default();
-        samples.clear(profiles.len());
+        samples.clear();
         for p in &profiles {
             let mut at = self.fold.rank(p.app, p.rank);
             let app = if self.by_app { p.app } else { "" };
