@@ -55,6 +55,63 @@ pub fn profile_views<'a>(
     (views.into_iter().map(|(v, _)| v).collect(), raw_bytes)
 }
 
+/// Calls `f` with each rank profile of a leaf's inputs and the buffers its view reads from, in the order of
+/// [`profile_views`], and gives the raw byte count it gives, rejecting the same inputs with the same messages.
+///
+/// When every input holds one profile (a rank's dump, the usual input) the inputs are ordered by the
+/// application and rank found by passing over them ([`crate::stream::peek_rank`]), then read one at a time
+/// into `into`, cleared before each: a profile is read and used while it is in the cache, where reading every
+/// profile first would write and read back megabytes at a thousand ranks. Other inputs take
+/// [`profile_views`]' path.
+pub fn each_profile<'a>(
+    inputs: &[&'a [u8]],
+    into: &mut crate::stream::Buffers,
+    out: &mut dyn Emit,
+    mut f: impl FnMut(&crate::stream::ProfileView<'a>, &crate::stream::Buffers),
+) -> u64 {
+    let mut order = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        match crate::stream::peek_rank(input) {
+            Some(at) => order.push((at, i)),
+            None => {
+                into.clear();
+                let (profiles, raw_bytes) = profile_views(inputs, into, out);
+                for p in &profiles {
+                    f(p, into);
+                }
+                return raw_bytes;
+            }
+        }
+    }
+    // As `profile_views` sorts the profiles: by (app, rank), then by their inputs' bytes, then input order.
+    order.sort_by(|(a, i), (b, j)| a.cmp(b).then_with(|| inputs[*i].cmp(inputs[*j])).then(i.cmp(j)));
+    let mut raw_bytes = 0u64;
+    let mut rejected = Vec::new();
+    for (at, i) in order {
+        into.clear();
+        match crate::stream::read_batch(inputs[i], into) {
+            Ok(profiles) => {
+                raw_bytes += inputs[i].len() as u64;
+                for p in &profiles {
+                    debug_assert_eq!(
+                        (p.app, p.rank),
+                        at,
+                        "input {i} read as another rank than it peeked"
+                    );
+                    f(p, into);
+                }
+            }
+            Err(e) => rejected.push((i, e)),
+        }
+    }
+    // Rejected in input order, as `profile_views` rejects them.
+    rejected.sort_unstable_by_key(|(i, _)| *i);
+    for (i, e) in rejected {
+        out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}"));
+    }
+    raw_bytes
+}
+
 /// The packets of a relay's or root's inputs, decoded as `M` (named `what` in a rejection) and ordered by
 /// their bytes. `check` may refuse a packet that decodes but is unusable; it is rejected like a bad encoding.
 pub fn packets<M: Message + Default>(
@@ -200,6 +257,64 @@ mod tests {
             .collect();
         assert_eq!(got, want);
         assert_eq!(got.iter().filter(|v| v.1 == 3).count(), 5);
+    }
+
+    proptest::proptest! {
+        /// `each_profile` gives the profiles, buffers' contents, raw bytes and rejections of `profile_views`,
+        /// whatever the inputs: one profile each (the fast path) in any order, ranks twice, batches of several
+        /// profiles or none, and inputs that do not decode, whose rank can be found or not.
+        #[test]
+        fn each_profile_is_profile_views_one_at_a_time(
+            inputs in proptest::collection::vec(
+                (0u8..16, proptest::collection::vec((0usize..2, 0u32..6, 0u32..4, 0usize..3), 1..3)),
+                0..10,
+            ),
+        ) {
+            let profile = |app: usize, rank: u32, metrics: u32, events: usize| RankProfile {
+                app: ["x", "y"][app].into(),
+                rank,
+                metrics,
+                events: (0..events as u64)
+                    .map(|id| canopy_wire::v1::EventSample { event_id: id, calls: u64::from(rank), ..Default::default() })
+                    .collect(),
+                ..Default::default()
+            };
+            let encoded: Vec<Vec<u8>> = inputs
+                .iter()
+                .map(|(kind, ps)| {
+                    let ps: Vec<RankProfile> = ps.iter().map(|&(a, r, m, e)| profile(a, r, m, e)).collect();
+                    match kind {
+                        0 => vec![0x0a, 0x05, 0x01],
+                        1 => ProfileBatch { profiles: ps }.encode_to_vec(),
+                        2 => Vec::new(),
+                        // One profile whose rank can be found but whose last event does not decode.
+                        3 => {
+                            let mut p = ps[0].encode_to_vec();
+                            p.extend([0x2a, 0x01, 0x08]);
+                            let mut b = Vec::new();
+                            prost::encoding::bytes::encode(1, &p, &mut b);
+                            b
+                        }
+                        _ => ProfileBatch { profiles: vec![ps[0].clone()] }.encode_to_vec(),
+                    }
+                })
+                .collect();
+            let inputs: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+            let seen = |v: &crate::stream::ProfileView<'_>, b: &crate::stream::Buffers| {
+                let calls: Vec<u64> = b.events[v.events.clone()].iter().map(|e| e.calls).collect();
+                (v.app.to_string(), v.rank, v.metrics, calls)
+            };
+            let (mut out_a, mut out_b) = (Collect::default(), Collect::default());
+            let mut buffers = crate::stream::Buffers::default();
+            let (views, raw_a) = profile_views(&inputs, &mut buffers, &mut out_a);
+            let expected: Vec<_> = views.iter().map(|v| seen(v, &buffers)).collect();
+            let mut got = Vec::new();
+            let mut reused = crate::stream::Buffers::default();
+            let raw_b = each_profile(&inputs, &mut reused, &mut out_b, |v, b| got.push(seen(v, b)));
+            proptest::prop_assert_eq!(got, expected);
+            proptest::prop_assert_eq!(raw_b, raw_a);
+            proptest::prop_assert_eq!(out_b.rejects, out_a.rejects);
+        }
     }
 
     #[test]

@@ -109,19 +109,18 @@ impl ThreePhase for HistogramFilter {
 
     /// Summaries up; the values buffered.
     fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (HistogramPacket, Buffer) {
-        self.views.clear();
-        let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.views, out);
         self.fold.clear();
         let mut samples = self.spare.pop().unwrap_or_default();
         samples.clear();
-        for p in &profiles {
-            let mut at = self.fold.rank(p.app, p.rank);
-            let app = if self.by_app { p.app } else { "" };
-            metrics::extract_view(p, &self.views, self.values, |key, v| {
-                let row = self.fold.add(&mut at, key, v);
+        let (fold, values, by_app) = (&mut self.fold, self.values, self.by_app);
+        let raw_bytes = decode::each_profile(inputs, &mut self.views, out, |p, views| {
+            let mut at = fold.rank(p.app, p.rank);
+            let app = if by_app { p.app } else { "" };
+            metrics::extract_view(p, views, values, |key, v| {
+                let row = fold.add(&mut at, key, v);
                 samples.add(row, app, key, v);
             });
-        }
+        });
         let mut summaries = StatsColumns::default();
         self.fold.to_columns(0, &mut summaries);
         let packet = HistogramPacket {

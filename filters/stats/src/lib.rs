@@ -54,15 +54,14 @@ impl OnePhase for StatsFilter {
 
     /// Leaf: summarizes its ranks' profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
-        self.buffers.clear();
-        let (profiles, raw_bytes) = decode::profile_views(inputs, &mut self.buffers, out);
         self.fold.clear();
-        for p in &profiles {
-            let mut at = self.fold.rank(p.app, p.rank);
-            metrics::extract_view(p, &self.buffers, self.values, |key, v| {
-                self.fold.add(&mut at, key, v);
+        let (fold, values) = (&mut self.fold, self.values);
+        let raw_bytes = decode::each_profile(inputs, &mut self.buffers, out, |p, buffers| {
+            let mut at = fold.rank(p.app, p.rank);
+            metrics::extract_view(p, buffers, values, |key, v| {
+                fold.add(&mut at, key, v);
             });
-        }
+        });
         self.fold.to_columns(raw_bytes, &mut self.merged);
     }
 
