@@ -8,11 +8,15 @@
 //! silent that long. Every expected rank of a closed group is either covered or counted under
 //! exactly one missing reason.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use canopy_proto::v1::{Coverage, MissingReason, SyncMode};
 use tokio::time::Instant;
+
+mod members;
+
+use members::{Members, Number, Numbers};
 
 pub use crate::coverage::{
     Composition, add_coverage, add_missing, add_missing_of, composition, coverage_is_exact, missing_for,
@@ -104,6 +108,8 @@ struct Source {
     /// How its ranks divide among applications, as its latest packet's coverage (or, for a rank, its
     /// attachment) said: the ranks it misses in a round count in their applications' coverage too.
     apps: Composition,
+    /// Its number in the sets of sources, for as long as it is known.
+    number: Number,
 }
 
 impl Source {
@@ -140,7 +146,7 @@ pub struct Arrival {
 #[derive(Debug)]
 struct OpenGroup {
     arrived: Vec<Arrival>,
-    from: HashSet<SourceId>,
+    from: Members,
     /// Ranks of sources forgotten while this group was open (they left before their first dump): it still
     /// counts them, as lost.
     left: u32,
@@ -265,7 +271,9 @@ pub struct RoundEngine {
     finished_spans: Vec<(u64, u64)>,
     /// The sources whose phase-0 packet made each round: the later phases of a round (a histogram's counts)
     /// wait for these only, so every phase of a round describes the same ranks.
-    participants: HashMap<(u32, u64), HashSet<SourceId>>,
+    participants: HashMap<(u32, u64), Members>,
+    /// The sources' numbers in `participants` and the open groups.
+    numbers: Numbers,
     participants_order: std::collections::VecDeque<(u32, u64)>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
@@ -305,11 +313,10 @@ impl RoundEngine {
             .sources
             .get(id)
             .map_or((0, 0), |s| (s.ranks_below, s.ceiling));
-        let (dropped, apps) = self
-            .sources
-            .remove(id)
-            .map(|s| (s.dropped, s.apps))
-            .unwrap_or_default();
+        let (dropped, apps, number) = match self.sources.remove(id) {
+            Some(s) => (s.dropped, s.apps, s.number),
+            None => (Default::default(), Default::default(), self.numbers.give(id)),
+        };
         self.sources.insert(
             id.to_string(),
             Source {
@@ -324,6 +331,7 @@ impl RoundEngine {
                 moved_unheard: 0,
                 stale_before: None,
                 apps,
+                number,
             },
         );
         self.recount();
@@ -460,10 +468,16 @@ impl RoundEngine {
             return Vec::new();
         };
         for g in self.open.values_mut() {
-            if !g.from.contains(id) {
+            if !g.from.contains(s.number) {
                 g.left = g.left.saturating_add(s.ranks_below);
             }
+            g.from.remove(s.number);
         }
+        // Its number goes to the next new source: no set may still hold it.
+        for p in self.participants.values_mut() {
+            p.remove(s.number);
+        }
+        self.numbers.take_back(s.number);
         self.recount();
         let ready: Vec<GroupKey> = self
             .open
@@ -526,7 +540,10 @@ impl RoundEngine {
         let counts: Vec<(GroupKey, usize)> = self
             .open
             .iter()
-            .map(|(key, g)| (*key, g.from.iter().filter(|id| self.waits_for(*key, id)).count()))
+            .map(|(key, g)| {
+                let waited = g.from.iter().filter_map(|n| self.source_numbered(n));
+                (*key, waited.filter(|s| self.waits_for(*key, s)).count())
+            })
             .collect();
         for (key, n) in counts {
             if let Some(g) = self.open.get_mut(&key) {
@@ -670,6 +687,7 @@ impl RoundEngine {
             return Err(EngineError::UnknownSource(arrival.source));
         };
         source.heard = Some(now);
+        let source_number = source.number;
         let sync = *self
             .streams
             .get(&key.stream)
@@ -715,7 +733,7 @@ impl RoundEngine {
                     phase: key.phase,
                 });
             };
-            if !participants.contains(&arrival.source) {
+            if !participants.contains(source_number) {
                 // Its phase 0 missed the round here, so the round's result does not count its ranks: later
                 // phases from it are late too, or the phases would describe different ranks.
                 self.stats.late_packets += 1;
@@ -726,15 +744,18 @@ impl RoundEngine {
         if key.phase == 0 {
             self.remember_composition(&arrival);
         }
-        let waits = self.waits_for(key, &arrival.source);
+        let waits = self
+            .sources
+            .get(&arrival.source)
+            .is_some_and(|s| self.waits_for(key, s));
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {
             arrived: Vec::new(),
-            from: HashSet::new(),
+            from: Members::default(),
             left: 0,
             live_arrived: 0,
             deadline: now + sync.timeout,
         });
-        if group.from.contains(&arrival.source) {
+        if group.from.contains(source_number) {
             return Err(EngineError::Duplicate {
                 source_id: arrival.source,
                 stream: key.stream,
@@ -745,7 +766,7 @@ impl RoundEngine {
         if waits {
             group.live_arrived += 1;
         }
-        group.from.insert(arrival.source.clone());
+        group.from.insert(source_number);
         group.arrived.push(arrival);
         let group = &self.open[&key];
         if self.all_live_arrived(key, group) {
@@ -782,7 +803,7 @@ impl RoundEngine {
     fn last_heard_missing(&self, key: GroupKey, group: &OpenGroup) -> Option<Instant> {
         self.sources
             .iter()
-            .filter(|(id, _)| !group.from.contains(*id) && self.waits_for(key, id))
+            .filter(|(_, s)| !group.from.contains(s.number) && self.waits_for(key, s))
             .filter_map(|(_, s)| s.heard)
             .max()
     }
@@ -797,7 +818,8 @@ impl RoundEngine {
         if let Some(p) = self.later_phase_participants(key) {
             let expected = p
                 .iter()
-                .filter(|id| self.sources.get(*id).is_some_and(|s| s.expected_in(key.round)));
+                .filter_map(|n| self.source_numbered(n))
+                .filter(|s| s.expected_in(key.round));
             return group.live_arrived == expected.count();
         }
         group.live_arrived == self.waited_in(key.round)
@@ -828,23 +850,33 @@ impl RoundEngine {
     }
 
     /// For a later phase of a round whose phase 0 closed here: the sources that took part in it.
-    fn later_phase_participants(&self, key: GroupKey) -> Option<&HashSet<SourceId>> {
+    fn later_phase_participants(&self, key: GroupKey) -> Option<&Members> {
         if key.phase == 0 {
             return None;
         }
         self.participants.get(&(key.stream, key.round))
     }
 
-    /// Whether the group `key` waits for `id`.
-    fn waits_for(&self, key: GroupKey, id: &str) -> bool {
-        let in_round = self.sources.get(id).is_some_and(|s| s.expected_in(key.round));
-        in_round && self.later_phase_participants(key).is_none_or(|p| p.contains(id))
+    /// Whether the group `key` waits for the source `s`.
+    fn waits_for(&self, key: GroupKey, s: &Source) -> bool {
+        s.expected_in(key.round)
+            && self
+                .later_phase_participants(key)
+                .is_none_or(|p| p.contains(s.number))
+    }
+
+    /// The source holding the number `n`.
+    fn source_numbered(&self, n: Number) -> Option<&Source> {
+        self.numbers.name(n).and_then(|id| self.sources.get(id))
     }
 
     /// The rounds of `stream` whose phase 0 `source` delivered here, as far as this node remembers (the open
     /// rounds, and the last closed ones): spans `[from, end)`, ascending. Rounds of a stream that does not wait
     /// are never grouped, so none is known for it.
     pub fn delivered_by(&self, source: &str, stream: u32) -> Vec<(u64, u64)> {
+        let Some(source) = self.sources.get(source).map(|s| s.number) else {
+            return Vec::new();
+        };
         let closed = self
             .participants
             .iter()
@@ -905,8 +937,9 @@ impl RoundEngine {
 
     /// The sources that took part in phase 0 of a round, if it closed here (a node sends a round's later
     /// packets down to these only).
-    pub fn participants(&self, stream: u32, round: u64) -> Option<&HashSet<SourceId>> {
-        self.participants.get(&(stream, round))
+    pub fn participants(&self, stream: u32, round: u64) -> Option<Vec<&str>> {
+        let p = self.participants.get(&(stream, round))?;
+        Some(p.iter().filter_map(|n| self.numbers.name(n)).collect())
     }
 
     fn close(&mut self, key: GroupKey) -> Closed {
@@ -930,8 +963,8 @@ impl RoundEngine {
         coverage.expected = coverage.expected.saturating_add(group.left);
         add_missing(&mut coverage, MissingReason::Lost, group.left);
         let mut partial = false;
-        for (id, s) in &self.sources {
-            if group.from.contains(id) {
+        for s in self.sources.values() {
+            if group.from.contains(s.number) {
                 continue;
             }
             let reason = match s.state {

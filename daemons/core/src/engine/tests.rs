@@ -790,3 +790,41 @@ fn a_round_counts_once_closed_whatever_its_streams_and_phases() {
     assert_eq!(e.expire(now + Duration::from_secs(1)).len(), 2);
     assert_eq!((e.stats().closed, e.stats().partial), (6, 2));
 }
+
+/// A forgotten source's number goes to the next new source, and nothing it took part in passes to the new one:
+/// not the rounds it delivered, not the later phases of a round it made, not the open groups it delivered to.
+#[test]
+fn a_new_source_does_not_inherit_what_a_forgotten_one_took_part_in() {
+    let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 4), now).unwrap();
+    e.accept(K, arrival("b", 4), now).unwrap();
+    let r1 = GroupKey { round: 1, ..K };
+    e.accept(r1, arrival("a", 4), now).unwrap();
+    assert_eq!(e.participants(1, 0).unwrap(), ["a", "b"]);
+    // a leaves and c takes its number.
+    e.forget_source("a");
+    e.add_source("c", 4);
+    assert_eq!(e.participants(1, 0).unwrap(), ["b"]);
+    assert!(e.delivered_by("c", 1).is_empty());
+    assert_eq!(e.delivered_by("b", 1), [(0, 1)]);
+    // c did not make round 0, so its phase 2 is late; b's alone closes it.
+    let p2 = GroupKey { phase: 2, ..K };
+    assert!(matches!(
+        e.accept(p2, arrival("c", 4), now).unwrap(),
+        Accepted::Late(_)
+    ));
+    assert!(matches!(
+        e.accept(p2, arrival("b", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+    // Round 1 was open with a's packet: c's own packet is not a duplicate, and the round waits for b.
+    assert!(matches!(
+        e.accept(r1, arrival("c", 4), now).unwrap(),
+        Accepted::Pending
+    ));
+    let Accepted::Closed(c) = e.accept(r1, arrival("b", 4), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!(c.inputs.len(), 3);
+}

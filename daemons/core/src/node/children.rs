@@ -219,10 +219,10 @@ impl ChildTable {
     }
 
     /// The senders of the connected children in `ids` (all of them when `ids` is `None`).
-    pub(crate) fn among(&self, ids: Option<&HashSet<String>>) -> Vec<ChildSender> {
+    pub(crate) fn among(&self, ids: Option<&[&str]>) -> Vec<ChildSender> {
         self.children
             .iter()
-            .filter(|(id, _)| ids.is_none_or(|p| p.contains(*id)))
+            .filter(|(id, _)| ids.is_none_or(|p| p.contains(&id.as_str())))
             .filter_map(|(_, c)| c.tx.clone())
             .collect()
     }

@@ -271,7 +271,9 @@ impl<U: Up> Node<U> {
                 .track(stream, round, phases, spec.timeout_ms, &out, Instant::now());
         }
         if !out.down.is_empty() {
-            let to = self.children.among(self.engine.participants(stream, round));
+            let to = self
+                .children
+                .among(self.engine.participants(stream, round).as_deref());
             for p in out.down {
                 let env = Envelope {
                     stream_id: stream,
