@@ -55,61 +55,79 @@ pub fn profile_views<'a>(
     (views.into_iter().map(|(v, _)| v).collect(), raw_bytes)
 }
 
-/// Calls `f` with each rank profile of a leaf's inputs and the buffers its view reads from, in the order of
-/// [`profile_views`], and gives the raw byte count it gives, rejecting the same inputs with the same messages.
+/// What [`each_profile`] hands its caller, in order.
+pub enum Step<'s, 'a> {
+    /// Start (or start over): forget every profile handed so far. Always the first step.
+    Start,
+    /// The next profile, and the buffers its view reads from.
+    Profile(&'s crate::stream::ProfileView<'a>, &'s crate::stream::Buffers),
+}
+
+/// Hands `f` each rank profile of a leaf's inputs in the order of [`profile_views`], and gives the raw byte
+/// count it gives, rejecting the same inputs with the same messages.
 ///
 /// When every input holds one profile (a rank's dump, the usual input) the inputs are ordered by the
-/// application and rank found by passing over them ([`crate::stream::peek_rank`]), then read one at a time
-/// into `into`, cleared before each: a profile is read and used while it is in the cache, where reading every
-/// profile first would write and read back megabytes at a thousand ranks. Other inputs take
-/// [`profile_views`]' path.
+/// application and rank at their front ([`crate::stream::rank_hint`]), then read one at a time into `into`,
+/// cleared before each: a profile is read and used while it is in the cache, where reading every profile first
+/// would write and read back megabytes at a thousand ranks. Each read confirms its input's hint; an input that
+/// names another rank further on (no writer does) sends `f` a [`Step::Start`] and every input down
+/// [`profile_views`]' path, as do inputs without a hint.
 pub fn each_profile<'a>(
     inputs: &[&'a [u8]],
     into: &mut crate::stream::Buffers,
     out: &mut dyn Emit,
-    mut f: impl FnMut(&crate::stream::ProfileView<'a>, &crate::stream::Buffers),
+    mut f: impl FnMut(Step<'_, 'a>),
 ) -> u64 {
-    let mut order = Vec::with_capacity(inputs.len());
-    for (i, input) in inputs.iter().enumerate() {
-        match crate::stream::peek_rank(input) {
-            Some(at) => order.push((at, i)),
-            None => {
-                into.clear();
-                let (profiles, raw_bytes) = profile_views(inputs, into, out);
-                for p in &profiles {
-                    f(p, into);
-                }
-                return raw_bytes;
+    f(Step::Start);
+    let hinted: Option<Vec<((&str, u32), usize)>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| crate::stream::rank_hint(input).map(|at| (at, i)))
+        .collect();
+    if let Some(mut order) = hinted {
+        // As `profile_views` sorts the profiles: by (app, rank), then by their inputs' bytes, then input order.
+        order.sort_by(|(a, i), (b, j)| a.cmp(b).then_with(|| inputs[*i].cmp(inputs[*j])).then(i.cmp(j)));
+        if let Some((raw_bytes, rejected)) = each_in_order(inputs, &order, into, &mut f) {
+            for (i, e) in rejected {
+                out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}"));
             }
+            return raw_bytes;
         }
+        f(Step::Start);
     }
-    // As `profile_views` sorts the profiles: by (app, rank), then by their inputs' bytes, then input order.
-    order.sort_by(|(a, i), (b, j)| a.cmp(b).then_with(|| inputs[*i].cmp(inputs[*j])).then(i.cmp(j)));
+    into.clear();
+    let (profiles, raw_bytes) = profile_views(inputs, into, out);
+    for p in &profiles {
+        f(Step::Profile(p, into));
+    }
+    raw_bytes
+}
+
+/// Reads the inputs in `order`, each confirming its hint, and hands `f` their profiles: the raw byte count
+/// and the rejections in input order, or `None` as soon as an input names another rank than its hint.
+fn each_in_order<'a>(
+    inputs: &[&'a [u8]],
+    order: &[((&str, u32), usize)],
+    into: &mut crate::stream::Buffers,
+    f: &mut impl FnMut(Step<'_, 'a>),
+) -> Option<(u64, Vec<(usize, String)>)> {
     let mut raw_bytes = 0u64;
     let mut rejected = Vec::new();
-    for (at, i) in order {
+    for &(hint, i) in order {
         into.clear();
         match crate::stream::read_batch(inputs[i], into) {
-            Ok(profiles) => {
-                raw_bytes += inputs[i].len() as u64;
-                for p in &profiles {
-                    debug_assert_eq!(
-                        (p.app, p.rank),
-                        at,
-                        "input {i} read as another rank than it peeked"
-                    );
-                    f(p, into);
+            Ok(profiles) => match profiles.as_slice() {
+                [p] if (p.app, p.rank) == hint => {
+                    raw_bytes += inputs[i].len() as u64;
+                    f(Step::Profile(p, into));
                 }
-            }
+                _ => return None,
+            },
             Err(e) => rejected.push((i, e)),
         }
     }
-    // Rejected in input order, as `profile_views` rejects them.
     rejected.sort_unstable_by_key(|(i, _)| *i);
-    for (i, e) in rejected {
-        out.reject(i, &format!("input is not a canopy.v1.ProfileBatch: {e}"));
-    }
-    raw_bytes
+    Some((raw_bytes, rejected))
 }
 
 /// The packets of a relay's or root's inputs, decoded as `M` (named `what` in a rejection) and ordered by
@@ -262,11 +280,12 @@ mod tests {
     proptest::proptest! {
         /// `each_profile` gives the profiles, buffers' contents, raw bytes and rejections of `profile_views`,
         /// whatever the inputs: one profile each (the fast path) in any order, ranks twice, batches of several
-        /// profiles or none, and inputs that do not decode, whose rank can be found or not.
+        /// profiles or none, inputs that do not decode, whose rank can be found or not, and inputs whose front
+        /// names another rank than the one that counts.
         #[test]
         fn each_profile_is_profile_views_one_at_a_time(
             inputs in proptest::collection::vec(
-                (0u8..16, proptest::collection::vec((0usize..2, 0u32..6, 0u32..4, 0usize..3), 1..3)),
+                (0u8..20, proptest::collection::vec((0usize..2, 0u32..6, 0u32..4, 0usize..3), 1..3)),
                 0..10,
             ),
         ) {
@@ -295,6 +314,14 @@ mod tests {
                             prost::encoding::bytes::encode(1, &p, &mut b);
                             b
                         }
+                        // One profile that names another rank after its events: its front misleads.
+                        4 => {
+                            let mut p = ps[0].encode_to_vec();
+                            prost::encoding::uint32::encode(2, &(ps[0].rank + 3), &mut p);
+                            let mut b = Vec::new();
+                            prost::encoding::bytes::encode(1, &p, &mut b);
+                            b
+                        }
                         _ => ProfileBatch { profiles: vec![ps[0].clone()] }.encode_to_vec(),
                     }
                 })
@@ -310,11 +337,48 @@ mod tests {
             let expected: Vec<_> = views.iter().map(|v| seen(v, &buffers)).collect();
             let mut got = Vec::new();
             let mut reused = crate::stream::Buffers::default();
-            let raw_b = each_profile(&inputs, &mut reused, &mut out_b, |v, b| got.push(seen(v, b)));
+            let raw_b = each_profile(&inputs, &mut reused, &mut out_b, |step| match step {
+                Step::Start => got.clear(),
+                Step::Profile(v, b) => got.push(seen(v, b)),
+            });
             proptest::prop_assert_eq!(got, expected);
             proptest::prop_assert_eq!(raw_b, raw_a);
             proptest::prop_assert_eq!(out_b.rejects, out_a.rejects);
         }
+    }
+
+    /// Inputs as the writers write them are read once, in order, whatever order they came in; one whose front
+    /// misleads sends everything down the general path, once.
+    #[test]
+    fn hinted_inputs_are_read_once_and_a_misleading_one_starts_over() {
+        let mut inputs: Vec<Vec<u8>> = [3, 1, 2, 0].map(|rank| batch("x", rank)).to_vec();
+        let starts = |inputs: &[Vec<u8>]| {
+            let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let (mut starts, mut ranks) = (0, Vec::new());
+            each_profile(
+                &inputs,
+                &mut Default::default(),
+                &mut Collect::default(),
+                |step| match step {
+                    Step::Start => {
+                        starts += 1;
+                        ranks.clear();
+                    }
+                    Step::Profile(p, _) => ranks.push(p.rank),
+                },
+            );
+            (starts, ranks)
+        };
+        assert_eq!(starts(&inputs), (1, vec![0, 1, 2, 3]));
+        // Rank 1's input names rank 9 at its end: the rank that counts.
+        prost::encoding::uint32::encode(2, &9, &mut inputs[1]);
+        let mut profile = Vec::new();
+        prost::encoding::string::encode(1, &"x".to_string(), &mut profile);
+        prost::encoding::uint32::encode(2, &1, &mut profile);
+        prost::encoding::uint32::encode(2, &9, &mut profile);
+        inputs[1].clear();
+        prost::encoding::bytes::encode(1, &profile, &mut inputs[1]);
+        assert_eq!(starts(&inputs), (2, vec![0, 2, 3, 9]));
     }
 
     #[test]

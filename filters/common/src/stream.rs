@@ -400,41 +400,37 @@ fn read_profile<'a>(mut buf: &'a [u8], into: &mut Buffers) -> Result<ProfileView
     Ok(p)
 }
 
-/// The application and rank of an encoded `ProfileBatch` holding exactly one profile, as [`read_batch`] would
-/// read them (the last value of each field wins), found by passing over the profile's other fields without
-/// reading them. `None` when the batch holds no profile or more than one, or when what it passes over is not
-/// well formed; a batch that passes here may still fail [`read_batch`], which reads everything.
-pub fn peek_rank(input: &[u8]) -> Option<(&str, u32)> {
+/// The application and rank an encoded `ProfileBatch` holding one profile names at its front, where its
+/// writers put them (the batch's one field is the profile, whose first fields are its app and its rank; either
+/// is left out when it is the default, "" or 0): read from a few bytes, without passing over the rest. A hint
+/// to order inputs by, which only [`read_batch`] confirms: a profile may name its app or rank again further
+/// on, and the last value is the one that counts. `None` when the batch holds anything else than one
+/// profile, or its front is not well formed.
+pub fn rank_hint(input: &[u8]) -> Option<(&str, u32)> {
     let mut buf = input;
-    let mut profile = None;
-    while !buf.is_empty() {
-        let (tag, wt) = decode_key(&mut buf).ok()?;
-        if tag == 1 {
-            if profile.is_some() {
-                return None;
-            }
-            profile = Some(take_len(&mut buf, wt).ok()?);
-        } else {
-            skip(&mut buf, wt, tag).ok()?;
-        }
+    let (tag, wt) = decode_key(&mut buf).ok()?;
+    if tag != 1 {
+        return None;
     }
-    let mut buf = profile?;
+    let mut profile = take_len(&mut buf, wt).ok()?;
+    if !buf.is_empty() {
+        return None;
+    }
     let (mut app, mut rank) = ("", 0);
-    while !buf.is_empty() {
-        // An event under 128 bytes, passed without the general path (as `read_profile` reads it).
-        if let [0x2a, len, rest @ ..] = buf
-            && *len < 0x80
-            && usize::from(*len) <= rest.len()
-        {
-            buf = &rest[usize::from(*len)..];
-            continue;
+    let key = |buf: &mut &[u8]| {
+        if buf.is_empty() {
+            None
+        } else {
+            decode_key(buf).ok()
         }
-        let (tag, wt) = decode_key(&mut buf).ok()?;
-        match tag {
-            1 => app = std::str::from_utf8(take_len(&mut buf, wt).ok()?).ok()?,
-            2 => rank = take_varint(&mut buf, wt).ok()? as u32,
-            _ => skip(&mut buf, wt, tag).ok()?,
-        }
+    };
+    let mut next = key(&mut profile);
+    if let Some((1, wt)) = next {
+        app = std::str::from_utf8(take_len(&mut profile, wt).ok()?).ok()?;
+        next = key(&mut profile);
+    }
+    if let Some((2, wt)) = next {
+        rank = take_varint(&mut profile, wt).ok()? as u32;
     }
     Some((app, rank))
 }
@@ -619,53 +615,35 @@ mod tests {
         }
     }
 
-    /// Where both succeed, the rank `peek_rank` finds is the one `read_batch` reads, in exactly one profile:
-    /// for a batch, every truncation and corruption of it, fields repeated (the last wins) or out of order,
-    /// and batches of none or two profiles (which it leaves to `read_batch`).
+    /// A batch as the writers write it has its rank found at its front: prost's encoding and the SDK's, with
+    /// the app or the rank left out as defaults; a batch of two profiles or none has no hint.
     #[test]
-    fn peeking_finds_the_rank_read_batch_reads() {
-        let one = ProfileBatch {
-            profiles: vec![batch().profiles.remove(1)],
-        }
-        .encode_to_vec();
-        let mut cases: Vec<Vec<u8>> = (0..one.len()).map(|n| one[..n].to_vec()).collect();
-        for i in 0..one.len() {
-            for flip in [0xff, 0x80, 0x01] {
-                let mut b = one.clone();
-                b[i] ^= flip;
-                cases.push(b);
+    fn the_writers_put_the_rank_at_the_front() {
+        for (app, rank) in [("app", 7), ("", 7), ("app", 0), ("", 0), ("x", u32::MAX)] {
+            let mut profile = batch().profiles.remove(0);
+            (profile.app, profile.rank) = (app.to_string(), rank);
+            let bytes = ProfileBatch {
+                profiles: vec![profile],
             }
-        }
-        // The profile's app and rank again after its events, and a rank before everything.
-        let mut profile = Vec::new();
-        prost::encoding::uint32::encode(2, &40, &mut profile);
-        profile.extend(batch().profiles[0].encode_to_vec());
-        prost::encoding::string::encode(1, &"later".to_string(), &mut profile);
-        prost::encoding::uint32::encode(2, &41, &mut profile);
-        let mut moved = Vec::new();
-        prost::encoding::bytes::encode(1, &profile, &mut moved);
-        cases.push(moved.clone());
-        // A varint rank past 32 bits, as prost truncates it.
-        let mut wide = Vec::new();
-        prost::encoding::uint64::encode(2, &((7u64 << 32) | 9), &mut wide);
-        let mut wide_batch = Vec::new();
-        prost::encoding::bytes::encode(1, &wide, &mut wide_batch);
-        cases.push(wide_batch.clone());
-        let mut peeked = 0;
-        for case in &cases {
+            .encode_to_vec();
+            assert_eq!(rank_hint(&bytes), Some((app, rank)));
             let mut buffers = Buffers::default();
-            let (peek, read) = (peek_rank(case), read_batch(case, &mut buffers));
-            if let (Some(at), Ok(views)) = (peek, &read) {
-                assert_eq!(views.len(), 1, "{case:?}");
-                assert_eq!((views[0].app, views[0].rank), at, "{case:?}");
-                peeked += 1;
-            }
+            let views = read_batch(&bytes, &mut buffers).unwrap();
+            assert_eq!((views[0].app, views[0].rank), (app, rank));
         }
-        assert!(peeked > 3, "only {peeked} cases peeked");
-        assert_eq!(peek_rank(&moved), Some(("later", 41)));
-        assert_eq!(peek_rank(&wide_batch), Some(("", 9)));
-        assert_eq!(peek_rank(&batch().encode_to_vec()), None, "two profiles");
-        assert_eq!(peek_rank(&[]), None, "no profile");
+        let mut writer = canopy_wire::write::ProfileWriter::default();
+        writer.begin(&canopy_wire::write::ProfileHeader {
+            app: "sdk",
+            rank: 3,
+            round: 1,
+            dump_unix_ns: 2,
+        });
+        let mut sdk = Vec::new();
+        writer.finish_batch_with(0, None, &[], &mut sdk);
+        assert_eq!(rank_hint(&sdk), Some(("sdk", 3)));
+        assert_eq!(rank_hint(&batch().encode_to_vec()), None, "two profiles");
+        assert_eq!(rank_hint(&[]), None, "no profile");
+        assert_eq!(rank_hint(&[0x0a, 0x05, 0x01]), None, "cut short");
     }
 
     /// A read event as the message it stands for.

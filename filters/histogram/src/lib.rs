@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+use canopy_filter_common::decode::Step;
 use canopy_filter_common::fold::Fold;
 use canopy_filter_common::histogram::{self, HistMap, Samples};
 use canopy_filter_common::rounds::Rounds;
@@ -109,17 +110,21 @@ impl ThreePhase for HistogramFilter {
 
     /// Summaries up; the values buffered.
     fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (HistogramPacket, Buffer) {
-        self.fold.clear();
         let mut samples = self.spare.pop().unwrap_or_default();
-        samples.clear();
         let (fold, values, by_app) = (&mut self.fold, self.values, self.by_app);
-        let raw_bytes = decode::each_profile(inputs, &mut self.views, out, |p, views| {
-            let mut at = fold.rank(p.app, p.rank);
-            let app = if by_app { p.app } else { "" };
-            metrics::extract_view(p, views, values, |key, v| {
-                let row = fold.add(&mut at, key, v);
-                samples.add(row, app, key, v);
-            });
+        let raw_bytes = decode::each_profile(inputs, &mut self.views, out, |step| match step {
+            Step::Start => {
+                fold.clear();
+                samples.clear();
+            }
+            Step::Profile(p, views) => {
+                let mut at = fold.rank(p.app, p.rank);
+                let app = if by_app { p.app } else { "" };
+                metrics::extract_view(p, views, values, |key, v| {
+                    let row = fold.add(&mut at, key, v);
+                    samples.add(row, app, key, v);
+                });
+            }
         });
         let mut summaries = StatsColumns::default();
         self.fold.to_columns(0, &mut summaries);

@@ -6,6 +6,7 @@
 
 mod quantiles;
 
+use canopy_filter_common::decode::Step;
 use canopy_filter_common::fold::Fold;
 use canopy_filter_common::one_phase::OnePhase;
 use canopy_filter_common::sketch::Spec;
@@ -54,13 +55,15 @@ impl OnePhase for StatsFilter {
 
     /// Leaf: summarizes its ranks' profiles into one packet.
     fn leaf(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) {
-        self.fold.clear();
         let (fold, values) = (&mut self.fold, self.values);
-        let raw_bytes = decode::each_profile(inputs, &mut self.buffers, out, |p, buffers| {
-            let mut at = fold.rank(p.app, p.rank);
-            metrics::extract_view(p, buffers, values, |key, v| {
-                fold.add(&mut at, key, v);
-            });
+        let raw_bytes = decode::each_profile(inputs, &mut self.buffers, out, |step| match step {
+            Step::Start => fold.clear(),
+            Step::Profile(p, buffers) => {
+                let mut at = fold.rank(p.app, p.rank);
+                metrics::extract_view(p, buffers, values, |key, v| {
+                    fold.add(&mut at, key, v);
+                });
+            }
         });
         self.fold.to_columns(raw_bytes, &mut self.merged);
     }
