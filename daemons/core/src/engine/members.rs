@@ -1,24 +1,50 @@
-//! Sets of sources as bits: each known source holds a small number for as long as it is known, and a set of
-//! sources (those that delivered to a group, or took part in a round's phase 0) is a bit per number.
+//! Sets of sources as bits: each source holds a small number while it is known, and after it is forgotten for as
+//! long as a set may hold it; a set of sources (those that delivered to a group, or took part in a round's phase
+//! 0) is a bit per number.
 //!
 //! A leaf with a thousand ranks remembers the participants of thousands of rounds; as sets of names that was
 //! hundreds of megabytes, as bits it is 128 bytes a round.
+
+use std::collections::HashMap;
 
 use super::SourceId;
 
 /// A source's number while it is known ([`Numbers`]).
 pub(crate) type Number = u32;
 
-/// Sources by number; numbers of forgotten sources are given again, once every set has let them go.
-#[derive(Debug, Default)]
+/// Sources by number. A forgotten source keeps its number, retired under its name: sets may still hold it, and a
+/// source that returns under that name (a relay's child that re-attaches) takes it back, with what it did before.
+/// A retired number is given to another source only once no set holds it ([`Numbers::sweep`]).
+#[derive(Debug)]
 pub(crate) struct Numbers {
     names: Vec<Option<SourceId>>,
+    retired: HashMap<SourceId, Number>,
     free: Vec<Number>,
+    /// How many retired numbers call for a sweep.
+    sweep_at: usize,
+}
+
+/// The fewest retired numbers that call for a sweep.
+const SWEEP_AT_LEAST: usize = 64;
+
+impl Default for Numbers {
+    fn default() -> Self {
+        Self {
+            names: Vec::new(),
+            retired: HashMap::new(),
+            free: Vec::new(),
+            sweep_at: SWEEP_AT_LEAST,
+        }
+    }
 }
 
 impl Numbers {
-    /// A number for a source that has none, the lowest free one first so the sets stay short.
+    /// A number for a source that has none: the one it held if it was forgotten and no sweep has freed it, else
+    /// the lowest free one, so the sets stay short.
     pub(crate) fn give(&mut self, id: &str) -> Number {
+        if let Some(n) = self.retired.remove(id) {
+            return n;
+        }
         match self.free.pop() {
             Some(n) => {
                 self.names[n as usize] = Some(id.to_string());
@@ -31,15 +57,37 @@ impl Numbers {
         }
     }
 
-    /// Takes back the number of a forgotten source: the caller has taken it out of every set.
-    pub(crate) fn take_back(&mut self, n: Number) {
-        self.names[n as usize] = None;
-        self.free.push(n);
-        // Lowest last, so `give` pops it first.
-        self.free.sort_unstable_by(|a, b| b.cmp(a));
+    /// Retires the number of a forgotten source; whether enough are retired that a sweep is due.
+    pub(crate) fn retire(&mut self, n: Number) -> bool {
+        if let Some(Some(id)) = self.names.get(n as usize) {
+            self.retired.insert(id.clone(), n);
+        }
+        self.retired.len() >= self.sweep_at
     }
 
-    /// The source holding `n`.
+    /// Frees the retired numbers that no set holds: `held` is the union of every set.
+    pub(crate) fn sweep(&mut self, held: &Members) {
+        let names = &mut self.names;
+        let free = &mut self.free;
+        self.retired.retain(|_, n| {
+            let keep = held.contains(*n);
+            if !keep {
+                names[*n as usize] = None;
+                free.push(*n);
+            }
+            keep
+        });
+        // Lowest last, so `give` pops it first.
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.sweep_at = SWEEP_AT_LEAST.max(2 * self.retired.len());
+    }
+
+    /// The number a forgotten source held, while it is retired.
+    pub(crate) fn retired(&self, id: &str) -> Option<Number> {
+        self.retired.get(id).copied()
+    }
+
+    /// The source holding `n`, known or forgotten.
     pub(crate) fn name(&self, n: Number) -> Option<&str> {
         self.names.get(n as usize).and_then(|s| s.as_deref())
     }
@@ -69,9 +117,13 @@ impl Members {
             .is_some_and(|w| w & (1u64 << (n % 64)) != 0)
     }
 
-    pub(crate) fn remove(&mut self, n: Number) {
-        if let Some(w) = self.words.get_mut(n as usize / 64) {
-            *w &= !(1u64 << (n % 64));
+    /// Adds every member of `other`.
+    pub(crate) fn union_with(&mut self, other: &Members) {
+        if other.words.len() > self.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w |= o;
         }
     }
 
@@ -96,36 +148,64 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The set holds what a `BTreeSet` holds, whatever the numbers and the order of inserts and removals.
+        /// Two sets and their union hold what `BTreeSet`s hold, whatever the numbers and their order.
         #[test]
         fn members_are_a_set_of_numbers(ops in prop::collection::vec((any::<bool>(), 0u32..300), 0..200)) {
-            let mut bits = Members::default();
-            let mut set = std::collections::BTreeSet::new();
-            for (add, n) in ops {
-                if add {
+            let (mut bits, mut other) = (Members::default(), Members::default());
+            let (mut set, mut other_set) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+            for (first, n) in ops {
+                if first {
                     prop_assert_eq!(bits.insert(n), set.insert(n));
                 } else {
-                    bits.remove(n);
-                    set.remove(&n);
+                    prop_assert_eq!(other.insert(n), other_set.insert(n));
                 }
                 prop_assert_eq!(bits.contains(n), set.contains(&n));
             }
+            bits.union_with(&other);
+            set.extend(other_set);
             prop_assert_eq!(bits.iter().collect::<Vec<_>>(), set.into_iter().collect::<Vec<_>>());
         }
     }
 
     #[test]
-    fn numbers_are_given_again_lowest_first_once_taken_back() {
+    fn a_retired_number_returns_to_its_name_and_is_given_again_only_once_no_set_holds_it() {
         let mut numbers = Numbers::default();
         let [a, b, c] = ["a", "b", "c"].map(|id| numbers.give(id));
         assert_eq!([a, b, c], [0, 1, 2]);
-        numbers.take_back(c);
-        numbers.take_back(a);
+        assert!(!numbers.retire(a));
+        assert!(!numbers.retire(c));
+        // Retired numbers keep their names and are not given to others.
+        assert_eq!(numbers.name(a), Some("a"));
+        assert_eq!(numbers.give("d"), 3);
+        // A returning name takes its number back.
+        assert_eq!(numbers.give("a"), a);
+        assert_eq!(numbers.retired("a"), None);
+        assert!(!numbers.retire(a));
+        // A sweep frees what no set holds, lowest first.
+        let mut held = Members::default();
+        held.insert(c);
+        numbers.sweep(&held);
         assert_eq!(numbers.name(a), None);
-        assert_eq!(numbers.give("d"), a);
-        assert_eq!(numbers.give("e"), c);
-        assert_eq!(numbers.give("f"), 3);
+        assert_eq!(numbers.retired("c"), Some(c));
+        assert_eq!(numbers.give("e"), a);
+        assert_eq!(numbers.give("f"), 4);
+        numbers.sweep(&Members::default());
+        assert_eq!(numbers.give("g"), c);
         assert_eq!(numbers.name(b), Some("b"));
-        assert_eq!(numbers.name(a), Some("d"));
+    }
+
+    #[test]
+    fn a_sweep_is_due_once_retired_numbers_pile_up() {
+        let mut numbers = Numbers::default();
+        let all: Vec<Number> = (0..200).map(|i| numbers.give(&format!("r{i}"))).collect();
+        let due = all.iter().position(|n| numbers.retire(*n));
+        assert_eq!(due, Some(SWEEP_AT_LEAST - 1));
+        // Those still held raise the next threshold, so sweeps stay rare.
+        let mut held = Members::default();
+        all[..SWEEP_AT_LEAST].iter().for_each(|n| {
+            held.insert(*n);
+        });
+        numbers.sweep(&held);
+        assert_eq!(numbers.sweep_at, 2 * SWEEP_AT_LEAST);
     }
 }

@@ -471,13 +471,15 @@ impl RoundEngine {
             if !g.from.contains(s.number) {
                 g.left = g.left.saturating_add(s.ranks_below);
             }
-            g.from.remove(s.number);
         }
-        // Its number goes to the next new source: no set may still hold it.
-        for p in self.participants.values_mut() {
-            p.remove(s.number);
+        // What it delivered stays in the sets under its number: if it comes back under its name (a relay's
+        // child that re-attaches), a group it delivered to counts it, and a resend is a duplicate.
+        if self.numbers.retire(s.number) {
+            let mut held = Members::default();
+            self.open.values().for_each(|g| held.union_with(&g.from));
+            self.participants.values().for_each(|p| held.union_with(p));
+            self.numbers.sweep(&held);
         }
-        self.numbers.take_back(s.number);
         self.recount();
         let ready: Vec<GroupKey> = self
             .open
@@ -874,7 +876,8 @@ impl RoundEngine {
     /// rounds, and the last closed ones): spans `[from, end)`, ascending. Rounds of a stream that does not wait
     /// are never grouped, so none is known for it.
     pub fn delivered_by(&self, source: &str, stream: u32) -> Vec<(u64, u64)> {
-        let Some(source) = self.sources.get(source).map(|s| s.number) else {
+        let known = self.sources.get(source).map(|s| s.number);
+        let Some(source) = known.or_else(|| self.numbers.retired(source)) else {
             return Vec::new();
         };
         let closed = self

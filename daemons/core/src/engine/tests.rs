@@ -802,10 +802,11 @@ fn a_new_source_does_not_inherit_what_a_forgotten_one_took_part_in() {
     let r1 = GroupKey { round: 1, ..K };
     e.accept(r1, arrival("a", 4), now).unwrap();
     assert_eq!(e.participants(1, 0).unwrap(), ["a", "b"]);
-    // a leaves and c takes its number.
+    // a leaves and c comes: a's number stays a's, since the sets still hold it.
     e.forget_source("a");
     e.add_source("c", 4);
-    assert_eq!(e.participants(1, 0).unwrap(), ["b"]);
+    assert_eq!(e.participants(1, 0).unwrap(), ["a", "b"]);
+    assert_eq!(e.delivered_by("a", 1), [(0, 2)]);
     assert!(e.delivered_by("c", 1).is_empty());
     assert_eq!(e.delivered_by("b", 1), [(0, 1)]);
     // c did not make round 0, so its phase 2 is late; b's alone closes it.
@@ -827,4 +828,61 @@ fn a_new_source_does_not_inherit_what_a_forgotten_one_took_part_in() {
         panic!("not closed")
     };
     assert_eq!(c.inputs.len(), 3);
+}
+
+#[test]
+fn a_source_forgotten_and_back_under_its_name_keeps_what_it_delivered() {
+    let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 4), now).unwrap();
+    // a is adopted elsewhere, then re-attaches while round 0 is still open.
+    e.forget_source("a");
+    e.add_source("a", 4);
+    // Its packet is still in the round: b closes it, and a resend is a duplicate.
+    assert!(matches!(
+        e.accept(K, arrival("a", 4), now),
+        Err(EngineError::Duplicate { .. })
+    ));
+    let Accepted::Closed(c) = e.accept(K, arrival("b", 4), now).unwrap() else {
+        panic!("not closed")
+    };
+    assert_eq!(c.inputs.len(), 2);
+    assert_eq!(c.coverage.expected, 8);
+    assert_eq!(c.coverage.covered, 8);
+    // The round's later phases wait for it, and it is named among those the round's later packets go to.
+    assert_eq!(e.participants(1, 0).unwrap(), ["a", "b"]);
+    assert_eq!(e.delivered_by("a", 1), [(0, 1)]);
+    let p2 = GroupKey { phase: 2, ..K };
+    assert!(matches!(
+        e.accept(p2, arrival("b", 4), now).unwrap(),
+        Accepted::Pending
+    ));
+    assert!(matches!(
+        e.accept(p2, arrival("a", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+}
+
+#[test]
+fn numbers_of_sources_forgotten_before_they_delivered_are_given_again() {
+    let mut e = engine(&[("keep", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    // Many ranks come and hang up before their first dump; one delivers, then leaves.
+    e.add_source("gone", 4);
+    e.accept(K, arrival("gone", 4), now).unwrap();
+    e.forget_source("gone");
+    for i in 0..1000 {
+        let id = format!("r{i}");
+        e.add_source(&id, 4);
+        e.forget_source(&id);
+    }
+    // Numbers stay few: each new source takes a freed one.
+    e.add_source("new", 4);
+    assert!(e.numbers.name(200).is_none());
+    // The one that delivered keeps its number while round 0 holds it, and gets it back.
+    e.add_source("gone", 4);
+    assert!(matches!(
+        e.accept(K, arrival("gone", 4), now),
+        Err(EngineError::Duplicate { .. })
+    ));
 }
