@@ -253,3 +253,55 @@ fn selection_keys_out_of_range_are_refused_by_their_key() {
     let (code, err) = validate(&["--select-every-rounds", "50", "--select-on-change", "0.5"]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// `worker_threads` is checked in every daemon and sets the threads that run its tasks: one by default.
+#[test]
+fn worker_threads_are_checked_and_are_the_threads_a_daemon_runs() {
+    for (bin, var) in [
+        ("canopy-agent", "CANOPY_AGENT_WORKER_THREADS"),
+        ("canopy-relay", "CANOPY_RELAY_WORKER_THREADS"),
+        ("canopy-frontend", "CANOPY_FRONTEND_WORKER_THREADS"),
+    ] {
+        let out = Command::new(bin_dir().join(bin))
+            .arg("validate")
+            .env(var, "0")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{bin}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "bad config value for `{var}` (from environment variable {var}): must be between 1 and 256"
+            )),
+            "{bin}: {err}"
+        );
+    }
+    // A relay whose parent is not there keeps running, and retrying, on its workers alone.
+    let workers = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let mut child = Command::new(bin_dir().join("canopy-relay"))
+            .args(["--listen", "127.0.0.1:0", "--parent", "127.0.0.1:1", "--insecure"])
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ready.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(ready.exists(), "the relay did not serve");
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
+        let n = tasks
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|comm| comm.trim() == "tokio-rt-worker")
+            .count();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        n
+    };
+    assert_eq!(workers(&[]), 1);
+    assert_eq!(workers(&["--worker-threads", "3"]), 3);
+}

@@ -104,6 +104,10 @@ pub struct AgentConfig {
     /// Log lines as text or as one JSON object each.
     #[arg(long, value_enum)]
     pub log_format: LogFormat,
+    /// Threads that run the daemon's tasks. One (the default) hands a message from task to task on the same
+    /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
+    #[arg(long)]
+    pub worker_threads: usize,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
     /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
     /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
@@ -159,6 +163,7 @@ impl Default for AgentConfig {
             sample_period_ms: 0,
             metrics_listen: String::new(),
             log_format: LogFormat::Text,
+            worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             inline_filters: canopy_core::plugin::BUNDLED_FILTERS
@@ -191,6 +196,9 @@ impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
     }
     fn node_id(&self) -> &str {
         &self.node_id
+    }
+    fn worker_threads(&self) -> usize {
+        self.worker_threads
     }
 }
 
@@ -228,6 +236,7 @@ pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
+        canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
         if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
             return Err(ConfigIssue::new(
                 "filter_call_timeout_ms",

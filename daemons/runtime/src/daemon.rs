@@ -12,6 +12,25 @@ pub const EXIT_REFUSED: u8 = 76;
 /// How long a clean shutdown may take after the first signal before the process exits without it.
 pub const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// A daemon's worker threads unless its configuration says otherwise. A node's work is a chain of small tasks
+/// (a link's stream, the HTTP/2 connection, the node, the store writer's queue): on one thread each hands the
+/// next its message without waking another thread, which at a light rate is most of a round's latency.
+pub const DEFAULT_WORKER_THREADS: usize = 1;
+
+/// The most worker threads a daemon may ask for.
+const MAX_WORKER_THREADS: usize = 256;
+
+/// Checks a daemon's `worker_threads`.
+pub fn check_worker_threads(n: usize) -> Result<(), crate::config::ConfigIssue> {
+    if (1..=MAX_WORKER_THREADS).contains(&n) {
+        return Ok(());
+    }
+    Err(crate::config::ConfigIssue::new(
+        "worker_threads",
+        format!("must be between 1 and {MAX_WORKER_THREADS}"),
+    ))
+}
+
 /// What `validate` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Validate {
@@ -60,7 +79,11 @@ where
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("canopy-{role}: cannot start the runtime: {e}");
@@ -172,6 +195,8 @@ pub trait DaemonConfig:
     fn log_format(&self) -> LogFormat;
     /// The node's id when the configuration gives it (empty: the daemon names it once it runs).
     fn node_id(&self) -> &str;
+    /// The runtime's worker threads.
+    fn worker_threads(&self) -> usize;
 }
 
 /// A daemon's command line: [`DaemonArgs`] and one flag per key of its config struct `C`. Every flag is
