@@ -5,7 +5,7 @@ use std::process::Command;
 
 use canopy_agent::AgentConfig;
 use canopy_frontend::FrontendConfig;
-use canopy_integration_tests::bin_dir;
+use canopy_integration_tests::{bin_dir, start_relay_with};
 use canopy_relay::RelayConfig;
 use canopy_runtime::config::keys_without_flags;
 use canopy_runtime::daemon::{DaemonConfig, command};
@@ -279,28 +279,12 @@ fn worker_threads_are_checked_and_are_the_threads_a_daemon_runs() {
     // A relay whose parent is not there keeps running, and retrying, on its workers alone.
     let workers = |extra: &[&str]| {
         let dir = tempfile::tempdir().unwrap();
-        let ready = dir.path().join("ready");
-        let mut child = Command::new(bin_dir().join("canopy-relay"))
-            .args(["--listen", "127.0.0.1:0", "--parent", "127.0.0.1:1", "--insecure"])
-            .arg("--ready-file")
-            .arg(&ready)
-            .args(extra)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !ready.exists() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(ready.exists(), "the relay did not serve");
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
-        let n = tasks
+        let (relay, _) = start_relay_with(dir.path(), "relay-w", "127.0.0.1:1", "127.0.0.1:0", extra);
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", relay.child.id())).unwrap();
+        tasks
             .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
             .filter(|comm| comm.trim() == "tokio-rt-worker")
-            .count();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        n
+            .count()
     };
     assert_eq!(workers(&[]), 1);
     assert_eq!(workers(&["--worker-threads", "3"]), 3);
