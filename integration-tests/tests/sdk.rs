@@ -1300,8 +1300,13 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
     assert_eq!(nap.len() as u64, iterations, "{nap:?}");
     for s in &nap {
         let (min, max) = (s.min.unwrap(), s.max.unwrap());
-        // One switch per sleep; a busy machine may preempt a rank a few more times.
-        assert!(min >= sleeps && max <= sleeps + 10.0, "nap switches {min}..{max}");
+        // One switch per sleep; a busy machine may preempt a rank a few more times. A sleep whose timer
+        // expires before the thread gives up its CPU (a virtual CPU held by its host for 200 us at that
+        // instant) returns without a switch, so a rank may show one fewer in a round, never none.
+        assert!(
+            min >= sleeps - 1.0 && max <= sleeps + 10.0,
+            "nap switches {min}..{max}"
+        );
     }
     // The enclosing event counts its children's faults inclusively, and little of its own exclusively.
     let outer_incl = of("iteration", Metric::PageFaultsInclusive);
