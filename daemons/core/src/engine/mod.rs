@@ -277,11 +277,26 @@ pub struct RoundEngine {
     participants_order: std::collections::VecDeque<(u32, u64)>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
+    /// Sources forgotten while groups were open, with the groups that count their ranks as left: a source back
+    /// under its name is counted as itself there, not twice.
+    left_in: HashMap<SourceId, LeftIn>,
+    /// How many entries of `left_in` call for dropping those whose groups all closed.
+    left_in_prune_at: usize,
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
     rounds_counted: BTreeSet<u64>,
     /// The latest (stream, round) that closed a group partial here, so each counts once in `stats.partial`.
     partials_counted: BTreeSet<(u32, u64)>,
 }
+
+/// The open groups that count a forgotten source's ranks as left, and how many.
+#[derive(Debug)]
+struct LeftIn {
+    ranks: u32,
+    groups: Vec<GroupKey>,
+}
+
+/// The fewest entries of `RoundEngine::left_in` that call for dropping those of closed groups.
+const LEFT_IN_PRUNE_AT: usize = 64;
 
 /// Room for every `MissingReason` number in [`EngineStats::missing_ranks`].
 pub const MISSING_REASONS: usize = 16;
@@ -317,6 +332,14 @@ impl RoundEngine {
             Some(s) => (s.dropped, s.apps, s.number),
             None => (Default::default(), Default::default(), self.numbers.give(id)),
         };
+        if let Some(left) = self.left_in.remove(id) {
+            // Back while groups that counted it as left are open: there it counts as itself from now on.
+            for key in left.groups {
+                if let Some(g) = self.open.get_mut(&key) {
+                    g.left = g.left.saturating_sub(left.ranks);
+                }
+            }
+        }
         self.sources.insert(
             id.to_string(),
             Source {
@@ -467,11 +490,14 @@ impl RoundEngine {
         let Some(s) = self.sources.remove(id) else {
             return Vec::new();
         };
-        for g in self.open.values_mut() {
-            if !g.from.contains(s.number) {
+        let mut counted_in = Vec::new();
+        for (key, g) in self.open.iter_mut() {
+            if !g.from.contains(s.number) && s.ranks_below > 0 {
                 g.left = g.left.saturating_add(s.ranks_below);
+                counted_in.push(*key);
             }
         }
+        self.remember_left(id, s.ranks_below, counted_in);
         // What it delivered stays in the sets under its number: if it comes back under its name (a relay's
         // child that re-attaches), a group it delivered to counts it, and a resend is a duplicate.
         if self.numbers.retire(s.number) {
@@ -488,6 +514,20 @@ impl RoundEngine {
             .map(|(k, _)| *k)
             .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
+    }
+
+    /// Remembers the open groups that count a forgotten source as left, while any of them is open.
+    fn remember_left(&mut self, id: &str, ranks: u32, groups: Vec<GroupKey>) {
+        if groups.is_empty() {
+            return;
+        }
+        self.left_in.insert(id.to_string(), LeftIn { ranks, groups });
+        if self.left_in.len() >= self.left_in_prune_at.max(LEFT_IN_PRUNE_AT) {
+            let open = &self.open;
+            self.left_in
+                .retain(|_, l| l.groups.iter().any(|k| open.contains_key(k)));
+            self.left_in_prune_at = 2 * self.left_in.len();
+        }
     }
 
     /// The most ranks a source ever answered for: no packet of it may cover more.

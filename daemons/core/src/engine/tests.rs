@@ -886,3 +886,79 @@ fn numbers_of_sources_forgotten_before_they_delivered_are_given_again() {
         Err(EngineError::Duplicate { .. })
     ));
 }
+
+/// A source forgotten before it delivered to an open round counts there as left; back under its name while the
+/// round is open, it counts as itself: covered if it delivers, late if not, never twice.
+#[test]
+fn a_source_forgotten_before_it_delivered_and_back_counts_once_in_the_open_rounds() {
+    let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    let (r1, r2) = (GroupKey { round: 1, ..K }, GroupKey { round: 2, ..K });
+    e.accept(K, arrival("b", 4), now).unwrap();
+    e.accept(r1, arrival("b", 4), now).unwrap();
+    // a leaves (its ranks count as lost in rounds 0 and 1), and comes back under its name while they wait for c.
+    assert!(e.forget_source("a").is_empty(), "the rounds still wait for c");
+    e.add_source("a", 4);
+    // Round 0: a delivers, c does not: 12 ranks expected, 8 covered, c's 4 late, none lost.
+    assert!(matches!(
+        e.accept(K, arrival("a", 4), now).unwrap(),
+        Accepted::Pending
+    ));
+    // Round 2 opens after a's return: it never counted a as left.
+    for s in ["a", "b", "c"] {
+        e.accept(r2, arrival(s, 4), now).unwrap();
+    }
+    let closed = e.expire(now + Duration::from_secs(1));
+    assert_eq!(closed.len(), 2);
+    let c0 = &closed
+        .iter()
+        .find(|c| c.key == K)
+        .expect("round 0 timed out")
+        .coverage;
+    assert_eq!((c0.expected, c0.covered), (12, 8));
+    assert_eq!(missing_for(c0, MissingReason::Late), 4);
+    assert_eq!(missing_for(c0, MissingReason::Lost), 0);
+    // Round 1: neither a nor c delivered: each of their ranks counts once, as late.
+    let c1 = &closed
+        .iter()
+        .find(|c| c.key == r1)
+        .expect("round 1 timed out")
+        .coverage;
+    assert_eq!((c1.expected, c1.covered), (12, 4));
+    assert_eq!(missing_for(c1, MissingReason::Late), 8);
+    assert_eq!(missing_for(c1, MissingReason::Lost), 0);
+}
+
+/// A sweep of retired numbers keeps those that only closed rounds' participants hold: a new source does not
+/// take part in rounds a forgotten one made.
+#[test]
+fn a_sweep_keeps_the_numbers_only_closed_rounds_hold() {
+    let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::WaitForAll);
+    let now = Instant::now();
+    e.accept(K, arrival("a", 4), now).unwrap();
+    assert!(matches!(
+        e.accept(K, arrival("b", 4), now).unwrap(),
+        Accepted::Closed(_)
+    ));
+    // a leaves once round 0 closed; enough others come and go for sweeps to run.
+    e.forget_source("a");
+    for i in 0..1000 {
+        let id = format!("r{i}");
+        e.add_source(&id, 1);
+        e.forget_source(&id);
+    }
+    assert_eq!(
+        e.numbers.retired("a"),
+        Some(0),
+        "round 0's participants still hold a's number"
+    );
+    e.add_source("new", 4);
+    assert_eq!(e.participants(1, 0).unwrap(), ["a", "b"]);
+    assert!(e.delivered_by("new", 1).is_empty());
+    // The later phases of round 0 wait for a and b, not for the newcomer.
+    let p2 = GroupKey { phase: 2, ..K };
+    assert!(matches!(
+        e.accept(p2, arrival("new", 4), now).unwrap(),
+        Accepted::Late(_)
+    ));
+}
