@@ -483,3 +483,70 @@ fn c_plugins_that_hang_segfault_or_abort_in_real_daemons_fail_only_their_stream_
         fe.log_text()
     );
 }
+
+/// A relay whose one worker is held by an inline filter call that never returns still answers signals: the
+/// watch names the call in its log, the first SIGTERM cannot drain it, and the second ends the process at once.
+#[test]
+fn a_relay_held_by_an_inline_call_that_never_returns_still_exits_on_a_second_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("filters");
+    std::fs::create_dir(&plugins).unwrap();
+    let hang = "for (;;) { usleep(100000); }";
+    build_c_filter(
+        &plugins,
+        "spins",
+        &faulty_rankcount("spins", "upstream", "CANOPY_LEVEL_RELAY", hang),
+    );
+    let path = format!("{}:{}", plugin_dir().display(), plugins.display());
+    let filters = ["--filter-path", path.as_str(), "--filter-call-timeout-ms", "300"];
+    let fe_args: Vec<&str> = ["--streams", "spins"].into_iter().chain(filters).collect();
+    let (mut fe, addr, _store) = start_frontend(dir.path(), &fe_args);
+    let relay_args: Vec<&str> = filters
+        .into_iter()
+        .chain(["--inline-filters", "stats,spins"])
+        .collect();
+    let (mut relay, relay_addr) =
+        canopy_integration_tests::start_relay_with(dir.path(), "relay:0", &addr, "127.0.0.1:0", &relay_args);
+    let mut agent = canopy_integration_tests::SimAgent {
+        id: "agent:0",
+        parents: &relay_addr,
+        ranks: 4,
+        offset: 0,
+        total: 4,
+        period_ms: 20,
+        rounds: 0,
+    }
+    .start_with(dir.path(), &filters);
+    wait_for(
+        "the inline call to be reported held",
+        Duration::from_secs(30),
+        || {
+            relay
+                .log_text()
+                .contains("filter spins: upstream call running inline for")
+        },
+    );
+    relay.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        relay.wait_timeout(Duration::from_millis(500)).is_none(),
+        "the relay drained past a call that never returns:\n{}",
+        relay.log_text()
+    );
+    relay.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = relay.wait_timeout(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "relay: {status:?}\n{}",
+        relay.log_text()
+    );
+    assert!(
+        relay
+            .log_text()
+            .contains("canopy-relay: exiting at once: a second signal"),
+        "{}",
+        relay.log_text()
+    );
+    for p in [&mut agent, &mut fe] {
+        p.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+}

@@ -90,27 +90,24 @@ where
             return ExitCode::FAILURE;
         }
     };
+    // Counted on a thread of their own, so that a worker held by a long call cannot delay a forced exit.
+    let signals = match crate::shutdown::start(FORCE_AFTER) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("canopy-{role}: cannot listen for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let crate::shutdown::Signals { mut first, force } = signals;
     let result = runtime.block_on(async {
-        // Signals are counted: the first starts a clean shutdown; a second one, or a shutdown still running
-        // after FORCE_AFTER (a parent that never comes back, say), ends the process without waiting.
-        let (count_tx, count_rx) = tokio::sync::watch::channel(0u32);
-        tokio::spawn(async move {
-            loop {
-                crate::shutdown::signal().await;
-                count_tx.send_modify(|n| *n += 1);
-            }
-        });
-        let mut first = count_rx.clone();
         let shutdown = Box::pin(async move {
-            let _ = first.wait_for(|n| *n >= 1).await;
+            let _ = first.wait_for(|f| *f).await;
             crate::notify::stopping("draining after a signal");
         });
-        let mut forced = count_rx;
         let force = async move {
-            let _ = forced.wait_for(|n| *n >= 1).await;
-            tokio::select! {
-                _ = forced.wait_for(|n| *n >= 2) => "a second signal",
-                _ = tokio::time::sleep(FORCE_AFTER) => "the clean shutdown took too long",
+            match force.await {
+                Ok(why) => why,
+                Err(_) => std::future::pending().await,
             }
         };
         // On a worker, not on this thread: the daemon's tasks (streams, links, ranks) hand it work all the
