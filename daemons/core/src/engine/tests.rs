@@ -904,29 +904,23 @@ fn a_source_forgotten_before_it_delivered_and_back_counts_once_in_the_open_round
         e.accept(K, arrival("a", 4), now).unwrap(),
         Accepted::Pending
     ));
-    // Round 2 opens after a's return: it never counted a as left.
-    for s in ["a", "b", "c"] {
-        e.accept(r2, arrival(s, 4), now).unwrap();
-    }
+    // Round 2 opens after a's return: it never counted a as left, and closes whole.
+    e.accept(r2, arrival("a", 4), now).unwrap();
+    e.accept(r2, arrival("b", 4), now).unwrap();
+    let Accepted::Closed(c2) = e.accept(r2, arrival("c", 4), now).unwrap() else {
+        panic!("round 2 waits")
+    };
+    assert_eq!((c2.coverage.expected, c2.coverage.covered), (12, 12));
     let closed = e.expire(now + Duration::from_secs(1));
     assert_eq!(closed.len(), 2);
-    let c0 = &closed
-        .iter()
-        .find(|c| c.key == K)
-        .expect("round 0 timed out")
-        .coverage;
-    assert_eq!((c0.expected, c0.covered), (12, 8));
-    assert_eq!(missing_for(c0, MissingReason::Late), 4);
-    assert_eq!(missing_for(c0, MissingReason::Lost), 0);
-    // Round 1: neither a nor c delivered: each of their ranks counts once, as late.
-    let c1 = &closed
-        .iter()
-        .find(|c| c.key == r1)
-        .expect("round 1 timed out")
-        .coverage;
-    assert_eq!((c1.expected, c1.covered), (12, 4));
-    assert_eq!(missing_for(c1, MissingReason::Late), 8);
-    assert_eq!(missing_for(c1, MissingReason::Lost), 0);
+    let coverage_of = |key: GroupKey| &closed.iter().find(|c| c.key == key).expect("timed out").coverage;
+    // Round 0: a's 4 covered, c's 4 late; round 1: neither delivered, each of their ranks late once.
+    for (key, covered, late) in [(K, 8, 4), (r1, 4, 8)] {
+        let c = coverage_of(key);
+        assert_eq!((c.expected, c.covered), (12, covered), "{key:?}");
+        assert_eq!(missing_for(c, MissingReason::Late), late, "{key:?}");
+        assert_eq!(missing_for(c, MissingReason::Lost), 0, "{key:?}");
+    }
 }
 
 /// A sweep of retired numbers keeps those that only closed rounds' participants hold: a new source does not
