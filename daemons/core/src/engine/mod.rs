@@ -147,9 +147,10 @@ pub struct Arrival {
 struct OpenGroup {
     arrived: Vec<Arrival>,
     from: Members,
-    /// Ranks of sources forgotten while this group was open (they left before their first dump): it still
-    /// counts them, as lost.
-    left: u32,
+    /// Sources forgotten while this group was open, before they delivered to it, with their ranks then: it still
+    /// counts them, as lost; one that is back under its name when the group closes counts as itself, and only
+    /// the ranks it no longer answers for as lost. At most one entry per name, for as long as the group is open.
+    left: Vec<(SourceId, u32)>,
     /// How many of the arrivals come from sources this group waits for; compared with the number of such
     /// sources, so completion is checked without walking the sources per packet.
     live_arrived: usize,
@@ -277,26 +278,11 @@ pub struct RoundEngine {
     participants_order: std::collections::VecDeque<(u32, u64)>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
-    /// Sources forgotten while groups were open, with the groups that count their ranks as left: a source back
-    /// under its name is counted as itself there, not twice.
-    left_in: HashMap<SourceId, LeftIn>,
-    /// How many entries of `left_in` call for dropping those whose groups all closed.
-    left_in_prune_at: usize,
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
     rounds_counted: BTreeSet<u64>,
     /// The latest (stream, round) that closed a group partial here, so each counts once in `stats.partial`.
     partials_counted: BTreeSet<(u32, u64)>,
 }
-
-/// The open groups that count a forgotten source's ranks as left, and how many.
-#[derive(Debug)]
-struct LeftIn {
-    ranks: u32,
-    groups: Vec<GroupKey>,
-}
-
-/// The fewest entries of `RoundEngine::left_in` that call for dropping those of closed groups.
-const LEFT_IN_PRUNE_AT: usize = 64;
 
 /// Room for every `MissingReason` number in [`EngineStats::missing_ranks`].
 pub const MISSING_REASONS: usize = 16;
@@ -332,14 +318,6 @@ impl RoundEngine {
             Some(s) => (s.dropped, s.apps, s.number),
             None => (Default::default(), Default::default(), self.numbers.give(id)),
         };
-        if let Some(left) = self.left_in.remove(id) {
-            // Back while groups that counted it as left are open: there it counts as itself from now on.
-            for key in left.groups {
-                if let Some(g) = self.open.get_mut(&key) {
-                    g.left = g.left.saturating_sub(left.ranks);
-                }
-            }
-        }
         self.sources.insert(
             id.to_string(),
             Source {
@@ -490,14 +468,20 @@ impl RoundEngine {
         let Some(s) = self.sources.remove(id) else {
             return Vec::new();
         };
-        let mut counted_in = Vec::new();
-        for (key, g) in self.open.iter_mut() {
-            if !g.from.contains(s.number) && s.ranks_below > 0 {
-                g.left = g.left.saturating_add(s.ranks_below);
-                counted_in.push(*key);
+        for g in self.open.values_mut() {
+            let at = g.left.iter().position(|(name, _)| name == id);
+            match at {
+                // It came back and delivered: its packet counts it.
+                Some(at) if g.from.contains(s.number) => {
+                    g.left.swap_remove(at);
+                }
+                Some(at) => g.left[at].1 = s.ranks_below,
+                None if !g.from.contains(s.number) && s.ranks_below > 0 => {
+                    g.left.push((id.to_string(), s.ranks_below));
+                }
+                None => {}
             }
         }
-        self.remember_left(id, s.ranks_below, counted_in);
         // What it delivered stays in the sets under its number: if it comes back under its name (a relay's
         // child that re-attaches), a group it delivered to counts it, and a resend is a duplicate.
         if self.numbers.retire(s.number) {
@@ -514,20 +498,6 @@ impl RoundEngine {
             .map(|(k, _)| *k)
             .collect();
         ready.into_iter().map(|k| self.close(k)).collect()
-    }
-
-    /// Remembers the open groups that count a forgotten source as left, while any of them is open.
-    fn remember_left(&mut self, id: &str, ranks: u32, groups: Vec<GroupKey>) {
-        if groups.is_empty() {
-            return;
-        }
-        self.left_in.insert(id.to_string(), LeftIn { ranks, groups });
-        if self.left_in.len() >= self.left_in_prune_at.max(LEFT_IN_PRUNE_AT) {
-            let open = &self.open;
-            self.left_in
-                .retain(|_, l| l.groups.iter().any(|k| open.contains_key(k)));
-            self.left_in_prune_at = 2 * self.left_in.len();
-        }
     }
 
     /// The most ranks a source ever answered for: no packet of it may cover more.
@@ -793,7 +763,7 @@ impl RoundEngine {
         let group = self.open.entry(key).or_insert_with(|| OpenGroup {
             arrived: Vec::new(),
             from: Members::default(),
-            left: 0,
+            left: Vec::new(),
             live_arrived: 0,
             deadline: now + sync.timeout,
         });
@@ -1003,8 +973,15 @@ impl RoundEngine {
                 add_missing(&mut coverage, MissingReason::Lost, gone);
             }
         }
-        coverage.expected = coverage.expected.saturating_add(group.left);
-        add_missing(&mut coverage, MissingReason::Lost, group.left);
+        for (name, ranks) in &group.left {
+            // Back under its name, it counts below as itself: only the ranks it no longer answers for are lost.
+            let lost = match self.sources.get(name) {
+                Some(s) => ranks.saturating_sub(s.ranks_below),
+                None => *ranks,
+            };
+            coverage.expected = coverage.expected.saturating_add(lost);
+            add_missing(&mut coverage, MissingReason::Lost, lost);
+        }
         let mut partial = false;
         for s in self.sources.values() {
             if group.from.contains(s.number) {

@@ -956,3 +956,56 @@ fn a_sweep_keeps_the_numbers_only_closed_rounds_hold() {
         Accepted::Late(_)
     ));
 }
+
+/// A relay's child forgotten with 4 ranks that re-attaches answering for none yet (its own children not back)
+/// still has its 4 ranks counted once in the rounds open since, as lost; once it answers for them again, they
+/// count as its own, late. Forgotten a second time, they count once more as lost, not twice.
+#[test]
+fn a_source_back_with_fewer_ranks_leaves_the_rest_lost_once() {
+    let now = Instant::now();
+    let covered_expected_lost = |c: &Closed| {
+        (
+            c.coverage.covered,
+            c.coverage.expected,
+            missing_for(&c.coverage, MissingReason::Lost),
+        )
+    };
+    // Back with none: 4 lost.
+    let mut e = engine(&[("a", 4), ("b", 4)], SyncMode::WaitForAll);
+    e.accept(K, arrival("b", 4), now).unwrap();
+    e.add_source("c", 4);
+    e.forget_source("a");
+    e.add_source("a", 0);
+    let closed = e.expire(now + Duration::from_secs(1));
+    assert_eq!(covered_expected_lost(&closed[0]), (4, 12, 4));
+    // Back with none, then with its 4 again: they count as its own (late, as c's), not lost.
+    let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+    e.accept(K, arrival("b", 4), now).unwrap();
+    e.forget_source("a");
+    e.add_source("a", 0);
+    e.set_ranks_below("a", 4);
+    let closed = e.expire(now + Duration::from_secs(1));
+    assert_eq!(covered_expected_lost(&closed[0]), (4, 12, 0));
+    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 8);
+    // Forgotten, back, forgotten again before delivering: its ranks count once, as lost.
+    let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+    e.accept(K, arrival("b", 4), now).unwrap();
+    e.forget_source("a");
+    e.add_source("a", 4);
+    e.forget_source("a");
+    let Accepted::Closed(c) = e.accept(K, arrival("c", 4), now).unwrap() else {
+        panic!("round 0 waits")
+    };
+    assert_eq!(covered_expected_lost(&c), (8, 12, 4));
+    // Forgotten, back, delivered, forgotten again: its packet counts it, nothing is lost.
+    let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
+    e.accept(K, arrival("b", 4), now).unwrap();
+    e.forget_source("a");
+    e.add_source("a", 4);
+    e.accept(K, arrival("a", 4), now).unwrap();
+    e.forget_source("a");
+    let Accepted::Closed(c) = e.accept(K, arrival("c", 4), now).unwrap() else {
+        panic!("round 0 waits")
+    };
+    assert_eq!(covered_expected_lost(&c), (12, 12, 0));
+}
