@@ -527,6 +527,10 @@ fn a_relay_held_by_an_inline_call_that_never_returns_still_exits_on_a_second_sig
         },
     );
     relay.signal(nix::sys::signal::Signal::SIGTERM);
+    // Taken (two signals sent before the first is taken would be one).
+    wait_for("the first signal taken", Duration::from_secs(10), || {
+        relay.log_text().contains("terminated: shutting down")
+    });
     assert!(
         relay.wait_timeout(Duration::from_millis(500)).is_none(),
         "the relay drained past a call that never returns:\n{}",

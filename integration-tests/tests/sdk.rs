@@ -1308,6 +1308,13 @@ fn per_event_counters_of_real_ranks_match_the_pages_they_touch_and_the_sleeps_th
             "nap switches {min}..{max}"
         );
     }
+    // And such a sleep is rare: over every rank and round, at most one switch short per round.
+    let switches: f64 = nap.iter().map(|s| s.mean.unwrap() * s.count as f64).sum();
+    let least = (iterations * u64::from(ranks)) as f64 * sleeps - iterations as f64;
+    assert!(
+        switches >= least,
+        "nap switches {switches} in all, fewer than {least}"
+    );
     // The enclosing event counts its children's faults inclusively, and little of its own exclusively.
     let outer_incl = of("iteration", Metric::PageFaultsInclusive);
     let outer_excl = of("iteration", Metric::PageFaultsExclusive);

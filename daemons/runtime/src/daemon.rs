@@ -101,7 +101,10 @@ where
     let crate::shutdown::Signals { mut first, force } = signals;
     let result = runtime.block_on(async {
         let shutdown = Box::pin(async move {
-            let _ = first.wait_for(|f| *f).await;
+            if first.wait_for(|f| *f).await.is_err() {
+                // The signal thread is gone without a signal: no shutdown from it.
+                std::future::pending::<()>().await;
+            }
             crate::notify::stopping("draining after a signal");
         });
         let force = async move {
