@@ -2,9 +2,11 @@
 //! Unix socket and the application SDK, simulated ones, or both), runs each stream's filter over them, and
 //! attaches to its parent.
 
-// One audited exception: registering the simulated ranks' timerfd with the reactor (sim/timer.rs).
+// Two audited exceptions: registering the simulated ranks' timerfd with the reactor (sim/timer.rs), and the
+// allocator's settings (heap.rs).
 #![deny(unsafe_code)]
 
+pub mod heap;
 pub mod samplers;
 pub mod sim;
 pub mod socket;

@@ -5,6 +5,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any thread starts: the ranks' dumps of one round reuse the memory of the last.
+    canopy_agent::heap::keep_freed_memory();
     canopy_runtime::daemon::run_main::<canopy_agent::AgentConfig, _, _, _>(
         "agent",
         "canopy-agent",
