@@ -8,7 +8,7 @@
 //! second; with this heap, none to 60, and the agents' CPU per round fell by 5 to 10% (docs/benchmarks.md).
 
 /// Freed memory above this stays with the process (glibc's default is 128 KiB, raised as large blocks come and
-/// go); it is the most an idle agent keeps beyond what it uses.
+/// go); it is the most each of malloc's heaps (one per thread that allocates at once) keeps beyond what it uses.
 pub const KEEP_FREED: usize = 32 << 20;
 /// Blocks up to this size come from the heap, and are reused, rather than from a mapping of their own that
 /// is faulted in afresh each time (glibc's default is 128 KiB).

@@ -1,5 +1,7 @@
 //! The agent's heap settings, in a process of their own (they are process-wide): a round's worth of dumps,
-//! freed, is served again without the kernel faulting its pages in anew.
+//! freed, is served again without the kernel faulting its pages in anew. Only glibc's malloc has the settings.
+
+#![cfg(all(target_os = "linux", target_env = "gnu"))]
 
 use std::hint::black_box;
 
@@ -29,7 +31,6 @@ fn faults_of_a_second_round() -> u64 {
     minor_faults() - before
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_rounds_freed_dumps_serve_the_next_round() {
     // Without the settings the second round faults in its 8 MiB again (2,048 pages of 4 KiB): the heap's
