@@ -430,6 +430,21 @@ impl RoundEngine {
         self.recount();
     }
 
+    /// Every source stopped before round `from` is expected again from `from` (a window of rounds tells every
+    /// rank to report from its first round, a stopped one too); rounds before it still count it stopped.
+    pub fn resume_stopped(&mut self, from: u64) {
+        for s in self.sources.values_mut() {
+            if let SourceState::Stopped { end } = s.state
+                && end <= from
+            {
+                s.state = SourceState::Live;
+                s.from = from;
+                s.stopped_before = true;
+            }
+        }
+        self.recount();
+    }
+
     /// A source reports its count of ranks below. A count above its last report grows what it answers for
     /// (children attached; never below what it had: a restarted relay still answers for the children not back
     /// yet). A count below its last report can only mean ranks left below it before their first dump (a node's

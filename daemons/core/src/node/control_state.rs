@@ -39,6 +39,16 @@ impl ControlState {
         }
     }
 
+    /// Whether the last start or stop was a start.
+    pub(crate) fn collecting(&self) -> bool {
+        matches!(
+            self.collection,
+            Some(Control {
+                action: Some(control::Action::Start(_))
+            })
+        )
+    }
+
     /// What a child attaching now must hear, in order: the options first (the Start that follows may make the
     /// child dump at once), then the start or stop (a start marked as a rejoin), the window of rounds in force,
     /// then a drain under way.

@@ -576,7 +576,15 @@ impl<U: Up> Node<U> {
                     leaf.window = None;
                 }
                 control::Action::Stop(_) => leaf.window = None,
-                control::Action::Window(w) => leaf.window = Some((w.from_round, w.to_round)),
+                control::Action::Window(w) => {
+                    leaf.window = Some((w.from_round, w.to_round));
+                    // Every rank reports from the window's first round, one still stopped too: a rank that hears
+                    // a start and the window together says nothing before it, so no dump of its would resume it
+                    // in time for that round.
+                    if self.control.collecting() {
+                        self.engine.resume_stopped(w.from_round);
+                    }
+                }
                 _ => {}
             }
             let _ = leaf.options.control.send(action.clone()).await;

@@ -1454,3 +1454,54 @@ async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finish
         "the node waited for a stuck call"
     );
 }
+
+fn stopped_at(rank: u32, round: u64) -> Input {
+    Input::Ranks(vec![RankEvent::Round {
+        source: rank_source("app", rank),
+        rank,
+        round,
+        dump_unix_ns: 1,
+        profile: Err(MissingReason::Stopped),
+    }])
+}
+
+/// `canopy ctl stop`, then `start` and a window of rounds: a rank that heard the start and the window together
+/// (a slow one, or any stopped rank when the window itself starts a stopped tree) says nothing before the
+/// window's first round, yet it was told to report from there, so that round waits for it rather than counting
+/// it stopped.
+#[tokio::test(start_paused = true)]
+async fn a_rank_stopped_when_a_window_comes_is_expected_from_the_windows_first_round() {
+    let (role, _ranks_control) = leaf();
+    let mut h = start(role, 64);
+    h.input(Input::Ranks(vec![attached(0, 0), attached(1, 0)])).await;
+    h.open(1).await;
+    h.input(control(control::Action::Start(root::start(0)))).await;
+    h.input(rank_round(0, 0)).await;
+    h.input(rank_round(1, 0)).await;
+    assert_eq!(h.envelope().await.round, 0);
+    h.input(control(control::Action::Stop(canopy_proto::v1::Stop {})))
+        .await;
+    h.input(stopped_at(0, 1)).await;
+    h.input(stopped_at(1, 1)).await;
+    h.input(control(control::Action::Start(root::start(1)))).await;
+    // Rank 0 resumes at once; rank 1 is slow to hear the start.
+    h.input(rank_round(0, 1)).await;
+    h.input(rank_round(0, 2)).await;
+    let window = canopy_proto::v1::Window {
+        from_round: 4,
+        to_round: 5,
+    };
+    h.input(control(control::Action::Window(window))).await;
+    // Rank 0 reports round 3, outside the window, as stopped; rank 1 heard the start and the window together.
+    h.input(stopped_at(0, 3)).await;
+    h.input(rank_round(0, 4)).await;
+    h.input(rank_round(1, 4)).await;
+    let env = loop {
+        let env = h.envelope().await;
+        if env.round == 4 {
+            break env;
+        }
+    };
+    let cov = env.coverage.unwrap();
+    assert_eq!((cov.covered, cov.expected), (2, 2), "{cov:?}");
+}
