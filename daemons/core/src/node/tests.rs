@@ -732,12 +732,21 @@ fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
 }
 
 fn rank_round(rank: u32, round: u64) -> Input {
+    rank_dump(rank, round, Ok(vec![rank as u8]))
+}
+
+/// A rank's dump of `round` saying it stopped.
+fn stopped_at(rank: u32, round: u64) -> Input {
+    rank_dump(rank, round, Err(MissingReason::Stopped))
+}
+
+fn rank_dump(rank: u32, round: u64, profile: Result<Vec<u8>, MissingReason>) -> Input {
     Input::Ranks(vec![RankEvent::Round {
         source: rank_source("app", rank),
         rank,
         round,
         dump_unix_ns: 1,
-        profile: Ok(vec![rank as u8]),
+        profile,
     }])
 }
 
@@ -1453,16 +1462,6 @@ async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finish
         Some(1),
         "the node waited for a stuck call"
     );
-}
-
-fn stopped_at(rank: u32, round: u64) -> Input {
-    Input::Ranks(vec![RankEvent::Round {
-        source: rank_source("app", rank),
-        rank,
-        round,
-        dump_unix_ns: 1,
-        profile: Err(MissingReason::Stopped),
-    }])
 }
 
 /// `canopy ctl stop`, then `start` and a window of rounds: a rank that heard the start and the window together
