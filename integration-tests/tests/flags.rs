@@ -283,7 +283,7 @@ fn worker_threads_are_checked_and_are_the_threads_a_daemon_runs() {
         let tasks = std::fs::read_dir(format!("/proc/{}/task", relay.child.id())).unwrap();
         tasks
             .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
-            .filter(|comm| comm.trim() == "tokio-rt-worker")
+            .filter(|comm| matches!(comm.trim(), "tokio-rt-worker" | "canopy-worker"))
             .count()
     };
     assert_eq!(workers(&[]), 1);

@@ -51,8 +51,8 @@ pub fn main<C, F, Fut, E>(
     run: F,
 ) -> ExitCode
 where
-    C: DaemonConfig,
-    F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    C: DaemonConfig + Send + 'static,
+    F: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display + IsRefusal + Send + 'static,
 {
@@ -79,57 +79,44 @@ where
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.worker_threads())
-        .enable_all()
-        .build();
-    let runtime = match runtime {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("canopy-{role}: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     // Counted on a thread of their own, so that a worker held by a long call cannot delay a forced exit.
-    let signals = match crate::shutdown::start(FORCE_AFTER) {
+    let crate::shutdown::Signals { mut first, force } = match crate::shutdown::start(FORCE_AFTER) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("canopy-{role}: cannot listen for signals: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let crate::shutdown::Signals { mut first, force } = signals;
-    let result = runtime.block_on(async {
-        let shutdown = Box::pin(async move {
-            if first.wait_for(|f| *f).await.is_err() {
-                // The signal thread is gone without a signal: no shutdown from it.
-                std::future::pending::<()>().await;
-            }
-            crate::notify::stopping("draining after a signal");
-        });
-        let force = async move {
-            match force.await {
-                Ok(why) => why,
-                Err(_) => std::future::pending().await,
-            }
-        };
-        // On a worker, not on this thread: the daemon's tasks (streams, links, ranks) hand it work all the
-        // time, and waking a task on a worker is cheaper than waking the thread that blocks on the runtime.
-        let daemon = tokio::spawn(run(config, shutdown));
-        tokio::select! {
-            r = daemon => Some(r.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))),
-            why = force => {
-                tracing::warn!("exiting at once: {why}");
-                eprintln!("canopy-{role}: exiting at once: {why}");
-                None
-            }
+    let shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+        if first.wait_for(|f| *f).await.is_err() {
+            // The signal thread is gone without a signal: no shutdown from it.
+            std::future::pending::<()>().await;
         }
+        crate::notify::stopping("draining after a signal");
     });
-    let Some(result) = result else {
-        // Dropping the runtime would wait for blocking tasks (a store writer finishing its queue, say): a forced
-        // exit leaves them behind instead.
-        runtime.shutdown_background();
-        return ExitCode::FAILURE;
+    let force = async move {
+        match force.await {
+            Ok(why) => why,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let workers = config.worker_threads();
+    let daemon = move || run(config, shutdown);
+    let ended = match workers {
+        1 => on_one_thread(daemon, force),
+        n => on_workers(n, daemon, force),
+    };
+    let result = match ended {
+        Ok(Ended::Ran(result)) => result,
+        Ok(Ended::Forced(why)) => {
+            tracing::warn!("exiting at once: {why}");
+            eprintln!("canopy-{role}: exiting at once: {why}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("canopy-{role}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -144,6 +131,91 @@ where
         }
     }
 }
+
+/// How a daemon's run ended.
+enum Ended<T> {
+    /// The daemon returned.
+    Ran(T),
+    /// A second signal, or a clean shutdown past its time: the process ends now, whatever still runs.
+    Forced(&'static str),
+}
+
+/// One worker: a current-thread runtime on a thread of its own. The daemon's tasks (a link's stream, the HTTP/2
+/// connection, the node) hand each other work on one run queue, with none of a work-stealing scheduler's
+/// bookkeeping on each wake. This thread only waits, for the daemon's end or a forced exit, which a long call on
+/// the worker cannot delay.
+fn on_one_thread<F, Fut>(
+    daemon: F,
+    force: impl Future<Output = &'static str>,
+) -> std::io::Result<Ended<Fut::Output>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future,
+    Fut::Output: Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("canopy-blocking")
+        .build()?;
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let worker = std::thread::Builder::new()
+        .name(WORKER_THREAD.into())
+        .spawn(move || {
+            let result = runtime.block_on(async move { daemon().await });
+            // Its blocking tasks end before the daemon is said to have ended, as a multi-threaded runtime's do.
+            drop(runtime);
+            let _ = done_tx.send(result);
+        })?;
+    let waiter = tokio::runtime::Builder::new_current_thread().build()?;
+    Ok(waiter.block_on(async move {
+        tokio::select! {
+            result = done => match result {
+                Ok(result) => Ended::Ran(result),
+                // The worker dropped its sender as it unwound: its panic goes on here.
+                Err(_) => std::panic::resume_unwind(match worker.join() {
+                    Err(panic) => panic,
+                    Ok(()) => Box::new("the worker thread ended without the daemon's result"),
+                }),
+            },
+            why = force => Ended::Forced(why),
+        }
+    }))
+}
+
+/// Several workers: a multi-threaded runtime, the daemon on one of them.
+fn on_workers<F, Fut>(
+    workers: usize,
+    daemon: F,
+    force: impl Future<Output = &'static str>,
+) -> std::io::Result<Ended<Fut::Output>>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?;
+    let ended = runtime.block_on(async {
+        // On a worker, not on this thread: the daemon's tasks (streams, links, ranks) hand it work all the
+        // time, and waking a task on a worker is cheaper than waking the thread that blocks on the runtime.
+        let daemon = tokio::spawn(daemon());
+        tokio::select! {
+            r = daemon => Ended::Ran(r.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))),
+            why = force => Ended::Forced(why),
+        }
+    });
+    if let Ended::Forced(_) = ended {
+        // Dropping the runtime would wait for blocking tasks (a store writer finishing its queue, say): a forced
+        // exit leaves them behind instead.
+        runtime.shutdown_background();
+    }
+    Ok(ended)
+}
+
+/// The name of a one-worker daemon's thread that runs its tasks.
+pub const WORKER_THREAD: &str = "canopy-worker";
 
 /// Lets `main` pick the exit code of a refused node.
 pub trait IsRefusal {
@@ -215,8 +287,8 @@ pub fn command<C: clap::Args>(name: &'static str, about: &'static str) -> clap::
 /// The whole `main` of a daemon: parse the command line, load and check the configuration, then validate or run.
 pub fn run_main<C, R, Fut, E>(role: &str, name: &'static str, about: &'static str, run: R) -> ExitCode
 where
-    C: DaemonConfig,
-    R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    C: DaemonConfig + Send + 'static,
+    R: FnOnce(C, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display + IsRefusal + Send + 'static,
 {
@@ -241,4 +313,63 @@ where
         None => Validate::No,
     };
     main(role, loaded, validate, log, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never() -> impl Future<Output = &'static str> {
+        std::future::pending()
+    }
+
+    /// The daemon runs on the worker thread, its tasks beside it, and its result comes back.
+    #[test]
+    fn one_worker_runs_the_daemon_and_its_tasks_on_its_own_thread() {
+        let ended = on_one_thread(
+            || async {
+                let name = || std::thread::current().name().map(str::to_string);
+                let task = tokio::spawn(async move { name() }).await.unwrap();
+                (name(), task)
+            },
+            never(),
+        )
+        .unwrap();
+        let Ended::Ran((daemon, task)) = ended else {
+            panic!("the daemon did not return its result");
+        };
+        assert_eq!(daemon.as_deref(), Some(WORKER_THREAD));
+        assert_eq!(task.as_deref(), Some(WORKER_THREAD));
+    }
+
+    /// A panic on the worker goes on in the caller, with its message.
+    #[test]
+    fn a_panic_on_the_one_worker_goes_on_in_the_caller() {
+        let caught = std::panic::catch_unwind(|| {
+            let _ = on_one_thread(|| async { panic!("the daemon broke") }, never());
+        })
+        .unwrap_err();
+        assert_eq!(caught.downcast_ref::<&str>(), Some(&"the daemon broke"));
+    }
+
+    /// A worker held by a call that does not return cannot delay a forced exit.
+    #[test]
+    fn a_held_worker_does_not_delay_a_forced_exit() {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (force_tx, force) = tokio::sync::oneshot::channel();
+        let ended = on_one_thread(
+            move || async move {
+                // Blocks the worker itself, as a hung inline filter call would.
+                let _ = held.recv();
+            },
+            async move {
+                let _ = force_tx.send(());
+                "a second signal"
+            },
+        );
+        // The force future was polled only by the waiting thread while the worker was blocked.
+        assert!(matches!(ended, Ok(Ended::Forced("a second signal"))));
+        assert!(force.blocking_recv().is_ok());
+        drop(release);
+    }
 }
