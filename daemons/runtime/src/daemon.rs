@@ -352,24 +352,32 @@ mod tests {
         assert_eq!(caught.downcast_ref::<&str>(), Some(&"the daemon broke"));
     }
 
-    /// A worker held by a call that does not return cannot delay a forced exit.
+    /// A worker held by a call that does not return cannot delay a forced exit: the word to exit comes once the
+    /// worker is inside its call, and is taken while the call still runs.
     #[test]
     fn a_held_worker_does_not_delay_a_forced_exit() {
         let (release, held) = std::sync::mpsc::channel::<()>();
-        let (force_tx, force) = tokio::sync::oneshot::channel();
-        let ended = on_one_thread(
-            move || async move {
-                // Blocks the worker itself, as a hung inline filter call would.
-                let _ = held.recv();
-            },
-            async move {
-                let _ = force_tx.send(());
-                "a second signal"
-            },
-        );
-        // The force future was polled only by the waiting thread while the worker was blocked.
-        assert!(matches!(ended, Ok(Ended::Forced("a second signal"))));
-        assert!(force.blocking_recv().is_ok());
+        let (inside_tx, inside) = tokio::sync::oneshot::channel::<()>();
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let ended = on_one_thread(
+                move || async move {
+                    let _ = inside_tx.send(());
+                    // Blocks the worker itself, as a hung inline filter call would.
+                    let _ = held.recv();
+                },
+                async move {
+                    let _ = inside.await;
+                    "a second signal"
+                },
+            );
+            let _ = ended_tx.send(ended.map(|e| matches!(e, Ended::Forced("a second signal"))));
+        });
+        let forced = ended.recv_timeout(std::time::Duration::from_secs(30));
         drop(release);
+        assert!(
+            matches!(forced, Ok(Ok(true))),
+            "the forced exit waited for the held worker"
+        );
     }
 }
