@@ -51,7 +51,7 @@ pub fn run(
             utilization: None,
             step_unix_ns: 0,
         };
-        let mut batches: Vec<Vec<Vec<u8>>> = Vec::with_capacity(rounds as usize);
+        let mut batches: Vec<Vec<prost::bytes::Bytes>> = Vec::with_capacity(rounds as usize);
         let t = Instant::now();
         for round in 0..rounds {
             let mut batch = Vec::with_capacity(ranks as usize);
@@ -69,7 +69,7 @@ pub fn run(
             let mut packets = Vec::with_capacity(batches.len());
             for (round, batch) in batches.iter().enumerate() {
                 let round = round as u64;
-                let inputs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+                let inputs: Vec<&[u8]> = batch.iter().map(|b| b.as_ref()).collect();
                 let t = Instant::now();
                 let mut out = filter.upstream(round, 0, &inputs)?;
                 leaf_us += t.elapsed().as_secs_f64() * 1e6;

@@ -175,11 +175,11 @@ fn tree(plan: &Plan<'_>) -> anyhow::Result<()> {
             let mut batch = Vec::new();
             sim.encode_round(round, 1, &selection, |_, b| batch.extend(b));
             for b in &batch {
-                let p = canopy_wire::v1::ProfileBatch::decode(b.as_slice())?;
+                let p = canopy_wire::v1::ProfileBatch::decode(b.as_ref())?;
                 let u = p.profiles[0].utilization.as_ref().map_or(0, Message::encoded_len);
                 rank_bytes.push(u as f64);
             }
-            let inputs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+            let inputs: Vec<&[u8]> = batch.iter().map(|b| b.as_ref()).collect();
             let t = Instant::now();
             let out = filter.upstream(round, 0, &inputs)?;
             t_leaf += t.elapsed().as_secs_f64() * 1e3;

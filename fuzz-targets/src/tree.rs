@@ -143,7 +143,7 @@ pub fn tree_down(data: &[u8]) {
                     rank: 0,
                     round: round as u64,
                     dump_unix_ns: 1,
-                    profile: Ok(canopy_filter_test::one_event_profile(0, 1.0 + round as f64)),
+                    profile: Ok(canopy_filter_test::one_event_profile(0, 1.0 + round as f64).into()),
                 };
                 let _ = inputs.send(Input::Ranks(vec![dump])).await;
             }

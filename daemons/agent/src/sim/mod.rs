@@ -9,6 +9,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
+use bytes::{Bytes, BytesMut};
+
 use canopy_proto::event_id;
 use canopy_proto::v1::{CounterSample, EventSample, RankProfile};
 use canopy_wire::options::metric;
@@ -144,10 +146,18 @@ pub struct Simulator {
     next_round: u64,
     scratch: Scratch,
     writer: ProfileWriter,
+    /// Each rank's batch is written here, then copied into `chunk`.
+    batch: Vec<u8>,
+    /// The ranks' batches of a round, one after another: each rank's is a slice of a shared allocation, so a
+    /// round costs an allocation per [`CHUNK_BYTES`] rather than one per rank.
+    chunk: BytesMut,
     /// Time rounds: each rank's utilization profile is laid out here, then compressed.
     bins: Bins,
     utilization: Utilization,
 }
+
+/// The size of the allocations ranks' batches share.
+const CHUNK_BYTES: usize = 64 * 1024;
 
 impl Simulator {
     pub fn new(cfg: SimConfig) -> Simulator {
@@ -232,6 +242,8 @@ impl Simulator {
             next_round: 0,
             scratch: Scratch::default(),
             writer: ProfileWriter::default(),
+            batch: Vec::new(),
+            chunk: BytesMut::new(),
             bins: Bins::default(),
             utilization: Utilization::default(),
         }
@@ -303,9 +315,11 @@ impl Simulator {
         round: u64,
         dump_unix_ns: u64,
         selection: &Selection<'_>,
-        mut each: impl FnMut(u32, Option<Vec<u8>>),
+        mut each: impl FnMut(u32, Option<Bytes>),
     ) {
         let mut writer = std::mem::take(&mut self.writer);
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut chunk = std::mem::take(&mut self.chunk);
         let mut bins = std::mem::take(&mut self.bins);
         let mut utilization = std::mem::take(&mut self.utilization);
         let cfg = self.cfg.clone();
@@ -340,18 +354,24 @@ impl Simulator {
                     }
                 }
             }
-            let mut batch = Vec::with_capacity(64 + 80 * samples.len());
             let with = selection.utilization.map(|w| {
                 lay_out(&mut bins, w, st.rank, plan, samples);
                 bins.compress(1, DEFAULT_THRESHOLD, 0, &mut utilization);
                 &utilization
             });
             let marks = step_marks(&cfg, st.rank, round, selection.step_unix_ns);
+            batch.clear();
             writer.finish_batch_with(selection.metrics, with, &marks, &mut batch);
-            each(st.rank, Some(batch));
+            if chunk.capacity() - chunk.len() < batch.len() {
+                chunk = BytesMut::with_capacity(CHUNK_BYTES.max(batch.len()));
+            }
+            chunk.extend_from_slice(&batch);
+            each(st.rank, Some(chunk.split().freeze()));
         });
         self.cfg.app = app;
         self.writer = writer;
+        self.batch = batch;
+        self.chunk = chunk;
         self.bins = bins;
         self.utilization = utilization;
     }

@@ -376,7 +376,9 @@ fn encoded_rounds_are_the_profiles_under_the_options() {
                     utilization: None,
                     step_unix_ns: 0,
                 };
-                encoder.encode_round(round, 77, &selection, |rank, batch| got.push((rank, batch)));
+                encoder.encode_round(round, 77, &selection, |rank, batch| {
+                    got.push((rank, batch.map(|b| b.to_vec())))
+                });
                 assert_eq!(got, expected, "{sc} {o:?} round {round}");
                 assert!(got.iter().any(|(_, b)| b.is_some()));
             }
@@ -506,7 +508,7 @@ fn an_encoded_workflow_round_carries_the_step_marks_at_the_windows_start() {
     };
     let mut batches = Vec::new();
     sim.encode_round(7, 5_020_000_000, &selection, |_, b| batches.push(b.unwrap()));
-    let batch = canopy_proto::v1::ProfileBatch::decode(batches[0].as_slice()).unwrap();
+    let batch = canopy_proto::v1::ProfileBatch::decode(batches[0].as_ref()).unwrap();
     assert_eq!(
         batch.profiles[0].marks,
         [StepMark {
@@ -515,5 +517,44 @@ fn an_encoded_workflow_round_carries_the_step_marks_at_the_windows_start() {
             stop: true,
             unix_ns: 5_000_000_000 + workflow::latency_ns(42, 7)
         }]
+    );
+}
+
+#[test]
+fn a_rounds_batches_share_their_allocations_and_each_decodes_to_its_rank() {
+    use prost::Message as _;
+    let ranks = 40;
+    let mut sim = Simulator::new(cfg(Scenario::Flash, 0, ranks, ranks));
+    let selection = Selection {
+        reported: &|_| true,
+        metrics: 0,
+        sampled_out: &|rank| rank == 3,
+        utilization: None,
+        step_unix_ns: 0,
+    };
+    let mut got = Vec::new();
+    sim.encode_round(2, 9, &selection, |rank, b| got.push((rank, b)));
+    assert_eq!(got.len(), ranks as usize);
+    assert!(got[3].1.is_none(), "rank 3 is sampled out");
+    let batches: Vec<(u32, bytes::Bytes)> = got.into_iter().filter_map(|(r, b)| Some((r, b?))).collect();
+    // Each batch decodes to its own rank's profile of the round.
+    for (rank, b) in &batches {
+        let batch = canopy_proto::v1::ProfileBatch::decode(b.as_ref()).unwrap();
+        assert_eq!((batch.profiles[0].rank, batch.profiles[0].round), (*rank, 2));
+    }
+    // A batch follows the one before in memory unless a new chunk began: a chunk holds several ranks, so the
+    // round costs far fewer allocations than ranks.
+    let per_chunk = CHUNK_BYTES / batches[0].1.len();
+    assert!(per_chunk >= 4, "a chunk holds {per_chunk} batches");
+    let adjacent = batches
+        .windows(2)
+        .filter(|w| w[0].1.as_ptr().wrapping_add(w[0].1.len()) == w[1].1.as_ptr())
+        .count();
+    let chunks = batches.len() - adjacent;
+    assert!(
+        chunks <= batches.len().div_ceil(per_chunk - 1),
+        "{chunks} chunks for {} batches of {} bytes",
+        batches.len(),
+        batches[0].1.len()
     );
 }

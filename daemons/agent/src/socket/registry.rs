@@ -399,7 +399,7 @@ impl Ranks {
             return;
         }
         let profile = match RankAbsence::try_from(d.absence) {
-            Ok(RankAbsence::Unspecified) => Ok(batch_of_one(&d.profile)),
+            Ok(RankAbsence::Unspecified) => Ok(batch_of_one(&d.profile).into()),
             Ok(RankAbsence::SampledOut) => Err(MissingReason::SampledOut),
             Ok(RankAbsence::Stopped) => Err(MissingReason::Stopped),
             Err(_) => {

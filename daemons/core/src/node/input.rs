@@ -67,7 +67,7 @@ pub enum RankEvent {
         rank: u32,
         round: u64,
         dump_unix_ns: u64,
-        profile: Result<Vec<u8>, MissingReason>,
+        profile: Result<bytes::Bytes, MissingReason>,
     },
     /// The rank's dumps of rounds [from, end) were dropped before they reached the leaf (its queue was full): the
     /// rounds do not wait for it, and count it as dropped.

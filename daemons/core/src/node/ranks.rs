@@ -112,7 +112,7 @@ impl<U: Up> Node<U> {
         rank: u32,
         round: u64,
         dump_unix_ns: u64,
-        profile: Result<Vec<u8>, MissingReason>,
+        profile: Result<bytes::Bytes, MissingReason>,
     ) {
         self.counters.highest_seen = self.counters.highest_seen.max(round);
         let window = match &self.role {
@@ -134,7 +134,7 @@ impl<U: Up> Node<U> {
         }
         let app = parse_rank_source(&source).map_or("", |(app, _)| app);
         let (payload, coverage) = match profile {
-            Ok(p) => (bytes::Bytes::from(p), full(app)),
+            Ok(p) => (p, full(app)),
             Err(MissingReason::Stopped) => {
                 let closed = self
                     .engine

@@ -746,7 +746,7 @@ fn rank_dump(rank: u32, round: u64, profile: Result<Vec<u8>, MissingReason>) -> 
         rank,
         round,
         dump_unix_ns: 1,
-        profile,
+        profile: profile.map(bytes::Bytes::from),
     }])
 }
 
