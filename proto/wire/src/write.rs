@@ -2,7 +2,7 @@
 //! bytes are exactly those prost writes for the same message (fields in tag order, default values left out),
 //! into buffers kept from one dump to the next.
 
-use prost::encoding::{encode_varint, encoded_len_varint};
+use prost::encoding::encode_varint;
 
 use crate::v1::{CounterSample, EventSample};
 
@@ -100,7 +100,7 @@ impl ProfileWriter {
         metrics: u32,
         utilization: Option<&crate::v1::Utilization>,
         marks: &[crate::v1::StepMark],
-        out: &mut Vec<u8>,
+        out: &mut impl prost::bytes::BufMut,
     ) {
         varint_field(&mut self.body, 7, u64::from(metrics));
         if let Some(u) = utilization {
@@ -113,10 +113,9 @@ impl ProfileWriter {
             encode_varint(prost::Message::encoded_len(m) as u64, &mut self.body);
             prost::Message::encode_raw(m, &mut self.body);
         }
-        out.reserve(1 + encoded_len_varint(self.body.len() as u64) + self.body.len());
-        out.push(len_key(1));
+        out.put_u8(len_key(1));
         encode_varint(self.body.len() as u64, out);
-        out.extend_from_slice(&self.body);
+        out.put_slice(&self.body);
     }
 }
 

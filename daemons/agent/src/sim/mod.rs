@@ -146,8 +146,8 @@ pub struct Simulator {
     next_round: u64,
     scratch: Scratch,
     writer: ProfileWriter,
-    /// Each rank's batch is written here, then copied into `chunk`.
-    batch: Vec<u8>,
+    /// The length of the last rank's batch: the room a chunk must have left for the next.
+    last_batch: usize,
     /// The ranks' batches of a round, one after another: each rank's is a slice of a shared allocation, so a
     /// round costs an allocation per [`CHUNK_BYTES`] rather than one per rank.
     chunk: BytesMut,
@@ -242,7 +242,7 @@ impl Simulator {
             next_round: 0,
             scratch: Scratch::default(),
             writer: ProfileWriter::default(),
-            batch: Vec::new(),
+            last_batch: 0,
             chunk: BytesMut::new(),
             bins: Bins::default(),
             utilization: Utilization::default(),
@@ -318,7 +318,7 @@ impl Simulator {
         mut each: impl FnMut(u32, Option<Bytes>),
     ) {
         let mut writer = std::mem::take(&mut self.writer);
-        let mut batch = std::mem::take(&mut self.batch);
+        let mut last_batch = self.last_batch;
         let mut chunk = std::mem::take(&mut self.chunk);
         let mut bins = std::mem::take(&mut self.bins);
         let mut utilization = std::mem::take(&mut self.utilization);
@@ -360,17 +360,18 @@ impl Simulator {
                 &utilization
             });
             let marks = step_marks(&cfg, st.rank, round, selection.step_unix_ns);
-            batch.clear();
-            writer.finish_batch_with(selection.metrics, with, &marks, &mut batch);
-            if chunk.capacity() - chunk.len() < batch.len() {
-                chunk = BytesMut::with_capacity(CHUNK_BYTES.max(batch.len()));
+            // Ranks' batches are about the same size: one that outgrows what is left still comes out whole
+            // (the chunk grows), only in an allocation of its own.
+            if chunk.capacity() - chunk.len() < last_batch + 64 {
+                chunk = BytesMut::with_capacity(CHUNK_BYTES.max(2 * last_batch));
             }
-            chunk.extend_from_slice(&batch);
+            writer.finish_batch_with(selection.metrics, with, &marks, &mut chunk);
+            last_batch = chunk.len();
             each(st.rank, Some(chunk.split().freeze()));
         });
         self.cfg.app = app;
         self.writer = writer;
-        self.batch = batch;
+        self.last_batch = last_batch;
         self.chunk = chunk;
         self.bins = bins;
         self.utilization = utilization;
