@@ -442,6 +442,7 @@ fn tree_down() {
                 timeout_ms: 100,
                 ranks: String::new(),
                 stages: Vec::new(),
+                first_round: Some(0),
             }),
         }))
     };

@@ -41,6 +41,7 @@ fn spec(name: &str, filter: &str, params: &str) -> StreamSpec {
         timeout_ms: 1000,
         ranks: String::new(),
         stages: Vec::new(),
+        first_round: None,
     }
 }
 

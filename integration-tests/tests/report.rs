@@ -686,6 +686,7 @@ fn coverage_shows_each_missing_reason_as_the_rounds_table_counts_it() {
         timeout_ms: 100,
         ranks: String::new(),
         stages: Vec::new(),
+        first_round: Some(0),
     };
     store.put_stream(&spec, StreamState::Open, None, None).unwrap();
     // 16 ranks; from round 10 on an agent of 4 ranks is lost, and in rounds 20..25 two more are late.

@@ -1085,3 +1085,58 @@ async fn a_stop_before_the_ranks_attach_is_not_undone_by_them() {
         .unwrap();
     assert!(starts(&m), "{m:?}");
 }
+
+/// Streams opened while the ranks dump start at a round every leaf feeds whole: however an opening falls between
+/// the leaves' dumps, a stream's first stored round and every one after it cover every rank, with no round
+/// missing in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_opened_while_the_ranks_dump_are_whole_from_their_first_round() {
+    use canopy_proto::v1::{StreamSpec, SyncMode};
+    let mut tree = TreeBuilder {
+        agents: 4,
+        ranks: 16,
+        rounds: 150,
+        period_ms: 10,
+        timeout_ms: 5000,
+        streams: vec!["stats".into()],
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let store = tree.store.clone();
+    assert_eventually!(
+        rounds_stored(&store) >= 5,
+        Duration::from_secs(30),
+        "the run's rounds flow"
+    );
+    let mut opened = Vec::new();
+    for i in 0..12 {
+        let spec = StreamSpec {
+            name: format!("s{i}"),
+            filter: "stats".into(),
+            sync_mode: SyncMode::WaitForAll as i32,
+            timeout_ms: 5000,
+            ..StreamSpec::default()
+        };
+        opened.push(tree.root.open_stream_id(spec).await);
+        // Openings that fall at every point of a round: 10 ms rounds, one every 23 ms.
+        tokio::time::sleep(Duration::from_millis(23)).await;
+    }
+    tree.wait_frontend(Duration::from_secs(60))
+        .await
+        .expect("the tree goes on and finishes");
+    let stored = tree.rounds();
+    for id in opened {
+        let rounds: Vec<_> = stored.iter().filter(|r| r.stream_id == id).collect();
+        assert!(rounds.len() >= 10, "stream {id}: {rounds:#?}");
+        let not_whole: Vec<_> = rounds.iter().filter(|r| !r.is_full()).collect();
+        assert!(not_whole.is_empty(), "stream {id}: {not_whole:#?}");
+        let first = rounds.iter().map(|r| r.round).min().unwrap();
+        let last = rounds.iter().map(|r| r.round).max().unwrap();
+        assert_eq!(
+            rounds.len() as u64,
+            last - first + 1,
+            "stream {id}: a round between is missing"
+        );
+    }
+}

@@ -449,6 +449,8 @@ impl FrontendApi {
             timeout_ms,
             ranks: req.ranks.clone(),
             stages,
+            // The root sets it.
+            first_round: None,
         };
         let id = self.root.open_stream_id(spec).await;
         if id == 0 {

@@ -444,8 +444,12 @@ impl Up for StoreUp {
             up_message::Msg::StreamError(e) => {
                 tracing::error!(stream = e.stream_id, node = %e.node_id, "stream error: {}", e.reason);
             }
-            // The root has no parent to ask for rounds: it never sends a Want.
-            up_message::Msg::Envelope(_) | up_message::Msg::Hello(_) | up_message::Msg::Want(_) => {}
+            // The root has no parent to ask for rounds (it never sends a Want) and sets a stream's first round
+            // itself (it never passes a StreamReady on).
+            up_message::Msg::Envelope(_)
+            | up_message::Msg::Hello(_)
+            | up_message::Msg::Want(_)
+            | up_message::Msg::StreamReady(_) => {}
         }
     }
 }
@@ -598,6 +602,8 @@ impl Frontend {
                 sync_mode: sync as i32,
                 timeout_ms: config.stream_timeout_ms,
                 stages: Vec::new(),
+                // The root sets it.
+                first_round: None,
             })
             .collect();
         let plan = resume::plan(configured, prior.as_ref());

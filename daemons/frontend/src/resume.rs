@@ -178,6 +178,8 @@ fn spec_of(row: &StreamRow) -> StreamSpec {
                 ranks: ranks.clone(),
             })
             .collect(),
+        // The root sets it again.
+        first_round: None,
     }
 }
 

@@ -13,6 +13,8 @@ pub(crate) struct Feed {
     first: RankSet,
     /// (from round, ranks), sorted by round.
     stages: Vec<(u64, RankSet)>,
+    /// The stream's first round (see `first_round`); `None` while the root waits for the leaves.
+    pub(crate) first_round: Option<u64>,
 }
 
 impl Feed {
@@ -22,6 +24,7 @@ impl Feed {
         Ok(Feed {
             first,
             stages: stages(&spec.stages)?,
+            first_round: spec.first_round,
         })
     }
 

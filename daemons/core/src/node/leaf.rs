@@ -45,6 +45,10 @@ pub(crate) struct Leaf {
     /// The window of rounds in force (`canopy ctl window`): a rank's dump of a round outside it counts as
     /// stopped, whatever the rank made of the window itself.
     pub(crate) window: Option<(u64, u64)>,
+    /// The highest round a rank dumped here (`None`: none yet).
+    pub(crate) highest_dumped: Option<u64>,
+    /// Streams opened while the ranks dumped, waiting for their first round, and their dumps kept meanwhile.
+    pub(crate) waiting: super::first_round::Waiting,
 }
 
 /// What the leaf makes of a rank's event.
@@ -77,6 +81,8 @@ impl Leaf {
             announced: BTreeMap::new(),
             exit_after_fin: false,
             window: None,
+            highest_dumped: None,
+            waiting: Default::default(),
         }
     }
 

@@ -2,8 +2,8 @@
 //! when a filter fails anywhere.
 
 use canopy_proto::v1::{
-    Control, EventName, NameDictionary, OpenStream, StreamError, StreamSpec, control, down_message,
-    up_message,
+    Control, EventName, NameDictionary, OpenStream, StreamError, StreamReady, StreamSpec, control,
+    down_message, up_message,
 };
 
 use super::*;
@@ -127,6 +127,13 @@ impl<U: Up> Node<U> {
         };
         root.assign_id(&mut spec);
         let id = spec.stream_id;
+        // While ranks dump, the leaves say where each stands before the stream's first round is set (see
+        // `first_round`); otherwise no leaf has dumped a round past the next one.
+        let waits = root.collecting() && self.engine.ranks_expected() > 0;
+        spec.first_round = (!waits).then(|| self.next_round());
+        if waits && let Role::Root(root) = &mut self.role {
+            root.starting.begin(id, Instant::now());
+        }
         if self.open_stream(spec.clone()).await {
             tracing::info!(stream = id, name = %spec.name, filter = %spec.filter, "stream open");
             self.stream_state(&spec, StreamState::Open, None).await;
@@ -136,6 +143,54 @@ impl<U: Up> Node<U> {
             self.broadcast(down_message::Msg::OpenStream(open)).await;
         }
         id
+    }
+
+    /// The leaves answered (or the wait ended): the stream's first round is set here and on the tree.
+    pub(super) async fn set_first_round_at_root(&mut self, id: u32, first_round: u64) {
+        self.streams.set_first_round(id, first_round);
+        let Some(spec) = self.streams.live_spec(id).cloned() else {
+            return;
+        };
+        tracing::info!(stream = id, first_round, "stream's first round set");
+        self.stream_state(&spec, StreamState::Open, None).await;
+        let open = OpenStream {
+            spec: Some(for_children(&spec)),
+        };
+        self.broadcast(down_message::Msg::OpenStream(open)).await;
+    }
+
+    /// A leaf's answer to a stream opened while ranks dumped: at the root, it may set the stream's first round;
+    /// elsewhere it goes up.
+    pub(super) async fn on_stream_ready(&mut self, ready: StreamReady) {
+        let expected = self.engine.ranks_expected();
+        let Role::Root(root) = &mut self.role else {
+            self.up.send(up_message::Msg::StreamReady(ready)).await;
+            return;
+        };
+        if let Some(first) = root
+            .starting
+            .answer(ready.stream_id, ready.next_round, ready.ranks, expected)
+        {
+            self.set_first_round_at_root(ready.stream_id, first).await;
+        }
+    }
+
+    /// The root's waits for the leaves that ended at `now`: each stream's first round is the highest round
+    /// answered, or (no leaf answered) one no leaf has admitted yet.
+    pub(super) async fn first_rounds_due(&mut self, now: Instant) {
+        let Role::Root(root) = &mut self.role else {
+            return;
+        };
+        for (id, answered) in root.starting.due(now) {
+            let first = answered.unwrap_or_else(|| self.first_unadmitted_round());
+            tracing::warn!(
+                stream = id,
+                first_round = first,
+                "not every leaf said where it stands within {:?}: the stream starts at round {first}",
+                first_round::ROOT_WAIT
+            );
+            self.set_first_round_at_root(id, first).await;
+        }
     }
 
     pub(super) async fn close_stream_at_root(&mut self, id: u32) -> bool {
@@ -164,8 +219,24 @@ impl<U: Up> Node<U> {
 
     // ---- streams ----
 
-    pub(super) async fn open_stream(&mut self, spec: StreamSpec) -> bool {
+    pub(super) async fn open_stream(&mut self, mut spec: StreamSpec) -> bool {
         let id = spec.stream_id;
+        if let Some(known) = self.streams.spec(id) {
+            // The first round is set once: the root's (a stream opened while ranks dumped) ends a leaf's wait, and
+            // the stream goes on from the round it started at whatever a parent says later (a restarted root
+            // reopens its streams from the next round it knows).
+            if known.first_round.is_none()
+                && let Some(first) = spec.first_round
+            {
+                self.streams.set_first_round(id, first);
+                let kept = match &mut self.role {
+                    Role::Leaf(leaf) => leaf.waiting.release(id, first),
+                    _ => Vec::new(),
+                };
+                self.feed_kept(id, kept).await;
+            }
+            spec.first_round = self.streams.spec(id).and_then(|s| s.first_round);
+        }
         match self.streams.spec(id) {
             // The parent tells a child that comes back what it already runs.
             Some(known) if *known == spec => return true,
@@ -205,9 +276,13 @@ impl<U: Up> Node<U> {
             }
             None => {}
         }
+        let first_round = spec.first_round;
         match self.streams.open(spec, &self.names) {
             Ok(sync) => {
                 self.engine.open_stream(id, sync);
+                if first_round.is_none() {
+                    self.wait_for_first_round(id).await;
+                }
                 true
             }
             Err(reason) => {
@@ -217,7 +292,29 @@ impl<U: Up> Node<U> {
         }
     }
 
+    /// At a leaf, a stream with no first round yet: its dumps are kept from the first round not dumped here, and
+    /// the root hears which.
+    async fn wait_for_first_round(&mut self, id: u32) {
+        let ranks = self.engine.ranks_expected();
+        let Role::Leaf(leaf) = &mut self.role else {
+            return;
+        };
+        let next_round = leaf.highest_dumped.map_or(0, |h| h.saturating_add(1));
+        leaf.waiting.wait(id, next_round);
+        let ready = StreamReady {
+            stream_id: id,
+            next_round,
+            ranks,
+        };
+        self.up.send(up_message::Msg::StreamReady(ready)).await;
+    }
+
     pub(super) async fn close_stream(&mut self, id: u32) {
+        match &mut self.role {
+            Role::Leaf(leaf) => leaf.waiting.forget(id),
+            Role::Root(root) => root.starting.forget(id),
+            Role::Relay => {}
+        }
         let closed = self.engine.close_stream(id);
         self.on_closed_all(closed).await;
         self.streams.close(id);

@@ -11,6 +11,7 @@ mod children;
 mod control_state;
 mod credit;
 mod feed;
+mod first_round;
 mod input;
 mod leaf;
 mod lifecycle;
@@ -304,9 +305,13 @@ impl<U: Up> Node<U> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let (drain, start) = match &self.role {
-            Role::Root(root) => (root.drain_deadline(), root.start_deadline()),
-            _ => (None, None),
+        let (drain, start, first_rounds) = match &self.role {
+            Role::Root(root) => (
+                root.drain_deadline(),
+                root.start_deadline(),
+                root.starting.next_deadline(),
+            ),
+            _ => (None, None, None),
         };
         [
             self.engine.next_deadline(),
@@ -314,6 +319,7 @@ impl<U: Up> Node<U> {
             self.streams.next_deadline(),
             drain,
             start,
+            first_rounds,
         ]
         .into_iter()
         .flatten()
@@ -463,6 +469,7 @@ impl<U: Up> Node<U> {
                 }
                 _ => self.up.send(up_message::Msg::StreamError(e)).await,
             },
+            up_message::Msg::StreamReady(ready) => self.on_stream_ready(ready).await,
             up_message::Msg::Hello(_) => {
                 tracing::warn!(node = %self.id, child = %id, "ignored a second hello from a child");
                 self.counters.malformed += 1;

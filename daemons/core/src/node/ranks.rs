@@ -3,6 +3,8 @@
 
 use canopy_proto::v1::{EventName, MissingReason};
 
+use super::first_round::{Fed, KEPT_ROUNDS};
+
 use super::*;
 
 impl<U: Up> Node<U> {
@@ -115,6 +117,9 @@ impl<U: Up> Node<U> {
         profile: Result<bytes::Bytes, MissingReason>,
     ) {
         self.counters.highest_seen = self.counters.highest_seen.max(round);
+        if let Role::Leaf(leaf) = &mut self.role {
+            leaf.highest_dumped = Some(leaf.highest_dumped.map_or(round, |h| h.max(round)));
+        }
         let window = match &self.role {
             Role::Leaf(leaf) if leaf.outside_window(round) => leaf.window,
             _ => None,
@@ -144,15 +149,18 @@ impl<U: Up> Node<U> {
             Err(reason) => (bytes::Bytes::new(), absent(app, reason)),
         };
         // A stream fed by chosen ranks only (detail) counts the others as sampled out.
-        let feeds: Vec<(u32, bool, bool)> = self
+        let feeds: Vec<(u32, bool, bool, Option<u64>)> = self
             .streams
             .feeds()
-            .map(|(id, feed)| (id, feed.at(round).contains(rank), self.streams.is_node_stream(id)))
+            .map(|(id, feed)| {
+                let chosen = feed.at(round).contains(rank);
+                (id, chosen, self.streams.is_node_stream(id), feed.first_round)
+            })
             .collect();
         // Every stream shares the one payload; the last takes the dump's source and coverage as they are.
         let mut dump = Some((source, payload, coverage));
         let last = feeds.len().saturating_sub(1);
-        for (i, (stream, chosen, node_stream)) in feeds.into_iter().enumerate() {
+        for (i, (stream, chosen, node_stream, first_round)) in feeds.into_iter().enumerate() {
             let Some((source, payload, coverage)) = (if i == last { dump.take() } else { dump.clone() })
             else {
                 break;
@@ -178,7 +186,40 @@ impl<U: Up> Node<U> {
                 payload,
                 first_dump_unix_ns: dump_unix_ns,
             };
-            self.accept(key, arrival).await;
+            self.feed_stream(key, first_round, arrival).await;
+        }
+    }
+
+    /// A dump into a stream's round: now, kept until the root sets the stream's first round, or not at all below
+    /// that round (see `first_round`).
+    async fn feed_stream(&mut self, key: GroupKey, first_round: Option<u64>, arrival: Arrival) {
+        let fed = match &mut self.role {
+            Role::Leaf(leaf) => leaf.waiting.feed(key.stream, first_round, key.round, arrival),
+            _ => Fed::Now(arrival),
+        };
+        match fed {
+            Fed::Now(arrival) => self.accept(key, arrival).await,
+            Fed::Kept | Fed::Before => {}
+            Fed::GaveUp { from, dumps } => {
+                tracing::warn!(node = %self.id, stream = key.stream, from,
+                    "no first round from the root after {KEPT_ROUNDS} rounds: the stream starts here at round {from}");
+                self.streams.set_first_round(key.stream, from);
+                self.feed_kept(key.stream, dumps).await;
+            }
+        }
+    }
+
+    /// Feeds a stream the dumps a leaf kept for it, round by round.
+    pub(super) async fn feed_kept(&mut self, stream: u32, dumps: Vec<(u64, Vec<Arrival>)>) {
+        for (round, arrivals) in dumps {
+            let key = GroupKey {
+                stream,
+                round,
+                phase: 0,
+            };
+            for arrival in arrivals {
+                self.accept(key, arrival).await;
+            }
         }
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Root {
     stopped: bool,
     draining_until: Option<Instant>,
     next_stream_id: u32,
+    /// Streams opened while ranks dumped, waiting for the leaves' rounds to set their first round.
+    pub(crate) starting: super::first_round::Starting,
 }
 
 impl Root {
@@ -68,6 +70,7 @@ impl Root {
             stopped: false,
             draining_until: None,
             next_stream_id,
+            starting: Default::default(),
         }
     }
 

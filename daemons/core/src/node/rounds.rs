@@ -443,6 +443,7 @@ impl<U: Up> Node<U> {
         }
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
+        self.first_rounds_due(now).await;
         for (stream, round) in self.route.expired(now) {
             tracing::warn!(node = %self.id, stream, round, "the round's last phase never came back");
             if let Role::Root(_) = self.role {

@@ -324,6 +324,14 @@ impl StreamTable {
         Ok(())
     }
 
+    /// The root set the first round of a stream opened while ranks dumped.
+    pub(crate) fn set_first_round(&mut self, id: u32, first_round: u64) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.spec.first_round = Some(first_round);
+            s.ranks.first_round = Some(first_round);
+        }
+    }
+
     pub(crate) fn set_timeout(&mut self, id: u32, timeout_ms: u32) {
         if let Some(s) = self.streams.get_mut(&id) {
             s.spec.timeout_ms = timeout_ms;

@@ -268,6 +268,8 @@ fn spec(id: u32) -> StreamSpec {
         filter: "concat".into(),
         sync_mode: SyncMode::WaitForAll as i32,
         timeout_ms: TIMEOUT_MS,
+        // As a root sends it when no rank dumps yet; a leaf told none waits for it (see `first_round`).
+        first_round: Some(0),
         ..Default::default()
     }
 }

@@ -159,5 +159,6 @@ pub fn spec(stream_id: u32) -> StreamSpec {
         timeout_ms: 500,
         ranks: String::new(),
         stages: Vec::new(),
+        first_round: Some(0),
     }
 }
