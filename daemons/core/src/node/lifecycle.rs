@@ -161,10 +161,26 @@ impl<U: Up> Node<U> {
 
     /// A leaf's answer to a stream opened while ranks dumped: at the root, it may set the stream's first round;
     /// elsewhere it goes up.
-    pub(super) async fn on_stream_ready(&mut self, ready: StreamReady) {
+    pub(super) async fn on_stream_ready(&mut self, mut ready: StreamReady) {
+        if !matches!(self.role, Role::Root(_)) {
+            self.up.send(up_message::Msg::StreamReady(ready)).await;
+            return;
+        }
+        // No agent dumps a round its parent's credit has not admitted: an answer past that is false, and would
+        // hold the stream's first round off for as long as it says.
+        let limit = self.first_unadmitted_round();
+        if ready.next_round > limit {
+            tracing::warn!(
+                stream = ready.stream_id,
+                next_round = ready.next_round,
+                limit,
+                "a leaf's StreamReady names a round no leaf has admitted: taken as round {limit}"
+            );
+            self.counters.malformed += 1;
+            ready.next_round = limit;
+        }
         let expected = self.engine.ranks_expected();
         let Role::Root(root) = &mut self.role else {
-            self.up.send(up_message::Msg::StreamReady(ready)).await;
             return;
         };
         if let Some(first) = root

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use canopy_proto::v1::{
     Control, Coverage, Credit, DownMessage, Envelope, Fin, Hello, LiveStreams, MissingReason, NodeEvent,
-    NodeKind, NodeState, OpenStream, StreamSpec, SyncMode, control, down_message, up_message,
+    NodeKind, NodeState, OpenStream, StreamReady, StreamSpec, SyncMode, control, down_message, up_message,
 };
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
@@ -1505,4 +1505,61 @@ async fn a_rank_stopped_when_a_window_comes_is_expected_from_the_windows_first_r
     };
     let cov = env.coverage.unwrap();
     assert_eq!((cov.covered, cov.expected), (2, 2), "{cov:?}");
+}
+
+/// A stream opened while ranks dump: the root waits for the leaves' rounds, sets the highest as the stream's first
+/// round, and sends it down; an answer naming a round no leaf can have admitted is taken as the bound instead, so
+/// a false one cannot hold the stream off.
+#[tokio::test(start_paused = true)]
+async fn the_root_sets_a_streams_first_round_from_the_leaves_answers_bounded_by_its_window() {
+    let sink = TestSink::default();
+    let h = start(root(vec![], Duration::from_secs(1), &sink), 64);
+    let mut a = h.child("a", 1, 2).await;
+    let mut b = h.child("b", 2, 2).await;
+    // Collection starts with the first child's ranks.
+    for child in [&mut a, &mut b] {
+        loop {
+            if let down_message::Msg::Control(_) = next_told(child).await {
+                break;
+            }
+        }
+    }
+    let first_round_told = |m: down_message::Msg| match m {
+        down_message::Msg::OpenStream(OpenStream { spec: Some(s) }) => Some((s.stream_id, s.first_round)),
+        _ => None,
+    };
+    let open = |name: &str| {
+        Input::Root(RootCommand::OpenStream(
+            StreamSpec {
+                name: name.into(),
+                first_round: Some(0),
+                ..spec(0)
+            },
+            None,
+        ))
+    };
+    h.input(open("honest")).await;
+    assert_eq!(first_round_told(next_told(&mut a).await), Some((1, None)));
+    let ready = |next_round| {
+        up_message::Msg::StreamReady(StreamReady {
+            stream_id: 1,
+            next_round,
+            ranks: 2,
+        })
+    };
+    h.child_sends("a", 1, ready(7)).await;
+    h.child_sends("b", 2, ready(9)).await;
+    assert_eq!(first_round_told(next_told(&mut a).await), Some((1, Some(9))));
+
+    h.input(open("lied to")).await;
+    assert_eq!(first_round_told(next_told(&mut a).await), Some((2, None)));
+    let lie = up_message::Msg::StreamReady(StreamReady {
+        stream_id: 2,
+        next_round: u64::MAX,
+        ranks: 4,
+    });
+    h.child_sends("b", 2, lie).await;
+    let (id, first) = first_round_told(next_told(&mut a).await).unwrap();
+    assert_eq!(id, 2);
+    assert!(first.is_some_and(|f| f <= 64 + 1), "{first:?}");
 }
