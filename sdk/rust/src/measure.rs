@@ -841,7 +841,7 @@ mod tests {
                 inner.start();
                 touch(500);
                 for _ in 0..3 {
-                    std::thread::sleep(Duration::from_micros(200));
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 inner.stop();
                 outer.stop();
@@ -863,9 +863,10 @@ mod tests {
         assert_eq!(i.excl[faults], i.incl[faults]);
         assert!((8_000..8_600).contains(&o.incl[faults]), "{o:?}");
         assert_eq!(o.excl[faults], o.incl[faults] - i.incl[faults]);
-        // 30 sleeps, each a switch away and back; the outer timer's own share has none of them (a busy machine
-        // may preempt the thread now and then, anywhere).
-        assert!((30..=60).contains(&i.incl[switches]), "{i:?}");
+        // 30 sleeps, each a switch away and back (all but one or two: a sleep whose timer fires before the thread
+        // is off the core switches nothing); the outer timer's own share has none of them (a busy machine may
+        // preempt the thread now and then, anywhere).
+        assert!((28..=60).contains(&i.incl[switches]), "{i:?}");
         assert_eq!(o.incl[switches], i.incl[switches] + o.excl[switches]);
         assert!(o.excl[switches] <= 20, "{o:?}");
         assert_eq!((o.depth, i.depth), (1, 2));
