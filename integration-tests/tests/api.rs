@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-use canopy_integration_tests::{Select, Table, TreeBuilder, TreeSandbox, assert_eventually, reader};
+use canopy_integration_tests::{
+    Select, SimAgent, Table, TreeBuilder, TreeSandbox, assert_eventually, reader, start_frontend,
+};
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
 use canopy_proto::v1::frontend_client::FrontendClient;
@@ -264,6 +266,78 @@ async fn a_hundred_subscribers_each_receive_every_round() {
         let rounds = t.await.unwrap();
         assert_eq!(rounds, (0..30).collect::<BTreeSet<u64>>());
     }
+}
+
+/// Subscribers that read more slowly than the run went still receive every round before the front-end exits:
+/// what they have not yet read is more than the connection's flow-control window holds (100 subscribers x 30
+/// rounds of `stats` over 100 events), and the front-end process, its run ended, waits for them to take it
+/// instead of exiting with it still queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_behind_at_the_end_of_the_run_still_receive_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &["--insecure", "--expect-ranks", "16", "--exit-on-fin", "true"],
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{fe_addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..100 {
+        let req = SubscribeRequest {
+            start: Some(subscribe_request::Start::Replay(true)),
+            ..Default::default()
+        };
+        let mut api = FrontendClient::new(channel.clone());
+        streams.push(api.subscribe(req).await.unwrap().into_inner());
+    }
+    let _agents: Vec<_> = [("agent-0", 0), ("agent-1", 8)]
+        .into_iter()
+        .map(|(id, offset)| {
+            SimAgent {
+                id,
+                parents: &fe_addr,
+                ranks: 8,
+                offset,
+                total: 16,
+                period_ms: 10,
+                rounds: 30,
+            }
+            .start_with(dir.path(), &["--insecure"])
+        })
+        .collect();
+    assert_eventually!(
+        rounds_stored(&store) == 30,
+        Duration::from_secs(30),
+        "rounds stored"
+    );
+    // The run ends with its last round; nobody reads for longer than a front-end waited for its server to stop.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let readers = streams.into_iter().map(|mut s| {
+        tokio::spawn(async move {
+            let mut rounds = BTreeSet::new();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(20), s.message()).await {
+                    Ok(Ok(Some(u))) => {
+                        rounds.insert(u.round);
+                    }
+                    Ok(Ok(None)) => return Ok(rounds),
+                    Ok(Err(status)) => return Err(format!("after {} rounds: {status}", rounds.len())),
+                    Err(_) => return Err(format!("after {} rounds: nothing for 20 s", rounds.len())),
+                }
+            }
+        })
+    });
+    for r in readers.collect::<Vec<_>>() {
+        // Every round, then the stream's end with OK.
+        assert_eq!(r.await.unwrap().unwrap(), (0..30).collect::<BTreeSet<u64>>());
+    }
+    let status = fe
+        .wait_timeout(Duration::from_secs(20))
+        .expect("the front-end exits");
+    assert!(status.success(), "{status}: {}", fe.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -95,6 +95,10 @@ pub struct FrontendConfig {
     /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
     #[arg(long)]
     pub subscriber_buffer: usize,
+    /// Milliseconds the front-end, its run over, waits for Subscribe clients to take the results they are behind
+    /// by before it exits (0: it does not wait).
+    #[arg(long)]
+    pub subscriber_drain_ms: u64,
     /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
     /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
     #[arg(long)]
@@ -226,6 +230,7 @@ impl Default for FrontendConfig {
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
+            subscriber_drain_ms: 10_000,
             metrics_listen: String::new(),
             log_format: LogFormat::Text,
             worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
@@ -794,8 +799,11 @@ impl Frontend {
         health_reporter
             .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
+        // The server stops once every subscription has sent what it holds: a client behind by more than the
+        // connection's buffers still gets the run's last rounds, a client that stopped reading costs at most the
+        // drain's time.
         let _ = stop_tx.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        let _ = tokio::time::timeout(Duration::from_millis(config.subscriber_drain_ms), server).await;
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
