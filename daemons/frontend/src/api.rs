@@ -34,6 +34,8 @@ pub struct Shared {
     result_types: Mutex<HashMap<u32, String>>,
     /// The run has ended: every result is out, and each subscription ends (with OK) once it has sent them.
     ended: tokio::sync::watch::Sender<bool>,
+    /// The subscriptions whose stream the server still holds (not yet sent whole, the client still there).
+    subscriptions: tokio::sync::watch::Sender<usize>,
     /// The measurement options set through the API, and the open detail streams' ranks.
     options: Mutex<InForce>,
     /// The measurement modules of the front-end's configuration: options that name none run these.
@@ -106,6 +108,7 @@ impl Shared {
             status: Mutex::default(),
             result_types: Mutex::default(),
             ended: tokio::sync::watch::Sender::new(false),
+            subscriptions: tokio::sync::watch::Sender::new(0),
             names: Mutex::default(),
             options: Mutex::default(),
             default_modules: Mutex::default(),
@@ -203,6 +206,13 @@ impl Shared {
         self.ended.send_replace(true);
     }
 
+    /// Waits until the server holds no subscription's stream (each sent whole, or its client gone), or
+    /// `deadline` passes.
+    pub async fn subscriptions_sent(&self, deadline: tokio::time::Instant) {
+        let mut open = self.subscriptions.subscribe();
+        let _ = tokio::time::timeout_at(deadline, open.wait_for(|n| *n == 0)).await;
+    }
+
     /// The result type of a stream's results; empty if the stream never opened.
     pub fn result_type(&self, stream_id: u32) -> String {
         self.result_types
@@ -231,6 +241,22 @@ pub struct FrontendApi {
 }
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<RoundUpdate, Status>> + Send>>;
+
+/// One subscription in [`Shared`]'s count, from its start until the server drops its stream.
+struct Open(tokio::sync::watch::Sender<usize>);
+
+impl Open {
+    fn new(count: &tokio::sync::watch::Sender<usize>) -> Open {
+        count.send_modify(|n| *n += 1);
+        Open(count.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
 
 fn any_of(result_type: &str, payload: Vec<u8>) -> prost_types::Any {
     prost_types::Any {
@@ -582,7 +608,13 @@ impl FrontendApi {
                 }
             }
         });
-        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        // Counted while the server holds the stream: at the end of the run the front-end waits for it.
+        let open = Open::new(&self.shared.subscriptions);
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        Ok(Box::pin(tokio_stream::StreamExt::map(stream, move |u| {
+            let _ = &open;
+            u
+        })))
     }
 
     async fn close(&self, id: u32) -> Result<StreamInfo, ApiError> {

@@ -763,6 +763,7 @@ impl Frontend {
             let options = shared.set_options(canopy_proto::v1::Options::default());
             RootHandle::new(handles.inputs.clone()).options(options).await;
         }
+        let (incoming, connections) = canopy_runtime::net::incoming(listener, limits);
         // A client certificate is asked for but not required: API clients may present a bearer token instead.
         let server = tokio::spawn(
             canopy_core::transport::server(tls.map(|t| t.server(false)), gate)?
@@ -771,7 +772,7 @@ impl Frontend {
                 .add_service(health)
                 .add_service(reflection_v1)
                 .add_service(reflection_alpha)
-                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
+                .serve_with_incoming_shutdown(incoming, async {
                     let _ = stop_rx.await;
                 }),
         );
@@ -794,16 +795,22 @@ impl Frontend {
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
         let result = node.run(shutdown).await;
-        // Every result is out: subscriptions send what they hold and end with OK before the server stops.
+        // Every result is out: subscriptions send what they hold and end with OK before the server stops. A
+        // client behind by more than the connection's buffers still gets the run's last rounds; one that stopped
+        // reading costs at most the subscriber drain.
         shared.end();
+        let drain = Duration::from_millis(config.subscriber_drain_ms);
+        shared
+            .subscriptions_sent(tokio::time::Instant::now() + drain)
+            .await;
         health_reporter
             .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
             .await;
-        // The server stops once every subscription has sent what it holds: a client behind by more than the
-        // connection's buffers still gets the run's last rounds, a client that stopped reading costs at most the
-        // drain's time.
         let _ = stop_tx.send(());
-        let _ = tokio::time::timeout(Duration::from_millis(config.subscriber_drain_ms), server).await;
+        let stopped_by = tokio::time::Instant::now() + SERVER_STOP;
+        let _ = tokio::time::timeout_at(stopped_by, server).await;
+        // A connection the server closed lingers until its client has read the last of it and closed it too.
+        connections.closed_by(stopped_by).await;
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
@@ -815,6 +822,10 @@ impl Frontend {
         Ok(())
     }
 }
+
+/// How long the front-end, its run over and its subscriptions sent, waits for its server to stop and its clients
+/// to close their connections.
+const SERVER_STOP: Duration = Duration::from_secs(2);
 
 /// How often the root reports its figures (to the API's topology, the metrics endpoint and the watchdog).
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);

@@ -262,7 +262,7 @@ impl Relay {
             canopy_core::transport::server(tls.map(|t| t.server(true)), gate)?
                 .add_service(service.into_server())
                 .add_service(health)
-                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits), async {
+                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits).0, async {
                     let _ = stop_rx.await;
                 }),
         );

@@ -44,7 +44,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepted connections with Nagle's algorithm off (control and small envelopes must not wait for an ACK),
-/// within `limits`.
+/// within `limits`, and what is left of them once the server has closed them ([`Connections`]).
 ///
 /// A failed accept is never handed to the server, which would try again at once and spin (out of descriptors,
 /// the listener stays readable): the listener waits instead, 10 ms doubling to 1 s while accepts keep failing,
@@ -53,12 +53,37 @@ pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn incoming(
     listener: TcpListener,
     limits: ListenLimits,
-) -> impl tokio_stream::Stream<Item = io::Result<Conn>> {
-    futures::stream::unfold(Acceptor::new(listener, limits), |mut acceptor| async move {
+) -> (impl tokio_stream::Stream<Item = io::Result<Conn>>, Connections) {
+    let acceptor = Acceptor::new(listener, limits);
+    let connections = Connections {
+        open: acceptor.open.clone(),
+        max: limits.max_connections,
+    };
+    let stream = futures::stream::unfold(acceptor, |mut acceptor| async move {
         let stream = acceptor.next().await;
         Some((Ok(stream), acceptor))
-    })
+    });
+    (stream, connections)
 }
+
+/// The connections a listener accepted, lingering ones included (see [`Conn`]).
+#[derive(Debug, Clone)]
+pub struct Connections {
+    open: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Connections {
+    /// Waits until every connection is closed, lingering ones included, or `deadline` passes: a daemon that
+    /// exits first would reset the connections its peers are still reading.
+    pub async fn closed_by(&self, deadline: tokio::time::Instant) {
+        let all = u32::try_from(self.max).unwrap_or(u32::MAX);
+        let _ = tokio::time::timeout_at(deadline, self.open.acquire_many(all)).await;
+    }
+}
+
+/// How long a connection the server closed waits for its peer to close too ([`Conn`]).
+pub const LINGER: Duration = Duration::from_secs(5);
 
 /// The longest and shortest waits after a failed accept.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
@@ -111,8 +136,8 @@ impl Acceptor {
                     // A peer gone already: nothing to serve.
                     if stream.set_nodelay(true).is_ok() {
                         return Conn {
-                            stream,
-                            _permit: permit,
+                            stream: Some(stream),
+                            permit: Some(permit),
                             silence: Some(Box::pin(tokio::time::sleep(self.limits.first_byte))),
                         };
                     }
@@ -132,13 +157,59 @@ impl Acceptor {
     }
 }
 
-/// An accepted connection: it holds its place under the listener's limit until dropped, and fails its first read
+/// An accepted connection: it holds its place under the listener's limit until closed, and fails its first read
 /// if the peer sends nothing within the first-byte time-out.
+///
+/// Dropped by the server, it closes gracefully ("lingering close"): it sends its end of the stream and reads
+/// (and throws away) what the peer still sends until the peer closes too, at most [`LINGER`]. Closing a socket
+/// with bytes from the peer unread makes the kernel reset the connection, and a reset destroys what the peer has
+/// received but not yet read: a subscriber reading the last rounds of a run as the front-end stops (its window
+/// updates still arriving) would lose them.
 pub struct Conn {
-    stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    /// Always `Some` until dropped.
+    stream: Option<TcpStream>,
+    permit: Option<OwnedSemaphorePermit>,
     /// Until the first byte arrives.
     silence: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Conn {
+    fn io(&mut self) -> &mut TcpStream {
+        self.stream
+            .as_mut()
+            .expect("a connection has its stream until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let (Some(stream), Ok(runtime)) = (self.stream.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        // The permit stays with the lingering socket: it still counts under the listener's limit.
+        let permit = self.permit.take();
+        runtime.spawn(async move {
+            linger(stream, LINGER).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Sends our end of `stream`, then reads until the peer closes its end (or fails, or `limit` passes).
+async fn linger(mut stream: TcpStream, limit: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(limit, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 impl std::fmt::Debug for Conn {
@@ -156,7 +227,7 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+        match Pin::new(self.io()).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     self.silence = None;
@@ -177,15 +248,15 @@ impl AsyncRead for Conn {
 
 impl AsyncWrite for Conn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        Pin::new(self.io()).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        Pin::new(self.io()).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        Pin::new(self.io()).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -193,11 +264,11 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        Pin::new(self.io()).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.as_ref().is_some_and(TcpStream::is_write_vectored)
     }
 }
 
@@ -205,7 +276,10 @@ impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        self.stream
+            .as_ref()
+            .expect("a connection has its stream until dropped")
+            .connect_info()
     }
 }
 
@@ -245,10 +319,10 @@ mod tests {
         use tokio_stream::StreamExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut accepted = Box::pin(incoming(listener, ListenLimits::default()));
+        let mut accepted = Box::pin(incoming(listener, ListenLimits::default()).0);
         let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let conn = accepted.next().await.unwrap().unwrap();
-        assert!(conn.stream.nodelay().unwrap());
+        assert!(conn.stream.as_ref().unwrap().nodelay().unwrap());
     }
 
     #[tokio::test]
@@ -261,7 +335,7 @@ mod tests {
             max_connections: 2,
             ..Default::default()
         };
-        let mut accepted = Box::pin(incoming(listener, limits));
+        let mut accepted = Box::pin(incoming(listener, limits).0);
         let mut clients = Vec::new();
         for _ in 0..3 {
             clients.push(tokio::net::TcpStream::connect(addr).await.unwrap());
@@ -273,8 +347,9 @@ mod tests {
         assert!(next.is_err(), "a third connection was handed to the server");
         let mut byte = [0u8; 1];
         assert_eq!(clients[2].read(&mut byte).await.unwrap(), 0);
-        // One closes: the next connection takes its place.
+        // One closes, and its client too: the next connection takes its place.
         drop(first);
+        drop(clients.remove(0));
         let _fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
         assert!(accepted.next().await.unwrap().is_ok());
     }
@@ -289,7 +364,7 @@ mod tests {
             first_byte: Duration::from_millis(100),
             ..Default::default()
         };
-        let mut accepted = Box::pin(incoming(listener, limits));
+        let mut accepted = Box::pin(incoming(listener, limits).0);
         let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut conn = accepted.next().await.unwrap().unwrap();
         let mut buf = [0u8; 8];
@@ -302,5 +377,57 @@ mod tests {
         assert_eq!(conn.read(&mut buf).await.unwrap(), 1);
         let pause = tokio::time::timeout(Duration::from_millis(300), conn.read(&mut buf)).await;
         assert!(pause.is_err(), "a connection that spoke was cut off: {pause:?}");
+    }
+
+    /// A connection the server closes with bytes of its peer unread still delivers all it sent: closed outright,
+    /// the kernel would reset it and the peer would lose what it had received but not yet read.
+    #[tokio::test]
+    async fn a_closed_connection_delivers_all_it_sent_though_its_peer_wrote_more() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, connections) = incoming(listener, ListenLimits::default());
+        let mut accepted = Box::pin(accepted);
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut conn = accepted.next().await.unwrap().unwrap();
+        // What the server never reads, as a subscriber's window updates.
+        client.write_all(&[7u8; 1000]).await.unwrap();
+        let sent = vec![1u8; 32 * 1024];
+        conn.write_all(&sent).await.unwrap();
+        drop(conn);
+        // The peer reads late, after the server is done with the connection.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut received = Vec::new();
+        client
+            .read_to_end(&mut received)
+            .await
+            .expect("the connection ends without a reset");
+        assert_eq!(received, sent);
+        // The peer closes: the lingering end closes too, and the listener holds no connection.
+        drop(client);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        connections.closed_by(deadline).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed connection still lingers"
+        );
+    }
+
+    /// A peer that never closes its end holds a closed connection at most [`LINGER`].
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_connection_gives_up_on_a_peer_that_never_closes() {
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, connections) = incoming(listener, ListenLimits::default());
+        let mut accepted = Box::pin(accepted);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let conn = accepted.next().await.unwrap().unwrap();
+        let start = tokio::time::Instant::now();
+        drop(conn);
+        connections.closed_by(start + LINGER * 2).await;
+        let waited = start.elapsed();
+        assert!(waited >= LINGER && waited < LINGER * 2, "{waited:?}");
     }
 }
