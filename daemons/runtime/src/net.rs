@@ -57,6 +57,7 @@ pub fn incoming(
     let acceptor = Acceptor::new(listener, limits);
     let connections = Connections {
         open: acceptor.open.clone(),
+        lingering: acceptor.lingering.clone(),
         max: limits.max_connections,
     };
     let stream = futures::stream::unfold(acceptor, |mut acceptor| async move {
@@ -70,6 +71,7 @@ pub fn incoming(
 #[derive(Debug, Clone)]
 pub struct Connections {
     open: Arc<Semaphore>,
+    lingering: Arc<Semaphore>,
     max: usize,
 }
 
@@ -78,7 +80,11 @@ impl Connections {
     /// exits first would reset the connections its peers are still reading.
     pub async fn closed_by(&self, deadline: tokio::time::Instant) {
         let all = u32::try_from(self.max).unwrap_or(u32::MAX);
-        let _ = tokio::time::timeout_at(deadline, self.open.acquire_many(all)).await;
+        let _ = tokio::time::timeout_at(deadline, async {
+            let _open = self.open.acquire_many(all).await;
+            let _lingering = self.lingering.acquire_many(all).await;
+        })
+        .await;
     }
 }
 
@@ -92,6 +98,8 @@ struct Acceptor {
     listener: TcpListener,
     limits: ListenLimits,
     open: Arc<Semaphore>,
+    /// Closed connections waiting for their peers to close (at most as many as may be open).
+    lingering: Arc<Semaphore>,
     backoff: Duration,
     /// Failed accepts, logged at most once a second.
     failures: crate::telemetry::EverySecond,
@@ -104,6 +112,7 @@ impl Acceptor {
         Self {
             listener,
             open: Arc::new(Semaphore::new(limits.max_connections)),
+            lingering: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             backoff: Duration::ZERO,
             failures: Default::default(),
@@ -137,7 +146,8 @@ impl Acceptor {
                     if stream.set_nodelay(true).is_ok() {
                         return Conn {
                             stream: Some(stream),
-                            permit: Some(permit),
+                            _permit: permit,
+                            lingering: self.lingering.clone(),
                             silence: Some(Box::pin(tokio::time::sleep(self.limits.first_byte))),
                         };
                     }
@@ -164,11 +174,14 @@ impl Acceptor {
 /// (and throws away) what the peer still sends until the peer closes too, at most [`LINGER`]. Closing a socket
 /// with bytes from the peer unread makes the kernel reset the connection, and a reset destroys what the peer has
 /// received but not yet read: a subscriber reading the last rounds of a run as the front-end stops (its window
-/// updates still arriving) would lose them.
+/// updates still arriving) would lose them. Its place under the limit is free at once, so peers that never close
+/// (a flood of silent connections cut off at the first-byte time-out) do not keep new ones out; the lingering
+/// sockets have a budget of their own as large, and beyond it a connection is closed outright.
 pub struct Conn {
     /// Always `Some` until dropped.
     stream: Option<TcpStream>,
-    permit: Option<OwnedSemaphorePermit>,
+    _permit: OwnedSemaphorePermit,
+    lingering: Arc<Semaphore>,
     /// Until the first byte arrives.
     silence: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -183,14 +196,16 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let (Some(stream), Ok(runtime)) = (self.stream.take(), tokio::runtime::Handle::try_current()) else {
+        let (Some(stream), Ok(runtime), Ok(slot)) = (
+            self.stream.take(),
+            tokio::runtime::Handle::try_current(),
+            self.lingering.clone().try_acquire_owned(),
+        ) else {
             return;
         };
-        // The permit stays with the lingering socket: it still counts under the listener's limit.
-        let permit = self.permit.take();
         runtime.spawn(async move {
             linger(stream, LINGER).await;
-            drop(permit);
+            drop(slot);
         });
     }
 }
@@ -347,9 +362,8 @@ mod tests {
         assert!(next.is_err(), "a third connection was handed to the server");
         let mut byte = [0u8; 1];
         assert_eq!(clients[2].read(&mut byte).await.unwrap(), 0);
-        // One closes, and its client too: the next connection takes its place.
+        // One closes (its client still open, so it lingers): the next connection takes its place.
         drop(first);
-        drop(clients.remove(0));
         let _fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
         assert!(accepted.next().await.unwrap().is_ok());
     }
