@@ -340,6 +340,67 @@ async fn subscribers_behind_at_the_end_of_the_run_still_receive_every_round() {
     assert!(status.success(), "{status}: {}", fe.log_text());
 }
 
+/// Subscribers that never read cannot keep a front-end whose run ended: it waits for them `subscriber_drain_ms`,
+/// then exits with its run stored whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_that_never_read_hold_the_end_of_the_run_no_longer_than_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--insecure",
+            "--expect-ranks",
+            "16",
+            "--exit-on-fin",
+            "true",
+            "--subscriber-drain-ms",
+            "1000",
+        ],
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{fe_addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    // Held open, never read: more than the connection's flow-control window holds is left unsent.
+    let mut stalled = Vec::new();
+    for _ in 0..100 {
+        let req = SubscribeRequest {
+            start: Some(subscribe_request::Start::Replay(true)),
+            ..Default::default()
+        };
+        let mut api = FrontendClient::new(channel.clone());
+        stalled.push(api.subscribe(req).await.unwrap().into_inner());
+    }
+    let _agents: Vec<_> = [("agent-0", 0), ("agent-1", 8)]
+        .into_iter()
+        .map(|(id, offset)| {
+            SimAgent {
+                id,
+                parents: &fe_addr,
+                ranks: 8,
+                offset,
+                total: 16,
+                period_ms: 10,
+                rounds: 30,
+            }
+            .start_with(dir.path(), &["--insecure"])
+        })
+        .collect();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = fe.wait_timeout(Duration::from_secs(30));
+        (status, fe.log_text())
+    })
+    .await
+    .unwrap();
+    match status {
+        (Some(status), log) => assert!(status.success(), "{status}: {log}"),
+        (None, log) => panic!("the front-end still runs 30 s on, its subscribers unread: {log}"),
+    }
+    assert_eq!(rounds_stored(&store), 30);
+    drop(stalled);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topology_names_and_control_describe_and_drive_the_tree() {
     let tree = TreeBuilder {
