@@ -268,54 +268,78 @@ async fn a_hundred_subscribers_each_receive_every_round() {
     }
 }
 
+/// A real front-end process (its `extra` flags added) with 100 subscriptions from the start, on one connection,
+/// and two simulated agents of 8 ranks each running 30 rounds of `stats` over 100 events: more than the
+/// connection's flow-control window holds, so what the subscribers do not read stays queued at the front-end.
+struct SubscribedRun {
+    _dir: tempfile::TempDir,
+    fe: canopy_integration_tests::Proc,
+    store: std::path::PathBuf,
+    streams: Vec<tonic::Streaming<canopy_proto::v1::RoundUpdate>>,
+    _agents: Vec<canopy_integration_tests::Proc>,
+}
+
+impl SubscribedRun {
+    const ROUNDS: u64 = 30;
+
+    async fn start(extra: &[&str]) -> SubscribedRun {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--insecure", "--expect-ranks", "16", "--exit-on-fin", "true"];
+        args.extend_from_slice(extra);
+        let (fe, fe_addr, store) = start_frontend(dir.path(), &args);
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{fe_addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut streams = Vec::new();
+        for _ in 0..100 {
+            let req = SubscribeRequest {
+                start: Some(subscribe_request::Start::Replay(true)),
+                ..Default::default()
+            };
+            let mut api = FrontendClient::new(channel.clone());
+            streams.push(api.subscribe(req).await.unwrap().into_inner());
+        }
+        let agents = [("agent-0", 0), ("agent-1", 8)]
+            .into_iter()
+            .map(|(id, offset)| {
+                SimAgent {
+                    id,
+                    parents: &fe_addr,
+                    ranks: 8,
+                    offset,
+                    total: 16,
+                    period_ms: 10,
+                    rounds: Self::ROUNDS,
+                }
+                .start_with(dir.path(), &["--insecure"])
+            })
+            .collect();
+        SubscribedRun {
+            _dir: dir,
+            fe,
+            store,
+            streams,
+            _agents: agents,
+        }
+    }
+}
+
 /// Subscribers that read more slowly than the run went still receive every round before the front-end exits:
-/// what they have not yet read is more than the connection's flow-control window holds (100 subscribers x 30
-/// rounds of `stats` over 100 events), and the front-end process, its run ended, waits for them to take it
-/// instead of exiting with it still queued.
+/// the front-end process, its run ended, waits for them to take what is queued instead of exiting with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_behind_at_the_end_of_the_run_still_receive_every_round() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut fe, fe_addr, store) = start_frontend(
-        dir.path(),
-        &["--insecure", "--expect-ranks", "16", "--exit-on-fin", "true"],
-    );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{fe_addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut streams = Vec::new();
-    for _ in 0..100 {
-        let req = SubscribeRequest {
-            start: Some(subscribe_request::Start::Replay(true)),
-            ..Default::default()
-        };
-        let mut api = FrontendClient::new(channel.clone());
-        streams.push(api.subscribe(req).await.unwrap().into_inner());
-    }
-    let _agents: Vec<_> = [("agent-0", 0), ("agent-1", 8)]
-        .into_iter()
-        .map(|(id, offset)| {
-            SimAgent {
-                id,
-                parents: &fe_addr,
-                ranks: 8,
-                offset,
-                total: 16,
-                period_ms: 10,
-                rounds: 30,
-            }
-            .start_with(dir.path(), &["--insecure"])
-        })
-        .collect();
+    let mut run = SubscribedRun::start(&[]).await;
+    let store = run.store.clone();
     assert_eventually!(
-        rounds_stored(&store) == 30,
+        rounds_stored(&store) == SubscribedRun::ROUNDS,
         Duration::from_secs(30),
         "rounds stored"
     );
     // The run ends with its last round; nobody reads for longer than a front-end waited for its server to stop.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let readers = streams.into_iter().map(|mut s| {
+    let readers = std::mem::take(&mut run.streams).into_iter().map(|mut s| {
         tokio::spawn(async move {
             let mut rounds = BTreeSet::new();
             loop {
@@ -332,73 +356,34 @@ async fn subscribers_behind_at_the_end_of_the_run_still_receive_every_round() {
     });
     for r in readers.collect::<Vec<_>>() {
         // Every round, then the stream's end with OK.
-        assert_eq!(r.await.unwrap().unwrap(), (0..30).collect::<BTreeSet<u64>>());
+        assert_eq!(
+            r.await.unwrap().unwrap(),
+            (0..SubscribedRun::ROUNDS).collect::<BTreeSet<u64>>()
+        );
     }
-    let status = fe
+    let status = run
+        .fe
         .wait_timeout(Duration::from_secs(20))
         .expect("the front-end exits");
-    assert!(status.success(), "{status}: {}", fe.log_text());
+    assert!(status.success(), "{status}: {}", run.fe.log_text());
 }
 
 /// Subscribers that never read cannot keep a front-end whose run ended: it waits for them `subscriber_drain_ms`,
 /// then exits with its run stored whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_that_never_read_hold_the_end_of_the_run_no_longer_than_the_drain() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut fe, fe_addr, store) = start_frontend(
-        dir.path(),
-        &[
-            "--insecure",
-            "--expect-ranks",
-            "16",
-            "--exit-on-fin",
-            "true",
-            "--subscriber-drain-ms",
-            "1000",
-        ],
-    );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{fe_addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    // Held open, never read: more than the connection's flow-control window holds is left unsent.
-    let mut stalled = Vec::new();
-    for _ in 0..100 {
-        let req = SubscribeRequest {
-            start: Some(subscribe_request::Start::Replay(true)),
-            ..Default::default()
-        };
-        let mut api = FrontendClient::new(channel.clone());
-        stalled.push(api.subscribe(req).await.unwrap().into_inner());
-    }
-    let _agents: Vec<_> = [("agent-0", 0), ("agent-1", 8)]
-        .into_iter()
-        .map(|(id, offset)| {
-            SimAgent {
-                id,
-                parents: &fe_addr,
-                ranks: 8,
-                offset,
-                total: 16,
-                period_ms: 10,
-                rounds: 30,
-            }
-            .start_with(dir.path(), &["--insecure"])
-        })
-        .collect();
-    let status = tokio::task::spawn_blocking(move || {
-        let status = fe.wait_timeout(Duration::from_secs(30));
-        (status, fe.log_text())
-    })
-    .await
-    .unwrap();
+    // The subscriptions stay held open (in `run`) and are never read.
+    let mut run = SubscribedRun::start(&["--subscriber-drain-ms", "1000"]).await;
+    // On this worker only: the other keeps the client's connection going.
+    let status = tokio::task::block_in_place(|| run.fe.wait_timeout(Duration::from_secs(30)));
     match status {
-        (Some(status), log) => assert!(status.success(), "{status}: {log}"),
-        (None, log) => panic!("the front-end still runs 30 s on, its subscribers unread: {log}"),
+        Some(status) => assert!(status.success(), "{status}: {}", run.fe.log_text()),
+        None => panic!(
+            "the front-end still runs 30 s on, its subscribers unread: {}",
+            run.fe.log_text()
+        ),
     }
-    assert_eq!(rounds_stored(&store), 30);
-    drop(stalled);
+    assert_eq!(rounds_stored(&run.store), SubscribedRun::ROUNDS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
