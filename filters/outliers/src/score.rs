@@ -1,9 +1,14 @@
 //! A rank's score (seed 002, section 4.1): over the events it reports, the sum of its distance from each
 //! event's mean in standard deviations, `|value - mean| / std`, each optionally weighted by the event's average
 //! share of the group's total, `|mean| / sum of |mean|` over the group's events. An event whose values do not
-//! deviate (std 0) adds nothing.
+//! deviate (std 0) adds nothing, and neither does a value within rounding of its mean ([`ROUNDING`]).
 
 use canopy_filter_proto::v1::{OutlierEvent, StatsColumns};
+
+/// A value this close to its event's mean, relative to the larger of the two, does not deviate from it: the mean
+/// a tree merges level by level and the mean over all ranks at once differ in their last bits, and a rank that
+/// sits at the mean must not be named for an event by one tree shape and not by another.
+pub const ROUNDING: f64 = 1e-12;
 
 /// Each event's mean, standard deviation and weight in one group of ranks, taken from the group's summaries.
 #[derive(Debug, Clone, Default)]
@@ -46,9 +51,10 @@ impl Moments {
     /// summaries lack (its rank's phase 0 missed the round at the root).
     fn contribution(&self, id: u64, value: f64) -> Option<(usize, f64)> {
         let i = self.ids.binary_search(&id).ok()?;
-        let std = self.std[i];
-        let c = if std > 0.0 {
-            (value - self.mean[i]).abs() / std * self.weight[i]
+        let (mean, std) = (self.mean[i], self.std[i]);
+        let deviation = (value - mean).abs();
+        let c = if std > 0.0 && deviation > ROUNDING * value.abs().max(mean.abs()) {
+            deviation / std * self.weight[i]
         } else {
             0.0
         };
@@ -127,5 +133,17 @@ mod tests {
         let c = columns(&[(1, 2, 0.0, 8.0)]);
         assert_eq!(Moments::of(&c, true).score(&[(1, 2.0)]), 0.0);
         assert_eq!(Moments::of(&c, false).score(&[(1, 2.0)]), 1.0);
+    }
+
+    #[test]
+    fn a_value_within_rounding_of_its_mean_does_not_deviate() {
+        // A mean merged level by level, one bit off the value a rank reports at the mean exactly.
+        let mean = 0.1 + 0.2;
+        let c = columns(&[(1, 3, mean, 2.0)]);
+        let m = Moments::of(&c, false);
+        assert_eq!(m.score(&[(1, 0.3)]), 0.0);
+        assert!(m.top_events(&[(1, 0.3)], 2).is_empty());
+        // A deviation beyond rounding still counts.
+        assert!(m.score(&[(1, 0.3 + 1e-9)]) > 0.0);
     }
 }

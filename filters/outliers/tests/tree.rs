@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use canopy_filter_outliers::OutliersFilter;
+use canopy_filter_outliers::score::ROUNDING;
 use canopy_filter_proto::v1::{Metric, OutliersResult};
 use canopy_filter_test::{Case, Rng, Tree};
 use canopy_wire::v1::{CounterSample, EventSample, RankProfile};
@@ -230,8 +231,10 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
                         .iter()
                         .map(|(id, v)| {
                             let (mean, std) = moments[id];
-                            let c = if std > 0.0 {
-                                (v - mean).abs() / std * weight(mean)
+                            // Within rounding of the mean is no deviation, as the filter counts it.
+                            let deviation = (v - mean).abs();
+                            let c = if std > 0.0 && deviation > ROUNDING * v.abs().max(mean.abs()) {
+                                deviation / std * weight(mean)
                             } else {
                                 0.0
                             };
