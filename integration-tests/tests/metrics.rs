@@ -277,6 +277,18 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
     );
     let sent = value(&relay_samples, "canopy_sent_bytes_total", "relay-0", "relay");
     assert!(sent > 0.0);
+    // A short run can end before an agent's first status tick after its ranks came: its figures are those of its
+    // next tick.
+    wait_for("the agents' status ticks", Duration::from_secs(5), || {
+        agent_metrics.iter().enumerate().all(|(i, addr)| {
+            value(
+                &scrape(addr),
+                "canopy_ranks_below",
+                &format!("agent-{i}"),
+                "agent",
+            ) == 8.0
+        })
+    });
     for (i, addr) in agent_metrics.iter().enumerate() {
         let node = format!("agent-{i}");
         let samples = scrape(addr);
