@@ -336,21 +336,24 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     wait_socket(&socket, &mut agent);
     let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &[]);
     wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
-    // Each change applies from some round on; the checks look at rounds well after it was sent.
-    let settle = |store: &Path| {
+    // Each change reaches a rank at its next dump, which may be up to a window of rounds ahead of the last stored
+    // round: the checks look at the latest five rounds once the change shows in all of them.
+    let settle = |store: &Path, applied: &dyn Fn(i64) -> bool| {
         let sent = max_round(store);
-        wait_for("rounds after the change", Duration::from_secs(20), || {
-            max_round(store) >= sent + 15
+        let mut from = sent;
+        wait_for("rounds after the change", Duration::from_secs(30), || {
+            from = max_round(store) - 5;
+            from > sent && applied(from)
         });
-        sent + 8
+        from
     };
 
     canopy(&addr, &["ctl", "set", "--include", "^halo"]);
-    let from = settle(&store);
+    let from = settle(&store, &|from| events_since(&store, from) == ["halo_exchange"]);
     assert_eq!(events_since(&store, from), vec!["halo_exchange"]);
 
     canopy(&addr, &["ctl", "set", "--metrics", "exclusive"]);
-    let from = settle(&store);
+    let from = settle(&store, &|from| events_since(&store, from).len() == 4);
     assert_eq!(events_since(&store, from).len(), 4, "the include is replaced");
     let later = reader(&store)
         .samples(Select::all().from_round(from as u64))
@@ -378,7 +381,7 @@ fn control_changes_the_next_dumps_of_real_ranks() {
         &addr,
         &["ctl", "set", "--counters", "context-switches,page-faults"],
     );
-    let from = settle(&store);
+    let from = settle(&store, &|from| faults(from) > 0);
     assert!(
         faults(from) > 0,
         "context switches of every rank after the change"
