@@ -870,7 +870,9 @@ mod tests {
         assert_eq!(o.incl[switches], i.incl[switches] + o.excl[switches]);
         assert!(o.excl[switches] <= 20, "{o:?}");
         assert_eq!((o.depth, i.depth), (1, 2));
-        assert!(o.heap > 0 && i.heap > o.heap / 2, "{o:?} {i:?}");
+        // The heap is the process's, which the tests running beside this one grow and shrink: both timers read
+        // one, and no more can be said of their sizes.
+        assert!(o.heap > 0 && i.heap > 0, "{o:?} {i:?}");
         // This machine's VM exposes no hardware PMU: cycles is reported by name and left out, the rest go on.
         if std::fs::read_dir("/sys/bus/event_source/devices/cpu").is_err() {
             assert!(
