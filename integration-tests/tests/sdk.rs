@@ -353,7 +353,17 @@ fn control_changes_the_next_dumps_of_real_ranks() {
     assert_eq!(events_since(&store, from), vec!["halo_exchange"]);
 
     canopy(&addr, &["ctl", "set", "--metrics", "exclusive"]);
-    let from = settle(&store, &|from| events_since(&store, from).len() == 4);
+    // Every rank on the new options: all four events again, and no time but exclusive.
+    let only_exclusive = |from: i64| {
+        reader(&store)
+            .samples(Select::all().from_round(from as u64))
+            .unwrap()
+            .iter()
+            .all(|s| s.calls.is_none() && s.incl_us.is_none())
+    };
+    let from = settle(&store, &|from| {
+        events_since(&store, from).len() == 4 && only_exclusive(from)
+    });
     assert_eq!(events_since(&store, from).len(), 4, "the include is replaced");
     let later = reader(&store)
         .samples(Select::all().from_round(from as u64))
