@@ -501,14 +501,16 @@ async fn launch_and_watch(
     }
 
     let total = (args.rounds > 0).then_some(args.rounds);
-    let show = if args.quiet {
-        Show::Nothing
-    } else if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-        Show::Progress(progress_bar(total, args.filters.len()))
-    } else {
-        Show::Lines
-    };
-    let mut watcher = StoreWatcher::new(store.clone(), show);
+    // Quiet, nothing follows the store while the run goes on: a look opens it and reads its schema, the
+    // largest part of what this process costs the machine the tree runs on. The summary reads it at the end.
+    let mut watcher = (!args.quiet).then(|| {
+        let show = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            Show::Progress(progress_bar(total, args.filters.len()))
+        } else {
+            Show::Lines
+        };
+        StoreWatcher::new(store.clone(), show)
+    });
     let mut tick = tokio::time::interval(REAP_POLL);
     let mut ticks = 0u64;
     // SIGTERM (kill, timeout, a batch system's end of job) and SIGHUP (the terminal closed) stop the run as Ctrl-C
@@ -521,10 +523,10 @@ async fn launch_and_watch(
             _ = tick.tick() => {
                 ticks += 1;
                 if ticks.is_multiple_of(2) {
-                    watcher.show_new();
+                    watcher.iter_mut().for_each(StoreWatcher::show_new);
                 }
                 if let Some(status) = daemons[0].reap()? {
-                    watcher.show_new();
+                    watcher.iter_mut().for_each(StoreWatcher::show_new);
                     if !status.success() {
                         bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
                     }
@@ -547,13 +549,13 @@ async fn launch_and_watch(
                 eprintln!("canopy up: {why}, draining the tree");
                 signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
                 daemons[0].wait_reaped(Duration::from_secs(10)).await;
-                watcher.show_new();
+                watcher.iter_mut().for_each(StoreWatcher::show_new);
                 interrupted = true;
                 break;
             }
         }
     }
-    watcher.finish();
+    watcher.iter_mut().for_each(StoreWatcher::finish);
     // Agents and relays leave after the front-end's fin-ack.
     let deadline = Instant::now() + Duration::from_secs(5);
     for d in daemons.iter_mut().skip(1) {
@@ -786,8 +788,6 @@ async fn stop_all(daemons: &mut [Daemon]) {
 
 /// How the rounds are shown as they land.
 enum Show {
-    /// Nothing per round (`--quiet`).
-    Nothing,
     /// A line per round and stream (output that is not a terminal: a log, a pipe).
     Lines,
     /// One progress line redrawn in place (a terminal).
@@ -851,7 +851,6 @@ impl StoreWatcher {
             self.partial += u64::from(r.covered < r.expected);
         }
         match &self.show {
-            Show::Nothing => {}
             Show::Lines => {
                 for r in rows {
                     let pct = if r.expected > 0 {
