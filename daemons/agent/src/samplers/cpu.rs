@@ -91,6 +91,10 @@ impl CpuTimes {
 pub struct CpuSampler {
     stat: ProcFile,
     before: Option<CpuTimes>,
+    /// The shares of the last interval in which a tick passed. /proc/stat counts in ticks of 10 ms: a read within
+    /// the same tick as the one before it (rounds that close in a burst, each taking a sample) learns nothing new,
+    /// and repeats these rather than leave its round without a CPU share.
+    held: Option<CpuSample>,
 }
 
 impl CpuSampler {
@@ -98,6 +102,7 @@ impl CpuSampler {
         Ok(Self {
             stat: ProcFile::open(roots.proc.join("stat"))?,
             before: None,
+            held: None,
         })
     }
 }
@@ -110,7 +115,10 @@ impl Sampler for CpuSampler {
     fn read(&mut self, sample: &mut NodeSample) -> Result<(), SamplerError> {
         let now = parse_stat(self.stat.read()?).map_err(|e| self.stat.bad(e))?;
         if let Some(before) = self.before.replace(now) {
-            sample.cpu = now.shares_since(&before);
+            if let Some(shares) = now.shares_since(&before) {
+                self.held = Some(shares);
+            }
+            sample.cpu = self.held;
         }
         Ok(())
     }

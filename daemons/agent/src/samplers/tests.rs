@@ -135,6 +135,36 @@ fn every_sampler_reads_what_happened_since_its_previous_read() {
 }
 
 #[test]
+fn a_read_within_the_tick_of_the_one_before_repeats_the_last_cpu_shares() {
+    let node = FakeNode::new();
+    let mut samplers = Samplers::start(&[SamplerKind::Cpu], &node.roots());
+    // No tick since the baseline and none before it: nothing is known yet.
+    let mut s = NodeSample::default();
+    samplers.read(&mut s);
+    assert_eq!(s.cpu, None);
+    node.at(1);
+    let mut s = NodeSample::default();
+    samplers.read(&mut s);
+    let first = s.cpu.unwrap();
+    assert_eq!((first.user_share, first.idle_share), (0.5, 0.5));
+    // Rounds that close in a burst each read /proc/stat within one of its 10 ms ticks: the same counters.
+    for _ in 0..2 {
+        let mut s = NodeSample::default();
+        samplers.read(&mut s);
+        assert_eq!(s.cpu, Some(first));
+    }
+    // The next tick is counted from the last read: both CPUs busy since.
+    node.write(
+        "stat",
+        "cpu  300 0 0 100 0 0 0 0 0 0\ncpu0 200 0 0 0 0 0 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0 0 0\n",
+    );
+    let mut s = NodeSample::default();
+    samplers.read(&mut s);
+    let cpu = s.cpu.unwrap();
+    assert_eq!((cpu.user_share, cpu.idle_share), (1.0, 0.0));
+}
+
+#[test]
 fn a_sampler_whose_file_is_missing_or_turns_bad_is_left_out_and_the_others_go_on() {
     let node = FakeNode::new();
     std::fs::remove_file(node.dir.path().join("proc/net/dev")).unwrap();
