@@ -42,6 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // A packet's payload is read as a slice of the buffer it arrived in and kept for resending by a
+        // reference count: a relay's packets are not copied between the wire and its filter.
+        .bytes(".canopy.v1.Envelope.payload")
         .compile_fds(fds)?;
     // The messages a rank sends come from canopy-wire (generated there with prost alone, for the SDK, and
     // re-exported in `v1`): their definitions here are taken out, so the tree and the SDK share one type each.

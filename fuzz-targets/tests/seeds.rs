@@ -312,7 +312,7 @@ fn envelope(round: u64, phase: u32, payload: Vec<u8>, ranks: u32) -> UpMessage {
                 }],
                 apps: vec![],
             }),
-            payload,
+            payload: payload.into(),
             late: false,
             first_dump_unix_ns: 5,
         })),
@@ -468,7 +468,7 @@ fn tree_down() {
             stream_id: 2,
             round: 0,
             phase: 1,
-            payload: ranges.clone(),
+            payload: ranges.clone().into(),
             ..Default::default()
         })));
         b.extend(control(control::Action::Options(Options {

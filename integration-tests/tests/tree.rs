@@ -323,7 +323,7 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
                 missing: vec![],
                 apps: vec![],
             }),
-            payload,
+            payload: payload.into(),
             ..Envelope::default()
         };
         tx.send(UpMessage {
@@ -508,7 +508,7 @@ fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
             missing: vec![],
             apps: vec![],
         }),
-        payload,
+        payload: payload.into(),
         ..Envelope::default()
     };
     UpMessage {
@@ -721,7 +721,7 @@ fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]
             missing: vec![],
             apps: vec![],
         }),
-        payload,
+        payload: payload.into(),
         ..Envelope::default()
     };
     UpMessage {
@@ -735,7 +735,7 @@ async fn wait_down_packet(down: &mut tonic::Streaming<DownMessage>, round: u64) 
         if let Some(down_message::Msg::Envelope(env)) = m.msg
             && env.round == round
         {
-            return env.payload;
+            return env.payload.to_vec();
         }
     }
     panic!("round {round} never came down");

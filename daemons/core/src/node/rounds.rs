@@ -38,7 +38,7 @@ impl<U: Up> Node<U> {
         let arrival = Arrival {
             source,
             coverage,
-            payload: env.payload.into(),
+            payload: env.payload,
             first_dump_unix_ns: env.first_dump_unix_ns,
         };
         if env.late {
@@ -137,10 +137,13 @@ impl<U: Up> Node<U> {
                 Answer::Output(out),
             ) => {
                 let payload = match out {
-                    Ok(out) if out.rejected.is_empty() => {
-                        out.up.into_iter().next().map(|p| p.payload).unwrap_or_default()
-                    }
-                    Ok(_) | Err(_) => Vec::new(),
+                    Ok(out) if out.rejected.is_empty() => out
+                        .up
+                        .into_iter()
+                        .next()
+                        .map(|p| p.payload.into())
+                        .unwrap_or_default(),
+                    Ok(_) | Err(_) => bytes::Bytes::new(),
                 };
                 self.late_up(key, coverage, first_dump, payload).await;
             }
@@ -279,7 +282,7 @@ impl<U: Up> Node<U> {
                     stream_id: stream,
                     round,
                     phase: p.phase,
-                    payload: p.payload,
+                    payload: p.payload.into(),
                     ..Default::default()
                 };
                 for tx in &to {
@@ -294,7 +297,7 @@ impl<U: Up> Node<U> {
                 round,
                 phase: p.phase,
                 coverage: Some(coverage.clone()),
-                payload: p.payload,
+                payload: p.payload.into(),
                 late: false,
                 first_dump_unix_ns: first_dump,
             };
@@ -392,14 +395,22 @@ impl<U: Up> Node<U> {
         }
         let payload = match &self.role {
             // A multi-phase round has moved on (or the stream is not live): only the coverage goes up.
-            Role::Leaf(_) => Vec::new(),
-            Role::Relay | Role::Root(_) => a.payload.to_vec(),
+            Role::Leaf(_) => bytes::Bytes::new(),
+            // A child's payload is a slice of the buffer its stream was read into: kept for resending (perhaps
+            // long) it gets an allocation of its own, so the bound on what is kept counts what is kept.
+            Role::Relay | Role::Root(_) => bytes::Bytes::copy_from_slice(&a.payload),
         };
         self.late_up(key, a.coverage, a.first_dump_unix_ns, payload).await;
     }
 
     /// A late packet goes up (at the root: stored, with its result if it carries one).
-    async fn late_up(&mut self, key: GroupKey, coverage: Coverage, first_dump: u64, mut payload: Vec<u8>) {
+    async fn late_up(
+        &mut self,
+        key: GroupKey,
+        coverage: Coverage,
+        first_dump: u64,
+        mut payload: bytes::Bytes,
+    ) {
         // A multi-phase filter's early phase is no result: at the root only its late ranks are recorded.
         let last_phase = self.streams.phases(key.stream).unwrap_or(1).saturating_sub(1);
         if matches!(self.role, Role::Root(_)) && key.phase != last_phase {
@@ -418,7 +429,7 @@ impl<U: Up> Node<U> {
                 phase: key.phase,
                 coverage,
                 first_dump_unix_ns: first_dump,
-                payload,
+                payload: Vec::new(),
                 late: true,
             };
             return root.opts.sink.result(result).await;

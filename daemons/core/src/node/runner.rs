@@ -35,12 +35,12 @@ pub(crate) enum Call {
     Downstream {
         round: u64,
         phase: u32,
-        packet: Vec<u8>,
+        packet: bytes::Bytes,
     },
     Finalize {
         round: u64,
         phase: u32,
-        payload: Vec<u8>,
+        payload: bytes::Bytes,
     },
     Names(Vec<(u64, String)>),
 }

@@ -385,7 +385,7 @@ fn packet(stream: u32, round: u64, covered: u32, payload: u8) -> up_message::Msg
             missing: vec![],
             apps: vec![],
         }),
-        payload: vec![payload],
+        payload: vec![payload].into(),
         ..Default::default()
     })
 }
@@ -781,11 +781,11 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
         Some(control::Action::Start(_))
     ));
     let env = h.envelope().await;
-    assert_eq!((env.round, env.payload.clone()), (0, vec![0, 1]));
+    assert_eq!((env.round, env.payload.to_vec()), (0, vec![0, 1]));
     assert_eq!(env.coverage.unwrap().covered, 2);
     h.input(rank_round(0, 1)).await;
     let env = h.envelope().await;
-    assert_eq!((env.round, env.payload), (1, vec![0, 1]));
+    assert_eq!((env.round, env.payload.to_vec()), (1, vec![0, 1]));
     // Both ranks finish: the leaf says Fin with the rounds it closed.
     for rank in 0..2 {
         let done = RankEvent::Detached {
@@ -859,12 +859,12 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
         by_stream.insert(env.stream_id, env);
     }
     let profiles = &by_stream[&1];
-    assert_eq!((profiles.round, profiles.payload.clone()), (0, vec![0, 2]));
+    assert_eq!((profiles.round, profiles.payload.to_vec()), (0, vec![0, 2]));
     let node = &by_stream[&2];
     let cov = node.coverage.clone().unwrap();
     assert_eq!((cov.covered, cov.expected), (2, 3));
     assert_eq!(missing_for(&cov, MissingReason::Late), 1);
-    let samples = NodeSamples::decode(node.payload.as_slice()).unwrap();
+    let samples = NodeSamples::decode(node.payload.as_ref()).unwrap();
     assert_eq!(samples.nodes.len(), 1, "one sample per node and round");
     let s = &samples.nodes[0];
     assert_eq!(s.node_id, "n");
@@ -900,7 +900,7 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
             break env;
         }
     };
-    let s = NodeSamples::decode(node.payload.as_slice())
+    let s = NodeSamples::decode(node.payload.as_ref())
         .unwrap()
         .nodes
         .remove(0);
@@ -1129,7 +1129,7 @@ async fn a_stream_the_parent_replaces_or_no_longer_runs_ends_here_and_below() {
         .await
         .expect("the packet did not go up: the failed stream was kept");
     assert_eq!(
-        (env.stream_id, env.round, env.payload.as_slice()),
+        (env.stream_id, env.round, env.payload.as_ref()),
         (1, 0, &[7u8][..])
     );
     // A parent whose table has no stream 1 any more: it closes here and below.
@@ -1251,7 +1251,7 @@ async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_strea
     while threads.len() < 6 || errors.is_empty() {
         match tokio::time::timeout(Duration::from_secs(5), h.up.recv()).await {
             Ok(Some(up_message::Msg::Envelope(env))) => {
-                let thread = String::from_utf8(env.payload).unwrap();
+                let thread = String::from_utf8(env.payload.to_vec()).unwrap();
                 threads.insert((env.stream_id, env.round), thread);
             }
             Ok(Some(up_message::Msg::StreamError(e))) => errors.push(e),
@@ -1300,7 +1300,7 @@ async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter
     h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
     // The other stream goes on while stream 2's call hangs.
     let env = h.envelope().await;
-    assert_eq!((env.stream_id, env.round, env.payload.clone()), (1, 0, vec![1]));
+    assert_eq!((env.stream_id, env.round, env.payload.to_vec()), (1, 0, vec![1]));
     let e = stream_error(&mut h, Duration::from_secs(5))
         .await
         .expect("the watchdog fired");
@@ -1342,7 +1342,7 @@ async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter
         .await;
     h.child_sends("a", 1, packet(7, 3, 1, 7)).await;
     let env = h.envelope().await;
-    assert_eq!((env.stream_id, env.payload), (7, vec![7]));
+    assert_eq!((env.stream_id, env.payload.to_vec()), (7, vec![7]));
 
     // Calls that return after all take their threads off the count: the filter opens again.
     *RELEASE_STUCK.0.lock().unwrap() = true;
@@ -1378,14 +1378,14 @@ async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_wa
     *RELEASE_PHASED.0.lock().unwrap() = true;
     RELEASE_PHASED.1.notify_all();
     let env = h.envelope().await;
-    assert_eq!((env.round, env.phase, env.payload), (0, 0, vec![7]));
+    assert_eq!((env.round, env.phase, env.payload.to_vec()), (0, 0, vec![7]));
     assert!(!h.window.admits(4), "round 0 waits for its last phase");
     // The parent's answer comes down; the last phase goes up, and the window moves to the child's Want.
     let down = Envelope {
         stream_id: 1,
         round: 0,
         phase: 1,
-        payload: vec![42],
+        payload: vec![42].into(),
         ..Default::default()
     };
     h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Envelope(
@@ -1393,7 +1393,7 @@ async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_wa
     ))))
     .await;
     let env = h.envelope().await;
-    assert_eq!((env.round, env.phase, env.payload), (0, 1, vec![42]));
+    assert_eq!((env.round, env.phase, env.payload.to_vec()), (0, 1, vec![42]));
     let mut gate = h.window.clone();
     let admitted = tokio::time::timeout(Duration::from_secs(2), gate.admit(100)).await;
     assert_eq!(admitted, Ok(true), "the child's Want was lost");
@@ -1414,7 +1414,7 @@ async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
         stream_id: 1,
         round: 0,
         phase: 1,
-        payload: vec![1],
+        payload: vec![1].into(),
         ..Default::default()
     };
     let t0 = Instant::now();

@@ -62,7 +62,12 @@ impl Held {
     }
 
     /// Keeps a message that may not pass yet.
-    pub(crate) fn hold(&mut self, msg: Msg) {
+    pub(crate) fn hold(&mut self, mut msg: Msg) {
+        // A payload read off the wire is a slice of the buffer it arrived in, and would keep all of that buffer
+        // while it waits here: it is given an allocation of its own, so the bound counts what is kept.
+        if let Msg::Envelope(env) = &mut msg {
+            env.payload = bytes::Bytes::copy_from_slice(&env.payload);
+        }
         self.bytes += size(&msg);
         self.msgs.push_back(msg);
     }
@@ -135,7 +140,7 @@ mod tests {
         Msg::Envelope(Envelope {
             round,
             phase,
-            payload: vec![0; 10],
+            payload: vec![0; 10].into(),
             ..Default::default()
         })
     }
@@ -220,9 +225,35 @@ mod tests {
         assert!(held.has_room());
         let mut big = Held::default();
         big.hold(Msg::Envelope(Envelope {
-            payload: vec![0; HELD_BYTES_PER_CHILD],
+            payload: vec![0; HELD_BYTES_PER_CHILD].into(),
             ..Default::default()
         }));
         assert!(!big.has_room());
+    }
+
+    #[test]
+    fn a_held_payload_keeps_none_of_the_buffer_it_was_read_into() {
+        // A small payload read with a large message in the same buffer: held, it must not keep that buffer
+        // alive, or the bound on held bytes would count 16 bytes while 1 MiB stays allocated.
+        let buffer = bytes::Bytes::from(vec![7u8; 1 << 20]);
+        let payload = buffer.slice(1000..1016);
+        let mut held = Held::default();
+        held.hold(Msg::Envelope(Envelope {
+            round: 100,
+            payload,
+            ..Default::default()
+        }));
+        assert_eq!(held.bytes, 16);
+        let Some(Msg::Envelope(env)) = held.pop() else {
+            panic!("the held packet is gone");
+        };
+        assert_eq!(env.payload.as_ref(), &[7u8; 16]);
+        let inside = buffer.as_ptr_range();
+        assert!(
+            !inside.contains(&env.payload.as_ptr()),
+            "the held payload still points into the buffer it was read into"
+        );
+        drop(buffer);
+        assert_eq!(env.payload.as_ref(), &[7u8; 16]);
     }
 }

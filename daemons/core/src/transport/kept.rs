@@ -163,7 +163,7 @@ mod tests {
         Envelope {
             stream_id: stream,
             round,
-            payload: vec![0; len],
+            payload: vec![0; len].into(),
             ..Default::default()
         }
     }
