@@ -135,20 +135,21 @@ impl Filter for StatsFilter {
         let bad = |e: String| {
             format!("round {round}: the root's packet is not a canopy.filters.v1.StatsColumns: {e}")
         };
-        let mut merged = std::mem::take(&mut self.finalized);
-        columns_wire::decode_into(&mut merged, packet).map_err(|e| bad(e.to_string()))?;
-        let checked = check(&merged, self.by_app, self.spec()).map_err(bad);
-        let result = checked.map(|()| {
-            let quantiles = match &self.quantiles {
-                Some((qs, spec)) => sketch_columns::quantiles(&merged, spec, qs),
-                None => Vec::new(),
-            };
-            let mut result = Vec::new();
-            stats_result_wire::encode(&merged, &quantiles, &mut result);
-            result
-        });
-        self.finalized = merged;
-        result
+        // The root finalizes the packet its own merge just encoded (a late packet from below aside): the bytes
+        // the same, its columns are the ones still here, and reading them back would only make a copy of them.
+        let own = self.level == Level::Root && packet == self.encoded.as_slice();
+        if !own {
+            columns_wire::decode_into(&mut self.finalized, packet).map_err(|e| bad(e.to_string()))?;
+        }
+        let merged = if own { &self.merged } else { &self.finalized };
+        check(merged, self.by_app, self.spec()).map_err(bad)?;
+        let quantiles = match &self.quantiles {
+            Some((qs, spec)) => sketch_columns::quantiles(merged, spec, qs),
+            None => Vec::new(),
+        };
+        let mut result = Vec::new();
+        stats_result_wire::encode(merged, &quantiles, &mut result);
+        Ok(result)
     }
 }
 
@@ -390,6 +391,36 @@ mod tests {
             .unwrap();
         assert_eq!(incl.summary.as_ref().unwrap().std, 1.0);
         assert!(root.finalize(0, 1, &out.up[0].1).is_err());
+    }
+
+    #[test]
+    fn the_root_finalizes_its_own_merge_as_it_finalizes_the_same_bytes_read_back() {
+        let mut leaf = StatsFilter::create("{}", Level::Leaf).unwrap();
+        let packets: Vec<Vec<u8>> = (0..3)
+            .map(|round| {
+                let mut out = Collect::default();
+                let ranks = [profile(0, 2.0 + round as f64), profile(1, 7.5 * round as f64)];
+                leaf.upstream(round, 0, &[&ranks[0], &ranks[1]], &mut out)
+                    .unwrap();
+                out.up[0].1.clone()
+            })
+            .collect();
+        let mut root = StatsFilter::create("{}", Level::Root).unwrap();
+        let merge = |root: &mut StatsFilter, round: u64, inputs: &[&[u8]]| {
+            let mut out = Collect::default();
+            root.upstream(round, 0, inputs, &mut out).unwrap();
+            out.up[0].1.clone()
+        };
+        let r0 = merge(&mut root, 0, &[&packets[0], &packets[1]]);
+        // Round 1 merged before round 0 is finalized: round 0's bytes are no longer the last merge's.
+        let r1 = merge(&mut root, 1, &[&packets[1], &packets[2]]);
+        let own = root.finalize(1, 0, &r1).unwrap();
+        let earlier = root.finalize(0, 0, &r0).unwrap();
+        let mut fresh = StatsFilter::create("{}", Level::Root).unwrap();
+        assert_eq!(own, fresh.finalize(1, 0, &r1).unwrap());
+        assert_eq!(earlier, fresh.finalize(0, 0, &r0).unwrap());
+        assert_ne!(own, earlier);
+        assert!(root.finalize(1, 0, &r1[..r1.len() - 1]).is_err());
     }
 
     #[test]
