@@ -521,6 +521,10 @@ fn set(out: &mut StatsColumns, row: usize, r: &Row) {
 /// Drops the applications no row names any more (the table stays sorted), so a child's long table does not
 /// travel further up than the rows that need it.
 fn prune_apps(out: &mut StatsColumns) {
+    // One application named by a row is named by every row (the indices were checked): nothing to drop.
+    if out.apps.len() == 1 && !out.min_app.is_empty() {
+        return;
+    }
     let mut used = vec![false; out.apps.len()];
     for &a in out.min_app.iter().chain(&out.max_app).chain(&out.app) {
         used[a as usize] = true;
