@@ -433,6 +433,33 @@ async fn a_round_missing_a_child_closes_at_its_time_out_with_the_child_counted_l
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_late_packet_a_relay_sends_up_keeps_none_of_the_buffer_it_was_read_into() {
+    // A relay keeps what it sends up until the root has closed its round: a late child's payload, a slice of
+    // the buffer its stream was read into, must go up (and be kept) in an allocation of its own, or 16 bytes
+    // counted against the bound on kept bytes would keep 1 MiB allocated.
+    let mut h = start(RoleConfig::Relay, 8);
+    let _a = h.child("a", 1, 2).await;
+    let _b = h.child("b", 2, 3).await;
+    h.open(1).await;
+    h.child_sends("a", 1, packet(1, 0, 2, 7)).await;
+    let closed = h.envelope().await;
+    assert!(!closed.late);
+    let buffer = bytes::Bytes::from(vec![9u8; 1 << 20]);
+    let up_message::Msg::Envelope(mut env) = packet(1, 0, 3, 0) else {
+        unreachable!()
+    };
+    env.payload = buffer.slice(4096..4112);
+    h.child_sends("b", 2, up_message::Msg::Envelope(env)).await;
+    let late = h.envelope().await;
+    assert!(late.late);
+    assert_eq!(late.payload.as_ref(), &[9u8; 16]);
+    assert!(
+        !buffer.as_ptr_range().contains(&late.payload.as_ptr()),
+        "the late packet sent up still points into the buffer its payload was read into"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lost_child_closes_its_open_rounds_at_once_and_is_not_waited_for_again() {
     let mut h = start(RoleConfig::Relay, 8);
     let _a = h.child("a", 1, 2).await;
