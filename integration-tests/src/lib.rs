@@ -7,6 +7,8 @@
     reason = "synchronous helpers that wait on real processes by the wall clock; no tokio clock to pause"
 )]
 
+pub mod test_rank;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,10 +20,11 @@ use canopy_topology::Topology;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// The store's typed reads, for the tests: no test writes SQL.
 pub use canopy_store::{
     HistogramRow, NodeSampleRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table,
 };
+/// The store's typed reads, for the tests: no test writes SQL.
+pub use test_rank::TestRank;
 
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
 #[macro_export]

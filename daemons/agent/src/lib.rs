@@ -54,6 +54,11 @@ pub struct AgentConfig {
     /// announced); beyond it the oldest are dropped and counted.
     #[arg(long)]
     pub hold_dumps: usize,
+    /// The largest application a rank on the socket may announce (its size, all nodes together) and the highest
+    /// rank number it may claim: a hello past it is refused, so no local user can make the tree wait for ranks
+    /// that will never come. Set it to the largest job the machine runs. At most 16,777,216.
+    #[arg(long)]
+    pub max_app_ranks: u32,
     /// The largest frame a rank may send on the socket, in bytes (a dump of some 20,000 events fits in the
     /// default, 1 MiB); a larger one ends the rank's connection.
     #[arg(long)]
@@ -147,6 +152,7 @@ impl Default for AgentConfig {
             socket_group: String::new(),
             allowed_users: Vec::new(),
             hold_dumps: 256,
+            max_app_ranks: DEFAULT_MAX_APP_RANKS,
             max_frame_bytes: 1 << 20,
             simulate_ranks: 0,
             simulate_events: 20,
@@ -233,6 +239,9 @@ impl AgentConfig {
     }
 }
 
+/// The default `max_app_ranks`: a million ranks, more than any job of most machines.
+pub const DEFAULT_MAX_APP_RANKS: u32 = 1 << 20;
+
 /// The most events the simulated ranks keep in all (ranks x events): each keeps its cumulative profile.
 pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
@@ -263,6 +272,12 @@ impl CheckConfig for AgentConfig {
             return Err(ConfigIssue::new(
                 "max_frame_bytes",
                 format!("must be from 4096 to {} bytes", canopy_wire::MAX_FRAME),
+            ));
+        }
+        if !(1..=canopy_proto::MAX_RANKS).contains(&self.max_app_ranks) {
+            return Err(ConfigIssue::new(
+                "max_app_ranks",
+                format!("must be from 1 to {}", canopy_proto::MAX_RANKS),
             ));
         }
         if self.hold_dumps == 0 {
@@ -300,6 +315,22 @@ impl CheckConfig for AgentConfig {
             return Err(ConfigIssue::new(
                 "sample_period_ms",
                 "must be 0 (a sample per round) or from 10 to 3600000 (an hour)",
+            ));
+        }
+        if u64::from(self.rank_offset) + u64::from(self.simulate_ranks) > u64::from(canopy_proto::MAX_RANKS) {
+            return Err(ConfigIssue::new(
+                "rank_offset",
+                format!(
+                    "plus simulate_ranks is {}, past the highest rank number a tree carries ({})",
+                    u64::from(self.rank_offset) + u64::from(self.simulate_ranks),
+                    canopy_proto::MAX_RANKS
+                ),
+            ));
+        }
+        if self.total_ranks > canopy_proto::MAX_RANKS {
+            return Err(ConfigIssue::new(
+                "total_ranks",
+                format!("is more than a tree carries ({})", canopy_proto::MAX_RANKS),
             ));
         }
         if self.total_ranks != 0 && self.total_ranks < self.rank_offset.saturating_add(self.simulate_ranks) {
@@ -449,6 +480,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
                 sock_rx,
                 handles.window.clone(),
                 config.max_frame_bytes,
+                socket::Tenancy {
+                    simulated_app: (config.simulate_ranks > 0).then(|| config.app.clone()),
+                    max_app_ranks: config.max_app_ranks,
+                },
             );
             (Some(tokio::spawn(serve)), Some(file))
         }

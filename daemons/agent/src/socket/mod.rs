@@ -21,7 +21,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use conn::connection;
-use registry::Ranks;
+pub use registry::Tenancy;
+use registry::{Peer, Ranks};
 
 /// Messages queued for one rank before it counts as not reading.
 const RANK_QUEUE: usize = 64;
@@ -218,6 +219,7 @@ pub async fn serve(
     mut control: mpsc::UnboundedReceiver<control::Action>,
     window: WindowGate,
     max_frame_bytes: usize,
+    tenancy: Tenancy,
 ) {
     let limits = canopy_wire::FrameLimits {
         max_bytes: max_frame_bytes,
@@ -226,22 +228,25 @@ pub async fn serve(
     let (events_tx, mut events) = mpsc::channel(EVENT_QUEUE);
     let Listener { listener, access } = listener;
     let mut refusals = canopy_runtime::telemetry::EverySecond::default();
-    let mut ranks = Ranks::new(inputs, window.clone());
+    let mut ranks = Ranks::new(inputs, window.clone(), tenancy);
     let mut next_conn = 0u64;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    if let Some(reason) = peer_refusal(&stream, &access) {
-                        if let Some(held) = refusals.pass() {
-                            tracing::warn!("agent socket: refused a connection: {reason}{}", held_back(held));
+                    let peer = match admit(&stream, &access) {
+                        Ok(peer) => peer,
+                        Err(reason) => {
+                            if let Some(held) = refusals.pass() {
+                                tracing::warn!("agent socket: refused a connection: {reason}{}", held_back(held));
+                            }
+                            tokio::spawn(refuse(stream, reason));
+                            continue;
                         }
-                        tokio::spawn(refuse(stream, reason));
-                        continue;
-                    }
+                    };
                     next_conn += 1;
                     let (tx, rx) = mpsc::channel(RANK_QUEUE);
-                    ranks.connected(next_conn, tx);
+                    ranks.connected(next_conn, tx, peer);
                     tokio::spawn(connection(next_conn, stream, events_tx.clone(), rx, window.clone(), limits));
                 }
                 Err(e) => {
@@ -262,11 +267,17 @@ pub async fn serve(
     }
 }
 
-/// Why a connection's peer may not use the socket, from its credentials (SO_PEERCRED); `None` if it may.
-fn peer_refusal(stream: &UnixStream, access: &Access) -> Option<String> {
-    match stream.peer_cred() {
-        Ok(cred) => access.check(cred.uid(), cred.gid(), cred.pid()),
-        Err(e) => Some(format!("cannot read the peer's credentials: {e}")),
+/// The connection's peer from its credentials (SO_PEERCRED) if it may use the socket, else why not.
+fn admit(stream: &UnixStream, access: &Access) -> Result<Peer, String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    match access.check(cred.uid(), cred.gid(), cred.pid()) {
+        Some(reason) => Err(reason),
+        None => Ok(Peer {
+            uid: cred.uid(),
+            pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
+        }),
     }
 }
 

@@ -17,7 +17,24 @@ use tokio::sync::mpsc;
 
 struct Conn {
     tx: Option<mpsc::Sender<AgentMessage>>,
+    peer: Peer,
     rank: Option<Attached>,
+}
+
+/// Who is at the other end of a connection, from the kernel (SO_PEERCRED), not from what it says of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Peer {
+    pub uid: u32,
+    pub pid: Option<u32>,
+}
+
+/// What the agent's configuration lets a hello claim.
+#[derive(Debug, Clone, Default)]
+pub struct Tenancy {
+    /// The application of this agent's simulated ranks: no rank of the socket may join it.
+    pub simulated_app: Option<String>,
+    /// The largest application size a hello may announce (`max_app_ranks`).
+    pub max_app_ranks: u32,
 }
 
 struct Attached {
@@ -48,6 +65,9 @@ struct AppSize {
     nranks: u32,
     /// Who announced it: rank and pid.
     by: (u32, u32),
+    /// The user the application belongs to on this agent: its first rank's (SO_PEERCRED). Another user's hello
+    /// for it is refused, so no user can add ranks to another's rounds or hold a rank id another needs.
+    uid: u32,
     connected: usize,
     dumped: bool,
 }
@@ -65,6 +85,7 @@ impl Attached {
 /// The ranks attached through the socket, and the control they get.
 pub(super) struct Ranks {
     inputs: mpsc::Sender<Input>,
+    tenancy: Tenancy,
     conns: HashMap<u64, Conn>,
     collecting: bool,
     options: Options,
@@ -89,9 +110,10 @@ pub(super) struct Ranks {
 }
 
 impl Ranks {
-    pub(super) fn new(inputs: mpsc::Sender<Input>, window: WindowGate) -> Self {
+    pub(super) fn new(inputs: mpsc::Sender<Input>, window: WindowGate, tenancy: Tenancy) -> Self {
         Ranks {
             inputs,
+            tenancy,
             conns: HashMap::new(),
             collecting: true,
             options: Options::default(),
@@ -142,11 +164,12 @@ impl Ranks {
     }
 
     /// A new connection, not yet attached as a rank.
-    pub(super) fn connected(&mut self, conn: u64, tx: mpsc::Sender<AgentMessage>) {
+    pub(super) fn connected(&mut self, conn: u64, tx: mpsc::Sender<AgentMessage>, peer: Peer) {
         self.conns.insert(
             conn,
             Conn {
                 tx: Some(tx),
+                peer,
                 rank: None,
             },
         );
@@ -245,7 +268,12 @@ impl Ranks {
         }
     }
 
-    async fn on_hello(&mut self, conn: u64, h: RankHello) {
+    async fn on_hello(&mut self, conn: u64, mut h: RankHello) {
+        let Some(peer) = self.conns.get(&conn).map(|c| c.peer) else {
+            return;
+        };
+        // The pid is the kernel's where it is known: a hello cannot name another process.
+        h.pid = peer.pid.unwrap_or(h.pid);
         if h.protocol_version != RANK_PROTOCOL_VERSION {
             let reason = format!(
                 "rank {} of {} (pid {}) speaks rank protocol {}, this agent {RANK_PROTOCOL_VERSION}",
@@ -271,14 +299,24 @@ impl Ranks {
                 ),
             );
         }
-        if h.nranks > canopy_proto::MAX_RANKS {
+        if self.tenancy.simulated_app.as_deref() == Some(h.app.as_str()) {
             let reason = format!(
-                "rank {} of {} (pid {}) announces {} ranks, more than any node may answer for ({})",
-                h.rank,
-                h.app,
-                h.pid,
-                h.nranks,
-                canopy_proto::MAX_RANKS
+                "rank {} of {} (pid {}) names the application of this agent's simulated ranks",
+                h.rank, h.app, h.pid
+            );
+            return self.refuse(conn, reason);
+        }
+        if h.nranks > self.tenancy.max_app_ranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) announces {} ranks, more than this agent's max_app_ranks ({})",
+                h.rank, h.app, h.pid, h.nranks, self.tenancy.max_app_ranks
+            );
+            return self.refuse(conn, reason);
+        }
+        if h.nranks == 0 && h.rank >= self.tenancy.max_app_ranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) is not below this agent's max_app_ranks ({})",
+                h.rank, h.app, h.pid, self.tenancy.max_app_ranks
             );
             return self.refuse(conn, reason);
         }
@@ -286,6 +324,16 @@ impl Ranks {
             let reason = format!(
                 "rank {} of {} (pid {}) is not below the application's announced size {}",
                 h.rank, h.app, h.pid, h.nranks
+            );
+            return self.refuse(conn, reason);
+        }
+        if let Some(size) = self.apps.get(&h.app)
+            && size.uid != peer.uid
+        {
+            let reason = format!(
+                "rank {} of {} (pid {}, uid {}) may not join {}: on this agent it belongs to uid {} (its rank {}, \
+                 pid {})",
+                h.rank, h.app, h.pid, peer.uid, h.app, size.uid, size.by.0, size.by.1
             );
             return self.refuse(conn, reason);
         }
@@ -349,6 +397,7 @@ impl Ranks {
         let size = self.apps.entry(h.app.clone()).or_insert(AppSize {
             nranks: h.nranks,
             by: (h.rank, h.pid),
+            uid: peer.uid,
             connected: 0,
             dumped: false,
         });
