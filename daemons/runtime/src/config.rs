@@ -166,6 +166,49 @@ fn keys_of<C: Serialize>(config: &C) -> Result<Dict, String> {
         .ok_or_else(|| "a configuration must serialize as a table".to_string())
 }
 
+/// The largest configuration file read: a path to something else (a log, a device) fails at once.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Why the configuration file at `path` cannot be read as one, or `None` if it can: it must be a regular file
+/// (after symbolic links), readable, and of at most `MAX_CONFIG_BYTES`.
+fn unreadable_config(path: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(format!("no such file: {shown}")),
+        Err(e) => return Some(format!("cannot read {shown}: {e}")),
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_fifo() {
+        Some("a named pipe")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    };
+    if let Some(what) = what {
+        return Some(format!("{shown} is {what}, not a configuration file"));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Some(format!(
+            "{shown} is {} bytes, more than a configuration file's {MAX_CONFIG_BYTES}",
+            meta.len()
+        ));
+    }
+    std::fs::File::open(path)
+        .err()
+        .map(|e| format!("cannot read {shown}: {e}"))
+}
+
 fn layers<T: Serialize + Default, F: Serialize>(
     role: &str,
     file: Option<&Path>,
@@ -173,11 +216,11 @@ fn layers<T: Serialize + Default, F: Serialize>(
 ) -> Result<Figment, ConfigError> {
     let mut figment = Figment::from(Serialized::defaults(T::default()));
     if let Some(path) = file {
-        if !path.is_file() {
+        if let Some(message) = unreadable_config(path) {
             return Err(ConfigError {
                 key: "--config".into(),
                 source_name: "--config or CANOPY_CONFIG".into(),
-                message: format!("no such file: {}", path.display()),
+                message,
             });
         }
         let file = Figment::from(Toml::file_exact(path));
@@ -471,6 +514,36 @@ mod tests {
             &DemoFlags::default(),
         );
         assert!(e.unwrap_err().message.contains("no such file"));
+    }
+
+    #[test]
+    fn a_config_path_that_is_no_file_says_what_it_is() {
+        let load_at = |p: &Path| load::<Demo, _>("demo", Some(p), &DemoFlags::default()).unwrap_err();
+        let e = load_at(Path::new("/dev/zero"));
+        assert_eq!(e.key, "--config");
+        assert_eq!(
+            e.message,
+            "/dev/zero is a character device, not a configuration file"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = load_at(dir.path());
+        assert_eq!(
+            e.message,
+            format!(
+                "{} is a directory, not a configuration file",
+                dir.path().display()
+            )
+        );
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; (MAX_CONFIG_BYTES + 1) as usize]).unwrap();
+        assert_eq!(
+            load_at(&big).message,
+            format!(
+                "{} is {} bytes, more than a configuration file's {MAX_CONFIG_BYTES}",
+                big.display(),
+                MAX_CONFIG_BYTES + 1
+            )
+        );
     }
 
     /// A config struct that is its own command line, as the daemons' are.
