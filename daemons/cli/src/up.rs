@@ -280,6 +280,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let bin_dir = binaries_dir()?;
     check_plants(&bin_dir, &args.plant)?;
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
+    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let ready_dir = args.out.join(format!(".up-{}", std::process::id()));

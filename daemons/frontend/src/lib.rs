@@ -134,6 +134,11 @@ pub struct FrontendConfig {
     /// Connections this node's port keeps open at once; more are closed as they come.
     #[arg(long)]
     pub max_connections: usize,
+    /// MiB of results kept in memory while the store cannot write (a full or failing disk), retried every
+    /// second. Past it the oldest rounds keep only their coverage: their rows, written once the store writes
+    /// again, count their ranks as `store_failed`.
+    #[arg(long)]
+    pub store_retry_mb: usize,
     /// Bearer tokens API clients may present (`authorization: Bearer TOKEN`): one `ROLE TOKEN` per line, role
     /// read or control; not readable by other users.
     #[arg(long)]
@@ -242,6 +247,7 @@ impl Default for FrontendConfig {
                 .collect(),
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
+            store_retry_mb: canopy_store::DEFAULT_RETRY_BYTES >> 20,
             token_file: None,
             resume: true,
             tls_ca: None,
@@ -293,6 +299,7 @@ impl CheckConfig for FrontendConfig {
             ));
         }
         check_addr("listen", &self.listen)?;
+        canopy_runtime::outdir::check_out_dir(&self.out).map_err(|e| ConfigIssue::new("out", e))?;
         if !self.metrics_listen.is_empty() {
             check_addr("metrics_listen", &self.metrics_listen)?;
         }
@@ -300,6 +307,12 @@ impl CheckConfig for FrontendConfig {
             return Err(ConfigIssue::new(
                 "token_file",
                 "bearer tokens need TLS: on a plaintext port every caller is admitted",
+            ));
+        }
+        if !(1..=65_536).contains(&self.store_retry_mb) {
+            return Err(ConfigIssue::new(
+                "store_retry_mb",
+                "must be from 1 to 65536 (MiB)",
             ));
         }
         if self.max_connections == 0 {
@@ -534,6 +547,8 @@ impl RootSink for StoreUp {
                     late = summary.late_packets,
                     bytes = summary.result_bytes,
                     errors = summary.store_errors,
+                    store_failed = summary.store_failed_rounds,
+                    waiting = summary.backlog,
                     "store flushed"
                 );
             }
@@ -634,7 +649,7 @@ impl Frontend {
         let shared = api::Shared::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
         // results misses nothing in between.
-        let (store_tx, writer) = Writer::spawn(store, 1024, {
+        let (store_tx, writer) = Writer::spawn_with(store, 1024, config.store_retry_mb << 20, {
             let shared = shared.clone();
             move |Committed(r)| {
                 let _ = shared.live.send(r);

@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod exporter;
 pub mod net;
 pub mod notify;
+pub mod outdir;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;

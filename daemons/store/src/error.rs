@@ -44,3 +44,28 @@ pub enum StoreError {
     #[error("cannot start the store's {what} thread: {source}")]
     Thread { what: &'static str, source: io::Error },
 }
+
+impl StoreError {
+    /// Whether the same write may succeed later: the disk was full or failing, the file read-only or locked. A
+    /// result that cannot be decoded, or a schema the store does not know, fails the same way every time.
+    pub fn is_retryable(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        match self {
+            StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } => matches!(
+                e.code,
+                DiskFull
+                    | SystemIoFailure
+                    | ReadOnly
+                    | DatabaseBusy
+                    | DatabaseLocked
+                    | CannotOpen
+                    | PermissionDenied
+                    | FileLockingProtocolFailed
+            ),
+            _ => false,
+        }
+    }
+}

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
 use crate::StoreError;
 use crate::profiles::{self, PROFILE_BATCH_TYPE};
-use crate::rounds::{MissingCounts, missing_columns, missing_columns_at};
+use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
 use crate::schema::{self, SCHEMA_VERSION};
 
@@ -383,7 +383,7 @@ impl StoreReader {
         let sql = format!(
             "SELECT stream_id, round, app, covered, expected, missing_reason, {} FROM round_apps{clause}
              ORDER BY stream_id, round, app",
-            missing_columns()
+            missing_columns_at(self.version)
         );
         self.rows(&sql, &values, |r| {
             let mut missing = MissingCounts::default();
@@ -413,9 +413,13 @@ impl StoreReader {
         }
         let (clause, values) = select.clause(false);
         let reasons = <canopy_proto::v1::MissingReason as Word>::WORDS;
-        let sums: Vec<String> = missing_columns()
+        let sums: Vec<String> = missing_columns_at(self.version)
             .split(", ")
-            .map(|c| format!("sum({c})"))
+            .map(|c| match c.starts_with("0 AS ") {
+                // A column the store's version lacks.
+                true => "0".to_string(),
+                false => format!("sum({c})"),
+            })
             .collect();
         let sql = format!(
             "SELECT app, sum(covered), sum(expected), {} FROM round_apps{clause} GROUP BY app ORDER BY app",

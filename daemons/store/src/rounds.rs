@@ -68,17 +68,27 @@ impl MissingCounts {
 /// The missing counts as a reader of a store at `version` selects them: a reason whose column came later reads as
 /// 0 there.
 pub(crate) fn missing_columns_at(version: u32) -> String {
-    if version >= 4 {
+    if version >= crate::schema::SCHEMA_VERSION {
         return missing_columns().to_string();
     }
     MissingReason::WORDS
         .iter()
-        .map(|(r, _)| match r {
-            MissingReason::Absent => format!("0 AS {}", missing_column(*r)),
-            _ => missing_column(*r),
+        .map(|(r, _)| match version < column_since(*r) {
+            true => format!("0 AS {}", missing_column(*r)),
+            false => missing_column(*r),
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The schema version that added `reason`'s column to `rounds` (and to `round_apps`, where it came later than
+/// the table itself).
+fn column_since(reason: MissingReason) -> u32 {
+    match reason {
+        MissingReason::Absent => 4,
+        MissingReason::StoreFailed => 19,
+        _ => 1,
+    }
 }
 
 pub(crate) fn missing_columns() -> &'static str {

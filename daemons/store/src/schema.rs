@@ -39,7 +39,10 @@ use crate::tables::parse_ranges_text;
 ///   ends) and `latency_apps` (each application's part in it), with `latency_named` and `latency_apps_named`.
 /// - 17: `round_apps`, each round's coverage per application, and `histograms.app`, the application a histogram
 ///   stands for (the histogram filter's `by_app`), also in `histograms_named`.
-pub const SCHEMA_VERSION: u32 = 18;
+/// - 18: the per-event series indexes are built when the run ends.
+/// - 19: `rounds.missing_store_failed` and `round_apps.missing_store_failed` (ranks of a round the store could
+///   not write in time: a full or failing disk).
+pub const SCHEMA_VERSION: u32 = 19;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -754,6 +757,14 @@ const V18: &str = "
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '18');
 ";
 
+/// Version 19: ranks of a round the store could not write before the front-end's bound on rounds kept for retry
+/// was reached (a full or failing disk); the round's row is written once the store writes again.
+const V19: &str = "
+ALTER TABLE rounds ADD COLUMN missing_store_failed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE round_apps ADD COLUMN missing_store_failed INTEGER NOT NULL DEFAULT 0;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '19');
+";
+
 /// Drops the per-event indexes of a run still being written; an ended run keeps them, since nothing would build
 /// them again.
 fn live_event_indexes_dropped(tx: &Transaction<'_>) -> HookResult {
@@ -828,6 +839,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V16),
         M::up(V17),
         M::up_with_hook(V18, live_event_indexes_dropped),
+        M::up(V19),
     ])
 }
 

@@ -256,6 +256,16 @@ impl Store {
         rows.map_err(|e| self.table_error(rec.stream_id, rec.round, e))
     }
 
+    /// The rows of rounds whose results the writer let go (see [`crate::gap`]), in one transaction.
+    pub(crate) fn write_gap(&mut self, run: &crate::gap::GapRun) -> Result<(), StoreError> {
+        self.in_transaction(|tx| {
+            for record in run.records() {
+                rounds::upsert(tx, &record, 0)?;
+            }
+            Ok(())
+        })
+    }
+
     /// A packet that reached the root after its round had closed: one `late_arrivals` row, and the round row's
     /// `late_ranks` grows by `ranks`. Its `rows`, if any, go in its filter's tables (marked late) in the same
     /// transaction, as [`Store::write_round_with`] writes a round's.

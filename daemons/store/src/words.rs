@@ -43,6 +43,7 @@ words!(MissingReason {
     NotWaited => "not_waited",
     Dropped => "dropped",
     Absent => "absent",
+    StoreFailed => "store_failed",
 });
 
 words!(NodeKind {

@@ -95,6 +95,8 @@ async fn rounds_are_handed_back_once_committed_and_a_flush_counts_them() {
             late_packets: 1,
             result_bytes: 2 * batch.len() as u64 + 4,
             store_errors: 1,
+            store_failed_rounds: 0,
+            backlog: 0,
         }
     );
     assert_eq!(
