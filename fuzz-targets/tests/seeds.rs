@@ -332,6 +332,7 @@ fn tree_attach() {
         listen_addr: String::new(),
         hostname: "node1".into(),
         ranks_announced: 4,
+        returning_from: String::new(),
     }));
     let stats = packets::<canopy_filter_stats::StatsFilter>("");
     let hist = packets::<canopy_filter_histogram::HistogramFilter>("");

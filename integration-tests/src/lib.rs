@@ -7,6 +7,7 @@
     reason = "synchronous helpers that wait on real processes by the wall clock; no tokio clock to pause"
 )]
 
+pub mod fault;
 pub mod test_rank;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ pub use canopy_store::{
     HistogramRow, NodeSampleRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table,
 };
 /// The store's typed reads, for the tests: no test writes SQL.
+pub use fault::FaultProxy;
 pub use test_rank::TestRank;
 
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.

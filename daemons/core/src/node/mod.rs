@@ -172,6 +172,8 @@ impl<U: Up> Node<U> {
             listen_addr: String::new(),
             hostname,
             ranks_announced: 0,
+            // The link sets it for each session.
+            returning_from: String::new(),
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
         let (streams, filter_done) = StreamTable::new(config.filters, role.level());
@@ -418,6 +420,12 @@ impl<U: Up> Node<U> {
         };
         self.node_event(ev).await;
         self.ranks_changed().await;
+        if hello.returning_from == self.id {
+            // Back on the same parent (a link that broke, or this node restarted on its address): what the child
+            // sent in its earlier sessions and this node does not hold is sent again.
+            let child = hello.node_id.clone();
+            self.ask_resend(&child, &child).await;
+        }
     }
 
     async fn on_child_message(&mut self, id: String, msg: up_message::Msg) {

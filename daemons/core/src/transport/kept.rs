@@ -18,7 +18,7 @@ use tokio::time::Instant;
 pub const MAX_KEPT_BYTES: usize = 64 << 20;
 
 /// How long a lost parent's packets wait for an adopter's [`Resend`].
-pub const OLD_SESSION_HOLD: Duration = Duration::from_secs(30);
+pub const OLD_SESSION_HOLD: Duration = Duration::from_secs(300);
 
 struct KeptPacket {
     session: u64,

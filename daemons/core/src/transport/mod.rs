@@ -367,6 +367,9 @@ struct Sessions {
     kept: Kept,
     /// Packets an adopter asked for again, sent before anything new.
     again: std::collections::VecDeque<UpMessage>,
+    /// The node id of the parent of the last session: the next Hello says it, so the same parent (or one restarted
+    /// on its address) asks for what it lacks.
+    last_parent: String,
 }
 
 impl ParentLink {
@@ -481,7 +484,10 @@ impl ParentLink {
         // to older counts (ranks that attach one by one while the parent is away: 4, then 1, 2, 3, 4), which it
         // reads as ranks that left before their first dump.
         let mut superseded = self.outbound.len();
-        let hello = self.hello.borrow().clone();
+        let hello = Hello {
+            returning_from: sessions.last_parent.clone(),
+            ..self.hello.borrow().clone()
+        };
         let own_id = hello.node_id.clone();
         if pending.as_ref().is_some_and(|msg| is_own_count(msg, &own_id)) {
             *pending = None;
@@ -505,6 +511,7 @@ impl ParentLink {
                 msg: Some(down_message::Msg::Welcome(w)),
             })) => {
                 tracing::info!(parent = %parent, parent_id = %w.parent_id, "attached to parent");
+                sessions.last_parent = w.parent_id;
             }
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
             Err(s) => {
@@ -575,8 +582,12 @@ impl ParentLink {
                 down = inbound.message() => match down {
                     Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
                         let again = sessions.kept.resend(sessions.current, &resend);
-                        tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
-                            "adopted: sending again what the lost node had not passed on");
+                        match resend.lost == own_id {
+                            true => tracing::info!(parent = %parent, packets = again.len(),
+                                "back with the same parent: sending again what it does not hold"),
+                            false => tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
+                                "adopted: sending again what the lost node had not passed on"),
+                        }
                         sessions.again.extend(again.into_iter().map(|env| UpMessage {
                             msg: Some(up_message::Msg::Envelope(env)),
                         }));

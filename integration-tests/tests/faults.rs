@@ -1,0 +1,175 @@
+//! A cluster's link faults between a relay and the front-end, made by a fault proxy in the path: a link that
+//! stalls for 20 s (longer than the keep-alive time-out: both ends give the connection up), one that resets, and a
+//! slow one. The relay comes back to the same parent, which asks it for what it sent that the parent does not
+//! hold: every rank-round of the run is covered, or late with its data, or counted with its reason.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "tests that wait on real processes by the wall clock"
+)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use canopy_integration_tests::{
+    FaultProxy, Proc, RoundRow, read_rounds, reader, start_frontend, start_relay, wait_for,
+};
+use canopy_proto::v1::{MissingReason, NodeState};
+use nix::sys::signal::Signal;
+
+const RANKS_PER_AGENT: u32 = 8;
+const AGENTS: u32 = 4;
+const RANKS: u32 = RANKS_PER_AGENT * AGENTS;
+
+/// A front-end, relay-0 under it through a fault proxy and relay-1 directly, two agents of simulated ranks under
+/// each relay.
+struct Tree {
+    fe: Proc,
+    store: std::path::PathBuf,
+    proxy: FaultProxy,
+    _relays: Vec<Proc>,
+    _agents: Vec<Proc>,
+}
+
+fn tree(dir: &Path) -> Tree {
+    let args = [
+        "--streams",
+        "stats",
+        "--stream-timeout-ms",
+        "1000",
+        "--expect-ranks",
+        &RANKS.to_string(),
+    ];
+    let (fe, fe_addr, store) = start_frontend(dir, &args);
+    let proxy = FaultProxy::start(&fe_addr);
+    let (relay0, addr0) = start_relay(dir, "relay-0", proxy.addr(), "127.0.0.1:0");
+    let (relay1, addr1) = start_relay(dir, "relay-1", &fe_addr, "127.0.0.1:0");
+    let agents = (0..AGENTS)
+        .map(|i| {
+            let parent = if i < 2 { &addr0 } else { &addr1 };
+            let id = format!("agent-{i}");
+            let (ranks, offset) = (RANKS_PER_AGENT.to_string(), (i * RANKS_PER_AGENT).to_string());
+            let args = [
+                "--node-id",
+                &id,
+                "--parent",
+                parent,
+                "--socket",
+                "none",
+                "--simulate-ranks",
+                &ranks,
+                "--rank-offset",
+                &offset,
+                "--total-ranks",
+                &RANKS.to_string(),
+                "--simulate-period-ms",
+                "50",
+            ];
+            Proc::start(dir, "canopy-agent", &id, &args)
+        })
+        .collect();
+    wait_for("10 full rounds", Duration::from_secs(30), || {
+        read_rounds(&store).iter().filter(|r| r.covered == RANKS).count() >= 10
+    });
+    Tree {
+        fe,
+        store,
+        proxy,
+        _relays: vec![relay0, relay1],
+        _agents: agents,
+    }
+}
+
+/// Waits until relay-0 is attached and `n` more full rounds are stored, then ends the run and returns its rounds.
+fn finish(mut t: Tree, n: usize) -> Vec<RoundRow> {
+    wait_for("relay-0 attached", Duration::from_secs(30), || {
+        reader(&t.store)
+            .node("relay-0")
+            .unwrap()
+            .is_some_and(|r| r.state == NodeState::Attached)
+    });
+    let seen = read_rounds(&t.store).last().unwrap().round;
+    wait_for("full rounds after the fault", Duration::from_secs(40), || {
+        read_rounds(&t.store)
+            .iter()
+            .filter(|r| r.round > seen && r.covered == RANKS)
+            .count()
+            >= n
+    });
+    // Late data still on its way lands before the run ends.
+    std::thread::sleep(Duration::from_secs(2));
+    t.fe.signal(Signal::SIGTERM);
+    assert!(t.fe.wait_timeout(Duration::from_secs(30)).is_some());
+    read_rounds(&t.store)
+}
+
+/// Every round from 0 to the last has its row, and each of its rank-rounds is covered, or arrived late, or was
+/// dropped in the application (the agents held their ranks while the tree did not read) and counted so, or
+/// stopped as the run ended; none is counted twice. Returns the rank-rounds that arrived late.
+fn assert_nothing_lost(rounds: &[RoundRow]) -> u32 {
+    let numbers: Vec<u64> = rounds.iter().map(|r| r.round).collect();
+    let want: Vec<u64> = (0..=*numbers.last().unwrap()).collect();
+    assert_eq!(numbers, want, "a round without its row");
+    let mut late = 0;
+    for r in rounds {
+        assert_eq!(r.expected, RANKS, "{r:?}");
+        assert!(r.covered + r.late_ranks <= RANKS, "counted twice: {r:?}");
+        assert_eq!(
+            r.covered
+                + r.late_ranks
+                + r.missing.get(MissingReason::Dropped)
+                + r.missing.get(MissingReason::Stopped),
+            RANKS,
+            "rank-rounds neither covered, nor late with their data, nor dropped, nor stopped: {r:?}"
+        );
+        late += r.late_ranks;
+    }
+    late
+}
+
+#[test]
+fn a_link_that_stalls_for_20_s_loses_no_rank_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = tree(dir.path());
+    t.proxy.stall();
+    std::thread::sleep(Duration::from_secs(20));
+    t.proxy.resume();
+    let log = dir.path().join("relay-0.log");
+    let rounds = finish(t, 20);
+    let late = assert_nothing_lost(&rounds);
+    let relay_log = std::fs::read_to_string(log).unwrap();
+    assert!(
+        relay_log.contains("back with the same parent: sending again what it does not hold"),
+        "{relay_log}"
+    );
+    eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
+}
+
+#[test]
+fn a_link_that_resets_loses_no_rank_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = tree(dir.path());
+    // Each time with 3 s of packets in flight, which the reset loses: the relay has sent them, the front-end
+    // never sees them.
+    for _ in 0..2 {
+        t.proxy.stall();
+        std::thread::sleep(Duration::from_secs(3));
+        t.proxy.reset();
+        t.proxy.resume();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let rounds = finish(t, 20);
+    let late = assert_nothing_lost(&rounds);
+    eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
+}
+
+#[test]
+fn a_slow_link_of_20_ms_each_way_loses_no_rank_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = tree(dir.path());
+    t.proxy.delay(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_secs(5));
+    let rounds = finish(t, 20);
+    assert_nothing_lost(&rounds);
+}
