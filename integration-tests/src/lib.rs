@@ -8,6 +8,7 @@
 )]
 
 pub mod fault;
+pub mod netns;
 pub mod test_rank;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ pub use canopy_store::{
 };
 /// The store's typed reads, for the tests: no test writes SQL.
 pub use fault::FaultProxy;
+pub use netns::Lan;
 pub use test_rank::TestRank;
 
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
@@ -582,7 +584,7 @@ impl Proc {
     }
 
     /// Runs `cmd` with stdout and stderr into `dir/label.log`.
-    fn spawn(dir: &Path, label: &str, mut cmd: std::process::Command) -> Proc {
+    pub(crate) fn spawn(dir: &Path, label: &str, mut cmd: std::process::Command) -> Proc {
         let log = dir.join(format!("{label}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let child = cmd
