@@ -202,6 +202,8 @@ fn node(role: Role) -> (Node<Discard>, canopy_core::node::NodeHandles) {
                 start_timeout: None,
                 streams: vec![spec],
                 closed_below: Vec::new(),
+                resume_ranks: 0,
+                resume_wait: std::time::Duration::ZERO,
                 first_free_stream_id: 0,
                 exit_on_fin: true,
                 drain_timeout: Duration::from_secs(1),

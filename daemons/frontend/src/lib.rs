@@ -671,6 +671,11 @@ impl Frontend {
                     .then(|| Duration::from_millis(config.start_timeout_ms)),
                 streams: opened.clone(),
                 closed_below: plan.closed_below,
+                // A restart waits for the ranks its run expected, as long as the start would for announced ones.
+                resume_ranks: prior.as_ref().map_or(0, |p| p.expected_ranks),
+                resume_wait: Duration::from_millis(
+                    config.start_timeout_ms.max(u64::from(config.stream_timeout_ms)),
+                ),
                 first_free_stream_id,
                 exit_on_fin: config.exit_on_fin,
                 drain_timeout: Duration::from_millis(config.drain_timeout_ms),

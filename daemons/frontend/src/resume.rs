@@ -32,6 +32,8 @@ pub struct Unfinished {
     /// The streams it opened from its configuration.
     pub config_streams: Vec<u32>,
     pub restarts: u32,
+    /// The ranks its last stored round expected: the restarted root waits for them to come back.
+    pub expected_ranks: u32,
 }
 
 /// The latest run under `out`, if its front-end did not end it.
@@ -52,9 +54,18 @@ pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
         .filter_map(|id| id.trim().parse().ok())
         .collect();
     let restarts = reader.meta(RESTARTS)?.and_then(|n| n.parse().ok()).unwrap_or(0);
+    let last_rounds = reader.last_rounds()?;
+    let mut expected_ranks = 0;
+    for (stream, round) in &last_rounds {
+        let select = canopy_store::Select::all().stream(*stream).from_round(*round);
+        for r in reader.rounds(select)? {
+            expected_ranks = expected_ranks.max(r.expected);
+        }
+    }
     Ok(Some(Unfinished {
         streams: reader.streams()?,
-        last_rounds: reader.last_rounds()?,
+        expected_ranks,
+        last_rounds,
         config_streams,
         restarts,
         path,
@@ -244,6 +255,7 @@ mod tests {
             // Stream 4 was opened through the API.
             config_streams: vec![1, 2],
             restarts: 0,
+            expected_ranks: 0,
         };
         // Restarted with stats and passthrough: stats keeps 1, histogram closes, passthrough is new (5, not 3),
         // classify comes back under 4.
@@ -272,6 +284,7 @@ mod tests {
             last_rounds: vec![(1, 9)],
             config_streams: vec![1],
             restarts: 0,
+            expected_ranks: 0,
         };
         let changed = StreamSpec {
             params: r#"{"top": 3}"#.into(),

@@ -515,6 +515,27 @@ impl RoundEngine {
         ready.into_iter().map(|k| self.close(k)).collect()
     }
 
+    /// Withdraws a source whose ranks other sources answer for now (the ranks a restarted root awaited, attached
+    /// again under their own children): unlike [`RoundEngine::forget_source`], the groups open now do not count
+    /// it either, since its ranks are counted under the sources that took them. Groups that waited only for it
+    /// close now.
+    pub fn withdraw_source(&mut self, id: &str) -> Vec<Closed> {
+        if self.sources.remove(id).is_none() {
+            return Vec::new();
+        }
+        for g in self.open.values_mut() {
+            g.left.retain(|(name, _)| name != id);
+        }
+        self.recount();
+        let ready: Vec<GroupKey> = self
+            .open
+            .iter()
+            .filter(|(k, g)| self.all_live_arrived(**k, g))
+            .map(|(k, _)| *k)
+            .collect();
+        ready.into_iter().map(|k| self.close(k)).collect()
+    }
+
     /// The most ranks a source ever answered for: no packet of it may cover more.
     pub fn ranks_ceiling(&self, id: &str) -> Option<u32> {
         self.sources.get(id).map(|s| s.ceiling)
@@ -898,12 +919,16 @@ impl RoundEngine {
     }
 
     /// The rounds of `stream` whose phase 0 `source` delivered here, as far as this node remembers (the open
-    /// rounds, and the last closed ones): spans `[from, end)`, ascending. Rounds of a stream that does not wait
-    /// are never grouped, so none is known for it.
+    /// rounds, and the last closed ones), and every round an earlier run of this root stored (a restart on its
+    /// store): spans `[from, end)`, ascending. Rounds of a stream that does not wait are never grouped, so none
+    /// is known for it.
     pub fn delivered_by(&self, source: &str, stream: u32) -> Vec<(u64, u64)> {
+        // Rounds an earlier run of this root stored are closed with what they had: sent again, a child's packet
+        // of one would count its ranks twice.
+        let stored = self.resumed.get(&stream).map(|below| (0, *below));
         let known = self.sources.get(source).map(|s| s.number);
         let Some(source) = known.or_else(|| self.numbers.retired(source)) else {
-            return Vec::new();
+            return stored.into_iter().filter(|(_, end)| *end > 0).collect();
         };
         let closed = self
             .participants
@@ -915,10 +940,11 @@ impl RoundEngine {
             .iter()
             .filter(|(k, g)| k.stream == stream && k.phase == 0 && g.from.contains(source))
             .map(|(k, _)| k.round);
-        let mut rounds: Vec<u64> = closed.chain(open).collect();
+        let below = stored.map_or(0, |(_, end)| end);
+        let mut rounds: Vec<u64> = closed.chain(open).filter(|r| *r >= below).collect();
         rounds.sort_unstable();
         rounds.dedup();
-        let mut spans: Vec<(u64, u64)> = Vec::new();
+        let mut spans: Vec<(u64, u64)> = stored.into_iter().filter(|(_, end)| *end > 0).collect();
         for r in rounds {
             match spans.last_mut() {
                 Some((_, end)) if *end == r => *end = r + 1,

@@ -16,6 +16,7 @@ mod input;
 mod leaf;
 mod lifecycle;
 mod ranks;
+mod resumed;
 mod root;
 mod rounds;
 mod route;
@@ -252,6 +253,7 @@ impl<U: Up> Node<U> {
             for (stream, round) in below {
                 self.engine.closed_below(stream, round);
             }
+            self.await_resumed_ranks();
             // Every id below the first free one that is not open was an earlier run's stream.
             if let Role::Root(root) = &self.role {
                 for id in 1..root.opts.first_free_stream_id {
@@ -307,13 +309,14 @@ impl<U: Up> Node<U> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let (drain, start, first_rounds) = match &self.role {
+        let (drain, start, first_rounds, awaited) = match &self.role {
             Role::Root(root) => (
                 root.drain_deadline(),
                 root.start_deadline(),
                 root.starting.next_deadline(),
+                root.awaited_deadline(),
             ),
-            _ => (None, None, None),
+            _ => (None, None, None, None),
         };
         [
             self.engine.next_deadline(),
@@ -322,6 +325,7 @@ impl<U: Up> Node<U> {
             drain,
             start,
             first_rounds,
+            awaited,
         ]
         .into_iter()
         .flatten()
@@ -717,8 +721,11 @@ impl<U: Up> Node<U> {
     /// Keeps the parent's view of this node's ranks current; at the root, starts collection once they are all
     /// there.
     async fn ranks_changed(&mut self) {
-        let ranks = self.engine.ranks_expected();
+        let mut ranks = self.engine.ranks_expected();
         let announced = self.announced_below();
+        if let Role::Root(_) = &self.role {
+            ranks = self.awaited_ranks_back(ranks).await;
+        }
         if let Role::Root(root) = &mut self.role {
             if root.starts(ranks, announced, Instant::now()) {
                 let start = root::start(self.highest_closed.map_or(0, |h| h + 1));

@@ -21,6 +21,11 @@ pub struct RootOptions {
     /// Streams continued from an earlier run of this root (a restart on the same store): each with the round
     /// below which its rounds are stored already.
     pub closed_below: Vec<(u32, u64)>,
+    /// The ranks the continued run expected when its earlier root died (0: a new run). Until they are attached
+    /// again, every round waits for them to its time-out and counts the missing ones late; past `resume_wait`,
+    /// lost. No round closes as whole while part of the tree has yet to come back.
+    pub resume_ranks: u32,
+    pub resume_wait: Duration,
     /// The lowest id a stream opened later may take: the ids below were this run's already (0: none were).
     pub first_free_stream_id: u32,
     /// Finish the node once every child has sent Fin (a run that ends with its application).
@@ -37,6 +42,7 @@ impl std::fmt::Debug for RootOptions {
             .field("expect_ranks", &self.expect_ranks)
             .field("start_timeout", &self.start_timeout)
             .field("streams", &self.streams)
+            .field("resume_ranks", &self.resume_ranks)
             .field("exit_on_fin", &self.exit_on_fin)
             .field("drain_timeout", &self.drain_timeout)
             .finish_non_exhaustive()
@@ -57,6 +63,24 @@ pub(crate) struct Root {
     next_stream_id: u32,
     /// Streams opened while ranks dumped, waiting for the leaves' rounds to set their first round.
     pub(crate) starting: super::first_round::Starting,
+    /// After a restart, the ranks of the run that have not come back yet.
+    pub(crate) awaited: Option<Awaited>,
+}
+
+/// The engine's source that stands for the ranks a restarted root's run expected and that have not attached
+/// again.
+pub(crate) const AWAITED_SOURCE: &str = "(ranks not back since the restart)";
+
+/// The ranks a restarted root still waits for.
+#[derive(Debug)]
+pub(crate) struct Awaited {
+    /// The ranks the run expected.
+    pub(crate) run_ranks: u32,
+    /// Those still missing (the awaited source's ranks).
+    pub(crate) missing: u32,
+    /// When the wait ends: the awaited ranks then count as lost.
+    pub(crate) until: Instant,
+    pub(crate) given_up: bool,
 }
 
 impl Root {
@@ -71,7 +95,13 @@ impl Root {
             draining_until: None,
             next_stream_id,
             starting: Default::default(),
+            awaited: None,
         }
+    }
+
+    /// When the wait for the ranks of a restarted run ends, if one is under way.
+    pub(crate) fn awaited_deadline(&self) -> Option<Instant> {
+        self.awaited.as_ref().filter(|a| !a.given_up).map(|a| a.until)
     }
 
     /// Gives a stream without an id the next free one; ids given by hand move the next free one past them.

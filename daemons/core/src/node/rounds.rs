@@ -461,13 +461,17 @@ impl<U: Up> Node<U> {
                 self.store_unfinished_round(stream, round).await;
             }
         }
-        let (drain_over, start_due) = match &self.role {
+        let (drain_over, start_due, awaited_due) = match &self.role {
             Role::Root(root) => (
                 root.drain_deadline().is_some_and(|d| d <= now),
                 root.start_deadline().is_some_and(|d| d <= now),
+                root.awaited_deadline().is_some_and(|d| d <= now),
             ),
-            _ => (false, false),
+            _ => (false, false, false),
         };
+        if awaited_due {
+            self.give_up_awaited_ranks().await;
+        }
         if start_due {
             // The start time-out: collection starts with the ranks that are there.
             self.ranks_changed().await;

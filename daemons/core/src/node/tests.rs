@@ -680,6 +680,8 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
 fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
     RoleConfig::Root(RootOptions {
         closed_below: Vec::new(),
+        resume_ranks: 0,
+        resume_wait: std::time::Duration::ZERO,
         first_free_stream_id: 0,
         start_timeout: None,
         expect_ranks: 0,
@@ -695,6 +697,8 @@ async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never
     let sink = TestSink::default();
     let role = RoleConfig::Root(RootOptions {
         closed_below: Vec::new(),
+        resume_ranks: 0,
+        resume_wait: std::time::Duration::ZERO,
         first_free_stream_id: 0,
         start_timeout: Some(Duration::from_secs(2)),
         expect_ranks: 8,

@@ -1,0 +1,149 @@
+//! A front-end killed mid-run and restarted on its store and address: it takes back the ranks its run expected,
+//! so no round closes as whole while a relay has yet to come back, and what the children had sent that the dead
+//! front-end never stored is sent again. Every rank-round is covered, or late with its data, or counted with its
+//! reason.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "tests that wait on real processes by the wall clock"
+)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use canopy_integration_tests::{
+    FaultProxy, Proc, RoundRow, read_rounds, start_frontend, start_relay, wait_for,
+};
+use canopy_proto::v1::MissingReason;
+use nix::sys::signal::Signal;
+
+const RANKS_PER_AGENT: u32 = 8;
+const RANKS: u32 = 4 * RANKS_PER_AGENT;
+
+fn frontend(dir: &Path, listen: &str, streams: &str) -> (Proc, std::path::PathBuf) {
+    let _ = std::fs::remove_file(dir.join("frontend.ready"));
+    let args = [
+        "--listen",
+        listen,
+        "--streams",
+        streams,
+        "--stream-timeout-ms",
+        "1000",
+        "--expect-ranks",
+        &RANKS.to_string(),
+    ];
+    let (fe, _, store) = start_frontend(dir, &args);
+    (fe, store)
+}
+
+fn agent(dir: &Path, n: u32, parent: &str) -> Proc {
+    let id = format!("agent-{n}");
+    let (per, offset, total) = (
+        RANKS_PER_AGENT.to_string(),
+        (n * RANKS_PER_AGENT).to_string(),
+        RANKS.to_string(),
+    );
+    let args = [
+        "--node-id",
+        &id,
+        "--parent",
+        parent,
+        "--socket",
+        "none",
+        "--simulate-ranks",
+        &per,
+        "--rank-offset",
+        &offset,
+        "--total-ranks",
+        &total,
+        "--simulate-period-ms",
+        "50",
+    ];
+    Proc::start(dir, "canopy-agent", &id, &args)
+}
+
+fn restarted_with(streams_after: &str) -> Vec<RoundRow> {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = canopy_integration_tests::unused_addr();
+    let (fe, store) = frontend(dir.path(), &listen, "stats");
+    // relay-1 reaches the front-end through a proxy that holds it back while the front-end restarts.
+    let proxy = FaultProxy::start(&listen);
+    let (_relay0, addr0) = start_relay(dir.path(), "relay-0", &listen, "127.0.0.1:0");
+    let (_relay1, addr1) = start_relay(dir.path(), "relay-1", proxy.addr(), "127.0.0.1:0");
+    let _agents: Vec<Proc> = (0..4)
+        .map(|n| agent(dir.path(), n, if n < 2 { &addr0 } else { &addr1 }))
+        .collect();
+    wait_for("20 full rounds", Duration::from_secs(30), || {
+        read_rounds(&store).iter().filter(|r| r.covered == RANKS).count() >= 20
+    });
+
+    let mut fe = fe;
+    fe.child.kill().unwrap();
+    let _ = fe.child.wait();
+    proxy.stall();
+    proxy.reset();
+    let (mut fe, again) = frontend(dir.path(), &listen, streams_after);
+    assert_eq!(
+        std::fs::canonicalize(&again).unwrap(),
+        std::fs::canonicalize(&store).unwrap(),
+        "the restarted front-end continues the run"
+    );
+    // relay-1 comes back 5 s after the front-end.
+    std::thread::sleep(Duration::from_secs(5));
+    proxy.resume();
+    let seen = read_rounds(&store).last().map_or(0, |r| r.round);
+    wait_for(
+        "20 full rounds after the restart",
+        Duration::from_secs(60),
+        || {
+            read_rounds(&store)
+                .iter()
+                .filter(|r| r.round > seen && r.covered == RANKS)
+                .count()
+                >= 20
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(30)).is_some());
+    read_rounds(&store)
+}
+
+/// Every round of stream 1 from 0 to its last has its row, expects every rank, and each rank-round is covered,
+/// late with its data, or counted with a reason; none counted twice and none claimed whole while missing.
+fn assert_accounted(rounds: &[RoundRow]) {
+    let stats: Vec<&RoundRow> = rounds.iter().filter(|r| r.stream_id == 1).collect();
+    let numbers: Vec<u64> = stats.iter().map(|r| r.round).collect();
+    assert_eq!(
+        numbers,
+        (0..=*numbers.last().unwrap()).collect::<Vec<_>>(),
+        "a round without its row"
+    );
+    for r in stats {
+        assert_eq!(
+            r.expected, RANKS,
+            "a round that forgot ranks the run expects: {r:?}"
+        );
+        assert!(r.covered + r.late_ranks <= RANKS, "counted twice: {r:?}");
+        let counted: u32 = r.missing.iter().map(|(_, n)| n).sum::<u32>();
+        assert_eq!(r.covered + counted, RANKS, "{r:?}");
+        let reasons = r.missing.get(MissingReason::Dropped) + r.missing.get(MissingReason::Stopped);
+        assert!(
+            r.covered + r.late_ranks + reasons >= RANKS,
+            "rank-rounds neither covered, nor late with their data, nor dropped or stopped: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_restarted_frontend_waits_for_the_ranks_its_run_expects_and_loses_none() {
+    let rounds = restarted_with("stats");
+    assert_accounted(&rounds);
+}
+
+#[test]
+fn a_restarted_frontend_with_other_streams_loses_none_of_the_stream_it_keeps() {
+    let rounds = restarted_with("stats,histogram");
+    assert_accounted(&rounds);
+}
