@@ -333,6 +333,7 @@ fn tree_attach() {
         hostname: "node1".into(),
         ranks_announced: 4,
         returning_from: String::new(),
+        run_id: String::new(),
     }));
     let stats = packets::<canopy_filter_stats::StatsFilter>("");
     let hist = packets::<canopy_filter_histogram::HistogramFilter>("");

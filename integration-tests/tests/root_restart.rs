@@ -147,3 +147,76 @@ fn a_restarted_frontend_with_other_streams_loses_none_of_the_stream_it_keeps() {
     let rounds = restarted_with("stats,histogram");
     assert_accounted(&rounds);
 }
+
+#[test]
+fn a_new_tree_in_a_crashed_runs_directory_starts_a_new_run_and_the_old_trees_nodes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = canopy_integration_tests::unused_addr();
+    let args = ["--listen", &listen, "--streams", "stats"];
+    let (mut old_fe, _, old_store) = start_frontend(dir.path(), &args);
+    let (mut old_relay, relay_addr) = start_relay(dir.path(), "relay-0", &listen, "127.0.0.1:0");
+    let _old_agent = agent(dir.path(), 0, &relay_addr);
+    wait_for("rounds of the old run", Duration::from_secs(30), || {
+        read_rounds(&old_store).len() >= 10
+    });
+    old_fe.child.kill().unwrap();
+    let _ = old_fe.child.wait();
+    std::thread::sleep(Duration::from_secs(3));
+
+    // A new front-end on the same address and directory, its crashed predecessor silent for longer than
+    // --resume-within-s, and a new tree: one agent of its own.
+    let _ = std::fs::remove_file(dir.path().join("frontend.ready"));
+    let args = [
+        "--listen",
+        &listen,
+        "--streams",
+        "stats",
+        "--resume-within-s",
+        "2",
+    ];
+    let (mut fe, _, store) = start_frontend(dir.path(), &args);
+    assert_ne!(
+        std::fs::canonicalize(&store).unwrap(),
+        std::fs::canonicalize(&old_store).unwrap(),
+        "the new tree was filed into the crashed run"
+    );
+    assert!(fe.log_text().contains("starting a new run"), "{}", fe.log_text());
+    let new_dir = dir.path().join("new");
+    std::fs::create_dir(&new_dir).unwrap();
+    let fresh = [
+        "--node-id",
+        "agent-new",
+        "--parent",
+        &listen,
+        "--socket",
+        "none",
+        "--simulate-ranks",
+        "4",
+        "--simulate-period-ms",
+        "50",
+    ];
+    let _new_agent = Proc::start(&new_dir, "canopy-agent", "agent-new", &fresh);
+    // The old run's relay, retrying the address all along, is refused, and says why.
+    assert!(
+        old_relay.wait_timeout(Duration::from_secs(30)).is_some(),
+        "the old run's relay was not refused:\n{}",
+        old_relay.log_text()
+    );
+    let log = old_relay.log_text();
+    assert!(log.contains("belongs to run"), "{log}");
+    wait_for("rounds of the new run", Duration::from_secs(30), || {
+        read_rounds(&store).len() >= 10
+    });
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(30)).is_some());
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds[0].round, 0, "the new run counts its own rounds");
+    for r in &rounds {
+        assert_eq!((r.covered, r.expected, r.late_ranks), (4, 4, 0), "{r:?}");
+    }
+    let fe_log = fe.log_text();
+    assert!(
+        fe_log.contains("refused child: node relay-0 belongs to run"),
+        "{fe_log}"
+    );
+}

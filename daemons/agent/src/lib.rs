@@ -444,6 +444,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         outbound: up_rx,
         inputs: handles.inputs.clone(),
         tls: tls.map(|t| t.client()),
+        run: canopy_core::run::RunId::default(),
     };
     let mut link = tokio::spawn(link.run());
     let schedule = Schedule {

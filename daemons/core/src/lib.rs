@@ -8,6 +8,7 @@ pub mod engine;
 pub mod metrics;
 pub use canopy_filter_host::{filter, plugin};
 pub mod node;
+pub mod run;
 pub use canopy_wire::options;
 pub use canopy_wire::ranks;
 pub mod transport;

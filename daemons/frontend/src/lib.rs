@@ -128,6 +128,10 @@ pub struct FrontendConfig {
     /// was killed): the same file, the same stream ids. A run that ended is never continued.
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub resume: bool,
+    /// Continue an unfinished run only if its store was written less than this many seconds ago; an older one
+    /// has no tree left to continue it (nodes keep what they sent for 300 s), and a tree started now is new.
+    #[arg(long)]
+    pub resume_within_s: u64,
     /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -250,6 +254,7 @@ impl Default for FrontendConfig {
             store_retry_mb: canopy_store::DEFAULT_RETRY_BYTES >> 20,
             token_file: None,
             resume: true,
+            resume_within_s: 300,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
@@ -571,6 +576,8 @@ pub struct Frontend {
     gate: canopy_runtime::auth::Gate,
     /// The streams of the configuration, opened at start.
     opened: Vec<StreamSpec>,
+    /// The run's id, which the tree's nodes carry.
+    run: canopy_core::run::RunId,
 }
 
 impl Frontend {
@@ -588,7 +595,7 @@ impl Frontend {
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         // The run an earlier front-end on this `out` did not end (it died) goes on in the same store.
         let prior = match config.resume {
-            true => resume::unfinished_run(&config.out)?,
+            true => resume::unfinished_run(&config.out, Duration::from_secs(config.resume_within_s))?,
             false => None,
         };
         let mut store = match &prior {
@@ -598,6 +605,15 @@ impl Frontend {
             }
             None => Store::create(&config.out)?,
         };
+        let run_id = match prior.as_ref().and_then(|p| p.run_id.clone()) {
+            Some(id) => id,
+            None => {
+                let id = canopy_core::run::new_run_id();
+                store.set_meta(resume::RUN_ID, &id)?;
+                id
+            }
+        };
+        tracing::info!(run = %run_id, "the tree's nodes carry this run id");
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
@@ -699,6 +715,7 @@ impl Frontend {
             tls,
             gate,
             opened,
+            run: canopy_core::run::RunId::of_root(run_id),
         })
     }
 
@@ -730,6 +747,7 @@ impl Frontend {
             tls,
             gate,
             opened,
+            run,
         } = self;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
@@ -760,7 +778,8 @@ impl Frontend {
             config.node_id.clone(),
             handles.inputs.clone(),
             handles.window.clone(),
-        );
+        )
+        .with_run(run);
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter
             .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()

@@ -21,6 +21,8 @@ use canopy_store::{LATEST, StoreError, StoreReader, StreamRow, StreamState};
 pub const CONFIG_STREAMS: &str = "config_streams";
 /// `meta` key: how many times the run was continued.
 pub const RESTARTS: &str = "restarts";
+/// `meta` key: the run's id, which every node of its tree carries.
+pub const RUN_ID: &str = "run_id";
 
 /// What an earlier front-end left of a run it did not end.
 #[derive(Debug, Clone)]
@@ -34,10 +36,14 @@ pub struct Unfinished {
     pub restarts: u32,
     /// The ranks its last stored round expected: the restarted root waits for them to come back.
     pub expected_ranks: u32,
+    /// The run's id (none in a store of a Canopy before run ids).
+    pub run_id: Option<String>,
 }
 
-/// The latest run under `out`, if its front-end did not end it.
-pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
+/// The latest run under `out`, if its front-end did not end it and wrote it less than `within` ago: a run
+/// silent for longer has no tree left to continue it (its nodes keep what they sent for 5 minutes), and a tree
+/// started now is a new one.
+pub fn unfinished_run(out: &Path, within: std::time::Duration) -> Result<Option<Unfinished>, StoreError> {
     let latest = out.join(LATEST);
     let Ok(path) = std::fs::canonicalize(&latest) else {
         return Ok(None);
@@ -45,6 +51,18 @@ pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
     let reader = StoreReader::open(&path)?;
     // Ended (`Store::end_run`): a front-end started later begins a new run.
     if reader.meta(canopy_store::ENDED)?.is_some() {
+        return Ok(None);
+    }
+    if let Some(silent) = silent_for(&path)
+        && silent > within
+    {
+        tracing::warn!(
+            store = %path.display(),
+            silent_s = silent.as_secs(),
+            within_s = within.as_secs(),
+            "the unfinished run here was last written longer ago than resume_within_s: starting a new run (the \
+             old one's nodes, if any are left, are refused)"
+        );
         return Ok(None);
     }
     let config_streams = reader
@@ -63,6 +81,7 @@ pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
         }
     }
     Ok(Some(Unfinished {
+        run_id: reader.meta(RUN_ID)?,
         streams: reader.streams()?,
         expected_ranks,
         last_rounds,
@@ -70,6 +89,17 @@ pub fn unfinished_run(out: &Path) -> Result<Option<Unfinished>, StoreError> {
         restarts,
         path,
     }))
+}
+
+/// How long ago the store at `path` was last written (its file or its write-ahead log), if it can be told.
+fn silent_for(path: &Path) -> Option<std::time::Duration> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let written = [path.to_path_buf(), PathBuf::from(wal)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()?;
+    std::time::SystemTime::now().duration_since(written).ok()
 }
 
 /// The streams a front-end opens at start, and what a continued run's store must be told.
@@ -256,6 +286,7 @@ mod tests {
             config_streams: vec![1, 2],
             restarts: 0,
             expected_ranks: 0,
+            run_id: None,
         };
         // Restarted with stats and passthrough: stats keeps 1, histogram closes, passthrough is new (5, not 3),
         // classify comes back under 4.
@@ -285,6 +316,7 @@ mod tests {
             config_streams: vec![1],
             restarts: 0,
             expected_ranks: 0,
+            run_id: None,
         };
         let changed = StreamSpec {
             params: r#"{"top": 3}"#.into(),

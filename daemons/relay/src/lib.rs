@@ -234,15 +234,19 @@ impl Relay {
         node.set_listen_addr(advertised(addr));
         node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
         node.set_inline_filters(&config.inline_filters);
+        // The run this relay belongs to: learnt from its parent, given to its children.
+        let run = canopy_core::run::RunId::default();
         let link = ParentLink {
             parents: canopy_runtime::config::parents(&config.parent),
             hello: handles.hello.clone(),
             outbound: up_rx,
             inputs: handles.inputs.clone(),
             tls: tls.as_ref().map(|t| t.client()),
+            run: run.clone(),
         };
         let mut link = tokio::spawn(link.run());
-        let service = TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone());
+        let service =
+            TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone()).with_run(run);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let limits = canopy_runtime::net::ListenLimits {
             max_connections: config.max_connections,

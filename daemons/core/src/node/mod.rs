@@ -173,8 +173,9 @@ impl<U: Up> Node<U> {
             listen_addr: String::new(),
             hostname,
             ranks_announced: 0,
-            // The link sets it for each session.
+            // The link sets them for each session.
             returning_from: String::new(),
+            run_id: String::new(),
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
         let (streams, filter_done) = StreamTable::new(config.filters, role.level());

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::node::{ChildEvent, ChildSender, Input, ParentEvent, Refused};
+use crate::run::RunId;
 use crate::window::WindowGate;
 
 mod held;
@@ -87,6 +88,16 @@ pub enum AttachError {
     TooManyRanks { child: String, ranks: u32, max: u32 },
     #[error("node id {child} is already attached to {parent}")]
     AlreadyAttached { child: String, parent: String },
+    #[error(
+        "node {child} belongs to run {child_run}, and {parent} to run {parent_run}: a node of another run is \
+         refused, not merged (restart it to join this run)"
+    )]
+    OtherRun {
+        child: String,
+        child_run: String,
+        parent: String,
+        parent_run: String,
+    },
     #[error("no hello within 10 s")]
     NoHello,
     #[error("the first message on Attach must be a Hello")]
@@ -102,7 +113,9 @@ impl From<AttachError> for Status {
     fn from(e: AttachError) -> Status {
         let msg = e.to_string();
         match e {
-            AttachError::VersionMismatch { .. } => Status::failed_precondition(msg),
+            AttachError::VersionMismatch { .. } | AttachError::OtherRun { .. } => {
+                Status::failed_precondition(msg)
+            }
             AttachError::EmptyNodeId | AttachError::FirstNotHello | AttachError::TooManyRanks { .. } => {
                 Status::invalid_argument(msg)
             }
@@ -132,6 +145,8 @@ pub struct TreeService {
     next_conn: Arc<std::sync::atomic::AtomicU64>,
     /// Rounds below the window's limit may be read; a child whose next packet is at or above it waits.
     window: WindowGate,
+    /// The node's run: given to children in the Welcome; a child of another run is refused.
+    run: RunId,
 }
 
 impl TreeService {
@@ -142,7 +157,13 @@ impl TreeService {
             attached: Arc::default(),
             next_conn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             window,
+            run: RunId::default(),
         }
+    }
+
+    /// The node's run (the one its link learns, or the root's own).
+    pub fn with_run(self, run: RunId) -> Self {
+        Self { run, ..self }
     }
 
     /// The tonic server for this service, with Canopy's message limits.
@@ -166,6 +187,16 @@ impl TreeService {
         }
         if hello.node_id.is_empty() {
             return Err(AttachError::EmptyNodeId);
+        }
+        if !self.run.admits(&hello.run_id) {
+            let e = AttachError::OtherRun {
+                child: hello.node_id.clone(),
+                child_run: hello.run_id.clone(),
+                parent: self.node_id.clone(),
+                parent_run: self.run.get(),
+            };
+            tracing::error!(child = %hello.node_id, "refused child: {e}");
+            return Err(e);
         }
         let ranks = hello.ranks_below.max(hello.ranks_announced);
         if ranks > MAX_RANKS {
@@ -219,6 +250,7 @@ impl Tree for TreeService {
         let welcome = Welcome {
             parent_id: self.node_id.clone(),
             protocol_version: PROTOCOL_VERSION,
+            run_id: self.run.get(),
         };
         let _ = tx
             .send(Ok(DownMessage {
@@ -357,6 +389,8 @@ pub struct ParentLink {
     pub inputs: mpsc::Sender<Input>,
     /// The node's certificate and the CA its parent's must chain to; `None`: plaintext (loopback only).
     pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The node's run, learnt from the first Welcome and said in every Hello.
+    pub run: RunId,
 }
 
 /// A link's state across its sessions (attachments to a parent): what it sent up and may have to send again.
@@ -486,6 +520,7 @@ impl ParentLink {
         let mut superseded = self.outbound.len();
         let hello = Hello {
             returning_from: sessions.last_parent.clone(),
+            run_id: self.run.get(),
             ..self.hello.borrow().clone()
         };
         let own_id = hello.node_id.clone();
@@ -510,7 +545,14 @@ impl ParentLink {
             Ok(Some(DownMessage {
                 msg: Some(down_message::Msg::Welcome(w)),
             })) => {
-                tracing::info!(parent = %parent, parent_id = %w.parent_id, "attached to parent");
+                if let Err(own) = self.run.learn(&w.run_id) {
+                    return Err(SessionEnd::Refused(format!(
+                        "parent {} ({parent}) belongs to run {}, this node to run {own}: a parent of another run is \
+                         refused (restart this node to join that run)",
+                        w.parent_id, w.run_id
+                    )));
+                }
+                tracing::info!(parent = %parent, parent_id = %w.parent_id, run = %w.run_id, "attached to parent");
                 sessions.last_parent = w.parent_id;
             }
             Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
