@@ -371,3 +371,58 @@ pub(crate) fn add_late(
         .execute(params![stream_id, sat(round), ranks])?;
     Ok(updated > 0)
 }
+
+/// The most rows [`fill_dropped_rounds`] writes for one gap: a round number far past its neighbours is a fault
+/// of its own, not dumps every rank dropped.
+const MAX_GAP_ROWS: u64 = 1 << 20;
+
+/// Writes a row for every round of a stream, between its first and its last stored, that has none: a round no
+/// rank delivered reaches no node, so every rank dropped its dump (the application ran ahead of what the tree
+/// took, or its agent was not there yet). Each such round expects what the next stored round expected, all of
+/// them counted `dropped`. Returns the rows written.
+pub(crate) fn fill_dropped_rounds(tx: &Transaction<'_>) -> rusqlite::Result<u64> {
+    let gaps: Vec<(u32, String, u64, u64, u32)> = tx
+        .prepare(
+            "SELECT stream_id, stream_name, prev, round, expected FROM (
+                 SELECT stream_id, COALESCE(stream_name, '') AS stream_name, round, expected,
+                        LAG(round) OVER (PARTITION BY stream_id ORDER BY round) AS prev
+                 FROM rounds)
+             WHERE prev IS NOT NULL AND round > prev + 1",
+        )?
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                crate::sql::unsigned(r.get(2)?),
+                crate::sql::unsigned(r.get(3)?),
+                r.get(4)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut written = 0;
+    for (stream_id, stream_name, prev, next, expected) in gaps {
+        if next - prev - 1 > MAX_GAP_ROWS {
+            tracing::warn!(
+                stream_id,
+                from = prev + 1,
+                to = next - 1,
+                "a gap of rounds too long to fill: left as it is"
+            );
+            continue;
+        }
+        for round in prev + 1..next {
+            let record = RoundRecord {
+                stream_id,
+                stream_name: stream_name.clone(),
+                round,
+                covered: 0,
+                expected,
+                missing: vec![(MissingReason::Dropped, expected)],
+                ..Default::default()
+            };
+            upsert(tx, &record, 0)?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}

@@ -145,9 +145,17 @@ impl Store {
         &self.path
     }
 
-    /// Ends the run: `meta.ended_unix_ns` (so a front-end started later begins a new run rather than continuing
-    /// this one) and the indexes of per-rank series, built once over the finished tables.
+    /// Ends the run: a row for every round between a stream's first and last that no rank delivered (see
+    /// [`rounds::fill_dropped_rounds`]), `meta.ended_unix_ns` (so a front-end started later begins a new run
+    /// rather than continuing this one) and the indexes of per-rank series, built once over the finished tables.
     pub fn end_run(&mut self, at_unix_ns: i64) -> Result<(), StoreError> {
+        let filled = self.in_transaction(rounds::fill_dropped_rounds)?;
+        if filled > 0 {
+            tracing::warn!(
+                rounds = filled,
+                "rounds no rank delivered (every rank dropped its dump) stored with their ranks as dropped"
+            );
+        }
         self.conn
             .execute_batch(schema::SERIES_INDEXES)
             .map_err(self.sqlite())?;

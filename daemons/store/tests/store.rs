@@ -777,3 +777,47 @@ fn a_streams_later_ranks_are_kept_with_the_round_they_start_at() {
     assert_eq!(row.ranks, "1-3");
     assert_eq!(row.stages, vec![(12, "5,9".to_string()), (30, String::new())]);
 }
+
+#[test]
+fn the_end_of_a_run_gives_every_round_no_rank_delivered_a_row_counted_dropped() {
+    let dir = tempdir("gaps");
+    let mut store = Store::create(dir.path()).unwrap();
+    let path = store.path().to_path_buf();
+    // Stream 1: rounds 0-2, then 6 and 7 (3-5 every rank dropped); stream 2: 0 and 1, no gap.
+    for round in [0, 1, 2, 6, 7] {
+        let missing = if round == 6 {
+            vec![(MissingReason::Late, 1)]
+        } else {
+            vec![]
+        };
+        let covered = if round == 6 { 3 } else { 4 };
+        store
+            .write_round_with(&record(1, round, covered, 4, &missing), Payload::None, None)
+            .unwrap();
+    }
+    for round in [0, 1] {
+        store
+            .write_round_with(&record(2, round, 4, 4, &[]), Payload::None, None)
+            .unwrap();
+    }
+    store.end_run(1).unwrap();
+    let reader = canopy_store::StoreReader::open(&path).unwrap();
+    let rounds = reader.rounds(canopy_store::Select::all().stream(1)).unwrap();
+    let numbers: Vec<u64> = rounds.iter().map(|r| r.round).collect();
+    assert_eq!(numbers, (0..8).collect::<Vec<u64>>());
+    for r in &rounds[3..6] {
+        assert_eq!(
+            (r.covered, r.expected, r.missing.get(MissingReason::Dropped)),
+            (0, 4, 4),
+            "{r:?}"
+        );
+        assert_eq!(r.missing_reason.as_deref(), Some("dropped: 4"));
+    }
+    assert_eq!(
+        reader
+            .rounds(canopy_store::Select::all().stream(2))
+            .unwrap()
+            .len(),
+        2
+    );
+}
