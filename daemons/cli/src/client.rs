@@ -205,9 +205,11 @@ pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>>
     if let Some(tls) = tls {
         endpoint = endpoint.tls_config(tls)?;
     }
-    let channel = endpoint.connect().await.with_context(|| {
-        format!(
-            "cannot reach the front-end at {} (is it running? --frontend ADDR)",
+    let channel = endpoint.connect().await.map_err(|e| {
+        let chain = canopy_runtime::tls_hint::error_chain(&e);
+        let hint = canopy_runtime::tls_hint::hint(&chain).unwrap_or("is it running? --frontend ADDR");
+        anyhow::anyhow!(
+            "cannot reach the front-end at {}: {chain}\n  {hint}",
             target.frontend
         )
     })?;
@@ -229,7 +231,15 @@ pub(crate) fn json_of<M: Message>(full_name: &str, msg: &M) -> String {
 }
 
 pub(crate) fn status_error(e: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", e.code(), e.message())
+    // A call that failed below gRPC (a handshake, a protocol) says why in the status's sources.
+    let mut said = format!("{:?}: {}", e.code(), e.message());
+    if let Some(source) = std::error::Error::source(&e) {
+        let chain = canopy_runtime::tls_hint::error_chain(source);
+        if !said.ends_with(&chain) {
+            said = format!("{said}: {chain}");
+        }
+    }
+    anyhow::anyhow!("{}", canopy_runtime::tls_hint::with_hint(&said))
 }
 
 fn print_stream(s: &StreamInfo) {

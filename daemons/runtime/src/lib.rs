@@ -14,3 +14,4 @@ pub mod outdir;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
+pub mod tls_hint;

@@ -411,6 +411,8 @@ impl ParentLink {
     pub async fn run(mut self) {
         let mut backoff = Self::backoff();
         let mut failures = 0u32;
+        // The last reason logged for each parent: a new one is logged at once.
+        let mut last_reason: HashMap<String, String> = HashMap::new();
         let mut pending: Option<UpMessage> = None;
         let mut sessions = Sessions::default();
         let mut at = 0usize;
@@ -446,9 +448,16 @@ impl ParentLink {
                     if attached {
                         // Also the normal end of a finished tree, which stops this link right after.
                         tracing::info!(parent = %parent, "parent stream ended: {reason}");
-                    } else if failures == 1 || failures.is_multiple_of(20) {
-                        tracing::warn!(parent = %parent, attempts = failures, "cannot reach parent: {reason}");
+                    } else if failures == 1
+                        || failures.is_multiple_of(20)
+                        || last_reason.get(&parent) != Some(&reason)
+                    {
+                        // A TLS fault (another tree's CA, plaintext against TLS) is named at once, and again
+                        // whenever the reason changes.
+                        let said = canopy_runtime::tls_hint::with_hint(&reason);
+                        tracing::warn!(parent = %parent, attempts = failures, "cannot reach parent: {said}");
                     }
+                    last_reason.insert(parent.clone(), reason);
                     // The next parent of the list at once; the back-off only once every one of them was tried.
                     if self.parents.len() > 1 {
                         at = (at + 1) % self.parents.len();
@@ -662,14 +671,4 @@ enum SessionEnd {
     Lost { attached: bool, reason: String },
 }
 
-/// An error and its causes on one line: transport errors hide the useful part in their sources.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use canopy_runtime::tls_hint::error_chain;
