@@ -220,3 +220,65 @@ fn a_new_tree_in_a_crashed_runs_directory_starts_a_new_run_and_the_old_trees_nod
         "{fe_log}"
     );
 }
+
+/// The highest round number a plain `canopy watch` printed.
+fn last_round_shown(text: &str) -> Option<u64> {
+    text.split("round")
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+        .max()
+}
+
+#[test]
+fn canopy_watch_follows_a_restarted_frontend_with_a_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = canopy_integration_tests::unused_addr();
+    let (fe, store) = frontend(dir.path(), &listen, "stats");
+    let _agents: Vec<Proc> = (0..4).map(|n| agent(dir.path(), n, &listen)).collect();
+    wait_for("rounds", Duration::from_secs(30), || {
+        read_rounds(&store).len() >= 10
+    });
+    let (out, err) = (dir.path().join("watch.out"), dir.path().join("watch.err"));
+    let mut watch = canopy_integration_tests::canopy_command()
+        .args(["watch", "--plain", "--frontend", &listen])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    wait_for("the watch's first rounds", Duration::from_secs(20), || {
+        last_round_shown(&read(&out)).is_some()
+    });
+    let mut fe = fe;
+    fe.child.kill().unwrap();
+    let _ = fe.child.wait();
+    let before = last_round_shown(&read(&out)).unwrap();
+    wait_for("the watch's notice", Duration::from_secs(20), || {
+        read(&err).contains("front-end lost") && read(&err).contains("reconnecting")
+    });
+    let (mut fe, _) = frontend(dir.path(), &listen, "stats");
+    wait_for("the watch to reconnect", Duration::from_secs(30), || {
+        read(&err).contains("reconnected to")
+    });
+    wait_for(
+        "rounds after the restart in the watch",
+        Duration::from_secs(30),
+        || last_round_shown(&read(&out)).is_some_and(|r| r > before + 10),
+    );
+    assert!(watch.try_wait().unwrap().is_none(), "the watch is still running");
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(30)).is_some());
+    let status = watch.wait().unwrap();
+    assert!(
+        status.success(),
+        "the watch ends with the run: {status}\n{}",
+        read(&err)
+    );
+}

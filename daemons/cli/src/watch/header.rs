@@ -97,6 +97,8 @@ pub struct Header {
     pub troubles: Troubles,
     /// Updates this watch read too slowly to get.
     pub missed: u64,
+    /// Set while the front-end is away: what the watch is doing about it.
+    pub notice: Option<String>,
 }
 
 /// A count of troubles, red and bold when there are any, and the space after it.
@@ -117,6 +119,7 @@ impl Header {
             run_age: None,
             troubles: Troubles::default(),
             missed: 0,
+            notice: None,
         }
     }
 
@@ -159,6 +162,12 @@ impl Header {
         second.extend(count("late", self.troubles.late));
         second.extend(count("dropped", self.troubles.dropped));
         second.extend(count("missed", self.missed));
+        if let Some(n) = &self.notice {
+            second.push(Span::styled(
+                format!("{n}  "),
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ));
+        }
         second.push(Span::raw(format!("{}  ", self.frontend)));
         second.push(Span::styled(keys.to_string(), Style::new().fg(Color::Gray)));
         [Line::from(first), Line::from(second)]

@@ -533,10 +533,41 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     // troubles fresh.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut seen = 0u64;
+    // The round after the newest seen: where a subscription made again after a lost front-end starts.
+    let mut next_round = 0u64;
     loop {
         tokio::select! {
             u = updates.message() => {
-                let Some(u) = u.map_err(status_error)? else { break };
+                let u = match u {
+                    Ok(Some(u)) => u,
+                    // The run ended: the front-end closed the subscription.
+                    Ok(None) => break,
+                    Err(status) if lost_front_end(&status) => {
+                        let said = status_error(status);
+                        let notice = format!("front-end lost ({said}); reconnecting");
+                        if tui.is_none() {
+                            eprintln!("canopy watch: {notice}");
+                        }
+                        screens.header.notice = Some("front-end lost: reconnecting".into());
+                        if let Some(t) = tui.as_mut() {
+                            t.terminal.draw(|f| screens.draw(f, &names))?;
+                        }
+                        let streams = args.streams.clone();
+                        let again = tokio::select! {
+                            r = reconnect(&target, &streams, next_round) => Some(r),
+                            Some(ev) = quit_key(&mut events) => { let _ = ev; None }
+                        };
+                        let Some((a, u)) = again else { break };
+                        (api, updates) = (a, u);
+                        screens.header.notice = None;
+                        if tui.is_none() {
+                            eprintln!("canopy watch: reconnected to {}, from round {next_round}", target.frontend);
+                        }
+                        continue;
+                    }
+                    Err(status) => return Err(status_error(status)),
+                };
+                next_round = next_round.max(u.round + 1);
                 seen += 1;
                 if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
                     let list = api
@@ -591,6 +622,52 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     }
     drop(tui);
     Ok(())
+}
+
+/// Whether a subscription's error means the front-end went away (it died, restarted or the link broke), so a
+/// watch should reconnect, rather than refused the call.
+fn lost_front_end(status: &tonic::Status) -> bool {
+    use tonic::Code::*;
+    matches!(
+        status.code(),
+        Unavailable | Unknown | Internal | Cancelled | Aborted
+    )
+}
+
+/// Connects again, every second up to every 5, until the front-end answers: a client and a subscription that
+/// starts at `from` (the round after the last one seen).
+async fn reconnect(
+    target: &Target,
+    streams: &[String],
+    from: u64,
+) -> (FrontendClient<Channel>, tonic::Streaming<RoundUpdate>) {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(5));
+        let Ok(mut api) = connect(target).await else {
+            continue;
+        };
+        let req = SubscribeRequest {
+            stream_names: streams.to_vec(),
+            start: Some(subscribe_request::Start::FromRound(from)),
+            ..Default::default()
+        };
+        if let Ok(updates) = api.subscribe(req).await {
+            return (api, updates.into_inner());
+        }
+    }
+}
+
+/// The next key that quits the view (others are dropped while the front-end is away); pending forever without
+/// a terminal.
+async fn quit_key(events: &mut tokio::sync::mpsc::Receiver<Event>) -> Option<Event> {
+    while let Some(ev) = events.recv().await {
+        if matches!(action_of(&ev), Action::Quit) {
+            return Some(ev);
+        }
+    }
+    std::future::pending().await
 }
 
 /// Not a terminal: a line per utilization period, other streams' tables as they come, no escape codes.
