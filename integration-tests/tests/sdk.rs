@@ -649,7 +649,7 @@ fn ranks_that_connect_twice_send_garbage_or_vanish_close_as_lost_and_disturb_not
         (
             5,
             u32::MAX,
-            "announces 4294967295 ranks, more than any node may answer for (16777216)",
+            "announces 4294967295 ranks, more than this agent's max_app_ranks (1048576)",
         ),
         (3, 3, "is not below the application's announced size 3"),
     ] {
