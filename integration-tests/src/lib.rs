@@ -7,6 +7,7 @@
     reason = "synchronous helpers that wait on real processes by the wall clock; no tokio clock to pause"
 )]
 
+pub mod accounting;
 pub mod fault;
 pub mod netns;
 pub mod test_rank;

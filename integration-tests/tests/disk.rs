@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use canopy_integration_tests::{Proc, bin_dir, read_rounds, start_frontend, wait_for};
+use canopy_integration_tests::accounting::{assert_every_round_has_its_row, start_sim_agent};
+use canopy_integration_tests::{bin_dir, read_rounds, start_frontend, wait_for};
 use canopy_proto::v1::MissingReason;
 use canopy_store::RoundRow;
 use nix::sys::signal::Signal;
@@ -64,37 +65,12 @@ impl Drop for SmallDisk {
     }
 }
 
-fn sim_agent(dir: &Path, parent: &str, ranks: &str, period_ms: &str) -> Proc {
-    let args = [
-        "--node-id",
-        "agent-0",
-        "--parent",
-        parent,
-        "--socket",
-        "none",
-        "--simulate-ranks",
-        ranks,
-        "--simulate-period-ms",
-        period_ms,
-    ];
-    Proc::start(dir, "canopy-agent", "agent-0", &args)
-}
-
-/// Every round of every stream from 0 to the last has exactly one row, whose ranks add up: covered plus every
-/// reason's count is what was expected.
+/// Every round has its row, whose ranks add up: covered plus every reason's count is what was expected.
 fn assert_every_round_accounted(rounds: &[RoundRow]) {
-    let mut by_stream = std::collections::BTreeMap::<u32, Vec<&RoundRow>>::new();
+    assert_every_round_has_its_row(rounds);
     for r in rounds {
-        by_stream.entry(r.stream_id).or_default().push(r);
-    }
-    for (stream, rows) in by_stream {
-        let numbers: Vec<u64> = rows.iter().map(|r| r.round).collect();
-        let want: Vec<u64> = (0..=*numbers.last().unwrap()).collect();
-        assert_eq!(numbers, want, "stream {stream}: a round without its row");
-        for r in rows {
-            let missing: u32 = r.missing.iter().map(|(_, n)| n).sum();
-            assert_eq!(r.covered + missing, r.expected, "ranks unaccounted for: {r:?}");
-        }
+        let missing: u32 = r.missing.iter().map(|(_, n)| n).sum();
+        assert_eq!(r.covered + missing, r.expected, "ranks unaccounted for: {r:?}");
     }
 }
 
@@ -107,7 +83,7 @@ fn a_disk_that_fills_mid_run_loses_no_round_and_each_round_let_go_is_counted() {
     // A retry bound of 1 MiB: some 100 rounds of 64 ranks' stats, so a 6 s outage at 100 rounds/s passes it.
     let args = ["--streams", "stats", "--store-retry-mb", "1"];
     let (mut fe, fe_addr, store) = start_frontend(dir.path(), &args);
-    let _agent = sim_agent(dir.path(), &fe_addr, "64", "10");
+    let _agent = start_sim_agent(dir.path(), "agent-0", &fe_addr, 64, 0, 64, 10);
     wait_for("20 rounds", Duration::from_secs(30), || {
         read_rounds(&store).len() >= 20
     });

@@ -12,6 +12,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use canopy_integration_tests::accounting::{
+    assert_accounted, assert_every_round_has_its_row, start_sim_agent,
+};
 use canopy_integration_tests::{
     FaultProxy, Proc, RoundRow, read_rounds, reader, start_frontend, start_relay, wait_for,
 };
@@ -49,24 +52,7 @@ fn tree(dir: &Path) -> Tree {
         .map(|i| {
             let parent = if i < 2 { &addr0 } else { &addr1 };
             let id = format!("agent-{i}");
-            let (ranks, offset) = (RANKS_PER_AGENT.to_string(), (i * RANKS_PER_AGENT).to_string());
-            let args = [
-                "--node-id",
-                &id,
-                "--parent",
-                parent,
-                "--socket",
-                "none",
-                "--simulate-ranks",
-                &ranks,
-                "--rank-offset",
-                &offset,
-                "--total-ranks",
-                &RANKS.to_string(),
-                "--simulate-period-ms",
-                "50",
-            ];
-            Proc::start(dir, "canopy-agent", &id, &args)
+            start_sim_agent(dir, &id, parent, RANKS_PER_AGENT, i * RANKS_PER_AGENT, RANKS, 50)
         })
         .collect();
     wait_for("10 full rounds", Duration::from_secs(30), || {
@@ -104,28 +90,12 @@ fn finish(mut t: Tree, n: usize) -> Vec<RoundRow> {
     read_rounds(&t.store)
 }
 
-/// Every round from 0 to the last has its row, and each of its rank-rounds is covered, or arrived late, or was
-/// dropped in the application (the agents held their ranks while the tree did not read) and counted so, or
-/// stopped as the run ended; none is counted twice. Returns the rank-rounds that arrived late.
+/// Every round has its row, and each of its rank-rounds is covered, or arrived late, or was dropped in the
+/// application (the agents held their ranks while the tree did not read) and counted so, or stopped as the run
+/// ended; none is counted twice. Returns the rank-rounds that arrived late.
 fn assert_nothing_lost(rounds: &[RoundRow]) -> u32 {
-    let numbers: Vec<u64> = rounds.iter().map(|r| r.round).collect();
-    let want: Vec<u64> = (0..=*numbers.last().unwrap()).collect();
-    assert_eq!(numbers, want, "a round without its row");
-    let mut late = 0;
-    for r in rounds {
-        assert_eq!(r.expected, RANKS, "{r:?}");
-        assert!(r.covered + r.late_ranks <= RANKS, "counted twice: {r:?}");
-        assert_eq!(
-            r.covered
-                + r.late_ranks
-                + r.missing.get(MissingReason::Dropped)
-                + r.missing.get(MissingReason::Stopped),
-            RANKS,
-            "rank-rounds neither covered, nor late with their data, nor dropped, nor stopped: {r:?}"
-        );
-        late += r.late_ranks;
-    }
-    late
+    assert_every_round_has_its_row(rounds);
+    assert_accounted(rounds, RANKS, &[MissingReason::Dropped, MissingReason::Stopped])
 }
 
 #[test]

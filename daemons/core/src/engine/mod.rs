@@ -506,13 +506,7 @@ impl RoundEngine {
             self.numbers.sweep(&held);
         }
         self.recount();
-        let ready: Vec<GroupKey> = self
-            .open
-            .iter()
-            .filter(|(k, g)| self.all_live_arrived(**k, g))
-            .map(|(k, _)| *k)
-            .collect();
-        ready.into_iter().map(|k| self.close(k)).collect()
+        self.close_ready()
     }
 
     /// Withdraws a source whose ranks other sources answer for now (the ranks a restarted root awaited, attached
@@ -527,6 +521,11 @@ impl RoundEngine {
             g.left.retain(|(name, _)| name != id);
         }
         self.recount();
+        self.close_ready()
+    }
+
+    /// Closes every open group that has all it waits for (after the sources changed).
+    fn close_ready(&mut self) -> Vec<Closed> {
         let ready: Vec<GroupKey> = self
             .open
             .iter()
@@ -625,13 +624,7 @@ impl RoundEngine {
             s.state = state;
         }
         self.recount();
-        let ready: Vec<GroupKey> = self
-            .open
-            .iter()
-            .filter(|(k, g)| self.all_live_arrived(**k, g))
-            .map(|(k, _)| *k)
-            .collect();
-        ready.into_iter().map(|k| self.close(k)).collect()
+        self.close_ready()
     }
 
     /// A source's dumps of rounds [from, end) were dropped before they left it: those rounds do not wait for it
