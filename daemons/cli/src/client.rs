@@ -209,7 +209,7 @@ pub async fn connect(target: &Target) -> anyhow::Result<FrontendClient<Channel>>
         let chain = canopy_runtime::tls_hint::error_chain(&e);
         let hint = canopy_runtime::tls_hint::hint(&chain).unwrap_or("is it running? --frontend ADDR");
         anyhow::anyhow!(
-            "cannot reach the front-end at {}: {chain}\n  {hint}",
+            "cannot reach the front-end at {}: {chain} ({hint})",
             target.frontend
         )
     })?;

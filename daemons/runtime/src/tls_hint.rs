@@ -75,10 +75,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
-/// `message`, with the hint for its chain on a line of its own if there is one.
+/// `message`, with the hint for its chain after it (on the same line: a log line, a command's one-line error) if
+/// there is one.
 pub fn with_hint(message: &str) -> String {
     match hint(message) {
-        Some(h) => format!("{message}\n  {h}"),
+        Some(h) => format!("{message} ({h})"),
         None => message.to_string(),
     }
 }
