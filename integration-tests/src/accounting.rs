@@ -1,13 +1,10 @@
 //! What the fault tests assert of a run's rounds: every round of a stream has its row, and every rank-round is
-//! covered, arrived late with its data, or is counted with one of the reasons the test allows; none twice. And
-//! the agents of simulated ranks those tests run.
-
-use std::collections::BTreeMap;
-use std::path::Path;
+//! covered, arrived late with its data, or is counted with one of the reasons the test allows; none twice.
 
 use canopy_proto::v1::MissingReason;
+use std::collections::BTreeMap;
 
-use crate::{Proc, RoundRow};
+use crate::RoundRow;
 
 /// Every stream's rounds from 0 to its last each have a row.
 pub fn assert_every_round_has_its_row(rounds: &[RoundRow]) {
@@ -40,49 +37,4 @@ pub fn assert_accounted(rounds: &[RoundRow], expected: u32, reasons: &[MissingRe
         late += r.late_ranks;
     }
     late
-}
-
-/// The flags of an agent `id` under `parent` serving `ranks` simulated ranks from rank `offset` of `total`, a
-/// round every `period_ms`, with no socket.
-pub fn sim_agent_args(
-    id: &str,
-    parent: &str,
-    ranks: u32,
-    offset: u32,
-    total: u32,
-    period_ms: u32,
-) -> Vec<String> {
-    [
-        "--node-id",
-        id,
-        "--parent",
-        parent,
-        "--socket",
-        "none",
-        "--simulate-ranks",
-        &ranks.to_string(),
-        "--rank-offset",
-        &offset.to_string(),
-        "--total-ranks",
-        &total.to_string(),
-        "--simulate-period-ms",
-        &period_ms.to_string(),
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-/// Starts the agent [`sim_agent_args`] describes, its log in `dir`.
-pub fn start_sim_agent(
-    dir: &Path,
-    id: &str,
-    parent: &str,
-    ranks: u32,
-    offset: u32,
-    total: u32,
-    period_ms: u32,
-) -> Proc {
-    let args = sim_agent_args(id, parent, ranks, offset, total, period_ms);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Proc::start(dir, "canopy-agent", id, &args)
 }

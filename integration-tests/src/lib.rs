@@ -835,14 +835,18 @@ impl SimAgent<'_> {
 
     /// As [`SimAgent::start`], with more flags (`--app`, `--simulate-scenario`, ...).
     pub fn start_with(&self, dir: &Path, extra: &[&str]) -> Proc {
-        let numbers = [
-            self.ranks.to_string(),
-            self.offset.to_string(),
-            self.total.to_string(),
-            self.period_ms.to_string(),
-            self.rounds.to_string(),
-        ];
-        let args = [
+        let args = self.args();
+        let args: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
+        Proc::start(dir, "canopy-agent", self.id, &args)
+    }
+
+    /// Its flags, for a command of the test's own (an agent on a host of a [`Lan`]).
+    pub fn args(&self) -> Vec<String> {
+        [
             "--node-id",
             self.id,
             "--parent",
@@ -850,18 +854,18 @@ impl SimAgent<'_> {
             "--socket",
             "none",
             "--simulate-ranks",
-            &numbers[0],
+            &self.ranks.to_string(),
             "--rank-offset",
-            &numbers[1],
+            &self.offset.to_string(),
             "--total-ranks",
-            &numbers[2],
+            &self.total.to_string(),
             "--simulate-period-ms",
-            &numbers[3],
+            &self.period_ms.to_string(),
             "--rounds",
-            &numbers[4],
-        ];
-        let args: Vec<&str> = args.iter().chain(extra).copied().collect();
-        Proc::start(dir, "canopy-agent", self.id, &args)
+            &self.rounds.to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
     }
 }
 

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use canopy_integration_tests::accounting::{assert_every_round_has_its_row, start_sim_agent};
-use canopy_integration_tests::{bin_dir, read_rounds, start_frontend, wait_for};
+use canopy_integration_tests::accounting::assert_every_round_has_its_row;
+use canopy_integration_tests::{SimAgent, bin_dir, read_rounds, start_frontend, wait_for};
 use canopy_proto::v1::MissingReason;
 use canopy_store::RoundRow;
 use nix::sys::signal::Signal;
@@ -83,7 +83,16 @@ fn a_disk_that_fills_mid_run_loses_no_round_and_each_round_let_go_is_counted() {
     // A retry bound of 1 MiB: some 100 rounds of 64 ranks' stats, so a 6 s outage at 100 rounds/s passes it.
     let args = ["--streams", "stats", "--store-retry-mb", "1"];
     let (mut fe, fe_addr, store) = start_frontend(dir.path(), &args);
-    let _agent = start_sim_agent(dir.path(), "agent-0", &fe_addr, 64, 0, 64, 10);
+    let _agent = SimAgent {
+        id: "agent-0",
+        parents: &fe_addr,
+        ranks: 64,
+        offset: 0,
+        total: 64,
+        period_ms: 10,
+        rounds: 0,
+    }
+    .start(dir.path());
     wait_for("20 rounds", Duration::from_secs(30), || {
         read_rounds(&store).len() >= 20
     });

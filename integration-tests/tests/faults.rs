@@ -12,11 +12,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use canopy_integration_tests::accounting::{
-    assert_accounted, assert_every_round_has_its_row, start_sim_agent,
-};
+use canopy_integration_tests::accounting::{assert_accounted, assert_every_round_has_its_row};
 use canopy_integration_tests::{
-    FaultProxy, Proc, RoundRow, read_rounds, reader, start_frontend, start_relay, wait_for,
+    FaultProxy, Proc, RoundRow, SimAgent, read_rounds, reader, start_frontend, start_relay, wait_for,
 };
 use canopy_proto::v1::{MissingReason, NodeState};
 use nix::sys::signal::Signal;
@@ -52,7 +50,16 @@ fn tree(dir: &Path) -> Tree {
         .map(|i| {
             let parent = if i < 2 { &addr0 } else { &addr1 };
             let id = format!("agent-{i}");
-            start_sim_agent(dir, &id, parent, RANKS_PER_AGENT, i * RANKS_PER_AGENT, RANKS, 50)
+            SimAgent {
+                id: &id,
+                parents: parent,
+                ranks: RANKS_PER_AGENT,
+                offset: i * RANKS_PER_AGENT,
+                total: RANKS,
+                period_ms: 50,
+                rounds: 0,
+            }
+            .start(dir)
         })
         .collect();
     wait_for("10 full rounds", Duration::from_secs(30), || {

@@ -348,3 +348,76 @@ fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no
     }
     eprintln!("rank-rounds late: {late}, dropped at the agents while their parent did not read: {dropped}");
 }
+
+#[test]
+fn adopted_agents_go_back_to_their_relay_once_it_is_healthy_and_lose_nothing_in_the_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
+    let (relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
+    let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
+    let agent = |id: &str, relay: &str, offset: u32| {
+        SimAgent {
+            id,
+            parents: &format!("{relay},{fe_addr}"),
+            ranks: 16,
+            offset,
+            total: 64,
+            period_ms: 100,
+            rounds: 0,
+        }
+        // Back to the relay after it has answered for 3 s.
+        .start_with(dir.path(), &["--return-after-s", "3"])
+    };
+    let _agents = [
+        agent("agent-0", &relay0_addr, 0),
+        agent("agent-1", &relay0_addr, 16),
+        agent("agent-2", &relay1_addr, 32),
+        agent("agent-3", &relay1_addr, 48),
+    ];
+    wait_for("10 full rounds", Duration::from_secs(30), || {
+        read_rounds(&store).iter().filter(|r| r.covered == 64).count() >= 10
+    });
+    let parent_of = |id: &str| {
+        reader(&store)
+            .node(id)
+            .unwrap()
+            .filter(|n| n.state == NodeState::Attached)
+            .and_then(|n| n.parent)
+    };
+    relay0.signal(Signal::SIGSTOP);
+    wait_for("the agents adopted", Duration::from_secs(25), || {
+        ["agent-0", "agent-1"]
+            .iter()
+            .all(|id| parent_of(id).as_deref() == Some("frontend"))
+    });
+    // Stopped longer than the hold-down: no agent goes back to a relay that does not answer.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(parent_of("agent-0").as_deref(), Some("frontend"));
+    relay0.signal(Signal::SIGCONT);
+    wait_for("the agents back under relay-0", Duration::from_secs(30), || {
+        ["agent-0", "agent-1"]
+            .iter()
+            .all(|id| parent_of(id).as_deref() == Some("relay-0"))
+    });
+    let back = read_rounds(&store).last().unwrap().round;
+    wait_for("10 full rounds after the move", Duration::from_secs(20), || {
+        read_rounds(&store)
+            .iter()
+            .filter(|r| r.round > back && r.covered == 64)
+            .count()
+            >= 10
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(30)).is_some());
+    let rounds = read_rounds(&store);
+    canopy_integration_tests::accounting::assert_every_round_has_its_row(&rounds);
+    let late = canopy_integration_tests::accounting::assert_accounted(
+        &rounds,
+        64,
+        &[MissingReason::Dropped, MissingReason::Stopped],
+    );
+    let log = std::fs::read_to_string(dir.path().join("agent-0.log")).unwrap();
+    assert!(log.contains("going back to the preferred parent"), "{log}");
+    eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
+}

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use canopy_integration_tests::{Lan, Proc, read_rounds, reader, wait_for, wait_ready_file};
+use canopy_integration_tests::{Lan, Proc, SimAgent, read_rounds, reader, wait_for, wait_ready_file};
 use canopy_proto::v1::{MissingReason, NodeState};
 use nix::sys::signal::Signal;
 
@@ -69,27 +69,20 @@ fn a_rack_cut_off_for_20_s_loses_no_rank_round() {
         args.extend(tls_args);
         daemons.push(lan.start(rack, dir.path(), "canopy-relay", &relay_id, &args));
         for a in 0..2 {
-            let n = (rack - 1) * 2 + a;
+            let n = (rack as u32 - 1) * 2 + a;
             let id = format!("agent-{n}");
-            let offset = (n as u32 * RANKS_PER_AGENT).to_string();
-            let per = RANKS_PER_AGENT.to_string();
-            let mut args = vec![
-                "--node-id",
-                &id,
-                "--parent",
-                &relay_addr,
-                "--socket",
-                "none",
-                "--simulate-ranks",
-                &per,
-                "--rank-offset",
-                &offset,
-                "--total-ranks",
-                &expect,
-                "--simulate-period-ms",
-                "50",
-            ];
-            args.extend(tls_args);
+            let agent = SimAgent {
+                id: &id,
+                parents: &relay_addr,
+                ranks: RANKS_PER_AGENT,
+                offset: n * RANKS_PER_AGENT,
+                total: RANKS,
+                period_ms: 50,
+                rounds: 0,
+            };
+            let mut args = agent.args();
+            args.extend(tls_args.map(String::from));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             daemons.push(lan.start(rack, dir.path(), "canopy-agent", &id, &args));
         }
     }

@@ -12,11 +12,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use canopy_integration_tests::accounting::{
-    assert_accounted, assert_every_round_has_its_row, start_sim_agent,
-};
+use canopy_integration_tests::accounting::{assert_accounted, assert_every_round_has_its_row};
 use canopy_integration_tests::{
-    FaultProxy, Proc, RoundRow, read_rounds, start_frontend, start_relay, wait_for,
+    FaultProxy, Proc, RoundRow, SimAgent, read_rounds, start_frontend, start_relay, wait_for,
 };
 use canopy_proto::v1::MissingReason;
 use nix::sys::signal::Signal;
@@ -42,7 +40,16 @@ fn frontend(dir: &Path, listen: &str, streams: &str) -> (Proc, std::path::PathBu
 
 fn agent(dir: &Path, n: u32, parent: &str) -> Proc {
     let id = format!("agent-{n}");
-    start_sim_agent(dir, &id, parent, RANKS_PER_AGENT, n * RANKS_PER_AGENT, RANKS, 50)
+    SimAgent {
+        id: &id,
+        parents: parent,
+        ranks: RANKS_PER_AGENT,
+        offset: n * RANKS_PER_AGENT,
+        total: RANKS,
+        period_ms: 50,
+        rounds: 0,
+    }
+    .start(dir)
 }
 
 fn restarted_with(streams_after: &str) -> Vec<RoundRow> {

@@ -36,6 +36,10 @@ pub struct AgentConfig {
     /// that adopt this node, in order, when its parent is lost.
     #[arg(long)]
     pub parent: String,
+    /// Adopted by another parent of `parent`'s list, go back to the first once it has answered for this many
+    /// seconds without a break (what was sent to the adopter is in its rounds, or late with its data); 0: stay.
+    #[arg(long)]
+    pub return_after_s: u64,
     /// The Unix socket real ranks attach to through the SDK (CANOPY_AGENT_SOCKET on their side); "none" to
     /// serve simulated ranks only. Default: /run/canopy/agent.sock where /run/canopy exists, else
     /// $XDG_RUNTIME_DIR/canopy/agent.sock, else /tmp/canopy-UID/agent.sock.
@@ -148,6 +152,7 @@ impl Default for AgentConfig {
         Self {
             node_id: String::new(),
             parent: "127.0.0.1:7400".into(),
+            return_after_s: 30,
             socket: canopy_wire::default_socket_path().display().to_string(),
             socket_group: String::new(),
             allowed_users: Vec::new(),
@@ -445,6 +450,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         inputs: handles.inputs.clone(),
         tls: tls.map(|t| t.client()),
         run: canopy_core::run::RunId::default(),
+        return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
     };
     let mut link = tokio::spawn(link.run());
     let schedule = Schedule {

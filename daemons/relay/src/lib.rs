@@ -25,6 +25,10 @@ pub struct RelayConfig {
     /// that adopt this node, in order, when its parent is lost.
     #[arg(long)]
     pub parent: String,
+    /// Adopted by another parent of `parent`'s list, go back to the first once it has answered for this many
+    /// seconds without a break (what was sent to the adopter is in its rounds, or late with its data); 0: stay.
+    #[arg(long)]
+    pub return_after_s: u64,
     /// Where children attach, ip:port (port 0 picks a free port).
     #[arg(long)]
     pub listen: String,
@@ -81,6 +85,7 @@ impl Default for RelayConfig {
         Self {
             node_id: String::new(),
             parent: "127.0.0.1:7400".into(),
+            return_after_s: 30,
             listen: "0.0.0.0:7401".into(),
             max_rounds_in_flight: 64,
             metrics_listen: String::new(),
@@ -243,6 +248,7 @@ impl Relay {
             inputs: handles.inputs.clone(),
             tls: tls.as_ref().map(|t| t.client()),
             run: run.clone(),
+            return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
         };
         let mut link = tokio::spawn(link.run());
         let service =

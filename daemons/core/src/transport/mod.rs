@@ -391,6 +391,9 @@ pub struct ParentLink {
     pub tls: Option<tonic::transport::ClientTlsConfig>,
     /// The node's run, learnt from the first Welcome and said in every Hello.
     pub run: RunId,
+    /// Attached to another parent than the first of `parents` (adopted), go back to the first once it has
+    /// answered for this long without a break; `None`: stay with the adopter.
+    pub return_after: Option<Duration>,
 }
 
 /// A link's state across its sessions (attachments to a parent): what it sent up and may have to send again.
@@ -418,7 +421,12 @@ impl ParentLink {
         let mut at = 0usize;
         loop {
             let parent = self.parents.get(at).cloned().unwrap_or_default();
-            match self.session(&parent, &mut pending, &mut sessions).await {
+            // Adopted: the preferred parent is watched, to go back to it once it is healthy again.
+            let preferred = (at != 0).then(|| self.parents[0].clone());
+            match self
+                .session(&parent, preferred, &mut pending, &mut sessions)
+                .await
+            {
                 Ok(()) => return,
                 Err(SessionEnd::Refused(message)) => {
                     let refused = Refused {
@@ -431,6 +439,21 @@ impl ParentLink {
                         .send(Input::Parent(ParentEvent::Refused(refused)))
                         .await;
                     return;
+                }
+                Err(SessionEnd::Return) => {
+                    sessions
+                        .kept
+                        .session_ended(sessions.current, tokio::time::Instant::now());
+                    let _ = self
+                        .inputs
+                        .send(Input::Parent(ParentEvent::Lost(
+                            "back to the preferred parent".into(),
+                        )))
+                        .await;
+                    at = 0;
+                    backoff = Self::backoff();
+                    failures = 0;
+                    continue;
                 }
                 Err(SessionEnd::Lost { attached, reason }) => {
                     if attached {
@@ -494,6 +517,7 @@ impl ParentLink {
     async fn session(
         &mut self,
         parent: &str,
+        preferred: Option<String>,
         pending: &mut Option<UpMessage>,
         sessions: &mut Sessions,
     ) -> Result<(), SessionEnd> {
@@ -581,6 +605,17 @@ impl ParentLink {
         {
             return Ok(());
         }
+        let (back_tx, mut back) = tokio::sync::oneshot::channel::<()>();
+        let watch = match (preferred, self.return_after) {
+            (Some(addr), Some(hold)) => Some(tokio::spawn(watch_preferred(
+                addr,
+                self.tls.is_some(),
+                hold,
+                back_tx,
+            ))),
+            _ => None,
+        };
+        let _watch = AbortOnDrop(watch);
         loop {
             if pending.is_none() {
                 *pending = sessions.again.pop_front();
@@ -630,6 +665,15 @@ impl ParentLink {
                         return Ok(());
                     }
                 },
+                Ok(()) = &mut back, if pending.is_none() => {
+                    // Between two messages: what was sent is read by this parent before the stream ends.
+                    tracing::info!(parent = %parent, preferred = %self.parents[0],
+                        "going back to the preferred parent, healthy again");
+                    drop(tx);
+                    let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, drained).await;
+                    return Err(SessionEnd::Return);
+                }
                 down = inbound.message() => match down {
                     Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
                         let again = sessions.kept.resend(sessions.current, &resend);
@@ -660,6 +704,62 @@ impl ParentLink {
     }
 }
 
+/// How often an adopted node checks whether its preferred parent answers.
+const PREFERRED_CHECK: Duration = Duration::from_secs(1);
+
+/// Aborts a task when dropped: the preferred parent is watched for as long as the session lasts.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Says on `back` once the parent at `addr` has answered every check for `hold` without a break.
+async fn watch_preferred(addr: String, tls: bool, hold: Duration, back: tokio::sync::oneshot::Sender<()>) {
+    let mut since: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(PREFERRED_CHECK);
+    loop {
+        tick.tick().await;
+        if !answers(&addr, tls).await {
+            since = None;
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        if now.duration_since(*since.get_or_insert(now)) >= hold {
+            let _ = back.send(());
+            return;
+        }
+    }
+}
+
+/// Whether a process serves at `addr`, not just its kernel: a stopped process's port still accepts connections,
+/// but nothing answers on them. Over TLS the server's first handshake message, in plaintext its HTTP/2 settings
+/// frame, must come within a second.
+async fn answers(addr: &str, tls: bool) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let hello: &[u8] = match tls {
+            // A TLS 1.2 ClientHello record's header is enough to make a live TLS server answer with an alert.
+            true => &[0x16, 0x03, 0x01, 0x00, 0x00],
+            false => b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+        };
+        s.write_all(hello).await.ok()?;
+        let mut buf = [0u8; 9];
+        let n = s.read(&mut buf).await.ok()?;
+        // An answer, or the connection closed by the server process itself (a TLS server refusing the record).
+        Some(n > 0 || tls)
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Some(true))
+    )
+}
+
 /// Whether `msg` is node `id`'s report of its own count of ranks (an event about a child names the child's parent).
 fn is_own_count(msg: &UpMessage, id: &str) -> bool {
     matches!(&msg.msg, Some(up_message::Msg::NodeEvent(ev))
@@ -668,7 +768,12 @@ fn is_own_count(msg: &UpMessage, id: &str) -> bool {
 
 enum SessionEnd {
     Refused(String),
-    Lost { attached: bool, reason: String },
+    Lost {
+        attached: bool,
+        reason: String,
+    },
+    /// The session was ended to go back to the preferred parent, which answered for the hold-down time.
+    Return,
 }
 
 pub use canopy_runtime::tls_hint::error_chain;
