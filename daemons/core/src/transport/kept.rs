@@ -17,7 +17,8 @@ use tokio::time::Instant;
 /// The most payload bytes kept per link. A window of rounds of a leaf's or a relay's packets is far below it.
 pub const MAX_KEPT_BYTES: usize = 64 << 20;
 
-/// How long a lost parent's packets wait for an adopter's [`Resend`].
+/// How long a lost parent's packets wait for the next parent's [`Resend`] (an adopter's, or the same parent's
+/// once the node is back with it): a partition of minutes loses nothing.
 pub const OLD_SESSION_HOLD: Duration = Duration::from_secs(300);
 
 struct KeptPacket {

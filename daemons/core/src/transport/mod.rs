@@ -380,8 +380,8 @@ async fn read_child(
 /// The child's side: keeps one Attach stream to the parent, re-attaching with back-off after failures.
 pub struct ParentLink {
     /// The parents this node may attach to, in order of preference: the first, then (when it is lost or cannot
-    /// be reached) the next, around the list. A node stays with the parent it is attached to until that one is
-    /// lost: a parent that comes back takes no child from its adopter.
+    /// be reached) the next, around the list. An adopted node goes back to the first once it answers again for
+    /// `return_after` (if set).
     pub parents: Vec<String>,
     /// The Hello to send; the node keeps it current (its ranks below change as children attach).
     pub hello: watch::Receiver<Hello>,
