@@ -129,19 +129,26 @@ impl Figure {
             .fold(f64::INFINITY, f64::min);
         let floor = if least.is_finite() { least } else { 0.0 };
         let mut chart = self.axes(root, x_range(xs), y_range(ys, floor))?;
+        // Rounds without a value (none of their ranks delivered) are a gap in the line, not a straight stretch.
         for (i, band) in bands.iter().enumerate() {
             let c = colour(i);
-            let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.round as f64, p.max)).collect();
-            outline.extend(band.points.iter().rev().map(|p| (p.round as f64, p.min)));
-            chart.draw_series(std::iter::once(Polygon::new(outline, c.mix(0.15))))?;
+            for run in consecutive_rounds(&band.points) {
+                let mut outline: Vec<(f64, f64)> = run.iter().map(|p| (p.round as f64, p.max)).collect();
+                outline.extend(run.iter().rev().map(|p| (p.round as f64, p.min)));
+                chart.draw_series(std::iter::once(Polygon::new(outline, c.mix(0.15))))?;
+            }
         }
         for (i, band) in bands.iter().enumerate() {
             let c = colour(i);
-            let points = band.points.iter().map(|p| (p.round as f64, p.mean));
-            chart
-                .draw_series(LineSeries::new(points, c.stroke_width(2)))?
-                .label(band.label.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], c.filled()));
+            for (k, run) in consecutive_rounds(&band.points).into_iter().enumerate() {
+                let points = run.iter().map(|p| (p.round as f64, p.mean));
+                let series = chart.draw_series(LineSeries::new(points, c.stroke_width(2)))?;
+                if k == 0 {
+                    series
+                        .label(band.label.clone())
+                        .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], c.filled()));
+                }
+            }
         }
         legend(&mut chart)
     }
@@ -303,6 +310,21 @@ fn legend<'a, DB: DrawingBackend + 'a>(
 }
 
 /// The x axis over `xs`: their range, widened to 1 when it is a single value.
+/// `points` cut where rounds are missing: each piece's rounds follow one another.
+pub fn consecutive_rounds(points: &[super::data::BandPoint]) -> Vec<&[super::data::BandPoint]> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..=points.len() {
+        if i == points.len() || points[i].round != points[i - 1].round + 1 {
+            if i > start {
+                runs.push(&points[start..i]);
+            }
+            start = i;
+        }
+    }
+    runs
+}
+
 pub fn x_range(xs: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     let (lo, hi) = xs
         .filter(|v| v.is_finite())
@@ -374,6 +396,45 @@ pub fn heat(t: f64) -> RGBColor {
     let f = (t - a) / (b - a);
     let mix = |x: f64, y: f64| (x + (y - x) * f).round() as u8;
     RGBColor(mix(ca.0, cb.0), mix(ca.1, cb.1), mix(ca.2, cb.2))
+}
+
+#[cfg(test)]
+mod gap_tests {
+    use super::super::data::BandPoint;
+    use super::*;
+
+    #[test]
+    fn a_band_is_cut_where_rounds_are_missing() {
+        let at = |round| BandPoint {
+            round,
+            mean: 1.0,
+            min: 0.0,
+            max: 2.0,
+        };
+        let points: Vec<BandPoint> = [0, 1, 2, 6, 7, 9].into_iter().map(at).collect();
+        let runs: Vec<Vec<u64>> = consecutive_rounds(&points)
+            .iter()
+            .map(|r| r.iter().map(|p| p.round).collect())
+            .collect();
+        assert_eq!(runs, vec![vec![0, 1, 2], vec![6, 7], vec![9]]);
+        assert!(consecutive_rounds(&[]).is_empty());
+        // Drawn, the gap is two lines, not one across it.
+        let fig = Figure {
+            id: "stats:s".into(),
+            title: "t".into(),
+            x_label: "round".into(),
+            y_label: "us".into(),
+            chart: Chart::Bands(vec![super::super::data::Band {
+                label: "work".into(),
+                points,
+            }]),
+        };
+        let svg = fig.svg().unwrap();
+        let lines = svg
+            .lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""));
+        assert_eq!(lines.count(), 3, "{svg}");
+    }
 }
 
 #[cfg(test)]
