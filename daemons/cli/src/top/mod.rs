@@ -60,6 +60,8 @@ struct Top {
     /// Columns shifted out to the left (→ and ←), so a narrow terminal reaches every column.
     shift: usize,
     help: bool,
+    /// Set while the front-end does not answer: the view keeps its last figures and says so.
+    notice: Option<String>,
 }
 
 async fn snapshot(
@@ -97,6 +99,7 @@ impl Top {
             scroll: 0,
             shift: 0,
             help: false,
+            notice: None,
         }
     }
 
@@ -181,6 +184,13 @@ impl Top {
                 y += 1;
             }
         }
+        if let Some(n) = &self.notice
+            && y < area.bottom()
+        {
+            let style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+            buf.set_line(area.x, y, &Line::styled(n.clone(), style), area.width);
+            y += 1;
+        }
         if self.help && y < area.bottom() {
             buf.set_line(
                 area.x,
@@ -258,10 +268,20 @@ pub async fn run(target: Target, args: TopArgs) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval_at(Instant::now() + period, period);
     loop {
         tokio::select! {
-            _ = tick.tick() => {
-                let (nodes, streams) = snapshot(&mut api).await?;
-                top.take(nodes, streams, Instant::now());
-            }
+            _ = tick.tick() => match snapshot(&mut api).await {
+                Ok((nodes, streams)) => {
+                    top.notice = None;
+                    top.take(nodes, streams, Instant::now());
+                }
+                // The front-end went away (it died, restarted, or the link broke): the last figures stay, with a
+                // notice, and the next tick tries again, connecting anew.
+                Err(e) => {
+                    top.notice = Some(format!("front-end lost, reconnecting: {e}"));
+                    if let Ok(again) = connect(&target).await {
+                        api = again;
+                    }
+                }
+            },
             Some(ev) = events.recv() => {
                 match action_of(&ev) {
                     Action::Quit => break,
@@ -346,5 +366,18 @@ mod tests {
         assert!(lines[23].starts_with("    agent:39"), "{}", lines.join("\n"));
         top.act(Action::Sort);
         assert!(screen(&top, 80, 24)[1].contains("sort: rounds/s"));
+    }
+
+    #[test]
+    fn a_front_end_that_went_away_keeps_the_last_figures_with_a_notice() {
+        let mut top = Top::new("127.0.0.1:7400");
+        let t0 = Instant::now();
+        top.take(tree(10, 2), Vec::new(), t0);
+        top.notice = Some("front-end lost, reconnecting: Unavailable: connection refused".into());
+        let all = screen(&top, 80, 24).join("\n");
+        assert!(all.contains("front-end lost, reconnecting"), "{all}");
+        assert!(all.contains("agent:1"), "the last figures stay: {all}");
+        top.notice = None;
+        assert!(!screen(&top, 80, 24).join("\n").contains("front-end lost"));
     }
 }
