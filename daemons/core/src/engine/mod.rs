@@ -177,6 +177,9 @@ pub enum Accepted {
     Closed(Closed),
     /// The group had closed already: the packet is handed back so the caller can forward or record it.
     Late(Arrival),
+    /// The group had closed already with this source's data in it (or its late packet): a copy sent again after
+    /// a broken link, which counts once.
+    Again,
 }
 
 /// Engine errors: a packet the engine cannot place.
@@ -276,6 +279,9 @@ pub struct RoundEngine {
     /// The sources' numbers in `participants` and the open groups.
     numbers: Numbers,
     participants_order: std::collections::VecDeque<(u32, u64)>,
+    /// The sources whose late phase-0 packet reached each of the rounds in `participants`: a second copy counts
+    /// no more.
+    late_from: HashMap<(u32, u64), Members>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
@@ -503,6 +509,7 @@ impl RoundEngine {
             let mut held = Members::default();
             self.open.values().for_each(|g| held.union_with(&g.from));
             self.participants.values().for_each(|p| held.union_with(p));
+            self.late_from.values().for_each(|p| held.union_with(p));
             self.numbers.sweep(&held);
         }
         self.recount();
@@ -742,6 +749,15 @@ impl RoundEngine {
                 .get(&key.stream)
                 .is_some_and(|below| key.round < *below)
         {
+            // A source's data counts once in a round: what it delivered in time, or its first late packet. (A
+            // copy sent again after a broken link, whose first copy was still on its way.)
+            if key.phase == 0 && self.participants.contains_key(&(key.stream, key.round)) {
+                let delivered = self.participants[&(key.stream, key.round)].contains(source_number);
+                let late = self.late_from.entry((key.stream, key.round)).or_default();
+                if delivered || !late.insert(source_number) {
+                    return Ok(Accepted::Again);
+                }
+            }
             self.stats.late_packets += 1;
             self.stats.late_ranks += u64::from(arrival.coverage.covered);
             return Ok(Accepted::Late(arrival));
@@ -1041,6 +1057,7 @@ impl RoundEngine {
             while self.participants_order.len() > CLOSED_MEMORY {
                 if let Some(k) = self.participants_order.pop_front() {
                     self.participants.remove(&k);
+                    self.late_from.remove(&k);
                 }
             }
         }

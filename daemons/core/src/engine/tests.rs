@@ -684,6 +684,7 @@ mod props {
                     Accepted::Closed(c) => closed.push(c),
                     Accepted::Late(a) => late_packets.push(a),
                     Accepted::Pending => {}
+                    Accepted::Again => prop_assert!(false, "each source sends each round once"),
                 }
             }
             closed.extend(e.expire(t0 + Duration::from_millis(10)));
@@ -1008,4 +1009,44 @@ fn a_source_back_with_fewer_ranks_leaves_the_rest_lost_once() {
         panic!("round 0 waits")
     };
     assert_eq!(covered_expected_lost(&c), (12, 12, 0));
+}
+
+#[test]
+fn a_late_packet_sent_again_counts_once_and_so_does_one_whose_source_delivered_in_time() {
+    let mut e = RoundEngine::new();
+    e.add_source("a", 2);
+    e.add_source("b", 2);
+    e.open_stream(
+        7,
+        StreamSync {
+            mode: SyncMode::WaitForAll,
+            timeout: Duration::from_millis(5),
+        },
+    );
+    let t0 = Instant::now();
+    let key = GroupKey {
+        stream: 7,
+        round: 0,
+        phase: 0,
+    };
+    let packet = |source: &str| Arrival {
+        source: source.into(),
+        coverage: full(2),
+        payload: Default::default(),
+        first_dump_unix_ns: 0,
+    };
+    assert!(matches!(
+        e.accept(key, packet("a"), t0).unwrap(),
+        Accepted::Pending
+    ));
+    let closed = e.expire(t0 + Duration::from_millis(10));
+    assert_eq!(closed.len(), 1);
+    // b's packet comes late, then again (a resend after its link broke): once late, then a copy.
+    assert!(matches!(
+        e.accept(key, packet("b"), t0).unwrap(),
+        Accepted::Late(_)
+    ));
+    assert!(matches!(e.accept(key, packet("b"), t0).unwrap(), Accepted::Again));
+    // a's resend of what it delivered in time is a copy too.
+    assert!(matches!(e.accept(key, packet("a"), t0).unwrap(), Accepted::Again));
 }
