@@ -558,6 +558,16 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Its resident size in KiB (`VmRSS`), 0 once it has ended.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Starts `bin_dir()/name args...`, stdout and stderr into a log file in `dir`.
     pub fn start(dir: &Path, name: &str, label: &str, args: &[&str]) -> Proc {
         Proc::start_with_env(dir, name, label, args, &[])

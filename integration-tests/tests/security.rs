@@ -136,15 +136,6 @@ fn agent_args<'a>(id: &'a str, parent: &'a str, ranks: &'a str) -> Vec<&'a str> 
     ]
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn roles_are_enforced_and_strangers_cannot_read_control_or_attach() {
     let dir = tempfile::tempdir().unwrap();
@@ -276,7 +267,7 @@ async fn roles_are_enforced_and_strangers_cannot_read_control_or_attach() {
     wait_for("the stranger's failed attempt", Duration::from_secs(10), || {
         stranger.log_text().contains("cannot reach parent")
     });
-    let rss_before = rss_kib(fe.child.id());
+    let rss_before = fe.rss_kib();
     let channel = connect(&addr, Some(site.client(None))).await.unwrap();
     let mut tree = TreeClient::with_interceptor(channel, bearer(Some("cccccccccccccccccccccccc".into())))
         .max_encoding_message_size(usize::MAX);
@@ -298,7 +289,7 @@ async fn roles_are_enforced_and_strangers_cannot_read_control_or_attach() {
         "{}",
         status.message()
     );
-    let grown = rss_kib(fe.child.id()).saturating_sub(rss_before);
+    let grown = fe.rss_kib().saturating_sub(rss_before);
     assert!(grown < 50 * 1024, "the front-end grew by {grown} KiB");
 
     // Neither stranger shows in the tree.
@@ -385,7 +376,7 @@ fn silent_connections_and_stalled_handshakes_are_closed_and_a_listener_keeps_its
     use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
     let (fe, addr, _store) = start_frontend(dir.path(), &["--max-connections", "200"]);
-    let rss_before = rss_kib(fe.child.id());
+    let rss_before = fe.rss_kib();
     let mut flood: Vec<std::net::TcpStream> = (0..300)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
         .collect();
@@ -418,7 +409,7 @@ fn silent_connections_and_stalled_handshakes_are_closed_and_a_listener_keeps_its
         }
     }
     assert_eq!(open, 0, "silent connections still open after 11 s");
-    let grown = rss_kib(fe.child.id()).saturating_sub(rss_before);
+    let grown = fe.rss_kib().saturating_sub(rss_before);
     assert!(grown < 50 * 1024, "the front-end grew by {grown} KiB");
     // The API answers at once.
     let started = Instant::now();
@@ -444,7 +435,7 @@ fn strangers_on_the_agent_socket_cost_it_no_memory_and_are_cut_off() {
         UnixStream::connect(&socket).is_ok()
     });
     std::thread::sleep(Duration::from_millis(300));
-    let rss_before = rss_kib(agent.child.id());
+    let rss_before = agent.rss_kib();
     // 48 connections that claim a 16 MiB frame, 48 that claim 1 MiB (the limit) and send 10 bytes of it.
     let mut over: Vec<UnixStream> = (0..48).map(|_| UnixStream::connect(&socket).unwrap()).collect();
     for s in &mut over {
@@ -456,7 +447,7 @@ fn strangers_on_the_agent_socket_cost_it_no_memory_and_are_cut_off() {
         s.write_all(&[0u8; 10]).unwrap();
     }
     std::thread::sleep(Duration::from_millis(500));
-    let grown = rss_kib(agent.child.id()).saturating_sub(rss_before);
+    let grown = agent.rss_kib().saturating_sub(rss_before);
     assert!(grown < 50 * 1024, "the agent grew by {grown} KiB");
     // A frame over the limit ends its connection at once.
     let ended = |s: &mut UnixStream, wait: Duration| {
@@ -480,6 +471,6 @@ fn strangers_on_the_agent_socket_cost_it_no_memory_and_are_cut_off() {
         assert!(ended(s, Duration::from_secs(2)), "a stalled frame was kept open");
     }
     // (A connection that never said hello is closed without a log line: nothing of a rank's is lost.)
-    let grown = rss_kib(agent.child.id()).saturating_sub(rss_before);
+    let grown = agent.rss_kib().saturating_sub(rss_before);
     assert!(grown < 50 * 1024, "the agent grew by {grown} KiB");
 }

@@ -110,6 +110,11 @@ pub struct FrontendConfig {
     /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
     #[arg(long)]
     pub worker_threads: usize,
+    /// The memory this daemon may use, in MiB: the buffers that grow with load (the copies of what it sent up,
+    /// kept until the root has them; at the front-end, rounds its store could not write yet) each take a quarter
+    /// at most, and a resident size past it is logged.
+    #[arg(long)]
+    pub memory_budget_mb: u64,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
     /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
     /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
@@ -140,7 +145,7 @@ pub struct FrontendConfig {
     pub max_connections: usize,
     /// MiB of results kept in memory while the store cannot write (a full or failing disk), retried every
     /// second. Past it the oldest rounds keep only their coverage: their rows, written once the store writes
-    /// again, count their ranks as `store_failed`.
+    /// again, count their ranks as `store_failed`. 0 (the default): a quarter of memory_budget_mb.
     #[arg(long)]
     pub store_retry_mb: usize,
     /// Bearer tokens API clients may present (`authorization: Bearer TOKEN`): one `ROLE TOKEN` per line, role
@@ -243,6 +248,7 @@ impl Default for FrontendConfig {
             metrics_listen: String::new(),
             log_format: LogFormat::Text,
             worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
+            memory_budget_mb: canopy_runtime::memory::DEFAULT_MEMORY_BUDGET_MB,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             inline_filters: canopy_core::plugin::BUNDLED_FILTERS
@@ -251,7 +257,7 @@ impl Default for FrontendConfig {
                 .collect(),
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
-            store_retry_mb: canopy_store::DEFAULT_RETRY_BYTES >> 20,
+            store_retry_mb: 0,
             token_file: None,
             resume: true,
             resume_within_s: 300,
@@ -285,11 +291,15 @@ impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
     fn worker_threads(&self) -> usize {
         self.worker_threads
     }
+    fn memory_budget_mb(&self) -> u64 {
+        self.memory_budget_mb
+    }
 }
 
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
+        canopy_runtime::memory::check(self.memory_budget_mb)?;
         let modules = canopy_proto::v1::Options {
             modules: self.modules.clone(),
             ..Default::default()
@@ -314,10 +324,10 @@ impl CheckConfig for FrontendConfig {
                 "bearer tokens need TLS: on a plaintext port every caller is admitted",
             ));
         }
-        if !(1..=65_536).contains(&self.store_retry_mb) {
+        if self.store_retry_mb > 65_536 {
             return Err(ConfigIssue::new(
                 "store_retry_mb",
-                "must be from 1 to 65536 (MiB)",
+                "must be at most 65536 (MiB); 0 is a quarter of memory_budget_mb",
             ));
         }
         if self.max_connections == 0 {
@@ -665,7 +675,11 @@ impl Frontend {
         let shared = api::Shared::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
         // results misses nothing in between.
-        let (store_tx, writer) = Writer::spawn_with(store, 1024, config.store_retry_mb << 20, {
+        let retry_bytes = match config.store_retry_mb {
+            0 => canopy_runtime::memory::share(config.memory_budget_mb),
+            mb => mb << 20,
+        };
+        let (store_tx, writer) = Writer::spawn_with(store, 1024, retry_bytes, {
             let shared = shared.clone();
             move |Committed(r)| {
                 let _ = shared.live.send(r);

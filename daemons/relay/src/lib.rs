@@ -46,6 +46,11 @@ pub struct RelayConfig {
     /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
     #[arg(long)]
     pub worker_threads: usize,
+    /// The memory this daemon may use, in MiB: the buffers that grow with load (the copies of what it sent up,
+    /// kept until the root has them; at the front-end, rounds its store could not write yet) each take a quarter
+    /// at most, and a resident size past it is logged.
+    #[arg(long)]
+    pub memory_budget_mb: u64,
     /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
     /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
     /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
@@ -91,6 +96,7 @@ impl Default for RelayConfig {
             metrics_listen: String::new(),
             log_format: LogFormat::Text,
             worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
+            memory_budget_mb: canopy_runtime::memory::DEFAULT_MEMORY_BUDGET_MB,
             filter_path: Vec::new(),
             filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
             inline_filters: canopy_core::plugin::BUNDLED_FILTERS
@@ -129,11 +135,15 @@ impl canopy_runtime::daemon::DaemonConfig for RelayConfig {
     fn worker_threads(&self) -> usize {
         self.worker_threads
     }
+    fn memory_budget_mb(&self) -> u64 {
+        self.memory_budget_mb
+    }
 }
 
 impl CheckConfig for RelayConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
+        canopy_runtime::memory::check(self.memory_budget_mb)?;
         if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
             return Err(ConfigIssue::new(
                 "filter_call_timeout_ms",
@@ -249,6 +259,7 @@ impl Relay {
             tls: tls.as_ref().map(|t| t.client()),
             run: run.clone(),
             return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
+            kept_bytes: canopy_runtime::memory::share(config.memory_budget_mb),
         };
         let mut link = tokio::spawn(link.run());
         let service =

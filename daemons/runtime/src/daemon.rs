@@ -75,6 +75,7 @@ where
         }
     }
     crate::telemetry::init_daemon(role, config.node_id(), log, "info");
+    crate::memory::watch(config.memory_budget_mb());
     match crate::net::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
@@ -269,6 +270,8 @@ pub trait DaemonConfig:
     fn node_id(&self) -> &str;
     /// The runtime's worker threads.
     fn worker_threads(&self) -> usize;
+    /// The daemon's memory budget in MiB (`memory_budget_mb`), watched against its resident size.
+    fn memory_budget_mb(&self) -> u64;
 }
 
 /// A daemon's command line: [`DaemonArgs`] and one flag per key of its config struct `C`. Every flag is

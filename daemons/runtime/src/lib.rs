@@ -8,6 +8,7 @@ pub mod auth;
 pub mod config;
 pub mod daemon;
 pub mod exporter;
+pub mod memory;
 pub mod net;
 pub mod notify;
 pub mod outdir;

@@ -36,4 +36,4 @@ pub use store::{Collision, ENDED, LATEST, Payload, Rows, Store};
 pub use tables::{is_tabulated, ranges_text};
 pub use training::{Candidate, DEFAULT_TRAINING_ROUNDS, Training, TrainingQuery, TrainingSpec};
 pub use words::{StreamState, Word, metric_unit};
-pub use writer::{DEFAULT_RETRY_BYTES, Round, RunSummary, Writer, WriterThread};
+pub use writer::{Round, RunSummary, Writer, WriterThread};

@@ -75,7 +75,7 @@ const MAX_GAP_RUNS: usize = 1 << 16;
 const MAX_BACKLOG_OPS: usize = 1 << 20;
 
 /// The bytes kept for retry by default ([`Writer::spawn_with`] sets another).
-pub const DEFAULT_RETRY_BYTES: usize = 64 << 20;
+const DEFAULT_RETRY_BYTES: usize = 64 << 20;
 
 /// The way to the writer thread; cloned by whoever records. The thread ends once every clone is dropped and
 /// the queue is empty.

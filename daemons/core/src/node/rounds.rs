@@ -161,6 +161,10 @@ impl<U: Up> Node<U> {
             Ok(Accepted::Pending) => {}
             Ok(Accepted::Closed(c)) => self.on_closed(c).await,
             Ok(Accepted::Late(a)) => self.on_late(key, a).await,
+            Ok(Accepted::Again) => {
+                tracing::debug!(node = %self.id, stream = key.stream, round = key.round,
+                    "a late packet sent again: its data counts once");
+            }
             Err(e) => {
                 tracing::warn!(node = %self.id, "dropped a packet: {e}");
                 self.counters.malformed += 1;

@@ -394,6 +394,9 @@ pub struct ParentLink {
     /// Attached to another parent than the first of `parents` (adopted), go back to the first once it has
     /// answered for this long without a break; `None`: stay with the adopter.
     pub return_after: Option<Duration>,
+    /// The most bytes of copies kept for resending (a share of the daemon's memory budget); past it the oldest
+    /// go, and are counted.
+    pub kept_bytes: usize,
 }
 
 /// A link's state across its sessions (attachments to a parent): what it sent up and may have to send again.
@@ -417,7 +420,10 @@ impl ParentLink {
         // The last reason logged for each parent: a new one is logged at once.
         let mut last_reason: HashMap<String, String> = HashMap::new();
         let mut pending: Option<UpMessage> = None;
-        let mut sessions = Sessions::default();
+        let mut sessions = Sessions {
+            kept: Kept::with_bound(self.kept_bytes),
+            ..Sessions::default()
+        };
         let mut at = 0usize;
         loop {
             let parent = self.parents.get(at).cloned().unwrap_or_default();
