@@ -29,7 +29,7 @@ pub use canopy_store::{
 /// The store's typed reads, for the tests: no test writes SQL.
 pub use fault::FaultProxy;
 pub use netns::Lan;
-pub use test_rank::TestRank;
+pub use test_rank::{TestRank, work_dump};
 
 /// Polls a condition until it holds or the time runs out, instead of sleeping a guessed time.
 #[macro_export]

@@ -6,7 +6,35 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use canopy_wire::v1::{EventSample, RankDump, RankProfile};
+use prost::Message;
+
 use crate::bin_dir;
+
+/// Rank `rank` of `app`'s dump of `round` as the tests' hand-made ranks send it: one event, `work`, called once
+/// for 10 us each round.
+pub fn work_dump(app: &str, rank: u32, round: u64) -> RankDump {
+    let profile = RankProfile {
+        app: app.into(),
+        rank,
+        round,
+        events: vec![EventSample {
+            event_id: canopy_wire::event_id("work"),
+            calls: 1,
+            calls_total: round + 1,
+            incl_us: 10.0,
+            excl_us: 10.0,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    RankDump {
+        round,
+        dump_unix_ns: 1,
+        profile: profile.encode_to_vec(),
+        ..Default::default()
+    }
+}
 
 /// A `canopy-test-rank` process: what the agent answered its hello, and its connection, held until dropped.
 pub struct TestRank {

@@ -21,13 +21,9 @@ use canopy_integration_tests::{
     Proc, bin_dir, read_rounds, start_frontend, start_relay, start_socket_agent, wait_for,
 };
 use canopy_proto::v1::MissingReason;
-use canopy_wire::v1::{
-    AgentMessage, EventSample, RankDump, RankFin, RankHello, RankMessage, RankProfile, agent_message,
-    rank_message,
-};
+use canopy_wire::v1::{AgentMessage, RankDump, RankFin, RankHello, RankMessage, agent_message, rank_message};
 use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
 use nix::sys::signal::Signal;
-use prost::Message;
 
 const NOBODY: u32 = 65534;
 
@@ -113,26 +109,8 @@ impl RawRank {
     }
 
     fn dump(&mut self, app: &str, rank: u32, round: u64) {
-        let profile = RankProfile {
-            app: app.into(),
-            rank,
-            round,
-            events: vec![EventSample {
-                event_id: canopy_wire::event_id("work"),
-                calls: 1,
-                calls_total: round + 1,
-                incl_us: 10.0,
-                excl_us: 10.0,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        self.send(rank_message::Msg::Dump(RankDump {
-            round,
-            dump_unix_ns: 1,
-            profile: profile.encode_to_vec(),
-            ..Default::default()
-        }));
+        let dump = canopy_integration_tests::work_dump(app, rank, round);
+        self.send(rank_message::Msg::Dump(dump));
     }
 }
 

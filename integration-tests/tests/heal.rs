@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{SimAgent, read_rounds, reader, start_frontend, start_relay, wait_for};
+use canopy_integration_tests::{Proc, SimAgent, read_rounds, reader, start_frontend, start_relay, wait_for};
 use canopy_proto::v1::{MissingReason, NodeState};
 use nix::sys::signal::Signal;
 
@@ -243,13 +243,26 @@ fn relay_killed_in_a_tree(
 /// A relay stopped (SIGSTOP) for 25 s under load: its agents give it up at the keep-alive time-out and are
 /// adopted by the front-end; when it runs again it comes back with none of their ranks. Every rank is expected
 /// once in every round, and every rank-round is in its round, late, or missing with its reason (none lost).
-#[test]
-fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no_ranks() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
-    let (relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
-    let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
-    let agent = |id: &str, relay: &str, offset: u32| {
+/// Two relays under the front-end at `fe_addr`, two agents of 16 simulated ranks under each (100 ms rounds), each
+/// agent listing its relay and then the front-end as parents, with `agent_args` more.
+struct RelaysAndAgents {
+    relay0: Proc,
+    _relay1: Proc,
+    _agents: Vec<Proc>,
+}
+
+fn relays_and_agents(dir: &std::path::Path, fe_addr: &str, agent_args: &[&str]) -> RelaysAndAgents {
+    let (relay0, relay0_addr) = start_relay(dir, "relay-0", fe_addr, "127.0.0.1:0");
+    let (relay1, relay1_addr) = start_relay(dir, "relay-1", fe_addr, "127.0.0.1:0");
+    let agents = [
+        ("agent-0", &relay0_addr),
+        ("agent-1", &relay0_addr),
+        ("agent-2", &relay1_addr),
+        ("agent-3", &relay1_addr),
+    ]
+    .into_iter()
+    .zip((0..).step_by(16))
+    .map(|((id, relay), offset)| {
         SimAgent {
             id,
             parents: &format!("{relay},{fe_addr}"),
@@ -259,14 +272,22 @@ fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no
             period_ms: 100,
             rounds: 0,
         }
-        .start(dir.path())
-    };
-    let _agents = [
-        agent("agent-0", &relay0_addr, 0),
-        agent("agent-1", &relay0_addr, 16),
-        agent("agent-2", &relay1_addr, 32),
-        agent("agent-3", &relay1_addr, 48),
-    ];
+        .start_with(dir, agent_args)
+    })
+    .collect();
+    RelaysAndAgents {
+        relay0,
+        _relay1: relay1,
+        _agents: agents,
+    }
+}
+
+#[test]
+fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
+    let tree = relays_and_agents(dir.path(), &fe_addr, &[]);
+    let relay0 = &tree.relay0;
     wait_for("10 full rounds", Duration::from_secs(30), || {
         read_rounds(&store).iter().filter(|r| r.covered == 64).count() >= 10
     });
@@ -353,27 +374,9 @@ fn a_stopped_relay_is_given_up_at_the_keep_alive_time_out_and_comes_back_with_no
 fn adopted_agents_go_back_to_their_relay_once_it_is_healthy_and_lose_nothing_in_the_move() {
     let dir = tempfile::tempdir().unwrap();
     let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--expect-ranks", "64"]);
-    let (relay0, relay0_addr) = start_relay(dir.path(), "relay-0", &fe_addr, "127.0.0.1:0");
-    let (_relay1, relay1_addr) = start_relay(dir.path(), "relay-1", &fe_addr, "127.0.0.1:0");
-    let agent = |id: &str, relay: &str, offset: u32| {
-        SimAgent {
-            id,
-            parents: &format!("{relay},{fe_addr}"),
-            ranks: 16,
-            offset,
-            total: 64,
-            period_ms: 100,
-            rounds: 0,
-        }
-        // Back to the relay after it has answered for 3 s.
-        .start_with(dir.path(), &["--return-after-s", "3"])
-    };
-    let _agents = [
-        agent("agent-0", &relay0_addr, 0),
-        agent("agent-1", &relay0_addr, 16),
-        agent("agent-2", &relay1_addr, 32),
-        agent("agent-3", &relay1_addr, 48),
-    ];
+    // Back to the relay after it has answered for 3 s.
+    let tree = relays_and_agents(dir.path(), &fe_addr, &["--return-after-s", "3"]);
+    let relay0 = &tree.relay0;
     wait_for("10 full rounds", Duration::from_secs(30), || {
         read_rounds(&store).iter().filter(|r| r.covered == 64).count() >= 10
     });

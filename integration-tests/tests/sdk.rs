@@ -20,12 +20,9 @@ use canopy_integration_tests::{
 };
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
-use canopy_wire::v1::{
-    AgentMessage, EventSample, RankDump, RankHello, RankMessage, RankProfile, agent_message, rank_message,
-};
+use canopy_wire::v1::{AgentMessage, RankHello, RankMessage, agent_message, rank_message};
 use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
 use nix::sys::signal::Signal;
-use prost::Message;
 
 /// Starts `n` ranks of `exe` against `socket`, each with its own output file in `dir`.
 fn start_ranks(
@@ -573,27 +570,10 @@ impl RawRank {
     }
 
     fn dump(&mut self, rank: u32, round: u64) {
-        let profile = RankProfile {
-            app: "raw".into(),
-            rank,
-            round,
-            events: vec![EventSample {
-                event_id: canopy_wire::event_id("work"),
-                calls: 1,
-                calls_total: round + 1,
-                incl_us: 10.0,
-                excl_us: 10.0,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
         let dump = RankMessage {
-            msg: Some(rank_message::Msg::Dump(RankDump {
-                round,
-                dump_unix_ns: 1,
-                profile: profile.encode_to_vec(),
-                ..Default::default()
-            })),
+            msg: Some(rank_message::Msg::Dump(canopy_integration_tests::work_dump(
+                "raw", rank, round,
+            ))),
         };
         let mut frame = Vec::new();
         encode_frame(&dump, &mut frame);

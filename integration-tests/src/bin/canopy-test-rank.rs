@@ -6,11 +6,8 @@ use std::io::{BufRead, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use canopy_wire::v1::{
-    AgentMessage, EventSample, RankDump, RankHello, RankMessage, RankProfile, agent_message, rank_message,
-};
+use canopy_wire::v1::{AgentMessage, RankHello, RankMessage, agent_message, rank_message};
 use canopy_wire::{RANK_PROTOCOL_VERSION, encode_frame, read_frame};
-use prost::Message;
 
 fn send(stream: &mut UnixStream, msg: rank_message::Msg) -> std::io::Result<()> {
     let mut frame = Vec::new();
@@ -50,26 +47,7 @@ fn main() -> anyhow::Result<()> {
     }
     std::io::stdout().flush()?;
     for round in 0..rounds {
-        let profile = RankProfile {
-            app: app.clone(),
-            rank,
-            round,
-            events: vec![EventSample {
-                event_id: canopy_wire::event_id("work"),
-                calls: 1,
-                calls_total: round + 1,
-                incl_us: 10.0,
-                excl_us: 10.0,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let dump = RankDump {
-            round,
-            dump_unix_ns: 1,
-            profile: profile.encode_to_vec(),
-            ..Default::default()
-        };
+        let dump = canopy_integration_tests::work_dump(app, rank, round);
         send(&mut stream, rank_message::Msg::Dump(dump))?;
     }
     // Held until the test lets go.
