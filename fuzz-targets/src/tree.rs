@@ -98,6 +98,7 @@ pub fn tree_down(data: &[u8]) {
             Role::Leaf(LeafOptions {
                 control: control_tx,
                 hold_dumps: 4,
+                hold_bytes: 1 << 20,
                 sampler: None,
             })
         } else {

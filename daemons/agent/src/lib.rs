@@ -437,6 +437,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         role: RoleConfig::Leaf(LeafOptions {
             control: control_tx,
             hold_dumps: config.hold_dumps,
+            hold_bytes: canopy_runtime::memory::share(config.memory_budget_mb),
             sampler,
         }),
         status_interval: STATUS_INTERVAL,

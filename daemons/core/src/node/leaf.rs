@@ -17,6 +17,10 @@ pub struct LeafOptions {
     pub control: mpsc::Sender<control::Action>,
     /// Dumps held per rank until collection starts; beyond it the oldest are dropped and counted.
     pub hold_dumps: usize,
+    /// The most bytes of dumps the leaf holds for all its ranks (a share of the agent's memory budget): held
+    /// before the start, where past it the oldest go; and in the rounds open after it, where past it a rank's
+    /// dump is refused. Either way the rank-round counts as dropped.
+    pub hold_bytes: usize,
     /// The node's samplers, which feed the streams of the `nodes` filter (none: those streams name the node and
     /// its ranks, and measure nothing).
     pub sampler: Option<Box<dyn NodeSampler>>,
@@ -34,6 +38,13 @@ pub(crate) struct Leaf {
     drained: bool,
     /// Held dumps per rank source.
     held_dumps: HashMap<String, usize>,
+    /// The bytes of the held dumps.
+    held_bytes: usize,
+    /// After the start: the bytes of the dumps fed into each round still open, and their sum.
+    open_bytes: BTreeMap<u64, usize>,
+    open_total: usize,
+    /// Dumps refused for want of room in the open rounds.
+    refused: u64,
     seq: u64,
     /// How many attaches announced each application size (a rank that re-attaches counts again; a rank that left
     /// before its first dump takes its one back): the largest with any is what the leaf announces.
@@ -77,6 +88,10 @@ impl Leaf {
             held: BTreeMap::new(),
             drained: false,
             held_dumps: HashMap::new(),
+            held_bytes: 0,
+            open_bytes: BTreeMap::new(),
+            open_total: 0,
+            refused: 0,
             seq: 0,
             announced: BTreeMap::new(),
             exit_after_fin: false,
@@ -162,9 +177,49 @@ impl Leaf {
                 dropped = self.drop_oldest(&source);
             }
         }
+        self.held_bytes += dump_bytes(&ev);
         self.seq += 1;
         self.held.insert((at, self.seq), ev);
+        // Past the byte bound, the oldest held dumps go, whichever ranks they are from.
+        while self.held_bytes > self.options.hold_bytes {
+            let oldest = self.held.values().find_map(|ev| match ev {
+                RankEvent::Round { source, .. } => Some(source.clone()),
+                _ => None,
+            });
+            let Some(source) = oldest else { break };
+            if let Some(n) = self.held_dumps.get_mut(&source) {
+                *n = n.saturating_sub(1);
+            }
+            dropped += self.drop_oldest(&source);
+        }
         Placed::Held { dropped }
+    }
+
+    /// After the start: whether a dump of `bytes` fits beside the dumps of the rounds open now; if so it is
+    /// counted in `round` until that round closes ([`Leaf::rounds_closed_below`]).
+    pub(crate) fn admit_open(&mut self, round: u64, bytes: usize) -> bool {
+        if bytes > 0 && self.open_total + bytes > self.options.hold_bytes {
+            return false;
+        }
+        *self.open_bytes.entry(round).or_default() += bytes;
+        self.open_total += bytes;
+        true
+    }
+
+    /// Counts a dump refused by [`Leaf::admit_open`]; how many were, in all.
+    pub(crate) fn refused_for_memory(&mut self) -> u64 {
+        self.refused += 1;
+        self.refused
+    }
+
+    /// The rounds below `lowest_open` (every round, with `None`) have closed: their dumps are not held any more.
+    pub(crate) fn rounds_closed_below(&mut self, lowest_open: Option<u64>) {
+        let kept = match lowest_open {
+            Some(round) => self.open_bytes.split_off(&round),
+            None => BTreeMap::new(),
+        };
+        let freed: usize = std::mem::replace(&mut self.open_bytes, kept).values().sum();
+        self.open_total -= freed;
     }
 
     /// Drops a rank's oldest held dump; its round still stops waiting for the rank, which counts as dropped there.
@@ -174,7 +229,9 @@ impl Leaf {
             _ => None,
         });
         let Some((key, round)) = oldest else { return 0 };
-        self.held.remove(&key);
+        if let Some(ev) = self.held.remove(&key) {
+            self.held_bytes -= dump_bytes(&ev);
+        }
         tracing::warn!(
             limit = self.options.hold_dumps,
             round,
@@ -214,6 +271,7 @@ impl Leaf {
                 return out;
             }
             let ev = entry.remove();
+            self.held_bytes -= dump_bytes(&ev);
             if let RankEvent::Round { source, .. } = &ev
                 && let Some(n) = self.held_dumps.get_mut(source)
             {
@@ -241,6 +299,7 @@ impl Leaf {
             _ => false,
         });
         self.held_dumps.clear();
+        self.held_bytes = 0;
         if dropped > 0 {
             tracing::warn!(
                 dumps = dropped,
@@ -248,6 +307,16 @@ impl Leaf {
             );
         }
         dropped
+    }
+}
+
+/// The bytes of a rank's profile an event holds.
+fn dump_bytes(ev: &RankEvent) -> usize {
+    match ev {
+        RankEvent::Round {
+            profile: Ok(bytes), ..
+        } => bytes.len(),
+        _ => 0,
     }
 }
 
@@ -262,6 +331,7 @@ mod tests {
             LeafOptions {
                 control: tx,
                 hold_dumps: hold,
+                hold_bytes: usize::MAX,
                 sampler: None,
             },
             "agent".into(),
@@ -324,6 +394,58 @@ mod tests {
         );
         assert!(!l.holds());
         assert!(matches!(l.place(dump("b", 4)), Placed::Now(_)));
+    }
+
+    fn dump_of(source: &str, round: u64, bytes: usize) -> RankEvent {
+        RankEvent::Round {
+            source: source.into(),
+            rank: 0,
+            round,
+            dump_unix_ns: 0,
+            profile: Ok(bytes::Bytes::from(vec![0; bytes])),
+        }
+    }
+
+    #[test]
+    fn past_the_byte_bound_the_oldest_held_dumps_of_any_rank_become_dropped_rounds() {
+        let mut l = leaf(100);
+        l.options.hold_bytes = 1000;
+        for r in 0..2 {
+            assert_eq!(l.place(dump_of("a", r, 300)), Placed::Held { dropped: 0 });
+            assert_eq!(
+                l.place(dump_of("b", r, 300)),
+                Placed::Held {
+                    dropped: u64::from(r == 1)
+                }
+            );
+        }
+        // 1,200 bytes came, 900 stay: a's round 0 went first.
+        assert_eq!(l.held_bytes, 900);
+        assert_eq!(l.place(dump_of("c", 2, 1000)), Placed::Held { dropped: 3 });
+        assert_eq!(l.held_bytes, 1000);
+        l.start();
+        let out = l.release(100);
+        assert_eq!(
+            rounds(&out),
+            vec![("drop a".into(), 0), ("drop b".into(), 0), ("c".into(), 2)]
+        );
+        assert!(
+            out[..2]
+                .iter()
+                .all(|ev| matches!(ev, RankEvent::RoundsDropped { from: 0, end: 2, .. })),
+            "{out:?}"
+        );
+        assert_eq!(l.held_bytes, 0);
+        // After the start the rounds open hold as much; a dump past it is refused until a round closes.
+        assert!(l.admit_open(3, 600));
+        assert!(l.admit_open(4, 400));
+        assert!(!l.admit_open(4, 1));
+        assert!(l.admit_open(4, 0), "an empty dump takes no room");
+        l.rounds_closed_below(Some(4));
+        assert!(l.admit_open(5, 600));
+        assert!(!l.admit_open(5, 1));
+        l.rounds_closed_below(None);
+        assert!(l.admit_open(6, 1000));
     }
 
     #[test]

@@ -148,6 +148,20 @@ impl<U: Up> Node<U> {
             }
             Err(reason) => (bytes::Bytes::new(), absent(app, reason)),
         };
+        if let Role::Leaf(leaf) = &mut self.role
+            && !leaf.admit_open(round, payload.len())
+        {
+            // Past the leaf's bound on bytes held in open rounds: the dump is refused, its rank-round dropped.
+            self.counters.rank_dumps_dropped += 1;
+            let refused = leaf.refused_for_memory();
+            if refused.is_power_of_two() {
+                tracing::warn!(node = %self.id, %source, round, refused, bytes = payload.len(),
+                    "the rounds open here hold the agent's share of memory_budget_mb: a rank's dump is refused and \
+                     its rank-round counts as dropped (raise memory_budget_mb, or lower the window)");
+            }
+            let closed = self.engine.drop_rounds(&source, round, round + 1);
+            return self.on_closed_all(closed).await;
+        }
         // A stream fed by chosen ranks only (detail) counts the others as sampled out.
         let feeds: Vec<(u32, bool, bool, Option<u64>)> = self
             .streams

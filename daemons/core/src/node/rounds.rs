@@ -178,7 +178,16 @@ impl<U: Up> Node<U> {
         }
     }
 
+    /// At a leaf, the dumps of rounds that closed no longer count against its bound on bytes held.
+    fn leaf_rounds_closed(&mut self) {
+        let lowest_open = self.engine.lowest_open_round();
+        if let Role::Leaf(leaf) = &mut self.role {
+            leaf.rounds_closed_below(lowest_open);
+        }
+    }
+
     pub(super) async fn on_closed(&mut self, c: Closed) {
+        self.leaf_rounds_closed();
         let closed_ns = super::unix_ns();
         self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
         // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs. The

@@ -759,6 +759,7 @@ fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
     let role = RoleConfig::Leaf(LeafOptions {
         control: tx,
         hold_dumps: 8,
+        hold_bytes: usize::MAX,
         sampler: None,
     });
     (role, rx)
@@ -828,6 +829,54 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
     assert_eq!(h.fin().await.rounds_end, 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_leaf_past_its_bytes_in_open_rounds_refuses_a_dump_and_counts_it_dropped() {
+    let (tx, _ranks_control) = mpsc::channel(16);
+    let role = RoleConfig::Leaf(LeafOptions {
+        control: tx,
+        hold_dumps: 8,
+        // Two one-byte dumps fit.
+        hold_bytes: 2,
+        sampler: None,
+    });
+    let mut h = start(role, 64);
+    for rank in 0..3 {
+        let attached = RankEvent::Attached {
+            source: rank_source("app", rank),
+            from: 0,
+            announced: 3,
+        };
+        h.input(Input::Ranks(vec![attached])).await;
+    }
+    h.open(1).await;
+    let start = Control {
+        action: Some(control::Action::Start(root::start(0))),
+    };
+    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
+        start,
+    ))))
+    .await;
+    for rank in 0..3 {
+        h.input(rank_round(rank, 0)).await;
+    }
+    let env = h.envelope().await;
+    assert_eq!((env.round, env.payload.to_vec()), (0, vec![0, 1]));
+    let cov = env.coverage.unwrap();
+    assert_eq!((cov.covered, missing_for(&cov, MissingReason::Dropped)), (2, 1));
+    // The round closed, its bytes are free: the next round takes every rank.
+    for rank in [2, 0] {
+        h.input(rank_round(rank, 1)).await;
+    }
+    h.input(rank_round(1, 1)).await;
+    let env = h.envelope().await;
+    assert_eq!(env.round, 1);
+    assert_eq!(
+        env.coverage.unwrap().covered,
+        2,
+        "past the bound again, the third is refused"
+    );
+}
+
 /// The node's sampler in the tests: each sample counts itself in its load.
 #[derive(Debug, Default)]
 struct CountingSampler(u32);
@@ -855,6 +904,7 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
     let role = RoleConfig::Leaf(LeafOptions {
         control: tx,
         hold_dumps: 8,
+        hold_bytes: usize::MAX,
         sampler: Some(Box::new(CountingSampler::default())),
     });
     let mut h = start(role, 64);
