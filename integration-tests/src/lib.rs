@@ -199,6 +199,7 @@ impl TreeBuilder {
                     let _ = rx.await;
                 })
                 .await
+                .map(|_| ())
                 .map_err(|e| e.to_string())
             }),
         );

@@ -196,6 +196,80 @@ fn a_new_tree_in_a_crashed_runs_directory_starts_a_new_run_and_the_old_trees_nod
     );
 }
 
+#[test]
+fn a_new_tree_that_attaches_first_to_a_resumed_run_gets_a_new_run_and_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = canopy_integration_tests::unused_addr();
+    let args = ["--listen", &listen, "--streams", "stats"];
+    let (mut old_fe, _, old_store) = start_frontend(dir.path(), &args);
+    let mut old_agent = agent(dir.path(), 0, &listen);
+    wait_for("rounds of the old run", Duration::from_secs(30), || {
+        read_rounds(&old_store).len() >= 10
+    });
+    // The whole job dies, front-end first; a new one starts at once in the same directory, well within
+    // resume_within_s: the front-end takes it for the crashed run until its first child says otherwise.
+    old_fe.child.kill().unwrap();
+    let _ = old_fe.child.wait();
+    old_agent.child.kill().unwrap();
+    let _ = old_agent.child.wait();
+    let _ = std::fs::remove_file(dir.path().join("frontend.ready"));
+    let (mut fe, _, resumed) = start_frontend(dir.path(), &args);
+    assert_eq!(
+        std::fs::canonicalize(&resumed).unwrap(),
+        std::fs::canonicalize(&old_store).unwrap(),
+        "within resume_within_s the front-end continues the run until a child attaches"
+    );
+    let new_dir = dir.path().join("new");
+    std::fs::create_dir(&new_dir).unwrap();
+    let fresh = [
+        "--node-id",
+        "agent-new",
+        "--parent",
+        &listen,
+        "--socket",
+        "none",
+        "--simulate-ranks",
+        "4",
+        "--simulate-period-ms",
+        "50",
+    ];
+    let _new_agent = Proc::start(&new_dir, "canopy-agent", "agent-new", &fresh);
+    let ready = dir.path().join("frontend.ready");
+    let mut store = None;
+    wait_for("the front-end's new store", Duration::from_secs(30), || {
+        let now = std::fs::read_to_string(&ready)
+            .ok()
+            .map(|r| canopy_integration_tests::ready_field(&r, "store"));
+        store = now.filter(|s| std::fs::canonicalize(s).ok() != std::fs::canonicalize(&old_store).ok());
+        store.is_some()
+    });
+    let store = std::path::PathBuf::from(store.unwrap());
+    wait_for("rounds of the new run", Duration::from_secs(30), || {
+        read_rounds(&store).len() >= 10
+    });
+    fe.signal(Signal::SIGTERM);
+    assert!(fe.wait_timeout(Duration::from_secs(30)).is_some());
+    let rounds = read_rounds(&store);
+    assert_eq!(rounds[0].round, 0, "the new run counts its own rounds");
+    for r in &rounds {
+        assert_eq!((r.covered, r.expected, r.late_ranks), (4, 4, 0), "{r:?}");
+    }
+    // The crashed run was ended, saying why, and holds nothing of the new tree.
+    let old = canopy_integration_tests::reader(&old_store);
+    assert_eq!(
+        old.meta("ended_by").unwrap().as_deref(),
+        Some("a new tree attached first (agent-new)")
+    );
+    assert!(old.meta(canopy_store::ENDED).unwrap().is_some());
+    assert!(
+        read_rounds(&old_store)
+            .iter()
+            .all(|r| r.covered <= RANKS_PER_AGENT && r.late_ranks == 0)
+    );
+    let log = fe.log_text();
+    assert!(log.contains("a node of a new tree attached first"), "{log}");
+}
+
 /// The highest round number a plain `canopy watch` printed.
 fn last_round_shown(text: &str) -> Option<u64> {
     text.split("round")

@@ -41,6 +41,81 @@ impl RunId {
     }
 }
 
+/// How a root that continues a crashed run tells its tree from a new one: the first child to attach decides. One
+/// that carries the run's id confirms the run (children that never attached are welcome from then on); one that
+/// carries none, while no child of the run has come back, is a node of a new tree started in the run's directory:
+/// it is asked to attach again in a moment, and the root ends the run and starts a new one in a new store.
+#[derive(Debug, Clone)]
+pub struct ResumeGate {
+    run: String,
+    state: Arc<tokio::sync::watch::Sender<Resumed>>,
+}
+
+/// What a [`ResumeGate`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// No child has attached yet.
+    Undecided,
+    /// A child of the run came back: the run goes on.
+    Confirmed,
+    /// The node named attached first, with no run id: a new tree.
+    NewTree(String),
+}
+
+impl ResumeGate {
+    /// The gate of a root continuing `run`.
+    pub fn new(run: impl Into<String>) -> ResumeGate {
+        ResumeGate {
+            run: run.into(),
+            state: Arc::new(tokio::sync::watch::channel(Resumed::Undecided).0),
+        }
+    }
+
+    /// Whether `node`, carrying `run_id`, may attach now: refused (with the new tree decided) when it is the
+    /// first to come and carries no run id.
+    pub fn admits(&self, node: &str, run_id: &str) -> bool {
+        let mut admitted = true;
+        self.state.send_if_modified(|state| match state {
+            Resumed::Undecided if run_id == self.run => {
+                *state = Resumed::Confirmed;
+                true
+            }
+            Resumed::Undecided if run_id.is_empty() => {
+                *state = Resumed::NewTree(node.to_string());
+                admitted = false;
+                true
+            }
+            Resumed::NewTree(_) => {
+                admitted = false;
+                false
+            }
+            _ => false,
+        });
+        admitted
+    }
+
+    /// The node of a new tree that attached first, once one did.
+    pub fn new_tree_node(&self) -> Option<String> {
+        match &*self.state.borrow() {
+            Resumed::NewTree(node) => Some(node.clone()),
+            _ => None,
+        }
+    }
+
+    /// Completes once a node of a new tree attached first, with its id.
+    pub async fn new_tree(&self) -> String {
+        let mut rx = self.state.subscribe();
+        loop {
+            if let Resumed::NewTree(node) = &*rx.borrow_and_update() {
+                return node.clone();
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
 /// A new run id: 64 random bits (the standard library's hasher keys come from the operating system's random
 /// source) and the time, in hex.
 pub fn new_run_id() -> String {
@@ -69,6 +144,20 @@ mod tests {
         assert_eq!(run.learn("b"), Err("a".into()));
         assert!(run.admits("a") && run.admits("") && !run.admits("b"));
         assert_eq!(run.clone().get(), "a", "shared by its clones");
+    }
+
+    #[test]
+    fn the_first_child_decides_whether_a_resumed_run_goes_on() {
+        let gate = ResumeGate::new("r1");
+        assert!(gate.admits("relay-0", "r1"));
+        // Confirmed: a node that never attached joins the run.
+        assert!(gate.admits("agent-9", ""));
+        let fresh = ResumeGate::new("r1");
+        assert!(!fresh.admits("agent-0", ""));
+        // Decided: the old run's nodes are not taken either, as the run ends.
+        assert!(!fresh.admits("relay-0", "r1"));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert_eq!(rt.block_on(fresh.new_tree()), "agent-0");
     }
 
     #[test]

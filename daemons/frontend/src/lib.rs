@@ -588,6 +588,18 @@ pub struct Frontend {
     opened: Vec<StreamSpec>,
     /// The run's id, which the tree's nodes carry.
     run: canopy_core::run::RunId,
+    /// Set when continuing a crashed run: the first child tells it from a new tree.
+    resumed: Option<canopy_core::run::ResumeGate>,
+}
+
+/// How a front-end's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// Drained on `shutdown`, or at the application's end.
+    Run,
+    /// It was continuing a crashed run and a node of a new tree attached first: that run is ended, and a
+    /// front-end bound now on the same `out` starts a new one.
+    ForNewTree(String),
 }
 
 impl Frontend {
@@ -729,6 +741,9 @@ impl Frontend {
             tls,
             gate,
             opened,
+            resumed: prior
+                .is_some()
+                .then(|| canopy_core::run::ResumeGate::new(run_id.clone())),
             run: canopy_core::run::RunId::of_root(run_id),
         })
     }
@@ -747,7 +762,7 @@ impl Frontend {
         RootHandle::new(self.handles.inputs.clone())
     }
 
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), FrontendError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<Ended, FrontendError> {
         let Frontend {
             config,
             listener,
@@ -762,6 +777,7 @@ impl Frontend {
             gate,
             opened,
             run,
+            resumed,
         } = self;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
@@ -794,6 +810,10 @@ impl Frontend {
             handles.window.clone(),
         )
         .with_run(run);
+        let tree = match &resumed {
+            Some(gate) => tree.resuming(gate.clone()),
+            None => tree,
+        };
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter
             .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
@@ -847,7 +867,24 @@ impl Frontend {
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
-        let result = node.run(shutdown).await;
+        let new_tree = async {
+            match &resumed {
+                Some(gate) => gate.new_tree().await,
+                None => std::future::pending().await,
+            }
+        };
+        let stop = async {
+            tokio::select! {
+                () = shutdown => {}
+                node = new_tree => tracing::warn!(node = %node,
+                    "a node of a new tree attached first while this front-end was continuing a crashed run: \
+                     that run ends here, and a new run starts in a new store"),
+            }
+        };
+        let result = node.run(stop).await;
+        let new_tree = resumed
+            .as_ref()
+            .and_then(canopy_core::run::ResumeGate::new_tree_node);
         // Every result is out: subscriptions send what they hold and end with OK before the server stops. A
         // client behind by more than the connection's buffers still gets the run's last rounds; one that stopped
         // reading costs at most the subscriber drain.
@@ -868,11 +905,15 @@ impl Frontend {
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
             // Ended here: a front-end started on this `out` later begins a new run.
-            Store::open(&store_path)?.end_run(canopy_core::node::unix_ns() as i64)?;
+            let mut store = Store::open(&store_path)?;
+            if let Some(node) = &new_tree {
+                store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
+            }
+            store.end_run(canopy_core::node::unix_ns() as i64)?;
         }
         tracing::info!(store = %store_path.display(), "front-end stopped");
         result?;
-        Ok(())
+        Ok(new_tree.map_or(Ended::Run, Ended::ForNewTree))
     }
 }
 
@@ -898,10 +939,27 @@ fn known_filters(filters: &canopy_core::plugin::PluginFilters) -> Vec<(String, V
         .collect()
 }
 
-/// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends.
+/// `meta` key: why a run ended other than by its front-end's shutdown or the application's end.
+pub const ENDED_BY: &str = "ended_by";
+
+/// Runs a front-end until `shutdown` completes (then drains the tree) or, with `exit_on_fin`, the run ends. A
+/// crashed run it was continuing that turns out to face a new tree ends, and a new run starts on the same port.
 pub async fn run(
     config: FrontendConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), FrontendError> {
-    Frontend::bind(config).await?.run(shutdown).await
+    use futures::FutureExt;
+    let shutdown = shutdown.shared();
+    loop {
+        match Frontend::bind(config.clone())
+            .await?
+            .run(shutdown.clone())
+            .await?
+        {
+            Ended::Run => return Ok(()),
+            Ended::ForNewTree(node) => {
+                tracing::info!(%node, "starting a new run for the new tree")
+            }
+        }
+    }
 }

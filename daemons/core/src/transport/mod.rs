@@ -98,6 +98,15 @@ pub enum AttachError {
         parent: String,
         parent_run: String,
     },
+    #[error(
+        "{parent} was continuing run {run} and {child}, a node of a new tree (it carries no run id), attached \
+         first: that run ends and a new one starts; attach again in a moment"
+    )]
+    NewTree {
+        child: String,
+        parent: String,
+        run: String,
+    },
     #[error("no hello within 10 s")]
     NoHello,
     #[error("the first message on Attach must be a Hello")]
@@ -121,7 +130,7 @@ impl From<AttachError> for Status {
             }
             AttachError::AlreadyAttached { .. } => Status::already_exists(msg),
             AttachError::NoHello => Status::deadline_exceeded(msg),
-            AttachError::ShuttingDown => Status::unavailable(msg),
+            AttachError::ShuttingDown | AttachError::NewTree { .. } => Status::unavailable(msg),
             AttachError::Stream(status) => status,
         }
     }
@@ -147,6 +156,8 @@ pub struct TreeService {
     window: WindowGate,
     /// The node's run: given to children in the Welcome; a child of another run is refused.
     run: RunId,
+    /// At a root continuing a crashed run: the first child tells the run from a new tree.
+    resumed: Option<crate::run::ResumeGate>,
 }
 
 impl TreeService {
@@ -158,6 +169,15 @@ impl TreeService {
             next_conn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             window,
             run: RunId::default(),
+            resumed: None,
+        }
+    }
+
+    /// A root continuing a crashed run: the first child to attach decides whether the run goes on.
+    pub fn resuming(self, gate: crate::run::ResumeGate) -> Self {
+        Self {
+            resumed: Some(gate),
+            ..self
         }
     }
 
@@ -196,6 +216,17 @@ impl TreeService {
                 parent_run: self.run.get(),
             };
             tracing::error!(child = %hello.node_id, "refused child: {e}");
+            return Err(e);
+        }
+        if let Some(gate) = &self.resumed
+            && !gate.admits(&hello.node_id, &hello.run_id)
+        {
+            let e = AttachError::NewTree {
+                child: hello.node_id.clone(),
+                parent: self.node_id.clone(),
+                run: self.run.get(),
+            };
+            tracing::warn!(child = %hello.node_id, "{e}");
             return Err(e);
         }
         let ranks = hello.ranks_below.max(hello.ranks_announced);
