@@ -562,6 +562,7 @@ fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyh
                                 expected: 1,
                                 missing: vec![],
                             }],
+                            unreachable: vec![],
                         },
                         payload: p.clone().into(),
                         first_dump_unix_ns: 0,

@@ -311,6 +311,7 @@ fn envelope(round: u64, phase: u32, payload: Vec<u8>, ranks: u32) -> UpMessage {
                     ranks: 1,
                 }],
                 apps: vec![],
+                unreachable: vec![],
             }),
             payload: payload.into(),
             late: false,

@@ -141,6 +141,26 @@ fn a_rack_cut_off_for_20_s_loses_no_rank_round() {
         late > 0,
         "the cut-off rack's rounds arrived late, with their data"
     );
+    // Rounds closed while the rack was cut off say so, and name its relay.
+    let cut_off: Vec<_> = rounds
+        .iter()
+        .filter(|r| r.missing.get(MissingReason::Unreachable) > 0)
+        .collect();
+    assert!(!cut_off.is_empty(), "no round names the rack unreachable");
+    for r in &cut_off {
+        assert_eq!(
+            r.missing.get(MissingReason::Unreachable),
+            2 * RANKS_PER_AGENT,
+            "{r:?}"
+        );
+        let reason = r.missing_reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("unreachable: 16 (relay-0=16)"), "{r:?}");
+        assert_eq!(
+            r.late_ranks,
+            2 * RANKS_PER_AGENT,
+            "completed by its late data: {r:?}"
+        );
+    }
     eprintln!(
         "{} rounds; {late} rank-rounds late with their data, {counted} counted dropped or stopped",
         rounds.len()

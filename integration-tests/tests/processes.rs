@@ -86,12 +86,12 @@ fn an_agent_killed_with_sigkill_is_marked_lost_and_the_tree_goes_on() {
     assert!(after.len() >= 30, "rounds after the kill: {}", after.len());
     for r in after {
         assert_eq!(
-            (r.covered, r.expected, r.missing.get(MissingReason::Lost)),
+            (r.covered, r.expected, r.missing.get(MissingReason::Unreachable)),
             (48, 64, 16),
             "round {}: {r:?}",
             r.round
         );
-        assert_eq!(r.missing_reason.as_deref(), Some("lost: 16"));
+        assert_eq!(r.missing_reason.as_deref(), Some("unreachable: 16 (agent:1=16)"));
     }
     assert_eq!(node_state(&store, "agent:1"), Some(NodeState::Lost));
     assert_eq!(node_parent(&store, "agent:1").as_deref(), Some("relay:0"));

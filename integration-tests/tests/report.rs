@@ -665,7 +665,7 @@ fn a_run_without_rounds_reports_an_empty_page_and_names_no_figures() {
     let rounds = SerializedFileReader::new(File::open(out.join("rounds.parquet")).unwrap()).unwrap();
     assert_eq!(rounds.metadata().file_metadata().num_rows(), 0);
     let columns = rounds.metadata().file_metadata().schema_descr().num_columns();
-    assert_eq!(columns, 5 + 10 + 6, "round columns");
+    assert_eq!(columns, 5 + 11 + 6, "round columns");
     assert!(out.join("streams.parquet").is_file());
 }
 
@@ -709,6 +709,7 @@ fn coverage_shows_each_missing_reason_as_the_rounds_table_counts_it() {
             first_dump_unix_ns: 0,
             closed_unix_ns: 0,
             apps: vec![],
+            unreachable: vec![],
         };
         store.write_round(&rec, Payload::None).unwrap();
     }

@@ -92,7 +92,7 @@ async fn a_three_level_tree_delivers_every_rank_of_every_round() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
+async fn a_crashed_agent_leaves_its_ranks_unreachable_and_the_rest_goes_on() {
     let builder = TreeBuilder {
         agents: 4,
         fanout: 2,
@@ -119,7 +119,7 @@ async fn a_crashed_agent_leaves_its_ranks_lost_and_the_rest_goes_on() {
     for r in &rounds {
         assert_eq!(r.expected, 64);
         assert!(
-            r.covered == 64 || r.covered == 48 && r.missing.get(MissingReason::Lost) == 16,
+            r.covered == 64 || r.covered == 48 && r.missing.get(MissingReason::Unreachable) == 16,
             "round {}: {r:?}",
             r.round
         );
@@ -322,6 +322,7 @@ async fn a_payload_that_does_not_decode_counts_its_ranks_malformed() {
                 expected: 4,
                 missing: vec![],
                 apps: vec![],
+                unreachable: vec![],
             }),
             payload: payload.into(),
             ..Envelope::default()
@@ -398,6 +399,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
         expected: u32::MAX,
         missing: vec![],
         apps: vec![],
+        unreachable: vec![],
     };
     let inexact = Coverage {
         covered: 4,
@@ -407,6 +409,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
             ranks: 7,
         }],
         apps: vec![],
+        unreachable: vec![],
     };
     // Exact in all, but its applications claim more ranks than the whole: refused too.
     let claims_more = Coverage {
@@ -419,6 +422,7 @@ async fn counts_past_what_a_child_has_are_refused_and_the_run_goes_on() {
             expected: 9,
             missing: vec![],
         }],
+        unreachable: vec![],
     };
     for msg in [
         with_coverage(0, inflated),
@@ -507,6 +511,7 @@ fn batch_envelope(round: u64, ranks: std::ops::Range<u32>) -> UpMessage {
             expected: n,
             missing: vec![],
             apps: vec![],
+            unreachable: vec![],
         }),
         payload: payload.into(),
         ..Envelope::default()
@@ -720,6 +725,7 @@ fn histogram_packet(leaf: &mut HistogramFilter, round: u64, ranges: Option<&[u8]
             expected: 1,
             missing: vec![],
             apps: vec![],
+            unreachable: vec![],
         }),
         payload: payload.into(),
         ..Envelope::default()
@@ -884,7 +890,7 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
         .expect("front-end finishes");
     let rounds = tree.rounds();
     assert_eq!(rounds.len(), 150);
-    // Rounds closed during the 300 ms outage lack agent:1's ranks, counted as lost.
+    // Rounds closed during the 300 ms outage lack agent:1's ranks, counted as unreachable.
     let partial: Vec<_> = rounds.iter().filter(|r| r.covered == 8).collect();
     assert!(
         partial.len() >= 5,
@@ -892,7 +898,9 @@ async fn a_restarted_agent_reattaches_under_its_id_and_its_ranks_report_again() 
         partial.len()
     );
     assert!(
-        partial.iter().all(|r| r.missing.get(MissingReason::Lost) == 8),
+        partial
+            .iter()
+            .all(|r| r.missing.get(MissingReason::Unreachable) == 8),
         "{partial:?}"
     );
     assert!(

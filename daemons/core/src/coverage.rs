@@ -7,12 +7,16 @@
 
 use std::cmp::Ordering;
 
-use canopy_proto::v1::{AppCoverage, Coverage, Missing, MissingReason};
+use canopy_proto::v1::{AppCoverage, Coverage, Missing, MissingReason, Unreachable};
 
 /// The most applications one coverage may name: a child naming more is refused, so a round's coverage (which
 /// every node keeps for the rounds in flight) stays within a few kilobytes whatever a child sends; a node with
 /// more below it counts the others in the whole alone.
 pub const MAX_COVERAGE_APPS: usize = 64;
+
+/// The most nodes one coverage names as unreachable: a round cut off from many subtrees names the ones with the
+/// most ranks, and counts the others' ranks as unreachable without a name.
+pub const MAX_UNREACHABLE_NODES: usize = 16;
 
 /// How a source's ranks divide among applications, sorted by name: (application, ranks).
 pub type Composition = Vec<(String, u32)>;
@@ -29,6 +33,7 @@ pub fn full(app: &str) -> Coverage {
             expected: 1,
             missing: vec![],
         }],
+        unreachable: vec![],
     }
 }
 
@@ -48,6 +53,7 @@ pub fn absent(app: &str, reason: MissingReason) -> Coverage {
             expected: 1,
             missing,
         }],
+        unreachable: vec![],
     }
 }
 
@@ -56,6 +62,9 @@ pub fn add_coverage(into: &mut Coverage, other: &Coverage) {
     into.covered = into.covered.saturating_add(other.covered);
     into.expected = into.expected.saturating_add(other.expected);
     add_reasons(&mut into.missing, &other.missing);
+    for u in &other.unreachable {
+        name_unreachable(into, &u.node, u.ranks);
+    }
     if into.apps.is_empty() && other.apps.len() <= MAX_COVERAGE_APPS {
         into.apps.clone_from(&other.apps);
         return;
@@ -102,6 +111,39 @@ pub fn add_missing(cov: &mut Coverage, reason: MissingReason, ranks: u32) {
     add_reason(&mut cov.missing, reason, ranks);
 }
 
+/// Names `node` as the node behind `ranks` of the coverage's unreachable ranks (counted under
+/// [`MissingReason::Unreachable`] by the caller). A name longer than [`canopy_proto::MAX_APP_NAME`] bytes is
+/// cut there; past [`MAX_UNREACHABLE_NODES`] names the node with the fewest ranks goes unnamed.
+pub fn name_unreachable(cov: &mut Coverage, node: &str, ranks: u32) {
+    if ranks == 0 {
+        return;
+    }
+    let mut end = node.len().min(canopy_proto::MAX_APP_NAME);
+    while !node.is_char_boundary(end) {
+        end -= 1;
+    }
+    let node = &node[..end];
+    let list = &mut cov.unreachable;
+    match list.binary_search_by(|u| u.node.as_str().cmp(node)) {
+        Ok(i) => list[i].ranks = list[i].ranks.saturating_add(ranks),
+        Err(i) => {
+            list.insert(
+                i,
+                Unreachable {
+                    node: node.to_string(),
+                    ranks,
+                },
+            );
+            if list.len() > MAX_UNREACHABLE_NODES {
+                let fewest = (0..list.len())
+                    .min_by_key(|&j| list[j].ranks)
+                    .expect("the list is not empty");
+                list.remove(fewest);
+            }
+        }
+    }
+}
+
 /// `ranks` more expected and missing under `reason`, the ranks of a source whose ranks divide among
 /// applications as `apps` says: per application too when `apps` accounts for exactly these ranks, else in the
 /// whole only.
@@ -132,6 +174,7 @@ pub fn add_missing_of(cov: &mut Coverage, reason: MissingReason, ranks: u32, app
                 }],
             })
             .collect(),
+        unreachable: vec![],
     };
     add_missing(cov, reason, ranks);
     add_coverage(cov, &part);
@@ -226,6 +269,7 @@ pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), Stri
             a.app, a.covered, a.expected
         ));
     }
+    check_unreachable_names(cov)?;
     let (covered, expected) = cov.apps.iter().fold((0u64, 0u64), |(c, e), a| {
         (c + u64::from(a.covered), e + u64::from(a.expected))
     });
@@ -233,6 +277,43 @@ pub fn check_child_coverage(cov: &Coverage, ranks_below: u32) -> Result<(), Stri
         return Err(format!(
             "coverage's applications cover {covered} of {expected} ranks, more than the whole's {} of {}",
             cov.covered, cov.expected
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the unreachable nodes a child names are few, sorted, each once, with short names and ranks that add
+/// up to no more than its unreachable count.
+fn check_unreachable_names(cov: &Coverage) -> Result<(), String> {
+    let list = &cov.unreachable;
+    if list.len() > MAX_UNREACHABLE_NODES {
+        return Err(format!(
+            "coverage names {} unreachable nodes, more than the {MAX_UNREACHABLE_NODES} allowed",
+            list.len()
+        ));
+    }
+    if let Some(pair) = list.windows(2).find(|p| p[0].node >= p[1].node) {
+        return Err(format!(
+            "coverage names its unreachable nodes out of order or twice: {:?} before {:?}",
+            pair[0].node, pair[1].node
+        ));
+    }
+    if let Some(u) = list
+        .iter()
+        .find(|u| u.ranks == 0 || u.node.is_empty() || u.node.len() > canopy_proto::MAX_APP_NAME)
+    {
+        return Err(format!(
+            "coverage names unreachable node {:?} with {} ranks: a name of 1 to {} bytes with ranks is needed",
+            u.node,
+            u.ranks,
+            canopy_proto::MAX_APP_NAME
+        ));
+    }
+    let named: u64 = list.iter().map(|u| u64::from(u.ranks)).sum();
+    let counted = missing_for(cov, MissingReason::Unreachable);
+    if named > u64::from(counted) {
+        return Err(format!(
+            "coverage names {named} unreachable ranks, more than the {counted} it counts unreachable"
         ));
     }
     Ok(())
@@ -283,6 +364,44 @@ mod tests {
         );
         assert!(coverage_is_exact(&c));
         assert_eq!(check_child_coverage(&c, 3), Ok(()));
+    }
+
+    #[test]
+    fn unreachable_nodes_are_named_sorted_bounded_and_checked() {
+        let mut c = Coverage::default();
+        for i in 0..(MAX_UNREACHABLE_NODES as u32 + 4) {
+            // Node i has i + 1 ranks: the four with the fewest go unnamed.
+            add_missing_of(&mut c, MissingReason::Unreachable, i + 1, &[]);
+            name_unreachable(&mut c, &format!("relay{i:02}"), i + 1);
+        }
+        assert_eq!(c.unreachable.len(), MAX_UNREACHABLE_NODES);
+        assert_eq!(c.unreachable[0].node, "relay04");
+        assert!(c.unreachable.windows(2).all(|p| p[0].node < p[1].node));
+        assert_eq!(check_child_coverage(&c, c.expected), Ok(()));
+        // Two children that name the same node add up; a long name is cut to what a parent takes.
+        let mut d = c.clone();
+        add_coverage(&mut d, &c);
+        assert_eq!(d.unreachable[0].ranks, 2 * c.unreachable[0].ranks);
+        let mut long = Coverage::default();
+        add_missing_of(&mut long, MissingReason::Unreachable, 1, &[]);
+        name_unreachable(&mut long, &"é".repeat(100), 1);
+        assert_eq!(long.unreachable[0].node.len(), canopy_proto::MAX_APP_NAME);
+        assert_eq!(check_child_coverage(&long, 1), Ok(()));
+        // A child naming more unreachable ranks than it counts, or out of order, is refused.
+        let mut forged = long.clone();
+        forged.unreachable[0].ranks = 2;
+        assert!(
+            check_child_coverage(&forged, 1)
+                .unwrap_err()
+                .contains("more than the 1")
+        );
+        let mut twice = c.clone();
+        twice.unreachable.swap(0, 1);
+        assert!(
+            check_child_coverage(&twice, c.expected)
+                .unwrap_err()
+                .contains("out of order")
+        );
     }
 
     #[test]
@@ -358,6 +477,7 @@ mod tests {
                 ranks: u32::MAX,
             }],
             apps: vec![],
+            unreachable: vec![],
         };
         assert_eq!(
             check_child_coverage(&inexact, 8),

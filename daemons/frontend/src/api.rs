@@ -363,6 +363,7 @@ fn coverage(r: &StoredRound) -> Coverage {
                 missing: missing_of(&a.missing),
             })
             .collect(),
+        unreachable: vec![],
     }
 }
 

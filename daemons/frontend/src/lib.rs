@@ -516,6 +516,12 @@ impl RootSink for StoreUp {
                         missing: a.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
                     })
                     .collect(),
+                unreachable: result
+                    .coverage
+                    .unreachable
+                    .iter()
+                    .map(|u| (u.node.clone(), u.ranks))
+                    .collect(),
             };
             let round = canopy_store::Round {
                 record,

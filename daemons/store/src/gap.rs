@@ -10,8 +10,9 @@ use crate::rounds::RoundRecord;
 /// Consecutive rounds of one stream that lost their results, all with the coverage of `first`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GapRun {
-    /// The first round's record, its covered ranks moved to `store_failed`.
-    pub first: RoundRecord,
+    /// The first round's record, its covered ranks moved to `store_failed` (boxed: a run is passed around by
+    /// value while it grows).
+    pub first: Box<RoundRecord>,
     /// The last round of the run (inclusive).
     pub last: u64,
 }
@@ -26,7 +27,10 @@ impl GapRun {
             add_store_failed(&mut app.missing, covered);
         }
         let last = record.round;
-        GapRun { first: record, last }
+        GapRun {
+            first: Box::new(record),
+            last,
+        }
     }
 
     /// Rounds in the run.
@@ -44,6 +48,7 @@ impl GapRun {
             next.first.expected == self.first.expected
                 && next.first.missing == self.first.missing
                 && next.first.apps == self.first.apps
+                && next.first.unreachable == self.first.unreachable
         };
         if follows && (forced || same()) {
             self.last = next.last;
@@ -57,7 +62,7 @@ impl GapRun {
     pub fn records(&self) -> impl Iterator<Item = RoundRecord> + '_ {
         (self.first.round..=self.last).map(|round| RoundRecord {
             round,
-            ..self.first.clone()
+            ..(*self.first).clone()
         })
     }
 }
@@ -96,6 +101,7 @@ mod tests {
                 expected,
                 missing: vec![],
             }],
+            unreachable: vec![],
         }
     }
 

@@ -137,6 +137,7 @@ mod tests {
             first_dump_unix_ns: 0,
             closed_unix_ns: 0,
             apps: vec![],
+            unreachable: vec![],
         }
     }
 

@@ -25,6 +25,9 @@ pub struct RoundRecord {
     pub closed_unix_ns: u64,
     /// Each application's part of the coverage, as far as the tree could tell (`round_apps`).
     pub apps: Vec<AppRecord>,
+    /// The nodes that were unreachable when the round closed, with their ranks (some of the ranks counted
+    /// unreachable, or all of them).
+    pub unreachable: Vec<(String, u32)>,
 }
 
 /// One application's part of a round's coverage.
@@ -87,6 +90,7 @@ fn column_since(reason: MissingReason) -> u32 {
     match reason {
         MissingReason::Absent => 4,
         MissingReason::StoreFailed => 19,
+        MissingReason::Unreachable => 20,
         _ => 1,
     }
 }
@@ -112,6 +116,8 @@ struct Tally {
     pieces: u64,
     first_dump_unix_ns: Option<i64>,
     closed_unix_ns: Option<i64>,
+    /// The unreachable nodes and their ranks, sorted by node.
+    unreachable: Vec<(String, u64)>,
 }
 
 impl Tally {
@@ -138,6 +144,9 @@ impl Tally {
             closed_unix_ns: (rec.closed_unix_ns > 0).then(|| sat(rec.closed_unix_ns)),
             ..Tally::default()
         };
+        for (node, ranks) in &rec.unreachable {
+            t.add_unreachable(node, u64::from(*ranks));
+        }
         for (reason, ranks) in &rec.missing {
             t.missing[reason_index(*reason)] += u64::from(*ranks);
         }
@@ -180,7 +189,36 @@ impl Tally {
             (a, b) => a.or(b),
         };
         self.closed_unix_ns = self.closed_unix_ns.max(piece.closed_unix_ns);
+        for (node, ranks) in &piece.unreachable {
+            self.add_unreachable(node, *ranks);
+        }
         accounted.saturating_sub(self.expected)
+    }
+
+    fn add_unreachable(&mut self, node: &str, ranks: u64) {
+        match self.unreachable.binary_search_by(|(n, _)| n.as_str().cmp(node)) {
+            Ok(i) => self.unreachable[i].1 += ranks,
+            Err(i) => self.unreachable.insert(i, (node.to_string(), ranks)),
+        }
+    }
+
+    /// `relay0=16, agent:3=8`: the `unreachable_nodes` column, most ranks first.
+    fn nodes_text(&self) -> Option<String> {
+        let mut nodes: Vec<&(String, u64)> = self.unreachable.iter().collect();
+        nodes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let text: Vec<String> = nodes.iter().map(|(n, r)| format!("{n}={r}")).collect();
+        (!text.is_empty()).then(|| text.join(", "))
+    }
+
+    /// Reads the `unreachable_nodes` column back.
+    fn read_nodes(&mut self, text: Option<String>) {
+        for part in text.iter().flat_map(|t| t.split(", ")) {
+            if let Some((node, ranks)) = part.rsplit_once('=')
+                && let Ok(ranks) = ranks.parse()
+            {
+                self.add_unreachable(node, ranks);
+            }
+        }
     }
 
     /// "lost: 16, late: 2": the largest counts first, since they explain most of the gap.
@@ -194,9 +232,13 @@ impl Tally {
             return None;
         }
         parts.sort_by(|a, b| b.0.cmp(&a.0).then((a.1 as i32).cmp(&(b.1 as i32))));
+        let nodes = self.nodes_text();
         let text = parts
             .iter()
-            .map(|(ranks, reason)| format!("{}: {ranks}", reason.word()))
+            .map(|(ranks, reason)| match (reason, &nodes) {
+                (MissingReason::Unreachable, Some(nodes)) => format!("{}: {ranks} ({nodes})", reason.word()),
+                _ => format!("{}: {ranks}", reason.word()),
+            })
             .collect::<Vec<_>>()
             .join(", ");
         Some(text)
@@ -228,7 +270,7 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
     static UPSERT: OnceLock<String> = OnceLock::new();
     let select = SELECT.get_or_init(|| {
         format!(
-            "SELECT covered, expected, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns, {}
+            "SELECT covered, expected, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns, unreachable_nodes, {}
              FROM rounds WHERE stream_id = ?1 AND round = ?2",
             missing_columns()
         )
@@ -236,7 +278,7 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
     let upsert = UPSERT.get_or_init(|| {
         let columns = format!(
             "stream_id, stream_name, round, covered, expected, missing_reason, result_bytes, pieces, \
-             first_dump_unix_ns, closed_unix_ns, {}",
+             first_dump_unix_ns, closed_unix_ns, unreachable_nodes, {}",
             missing_columns()
         );
         upsert_sql("rounds", &columns, &["stream_id", "round"])
@@ -256,8 +298,9 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
                 closed_unix_ns: row.get(5)?,
                 ..Tally::default()
             };
+            t.read_nodes(row.get(6)?);
             for (i, slot) in t.missing.iter_mut().enumerate() {
-                *slot = row.get(6 + i)?;
+                *slot = row.get(7 + i)?;
             }
             Ok(t)
         })
@@ -274,6 +317,7 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
         sat(tally.pieces),
     );
     let reason = tally.reason_text();
+    let nodes = tally.nodes_text();
     let mut values: Vec<&dyn ToSql> = vec![
         &rec.stream_id,
         &rec.stream_name,
@@ -285,6 +329,7 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
         &pieces,
         &tally.first_dump_unix_ns,
         &tally.closed_unix_ns,
+        &nodes,
     ];
     values.extend(missing.iter().map(|n| n as &dyn ToSql));
     tx.prepare_cached(upsert)?

@@ -42,7 +42,9 @@ use crate::tables::parse_ranges_text;
 /// - 18: the per-event series indexes are built when the run ends.
 /// - 19: `rounds.missing_store_failed` and `round_apps.missing_store_failed` (ranks of a round the store could
 ///   not write in time: a full or failing disk).
-pub const SCHEMA_VERSION: u32 = 19;
+/// - 20: `rounds.missing_unreachable` and `round_apps.missing_unreachable` (ranks behind a node whose link ended
+///   without a finish, which keeps their data to send again), and `rounds.unreachable_nodes` naming the nodes.
+pub const SCHEMA_VERSION: u32 = 20;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -765,6 +767,15 @@ ALTER TABLE round_apps ADD COLUMN missing_store_failed INTEGER NOT NULL DEFAULT 
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '19');
 ";
 
+/// Version 20: ranks behind a node that was unreachable when the round closed, and the nodes, with their ranks
+/// (`relay0=16, agent:3=8`).
+const V20: &str = "
+ALTER TABLE rounds ADD COLUMN missing_unreachable INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN unreachable_nodes TEXT;
+ALTER TABLE round_apps ADD COLUMN missing_unreachable INTEGER NOT NULL DEFAULT 0;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '20');
+";
+
 /// Drops the per-event indexes of a run still being written; an ended run keeps them, since nothing would build
 /// them again.
 fn live_event_indexes_dropped(tx: &Transaction<'_>) -> HookResult {
@@ -840,6 +851,7 @@ fn migrations() -> Migrations<'static> {
         M::up(V17),
         M::up_with_hook(V18, live_event_indexes_dropped),
         M::up(V19),
+        M::up(V20),
     ])
 }
 

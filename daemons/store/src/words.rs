@@ -44,6 +44,7 @@ words!(MissingReason {
     Dropped => "dropped",
     Absent => "absent",
     StoreFailed => "store_failed",
+    Unreachable => "unreachable",
 });
 
 words!(NodeKind {

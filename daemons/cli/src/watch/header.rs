@@ -30,6 +30,8 @@ pub struct StreamStatus {
     pub round: u64,
     pub covered: u32,
     pub expected: u32,
+    /// The nodes the round's coverage names unreachable, most ranks first.
+    pub unreachable: Vec<String>,
     /// When each recent round arrived (seconds since the watch began) and its number.
     arrivals: VecDeque<(f64, u64)>,
 }
@@ -42,6 +44,9 @@ impl StreamStatus {
             self.round = u.round;
             self.covered = cov.covered;
             self.expected = cov.expected;
+            let mut nodes = cov.unreachable;
+            nodes.sort_by(|a, b| b.ranks.cmp(&a.ranks).then_with(|| a.node.cmp(&b.node)));
+            self.unreachable = nodes.into_iter().map(|u| u.node).collect();
             // Rounds replayed from the store arrive all at once: they say nothing of the rate.
             if !u.replayed {
                 self.arrivals.push_back((at, u.round));
@@ -145,8 +150,13 @@ impl Header {
                 } else {
                     Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)
                 };
+                let unreachable = match s.unreachable.as_slice() {
+                    [] => String::new(),
+                    [one] => format!(" ({one} unreachable)"),
+                    [first, rest @ ..] => format!(" ({first} +{} unreachable)", rest.len()),
+                };
                 first.push(Span::styled(
-                    format!("coverage {}/{}", s.covered, s.expected),
+                    format!("coverage {}/{}{unreachable}", s.covered, s.expected),
                     cov_style,
                 ));
             }
@@ -237,6 +247,23 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(span(&first, "coverage").style.fg, Some(Color::Yellow));
+        // A round closed while nodes were cut off names the one with the most ranks.
+        let mut cut = update(6, 4);
+        let names = [("relay1", 2), ("relay0", 2)];
+        cut.coverage.as_mut().unwrap().unreachable = names
+            .iter()
+            .map(|(node, ranks)| canopy_proto::v1::Unreachable {
+                node: node.to_string(),
+                ranks: *ranks,
+            })
+            .collect();
+        s.update(&cut, 2.0);
+        let [cut_line, _] = h.lines(Some(("stats", &s)), h.started, "");
+        assert!(
+            text(&cut_line).contains("coverage 4/8 (relay0 +1 unreachable)"),
+            "{}",
+            text(&cut_line)
+        );
         assert_eq!(span(&second, "lost 1").style.fg, Some(Color::Red));
         assert_eq!(span(&second, "late 0").style.fg, Some(Color::Gray));
         assert_eq!(

@@ -20,7 +20,7 @@ use members::{Members, Number, Numbers};
 
 pub use crate::coverage::{
     Composition, add_coverage, add_missing, add_missing_of, composition, coverage_is_exact, missing_for,
-    uncover_all, uncover_input,
+    name_unreachable, uncover_all, uncover_input,
 };
 
 /// Identifies a source of packets: a child node, or a rank at the leaf agent.
@@ -45,7 +45,15 @@ pub struct StreamSync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceState {
     Live,
+    /// Gone for good as far as this node can tell (a rank that hung up, a child unreachable for longer than it
+    /// keeps what it sent): its ranks count as lost.
     Lost,
+    /// A child node whose link ended without a finish, `since` then: it keeps what it sent for a session hold and
+    /// sends it again when it is back, so its ranks count as unreachable (and it is named) until
+    /// [`RoundEngine::give_up_unreachable`] takes it for lost.
+    Unreachable {
+        since: Instant,
+    },
     /// Finished: still expected in the rounds below `end` (their later phases), stopped from `end` on.
     Finished {
         end: u64,
@@ -62,7 +70,7 @@ impl SourceState {
     fn expected_in(self, round: u64) -> bool {
         match self {
             SourceState::Live => true,
-            SourceState::Lost => false,
+            SourceState::Lost | SourceState::Unreachable { .. } => false,
             SourceState::Finished { end } | SourceState::Stopped { end } => round < end,
         }
     }
@@ -73,6 +81,11 @@ impl SourceState {
             SourceState::Finished { end } | SourceState::Stopped { end } => Some(end),
             _ => None,
         }
+    }
+
+    /// Lost, or unreachable: gone without a finish.
+    pub fn is_gone(self) -> bool {
+        matches!(self, SourceState::Lost | SourceState::Unreachable { .. })
     }
 }
 
@@ -129,6 +142,10 @@ impl Source {
             .any(|(from, end)| *from <= round && round < *end)
     }
 }
+
+/// How long a child whose link ended counts as unreachable before it counts as lost: as long as it keeps what it
+/// sent for a parent to ask for again.
+pub const UNREACHABLE_HOLD: Duration = crate::transport::kept::OLD_SESSION_HOLD;
 
 /// Spans of dropped rounds remembered per source; the oldest is forgotten beyond this.
 const DROPPED_SPANS: usize = 256;
@@ -282,6 +299,8 @@ pub struct RoundEngine {
     /// The sources whose late phase-0 packet reached each of the rounds in `participants`: a second copy counts
     /// no more.
     late_from: HashMap<(u32, u64), Members>,
+    /// When the earliest unreachable source is due to count as lost.
+    give_up_at: Option<Instant>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
     any_dropped: bool,
     /// The latest round numbers that closed a group here, so each counts once in `stats.closed`.
@@ -382,7 +401,7 @@ impl RoundEngine {
         let moved = self
             .sources
             .get(id)
-            .filter(|s| s.state == SourceState::Lost)
+            .filter(|s| s.state.is_gone())
             .map_or(0, |s| s.moved_unheard);
         if moved == 0 {
             self.add_source(id, ranks_below);
@@ -630,8 +649,43 @@ impl RoundEngine {
         if let Some(s) = self.sources.get_mut(id) {
             s.state = state;
         }
+        if let SourceState::Unreachable { since } = state {
+            let at = since + UNREACHABLE_HOLD;
+            self.give_up_at = Some(self.give_up_at.map_or(at, |t| t.min(at)));
+        }
         self.recount();
         self.close_ready()
+    }
+
+    /// Takes the sources unreachable for [`UNREACHABLE_HOLD`] or longer (what a child keeps for resending is gone
+    /// by then) for lost: rounds that close from now on count their ranks as lost. Returns their ids.
+    pub fn give_up_unreachable(&mut self, now: Instant) -> Vec<SourceId> {
+        let mut given_up = Vec::new();
+        for (id, s) in &mut self.sources {
+            if let SourceState::Unreachable { since } = s.state
+                && now.saturating_duration_since(since) >= UNREACHABLE_HOLD
+            {
+                s.state = SourceState::Lost;
+                given_up.push(id.clone());
+            }
+        }
+        self.give_up_at = self.earliest_give_up();
+        given_up
+    }
+
+    /// When [`RoundEngine::give_up_unreachable`] is next due (or was, for a source that came back since).
+    pub fn next_give_up(&self) -> Option<Instant> {
+        self.give_up_at
+    }
+
+    fn earliest_give_up(&self) -> Option<Instant> {
+        self.sources
+            .values()
+            .filter_map(|s| match s.state {
+                SourceState::Unreachable { since } => Some(since + UNREACHABLE_HOLD),
+                _ => None,
+            })
+            .min()
     }
 
     /// A source's dumps of rounds [from, end) were dropped before they left it: those rounds do not wait for it
@@ -1033,7 +1087,7 @@ impl RoundEngine {
             add_missing(&mut coverage, MissingReason::Lost, lost);
         }
         let mut partial = false;
-        for s in self.sources.values() {
+        for (id, s) in &self.sources {
             if group.from.contains(s.number) {
                 continue;
             }
@@ -1047,9 +1101,13 @@ impl RoundEngine {
                 _ if key.round < s.from && s.stopped_before => MissingReason::Stopped,
                 _ if key.round < s.from => MissingReason::Lost,
                 SourceState::Lost => MissingReason::Lost,
+                SourceState::Unreachable { .. } => MissingReason::Unreachable,
                 _ => MissingReason::Stopped,
             };
             add_missing_of(&mut coverage, reason, s.ranks_below, &s.apps);
+            if reason == MissingReason::Unreachable {
+                name_unreachable(&mut coverage, id, s.ranks_below);
+            }
         }
         if key.phase == 0 {
             self.participants.insert((key.stream, key.round), group.from);

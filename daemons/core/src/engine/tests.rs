@@ -8,6 +8,7 @@ fn full(n: u32) -> Coverage {
         expected: n,
         missing: vec![],
         apps: vec![],
+        unreachable: vec![],
     }
 }
 
@@ -121,6 +122,46 @@ fn a_source_that_comes_back_after_its_nodes_were_adopted_answers_for_the_rest_fr
     f.set_source_state("relay", SourceState::Lost);
     assert_eq!(f.rejoin_source("relay", 16, 3), 0);
     assert!(!f.is_stale("relay", 0));
+}
+
+#[test]
+fn a_child_whose_link_ended_is_unreachable_and_named_until_the_hold_then_lost() {
+    let mut e = engine(&[("relay0", 16), ("relay1", 16)], SyncMode::WaitForAll);
+    let t0 = Instant::now();
+    e.accept(K, arrival("relay1", 16), t0).unwrap();
+    let closed = e.set_source_state("relay0", SourceState::Unreachable { since: t0 });
+    let [c] = closed.as_slice() else {
+        panic!("round 0 closes once relay0 is cut off: {closed:?}")
+    };
+    assert!(coverage_is_exact(&c.coverage));
+    assert_eq!(missing_for(&c.coverage, MissingReason::Unreachable), 16);
+    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 0);
+    let named: Vec<(&str, u32)> = c
+        .coverage
+        .unreachable
+        .iter()
+        .map(|u| (u.node.as_str(), u.ranks))
+        .collect();
+    assert_eq!(named, [("relay0", 16)]);
+    // Within the hold it stays unreachable; past it, its ranks count as lost and it is not named.
+    assert_eq!(e.next_give_up(), Some(t0 + UNREACHABLE_HOLD));
+    assert!(
+        e.give_up_unreachable(t0 + UNREACHABLE_HOLD - Duration::from_secs(1))
+            .is_empty()
+    );
+    assert_eq!(e.give_up_unreachable(t0 + UNREACHABLE_HOLD), ["relay0"]);
+    assert_eq!(e.next_give_up(), None);
+    let next = GroupKey { round: 1, ..K };
+    let Accepted::Closed(c) = e.accept(next, arrival("relay1", 16), t0).unwrap() else {
+        panic!("round 1 waits for relay1 alone")
+    };
+    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 16);
+    assert!(c.coverage.unreachable.is_empty());
+    // Back within the hold, a child is expected again as it was.
+    let mut f = engine(&[("relay0", 8)], SyncMode::WaitForAll);
+    f.set_source_state("relay0", SourceState::Unreachable { since: t0 });
+    assert_eq!(f.rejoin_source("relay0", 8, 3), 0);
+    assert_eq!(f.source_state("relay0"), Some(SourceState::Live));
 }
 
 /// `n` ranks covered, split among applications as `apps` says.
@@ -675,7 +716,7 @@ mod props {
                     continue;
                 }
                 let covered = n - dropped.min(n);
-                let mut cov = Coverage { covered, expected: *n, missing: vec![], apps: vec![] };
+                let mut cov = Coverage { covered, expected: *n, missing: vec![], apps: vec![], unreachable: vec![]  };
                 add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
                 on_time_expected[*r as usize] += covered;
                 let key = GroupKey { stream: 7, round: *r, phase: 0 };

@@ -321,6 +321,7 @@ impl<U: Up> Node<U> {
         };
         [
             self.engine.next_deadline(),
+            self.engine.next_give_up(),
             self.route.next_deadline(),
             self.streams.next_deadline(),
             drain,
@@ -352,7 +353,10 @@ impl<U: Up> Node<U> {
                 match self.children.gone(&id, conn, reason.clone(), &self.id) {
                     Some(Gone::Lost(ev, below)) => {
                         tracing::warn!(node = %self.id, child = %id, "child lost: {reason}");
-                        let closed = self.engine.set_source_state(&id, SourceState::Lost);
+                        let since = SourceState::Unreachable {
+                            since: Instant::now(),
+                        };
+                        let closed = self.engine.set_source_state(&id, since);
                         self.on_closed_all(closed).await;
                         let (moved, own) = self.children.take_moved(&id);
                         if moved > 0 {
@@ -661,7 +665,7 @@ impl<U: Up> Node<U> {
             "a node below another child was adopted: its ranks are expected where it is now");
         self.engine.ranks_moved_away(&old, ranks);
         self.children.adopted_away(&old, &ev.node_id);
-        if self.engine.source_state(&old) == Some(SourceState::Lost) {
+        if self.engine.source_state(&old).is_some_and(SourceState::is_gone) {
             return own_child.then_some(old);
         }
         // `old` is not given up here yet (a stopped relay: its children give it up at their keep-alive time-out,

@@ -467,6 +467,10 @@ impl<U: Up> Node<U> {
         }
         let closed = self.engine.expire(now);
         self.on_closed_all(closed).await;
+        for child in self.engine.give_up_unreachable(now) {
+            tracing::warn!(node = %self.id, %child,
+                "child unreachable for longer than it keeps what it sent: its ranks count as lost from now on");
+        }
         self.first_rounds_due(now).await;
         for (stream, round) in self.route.expired(now) {
             tracing::warn!(node = %self.id, stream, round, "the round's last phase never came back");

@@ -201,6 +201,7 @@ mod tests {
             expected: 1,
             missing: vec![],
             apps: vec![],
+            unreachable: vec![],
         };
         for round in 0..(COVERAGE_MEMORY as u64 + 10) {
             r.remember(1, round, &cov, round);

@@ -384,6 +384,7 @@ fn packet(stream: u32, round: u64, covered: u32, payload: u8) -> up_message::Msg
             expected: covered,
             missing: vec![],
             apps: vec![],
+            unreachable: vec![],
         }),
         payload: vec![payload].into(),
         ..Default::default()
@@ -460,7 +461,7 @@ async fn a_late_packet_a_relay_sends_up_keeps_none_of_the_buffer_it_was_read_int
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lost_child_closes_its_open_rounds_at_once_and_is_not_waited_for_again() {
+async fn a_child_whose_link_ended_closes_its_open_rounds_at_once_as_unreachable_then_lost_past_the_hold() {
     let mut h = start(RoleConfig::Relay, 8);
     let _a = h.child("a", 1, 2).await;
     let _b = h.child("b", 2, 3).await;
@@ -476,12 +477,25 @@ async fn a_lost_child_closes_its_open_rounds_at_once_and_is_not_waited_for_again
     let env = h.envelope().await;
     assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
     let cov = env.coverage.unwrap();
-    assert_eq!(missing_for(&cov, MissingReason::Lost), 3);
+    assert_eq!(missing_for(&cov, MissingReason::Unreachable), 3);
+    assert_eq!(cov.unreachable.len(), 1);
+    assert_eq!(
+        (cov.unreachable[0].node.as_str(), cov.unreachable[0].ranks),
+        ("b", 3)
+    );
     // The next round closes with the remaining child alone.
     h.child_sends("a", 1, packet(1, 1, 2, 8)).await;
     let env = h.envelope().await;
     assert_eq!(env.round, 1);
-    assert_eq!(missing_for(&env.coverage.unwrap(), MissingReason::Lost), 3);
+    assert_eq!(missing_for(&env.coverage.unwrap(), MissingReason::Unreachable), 3);
+    // Past the time a child keeps what it sent, its ranks count as lost.
+    tokio::time::sleep(crate::transport::kept::OLD_SESSION_HOLD + Duration::from_secs(2)).await;
+    h.child_sends("a", 1, packet(1, 2, 2, 9)).await;
+    let env = h.envelope().await;
+    assert_eq!(env.round, 2);
+    let cov = env.coverage.unwrap();
+    assert_eq!(missing_for(&cov, MissingReason::Lost), 3);
+    assert!(cov.unreachable.is_empty());
     // A stale connection's hang-up does nothing.
     let stale = ChildEvent::Gone {
         conn: 99,
@@ -489,8 +503,8 @@ async fn a_lost_child_closes_its_open_rounds_at_once_and_is_not_waited_for_again
         reason: "old".into(),
     };
     h.input(Input::Child(stale)).await;
-    h.child_sends("a", 1, packet(1, 2, 2, 9)).await;
-    assert_eq!(h.envelope().await.round, 2);
+    h.child_sends("a", 1, packet(1, 3, 2, 9)).await;
+    assert_eq!(h.envelope().await.round, 3);
 }
 
 #[tokio::test(start_paused = true)]

@@ -19,7 +19,7 @@ use crate::run::RunId;
 use crate::window::WindowGate;
 
 mod held;
-mod kept;
+pub(crate) mod kept;
 use held::Held;
 use kept::Kept;
 

@@ -146,6 +146,7 @@ pub fn record(
         first_dump_unix_ns: 1_000,
         closed_unix_ns: 2_000,
         apps: vec![],
+        unreachable: vec![],
     }
 }
 
