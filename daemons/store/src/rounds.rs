@@ -106,6 +106,9 @@ pub(crate) fn missing_columns() -> &'static str {
     })
 }
 
+/// The most nodes a round's row names unreachable (as many as one coverage names).
+const MAX_NODES_NAMED: usize = 16;
+
 /// Counts of one round row, kept in u64 so that summing pieces cannot overflow before saturation.
 #[derive(Debug, Default)]
 struct Tally {
@@ -206,7 +209,12 @@ impl Tally {
     fn nodes_text(&self) -> Option<String> {
         let mut nodes: Vec<&(String, u64)> = self.unreachable.iter().collect();
         nodes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let text: Vec<String> = nodes.iter().map(|(n, r)| format!("{n}={r}")).collect();
+        // The pieces of a round may name more nodes between them than one coverage does: the most ranks first.
+        let text: Vec<String> = nodes
+            .iter()
+            .take(MAX_NODES_NAMED)
+            .map(|(n, r)| format!("{n}={r}"))
+            .collect();
         (!text.is_empty()).then(|| text.join(", "))
     }
 

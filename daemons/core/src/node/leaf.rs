@@ -195,9 +195,12 @@ impl Leaf {
         Placed::Held { dropped }
     }
 
-    /// After the start: whether a dump of `bytes` fits beside the dumps of the rounds open now; if so it is
-    /// counted in `round` until that round closes ([`Leaf::rounds_closed_below`]).
-    pub(crate) fn admit_open(&mut self, round: u64, bytes: usize) -> bool {
+    /// After the start: whether a dump of `bytes` fits beside the dumps of the rounds open now (`lowest_open` and
+    /// above; none open: none), if so it is counted in `round` until that round closes. What was counted for
+    /// rounds below `lowest_open` is let go first, whether or not a round took it (a dump no stream took, a
+    /// failed stream's rounds), so nothing stays counted once its round is past.
+    pub(crate) fn admit_open(&mut self, lowest_open: Option<u64>, round: u64, bytes: usize) -> bool {
+        self.rounds_closed_below(lowest_open);
         if bytes > 0 && self.open_total + bytes > self.options.hold_bytes {
             return false;
         }
@@ -233,9 +236,11 @@ impl Leaf {
             self.held_bytes -= dump_bytes(&ev);
         }
         tracing::warn!(
-            limit = self.options.hold_dumps,
+            hold_dumps = self.options.hold_dumps,
+            hold_bytes = self.options.hold_bytes,
             round,
-            "{source}: collection has not started; its oldest held dump is dropped"
+            "{source}: its oldest held dump is dropped (held_dumps for one rank, or the agent's share of \
+             memory_budget_mb for all, is reached)"
         );
         // Dropped rounds next to each other make one span (the engine remembers a bounded number of spans).
         let adjacent = self.held.values_mut().find_map(|ev| match ev {
@@ -437,15 +442,18 @@ mod tests {
         );
         assert_eq!(l.held_bytes, 0);
         // After the start the rounds open hold as much; a dump past it is refused until a round closes.
-        assert!(l.admit_open(3, 600));
-        assert!(l.admit_open(4, 400));
-        assert!(!l.admit_open(4, 1));
-        assert!(l.admit_open(4, 0), "an empty dump takes no room");
-        l.rounds_closed_below(Some(4));
-        assert!(l.admit_open(5, 600));
-        assert!(!l.admit_open(5, 1));
+        assert!(l.admit_open(Some(3), 3, 600));
+        assert!(l.admit_open(Some(3), 4, 400));
+        assert!(!l.admit_open(Some(3), 4, 1));
+        assert!(l.admit_open(Some(3), 4, 0), "an empty dump takes no room");
+        // Round 3 closed: its bytes are free.
+        assert!(l.admit_open(Some(4), 5, 600));
+        assert!(!l.admit_open(Some(4), 5, 1));
         l.rounds_closed_below(None);
-        assert!(l.admit_open(6, 1000));
+        assert!(l.admit_open(Some(6), 6, 1000));
+        // A dump counted for a round that never opened (no stream took it) is let go once no round is open.
+        assert!(!l.admit_open(Some(6), 7, 1));
+        assert!(l.admit_open(None, 8, 1000));
     }
 
     #[test]

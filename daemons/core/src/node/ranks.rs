@@ -148,8 +148,9 @@ impl<U: Up> Node<U> {
             }
             Err(reason) => (bytes::Bytes::new(), absent(app, reason)),
         };
+        let lowest_open = self.engine.lowest_open_round();
         if let Role::Leaf(leaf) = &mut self.role
-            && !leaf.admit_open(round, payload.len())
+            && !leaf.admit_open(lowest_open, round, payload.len())
         {
             // Past the leaf's bound on bytes held in open rounds: the dump is refused, its rank-round dropped.
             self.counters.rank_dumps_dropped += 1;
