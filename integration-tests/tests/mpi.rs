@@ -311,6 +311,50 @@ fn an_unmodified_mpi_program_with_the_wrapper_preloaded_reports_every_call_and_b
 }
 
 #[test]
+fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
+    if missing().is_some() {
+        return;
+    }
+    wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let out_dir = dir.path().join("out");
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--out"])
+        .arg(&out_dir)
+        .args([
+            "--filters",
+            "stats,passthrough",
+            "--",
+            "mpirun",
+            "--oversubscribe",
+            "-np",
+        ])
+        .arg(RANKS.to_string())
+        .args(["--mca", "mpi_yield_when_idle", "1"])
+        .arg(&exe)
+        .args(STENCIL_ARGS)
+        // Passed on to every rank by `canopy run`, as any CANOPY_ variable is.
+        .env("CANOPY_MPI_DUMP_ON", "MPI_Allreduce")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("watch it: canopy watch --frontend"), "{stdout}");
+    assert!(
+        !stderr.contains("canopy-mpi:") && !stderr.contains("canopy: rank"),
+        "{stderr}"
+    );
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let report = PathBuf::from(&store).with_extension("html");
+    assert!(report.is_file(), "no report beside {store}:\n{stdout}");
+    assert_stencil_monitored(Path::new(&store), &stdout, 30);
+}
+
+#[test]
 fn the_same_program_linked_with_the_wrapper_reports_the_same() {
     if missing().is_some() {
         return;

@@ -317,6 +317,38 @@ fn a_malformed_mrnet_topology_file_is_reported_with_line_and_column() {
 }
 
 #[test]
+fn canopy_run_passes_the_programs_exit_status_on_and_leaves_no_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--insecure", "--no-report", "--out"])
+        .arg(&out_dir)
+        .args(["--", "sh", "-c", "echo ranks at $CANOPY_AGENT_SOCKET; exit 3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("ranks at /"),
+        "the program is given the agent's socket: {stdout}"
+    );
+    assert!(stdout.contains("sh exited with 3; store"), "{stdout}");
+    // The daemons finished with the program: their logs say they stopped.
+    let fe_log = std::fs::read_to_string(out_dir.join("logs/frontend.log")).unwrap();
+    assert!(fe_log.contains("front-end stopped"), "{fe_log}");
+    // A launcher that does not exist is named.
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--insecure", "--out"])
+        .arg(&out_dir)
+        .args(["--", "no-such-launcher-here"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("cannot start no-such-launcher-here"), "{stderr}");
+}
+
+#[test]
 fn canopy_up_runs_a_whole_tree_to_full_coverage() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");

@@ -49,6 +49,14 @@ fn rounds_a_rank_dumped_before_its_agent_was_there_are_counted_dropped_and_none_
         said.contains("were not delivered"),
         "the ranks dropped dumps and said so: {said}"
     );
+    // Each rank said at its start that no agent was there, and where it looked.
+    for rank in 0..2 {
+        let start = format!(
+            "canopy: rank {rank}: no agent is listening at {}",
+            socket.display()
+        );
+        assert!(said.contains(&start), "{said}");
+    }
     wait_for("the last round", Duration::from_secs(30), || {
         read_rounds(&store).last().is_some_and(|r| r.round >= 299)
     });

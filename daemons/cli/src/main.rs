@@ -12,6 +12,7 @@ mod fit;
 mod generate;
 mod keys;
 mod report;
+mod run_job;
 mod run_store;
 mod top;
 mod topology_cmd;
@@ -39,6 +40,10 @@ struct Args {
 enum Command {
     /// Start a local tree (front-end, relays, agents with simulated ranks) on loopback and watch its rounds.
     Up(up::UpArgs),
+    /// Run a real program under a local tree, one command: `canopy run -- mpirun -np 8 ./app`. Starts a
+    /// front-end and an agent, gives every rank the MPI wrapper and the agent's socket (Open MPI, MPICH, srun or a
+    /// plain program), waits for the program, writes the report, and exits with the program's status.
+    Run(run_job::RunArgs),
     /// The running tree with the state of every node; or, with --fanout/--spec/--file, the parent of every
     /// node of a tree shape.
     Topology(topology_cmd::TopologyArgs),
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Up(a) => up::run(a),
+        Command::Run(a) => run_job::run(a),
         Command::Topology(a) => topology_cmd::run(a),
         Command::Certs(cmd) => certs::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Streams { target, cmd } => block_on(client::streams(target, cmd)),

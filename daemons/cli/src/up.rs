@@ -80,12 +80,12 @@ pub struct UpArgs {
     insecure: bool,
 }
 
-struct Daemon {
+pub(crate) struct Daemon {
     name: String,
     kind: Kind,
     launch: Launch,
-    child: Child,
-    log: PathBuf,
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
     /// The last CPU reading of the process, taken before it is reaped.
     cpu: Duration,
     /// The CPU of the processes this daemon ran as before it was restarted.
@@ -95,20 +95,20 @@ struct Daemon {
 
 /// How to start a daemon (again).
 #[derive(Debug, Clone)]
-struct Launch {
+pub(crate) struct Launch {
     program: PathBuf,
     args: Vec<String>,
 }
 
 impl Launch {
-    fn new(program: PathBuf) -> Self {
+    pub(crate) fn new(program: PathBuf) -> Self {
         Self {
             program,
             args: Vec::new(),
         }
     }
 
-    fn args<I, S>(&mut self, args: I) -> &mut Self
+    pub(crate) fn args<I, S>(&mut self, args: I) -> &mut Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -215,7 +215,7 @@ impl Daemon {
     }
 
     /// Waits up to `limit` for the process to exit, reading its CPU until then.
-    async fn wait_reaped(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) async fn wait_reaped(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
             if let Ok(Some(status)) = self.reap() {
@@ -645,7 +645,7 @@ fn check_plants(bin_dir: &Path, plants: &[String]) -> anyhow::Result<()> {
 
 /// The front-end loads the filters: one `canopy-frontend validate` checks the names and their parameters before
 /// any daemon starts, so a slip (`histogramm`) is refused with the filters there are, naming `--filters`.
-fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyhow::Result<()> {
+pub(crate) fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyhow::Result<()> {
     let out = std::process::Command::new(bin_dir.join("canopy-frontend"))
         .args([
             "validate",
@@ -674,7 +674,7 @@ fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyho
     bail!("{flag}: {why}")
 }
 
-fn binaries_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn binaries_dir() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find the canopy executable")?;
     let dir = exe
         .parent()
@@ -691,7 +691,7 @@ fn binaries_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn spawn(name: &str, kind: Kind, launch: Launch, logs: &Path) -> anyhow::Result<Daemon> {
+pub(crate) fn spawn(name: &str, kind: Kind, launch: Launch, logs: &Path) -> anyhow::Result<Daemon> {
     let child = start(name, &launch, logs, false)?;
     Ok(Daemon {
         name: name.to_string(),
@@ -733,7 +733,7 @@ fn start(name: &str, launch: &Launch, logs: &Path, again: bool) -> anyhow::Resul
     cmd.spawn().with_context(|| format!("cannot start {name}"))
 }
 
-async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
+pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(s) = std::fs::read_to_string(path) {
@@ -759,20 +759,20 @@ async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> 
     }
 }
 
-fn field(ready: &str, key: &str) -> Option<String> {
+pub(crate) fn field(ready: &str, key: &str) -> Option<String> {
     ready
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .map(str::to_string)
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+pub(crate) fn signal(child: &Child, sig: nix::sys::signal::Signal) {
     if let Some(pid) = child.id() {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
     }
 }
 
-async fn stop_all(daemons: &mut [Daemon]) {
+pub(crate) async fn stop_all(daemons: &mut [Daemon]) {
     for d in daemons.iter_mut() {
         if let Ok(None) = d.child.try_wait() {
             signal(&d.child, nix::sys::signal::Signal::SIGTERM);

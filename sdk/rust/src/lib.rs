@@ -372,6 +372,23 @@ pub fn init(app: &str, rank: Option<u32>, nranks: Option<u32>) -> Result<(), Err
 }
 
 /// Starts the SDK with an explicit configuration.
+/// Why no agent can be listening at `socket`, if that can be told without connecting (a connection would be a
+/// rank the agent sees hang up): no such file, not a socket, or a directory this process may not enter.
+fn agent_socket_problem(socket: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => None,
+        Ok(_) => Some(format!("{} is not a socket", socket.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("no agent is listening at {}", socket.display()))
+        }
+        Err(e) => Some(format!(
+            "cannot reach the agent's socket {}: {e}",
+            socket.display()
+        )),
+    }
+}
+
 pub fn init_with(config: Config) -> Result<(), Error> {
     if SDK.get().is_some() {
         return Err(Error::AlreadyInitialized);
@@ -410,6 +427,15 @@ pub fn init_with(config: Config) -> Result<(), Error> {
         return Err(Error::AlreadyInitialized);
     }
     let sdk = SDK.get().expect("set above");
+    if let Some(problem) = agent_socket_problem(&sdk.config.socket) {
+        // Said at the start, not after an eight-hour run at its finalize.
+        eprintln!(
+            "canopy: rank {}: {problem}: its dumps wait here (up to {}, then the oldest are dropped and counted) \
+             and go once an agent listens there; start one (canopy-agent --socket PATH, or run the program under \
+             `canopy run`), or set CANOPY_AGENT_SOCKET to its socket",
+            sdk.config.rank, sdk.config.queue_dumps
+        );
+    }
     trace::set_capacity(sdk.config.trace_events);
     utilization::set_capacity(sdk.config.utilization_events);
     events::set_modules(sdk.config.modules);

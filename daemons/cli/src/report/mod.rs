@@ -25,6 +25,9 @@ use crate::run_store;
 use data::Names;
 use plot::Figure;
 
+/// Top events a figure shows unless told otherwise.
+pub const DEFAULT_TOP: usize = 8;
+
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
     /// The run: a store (.sqlite), or a directory of runs (canopy up's --out), whose latest.sqlite (else newest
@@ -43,7 +46,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "NAME")]
     figure: Option<String>,
     /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
     top: u16,
 }
 
@@ -143,16 +146,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     let sections = sections(&ctx)?;
     match args.format {
         Format::Html => {
-            let summary = summary::summary(&reader)?;
-            let html = page::render(&reader, &summary, &sections)?;
             let out = args.output.unwrap_or_else(|| beside(reader.path(), "html"));
-            std::fs::write(&out, html).with_context(|| format!("cannot write {}", out.display()))?;
-            let figures: usize = sections.iter().map(|s| s.figures.len()).sum();
-            println!(
-                "canopy report: {} ({} sections, {figures} figures)",
-                out.display(),
-                sections.len() + 1
-            );
+            write_html(&reader, &sections, &out)?;
         }
         Format::Png => {
             let Some(name) = args.figure else {
@@ -176,6 +171,34 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
             println!("canopy report: {} ({})", out.display(), figure.title);
         }
     }
+    Ok(())
+}
+
+/// The HTML report of the run in `run` (a store, or a directory of runs: its latest) beside its store, with the
+/// default number of top events; its path.
+pub fn html_beside_store(run: &Path) -> anyhow::Result<PathBuf> {
+    let reader = run_store::open(run)?;
+    let ctx = Context {
+        names: Names::new(reader.names()?),
+        reader: &reader,
+        top: DEFAULT_TOP,
+    };
+    let sections = sections(&ctx)?;
+    let out = beside(reader.path(), "html");
+    write_html(&reader, &sections, &out)?;
+    Ok(out)
+}
+
+fn write_html(reader: &StoreReader, sections: &[Section], out: &Path) -> anyhow::Result<()> {
+    let summary = summary::summary(reader)?;
+    let html = page::render(reader, &summary, sections)?;
+    std::fs::write(out, html).with_context(|| format!("cannot write {}", out.display()))?;
+    let figures: usize = sections.iter().map(|s| s.figures.len()).sum();
+    println!(
+        "canopy report: {} ({} sections, {figures} figures)",
+        out.display(),
+        sections.len() + 1
+    );
     Ok(())
 }
 

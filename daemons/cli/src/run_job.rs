@@ -1,0 +1,475 @@
+//! `canopy run -- LAUNCHER ARGS...`: one command for a real program on a workstation or a login node. It starts
+//! a front-end and an agent on loopback, runs the launcher with Canopy's MPI wrapper and the agent's socket set
+//! for every rank (Open MPI's `-x`, MPICH's `-genv`, Slurm's `--export`, or the environment of a plain program),
+//! waits for the program, lets the tree finish, writes the report, and exits with the program's status.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::process::Command;
+
+use crate::cpu::Kind;
+use crate::up::{Daemon, Launch, binaries_dir, check_filters, field, signal, spawn, stop_all, wait_ready};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Directory for the run's SQLite store, its report and the daemons' logs.
+    #[arg(long, default_value = "canopy-out")]
+    out: PathBuf,
+    /// Filters to run as streams over the program's ranks, comma-separated.
+    #[arg(long, default_value = "stats", value_delimiter = ',')]
+    filters: Vec<String>,
+    /// A filter's parameters, NAME=JSON (repeatable).
+    #[arg(long = "filter-params", value_name = "NAME=JSON")]
+    filter_params: Vec<String>,
+    /// The application's name in the results (default: the program's file name).
+    #[arg(long)]
+    app: Option<String>,
+    /// Canopy's MPI wrapper (default: $CANOPY_MPI_LIB, else libcanopy_mpi.so beside canopy or in ../lib).
+    #[arg(long, value_name = "PATH")]
+    mpi_lib: Option<PathBuf>,
+    /// Do not load the MPI wrapper: the program reports through the SDK itself.
+    #[arg(long)]
+    no_wrapper: bool,
+    /// Milliseconds a round waits for a missing rank.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u32,
+    /// Do not write the HTML report at the end.
+    #[arg(long)]
+    no_report: bool,
+    /// Plaintext between the daemons instead of mutual TLS (the tree is on loopback either way).
+    #[arg(long)]
+    insecure: bool,
+    /// The launcher and its arguments (`mpirun -np 8 ./app`, `srun -n 8 ./app`, `./app`), after `--`.
+    #[arg(last = true, required = true, value_name = "LAUNCHER ARGS")]
+    command: Vec<String>,
+}
+
+/// How the program's ranks are started, which decides how they get the wrapper and the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// Open MPI's `mpirun`/`mpiexec` (or PRRTE's `prterun`): `-x NAME=VALUE`.
+    OpenMpi,
+    /// MPICH's or Intel MPI's Hydra `mpiexec`/`mpirun`: `-genv NAME VALUE`.
+    Hydra,
+    /// Slurm's `srun`: `--export=ALL,NAME=VALUE,...`.
+    Srun,
+    /// A program started directly: its own environment (the wrapper only if it is linked with MPI).
+    Plain,
+}
+
+impl Launcher {
+    /// The launcher `program` is, asking an `mpirun` or `mpiexec` for its version.
+    pub fn of(program: &str) -> Launcher {
+        let name = Path::new(program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match name.as_str() {
+            "srun" => Launcher::Srun,
+            "orterun" | "prterun" | "prun" => Launcher::OpenMpi,
+            "mpiexec.hydra" => Launcher::Hydra,
+            n if n.starts_with("mpirun") || n.starts_with("mpiexec") => {
+                let out = std::process::Command::new(program).arg("--version").output();
+                let text = out
+                    .map(|o| {
+                        format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&o.stdout),
+                            String::from_utf8_lossy(&o.stderr)
+                        )
+                    })
+                    .unwrap_or_default();
+                Launcher::of_version(&text)
+            }
+            _ => Launcher::Plain,
+        }
+    }
+
+    /// The launcher an `mpirun --version` text names: Open MPI's unless it says Hydra, MPICH or Intel.
+    pub fn of_version(text: &str) -> Launcher {
+        let hydra = ["HYDRA", "MPICH", "Intel(R) MPI", "MVAPICH"];
+        match hydra.iter().any(|h| text.contains(h)) {
+            true => Launcher::Hydra,
+            false => Launcher::OpenMpi,
+        }
+    }
+
+    /// The command line that starts `command` (launcher first) with `env` set for every rank, and the variables
+    /// to set on the launcher's own process (a plain program's).
+    pub fn command_line(
+        self,
+        command: &[String],
+        env: &[(String, String)],
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        let (program, rest) = command.split_first().expect("a command is required");
+        let mut line = vec![program.clone()];
+        match self {
+            Launcher::OpenMpi => {
+                for (k, v) in env {
+                    line.extend(["-x".to_string(), format!("{k}={v}")]);
+                }
+            }
+            Launcher::Hydra => {
+                for (k, v) in env {
+                    line.extend(["-genv".to_string(), k.clone(), v.clone()]);
+                }
+            }
+            Launcher::Srun => {
+                let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                line.push(format!("--export=ALL,{}", vars.join(",")));
+            }
+            Launcher::Plain => {
+                line.extend(rest.iter().cloned());
+                return (line, env.to_vec());
+            }
+        }
+        line.extend(rest.iter().cloned());
+        (line, Vec::new())
+    }
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_job(args))
+}
+
+async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let bin_dir = binaries_dir()?;
+    check_filters(&bin_dir, &args.filters, &args.filter_params)?;
+    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
+    let launcher = Launcher::of(&args.command[0]);
+    let wrapper = match args.no_wrapper {
+        true => None,
+        false => wrapper(&args, &bin_dir, launcher)?,
+    };
+    let logs = args.out.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let ready_dir = args.out.join(format!(".run-{}", std::process::id()));
+    std::fs::create_dir_all(&ready_dir)?;
+    // A socket path must be short (108 bytes): the run's own directory under the temporary one.
+    let socket_dir = std::env::temp_dir().join(format!("canopy-run-{}", std::process::id()));
+    std::fs::create_dir_all(&socket_dir)
+        .with_context(|| format!("cannot create {}", socket_dir.display()))?;
+    let mut daemons: Vec<Daemon> = Vec::new();
+    let result = tree_and_program(
+        &args,
+        launcher,
+        wrapper.as_deref(),
+        &bin_dir,
+        &logs,
+        &ready_dir,
+        &socket_dir,
+        &mut daemons,
+    )
+    .await;
+    stop_all(&mut daemons).await;
+    let _ = std::fs::remove_dir_all(&ready_dir);
+    let _ = std::fs::remove_dir_all(&socket_dir);
+    let (status, store) = result?;
+    if !args.no_report
+        && let Err(e) = crate::report::html_beside_store(&store)
+    {
+        eprintln!("canopy run: no report: {e:#}");
+    }
+    println!(
+        "canopy run: {} {}; store {}",
+        args.command[0],
+        ended(status),
+        store.display()
+    );
+    Ok(exit_code(status))
+}
+
+/// The wrapper the ranks load, if the program is an MPI program: one an MPI launcher starts, or a plain program
+/// linked with an MPI library.
+fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result<Option<PathBuf>> {
+    if launcher == Launcher::Plain && !links_mpi(&args.command[0]) {
+        return Ok(None);
+    }
+    let candidates: Vec<PathBuf> = match (&args.mpi_lib, std::env::var_os("CANOPY_MPI_LIB")) {
+        (Some(p), _) => vec![p.clone()],
+        (None, Some(p)) => vec![PathBuf::from(p)],
+        (None, None) => ["", "../lib", "../lib64"]
+            .iter()
+            .map(|d| bin_dir.join(d).join("libcanopy_mpi.so"))
+            .collect(),
+    };
+    match candidates.iter().find(|p| p.is_file()) {
+        Some(p) => Ok(Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))),
+        None => bail!(
+            "Canopy's MPI wrapper is not at {}: build the workspace (cargo build --release --workspace), give \
+             --mpi-lib, or --no-wrapper for a program that reports through the SDK",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    }
+}
+
+/// Whether `program` (found on PATH if it has no slash) is linked with an MPI library.
+fn links_mpi(program: &str) -> bool {
+    std::process::Command::new("ldd")
+        .arg(which(program))
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libmpi"))
+}
+
+fn which(program: &str) -> PathBuf {
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
+/// The front-end and the agent up, the program run to its end, the tree finished: the program's status and the
+/// store.
+#[allow(clippy::too_many_arguments)]
+async fn tree_and_program(
+    args: &RunArgs,
+    launcher: Launcher,
+    wrapper: Option<&Path>,
+    bin_dir: &Path,
+    logs: &Path,
+    ready_dir: &Path,
+    socket_dir: &Path,
+    daemons: &mut Vec<Daemon>,
+) -> anyhow::Result<(ExitStatus, PathBuf)> {
+    let creds = match args.insecure {
+        true => None,
+        false => Some(
+            canopy_runtime::tls::write_credentials(&args.out.join("tls"), &[], 30, true)
+                .context("cannot make the run's certificates")?,
+        ),
+    };
+    let security: Vec<String> = match &creds {
+        Some(c) => {
+            let node = c.node();
+            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            vec![
+                "--tls-ca".into(),
+                path(&node.ca),
+                "--tls-cert".into(),
+                path(&node.cert),
+                "--tls-key".into(),
+                path(&node.key),
+            ]
+        }
+        None => vec!["--insecure".into()],
+    };
+    let fe_ready = ready_dir.join("frontend");
+    let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
+    fe.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--exit-on-fin",
+        "true",
+        "--resume",
+        "false",
+    ])
+    .args(["--out".to_string(), args.out.display().to_string()])
+    .args(["--streams", &args.filters.join(",")])
+    .args(
+        args.filter_params
+            .iter()
+            .flat_map(|p| ["--stream-params", p.as_str()]),
+    )
+    .args(["--stream-timeout-ms", &args.timeout_ms.to_string()])
+    .args(["--ready-file".to_string(), fe_ready.display().to_string()])
+    .args(security.iter().cloned());
+    if let Some(c) = &creds {
+        fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
+    }
+    daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
+    let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
+    let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
+    let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
+
+    let socket = socket_dir.join("agent.sock");
+    let mut agent = Launch::new(bin_dir.join("canopy-agent"));
+    agent
+        .args(security.iter().cloned())
+        .args(["--node-id", "agent", "--parent", &fe_addr])
+        .args(["--socket".to_string(), socket.display().to_string()]);
+    daemons.push(spawn("agent", Kind::Agent, agent, logs)?);
+    wait_socket(&socket, &mut daemons[1]).await?;
+
+    let watch = match &creds {
+        Some(c) => format!("canopy watch --frontend {fe_addr} --tls-dir {}", c.dir.display()),
+        None => format!("canopy watch --frontend {fe_addr} --insecure"),
+    };
+    println!("canopy run: front-end {fe_addr}, store {}", store.display());
+    println!("  watch it: {watch}");
+    println!("  logs      {}", logs.display());
+
+    let mut env = vec![("CANOPY_AGENT_SOCKET".to_string(), socket.display().to_string())];
+    if let Some(lib) = wrapper {
+        let preload = match std::env::var("LD_PRELOAD") {
+            Ok(before) if !before.is_empty() => format!("{before}:{}", lib.display()),
+            _ => lib.display().to_string(),
+        };
+        env.push(("LD_PRELOAD".to_string(), preload));
+    }
+    if let Some(app) = &args.app {
+        env.push(("CANOPY_APP".to_string(), app.clone()));
+    }
+    // The user's own settings for the ranks (CANOPY_MPI_DUMP_ON, CANOPY_QUEUE_DUMPS...) reach them too: Open
+    // MPI passes on only what it is told to.
+    for (name, value) in std::env::vars() {
+        if name.starts_with("CANOPY_") && !env.iter().any(|(n, _)| *n == name) {
+            env.push((name, value));
+        }
+    }
+    let (line, own_env) = launcher.command_line(&args.command, &env);
+    let mut program = Command::new(&line[0]);
+    program.args(&line[1..]).envs(own_env).kill_on_drop(true);
+    let mut child = program
+        .spawn()
+        .with_context(|| format!("cannot start {}", line[0]))?;
+    // Ctrl-C reaches the program, in the terminal's process group, and ends it; the tree (in groups of its own)
+    // is finished here afterwards.
+    let status = tokio::select! {
+        status = child.wait() => status?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("canopy run: interrupted; waiting for the program to end");
+            child.wait().await?
+        }
+    };
+    // Every rank said FIN: the front-end ends the run on its own. Ranks that died without one (or a program that
+    // never reported) are waited for a few seconds, then the front-end drains the tree: what the agent holds
+    // is stored, and its rounds close with the ranks counted.
+    if daemons[0].wait_reaped(FIN_WAIT).await.is_none() {
+        signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
+        daemons[0].wait_reaped(Duration::from_secs(30)).await;
+    }
+    Ok((status, store))
+}
+
+/// How long the front-end is given, once the program has ended, to end the run on the ranks' FINs.
+const FIN_WAIT: Duration = Duration::from_secs(3);
+
+/// Waits for the agent's socket; the agent's last log lines if it exits first.
+async fn wait_socket(socket: &Path, agent: &mut Daemon) -> anyhow::Result<()> {
+    for _ in 0..1000 {
+        if socket.exists() {
+            return Ok(());
+        }
+        if let Some(status) = agent.child.try_wait()? {
+            let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "the agent exited with {status} before its socket was there:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("the agent's socket {} was not there after 20 s", socket.display())
+}
+
+/// How the program ended, in words.
+fn ended(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+/// The program's status as `canopy run`'s own: its code, or 128 + the signal that ended it, as a shell says.
+fn exit_code(status: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_launcher_passes_the_environment_its_own_way() {
+        let env = vec![
+            ("CANOPY_AGENT_SOCKET".to_string(), "/tmp/a.sock".to_string()),
+            ("LD_PRELOAD".to_string(), "/lib/libcanopy_mpi.so".to_string()),
+        ];
+        let cmd = strings(&["mpirun", "-np", "8", "./app"]);
+        let (line, own) = Launcher::OpenMpi.command_line(&cmd, &env);
+        assert_eq!(
+            line,
+            strings(&[
+                "mpirun",
+                "-x",
+                "CANOPY_AGENT_SOCKET=/tmp/a.sock",
+                "-x",
+                "LD_PRELOAD=/lib/libcanopy_mpi.so",
+                "-np",
+                "8",
+                "./app"
+            ])
+        );
+        assert!(own.is_empty(), "the launcher itself must not load the wrapper");
+        let (line, _) = Launcher::Hydra.command_line(&cmd, &env);
+        assert_eq!(
+            line[..7],
+            strings(&[
+                "mpirun",
+                "-genv",
+                "CANOPY_AGENT_SOCKET",
+                "/tmp/a.sock",
+                "-genv",
+                "LD_PRELOAD",
+                "/lib/libcanopy_mpi.so"
+            ])[..]
+        );
+        let (line, _) = Launcher::Srun.command_line(&strings(&["srun", "-n", "8", "./app"]), &env);
+        assert_eq!(
+            line[1],
+            "--export=ALL,CANOPY_AGENT_SOCKET=/tmp/a.sock,LD_PRELOAD=/lib/libcanopy_mpi.so"
+        );
+        let (line, own) = Launcher::Plain.command_line(&strings(&["./app", "x"]), &env);
+        assert_eq!((line, own), (strings(&["./app", "x"]), env));
+    }
+
+    #[test]
+    fn the_version_text_tells_hydra_from_open_mpi() {
+        assert_eq!(Launcher::of_version("mpirun (Open MPI) 4.1.6"), Launcher::OpenMpi);
+        assert_eq!(
+            Launcher::of_version("HYDRA build details:\n    Version: 4.2.0"),
+            Launcher::Hydra
+        );
+        assert_eq!(
+            Launcher::of_version("Intel(R) MPI Library for Linux"),
+            Launcher::Hydra
+        );
+        assert_eq!(Launcher::of("srun"), Launcher::Srun);
+        assert_eq!(Launcher::of("/opt/x/bin/prterun"), Launcher::OpenMpi);
+        assert_eq!(Launcher::of("./lulesh2.0"), Launcher::Plain);
+    }
+
+    #[test]
+    fn a_signal_ends_with_128_and_its_number() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), ExitCode::from(3));
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), ExitCode::from(137));
+    }
+}
