@@ -146,7 +146,7 @@ impl Store {
     }
 
     /// Ends the run: a row for every round between a stream's first and last that no rank delivered (see
-    /// [`rounds::fill_dropped_rounds`]), `meta.ended_unix_ns` (so a front-end started later begins a new run
+    /// [`rounds::fill_dropped_rounds`]), the streams still open closed, `meta.ended_unix_ns` (so a front-end started later begins a new run
     /// rather than continuing this one) and the indexes of per-rank series, built once over the finished tables.
     pub fn end_run(&mut self, at_unix_ns: i64) -> Result<(), StoreError> {
         let filled = self.in_transaction(rounds::fill_dropped_rounds)?;
@@ -158,6 +158,14 @@ impl Store {
         }
         self.conn
             .execute_batch(schema::SERIES_INDEXES)
+            .map_err(self.sqlite())?;
+        // A stream still open when the run ends ended with it.
+        self.conn
+            .execute(
+                "UPDATE streams SET state = 'closed', closed_unix_ns = COALESCE(closed_unix_ns, ?1)
+                 WHERE state = 'open'",
+                params![at_unix_ns],
+            )
             .map_err(self.sqlite())?;
         self.set_meta(ENDED, &at_unix_ns.to_string())
     }

@@ -409,6 +409,17 @@ fn series_are_indexed_by_event_and_by_rank_when_the_run_ends() {
         table(&conn, &format!("SELECT value FROM meta WHERE key = '{ENDED}'")),
         ["1700000000000000000"]
     );
+    // The streams still open ended with the run.
+    assert_eq!(
+        one_i64(&conn, "SELECT count(*) FROM streams WHERE state = 'open'"),
+        0
+    );
+    assert!(
+        one_i64(
+            &conn,
+            "SELECT count(*) FROM streams WHERE state = 'closed' AND closed_unix_ns > 0"
+        ) > 0
+    );
     assert_eq!(
         table(
             &conn,
