@@ -66,7 +66,8 @@ pub fn top_ids(rows: impl Iterator<Item = (u64, f64)>, n: usize) -> Vec<u64> {
     top_keys(rows, n)
 }
 
-/// The `n` keys with the largest `weight` summed over their rows, largest first (ties: smaller key first).
+/// The `n` keys with the largest `weight` summed over their rows, largest first (ties: smaller key first); none
+/// whose weights sum to zero.
 fn top_keys<K: Ord + std::hash::Hash + Clone>(rows: impl Iterator<Item = (K, f64)>, n: usize) -> Vec<K> {
     let mut totals: HashMap<K, f64> = HashMap::new();
     for (key, weight) in rows {
@@ -74,7 +75,8 @@ fn top_keys<K: Ord + std::hash::Hash + Clone>(rows: impl Iterator<Item = (K, f64
             *totals.entry(key).or_default() += weight;
         }
     }
-    let mut ranked: Vec<(K, f64)> = totals.into_iter().collect();
+    // A series that stays zero (a byte counter of a call that moves none) says nothing.
+    let mut ranked: Vec<(K, f64)> = totals.into_iter().filter(|(_, w)| *w != 0.0).collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     ranked.into_iter().take(n).map(|(key, _)| key).collect()
 }
@@ -147,6 +149,38 @@ pub fn bands(rows: &[StatRow], metric: Metric, series: &[Series], names: &Names)
                 _ => names.of(*id),
             };
             Band { label, points }
+        })
+        .collect()
+}
+
+/// Seconds between the first dumps of consecutive rounds: the time an iteration took, when the ranks dump once
+/// per iteration (the MPI wrapper's `CANOPY_MPI_DUMP_ON`, the SDK's `canopy_dump`). A round after a gap, or
+/// without a time, has none.
+pub fn round_durations(rounds: &[canopy_store::RoundRow]) -> Vec<(u64, f64)> {
+    rounds
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (w[0].first_dump_unix_ns?, w[1].first_dump_unix_ns?);
+            (w[1].round == w[0].round + 1 && b >= a).then(|| (w[1].round, (b - a) as f64 / 1e9))
+        })
+        .collect()
+}
+
+/// Per round, the share (%) of its duration a rank spent in MPI on average: the mean exclusive time of every
+/// `MPI_` event over the round's duration, at most 100.
+pub fn mpi_share(rows: &[StatRow], names: &Names, durations: &[(u64, f64)]) -> Vec<(u64, f64)> {
+    let mut in_mpi: BTreeMap<u64, f64> = BTreeMap::new();
+    for r in plain_stats(rows, Metric::Exclusive) {
+        if r.app.is_none() && names.of(r.id).starts_with("MPI_") {
+            *in_mpi.entry(r.round).or_default() += r.mean.filter(|m| m.is_finite()).unwrap_or(0.0);
+        }
+    }
+    durations
+        .iter()
+        .filter(|(_, secs)| *secs > 0.0)
+        .filter_map(|(round, secs)| {
+            let us = in_mpi.get(round)?;
+            Some((*round, (us / (secs * 1e6) * 100.0).min(100.0)))
         })
         .collect()
 }
@@ -381,6 +415,58 @@ mod tests {
         late.late = true;
         let rows = [rows, vec![other, classed, late]].concat();
         assert_eq!(top_stats_events(&rows, Metric::Exclusive, 3), series(&[1, 2, 3]));
+    }
+
+    #[test]
+    fn series_that_stay_zero_are_not_top_events() {
+        let rows = vec![
+            stat(0, 1, 0.0, 0.0, 0.0),
+            stat(1, 1, 0.0, 0.0, 0.0),
+            stat(0, 2, 3.0, 1.0, 5.0),
+        ];
+        assert_eq!(top_stats_events(&rows, Metric::Exclusive, 8), series(&[2]));
+    }
+
+    #[test]
+    fn a_rounds_duration_is_the_time_between_first_dumps_and_mpi_its_share() {
+        let round = |round: u64, at_ms: Option<u64>| canopy_store::RoundRow {
+            stream_id: 1,
+            stream: "stats".into(),
+            round,
+            covered: 1,
+            expected: 1,
+            missing: Default::default(),
+            missing_reason: None,
+            late_ranks: 0,
+            result_bytes: 0,
+            pieces: 1,
+            first_dump_unix_ns: at_ms.map(|ms| ms * 1_000_000),
+            closed_unix_ns: None,
+        };
+        // Round 3 is missing: round 4 has no duration; round 6 has no time.
+        let rounds = [
+            round(0, Some(1000)),
+            round(1, Some(1500)),
+            round(2, Some(2500)),
+            round(4, Some(9000)),
+            round(5, Some(9100)),
+            round(6, None),
+        ];
+        let d = round_durations(&rounds);
+        assert_eq!(d, vec![(1, 0.5), (2, 1.0), (5, 0.1)]);
+        let names = Names::new(vec![
+            (1, "MPI_Allreduce".into()),
+            (2, "MPI_Send".into()),
+            (3, "solve".into()),
+        ]);
+        // Round 1: 100 ms + 150 ms of MPI in 500 ms; round 2: 2 s of MPI in 1 s is at most 100%.
+        let rows = vec![
+            stat(1, 1, 100_000.0, 0.0, 0.0),
+            stat(1, 2, 150_000.0, 0.0, 0.0),
+            stat(1, 3, 999_000.0, 0.0, 0.0),
+            stat(2, 1, 2_000_000.0, 0.0, 0.0),
+        ];
+        assert_eq!(mpi_share(&rows, &names, &d), vec![(1, 50.0), (2, 100.0)]);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod utilization;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use canopy_proto::filters::v1::Metric;
 use canopy_store::{StoreReader, StreamRow};
 
 use crate::run_store;
@@ -48,6 +49,24 @@ pub struct ReportArgs {
     /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
     #[arg(long, default_value_t = DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
     top: u16,
+    /// The metric of the stats figures: calls, inclusive, exclusive, or any metric the stats table holds
+    /// (task_clock_exclusive, ...). Default: exclusive time where the stream has it.
+    #[arg(long, value_parser = parse_metric)]
+    metric: Option<Metric>,
+}
+
+fn parse_metric(word: &str) -> Result<Metric, String> {
+    use canopy_store::Word;
+    Metric::from_word(word)
+        .filter(|m| *m != Metric::Unspecified)
+        .ok_or_else(|| {
+            let words: Vec<&str> = Metric::WORDS
+                .iter()
+                .filter(|(m, _)| *m != Metric::Unspecified)
+                .map(|(_, w)| *w)
+                .collect();
+            format!("no metric {word:?}; the metrics: {}", words.join(", "))
+        })
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +80,8 @@ pub struct Context<'a> {
     pub reader: &'a StoreReader,
     pub names: Names,
     pub top: usize,
+    /// The metric asked for (`--metric`), where a stream has it.
+    pub metric: Option<Metric>,
 }
 
 /// A part of the report: a heading, a line saying what it shows and where from, facts and figures.
@@ -142,6 +163,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         names: Names::new(reader.names()?),
         reader: &reader,
         top: usize::from(args.top),
+        metric: args.metric,
     };
     let sections = sections(&ctx)?;
     match args.format {
@@ -182,6 +204,7 @@ pub fn html_beside_store(run: &Path) -> anyhow::Result<PathBuf> {
         names: Names::new(reader.names()?),
         reader: &reader,
         top: DEFAULT_TOP,
+        metric: None,
     };
     let sections = sections(&ctx)?;
     let out = beside(reader.path(), "html");

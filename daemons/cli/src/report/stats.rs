@@ -3,9 +3,14 @@
 
 use canopy_store::{Select, StreamRow, Word};
 
-use super::data::{bands, display_unit, metric_label, plain_stats, time_metric, top_stats_events};
-use super::plot::{Chart, Figure};
+use super::data::{
+    bands, display_unit, metric_label, mpi_share, plain_stats, round_durations, time_metric, top_stats_events,
+};
+use super::plot::{Chart, Figure, Line};
 use super::{Context, Section};
+
+/// Rounds a stream needs before its first is taken for start-up and left out of its figure.
+const STEADY_AFTER: usize = 3;
 
 pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section> {
     let rows = ctx.reader.stats(Select::all().stream(stream.stream_id))?;
@@ -19,9 +24,27 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         ),
         ..Section::default()
     };
-    let Some(metric) = time_metric(rows.iter().map(|r| &r.metric)) else {
+    let asked = ctx.metric.filter(|m| rows.iter().any(|r| r.metric == *m));
+    let Some(metric) = asked.or_else(|| time_metric(rows.iter().map(|r| &r.metric))) else {
         section.facts.push(("rows".into(), "none stored".into()));
         return Ok(section);
+    };
+    if let Some(m) = ctx.metric.filter(|m| *m != metric) {
+        section
+            .facts
+            .push(("--metric".into(), format!("{} is not in this stream", m.word())));
+    }
+    // The first round holds the start-up (MPI_Init, reading the input): ranked and drawn with the rest, it sets
+    // the scale and squashes every iteration. With rounds enough to tell, it is left out of the figure.
+    let rounds: std::collections::BTreeSet<u64> = plain_stats(&rows, metric).map(|r| r.round).collect();
+    let rows = match rounds.first() {
+        Some(&first) if rounds.len() >= STEADY_AFTER => {
+            section
+                .facts
+                .push(("start-up".into(), format!("round {first} left out of the figure")));
+            rows.into_iter().filter(|r| r.round != first).collect()
+        }
+        _ => rows,
     };
     let top = top_stats_events(&rows, metric, ctx.top);
     let events = plain_stats(&rows, metric)
@@ -44,5 +67,38 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         y_label: format!("{} per rank ({})", metric_label(metric), display_unit(metric)),
         chart: Chart::Bands(bands(&rows, metric, &top, &ctx.names)),
     });
+    // How time per iteration evolves, and how much of it is MPI.
+    let rounds = ctx.reader.rounds(Select::all().stream(stream.stream_id))?;
+    let durations = round_durations(&rounds);
+    if durations.len() >= 2 {
+        let points = |v: &[(u64, f64)]| v.iter().map(|(r, y)| (*r as f64, *y)).collect();
+        section.figures.push(Figure {
+            id: format!("iterations:{}", stream.name),
+            title: format!("{}: time per round (between the ranks' first dumps)", stream.name),
+            x_label: "round".into(),
+            y_label: "seconds".into(),
+            chart: Chart::Lines(vec![Line {
+                label: "time per round".into(),
+                points: points(&durations),
+            }]),
+        });
+        let share = mpi_share(&rows, &ctx.names, &durations);
+        if !share.is_empty() {
+            let mean = share.iter().map(|(_, s)| s).sum::<f64>() / share.len() as f64;
+            section
+                .facts
+                .push(("time in MPI".into(), format!("{mean:.1}% of a round, on average")));
+            section.figures.push(Figure {
+                id: format!("mpi-share:{}", stream.name),
+                title: format!("{}: share of each round a rank spends in MPI (mean)", stream.name),
+                x_label: "round".into(),
+                y_label: "% of the round".into(),
+                chart: Chart::Lines(vec![Line {
+                    label: "MPI".into(),
+                    points: points(&share),
+                }]),
+            });
+        }
+    }
     Ok(section)
 }
