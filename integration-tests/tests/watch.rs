@@ -416,6 +416,48 @@ async fn canopy_watch_json_lines_parse_and_name_their_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canopy_watch_ends_with_the_runs_last_rounds_and_its_store_when_the_run_ends() {
+    let tree = TreeBuilder {
+        agents: 2,
+        fanout: 2,
+        ranks: 8,
+        rounds: 40,
+        period_ms: 50,
+        streams: vec!["stats".into()],
+        exit_on_fin: true,
+        ..TreeBuilder::default()
+    }
+    .start()
+    .await;
+    let out = tokio::process::Command::new(bin_dir().join("canopy"))
+        .args([
+            "watch",
+            "--insecure",
+            "--plain",
+            "--frontend",
+            &tree.frontend_addr,
+        ])
+        .output()
+        .await
+        .expect("canopy runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "canopy watch: the run ended; stats round 39 coverage 8/8; store {0} (canopy report {0})",
+            tree.store.display()
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canopy_watch_says_in_one_line_that_the_frontend_is_unreachable() {
     let out = tokio::process::Command::new(bin_dir().join("canopy"))
         .args(["watch", "--insecure", "--frontend", "127.0.0.1:1"])

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::watch::table::{label, several_apps};
 use anyhow::Context;
 use canopy_proto::filters::v1::{
-    ClassResult, EventStats, HistogramResult, Metric, NodeSamples, RankRange, StatsResult,
+    ClassResult, EventStats, HistogramResult, Metric, NodeSamples, OutliersResult, RankRange, StatsResult,
 };
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
@@ -667,6 +667,63 @@ fn ranges(ranges: &[RankRange]) -> String {
 
 /// A node stream's round: a line per node (the first `top`), CPU shares in percent, memory used, and network and
 /// disk traffic in MB/s over the sample's interval; `-` where the node's agent did not sample.
+/// The events of an outlier that weigh most in its score, most first: `MPI_Wait +4.1σ`.
+fn drivers(o: &canopy_proto::filters::v1::Outlier, names: &HashMap<u64, String>, n: usize) -> String {
+    let mut events: Vec<_> = o.events.iter().collect();
+    events.sort_by(|a, b| b.contribution.total_cmp(&a.contribution));
+    events
+        .iter()
+        .take(n)
+        .map(|e| {
+            let sigmas = if e.std > 0.0 {
+                (e.value - e.mean) / e.std
+            } else {
+                0.0
+            };
+            format!("{} {sigmas:+.1}σ", name_of(names, e.id))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The outliers stream's latest round as a table: per group of ranks scored together, its top ranks by score
+/// with the events that drive each, at most `top` rows a group, each row within 80 columns.
+fn outliers_table(r: &OutliersResult, names: &HashMap<u64, String>, top: usize) -> String {
+    let mut out = format!(
+        "  scored over {} ({} events), within {}\n",
+        metric_word(r.metric),
+        if r.events.is_empty() {
+            "all"
+        } else {
+            r.events.as_str()
+        },
+        if r.within.is_empty() {
+            "all"
+        } else {
+            r.within.as_str()
+        }
+    );
+    for g in &r.groups {
+        let who = match (g.app.as_str(), g.example_event.as_str()) {
+            ("", "") => "all ranks".to_string(),
+            (app, "") => app.to_string(),
+            ("", ex) => format!("class of {ex}"),
+            (app, ex) => format!("{app}, class of {ex}"),
+        };
+        out.push_str(&format!("  {who}: {} ranks, top {}\n", g.ranks, g.top.len()));
+        out.push_str("    rank   score  driven by\n");
+        for o in g.top.iter().take(top) {
+            let mut line = format!("    {:>4} {:>7.2}  {}", o.rank, o.score, drivers(o, names, 3));
+            if line.chars().count() > 79 {
+                line = line.chars().take(78).collect::<String>() + "…";
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn nodes_table(r: &NodeSamples, top: usize) -> String {
     let mut out = format!(
         "  {:<20} {:<14} {:>5} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}\n",
@@ -803,6 +860,10 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
         if let Ok(r) = NodeSamples::decode(payload) {
             out.push_str(&nodes_table(&r, top));
         }
+    } else if type_url.ends_with("OutliersResult") {
+        if let Ok(r) = OutliersResult::decode(payload) {
+            out.push_str(&outliers_table(&r, names, top));
+        }
     } else {
         out.push_str(&format!(
             "  {} bytes of {}\n",
@@ -825,6 +886,56 @@ fn on_off(s: &str) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_outliers_stream_is_a_table_of_ranks_scores_and_the_events_that_drive_them() {
+        use canopy_proto::filters::v1::{Outlier, OutlierEvent, OutlierGroup};
+        let event = |id, value, contribution| OutlierEvent {
+            id,
+            value,
+            mean: 10.0,
+            std: 2.0,
+            contribution,
+        };
+        let r = OutliersResult {
+            groups: vec![OutlierGroup {
+                ranks: 64,
+                keep: 2,
+                top: vec![
+                    Outlier {
+                        app: "lulesh".into(),
+                        rank: 17,
+                        score: 5.5,
+                        events: vec![event(1, 12.0, 1.0), event(2, 19.0, 4.5)],
+                    },
+                    Outlier {
+                        app: "lulesh".into(),
+                        rank: 3,
+                        score: 2.0,
+                        events: vec![event(1, 6.0, 2.0)],
+                    },
+                ],
+                app: "lulesh".into(),
+                ..Default::default()
+            }],
+            within: "all".into(),
+            metric: Metric::Exclusive as i32,
+            ..Default::default()
+        };
+        let names: HashMap<u64, String> =
+            [(1, "MPI_Allreduce".to_string()), (2, "MPI_Wait".to_string())].into();
+        let text = outliers_table(&r, &names, 8);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "  lulesh: 64 ranks, top 2", "{text}");
+        assert_eq!(
+            lines[3], "      17    5.50  MPI_Wait +4.5σ, MPI_Allreduce +1.0σ",
+            "{text}"
+        );
+        assert_eq!(lines[4], "       3    2.00  MPI_Allreduce -2.0σ", "{text}");
+        assert!(text.lines().all(|l| l.chars().count() < 80));
+        // One row a group with --top 1.
+        assert_eq!(outliers_table(&r, &names, 1).lines().count(), 4);
+    }
     use canopy_proto::filters::v1::Summary;
     use canopy_proto::filters::v1::{CpuSample, MemorySample, NetworkSample, NodeSample};
     fn row(id: u64, metric: Metric, mean: f64) -> EventStats {

@@ -889,6 +889,7 @@ impl Frontend for FrontendApi {
         Ok(Response::new(TopologyResponse {
             nodes: self.topology_nodes().await?,
             run_started_unix_ns: started.and_then(|s| s.parse().ok()).unwrap_or(0),
+            store_path: self.store.display().to_string(),
         }))
     }
 

@@ -124,6 +124,28 @@ fn header_of(u: &RoundUpdate) -> String {
 }
 
 impl Screens {
+    /// The line a watch leaves when the run ended: each stream's last round and coverage, and the store.
+    fn summary(&self, store: &str) -> String {
+        let streams: Vec<String> = self
+            .streams
+            .iter()
+            .map(|(name, s)| {
+                format!(
+                    "{name} round {} coverage {}/{}",
+                    s.status.round, s.status.covered, s.status.expected
+                )
+            })
+            .collect();
+        let mut line = "canopy watch: the run ended".to_string();
+        if !streams.is_empty() {
+            line.push_str(&format!("; {}", streams.join(", ")));
+        }
+        if !store.is_empty() {
+            line.push_str(&format!("; store {store} (canopy report {store})"));
+        }
+        line
+    }
+
     fn new(frontend: &str, top: usize) -> Screens {
         Screens {
             streams: BTreeMap::new(),
@@ -518,6 +540,12 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
+    // Said when the run ends, after the front-end is gone.
+    let store = api
+        .topology(TopologyRequest {})
+        .await
+        .map(|t| t.into_inner().store_path)
+        .unwrap_or_default();
     let mut screens = Screens::new(&target.frontend, args.top);
     let (events_tx, mut events) = tokio::sync::mpsc::channel::<Event>(64);
     // The terminal is taken once the front-end has answered, so that failing to reach it is one plain line.
@@ -535,13 +563,23 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     let mut seen = 0u64;
     // The round after the newest seen: where a subscription made again after a lost front-end starts.
     let mut next_round = 0u64;
+    let mut ended = false;
     loop {
         tokio::select! {
             u = updates.message() => {
                 let u = match u {
                     Ok(Some(u)) => u,
-                    // The run ended: the front-end closed the subscription.
-                    Ok(None) => break,
+                    // The run ended: the front-end closed the subscription. A full-screen watch keeps its last
+                    // screen until a key leaves it.
+                    Ok(None) => {
+                        ended = true;
+                        if let Some(t) = tui.as_mut() {
+                            screens.header.notice = Some("the run ended: q leaves".into());
+                            t.terminal.draw(|f| screens.draw(f, &names))?;
+                            let _ = quit_key(&mut events).await;
+                        }
+                        break;
+                    }
                     Err(status) if lost_front_end(&status) => {
                         let said = status_error(status);
                         let notice = format!("front-end lost ({said}); reconnecting");
@@ -583,6 +621,7 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
                     screens.update(&u, &names);
                     t.terminal.draw(|f| screens.draw(f, &names))?;
                 } else {
+                    screens.update(&u, &names);
                     print_plain(&u, &names, args.top);
                 }
                 if args.updates > 0 && seen >= args.updates {
@@ -621,6 +660,9 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
         }
     }
     drop(tui);
+    if ended && !target.json {
+        println!("{}", screens.summary(&store));
+    }
     Ok(())
 }
 

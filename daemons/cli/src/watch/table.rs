@@ -179,7 +179,16 @@ pub fn stats_lines(
         mark(SortBy::Mean, "mean"),
         mark(SortBy::Min, "min"),
     ];
-    let mut cols = vec![col(0, 0, 0), col(6, 3, 3), col(11, 0, 0), col(11, 2, 4)];
+    // The ranks holding the extremes outrank the spread: at 80 columns they are what shows where the
+    // imbalance is.
+    head.push("min@rank".to_string());
+    let mut cols = vec![
+        col(0, 0, 0),
+        col(6, 3, 3),
+        col(11, 0, 0),
+        col(11, 2, 4),
+        col(8, 2, 4),
+    ];
     let with_app = several_apps(stats);
     if with_app {
         head.insert(1, "app".to_string());
@@ -191,19 +200,23 @@ pub fn stats_lines(
     }
     head.extend([
         mark(SortBy::Max, "max"),
-        mark(SortBy::Std, "std"),
         "max@rank".to_string(),
+        mark(SortBy::Std, "std"),
     ]);
-    cols.extend([col(11, 1, 1), col(11, 4, 5), col(8, 5, 6)]);
+    cols.extend([col(11, 1, 1), col(8, 1, 1), col(11, 4, 5)]);
     let body: Vec<Vec<String>> = rows
         .into_iter()
         .map(|s| {
             let sum = s.summary.clone().unwrap_or_default();
+            let rank_of = |r: &Option<canopy_proto::filters::v1::RankRef>| {
+                r.as_ref().map(|r| r.rank.to_string()).unwrap_or_default()
+            };
             let mut cells = vec![
                 name_of(names, s.id),
                 sum.count.to_string(),
                 number(sum.mean, 11),
                 number(sum.min, 11),
+                rank_of(&sum.min_rank),
             ];
             if with_app {
                 cells.insert(1, s.app.clone());
@@ -211,11 +224,7 @@ pub fn stats_lines(
             for &(q, _) in &shown {
                 cells.push(quantile(s, q).map(|v| number(v, 11)).unwrap_or_default());
             }
-            cells.extend([
-                number(sum.max, 11),
-                number(sum.std, 11),
-                sum.max_rank.map(|r| r.rank.to_string()).unwrap_or_default(),
-            ]);
+            cells.extend([number(sum.max, 11), rank_of(&sum.max_rank), number(sum.std, 11)]);
             cells
         })
         .collect();
@@ -430,6 +439,12 @@ mod tests {
         }
         let narrow = stats_lines(&s, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
         assert!(narrow.rows[0].contains('…'), "{:?}", narrow.rows);
+        // At 80 columns the ranks holding the extremes stay.
+        assert!(
+            narrow.header.contains("min@rank") && narrow.header.contains("max@rank"),
+            "{}",
+            narrow.header
+        );
         let wide = stats_lines(&s, &n, Metric::Exclusive as i32, SortBy::Max, 200, 10);
         assert!(
             wide.header.contains("max@rank") && wide.header.contains("max↓"),
@@ -469,7 +484,7 @@ mod tests {
             assert!(allreduce.iter().any(|r| r.contains("simulat…")), "{allreduce:?}");
             assert!(allreduce.iter().any(|r| r.contains("analysis")), "{allreduce:?}");
         }
-        // With quantiles, p50 and p99 still fit beside the application at 80 columns.
+        // With quantiles, p50 still fits beside the application and the rank of the max at 80 columns.
         for r in &mut two {
             r.quantiles = [(0.5, 1.0), (0.99, 2.0)]
                 .map(|(q, value)| canopy_proto::filters::v1::Quantile { q, value })
@@ -477,7 +492,7 @@ mod tests {
         }
         let t = stats_lines(&two, &n, Metric::Exclusive as i32, SortBy::Mean, 80, 10);
         let words: Vec<&str> = t.header.split_whitespace().collect();
-        for label in ["app", "mean↓", "p50", "p99", "max"] {
+        for label in ["app", "mean↓", "p50", "max", "max@rank"] {
             assert!(words.contains(&label), "{label}: {}", t.header);
         }
         for l in std::iter::once(&t.header).chain(&t.rows) {
@@ -486,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_show_as_p50_and_p99_in_place_of_min_and_std_at_80_columns() {
+    fn quantiles_show_as_p50_and_p99_in_place_of_min_and_std_at_80_columns_beside_the_rank_of_the_max() {
         let qs = |p50: f64, p99: f64| {
             [(0.5, p50), (0.9, p50 + 1.0), (0.99, p99)]
                 .map(|(q, value)| canopy_proto::filters::v1::Quantile { q, value })
@@ -504,7 +519,7 @@ mod tests {
         let words: Vec<&str> = t.header.split_whitespace().collect();
         assert_eq!(
             words[words.len() - 5..],
-            ["ranks", "mean↓", "p50", "p99", "max"],
+            ["mean↓", "p50", "p99", "max", "max@rank"],
             "{}",
             t.header
         );
