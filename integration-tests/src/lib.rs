@@ -276,9 +276,9 @@ impl TreeBuilder {
         }
     }
 
-    /// Every node's filter path: the build's plugins, then the extra directories.
+    /// Every node's filter path: the build's plugins, the test plugins, then the extra directories.
     pub fn filter_path(&self) -> Vec<PathBuf> {
-        let mut path = vec![plugin_dir()];
+        let mut path = vec![plugin_dir(), test_plugin_dir()];
         path.extend(self.extra_filter_dirs.iter().cloned());
         path
     }
@@ -414,6 +414,27 @@ pub fn read_rounds(store: &Path) -> Vec<RoundRow> {
 
 /// The directory of the built filter plugins: beside the running executable (a binary such as the bench), or
 /// one up from it (a test executable in `target/debug/deps`).
+/// A directory where the build's test plugins (`libcanopy_testfilter_NAME.so`, which no daemon finds on its
+/// own, so a release build never offers them) are filters (`libcanopy_filter_NAME.so`, a link to each).
+pub fn test_plugin_dir() -> PathBuf {
+    let built = plugin_dir();
+    let dir = built.join("test-filters");
+    std::fs::create_dir_all(&dir).expect("test filter directory");
+    for entry in std::fs::read_dir(&built).expect("plugin directory").flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if let Some(name) = file.strip_prefix("libcanopy_testfilter_") {
+            let link = dir.join(format!("libcanopy_filter_{name}"));
+            // Tests make it at once, side by side: one made it first.
+            match std::os::unix::fs::symlink(entry.path(), &link) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => panic!("cannot link {}: {e}", link.display()),
+            }
+        }
+    }
+    dir
+}
+
 pub fn plugin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let here = exe.parent().expect("executable dir").to_path_buf();
