@@ -351,6 +351,16 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
     let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
     let report = PathBuf::from(&store).with_extension("html");
     assert!(report.is_file(), "no report beside {store}:\n{stdout}");
+    // Up to 1,024 ranks each rank's profile is kept: the report has the per-rank view, and time per round.
+    let html = std::fs::read_to_string(&report).unwrap();
+    for part in [
+        "Per rank: passthrough",
+        "most in MPI_",
+        "time per round",
+        "time in MPI",
+    ] {
+        assert!(html.contains(part), "{part} is not in the report");
+    }
     assert_stencil_monitored(Path::new(&store), &stdout, 30);
 }
 

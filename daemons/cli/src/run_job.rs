@@ -19,8 +19,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "canopy-out")]
     out: PathBuf,
     /// Filters to run as streams over the program's ranks, comma-separated.
-    #[arg(long, default_value = "stats", value_delimiter = ',')]
+    #[arg(long, default_value = "stats,outliers", value_delimiter = ',')]
     filters: Vec<String>,
+    /// Keep each rank's own profile every round (a passthrough stream, the per-rank views of canopy watch and
+    /// canopy report) when the launcher starts at most this many ranks (0: never).
+    #[arg(long, default_value_t = 1024, value_name = "RANKS")]
+    per_rank_up_to: u32,
     /// A filter's parameters, NAME=JSON (repeatable).
     #[arg(long = "filter-params", value_name = "NAME=JSON")]
     filter_params: Vec<String>,
@@ -63,15 +67,10 @@ pub enum Launcher {
 impl Launcher {
     /// The launcher `program` is, asking an `mpirun` or `mpiexec` for its version.
     pub fn of(program: &str) -> Launcher {
-        let name = Path::new(program)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match name.as_str() {
-            "srun" => Launcher::Srun,
-            "orterun" | "prterun" | "prun" => Launcher::OpenMpi,
-            "mpiexec.hydra" => Launcher::Hydra,
-            n if n.starts_with("mpirun") || n.starts_with("mpiexec") => {
+        match Launcher::of_name(program) {
+            None => Launcher::Plain,
+            Some(Some(known)) => known,
+            Some(None) => {
                 let out = std::process::Command::new(program).arg("--version").output();
                 let text = out
                     .map(|o| {
@@ -84,7 +83,22 @@ impl Launcher {
                     .unwrap_or_default();
                 Launcher::of_version(&text)
             }
-            _ => Launcher::Plain,
+        }
+    }
+
+    /// Whether `program` is a launcher by its name: `None` if not, `Some(None)` for an `mpirun` or `mpiexec`
+    /// whose family its `--version` tells.
+    fn of_name(program: &str) -> Option<Option<Launcher>> {
+        let name = Path::new(program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match name.as_str() {
+            "srun" => Some(Some(Launcher::Srun)),
+            "orterun" | "prterun" | "prun" => Some(Some(Launcher::OpenMpi)),
+            "mpiexec.hydra" => Some(Some(Launcher::Hydra)),
+            n if n.starts_with("mpirun") || n.starts_with("mpiexec") => Some(None),
+            _ => None,
         }
     }
 
@@ -138,7 +152,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(run_job(args))
 }
 
-async fn run_job(args: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let ranks = ranks_asked(&args.command);
+    if ranks.is_some_and(|n| n <= args.per_rank_up_to) && !args.filters.iter().any(|f| f == "passthrough") {
+        args.filters.push("passthrough".into());
+    }
     let bin_dir = binaries_dir()?;
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
     canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
@@ -378,6 +396,26 @@ async fn wait_socket(socket: &Path, agent: &mut Daemon) -> anyhow::Result<()> {
     bail!("the agent's socket {} was not there after 20 s", socket.display())
 }
 
+/// How many ranks a launcher's arguments ask for (`-np 8`, `-n 8`, `--np 8`, `--ntasks=8`...); none for a plain
+/// program, one.
+fn ranks_asked(command: &[String]) -> Option<u32> {
+    if Launcher::of_name(&command[0]).is_none() {
+        return Some(1);
+    }
+    let flags = ["-np", "-n", "--np", "--n", "-c", "--ntasks"];
+    command.iter().enumerate().skip(1).find_map(|(i, arg)| {
+        if let Some((flag, value)) = arg.split_once('=')
+            && flags.contains(&flag)
+        {
+            return value.parse().ok();
+        }
+        flags
+            .contains(&arg.as_str())
+            .then(|| command.get(i + 1)?.parse().ok())
+            .flatten()
+    })
+}
+
 /// How the program ended, in words.
 fn ended(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -464,6 +502,19 @@ mod tests {
         assert_eq!(Launcher::of("srun"), Launcher::Srun);
         assert_eq!(Launcher::of("/opt/x/bin/prterun"), Launcher::OpenMpi);
         assert_eq!(Launcher::of("./lulesh2.0"), Launcher::Plain);
+    }
+
+    #[test]
+    fn the_ranks_a_launcher_is_asked_for_are_read_from_its_arguments() {
+        let asked = |v: &[&str]| ranks_asked(&strings(v));
+        assert_eq!(
+            asked(&["mpirun", "--oversubscribe", "-np", "8", "./app", "-n", "3"]),
+            Some(8)
+        );
+        assert_eq!(asked(&["srun", "--ntasks=64", "./app"]), Some(64));
+        assert_eq!(asked(&["mpiexec", "-n", "4096", "./app"]), Some(4096));
+        assert_eq!(asked(&["mpirun", "./app"]), None);
+        assert_eq!(asked(&["./app", "-n", "9"]), Some(1));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use rounds::{AppRecord, MissingCounts, RoundRecord};
 pub use rows::{
     AppCoverageTotal, ClassRow, ClusterRow, CounterRow, EventMetricRow, HistogramRow, LateArrival,
     LatencyAppRow, LatencyRow, NodeChange, NodeRanksRow, NodeRow, NodeSampleRow, OutlierEventRow, OutlierRow,
-    QuantileRow, ReductionRow, ResultRow, RoundAppRow, RoundCursor, RoundRow, SampleRow, StatRow,
+    QuantileRow, RankTotal, ReductionRow, ResultRow, RoundAppRow, RoundCursor, RoundRow, SampleRow, StatRow,
     StoreSummary, StoredRound, StreamRow, TraceRow, UtilizationRow,
 };
 pub use schema::SCHEMA_VERSION;

@@ -569,6 +569,25 @@ impl StoreReader {
             .map_err(self.sqlite())
     }
 
+    /// Each rank's events summed over a passthrough stream's rounds (late rows aside), in SQL: a long run's
+    /// `samples` is not read row by row. By app, rank and event.
+    pub fn rank_totals(&self, stream_id: u32) -> Result<Vec<RankTotal>, StoreError> {
+        let sql = "SELECT app, rank, event_id, sum(coalesce(calls, 0)), sum(coalesce(incl_us, 0)),
+                          sum(coalesce(excl_us, 0))
+                   FROM samples WHERE stream_id = ?1 AND late = 0
+                   GROUP BY app, rank, event_id ORDER BY app, rank, event_id";
+        self.rows(sql, &[i64::from(stream_id)], |r| {
+            Ok(RankTotal {
+                app: r.get(0)?,
+                rank: r.get(1)?,
+                event_id: id_of(r.get(2)?),
+                calls: u64_at(r, 3)?,
+                incl_us: r.get(4)?,
+                excl_us: r.get(5)?,
+            })
+        })
+    }
+
     /// Rows of `samples`, by stream, round, app, rank, then as stored.
     pub fn samples(&self, select: Select) -> Result<Vec<SampleRow>, StoreError> {
         let (clause, values) = select.clause(true);

@@ -103,6 +103,18 @@ pub struct StoredRound {
     pub payload: Vec<u8>,
 }
 
+/// One rank's event over a passthrough stream's rounds (its rows of `samples` that arrived with their round,
+/// summed): the per-rank view of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankTotal {
+    pub app: String,
+    pub rank: u32,
+    pub event_id: u64,
+    pub calls: u64,
+    pub incl_us: f64,
+    pub excl_us: f64,
+}
+
 /// One row of `samples`: a rank's event in a passthrough round. Metrics the rank's options left out are `None`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleRow {

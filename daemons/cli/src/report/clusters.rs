@@ -54,5 +54,6 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
             y_label: "ranks".into(),
             chart: Chart::Stacked { stack, outline: None },
         }],
+        tables: Vec::new(),
     })
 }

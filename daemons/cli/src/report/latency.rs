@@ -38,6 +38,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         ),
         facts,
         figures: figures(&stream.name, &steps, &apps, &ctx.names),
+        tables: Vec::new(),
     })
 }
 

@@ -11,6 +11,7 @@ mod latency;
 mod nodes;
 mod outliers;
 mod page;
+mod per_rank;
 pub mod plot;
 mod stats;
 mod summary;
@@ -93,7 +94,16 @@ pub struct Section {
     /// What the section shows, and from which table.
     pub intro: String,
     pub facts: Vec<(String, String)>,
+    pub tables: Vec<TextTable>,
     pub figures: Vec<Figure>,
+}
+
+/// A table of text in a section: a caption, a header row and rows of cells.
+#[derive(Debug, Default)]
+pub struct TextTable {
+    pub caption: String,
+    pub head: Vec<String>,
+    pub rows: Vec<Vec<String>>,
 }
 
 /// The kinds of stream the report draws, by the type of their results.
@@ -107,6 +117,7 @@ enum Kind {
     Utilization,
     Outliers,
     Nodes,
+    PerRank,
 }
 
 impl Kind {
@@ -122,6 +133,7 @@ impl Kind {
             "UtilizationResult" => Some(Kind::Utilization),
             "OutliersResult" => Some(Kind::Outliers),
             "NodeSamples" => Some(Kind::Nodes),
+            "ProfileBatch" => Some(Kind::PerRank),
             _ => None,
         }
     }
@@ -137,6 +149,7 @@ impl Kind {
             Kind::Utilization => utilization::section(ctx, stream),
             Kind::Outliers => outliers::section(ctx, stream),
             Kind::Nodes => nodes::section(ctx, stream),
+            Kind::PerRank => per_rank::section(ctx, stream),
         }
     }
 }
@@ -298,8 +311,8 @@ mod tests {
         );
         assert_eq!(kind(Some("canopy.filters.v1.NodeSamples")), Some(Kind::Nodes));
         assert_eq!(kind(Some("canopy.filters.v1.LatencyResult")), Some(Kind::Latency));
-        // Passthrough profiles, a plugin's own type, or no result yet: coverage only.
-        assert_eq!(kind(Some("canopy.v1.ProfileBatch")), None);
+        // Passthrough profiles: the per-rank view. A plugin's own type, or no result yet: coverage only.
+        assert_eq!(kind(Some("canopy.v1.ProfileBatch")), Some(Kind::PerRank));
         assert_eq!(kind(Some("canopy.filters.v1.RankCount")), None);
         assert_eq!(kind(None), None);
     }

@@ -40,6 +40,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
                 r.mem_used_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
             }),
         ],
+        tables: Vec::new(),
     })
 }
 

@@ -17,6 +17,8 @@ table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { text-align: left; padding: 0.15em 0.8em 0.15em 0; vertical-align: top; }
 th { color: #555; font-weight: normal; }
 table.streams td, table.streams th { border-bottom: 1px solid #eee; }
+table.ranks td, table.ranks th { border-bottom: 1px solid #eee; font-variant-numeric: tabular-nums; }
+caption { text-align: left; color: #555; font-size: 0.85em; }
 div.glance { display: flex; flex-wrap: wrap; gap: 0 3em; align-items: flex-start; }
 nav ul { padding: 0; margin: 0.8em 0; }
 nav li { display: inline; margin-right: 1.2em; }
@@ -83,6 +85,25 @@ fn section(html: &mut String, s: &Section) -> anyhow::Result<()> {
         escape(&s.intro)
     );
     facts(html, &s.facts);
+    for t in &s.tables {
+        let _ = write!(
+            html,
+            "<table class=\"ranks\">\n<caption>{}</caption>\n<tr>",
+            escape(&t.caption)
+        );
+        for h in &t.head {
+            let _ = write!(html, "<th>{}</th>", escape(h));
+        }
+        html.push_str("</tr>\n");
+        for row in &t.rows {
+            html.push_str("<tr>");
+            for cell in row {
+                let _ = write!(html, "<td>{}</td>", escape(cell));
+            }
+            html.push_str("</tr>\n");
+        }
+        html.push_str("</table>\n");
+    }
     if s.figures.is_empty() {
         html.push_str("<p>Nothing to draw: the store holds no rows for it.</p>\n");
     }

@@ -53,5 +53,6 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
             y_label: "share of the round (%)".into(),
             chart: Chart::Stacked { stack, outline: None },
         }],
+        tables: Vec::new(),
     })
 }
