@@ -258,6 +258,46 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
         assert_eq!(fe_samples.get(&key), Some(&(missing as f64)), "{key}");
     }
 
+    // The application's series: each stream's latest round and coverage, and the top events of the stats
+    // stream's latest round as the store holds them.
+    let last = ROUNDS - 1;
+    for stream in ["stats", "histogram"] {
+        let key = format!("canopy_app_round{{node=\"frontend\",role=\"frontend\",stream=\"{stream}\"}}");
+        assert_eq!(fe_samples.get(&key), Some(&(last as f64)), "{key}");
+    }
+    let key =
+        "canopy_app_coverage_ranks{node=\"frontend\",role=\"frontend\",stream=\"stats\",ranks=\"expected\"}";
+    assert_eq!(fe_samples.get(key), Some(&16.0), "{key}");
+    let names: HashMap<u64, String> = reader(&store).names().unwrap().into_iter().collect();
+    let rows = reader(&store)
+        .stats(Select::all().stream(1).from_round(last))
+        .unwrap();
+    let top = rows
+        .iter()
+        .filter(|r| r.round == last && r.class_id.is_none() && !r.late)
+        .filter(|r| r.metric == canopy_proto::filters::v1::Metric::Exclusive)
+        .max_by(|a, b| a.mean.unwrap_or(0.0).total_cmp(&b.mean.unwrap_or(0.0)))
+        .expect("the last round's stats");
+    for (stat, stored) in [("mean", top.mean), ("min", top.min), ("max", top.max)] {
+        let key = format!(
+            "canopy_app_event{{node=\"frontend\",role=\"frontend\",stream=\"stats\",app=\"{}\",event=\"{}\",\
+             metric=\"exclusive\",stat=\"{stat}\"}}",
+            top.app.clone().unwrap_or_default(),
+            names[&top.id]
+        );
+        let served = fe_samples.get(&key).unwrap_or_else(|| panic!("{key} not served"));
+        assert!(
+            (served - stored.unwrap()).abs() <= 1e-9 * served.abs().max(1.0),
+            "{key}: {served} against {stored:?}"
+        );
+    }
+    // Low cardinality: at most 10 events per stream and application, a few statistics each.
+    let series = fe_samples
+        .keys()
+        .filter(|k| k.starts_with("canopy_app_event{"))
+        .count();
+    assert!(series > 0 && series <= 2 * 10 * 6, "{series} application series");
+
     wait_for("the relay's status tick", Duration::from_secs(5), || {
         value(
             &scrape(&relay_metrics),

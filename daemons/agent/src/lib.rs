@@ -446,9 +446,14 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
     node.set_inline_filters(&config.inline_filters);
     if !config.metrics_listen.is_empty() {
-        canopy_core::metrics::spawn(&config.metrics_listen, &node_id, handles.snapshot.clone())
-            .await
-            .map_err(AgentError::Metrics)?;
+        canopy_core::metrics::spawn(
+            &config.metrics_listen,
+            &node_id,
+            handles.snapshot.clone(),
+            Vec::new(),
+        )
+        .await
+        .map_err(AgentError::Metrics)?;
     }
     tokio::spawn(canopy_runtime::notify::watchdog(
         handles.snapshot.clone(),

@@ -213,10 +213,12 @@ fn role(kind: NodeKind) -> &'static str {
     }
 }
 
-/// The node's metrics, rendered as OpenMetrics text at each call: `canopy_*` series labelled `node` and `role`.
+/// The node's metrics, rendered as OpenMetrics text at each call: `canopy_*` series labelled `node` and `role`,
+/// its own and those of `extra` collectors (the front-end's application series).
 pub fn renderer(
     node_id: &str,
     snapshot: watch::Receiver<NodeSnapshot>,
+    extra: Vec<Box<dyn Collector>>,
 ) -> Arc<dyn Fn() -> String + Send + Sync> {
     let kind = snapshot.borrow().kind;
     let labels = [
@@ -225,6 +227,9 @@ pub fn renderer(
     ];
     let mut registry = Registry::with_prefix_and_labels("canopy", labels.into_iter());
     registry.register_collector(Box::new(NodeCollector { snapshot }));
+    for collector in extra {
+        registry.register_collector(collector);
+    }
     Arc::new(move || {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -237,8 +242,9 @@ pub fn renderer(
 pub fn exporter(
     node_id: &str,
     snapshot: watch::Receiver<NodeSnapshot>,
+    extra: Vec<Box<dyn Collector>>,
 ) -> canopy_runtime::exporter::Exporter {
-    let render = renderer(node_id, snapshot.clone());
+    let render = renderer(node_id, snapshot.clone(), extra);
     canopy_runtime::exporter::Exporter {
         render,
         healthy: Arc::new(move || !snapshot.borrow().finished),
@@ -251,12 +257,13 @@ pub async fn spawn(
     listen: &str,
     node_id: &str,
     snapshot: watch::Receiver<NodeSnapshot>,
+    extra: Vec<Box<dyn Collector>>,
 ) -> std::io::Result<std::net::SocketAddr> {
     let listener = canopy_runtime::daemon::bind(listen).await?;
     let addr = listener.local_addr()?;
     let mut gone = snapshot.clone();
-    let serve =
-        exporter(node_id, snapshot).serve(listener, async move { while gone.changed().await.is_ok() {} });
+    let serve = exporter(node_id, snapshot, extra)
+        .serve(listener, async move { while gone.changed().await.is_ok() {} });
     tokio::spawn(async move {
         if let Err(e) = serve.await {
             tracing::warn!("the metrics endpoint stopped: {e}");
@@ -278,7 +285,7 @@ mod tests {
             kind: NodeKind::Relay,
             ..NodeSnapshot::default()
         });
-        let render = renderer("relay-0", rx);
+        let render = renderer("relay-0", rx, Vec::new());
         tx.send_replace(NodeSnapshot {
             kind: NodeKind::Relay,
             status: NodeStatus {

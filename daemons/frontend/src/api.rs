@@ -93,6 +93,12 @@ impl Shared {
         }
     }
 
+    /// Every name recorded, by id.
+    pub fn names_map(&self) -> HashMap<u64, String> {
+        let known = self.names.lock().expect("names");
+        known.0.iter().map(|n| (n.id, n.name.clone())).collect()
+    }
+
     /// The names recorded from `*next` on, moving `*next` past them.
     fn names_since(&self, next: &mut usize) -> Vec<EventName> {
         let known = self.names.lock().expect("names");

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod app_metrics;
 pub mod auto_detail;
 pub mod error;
 pub mod reflection;
@@ -95,6 +96,11 @@ pub struct FrontendConfig {
     /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
     #[arg(long)]
     pub subscriber_buffer: usize,
+    /// On the metrics endpoint, the application's series: each stats or histogram stream's top this many events
+    /// per application (mean, min, max and quantiles across the ranks of the latest round); 0 for each stream's
+    /// latest round and coverage only. Never a series per rank.
+    #[arg(long)]
+    pub metrics_top_events: usize,
     /// Milliseconds the front-end, its run over, waits for Subscribe clients to take the results they are behind
     /// by before it exits (0: it does not wait).
     #[arg(long)]
@@ -244,6 +250,7 @@ impl Default for FrontendConfig {
             drain_timeout_ms: 3000,
             max_rounds_in_flight: 64,
             subscriber_buffer: 1024,
+            metrics_top_events: 10,
             subscriber_drain_ms: 10_000,
             metrics_listen: String::new(),
             log_format: LogFormat::Text,
@@ -393,6 +400,12 @@ impl CheckConfig for FrontendConfig {
         }
         if self.subscriber_buffer == 0 {
             return Err(ConfigIssue::new("subscriber_buffer", "must be at least 1"));
+        }
+        if self.metrics_top_events > MAX_METRICS_TOP_EVENTS {
+            return Err(ConfigIssue::new(
+                "metrics_top_events",
+                format!("must be at most {MAX_METRICS_TOP_EVENTS} (series per stream and application)"),
+            ));
         }
         if self.out.as_os_str().is_empty() {
             return Err(ConfigIssue::new("out", "must name a directory"));
@@ -596,6 +609,8 @@ pub struct Frontend {
     run: canopy_core::run::RunId,
     /// Set when continuing a crashed run: the first child tells it from a new tree.
     resumed: Option<canopy_core::run::ResumeGate>,
+    /// The application's latest rounds, for the metrics endpoint.
+    app_metrics: Arc<app_metrics::AppMetrics>,
 }
 
 /// How a front-end's run ended.
@@ -697,9 +712,11 @@ impl Frontend {
             0 => canopy_runtime::memory::share(config.memory_budget_mb),
             mb => mb << 20,
         };
+        let app_metrics = Arc::new(app_metrics::AppMetrics::new(config.metrics_top_events));
         let (store_tx, writer) = Writer::spawn_with(store, 1024, retry_bytes, {
-            let shared = shared.clone();
+            let (shared, app_metrics) = (shared.clone(), app_metrics.clone());
             move |Committed(r)| {
+                app_metrics.note(&r, &shared.result_type(r.stream.stream_id));
                 let _ = shared.live.send(r);
             }
         })?;
@@ -747,6 +764,7 @@ impl Frontend {
             tls,
             gate,
             opened,
+            app_metrics,
             resumed: prior
                 .is_some()
                 .then(|| canopy_core::run::ResumeGate::new(run_id.clone())),
@@ -784,6 +802,7 @@ impl Frontend {
             opened,
             run,
             resumed,
+            app_metrics,
         } = self;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
@@ -857,10 +876,15 @@ impl Frontend {
         );
         let mut ready = format!("addr={addr}\nstore={}\n", store_path.display());
         if !config.metrics_listen.is_empty() {
+            let names = {
+                let shared = shared.clone();
+                move || shared.names_map()
+            };
             let at = canopy_core::metrics::spawn(
                 &config.metrics_listen,
                 &config.node_id,
                 handles.snapshot.clone(),
+                vec![app_metrics.collector(names)],
             )
             .await?;
             ready.push_str(&format!("metrics={at}\n"));
@@ -944,6 +968,9 @@ fn known_filters(filters: &canopy_core::plugin::PluginFilters) -> Vec<(String, V
         })
         .collect()
 }
+
+/// The most events per stream and application the metrics endpoint serves series for.
+const MAX_METRICS_TOP_EVENTS: usize = 1000;
 
 /// `meta` key: why a run ended other than by its front-end's shutdown or the application's end.
 pub const ENDED_BY: &str = "ended_by";

@@ -240,7 +240,13 @@ impl Relay {
         };
         let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
         if !config.metrics_listen.is_empty() {
-            canopy_core::metrics::spawn(&config.metrics_listen, &node_id, handles.snapshot.clone()).await?;
+            canopy_core::metrics::spawn(
+                &config.metrics_listen,
+                &node_id,
+                handles.snapshot.clone(),
+                Vec::new(),
+            )
+            .await?;
         }
         tokio::spawn(canopy_runtime::notify::watchdog(
             handles.snapshot.clone(),
