@@ -667,6 +667,61 @@ fn ranges(ranges: &[RankRange]) -> String {
 
 /// A node stream's round: a line per node (the first `top`), CPU shares in percent, memory used, and network and
 /// disk traffic in MB/s over the sample's interval; `-` where the node's agent did not sample.
+/// A passthrough round as its ranks: each rank's exclusive time in the round as a bar, its calls, and the event
+/// it spent most in; the ranks with the most time first, `top` rows, the rank with the least always last (the
+/// spread between the two is the imbalance), each row within 80 columns.
+fn ranks_table(b: &canopy_proto::v1::ProfileBatch, names: &HashMap<u64, String>, top: usize) -> String {
+    struct Rank<'a> {
+        who: String,
+        us: f64,
+        calls: u64,
+        heaviest: Option<&'a canopy_proto::v1::EventSample>,
+    }
+    let several = b.profiles.iter().any(|p| p.app != b.profiles[0].app);
+    let mut ranks: Vec<Rank<'_>> = b
+        .profiles
+        .iter()
+        .map(|p| Rank {
+            who: match several {
+                true => format!("{}:{}", p.app, p.rank),
+                false => p.rank.to_string(),
+            },
+            us: p.events.iter().map(|e| e.excl_us).sum(),
+            calls: p.events.iter().map(|e| e.calls).sum(),
+            heaviest: p.events.iter().max_by(|a, b| a.excl_us.total_cmp(&b.excl_us)),
+        })
+        .collect();
+    ranks.sort_by(|a, b| b.us.total_cmp(&a.us).then_with(|| a.who.cmp(&b.who)));
+    if ranks.len() > top.max(2) {
+        let least = ranks.pop().expect("more than two ranks");
+        ranks.truncate(top.max(2) - 1);
+        ranks.push(least);
+    }
+    let most = ranks.first().map_or(0.0, |r| r.us).max(f64::MIN_POSITIVE);
+    let mut out = format!("  {} ranks; exclusive time in the round\n", b.profiles.len());
+    out.push_str("     rank    time ms                          calls  most in\n");
+    for r in &ranks {
+        let width = ((r.us / most) * 24.0).round() as usize;
+        let event = r
+            .heaviest
+            .map(|e| name_of(names, e.event_id))
+            .unwrap_or_default();
+        let mut line = format!(
+            "  {:>7} {:>10.3} {:<24} {:>6}  {event}",
+            r.who,
+            r.us / 1e3,
+            "█".repeat(width),
+            r.calls
+        );
+        if line.chars().count() > 79 {
+            line = line.chars().take(78).collect::<String>() + "…";
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 /// The events of an outlier that weigh most in its score, most first: `MPI_Wait +4.1σ`.
 fn drivers(o: &canopy_proto::filters::v1::Outlier, names: &HashMap<u64, String>, n: usize) -> String {
     let mut events: Vec<_> = o.events.iter().collect();
@@ -860,6 +915,10 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
         if let Ok(r) = NodeSamples::decode(payload) {
             out.push_str(&nodes_table(&r, top));
         }
+    } else if type_url.ends_with("ProfileBatch") {
+        if let Ok(b) = canopy_proto::v1::ProfileBatch::decode(payload) {
+            out.push_str(&ranks_table(&b, names, top));
+        }
     } else if type_url.ends_with("OutliersResult") {
         if let Ok(r) = OutliersResult::decode(payload) {
             out.push_str(&outliers_table(&r, names, top));
@@ -886,6 +945,43 @@ fn on_off(s: &str) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_passthrough_round_is_a_table_of_ranks_with_the_most_time_first_and_the_least_last() {
+        use canopy_proto::v1::{EventSample, ProfileBatch, RankProfile};
+        let profile = |rank: u32, us: f64| RankProfile {
+            app: "lulesh".into(),
+            rank,
+            events: vec![
+                EventSample {
+                    event_id: 1,
+                    calls: 10,
+                    excl_us: us,
+                    ..Default::default()
+                },
+                EventSample {
+                    event_id: 2,
+                    calls: 1,
+                    excl_us: 1.0,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let b = ProfileBatch {
+            profiles: (0..6).map(|r| profile(r, 1000.0 * f64::from(r + 1))).collect(),
+        };
+        let names: HashMap<u64, String> = [(1, "MPI_Wait".to_string())].into();
+        let text = ranks_table(&b, &names, 3);
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        // Rank 5 has the most, then 4; rank 0, the least, stays as the last row.
+        assert!(rows[0].trim_start().starts_with("5      6.001 ████████████████████████"), "{text}");
+        assert!(rows[0].ends_with("11  MPI_Wait"), "{text}");
+        assert!(rows[1].trim_start().starts_with("4 "), "{text}");
+        assert!(rows[2].trim_start().starts_with("0      1.001 ████ "), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() < 80), "{text}");
+    }
 
     #[test]
     fn the_outliers_stream_is_a_table_of_ranks_scores_and_the_events_that_drive_them() {
