@@ -119,6 +119,8 @@ install -d "$bindir" "$filterdir" "$incdir" "$pcdir" "$cmakedir" "$protodir" "$m
 for bin in canopy canopy-frontend canopy-relay canopy-agent; do
     install -m 0755 "$target/$bin" "$bindir/$bin"
 done
+# A run over a Slurm allocation's nodes (canopy run hands srun jobs of several nodes to it).
+install -m 0755 "$root/deploy/slurm/canopy-run" "$bindir/canopy-run"
 # The test plugins are libcanopy_testfilter_*.so: not installed, and not offered by a build tree's daemons.
 for plugin in "$target"/libcanopy_filter_*.so; do
     install -m 0644 "$plugin" "$filterdir/"

@@ -585,6 +585,23 @@ fn the_interfaces_completions_and_man_pages_are_installed() {
             );
         }
     }
+    // canopy-run, which canopy run hands an srun job over several nodes, beside canopy; and the test plugin not
+    // among the filters.
+    let run_script = prefix.join("bin/canopy-run");
+    assert_eq!(
+        std::fs::read(&run_script).unwrap(),
+        std::fs::read(repo().join("deploy/slurm/canopy-run")).unwrap()
+    );
+    assert!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&run_script).unwrap().permissions())
+            & 0o111
+            != 0
+    );
+    assert!(
+        !files_under(&prefix).iter().any(|f| f.contains("faulty")),
+        "{:?}",
+        files_under(&prefix)
+    );
     // The filter ABI's header, usable from the installed include directory.
     let include = prefix.join("include");
     assert_eq!(

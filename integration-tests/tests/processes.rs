@@ -346,6 +346,27 @@ fn canopy_run_passes_the_programs_exit_status_on_and_leaves_no_daemon() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("cannot start no-such-launcher-here"), "{stderr}");
+    // srun over several nodes of an allocation is handed to canopy-run, with srun's own arguments apart (here it
+    // finds no node list, and says so).
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--out"])
+        .arg(&out_dir)
+        .args(["--", "srun", "-n", "4", "--mpi=pmix", "sh", "-c", "true"])
+        .env("SLURM_JOB_ID", "7")
+        .env("SLURM_JOB_NUM_NODES", "2")
+        .env_remove("SLURM_JOB_NODELIST")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("canopy run: srun over 2 nodes: "), "{stdout}");
+    assert!(
+        stderr.contains("canopy-run: not inside a Slurm allocation"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
 }
 
 #[test]

@@ -702,10 +702,7 @@ fn ranks_table(b: &canopy_proto::v1::ProfileBatch, names: &HashMap<u64, String>,
     out.push_str("     rank    time ms                          calls  most in\n");
     for r in &ranks {
         let width = ((r.us / most) * 24.0).round() as usize;
-        let event = r
-            .heaviest
-            .map(|e| name_of(names, e.event_id))
-            .unwrap_or_default();
+        let event = r.heaviest.map(|e| name_of(names, e.event_id)).unwrap_or_default();
         let mut line = format!(
             "  {:>7} {:>10.3} {:<24} {:>6}  {event}",
             r.who,
@@ -976,7 +973,12 @@ mod tests {
         let rows: Vec<&str> = text.lines().skip(2).collect();
         assert_eq!(rows.len(), 3, "{text}");
         // Rank 5 has the most, then 4; rank 0, the least, stays as the last row.
-        assert!(rows[0].trim_start().starts_with("5      6.001 ████████████████████████"), "{text}");
+        assert!(
+            rows[0]
+                .trim_start()
+                .starts_with("5      6.001 ████████████████████████"),
+            "{text}"
+        );
         assert!(rows[0].ends_with("11  MPI_Wait"), "{text}");
         assert!(rows[1].trim_start().starts_with("4 "), "{text}");
         assert!(rows[2].trim_start().starts_with("0      1.001 ████ "), "{text}");

@@ -158,6 +158,9 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         args.filters.push("passthrough".into());
     }
     let bin_dir = binaries_dir()?;
+    if let Some(nodes) = slurm_nodes(Launcher::of(&args.command[0])) {
+        return delegate_to_canopy_run(&args, &bin_dir, nodes).await;
+    }
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
     canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
     let launcher = Launcher::of(&args.command[0]);
@@ -396,6 +399,108 @@ async fn wait_socket(socket: &Path, agent: &mut Daemon) -> anyhow::Result<()> {
     bail!("the agent's socket {} was not there after 20 s", socket.display())
 }
 
+/// The nodes of the Slurm allocation this runs in when `srun` would start ranks on more than one: one agent
+/// here would serve none of the others, so the tree must be laid over the allocation (`canopy-run`).
+fn slurm_nodes(launcher: Launcher) -> Option<u32> {
+    std::env::var_os("SLURM_JOB_ID")?;
+    let nodes: u32 = ["SLURM_JOB_NUM_NODES", "SLURM_NNODES"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())?;
+    (launcher == Launcher::Srun && nodes > 1).then_some(nodes)
+}
+
+/// Inside a Slurm allocation of several nodes, `canopy-run` does the work: a front-end here, an agent on every
+/// node and relays as the fanout calls for, the application under `srun` with its socket on each node.
+async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> anyhow::Result<ExitCode> {
+    let script = [
+        bin_dir.join("canopy-run"),
+        bin_dir.join("../share/canopy/canopy-run"),
+        // A build tree: target/<profile>/canopy beside the repository's deploy/.
+        bin_dir.join("../../deploy/slurm/canopy-run"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .with_context(|| {
+        format!(
+            "srun starts ranks on {nodes} nodes of this allocation, which needs canopy-run (deploy/slurm/canopy-run) \
+             beside canopy; it is not there"
+        )
+    })?;
+    let (srun_args, program) = split_srun(&args.command[1..]);
+    if program.is_empty() {
+        bail!("no program after srun's own arguments: canopy run -- srun [SRUN ARGS] PROGRAM ARGS...");
+    }
+    let mut cmd = Command::new(&script);
+    cmd.args(["--filters", &args.filters.join(",")])
+        .args(["--timeout-ms", &args.timeout_ms.to_string()])
+        .args(["--out".to_string(), args.out.display().to_string()])
+        .args(["--bin".to_string(), bin_dir.display().to_string()])
+        .args(["--srun-args", &srun_args.join(" ")]);
+    if !args.no_wrapper {
+        cmd.arg("--mpi");
+    }
+    if let Some(lib) = &args.mpi_lib {
+        cmd.env("CANOPY_MPI_LIB", lib);
+    }
+    if let Some(app) = &args.app {
+        cmd.env("CANOPY_APP", app);
+    }
+    cmd.arg("--").args(program);
+    println!(
+        "canopy run: srun over {nodes} nodes: {} lays the tree over the allocation",
+        script.display()
+    );
+    let status = cmd
+        .status()
+        .await
+        .with_context(|| format!("cannot start {}", script.display()))?;
+    Ok(exit_code(status))
+}
+
+/// `srun`'s own arguments and the program with its arguments: the program is the first argument that is not an
+/// option or an option's value (an option without `=` takes the next argument unless that one is a program on
+/// disk or PATH).
+fn split_srun(args: &[String]) -> (Vec<String>, Vec<String>) {
+    const FLAGS: &[&str] = &[
+        "--exclusive",
+        "--overlap",
+        "--label",
+        "-l",
+        "--unbuffered",
+        "-u",
+        "--quiet",
+        "-Q",
+        "--verbose",
+        "-v",
+        "--kill-on-bad-exit",
+        "-K",
+        "--pty",
+        "--oversubscribe",
+        "-O",
+        "--exact",
+        "--whole",
+    ];
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if !a.starts_with('-') {
+            break;
+        }
+        let takes_value = !a.contains('=')
+            && !FLAGS.contains(&a.as_str())
+            // A short option with its value attached (-N2) takes none.
+            && (a.len() <= 2 || a.starts_with("--"))
+            && args
+                .get(i + 1)
+                .is_some_and(|next| !next.starts_with('-') && !which(next).is_file());
+        i += if takes_value { 2 } else { 1 };
+    }
+    (
+        args[..i.min(args.len())].to_vec(),
+        args[i.min(args.len())..].to_vec(),
+    )
+}
+
 /// How many ranks a launcher's arguments ask for (`-np 8`, `-n 8`, `--np 8`, `--ntasks=8`...); none for a plain
 /// program, one.
 fn ranks_asked(command: &[String]) -> Option<u32> {
@@ -515,6 +620,29 @@ mod tests {
         assert_eq!(asked(&["mpiexec", "-n", "4096", "./app"]), Some(4096));
         assert_eq!(asked(&["mpirun", "./app"]), None);
         assert_eq!(asked(&["./app", "-n", "9"]), Some(1));
+    }
+
+    #[test]
+    fn srun_s_own_arguments_are_told_from_the_program() {
+        let split = |v: &[&str]| {
+            let (a, b) = split_srun(&strings(v));
+            (a.join(" "), b.join(" "))
+        };
+        assert_eq!(
+            split(&["-n", "8", "--mpi=pmix", "./lulesh2.0", "-s", "30"]),
+            ("-n 8 --mpi=pmix".into(), "./lulesh2.0 -s 30".into())
+        );
+        assert_eq!(
+            split(&["--ntasks", "4", "--exclusive", "-N2", "app"]),
+            ("--ntasks 4 --exclusive -N2".into(), "app".into())
+        );
+        // A program on PATH right after an option without a value is the program, not the option's value.
+        assert_eq!(
+            split(&["--overlap", "sh", "-c", "x"]),
+            ("--overlap".into(), "sh -c x".into())
+        );
+        assert_eq!(split(&["--label", "sh"]), ("--label".into(), "sh".into()));
+        assert_eq!(split(&["./app"]), (String::new(), "./app".into()));
     }
 
     #[test]
