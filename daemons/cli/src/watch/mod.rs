@@ -569,14 +569,23 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
             u = updates.message() => {
                 let u = match u {
                     Ok(Some(u)) => u,
-                    // The run ended: the front-end closed the subscription. A full-screen watch keeps its last
-                    // screen until a key leaves it.
+                    // The run ended: the front-end closed the subscription. A full-screen watch keeps its
+                    // streams' last screens until `q` leaves.
                     Ok(None) => {
                         ended = true;
                         if let Some(t) = tui.as_mut() {
                             screens.header.notice = Some("the run ended: q leaves".into());
                             t.terminal.draw(|f| screens.draw(f, &names))?;
-                            let _ = quit_key(&mut events).await;
+                            // The keys still move between the streams' last screens.
+                            while let Some(ev) = events.recv().await {
+                                match action_of(&ev) {
+                                    Action::Quit => break,
+                                    Action::Nothing => continue,
+                                    Action::Redraw => t.terminal.autoresize()?,
+                                    other => screens.act(other),
+                                }
+                                t.terminal.draw(|f| screens.draw(f, &names))?;
+                            }
                         }
                         break;
                     }
