@@ -121,9 +121,13 @@ for bin in canopy canopy-frontend canopy-relay canopy-agent; do
 done
 # A run over a Slurm allocation's nodes (canopy run hands srun jobs of several nodes to it).
 install -m 0755 "$root/deploy/slurm/canopy-run" "$bindir/canopy-run"
-# The test plugins are libcanopy_testfilter_*.so: not installed, and not offered by a build tree's daemons.
+# The test plugins are libcanopy_testfilter_*.so: not installed, and not offered by a build tree's daemons. A
+# build tree from before they were named so may still hold libcanopy_filter_faulty.so.
 for plugin in "$target"/libcanopy_filter_*.so; do
-    install -m 0644 "$plugin" "$filterdir/"
+    case "$plugin" in
+        *faulty*) ;;
+        *) install -m 0644 "$plugin" "$filterdir/" ;;
+    esac
 done
 # The shared libraries under their full version, with the SONAME link the loader follows and the link the
 # linker's -l finds. libcanopy_mpi: the MPI wrapper (link -lcanopy_mpi or preload it; canopy-run --mpi finds it
