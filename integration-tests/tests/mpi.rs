@@ -364,6 +364,95 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
     assert_stencil_monitored(Path::new(&store), &stdout, 30);
 }
 
+/// LLNL's LULESH (MPI), where CANOPY_LULESH_DIR names its source (github.com/LLNL/LULESH): built with mpicxx,
+/// run on 8 ranks under `canopy run`, every round whole and its real imbalance (ranks on the cube's faces send
+/// more than those inside) in the per-rank view. CI cannot fetch it: the test says it skipped.
+#[test]
+fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_its_sends() {
+    let Some(src) = std::env::var_os("CANOPY_LULESH_DIR") else {
+        eprintln!("skipped: CANOPY_LULESH_DIR does not name LULESH's source (github.com/LLNL/LULESH)");
+        return;
+    };
+    if missing().is_some() {
+        return;
+    }
+    wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("lulesh");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(&src)
+        .arg(&build)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let made = Command::new("make")
+        .arg("CXX=mpicxx -DUSE_MPI=1")
+        .current_dir(&build)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let out_dir = dir.path().join("out");
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--out"])
+        .arg(&out_dir)
+        .args([
+            "--",
+            "mpirun",
+            "-np",
+            "8",
+            "--oversubscribe",
+            "--mca",
+            "mpi_yield_when_idle",
+            "1",
+        ])
+        .args(["-x", "OMP_NUM_THREADS=1", "./lulesh2.0", "-s", "8", "-i", "100"])
+        .current_dir(&build)
+        .env("CANOPY_MPI_DUMP_ON", "MPI_Allreduce")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Run completed"), "{stdout}");
+    let store = build.join(canopy_integration_tests::ready_field(
+        &stdout.replace(", store ", "\nstore="),
+        "store",
+    ));
+    let rounds: Vec<_> = read_rounds(&store)
+        .into_iter()
+        .filter(|r| r.stream == "stats")
+        .collect();
+    assert_eq!(
+        rounds.len(),
+        100,
+        "one round per iteration (each ends in an MPI_Allreduce)"
+    );
+    assert!(
+        rounds.iter().all(|r| (r.covered, r.expected) == (8, 8)),
+        "{rounds:?}"
+    );
+    // Every rank's MPI_Isend calls over the run, from the per-rank sums: not all equal.
+    let passthrough = reader(&store)
+        .stream_named("passthrough")
+        .unwrap()
+        .expect("a passthrough stream");
+    let sends: Vec<u64> = reader(&store)
+        .rank_totals(passthrough.stream_id)
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.event_id == canopy_proto::event_id("MPI_Isend"))
+        .map(|t| t.calls)
+        .collect();
+    assert_eq!(sends.len(), 8, "{sends:?}");
+    assert!(sends.iter().min() < sends.iter().max(), "{sends:?}");
+    let html = std::fs::read_to_string(store.with_extension("html")).unwrap();
+    assert!(html.contains("Per rank: passthrough") && html.contains("MPI_Isend"));
+    eprintln!("LULESH under canopy run: MPI_Isend calls per rank {sends:?}");
+}
+
 #[test]
 fn the_same_program_linked_with_the_wrapper_reports_the_same() {
     if missing().is_some() {
