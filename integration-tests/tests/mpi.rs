@@ -453,6 +453,72 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     eprintln!("LULESH under canopy run: MPI_Isend calls per rank {sends:?}");
 }
 
+/// A PMPI tool of the test's own: it counts MPI_Allreduce and MPI_Sendrecv and says how many at MPI_Finalize, as
+/// mpiP or Darshan would keep their own figures.
+const COUNTING_TOOL: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+static long allreduce, sendrecv;
+int MPI_Allreduce(const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c) {
+    allreduce++;
+    return PMPI_Allreduce(s, r, n, t, o, c);
+}
+int MPI_Sendrecv(const void *sb, int sn, MPI_Datatype st, int d, int stag, void *rb, int rn, MPI_Datatype rt,
+                 int src, int rtag, MPI_Comm c, MPI_Status *status) {
+    sendrecv++;
+    return PMPI_Sendrecv(sb, sn, st, d, stag, rb, rn, rt, src, rtag, c, status);
+}
+int MPI_Finalize(void) {
+    int rank;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "counting tool: rank %d: MPI_Sendrecv %ld MPI_Allreduce %ld\n", rank, sendrecv, allreduce);
+    return PMPI_Finalize();
+}
+"#;
+
+#[test]
+fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_count_them_all() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let source = dir.path().join("counting_tool.c");
+    std::fs::write(&source, COUNTING_TOOL).unwrap();
+    let tool = dir.path().join("libcounting_tool.so");
+    let built = Command::new("mpicc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&tool)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let tree = start_tree(dir.path());
+    let env = [
+        // Canopy first, the other tool after it: Canopy's MPI_X calls the tool's, which calls PMPI_X.
+        ("LD_PRELOAD", format!("{}:{}", lib.display(), tool.display())),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce".to_string()),
+    ];
+    let run = mpirun(&exe, &STENCIL_ARGS, &env);
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{stderr}");
+    // The tool counted what the program says it called, rank by rank.
+    for rank in 0..RANKS {
+        let said = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {rank}: ")))
+            .unwrap_or_else(|| panic!("rank {rank} said nothing: {stdout}"));
+        let calls: Vec<&str> = said.split_whitespace().skip(2).take(4).collect();
+        let tool_said = format!("counting tool: rank {rank}: {}", calls.join(" "));
+        assert!(stderr.contains(&tool_said), "{tool_said} not in:\n{stderr}");
+    }
+    // And Canopy stored every call and byte, as without the other tool.
+    let store = tree.finished();
+    assert_stencil_monitored(&store, &stdout, 30);
+}
+
 #[test]
 fn the_same_program_linked_with_the_wrapper_reports_the_same() {
     if missing().is_some() {

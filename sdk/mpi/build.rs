@@ -1,6 +1,7 @@
 //! Generates libcanopy_mpi's wrappers from functions.list and compiles them with the MPI compiler wrapper.
 //!
-//! For every line of the list it writes a C wrapper (`canopy_mpi_c_MPI_<Name>`, calling `PMPI_<Name>`) and a
+//! For every line of the list it writes a C wrapper (`canopy_mpi_c_MPI_<Name>`, calling the next `MPI_<Name>` in
+//! link order, another PMPI tool's or the MPI library's, found with `dlsym(RTLD_NEXT)`, else `PMPI_<Name>`) and a
 //! Fortran one (`canopy_mpi_c_mpi_<name>_`, calling `pmpi_<name>_`) into `$OUT_DIR/wrappers.c`, and the Rust
 //! that exports them under their MPI names (`$OUT_DIR/exports.rs`: a jump per symbol, as a Rust cdylib exports
 //! only what Rust defines) with the table of names (`$OUT_DIR/functions.rs`). The C is compiled with `mpicc`
@@ -375,16 +376,35 @@ fn c_wrapper(f: &Function, k: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     let name = f.c_name();
-    let mut s = format!("int canopy_mpi_c_{name}({params}) {{\n");
+    // The next definition of the call in link order (another PMPI tool loaded after this one, else the MPI
+    // library's), looked up once; PMPI_<Name> where there is none.
+    let types = f
+        .params
+        .iter()
+        .map(|p| p.ty.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let types = if types.is_empty() {
+        "void".to_string()
+    } else {
+        types
+    };
+    let mut s = format!(
+        "typedef int (*cm_fn_{name})({types});\nstatic cm_fn_{name} cm_next_{name}(void) {{\n    static cm_fn_{name} next;\n    cm_fn_{name} f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);\n    if (f == NULL) {{\n        f = (cm_fn_{name})cm_next(\"{name}\", (void *)&P{name});\n        __atomic_store_n(&next, f, __ATOMIC_RELEASE);\n    }}\n    return f;\n}}\n"
+    );
+    let _ = writeln!(s, "int canopy_mpi_c_{name}({params}) {{");
     match f.special {
         Special::Finalize => {
-            let _ = write!(s, "    canopy_mpi_finish();\n    return P{name}({args});\n}}\n\n");
+            let _ = write!(
+                s,
+                "    canopy_mpi_finish();\n    return cm_next_{name}()({args});\n}}\n\n"
+            );
             return s;
         }
         Special::Init | Special::InitThread => {
             let _ = write!(
                 s,
-                "    int rc;\n    cm_begin({k});\n    rc = P{name}({args});\n    cm_end({k});\n    if (rc == MPI_SUCCESS) cm_started();\n    return rc;\n}}\n\n"
+                "    int rc;\n    cm_begin({k});\n    rc = cm_next_{name}()({args});\n    cm_end({k});\n    if (rc == MPI_SUCCESS) cm_started();\n    return rc;\n}}\n\n"
             );
             return s;
         }
@@ -397,7 +417,7 @@ fn c_wrapper(f: &Function, k: usize) -> String {
             "    MPI_Status cm_status;\n    if ({status} == MPI_STATUS_IGNORE) {status} = &cm_status;"
         );
     }
-    let _ = writeln!(s, "    cm_begin({k});\n    rc = P{name}({args});");
+    let _ = writeln!(s, "    cm_begin({k});\n    rc = cm_next_{name}()({args});");
     let fx = effects(f, k, Lang::C);
     if !fx.is_empty() {
         let _ = write!(s, "    if (rc == MPI_SUCCESS) {{\n{fx}    }}\n");
@@ -641,6 +661,8 @@ fn main() {
     for f in flags {
         println!("{f}");
     }
+    // dlsym, for the next definition of each call (in libc itself from glibc 2.34, in libdl before).
+    println!("cargo:rustc-link-lib=dylib=dl");
 }
 
 /// Gives the library its SONAME, `libcanopy_mpi.so.MAJOR`, as sdk/c's build script does for libcanopy: programs

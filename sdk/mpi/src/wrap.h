@@ -31,6 +31,10 @@ extern uint64_t cm_dump_every;
 extern uint64_t cm_dump_calls;
 extern MPI_Group cm_world_group;
 
+/* The next definition of NAME after this library in link order (a PMPI tool loaded after it, or the MPI
+ * library), so that tools loaded together each see every call; FALLBACK (PMPI_NAME) where there is none. */
+void *cm_next(const char *name, void *fallback);
+
 int cm_register_activity(int k);
 int cm_register_bytes(int k);
 void cm_register_all(void);
