@@ -370,6 +370,52 @@ fn canopy_run_passes_the_programs_exit_status_on_and_leaves_no_daemon() {
 }
 
 #[test]
+fn canopy_run_refuses_a_program_of_another_mpi_family_than_its_wrapper_naming_both() {
+    let wrapper = bin_dir().join("libcanopy_mpi.so");
+    let built_for = Command::new("ldd").arg(&wrapper).output().unwrap();
+    if !String::from_utf8_lossy(&built_for.stdout).contains("libmpi.so.40") {
+        eprintln!("skipped: the MPI wrapper here is not built for Open MPI (libmpi.so.40)");
+        return;
+    }
+    // A program linked with a library that has MPICH's soname.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("mpi.c"), "int MPI_Init(int *c, char ***v) { return 0; }\n").unwrap();
+    std::fs::write(
+        d.join("app.c"),
+        "int MPI_Init(int *, char ***);\nint main(void) { return MPI_Init(0, 0); }\n",
+    )
+    .unwrap();
+    let cc = |args: &[&str]| {
+        let ok = Command::new("cc").args(args).current_dir(d).status().unwrap();
+        assert!(ok.success(), "cc {args:?}");
+    };
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libmpi.so.12",
+        "-o",
+        "libmpi.so.12",
+        "mpi.c",
+    ]);
+    cc(&["-o", "app", "app.c", "./libmpi.so.12", "-Wl,-rpath,$ORIGIN"]);
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--insecure", "--out"])
+        .arg(d.join("out"))
+        .arg("--")
+        .arg(d.join("app"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("is linked with MPICH (libmpi.so.12")
+            && stderr.contains("was built for Open MPI (libmpi.so.40"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn canopy_up_runs_a_whole_tree_to_full_coverage() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");

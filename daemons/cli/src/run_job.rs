@@ -221,7 +221,11 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
             .collect(),
     };
     match candidates.iter().find(|p| p.is_file()) {
-        Some(p) => Ok(Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))),
+        Some(p) => {
+            let lib = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            check_family(&lib, &args.command)?;
+            Ok(Some(lib))
+        }
         None => bail!(
             "Canopy's MPI wrapper is not at {}: build the workspace (cargo build --release --workspace), give \
              --mpi-lib, or --no-wrapper for a program that reports through the SDK",
@@ -231,6 +235,53 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
                 .collect::<Vec<_>>()
                 .join(" or ")
         ),
+    }
+}
+
+/// The MPI library a binary is linked with, as the loader resolves it (`libmpi.so.40 => /usr/lib/...`).
+fn libmpi_of(binary: &Path) -> Option<String> {
+    let out = std::process::Command::new("ldd").arg(binary).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("libmpi.so") || l.starts_with("libmpich.so"))
+        .map(str::to_string)
+}
+
+/// The MPI family of a libmpi line of ldd: Open MPI's libmpi.so.40, MPICH's libmpi.so.12 (or libmpich).
+fn family(libmpi: &str) -> Option<&'static str> {
+    let lower = libmpi.to_ascii_lowercase();
+    if lower.contains("openmpi") || libmpi.starts_with("libmpi.so.40") {
+        Some("Open MPI")
+    } else if lower.contains("mpich") || libmpi.starts_with("libmpi.so.12") {
+        Some("MPICH")
+    } else {
+        None
+    }
+}
+
+/// The wrapper calls into the MPI it was built for: a program linked with another family would crash in it or
+/// measure nothing. Refused with both named, when both can be told; the program is the first argument after
+/// the launcher's own that is a file.
+fn check_family(wrapper: &Path, command: &[String]) -> anyhow::Result<()> {
+    let program = command
+        .iter()
+        .skip(usize::from(Launcher::of_name(&command[0]).is_some()))
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| which(a))
+        .find(|p| p.is_file());
+    let Some(program) = program else { return Ok(()) };
+    let (Some(built), Some(linked)) = (libmpi_of(wrapper), libmpi_of(&program)) else {
+        return Ok(());
+    };
+    match (family(&built), family(&linked)) {
+        (Some(w), Some(p)) if w != p => bail!(
+            "{} is linked with {p} ({linked}), but Canopy's MPI wrapper {} was built for {w} ({built}): rebuild \
+             canopy with MPICC naming {p}'s mpicc, or give --mpi-lib a wrapper built for it",
+            program.display(),
+            wrapper.display()
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -643,6 +694,23 @@ mod tests {
         );
         assert_eq!(split(&["--label", "sh"]), ("--label".into(), "sh".into()));
         assert_eq!(split(&["./app"]), (String::new(), "./app".into()));
+    }
+
+    #[test]
+    fn an_mpi_library_is_told_by_its_soname_or_its_path() {
+        assert_eq!(
+            family("libmpi.so.40 => /lib/x86_64-linux-gnu/libmpi.so.40 (0x7f)"),
+            Some("Open MPI")
+        );
+        assert_eq!(
+            family("libmpi.so.12 => /usr/lib/x86_64-linux-gnu/libmpi.so.12 (0x7f)"),
+            Some("MPICH")
+        );
+        assert_eq!(
+            family("libmpich.so.12 => /opt/mpich/lib/libmpich.so.12"),
+            Some("MPICH")
+        );
+        assert_eq!(family("libmpi.so.0 => /opt/other/lib/libmpi.so.0"), None);
     }
 
     #[test]
