@@ -267,6 +267,19 @@ fn assert_stencil_monitored(store: &Path, stdout: &str, iterations: usize) {
             "bytes_sent, rank {rank}"
         );
     }
+    // Only the counters the program added to are shipped: not one per wrapped call that moves bytes.
+    let counters = reader(store).counters(Select::all()).unwrap();
+    let shipped: HashSet<u64> = counters.iter().map(|c| c.counter_id).collect();
+    let never: Vec<_> = counters
+        .iter()
+        .filter(|c| c.total.unwrap_or(0.0) <= 0.0)
+        .collect();
+    assert!(
+        never.is_empty(),
+        "counters shipped though never added to: {never:?}"
+    );
+    // bytes_sent, messages_sent, and the bytes of MPI_Sendrecv, MPI_Allreduce, MPI_Reduce and MPI_Gather.
+    assert!(shipped.len() <= 6, "{} counters shipped", shipped.len());
     // Each MPI_Allreduce of one double: 8 bytes.
     let reduced = stored_counter(store, "MPI_Allreduce bytes");
     for (rank, counts) in &printed {

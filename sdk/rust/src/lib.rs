@@ -673,6 +673,11 @@ impl Sdk {
             }
             for (i, c) in st.totals.counters.iter().enumerate() {
                 let p = st.prev.counters.get(i).copied().unwrap_or_default();
+                // A counter never added to (the MPI wrapper registers one per call that moves bytes, most
+                // unused by a given program) says nothing: it is not shipped until it is.
+                if *c == 0.0 && p == 0.0 {
+                    continue;
+                }
                 snap.counters.push((i as u32, c - p, *c));
             }
         }
