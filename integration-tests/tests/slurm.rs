@@ -59,6 +59,46 @@ impl Drop for Cluster {
     }
 }
 
+/// Writes a batch script of `body` for 4 nodes x 4 tasks and runs it (see [`sbatch`]); its output.
+fn batch(dir: &Path, conf: &Path, name: &str, body: &str) -> String {
+    let job = dir.join(format!("{name}.sh"));
+    let out = dir.join(format!("{name}.out"));
+    std::fs::write(
+        &job,
+        format!(
+            "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=4\n#SBATCH --output={}\n{body}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    sbatch(dir, conf, &job, &out, Duration::from_secs(240))
+}
+
+/// `canopy run -- srun PROGRAM` inside an allocation of four nodes: one agent on this node would serve none of
+/// the others, so it hands the job to canopy-run, which lays the tree over the nodes.
+fn canopy_run_hands_an_srun_job_over_the_nodes_to_canopy_run(dir: &Path, conf: &Path, stencil: &Path) {
+    let results = dir.join("out-run");
+    let body = format!(
+        "{canopy} run --no-report --filters stats --out {results} -- srun {stencil} 10 64 2000",
+        canopy = bin_dir().join("canopy").display(),
+        results = results.display(),
+        stencil = stencil.display(),
+    );
+    let job_out = batch(dir, conf, "canopy-run-srun", &body);
+    assert!(job_out.contains("canopy run: srun over 4 nodes: "), "{job_out}");
+    assert!(job_out.contains("4 agents"), "{job_out}");
+    let rounds = read_rounds(&results.join("latest.sqlite"));
+    assert_eq!(rounds.len(), 10, "{rounds:?}\n{job_out}");
+    assert!(
+        rounds.iter().all(|r| (r.covered, r.expected) == (16, 16)),
+        "{rounds:?}"
+    );
+    eprintln!(
+        "canopy run over srun: {} rounds of 16 ranks on 4 nodes, all whole",
+        rounds.len()
+    );
+}
+
 #[test]
 fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
     if let Some(why) = missing() {
@@ -88,44 +128,14 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
     let stencil = build_c_example(dir.path(), false);
     let iterations = 25;
     let results = dir.path().join("out");
-    let job = dir.path().join("job.sh");
-    std::fs::write(
-        &job,
-        format!(
-            "#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=4\n#SBATCH --output={out}\n\
-             {run} --bin {bin} --fanout 2 --filters stats,passthrough --out {results} -- {stencil} {iterations} 64 2000\n",
-            out = dir.path().join("job.out").display(),
-            run = repo().join("deploy/slurm/canopy-run").display(),
-            bin = bin_dir().display(),
-            results = results.display(),
-            stencil = stencil.display(),
-        ),
-    )
-    .unwrap();
-    let mut sbatch = Command::new("sbatch")
-        .arg("--wait")
-        .arg(&job)
-        .env("SLURM_CONF", &conf)
-        .current_dir(dir.path())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(status) = sbatch.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = sbatch.kill();
-            panic!("the job did not end in 240 s");
-        }
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "a synchronous poll of another process; no runtime worker is blocked"
-        )]
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let job_out = std::fs::read_to_string(dir.path().join("job.out")).unwrap_or_default();
-    assert!(status.success(), "the job failed ({status}):\n{job_out}");
+    let body = format!(
+        "{run} --bin {bin} --fanout 2 --filters stats,passthrough --out {results} -- {stencil} {iterations} 64 2000",
+        run = repo().join("deploy/slurm/canopy-run").display(),
+        bin = bin_dir().display(),
+        results = results.display(),
+        stencil = stencil.display(),
+    );
+    let job_out = batch(dir.path(), &conf, "job", &body);
     assert!(
         job_out.contains("canopy-run: tree up:") && job_out.contains("4 agents"),
         "{job_out}"
@@ -195,6 +205,7 @@ fn canopy_run_monitors_a_batch_job_on_a_four_node_slurm_cluster() {
     }
     assert!(!tls.join("ca.key").exists(), "the run's CA key was kept");
 
+    canopy_run_hands_an_srun_job_over_the_nodes_to_canopy_run(dir.path(), &conf, &stencil);
     relays_killed_mid_run_are_started_again_and_no_rank_round_is_lost(dir.path(), &conf, &stencil);
     an_unmodified_mpi_program_under_canopy_run_mpi(dir.path(), &conf);
 }

@@ -487,7 +487,8 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
         .args(["--out".to_string(), args.out.display().to_string()])
         .args(["--bin".to_string(), bin_dir.display().to_string()])
         .args(["--srun-args", &srun_args.join(" ")]);
-    if !args.no_wrapper {
+    // The wrapper for an MPI program; one that reports through the SDK itself needs none.
+    if !args.no_wrapper && links_mpi(&program[0]) {
         cmd.arg("--mpi");
     }
     if let Some(lib) = &args.mpi_lib {
