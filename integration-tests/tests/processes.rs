@@ -370,6 +370,40 @@ fn canopy_run_passes_the_programs_exit_status_on_and_leaves_no_daemon() {
 }
 
 #[test]
+fn canopy_run_terminated_passes_it_to_the_program_and_finishes_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let mut run = canopy_integration_tests::canopy_command()
+        .args(["run", "--insecure", "--no-report", "--out"])
+        .arg(&out_dir)
+        .args(["--", "sleep", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The watch line is printed as the program starts.
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(run.stdout.take().unwrap()));
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("watch it: canopy watch")),
+        "canopy run ended before its program started"
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    let started = Instant::now();
+    let status = run.wait().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
+    // The program got the termination: its status is canopy run's own.
+    assert_eq!(status.code(), Some(128 + 15));
+    let fe_log = std::fs::read_to_string(out_dir.join("logs/frontend.log")).unwrap();
+    assert!(fe_log.contains("front-end stopped"), "{fe_log}");
+}
+
+#[test]
 fn canopy_run_refuses_a_program_of_another_mpi_family_than_its_wrapper_naming_both() {
     let wrapper = bin_dir().join("libcanopy_mpi.so");
     let built_for = Command::new("ldd").arg(&wrapper).output().unwrap();

@@ -79,7 +79,7 @@ fn batch(dir: &Path, conf: &Path, name: &str, body: &str) -> String {
 fn canopy_run_hands_an_srun_job_over_the_nodes_to_canopy_run(dir: &Path, conf: &Path, stencil: &Path) {
     let results = dir.join("out-run");
     let body = format!(
-        "{canopy} run --no-report --filters stats --out {results} -- srun {stencil} 10 64 2000",
+        "{canopy} run --filters stats --out {results} -- srun {stencil} 10 64 2000",
         canopy = bin_dir().join("canopy").display(),
         results = results.display(),
         stencil = stencil.display(),
@@ -87,6 +87,7 @@ fn canopy_run_hands_an_srun_job_over_the_nodes_to_canopy_run(dir: &Path, conf: &
     let job_out = batch(dir, conf, "canopy-run-srun", &body);
     assert!(job_out.contains("canopy run: srun over 4 nodes: "), "{job_out}");
     assert!(job_out.contains("4 agents"), "{job_out}");
+    assert!(job_out.contains("canopy report: "), "{job_out}");
     let rounds = read_rounds(&results.join("latest.sqlite"));
     assert_eq!(rounds.len(), 10, "{rounds:?}\n{job_out}");
     assert!(

@@ -762,7 +762,12 @@ fn outliers_table(r: &OutliersResult, names: &HashMap<u64, String>, top: usize) 
             ("", ex) => format!("class of {ex}"),
             (app, ex) => format!("{app}, class of {ex}"),
         };
-        out.push_str(&format!("  {who}: {} ranks, top {}\n", g.ranks, g.top.len()));
+        let mut head = format!("  {who}: {} ranks, top {}", g.ranks, g.top.len());
+        if head.chars().count() > 79 {
+            head = head.chars().take(78).collect::<String>() + "…";
+        }
+        out.push_str(&head);
+        out.push('\n');
         out.push_str("    rank   score  driven by\n");
         for o in g.top.iter().take(top) {
             let mut line = format!("    {:>4} {:>7.2}  {}", o.rank, o.score, drivers(o, names, 3));

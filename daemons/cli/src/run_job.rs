@@ -3,6 +3,7 @@
 //! for every rank (Open MPI's `-x`, MPICH's `-genv`, Slurm's `--export`, or the environment of a plain program),
 //! waits for the program, lets the tree finish, writes the report, and exits with the program's status.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
@@ -66,10 +67,10 @@ pub enum Launcher {
 
 impl Launcher {
     /// The launcher `program` is, asking an `mpirun` or `mpiexec` for its version.
-    pub fn of(program: &str) -> Launcher {
+    pub fn of(program: &str) -> anyhow::Result<Launcher> {
         match Launcher::of_name(program) {
-            None => Launcher::Plain,
-            Some(Some(known)) => known,
+            None => Ok(Launcher::Plain),
+            Some(Some(known)) => Ok(known),
             Some(None) => {
                 let out = std::process::Command::new(program).arg("--version").output();
                 let text = out
@@ -81,7 +82,14 @@ impl Launcher {
                         )
                     })
                     .unwrap_or_default();
-                Launcher::of_version(&text)
+                Launcher::of_version(&text).with_context(|| {
+                    let said = text.lines().next().unwrap_or("nothing");
+                    format!(
+                        "{program} --version names neither Open MPI nor MPICH, Intel MPI or MVAPICH ({said}): its \
+                         ranks cannot be given the wrapper and the socket; start them with CANOPY_AGENT_SOCKET and \
+                         LD_PRELOAD set as that launcher passes environment (sdk/README.md)"
+                    )
+                })
             }
         }
     }
@@ -102,13 +110,163 @@ impl Launcher {
         }
     }
 
-    /// The launcher an `mpirun --version` text names: Open MPI's unless it says Hydra, MPICH or Intel.
-    pub fn of_version(text: &str) -> Launcher {
+    /// The launcher an `mpirun --version` text names: Hydra (MPICH, Intel MPI, MVAPICH) or Open MPI (ORTE,
+    /// PRRTE); none for another (a vendor's launcher passes environment its own way).
+    pub fn of_version(text: &str) -> Option<Launcher> {
         let hydra = ["HYDRA", "MPICH", "Intel(R) MPI", "MVAPICH"];
-        match hydra.iter().any(|h| text.contains(h)) {
-            true => Launcher::Hydra,
-            false => Launcher::OpenMpi,
+        let open_mpi = ["Open MPI", "OpenRTE", "PRRTE", "prterun"];
+        if hydra.iter().any(|h| text.contains(h)) {
+            Some(Launcher::Hydra)
+        } else if open_mpi.iter().any(|o| text.contains(o)) {
+            Some(Launcher::OpenMpi)
+        } else {
+            None
         }
+    }
+
+    /// How many arguments after `opt` are its values (`--mca NAME VALUE` takes two); 0 for a flag or an option
+    /// that carries its value (`--ntasks=8`, `-N2`). An option not known here is taken for a flag.
+    fn values_of(self, opt: &str) -> usize {
+        if opt.contains('=') {
+            return 0;
+        }
+        let (one, two): (&[&str], &[&str]) = match self {
+            Launcher::OpenMpi => (
+                &[
+                    "-np",
+                    "-n",
+                    "-c",
+                    "--np",
+                    "--n",
+                    "-H",
+                    "--host",
+                    "-host",
+                    "--hostfile",
+                    "-hostfile",
+                    "--machinefile",
+                    "-machinefile",
+                    "--default-hostfile",
+                    "-x",
+                    "--map-by",
+                    "--rank-by",
+                    "--bind-to",
+                    "--wdir",
+                    "-wdir",
+                    "--prefix",
+                    "--output-filename",
+                    "-N",
+                    "--npernode",
+                    "--app",
+                    "--preload-files",
+                    "--personality",
+                    "--rankfile",
+                ],
+                &["--mca", "-mca", "--gmca", "-gmca", "--prtemca"],
+            ),
+            Launcher::Hydra => (
+                &[
+                    "-n",
+                    "-np",
+                    "-f",
+                    "-hostfile",
+                    "-machinefile",
+                    "-hosts",
+                    "-host",
+                    "-ppn",
+                    "-genvlist",
+                    "-envlist",
+                    "-wdir",
+                    "-bind-to",
+                    "-map-by",
+                    "-launcher",
+                    "-iface",
+                    "-configfile",
+                ],
+                &["-genv", "-env"],
+            ),
+            Launcher::Srun => (
+                &[
+                    "-n",
+                    "-N",
+                    "-c",
+                    "-p",
+                    "-t",
+                    "-J",
+                    "-o",
+                    "-e",
+                    "-i",
+                    "-w",
+                    "-x",
+                    "-A",
+                    "-q",
+                    "-m",
+                    "-B",
+                    "-D",
+                    "-d",
+                    "-G",
+                    "-L",
+                    "-M",
+                    "-S",
+                    "-W",
+                    "-T",
+                    "--ntasks",
+                    "--nodes",
+                    "--cpus-per-task",
+                    "--partition",
+                    "--time",
+                    "--job-name",
+                    "--output",
+                    "--error",
+                    "--input",
+                    "--nodelist",
+                    "--exclude",
+                    "--account",
+                    "--qos",
+                    "--mpi",
+                    "--ntasks-per-node",
+                    "--chdir",
+                    "--export",
+                    "--gres",
+                    "--mem",
+                    "--mem-per-cpu",
+                    "--distribution",
+                    "--nodefile",
+                    "--constraint",
+                    "--reservation",
+                    "--cpu-bind",
+                    "--het-group",
+                    "--gpus",
+                    "--time-min",
+                    "--signal",
+                ],
+                &[],
+            ),
+            Launcher::Plain => (&[], &[]),
+        };
+        if two.contains(&opt) {
+            2
+        } else {
+            usize::from(one.contains(&opt))
+        }
+    }
+
+    /// Where the program starts in `command` (the launcher first): after the launcher's own options and their
+    /// values. `None` when nothing follows them.
+    fn program_at(self, command: &[String]) -> Option<usize> {
+        if self == Launcher::Plain {
+            return Some(0);
+        }
+        let mut i = 1;
+        while let Some(arg) = command.get(i) {
+            if !arg.starts_with('-') {
+                return Some(i);
+            }
+            if arg == "--" {
+                return (i + 1 < command.len()).then_some(i + 1);
+            }
+            i += 1 + self.values_of(arg);
+        }
+        None
     }
 
     /// The command line that starts `command` (launcher first) with `env` set for every rank, and the variables
@@ -132,8 +290,17 @@ impl Launcher {
                 }
             }
             Launcher::Srun => {
+                // ALL passes the rest of the environment (the user's CANOPY_ settings, with commas or not);
+                // a user's own --export keeps its list, with these added.
                 let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                line.push(format!("--export=ALL,{}", vars.join(",")));
+                let theirs = rest.iter().find_map(|a| a.strip_prefix("--export="));
+                let base = match theirs {
+                    None => "ALL".to_string(),
+                    Some(t) => t.to_string(),
+                };
+                line.push(format!("--export={base},{}", vars.join(",")));
+                line.extend(rest.iter().filter(|a| !a.starts_with("--export=")).cloned());
+                return (line, Vec::new());
             }
             Launcher::Plain => {
                 line.extend(rest.iter().cloned());
@@ -153,41 +320,52 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
-    let ranks = ranks_asked(&args.command);
+    // From the start, so that no signal ends this process and leaves the daemons (in groups of their own).
+    let mut signals = Signals::new()?;
+    let launcher = Launcher::of(&args.command[0])?;
+    let ranks = ranks_asked(launcher, &args.command);
     if ranks.is_some_and(|n| n <= args.per_rank_up_to) && !args.filters.iter().any(|f| f == "passthrough") {
         args.filters.push("passthrough".into());
     }
     let bin_dir = binaries_dir()?;
-    if let Some(nodes) = slurm_nodes(Launcher::of(&args.command[0])) {
+    if let Some(nodes) = slurm_nodes(launcher) {
         return delegate_to_canopy_run(&args, &bin_dir, nodes).await;
     }
+    warn_of_other_hosts(launcher, &args.command);
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
     canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
-    let launcher = Launcher::of(&args.command[0]);
     let wrapper = match args.no_wrapper {
         true => None,
         false => wrapper(&args, &bin_dir, launcher)?,
     };
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let ready_dir = args.out.join(format!(".run-{}", std::process::id()));
-    std::fs::create_dir_all(&ready_dir)?;
-    // A socket path must be short (108 bytes): the run's own directory under the temporary one.
+    // A socket path must be short (108 bytes): the run's own directory under the temporary one, made here and
+    // now (one that is there already, another user's perhaps, is not taken), private to the user.
     let socket_dir = std::env::temp_dir().join(format!("canopy-run-{}", std::process::id()));
-    std::fs::create_dir_all(&socket_dir)
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&socket_dir)
         .with_context(|| format!("cannot create {}", socket_dir.display()))?;
+    let ready_dir = args.out.join(format!(".run-{}", std::process::id()));
     let mut daemons: Vec<Daemon> = Vec::new();
-    let result = tree_and_program(
-        &args,
-        launcher,
-        wrapper.as_deref(),
-        &bin_dir,
-        &logs,
-        &ready_dir,
-        &socket_dir,
-        &mut daemons,
-    )
-    .await;
+    let result = match std::fs::create_dir_all(&ready_dir) {
+        Ok(()) => {
+            tree_and_program(
+                &args,
+                launcher,
+                wrapper.as_deref(),
+                &bin_dir,
+                &logs,
+                &ready_dir,
+                &socket_dir,
+                &mut daemons,
+                &mut signals,
+            )
+            .await
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot create {}: {e}", ready_dir.display())),
+    };
     stop_all(&mut daemons).await;
     let _ = std::fs::remove_dir_all(&ready_dir);
     let _ = std::fs::remove_dir_all(&socket_dir);
@@ -204,6 +382,63 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         store.display()
     );
     Ok(exit_code(status))
+}
+
+/// The signals `canopy run` answers for its whole life: an interrupt (Ctrl-C, which the program in the
+/// terminal's group gets too), a termination (a batch system's end of job) and a hang-up (the terminal closed).
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal, in words.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "interrupted",
+            _ = self.terminate.recv() => "terminated",
+            _ = self.hangup.recv() => "hung up",
+        }
+    }
+}
+
+/// Ranks on other hosts than this one cannot reach this host's agent: said once when the launcher is given
+/// other hosts.
+fn warn_of_other_hosts(launcher: Launcher, command: &[String]) {
+    let host_flags = [
+        "-H",
+        "--host",
+        "-host",
+        "--hostfile",
+        "-hostfile",
+        "--machinefile",
+        "-machinefile",
+        "-f",
+        "-hosts",
+        "--default-hostfile",
+        "--rankfile",
+    ];
+    let end = launcher.program_at(command).unwrap_or(command.len());
+    let given = command[1.min(end)..end]
+        .iter()
+        .any(|a| host_flags.contains(&a.split('=').next().unwrap_or("")));
+    if given {
+        eprintln!(
+            "canopy run: the launcher is given hosts: ranks on other hosts than this one cannot reach this host's \
+             agent (run canopy-agent on each host, docs/deploy.md; inside a Slurm allocation, srun is handed to \
+             canopy-run)"
+        );
+    }
 }
 
 /// The wrapper the ranks load, if the program is an MPI program: one an MPI launcher starts, or a plain program
@@ -223,7 +458,7 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
     match candidates.iter().find(|p| p.is_file()) {
         Some(p) => {
             let lib = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-            check_family(&lib, &args.command)?;
+            check_family(&lib, &args.command, launcher)?;
             Ok(Some(lib))
         }
         None => bail!(
@@ -261,16 +496,11 @@ fn family(libmpi: &str) -> Option<&'static str> {
 }
 
 /// The wrapper calls into the MPI it was built for: a program linked with another family would crash in it or
-/// measure nothing. Refused with both named, when both can be told; the program is the first argument after
-/// the launcher's own that is a file.
-fn check_family(wrapper: &Path, command: &[String]) -> anyhow::Result<()> {
-    let program = command
-        .iter()
-        .skip(usize::from(Launcher::of_name(&command[0]).is_some()))
-        .filter(|a| !a.starts_with('-'))
-        .map(|a| which(a))
-        .find(|p| p.is_file());
-    let Some(program) = program else { return Ok(()) };
+/// measure nothing. Refused with both named, when both can be told.
+fn check_family(wrapper: &Path, command: &[String], launcher: Launcher) -> anyhow::Result<()> {
+    let Some(program) = launcher.program_at(command).map(|i| which(&command[i])) else {
+        return Ok(());
+    };
     let (Some(built), Some(linked)) = (libmpi_of(wrapper), libmpi_of(&program)) else {
         return Ok(());
     };
@@ -317,6 +547,7 @@ async fn tree_and_program(
     ready_dir: &Path,
     socket_dir: &Path,
     daemons: &mut Vec<Daemon>,
+    signals: &mut Signals,
 ) -> anyhow::Result<(ExitStatus, PathBuf)> {
     let creds = match args.insecure {
         true => None,
@@ -364,7 +595,10 @@ async fn tree_and_program(
         fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
     }
     daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
-    let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
+    let ready = tokio::select! {
+        ready = wait_ready(&fe_ready, &mut daemons[0]) => ready?,
+        why = signals.next() => bail!("{why} before the tree was up"),
+    };
     let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
     let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
 
@@ -375,7 +609,10 @@ async fn tree_and_program(
         .args(["--node-id", "agent", "--parent", &fe_addr])
         .args(["--socket".to_string(), socket.display().to_string()]);
     daemons.push(spawn("agent", Kind::Agent, agent, logs)?);
-    wait_socket(&socket, &mut daemons[1]).await?;
+    tokio::select! {
+        up = wait_socket(&socket, &mut daemons[1]) => up?,
+        why = signals.next() => bail!("{why} before the tree was up"),
+    }
 
     let watch = match &creds {
         Some(c) => format!("canopy watch --frontend {fe_addr} --tls-dir {}", c.dir.display()),
@@ -387,8 +624,11 @@ async fn tree_and_program(
 
     let mut env = vec![("CANOPY_AGENT_SOCKET".to_string(), socket.display().to_string())];
     if let Some(lib) = wrapper {
+        // Canopy first: a tool loaded before it that calls PMPI_X itself (Darshan's MPI_Init) would hide the
+        // calls from it; after it, every tool sees every call. One already preloaded is left as it is.
         let preload = match std::env::var("LD_PRELOAD") {
-            Ok(before) if !before.is_empty() => format!("{before}:{}", lib.display()),
+            Ok(before) if before.contains("libcanopy_mpi") => before,
+            Ok(before) if !before.is_empty() => format!("{}:{before}", lib.display()),
             _ => lib.display().to_string(),
         };
         env.push(("LD_PRELOAD".to_string(), preload));
@@ -397,11 +637,15 @@ async fn tree_and_program(
         env.push(("CANOPY_APP".to_string(), app.clone()));
     }
     // The user's own settings for the ranks (CANOPY_MPI_DUMP_ON, CANOPY_QUEUE_DUMPS...) reach them too: Open
-    // MPI passes on only what it is told to.
-    for (name, value) in std::env::vars() {
-        if name.starts_with("CANOPY_") && !env.iter().any(|(n, _)| *n == name) {
-            env.push((name, value));
+    // MPI passes on only what it is told to. (srun passes the whole environment.)
+    if launcher != Launcher::Srun {
+        for (name, value) in std::env::vars() {
+            if name.starts_with("CANOPY_") && !env.iter().any(|(n, _)| *n == name) {
+                env.push((name, value));
+            }
         }
+    } else if let Some((name, _)) = env.iter().find(|(_, v)| v.contains(',')) {
+        bail!("{name} holds a comma, which srun's --export cannot pass");
     }
     let (line, own_env) = launcher.command_line(&args.command, &env);
     let mut program = Command::new(&line[0]);
@@ -409,13 +653,17 @@ async fn tree_and_program(
     let mut child = program
         .spawn()
         .with_context(|| format!("cannot start {}", line[0]))?;
-    // Ctrl-C reaches the program, in the terminal's process group, and ends it; the tree (in groups of its own)
-    // is finished here afterwards.
-    let status = tokio::select! {
-        status = child.wait() => status?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("canopy run: interrupted; waiting for the program to end");
-            child.wait().await?
+    // Ctrl-C reaches the program, in the terminal's process group, and ends it; a termination or a hang-up is
+    // passed on to it. The tree (in groups of its own) is finished here afterwards.
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            why = signals.next() => {
+                eprintln!("canopy run: {why}; waiting for the program to end");
+                if why != "interrupted" {
+                    signal_child(&child, nix::sys::signal::Signal::SIGTERM);
+                }
+            }
         }
     };
     // Every rank said FIN: the front-end ends the run on its own. Ranks that died without one (or a program that
@@ -426,6 +674,13 @@ async fn tree_and_program(
         daemons[0].wait_reaped(Duration::from_secs(30)).await;
     }
     Ok((status, store))
+}
+
+/// Sends `sig` to the program's process.
+fn signal_child(child: &tokio::process::Child, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+    }
 }
 
 /// How long the front-end is given, once the program has ended, to end the run on the ranks' FINs.
@@ -450,14 +705,22 @@ async fn wait_socket(socket: &Path, agent: &mut Daemon) -> anyhow::Result<()> {
     bail!("the agent's socket {} was not there after 20 s", socket.display())
 }
 
-/// The nodes of the Slurm allocation this runs in when `srun` would start ranks on more than one: one agent
-/// here would serve none of the others, so the tree must be laid over the allocation (`canopy-run`).
+/// The nodes of the Slurm allocation this runs in when `srun` would start ranks on other nodes than this one
+/// (more than one, or one that is not this host): an agent here would serve none of them, so the tree must be
+/// laid over the allocation (`canopy-run`).
 fn slurm_nodes(launcher: Launcher) -> Option<u32> {
+    if launcher != Launcher::Srun {
+        return None;
+    }
     std::env::var_os("SLURM_JOB_ID")?;
     let nodes: u32 = ["SLURM_JOB_NUM_NODES", "SLURM_NNODES"]
         .iter()
         .find_map(|v| std::env::var(v).ok()?.parse().ok())?;
-    (launcher == Launcher::Srun && nodes > 1).then_some(nodes)
+    // One node that is not this one (salloc's shell on a login node) is another node too.
+    let here = nix::unistd::gethostname().ok()?.to_string_lossy().into_owned();
+    let short = here.split('.').next().unwrap_or(&here).to_string();
+    let elsewhere = std::env::var("SLURM_JOB_NODELIST").is_ok_and(|list| list != short && list != here);
+    (nodes > 1 || elsewhere).then_some(nodes)
 }
 
 /// Inside a Slurm allocation of several nodes, `canopy-run` does the work: a front-end here, an agent on every
@@ -477,10 +740,10 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
              beside canopy; it is not there"
         )
     })?;
-    let (srun_args, program) = split_srun(&args.command[1..]);
-    if program.is_empty() {
+    let Some(at) = Launcher::Srun.program_at(&args.command) else {
         bail!("no program after srun's own arguments: canopy run -- srun [SRUN ARGS] PROGRAM ARGS...");
-    }
+    };
+    let (srun_args, program) = (&args.command[1..at], &args.command[at..]);
     let mut cmd = Command::new(&script);
     cmd.args(["--filters", &args.filters.join(",")])
         .args(["--timeout-ms", &args.timeout_ms.to_string()])
@@ -506,69 +769,33 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
         .status()
         .await
         .with_context(|| format!("cannot start {}", script.display()))?;
+    // canopy-run leaves the run's store in --out; the report goes beside it, as for a run here.
+    if !args.no_report
+        && let Err(e) = crate::report::html_beside_store(&args.out)
+    {
+        eprintln!("canopy run: no report: {e:#}");
+    }
     Ok(exit_code(status))
 }
 
-/// `srun`'s own arguments and the program with its arguments: the program is the first argument that is not an
-/// option or an option's value (an option without `=` takes the next argument unless that one is a program on
-/// disk or PATH).
-fn split_srun(args: &[String]) -> (Vec<String>, Vec<String>) {
-    const FLAGS: &[&str] = &[
-        "--exclusive",
-        "--overlap",
-        "--label",
-        "-l",
-        "--unbuffered",
-        "-u",
-        "--quiet",
-        "-Q",
-        "--verbose",
-        "-v",
-        "--kill-on-bad-exit",
-        "-K",
-        "--pty",
-        "--oversubscribe",
-        "-O",
-        "--exact",
-        "--whole",
-    ];
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if !a.starts_with('-') {
-            break;
-        }
-        let takes_value = !a.contains('=')
-            && !FLAGS.contains(&a.as_str())
-            // A short option with its value attached (-N2) takes none.
-            && (a.len() <= 2 || a.starts_with("--"))
-            && args
-                .get(i + 1)
-                .is_some_and(|next| !next.starts_with('-') && !which(next).is_file());
-        i += if takes_value { 2 } else { 1 };
-    }
-    (
-        args[..i.min(args.len())].to_vec(),
-        args[i.min(args.len())..].to_vec(),
-    )
-}
-
-/// How many ranks a launcher's arguments ask for (`-np 8`, `-n 8`, `--np 8`, `--ntasks=8`...); none for a plain
-/// program, one.
-fn ranks_asked(command: &[String]) -> Option<u32> {
-    if Launcher::of_name(&command[0]).is_none() {
-        return Some(1);
-    }
-    let flags = ["-np", "-n", "--np", "--n", "-c", "--ntasks"];
-    command.iter().enumerate().skip(1).find_map(|(i, arg)| {
-        if let Some((flag, value)) = arg.split_once('=')
-            && flags.contains(&flag)
-        {
-            return value.parse().ok();
+/// How many ranks a launcher's options ask for (`-np 8`, `-n 8`, `--ntasks=8`...); one for a plain program, and
+/// none when the launcher's options do not say.
+fn ranks_asked(launcher: Launcher, command: &[String]) -> Option<u32> {
+    let flags: &[&str] = match launcher {
+        Launcher::Plain => return Some(1),
+        Launcher::OpenMpi => &["-np", "-n", "-c", "--np", "--n"],
+        Launcher::Hydra => &["-n", "-np"],
+        Launcher::Srun => &["-n", "--ntasks"],
+    };
+    let end = launcher.program_at(command).unwrap_or(command.len());
+    let options = &command[1.min(end)..end];
+    options.iter().enumerate().find_map(|(i, arg)| {
+        if let Some((flag, value)) = arg.split_once('=') {
+            return flags.contains(&flag).then(|| value.parse().ok()).flatten();
         }
         flags
             .contains(&arg.as_str())
-            .then(|| command.get(i + 1)?.parse().ok())
+            .then(|| options.get(i + 1)?.parse().ok())
             .flatten()
     })
 }
@@ -641,60 +868,121 @@ mod tests {
             line[1],
             "--export=ALL,CANOPY_AGENT_SOCKET=/tmp/a.sock,LD_PRELOAD=/lib/libcanopy_mpi.so"
         );
+        // The user's own --export keeps its list, with the socket and the wrapper added.
+        let (line, _) = Launcher::Srun.command_line(&strings(&["srun", "--export=NONE,HOME", "./app"]), &env);
+        assert_eq!(
+            line,
+            strings(&[
+                "srun",
+                "--export=NONE,HOME,CANOPY_AGENT_SOCKET=/tmp/a.sock,LD_PRELOAD=/lib/libcanopy_mpi.so",
+                "./app"
+            ])
+        );
         let (line, own) = Launcher::Plain.command_line(&strings(&["./app", "x"]), &env);
         assert_eq!((line, own), (strings(&["./app", "x"]), env));
     }
 
     #[test]
-    fn the_version_text_tells_hydra_from_open_mpi() {
-        assert_eq!(Launcher::of_version("mpirun (Open MPI) 4.1.6"), Launcher::OpenMpi);
+    fn the_version_text_tells_hydra_from_open_mpi_and_another_launcher_is_refused() {
+        let of = Launcher::of_version;
+        assert_eq!(of("mpirun (Open MPI) 4.1.6"), Some(Launcher::OpenMpi));
+        assert_eq!(of("prterun (PRRTE) 3.0.0"), Some(Launcher::OpenMpi));
         assert_eq!(
-            Launcher::of_version("HYDRA build details:\n    Version: 4.2.0"),
-            Launcher::Hydra
+            of("HYDRA build details:\n    Version: 4.2.0"),
+            Some(Launcher::Hydra)
         );
-        assert_eq!(
-            Launcher::of_version("Intel(R) MPI Library for Linux"),
-            Launcher::Hydra
-        );
-        assert_eq!(Launcher::of("srun"), Launcher::Srun);
-        assert_eq!(Launcher::of("/opt/x/bin/prterun"), Launcher::OpenMpi);
-        assert_eq!(Launcher::of("./lulesh2.0"), Launcher::Plain);
+        assert_eq!(of("Intel(R) MPI Library for Linux"), Some(Launcher::Hydra));
+        assert_eq!(of("mpiexec version 1.2.3 (PALS)"), None);
+        assert_eq!(Launcher::of("srun").unwrap(), Launcher::Srun);
+        assert_eq!(Launcher::of("/opt/x/bin/prterun").unwrap(), Launcher::OpenMpi);
+        assert_eq!(Launcher::of("./lulesh2.0").unwrap(), Launcher::Plain);
     }
 
     #[test]
-    fn the_ranks_a_launcher_is_asked_for_are_read_from_its_arguments() {
-        let asked = |v: &[&str]| ranks_asked(&strings(v));
+    fn the_ranks_a_launcher_is_asked_for_are_read_from_its_own_options() {
+        let asked = |l: Launcher, v: &[&str]| ranks_asked(l, &strings(v));
         assert_eq!(
-            asked(&["mpirun", "--oversubscribe", "-np", "8", "./app", "-n", "3"]),
+            asked(
+                Launcher::OpenMpi,
+                &["mpirun", "--oversubscribe", "-np", "8", "./app", "-n", "3"]
+            ),
             Some(8)
         );
-        assert_eq!(asked(&["srun", "--ntasks=64", "./app"]), Some(64));
-        assert_eq!(asked(&["mpiexec", "-n", "4096", "./app"]), Some(4096));
-        assert_eq!(asked(&["mpirun", "./app"]), None);
-        assert_eq!(asked(&["./app", "-n", "9"]), Some(1));
+        // The program's own -n is not the launcher's.
+        assert_eq!(
+            asked(
+                Launcher::OpenMpi,
+                &["mpirun", "--hostfile", "h", "./a", "-n", "3"]
+            ),
+            None
+        );
+        assert_eq!(asked(Launcher::Srun, &["srun", "--ntasks=64", "./app"]), Some(64));
+        // srun's -c is CPUs per task, not ranks.
+        assert_eq!(
+            asked(Launcher::Srun, &["srun", "-c", "2", "-n", "4096", "./app"]),
+            Some(4096)
+        );
+        assert_eq!(
+            asked(Launcher::Hydra, &["mpiexec", "-n", "4096", "./app"]),
+            Some(4096)
+        );
+        assert_eq!(asked(Launcher::OpenMpi, &["mpirun", "./app"]), None);
+        assert_eq!(asked(Launcher::Plain, &["./app", "-n", "9"]), Some(1));
     }
 
     #[test]
-    fn srun_s_own_arguments_are_told_from_the_program() {
-        let split = |v: &[&str]| {
-            let (a, b) = split_srun(&strings(v));
-            (a.join(" "), b.join(" "))
-        };
+    fn a_launcher_s_own_options_are_told_from_the_program() {
+        fn at<'a>(l: Launcher, v: &[&'a str]) -> Option<&'a str> {
+            l.program_at(&strings(v)).map(|i| v[i])
+        }
         assert_eq!(
-            split(&["-n", "8", "--mpi=pmix", "./lulesh2.0", "-s", "30"]),
-            ("-n 8 --mpi=pmix".into(), "./lulesh2.0 -s 30".into())
+            at(
+                Launcher::Srun,
+                &["srun", "-n", "8", "--mpi=pmix", "./lulesh2.0", "-s", "30"]
+            ),
+            Some("./lulesh2.0")
         );
         assert_eq!(
-            split(&["--ntasks", "4", "--exclusive", "-N2", "app"]),
-            ("--ntasks 4 --exclusive -N2".into(), "app".into())
+            at(
+                Launcher::Srun,
+                &["srun", "--ntasks", "4", "--exclusive", "-N2", "app"]
+            ),
+            Some("app")
         );
-        // A program on PATH right after an option without a value is the program, not the option's value.
+        // A value that is a file is still the option's (a log of an earlier run).
         assert_eq!(
-            split(&["--overlap", "sh", "-c", "x"]),
-            ("--overlap".into(), "sh -c x".into())
+            at(
+                Launcher::Srun,
+                &["srun", "-o", "run.log", "--label", "sh", "-c", "x"]
+            ),
+            Some("sh")
         );
-        assert_eq!(split(&["--label", "sh"]), ("--label".into(), "sh".into()));
-        assert_eq!(split(&["./app"]), (String::new(), "./app".into()));
+        assert_eq!(
+            at(
+                Launcher::OpenMpi,
+                &[
+                    "mpirun",
+                    "--hostfile",
+                    "h",
+                    "-np",
+                    "4",
+                    "--mca",
+                    "btl",
+                    "tcp",
+                    "./a.out"
+                ]
+            ),
+            Some("./a.out")
+        );
+        assert_eq!(
+            at(
+                Launcher::Hydra,
+                &["mpiexec", "-genv", "A", "1", "-n", "2", "python3", "x.py"]
+            ),
+            Some("python3")
+        );
+        assert_eq!(at(Launcher::OpenMpi, &["mpirun", "-np", "2"]), None);
+        assert_eq!(at(Launcher::Plain, &["./app", "-x"]), Some("./app"));
     }
 
     #[test]

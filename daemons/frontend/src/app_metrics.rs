@@ -29,7 +29,8 @@ struct Latest {
 pub struct AppMetrics {
     /// Events per stream (and application) the series show; 0: coverage and rounds only.
     top: usize,
-    latest: Mutex<BTreeMap<String, Latest>>,
+    /// By stream id (two streams may share a name), with the stream's name.
+    latest: Mutex<BTreeMap<u32, (String, Latest)>>,
 }
 
 impl AppMetrics {
@@ -46,10 +47,13 @@ impl AppMetrics {
             return;
         }
         let mut latest = self.latest.lock().expect("latest rounds");
-        let entry = latest.entry(r.stream.name.clone()).or_default();
+        let (name, entry) = latest
+            .entry(r.stream.stream_id)
+            .or_insert_with(|| (r.stream.name.clone(), Latest::default()));
         if r.round < entry.round {
             return;
         }
+        name.clone_from(&r.stream.name);
         let stats = if result_type.ends_with("StatsResult") {
             StatsResult::decode(r.payload.as_slice()).ok().map(|s| s.stats)
         } else if result_type.ends_with("HistogramResult") {
@@ -65,6 +69,11 @@ impl AppMetrics {
             expected: r.coverage.expected,
             events: stats.map(|s| top_events(&s, self.top)).unwrap_or_default(),
         };
+    }
+
+    /// A stream that closed or failed: its series go, rather than stay at their last values on a dashboard.
+    pub fn forget(&self, stream_id: u32) {
+        self.latest.lock().expect("latest rounds").remove(&stream_id);
     }
 
     /// The collector that renders the series at each scrape, naming events with `names`.
@@ -140,7 +149,8 @@ impl Collector for AppCollector {
         let kind = ConstGauge::new(0i64).metric_type();
         let mut family =
             enc.encode_descriptor("app_round", "Each stream's latest round stored", None, kind)?;
-        for (stream, l) in &latest {
+        for (stream, l) in latest.values() {
+            let stream = label(stream);
             ConstGauge::new(l.round as i64).encode(family.encode_family(&[("stream", stream.as_str())])?)?;
         }
         let mut family = enc.encode_descriptor(
@@ -149,13 +159,14 @@ impl Collector for AppCollector {
             None,
             kind,
         )?;
-        for (stream, l) in &latest {
+        for (stream, l) in latest.values() {
+            let stream = label(stream);
             for (state, n) in [("covered", l.covered), ("expected", l.expected)] {
                 ConstGauge::new(i64::from(n))
                     .encode(family.encode_family(&[("stream", stream.as_str()), ("ranks", state)])?)?;
             }
         }
-        if latest.values().all(|l| l.events.is_empty()) {
+        if latest.values().all(|(_, l)| l.events.is_empty()) {
             return Ok(());
         }
         let names = (self.names)();
@@ -166,12 +177,12 @@ impl Collector for AppCollector {
             None,
             ConstGauge::new(0.0f64).metric_type(),
         )?;
-        for (stream, l) in &latest {
+        for (stream, l) in latest.values() {
             for (app, id, metric, stat, value) in &l.events {
-                let event = names.get(id).cloned().unwrap_or_else(|| format!("{id:#018x}"));
+                let event = names.get(id).map_or_else(|| format!("{id:#018x}"), |n| label(n));
                 let labels = [
-                    ("stream", stream.clone()),
-                    ("app", app.clone()),
+                    ("stream", label(stream)),
+                    ("app", label(app)),
                     ("event", event),
                     ("metric", metric_word(*metric).to_string()),
                     ("stat", stat.to_string()),
@@ -181,6 +192,21 @@ impl Collector for AppCollector {
         }
         Ok(())
     }
+}
+
+/// A label value as the text format needs it: backslash, double quote and newline escaped (the encoder writes
+/// values as they are, and one event name with a quote would break every series of the scrape).
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn metric_word(m: Metric) -> &'static str {
@@ -281,6 +307,29 @@ mod tests {
         );
         assert!(!text.contains("event=\"0x0000000000000003\""), "{text}");
         assert!(text.contains("app=\"viz\",event=\"MPI_Allreduce\""), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_a_closed_stream_is_forgotten() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let m = Arc::new(AppMetrics::new(1));
+        m.note(
+            &result(1, vec![event("x\"y", 1, 1.0)], false),
+            "canopy.filters.v1.StatsResult",
+        );
+        let names = || HashMap::from([(1, "MPI_\"odd\"".to_string())]);
+        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
+        registry.register_collector(m.collector(names));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("app=\"x\\\"y\",event=\"MPI_\\\"odd\\\"\""),
+            "{text}"
+        );
+        m.forget(0);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("canopy_app_round{"), "{text}");
     }
 
     #[test]

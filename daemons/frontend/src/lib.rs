@@ -466,6 +466,8 @@ struct StoreUp {
     filters: Arc<canopy_core::plugin::PluginFilters>,
     /// What the API serves live: results, node status, result types.
     shared: Arc<api::Shared>,
+    /// The application's series on the metrics endpoint: a stream that ends takes its own with it.
+    app_metrics: Arc<app_metrics::AppMetrics>,
 }
 
 impl Up for StoreUp {
@@ -564,6 +566,9 @@ impl RootSink for StoreUp {
             };
             if let Some(t) = &result_type {
                 self.shared.set_result_type(spec.stream_id, t.clone());
+            }
+            if state.is_ended() {
+                self.app_metrics.forget(spec.stream_id);
             }
             let failure = failure.map(str::to_string);
             self.writer
@@ -724,6 +729,7 @@ impl Frontend {
             writer: store_tx,
             filters: filters.clone(),
             shared: shared.clone(),
+            app_metrics: app_metrics.clone(),
         };
         let node_config = NodeConfig {
             node_id: config.node_id.clone(),

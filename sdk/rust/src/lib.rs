@@ -371,7 +371,6 @@ pub fn init(app: &str, rank: Option<u32>, nranks: Option<u32>) -> Result<(), Err
     init_with(Config::from_env(app, rank, nranks)?)
 }
 
-/// Starts the SDK with an explicit configuration.
 /// Why no agent can be listening at `socket`, if that can be told without connecting (a connection would be a
 /// rank the agent sees hang up): no such file, not a socket, or a directory this process may not enter.
 fn agent_socket_problem(socket: &std::path::Path) -> Option<String> {
@@ -389,6 +388,7 @@ fn agent_socket_problem(socket: &std::path::Path) -> Option<String> {
     }
 }
 
+/// Starts the SDK with an explicit configuration.
 pub fn init_with(config: Config) -> Result<(), Error> {
     if SDK.get().is_some() {
         return Err(Error::AlreadyInitialized);

@@ -166,38 +166,30 @@ pub fn round_durations(rounds: &[canopy_store::RoundRow]) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// Per round, the share (%) of its duration a rank spent in MPI on average: the mean exclusive time of every
-/// `MPI_` event over the round's duration, at most 100. Rows broken down by application count each by its
-/// ranks, so the mean is over every rank.
-pub fn mpi_share(rows: &[StatRow], names: &Names, durations: &[(u64, f64)]) -> Vec<(u64, f64)> {
+/// Per round, the share (%) of its duration a rank spent in MPI on average: the exclusive time of every `MPI_`
+/// event summed over the ranks (each row's mean times the ranks it counts), over the ranks of the round
+/// (`ranks`, its covered ranks) and its duration; at most 100. A round without its ranks has none.
+pub fn mpi_share(
+    rows: &[StatRow],
+    names: &Names,
+    durations: &[(u64, f64)],
+    ranks: &BTreeMap<u64, u32>,
+) -> Vec<(u64, f64)> {
+    // Rows over every application when there are any, else each application's: never both, or twice.
     let whole = rows.iter().any(|r| r.app.is_none());
-    // Per round: the time in MPI summed over the ranks, and the ranks (the most any event counts).
-    let mut in_mpi: BTreeMap<u64, (f64, u64)> = BTreeMap::new();
-    let mut ranks: BTreeMap<(u64, Option<String>), u64> = BTreeMap::new();
+    let mut in_mpi: BTreeMap<u64, f64> = BTreeMap::new();
     for r in plain_stats(rows, Metric::Exclusive) {
-        if r.app.is_none() != whole || !names.of(r.id).starts_with("MPI_") {
-            continue;
-        }
-        let mean = r.mean.filter(|m| m.is_finite()).unwrap_or(0.0);
-        in_mpi.entry(r.round).or_default().0 += mean * r.count as f64;
-        let most = ranks.entry((r.round, r.app.clone())).or_default();
-        *most = (*most).max(r.count);
-    }
-    for ((round, _), n) in ranks {
-        if let Some(at) = in_mpi.get_mut(&round) {
-            at.1 += n;
+        if r.app.is_none() == whole && names.of(r.id).starts_with("MPI_") {
+            let mean = r.mean.filter(|m| m.is_finite()).unwrap_or(0.0);
+            *in_mpi.entry(r.round).or_default() += mean * r.count as f64;
         }
     }
-    let in_mpi: BTreeMap<u64, f64> = in_mpi
-        .into_iter()
-        .filter(|(_, (_, n))| *n > 0)
-        .map(|(round, (sum, n))| (round, sum / n as f64))
-        .collect();
     durations
         .iter()
         .filter(|(_, secs)| *secs > 0.0)
         .filter_map(|(round, secs)| {
-            let us = in_mpi.get(round)?;
+            let n = f64::from(*ranks.get(round).filter(|n| **n > 0)?);
+            let us = in_mpi.get(round)? / n;
             Some((*round, (us / (secs * 1e6) * 100.0).min(100.0)))
         })
         .collect()
@@ -484,7 +476,15 @@ mod tests {
             stat(1, 3, 999_000.0, 0.0, 0.0),
             stat(2, 1, 2_000_000.0, 0.0, 0.0),
         ];
-        assert_eq!(mpi_share(&rows, &names, &d), vec![(1, 50.0), (2, 100.0)]);
+        let of_count = |count: u64, r: StatRow| StatRow { count, ..r };
+        let rows: Vec<StatRow> = rows.into_iter().map(|r| of_count(4, r)).collect();
+        let ranks: BTreeMap<u64, u32> = [(1, 4), (2, 4)].into();
+        assert_eq!(mpi_share(&rows, &names, &d, &ranks), vec![(1, 50.0), (2, 100.0)]);
+        // An event only some ranks call counts over every rank of the round: one rank of 8 in MPI_Wait for
+        // 400 ms of a 500 ms round is 10% on average, not 80%.
+        let one = vec![of_count(1, stat(1, 2, 400_000.0, 0.0, 0.0))];
+        let eight: BTreeMap<u64, u32> = [(1, 8)].into();
+        assert_eq!(mpi_share(&one, &names, &d, &eight), vec![(1, 10.0)]);
         // Per application: each row counts by its ranks (3 ranks at 100 ms, 1 at 300 ms: 150 ms of 500).
         let of_app = |app: &str, count: u64, r: StatRow| StatRow {
             app: Some(app.into()),
@@ -495,7 +495,7 @@ mod tests {
             of_app("sim", 3, stat(1, 1, 100_000.0, 0.0, 0.0)),
             of_app("viz", 1, stat(1, 1, 300_000.0, 0.0, 0.0)),
         ];
-        assert_eq!(mpi_share(&rows, &names, &d), vec![(1, 30.0)]);
+        assert_eq!(mpi_share(&rows, &names, &d, &ranks), vec![(1, 30.0)]);
     }
 
     #[test]

@@ -124,8 +124,12 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         rows,
     });
     // The figure: the events stacked rank by rank, in rank order (application, then rank).
-    let positions: HashMap<&(String, u32), u64> =
-        ranks.keys().enumerate().map(|(i, k)| (k, i as u64)).collect();
+    // One application: x is the rank. Several: their ranks side by side, in order.
+    let positions: HashMap<&(String, u32), u64> = ranks
+        .keys()
+        .enumerate()
+        .map(|(i, k)| (k, if several_apps { i as u64 } else { u64::from(k.1) }))
+        .collect();
     let points = ranks.iter().flat_map(|(key, (events, _))| {
         let x = positions[key];
         top.iter().map(move |id| {

@@ -82,7 +82,9 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
                 points: points(&durations),
             }]),
         });
-        let share = mpi_share(&rows, &ctx.names, &durations);
+        let covered: std::collections::BTreeMap<u64, u32> =
+            rounds.iter().map(|r| (r.round, r.covered)).collect();
+        let share = mpi_share(&rows, &ctx.names, &durations, &covered);
         if !share.is_empty() {
             let mean = share.iter().map(|(_, s)| s).sum::<f64>() / share.len() as f64;
             section
