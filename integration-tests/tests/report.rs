@@ -344,7 +344,8 @@ fn export(dir: &Path, out_dir: &Path, format: &str) -> PathBuf {
         out_dir.to_str().unwrap(),
         "--format",
         format,
-        "--out",
+        // -o, as for the report (--out is kept too).
+        "-o",
         to.to_str().unwrap(),
     ]);
     for table in [

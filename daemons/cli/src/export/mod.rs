@@ -41,8 +41,8 @@ pub struct ExportArgs {
     #[arg(long, requires = "training", default_value_t = 0)]
     rounds: u32,
     /// The directory to write TABLE.csv or TABLE.parquet into; default, beside the store, the run's file name
-    /// with -csv or -parquet.
-    #[arg(long, value_name = "DIR")]
+    /// with -csv or -parquet. `-o/--output`, as every command that writes; `--out` is kept.
+    #[arg(short = 'o', long = "output", visible_alias = "out", value_name = "DIR")]
     out: Option<PathBuf>,
     /// Only these tables (repeatable, or comma-separated): streams, rounds, stats, stats_quantiles, histograms,
     /// classes, clusters, latency, latency_apps, reductions, utilization, outliers, outlier_events, node_samples,
