@@ -466,6 +466,68 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     eprintln!("LULESH under canopy run: MPI_Isend calls per rank {sends:?}");
 }
 
+/// Persistent requests, neighbourhood collectives, Alltoallw, a distributed graph, derived datatypes, an
+/// allocated window and MPI-IO (sdk/examples/mpi/families.c), unmodified under the preloaded wrapper: every rank's
+/// calls of each as the program counted them, and the bytes written and read through MPI-IO.
+#[test]
+fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_calls() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "families.c", "families", &[]);
+    let tree = start_tree(dir.path());
+    let file = dir.path().join("families.dat");
+    let env = [
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+    ];
+    let run = mpirun(&exe, &["5", file.to_str().unwrap()], &env);
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", text(&run.stderr));
+    let store = tree.finished();
+    let printed = printed_counts(&stdout);
+    for call in printed[&0].keys() {
+        let stored = stored_calls(&store, call);
+        for (rank, counts) in &printed {
+            assert_eq!(
+                stored.get(rank).copied(),
+                Some(counts[call]),
+                "{call}, rank {rank}"
+            );
+        }
+    }
+    // Created once, started five times; one of each on the side of the ring.
+    for (call, each) in [
+        ("MPI_Send_init", 1),
+        ("MPI_Recv_init", 1),
+        ("MPI_Request_free", 2),
+        ("MPI_Cart_create", 1),
+    ] {
+        let stored = stored_calls(&store, call);
+        assert!(
+            stored.len() == RANKS as usize && stored.values().all(|n| *n == each),
+            "{call}: {stored:?}"
+        );
+    }
+    // 64 ints: written as asked, read as the status says, put, and per neighbour's block five times.
+    for (counter, bytes) in [
+        ("MPI_File_write_at bytes", 256.0),
+        ("MPI_File_write_at_all bytes", 256.0),
+        ("MPI_File_read_at bytes", 256.0),
+        ("MPI_File_read_at_all bytes", 256.0),
+        ("MPI_Put bytes", 256.0),
+        ("MPI_Neighbor_allgather bytes", 5.0 * 256.0),
+    ] {
+        let stored = stored_counter(&store, counter);
+        assert!(
+            stored.len() == RANKS as usize && stored.values().all(|b| *b == bytes),
+            "{counter}: {stored:?}"
+        );
+    }
+}
+
 /// A PMPI tool of the test's own: it counts MPI_Allreduce and MPI_Sendrecv and says how many at MPI_Finalize, as
 /// mpiP or Darshan would keep their own figures.
 const COUNTING_TOOL: &str = r#"
