@@ -131,8 +131,13 @@ for plugin in "$target"/libcanopy_filter_*.so; do
 done
 # The shared libraries under their full version, with the SONAME link the loader follows and the link the
 # linker's -l finds. libcanopy_mpi: the MPI wrapper (link -lcanopy_mpi or preload it; canopy-run --mpi finds it
-# beside the binaries' ../lib or ../lib64).
-for lib in libcanopy libcanopy_mpi; do
+# beside the binaries' ../lib or ../lib64); libcanopy_mpi_mpich: the same built for MPICH, which canopy run picks
+# for a program linked with MPICH's libmpi (installed when it was built).
+mpi_libs=libcanopy_mpi
+if [ -e "$target/libcanopy_mpi_mpich.so" ]; then
+    mpi_libs="$mpi_libs libcanopy_mpi_mpich"
+fi
+for lib in libcanopy $mpi_libs; do
     install -m 0755 "$target/$lib.so" "$libpath/$lib.so.$version"
     ln -sfn "$lib.so.$version" "$libpath/$lib.so.$major"
     ln -sfn "$lib.so.$major" "$libpath/$lib.so"

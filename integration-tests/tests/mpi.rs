@@ -528,6 +528,65 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
     }
 }
 
+/// Why the MPICH test cannot run here, if it cannot (CANOPY_MPI_TEST makes it fail instead).
+fn mpich_missing() -> Option<String> {
+    for tool in ["mpicc.mpich", "mpiexec.mpich"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            let why = format!("{tool} is not installed (apt-get install mpich libmpich-dev)");
+            assert!(
+                std::env::var_os("CANOPY_MPI_TEST").is_none(),
+                "CANOPY_MPI_TEST is set but the MPICH test cannot run: {why}"
+            );
+            eprintln!("skipped: {why}");
+            return Some(why);
+        }
+    }
+    None
+}
+
+/// An MPICH program (built with mpicc.mpich) under `canopy run -- mpiexec.mpich`: canopy run picks the wrapper
+/// built for MPICH, passes it and the socket with Hydra's -genv, and every rank's calls and bytes are stored.
+#[test]
+fn canopy_run_monitors_an_mpich_program_through_hydra_with_the_wrapper_built_for_mpich() {
+    if missing().is_some() || mpich_missing().is_some() {
+        return;
+    }
+    let mpich_wrapper = bin_dir().join("libcanopy_mpi_mpich.so");
+    assert!(
+        mpich_wrapper.is_file(),
+        "libcanopy_mpi_mpich.so is not built: cargo build --workspace"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc.mpich", "stencil_mpi.c", "stencil_mpich", &[]);
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--out"])
+        .arg(dir.path().join("out"))
+        .args(["--", "mpiexec.mpich", "-n"])
+        .arg(RANKS.to_string())
+        .arg(&exe)
+        .args(STENCIL_ARGS)
+        .env("CANOPY_MPI_DUMP_ON", "MPI_Allreduce")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("the program uses MPICH: MPI wrapper") && stdout.contains("libcanopy_mpi_mpich.so"),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains("canopy-mpi:") && !stderr.contains("canopy: rank"),
+        "{stderr}"
+    );
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    assert_stencil_monitored(Path::new(&store), &stdout, 30);
+}
+
 /// A PMPI tool of the test's own: it counts MPI_Allreduce and MPI_Sendrecv and says how many at MPI_Finalize, as
 /// mpiP or Darshan would keep their own figures.
 const COUNTING_TOOL: &str = r#"

@@ -308,8 +308,11 @@ fn installed_libraries_carry_a_versioned_soname_that_linked_programs_record() {
     let prefix = install(&dir.path().join("root"), &[]);
     let libdir = prefix.join("lib");
     assert_versioned(&libdir, "libcanopy");
-    // libcanopy_mpi is linked by applications too (-lcanopy_mpi).
+    // libcanopy_mpi is linked by applications too (-lcanopy_mpi), and so is its MPICH build where it was built.
     assert_versioned(&libdir, "libcanopy_mpi");
+    if bin_dir().join("libcanopy_mpi_mpich.so").is_file() {
+        assert_versioned(&libdir, "libcanopy_mpi_mpich");
+    }
     // The build tree gives the SONAME's link beside the library as well, so programs linked there run.
     assert_eq!(
         std::fs::read_link(bin_dir().join(format!("libcanopy.so.{MAJOR}"))).unwrap(),

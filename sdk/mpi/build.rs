@@ -588,8 +588,38 @@ fn link_flags(mpicc: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn mpicc() -> Option<String> {
-    let cc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into());
+/// What a package of the wrappers builds: `canopy-mpi` for the MPI that `mpicc` is (Open MPI on Debian; `MPICC`
+/// names another), `canopy-mpi-mpich` for MPICH (`mpicc.mpich`, Debian's name; `MPICC_MPICH` names another),
+/// both from sdk/mpi's sources, each library named for its family.
+struct Target {
+    /// The library's name without `lib` and `.so`.
+    lib: &'static str,
+    /// The environment variable naming the MPI compiler wrapper, and the one used without it.
+    cc_var: &'static str,
+    default_cc: &'static str,
+    /// sdk/mpi, from the package's directory.
+    sources: &'static str,
+}
+
+fn target() -> Target {
+    match std::env::var("CARGO_PKG_NAME").as_deref() {
+        Ok("canopy-mpi-mpich") => Target {
+            lib: "canopy_mpi_mpich",
+            cc_var: "MPICC_MPICH",
+            default_cc: "mpicc.mpich",
+            sources: "../mpi",
+        },
+        _ => Target {
+            lib: "canopy_mpi",
+            cc_var: "MPICC",
+            default_cc: "mpicc",
+            sources: ".",
+        },
+    }
+}
+
+fn mpicc(t: &Target) -> Option<String> {
+    let cc = std::env::var(t.cc_var).unwrap_or_else(|_| t.default_cc.into());
     let found = Command::new(&cc)
         .arg("--version")
         .output()
@@ -598,19 +628,23 @@ fn mpicc() -> Option<String> {
 }
 
 fn main() {
-    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let t = target();
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let dir = manifest.join(t.sources);
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     for f in [
         "functions.list",
         "src/wrap.h",
         "src/wrap.c",
         "src/wrap_fortran.h",
+        "src/lib.rs",
+        "src/policy.rs",
         "../c/include/canopy.h",
     ] {
-        println!("cargo:rerun-if-changed={f}");
+        println!("cargo:rerun-if-changed={}", dir.join(f).display());
     }
-    println!("cargo:rerun-if-env-changed=MPICC");
-    soname();
+    println!("cargo:rerun-if-env-changed={}", t.cc_var);
+    soname(&t);
     println!("cargo::rustc-check-cfg=cfg(canopy_mpi_none)");
     let list =
         std::fs::read_to_string(dir.join("functions.list")).expect("sdk/mpi/functions.list is readable");
@@ -634,12 +668,17 @@ fn main() {
             "the wrappers' entry points are written for x86_64 and aarch64, not {arch}"
         ));
     };
-    let Some(mpicc) = mpicc() else {
-        return without(
-            "no MPI compiler wrapper was found (mpicc, or the one MPICC names); install Open MPI or MPICH and \
-             rebuild"
-                .into(),
-        );
+    let Some(mpicc) = mpicc(&t) else {
+        return without(format!(
+            "no MPI compiler wrapper was found ({}, or the one {} names); install {} and rebuild",
+            t.default_cc,
+            t.cc_var,
+            if t.lib == "canopy_mpi" {
+                "Open MPI or MPICH"
+            } else {
+                "MPICH (libmpich-dev)"
+            }
+        ));
     };
     let flags = match link_flags(&mpicc) {
         Ok(f) => f,
@@ -657,7 +696,7 @@ fn main() {
         .opt_level(2)
         .flag("-fvisibility=hidden")
         .flag_if_supported("-Wno-unused-parameter")
-        .compile("canopy_mpi_wrappers");
+        .compile(&format!("{}_wrappers", t.lib));
     for f in flags {
         println!("{f}");
     }
@@ -668,9 +707,10 @@ fn main() {
 /// Gives the library its SONAME, `libcanopy_mpi.so.MAJOR`, as sdk/c's build script does for libcanopy: programs
 /// linked with `-lcanopy_mpi` record the versioned name, and the link of that name beside the library cargo
 /// builds lets them run from the build tree.
-fn soname() {
+fn soname(t: &Target) {
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
-    let soname = format!("libcanopy_mpi.so.{major}");
+    let file = format!("lib{}.so", t.lib);
+    let soname = format!("{file}.{major}");
     println!("cargo:rustc-link-arg-cdylib=-Wl,-soname,{soname}");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     // OUT_DIR is `<profile dir>/build/<crate>-<hash>/out`.
@@ -682,15 +722,12 @@ fn soname() {
         return;
     };
     let path = dir.join(&soname);
-    if std::fs::read_link(&path).is_ok_and(|t| t == Path::new("libcanopy_mpi.so")) {
+    if std::fs::read_link(&path).is_ok_and(|l| l == Path::new(&file)) {
         return;
     }
     let _ = std::fs::remove_file(&path);
-    if let Err(e) = std::os::unix::fs::symlink("libcanopy_mpi.so", &path) {
-        println!(
-            "cargo:warning=could not link {} -> libcanopy_mpi.so: {e}",
-            path.display()
-        );
+    if let Err(e) = std::os::unix::fs::symlink(&file, &path) {
+        println!("cargo:warning=could not link {} -> {file}: {e}", path.display());
     }
 }
 

@@ -447,18 +447,31 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
     if launcher == Launcher::Plain && !links_mpi(&args.command[0]) {
         return Ok(None);
     }
+    // The library built for the program's MPI: libcanopy_mpi for Open MPI (or whatever mpicc was at build
+    // time), libcanopy_mpi_mpich for MPICH.
+    let program = launcher
+        .program_at(&args.command)
+        .map(|i| which(&args.command[i]));
+    let program_family = program.as_deref().and_then(libmpi_of).and_then(|l| family(&l));
+    let file = match program_family {
+        Some("MPICH") => "libcanopy_mpi_mpich.so",
+        _ => "libcanopy_mpi.so",
+    };
     let candidates: Vec<PathBuf> = match (&args.mpi_lib, std::env::var_os("CANOPY_MPI_LIB")) {
         (Some(p), _) => vec![p.clone()],
         (None, Some(p)) => vec![PathBuf::from(p)],
         (None, None) => ["", "../lib", "../lib64"]
             .iter()
-            .map(|d| bin_dir.join(d).join("libcanopy_mpi.so"))
+            .map(|d| bin_dir.join(d).join(file))
             .collect(),
     };
     match candidates.iter().find(|p| p.is_file()) {
         Some(p) => {
             let lib = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
             check_family(&lib, &args.command, launcher)?;
+            if let Some(f) = program_family {
+                println!("canopy run: the program uses {f}: MPI wrapper {}", lib.display());
+            }
             Ok(Some(lib))
         }
         None => bail!(
