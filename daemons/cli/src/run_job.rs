@@ -32,7 +32,8 @@ pub struct RunArgs {
     /// The application's name in the results (default: the program's file name).
     #[arg(long)]
     app: Option<String>,
-    /// Canopy's MPI wrapper (default: $CANOPY_MPI_LIB, else libcanopy_mpi.so beside canopy or in ../lib).
+    /// Canopy's MPI wrapper (default: $CANOPY_MPI_LIB, else the one of the program's MPI beside canopy or in
+    /// ../lib: libcanopy_mpi.so, or libcanopy_mpi_mpich.so for a program linked with MPICH).
     #[arg(long, value_name = "PATH")]
     mpi_lib: Option<PathBuf>,
     /// Do not load the MPI wrapper: the program reports through the SDK itself.
