@@ -433,8 +433,11 @@ fn canopy_run_refuses_a_program_of_another_mpi_family_than_its_wrapper_naming_bo
         "mpi.c",
     ]);
     cc(&["-o", "app", "app.c", "./libmpi.so.12", "-Wl,-rpath,$ORIGIN"]);
+    // Given Open MPI's wrapper (canopy run would pick the MPICH one where it is built).
     let out = canopy_integration_tests::canopy_command()
-        .args(["run", "--insecure", "--out"])
+        .args(["run", "--insecure", "--mpi-lib"])
+        .arg(&wrapper)
+        .arg("--out")
         .arg(d.join("out"))
         .arg("--")
         .arg(d.join("app"))
