@@ -7,10 +7,12 @@
 mod certs;
 mod client;
 mod cpu;
+mod daemons;
 mod export;
 mod fit;
 mod generate;
 mod keys;
+mod launcher;
 mod report;
 mod run_job;
 mod run_store;

@@ -1,0 +1,310 @@
+//! The daemons `canopy up` and `canopy run` start on this machine: how each is launched (and launched again),
+//! its log, its readiness, its supervision (a relay or agent that dies is started again, as systemd would) and
+//! its end; and the checks against the daemons' own binaries before any of them starts.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::cpu::{self, Kind};
+
+pub(crate) struct Daemon {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) launch: Launch,
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
+    /// The last CPU reading of the process, taken before it is reaped.
+    cpu: Duration,
+    /// The CPU of the processes this daemon ran as before it was restarted.
+    cpu_before: Duration,
+    supervision: Supervision,
+}
+
+/// How to start a daemon (again).
+#[derive(Debug, Clone)]
+pub(crate) struct Launch {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+impl Launch {
+    pub(crate) fn new(program: PathBuf) -> Self {
+        Self {
+            program,
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Replaces the value that follows `flag`.
+    pub(crate) fn set(&mut self, flag: &str, value: &str) {
+        if let Some(i) = self.args.iter().position(|a| a == flag)
+            && let Some(v) = self.args.get_mut(i + 1)
+        {
+            *v = value.to_string();
+        }
+    }
+}
+
+/// A relay or agent that dies is started again, as systemd's `Restart=on-failure` would: after 100 ms, doubling
+/// to 5 s while it keeps dying within 10 s of its start. One that exits cleanly, is refused by its parent (76) or
+/// has a bad configuration (64) is not.
+#[derive(Debug)]
+pub(crate) enum Supervision {
+    Running { since: Instant, backoff: Duration },
+    Restarting { at: Instant, backoff: Duration },
+    Done,
+}
+
+const RESTART_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// A daemon up this long before it died is restarted after the shortest back-off again.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+
+/// Whether a daemon that exited with `status` is started again.
+fn restarts_after(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal().is_some() {
+        return true;
+    }
+    let refused = i32::from(canopy_runtime::daemon::EXIT_REFUSED);
+    !matches!(status.code(), Some(0))
+        && status.code() != Some(canopy_runtime::config::EXIT_CONFIG)
+        && status.code() != Some(refused)
+}
+
+impl Daemon {
+    /// Takes a CPU reading, and the exit status once the process has exited (after its last reading).
+    pub(crate) fn reap(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        if let Some(pid) = self.child.id()
+            && let Some(r) = cpu::read(pid)
+        {
+            self.cpu = r.cpu;
+            if !r.exited {
+                return Ok(None);
+            }
+        }
+        self.child.try_wait()
+    }
+
+    /// Looks after a relay or agent: one that died is started again after its back-off. Returns a line to print
+    /// when something happened.
+    pub(crate) fn supervise(&mut self, logs: &Path) -> anyhow::Result<Option<String>> {
+        let now = Instant::now();
+        match self.supervision {
+            Supervision::Running { since, backoff } => {
+                let Ok(Some(status)) = self.reap() else {
+                    return Ok(None);
+                };
+                if !restarts_after(status) {
+                    self.supervision = Supervision::Done;
+                    return Ok((!status.success())
+                        .then(|| format!("{} exited with {status}; see {}", self.name, self.log.display())));
+                }
+                let backoff = if now.duration_since(since) >= STABLE_AFTER {
+                    RESTART_BACKOFF.0
+                } else {
+                    (backoff * 2).clamp(RESTART_BACKOFF.0, RESTART_BACKOFF.1)
+                };
+                self.supervision = Supervision::Restarting {
+                    at: now + backoff,
+                    backoff,
+                };
+                Ok(Some(format!(
+                    "{} exited with {status}; restarting it in {} ms (see {})",
+                    self.name,
+                    backoff.as_millis(),
+                    self.log.display()
+                )))
+            }
+            Supervision::Restarting { at, backoff } if now >= at => {
+                let fresh = start(&self.name, &self.launch, logs, true)?;
+                self.cpu_before += self.cpu;
+                self.cpu = Duration::ZERO;
+                self.child = fresh;
+                self.supervision = Supervision::Running { since: now, backoff };
+                Ok(Some(format!("{} restarted", self.name)))
+            }
+            Supervision::Restarting { .. } | Supervision::Done => Ok(None),
+        }
+    }
+
+    /// CPU of every process this daemon ran as.
+    pub(crate) fn cpu_total(&self) -> Duration {
+        self.cpu_before + self.cpu
+    }
+
+    /// Waits up to `limit` for the process to exit, reading its CPU until then.
+    pub(crate) async fn wait_reaped(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.reap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(REAP_POLL).await;
+        }
+    }
+}
+
+/// How often `canopy up` looks at its daemons: their CPU, whether they exited. Reading /proc for a large
+/// tree costs `canopy up` itself some CPU, so not more often than this.
+pub(crate) const REAP_POLL: Duration = Duration::from_millis(100);
+
+/// The front-end loads the filters: one `canopy-frontend validate` checks the names and their parameters before
+/// any daemon starts, so a slip (`histogramm`) is refused with the filters there are, naming `--filters`.
+pub(crate) fn check_filters(bin_dir: &Path, filters: &[String], params: &[String]) -> anyhow::Result<()> {
+    let out = std::process::Command::new(bin_dir.join("canopy-frontend"))
+        .args([
+            "validate",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--streams",
+            &filters.join(","),
+        ])
+        .args(params.iter().flat_map(|p| ["--stream-params", p.as_str()]))
+        .output()
+        .context("cannot run canopy-frontend to check --filters")?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why = err
+        .trim()
+        .rsplit_once("(from command-line flags): ")
+        .map_or(err.trim(), |(_, why)| why);
+    let flag = if err.contains("--stream-params") {
+        "--filter-params"
+    } else {
+        "--filters"
+    };
+    bail!("{flag}: {why}")
+}
+
+pub(crate) fn binaries_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the canopy executable")?;
+    let dir = exe
+        .parent()
+        .context("the canopy executable has no directory")?
+        .to_path_buf();
+    for name in ["canopy-frontend", "canopy-relay", "canopy-agent"] {
+        if !dir.join(name).is_file() {
+            bail!(
+                "{name} not found beside {}: build the whole workspace (cargo build --release --workspace)",
+                exe.display()
+            );
+        }
+    }
+    Ok(dir)
+}
+
+pub(crate) fn spawn(name: &str, kind: Kind, launch: Launch, logs: &Path) -> anyhow::Result<Daemon> {
+    let child = start(name, &launch, logs, false)?;
+    Ok(Daemon {
+        name: name.to_string(),
+        kind,
+        launch,
+        child,
+        log: log_path(name, logs),
+        cpu: Duration::ZERO,
+        cpu_before: Duration::ZERO,
+        supervision: Supervision::Running {
+            since: Instant::now(),
+            backoff: Duration::ZERO,
+        },
+    })
+}
+
+fn log_path(name: &str, logs: &Path) -> PathBuf {
+    logs.join(format!("{}.log", name.replace([':', '/'], "-")))
+}
+
+/// Starts a daemon's process, its output to its log (appended to when it is started again).
+fn start(name: &str, launch: &Launch, logs: &Path, again: bool) -> anyhow::Result<Child> {
+    let log = log_path(name, logs);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(again)
+        .truncate(!again)
+        .open(&log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .kill_on_drop(true);
+    // Keep the daemons out of the terminal's process group: Ctrl-C reaches `canopy up`, which drains them.
+    cmd.process_group(0);
+    cmd.spawn().with_context(|| format!("cannot start {name}"))
+}
+
+pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return Ok(s);
+        }
+        if let Some(status) = daemon.child.try_wait()? {
+            let log = std::fs::read_to_string(&daemon.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!(
+                "{} exited with {status} before it was ready:\n{}",
+                daemon.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} was not ready after 20 s; see {}",
+                daemon.name,
+                daemon.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub(crate) fn field(ready: &str, key: &str) -> Option<String> {
+    ready
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+}
+
+pub(crate) fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+}
+
+pub(crate) async fn stop_all(daemons: &mut [Daemon]) {
+    for d in daemons.iter_mut() {
+        if let Ok(None) = d.child.try_wait() {
+            signal(&d.child, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for d in daemons.iter_mut() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, d.child.wait()).await.is_err() {
+            let _ = d.child.kill().await;
+        }
+    }
+}
