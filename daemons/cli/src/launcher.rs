@@ -85,6 +85,9 @@ impl Launcher {
         if opt.contains('=') {
             return 0;
         }
+        if self != Launcher::Srun && HOST_OPTIONS.contains(&opt) {
+            return 1;
+        }
         let (one, two): (&[&str], &[&str]) = match self {
             Launcher::OpenMpi => (
                 &[
@@ -93,14 +96,6 @@ impl Launcher {
                     "-c",
                     "--np",
                     "--n",
-                    "-H",
-                    "--host",
-                    "-host",
-                    "--hostfile",
-                    "-hostfile",
-                    "--machinefile",
-                    "-machinefile",
-                    "--default-hostfile",
                     "-x",
                     "--map-by",
                     "--rank-by",
@@ -114,7 +109,6 @@ impl Launcher {
                     "--app",
                     "--preload-files",
                     "--personality",
-                    "--rankfile",
                 ],
                 &["--mca", "-mca", "--gmca", "-gmca", "--prtemca"],
             ),
@@ -122,11 +116,6 @@ impl Launcher {
                 &[
                     "-n",
                     "-np",
-                    "-f",
-                    "-hostfile",
-                    "-machinefile",
-                    "-hosts",
-                    "-host",
                     "-ppn",
                     "-genvlist",
                     "-envlist",
@@ -267,22 +256,25 @@ impl Launcher {
     }
 }
 
+/// The MPI launchers' options that name hosts (each takes one value): Open MPI's and Hydra's.
+const HOST_OPTIONS: &[&str] = &[
+    "-H",
+    "--host",
+    "-host",
+    "--hostfile",
+    "-hostfile",
+    "--machinefile",
+    "-machinefile",
+    "--default-hostfile",
+    "--rankfile",
+    "-f",
+    "-hosts",
+];
+
 /// Ranks on other hosts than this one cannot reach this host's agent: said once when the launcher is given
 /// other hosts.
 pub(crate) fn warn_of_other_hosts(launcher: Launcher, command: &[String]) {
-    let host_flags = [
-        "-H",
-        "--host",
-        "-host",
-        "--hostfile",
-        "-hostfile",
-        "--machinefile",
-        "-machinefile",
-        "-f",
-        "-hosts",
-        "--default-hostfile",
-        "--rankfile",
-    ];
+    let host_flags = HOST_OPTIONS;
     let end = launcher.program_at(command).unwrap_or(command.len());
     let given = command[1.min(end)..end]
         .iter()
