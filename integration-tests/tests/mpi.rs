@@ -610,6 +610,75 @@ int MPI_Finalize(void) {
 }
 "#;
 
+/// The same tool for Fortran programs: it counts MPI_ALLREDUCE through the Fortran binding (`mpi_allreduce_`)
+/// and calls the profiling one, as a Fortran-aware tool does.
+const FORTRAN_COUNTING_TOOL: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+void pmpi_allreduce_(void *, void *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *);
+void pmpi_finalize_(MPI_Fint *);
+static long allreduce;
+void mpi_allreduce_(void *s, void *r, MPI_Fint *n, MPI_Fint *t, MPI_Fint *op, MPI_Fint *c, MPI_Fint *ierr) {
+    allreduce++;
+    pmpi_allreduce_(s, r, n, t, op, c, ierr);
+}
+void mpi_finalize_(MPI_Fint *ierr) {
+    int rank;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "fortran counting tool: rank %d: MPI_Allreduce %ld\n", rank, allreduce);
+    pmpi_finalize_(ierr);
+}
+"#;
+
+#[test]
+fn a_fortran_pmpi_tool_loaded_after_the_wrapper_sees_every_fortran_call_too() {
+    if missing().is_some() {
+        return;
+    }
+    let lib = wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpif90", "ring_mpi.f90", "ring_mpi", &[]);
+    let source = dir.path().join("fortran_tool.c");
+    std::fs::write(&source, FORTRAN_COUNTING_TOOL).unwrap();
+    let tool = dir.path().join("libfortran_tool.so");
+    let libs = Command::new("mpif90").arg("--showme:link").output().unwrap();
+    let built = Command::new("mpicc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&tool)
+        .arg(&source)
+        .args(text(&libs.stdout).split_whitespace())
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let tree = start_tree(dir.path());
+    let env = [
+        ("LD_PRELOAD", format!("{}:{}", lib.display(), tool.display())),
+        ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
+        ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce:5".to_string()),
+    ];
+    let run = mpirun(&exe, &["25"], &env);
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{stderr}");
+    let printed = printed_counts(&stdout);
+    for (rank, counts) in &printed {
+        let said = format!(
+            "fortran counting tool: rank {rank}: MPI_Allreduce {}",
+            counts["MPI_Allreduce"]
+        );
+        assert!(stderr.contains(&said), "{said} not in:\n{stderr}");
+    }
+    // And Canopy stored them, as without the other tool.
+    let store = tree.finished();
+    let stored = stored_calls(&store, "MPI_Allreduce");
+    for (rank, counts) in &printed {
+        assert_eq!(
+            stored.get(rank).copied(),
+            Some(counts["MPI_Allreduce"]),
+            "rank {rank}"
+        );
+    }
+}
+
 #[test]
 fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_count_them_all() {
     if missing().is_some() {

@@ -2,7 +2,8 @@
 //!
 //! For every line of the list it writes a C wrapper (`canopy_mpi_c_MPI_<Name>`, calling the next `MPI_<Name>` in
 //! link order, another PMPI tool's or the MPI library's, found with `dlsym(RTLD_NEXT)`, else `PMPI_<Name>`) and a
-//! Fortran one (`canopy_mpi_c_mpi_<name>_`, calling `pmpi_<name>_`) into `$OUT_DIR/wrappers.c`, and the Rust
+//! Fortran one (`canopy_mpi_c_mpi_<name>_`, calling the next `mpi_<name>_` the same way, else `pmpi_<name>_`) into
+//! `$OUT_DIR/wrappers.c`, and the Rust
 //! that exports them under their MPI names (`$OUT_DIR/exports.rs`: a jump per symbol, as a Rust cdylib exports
 //! only what Rust defines) with the table of names (`$OUT_DIR/functions.rs`). The C is compiled with `mpicc`
 //! (`MPICC` overrides it) and libmpi is linked with the flags it reports (`--showme:link` for Open MPI, `-show`
@@ -443,21 +444,30 @@ fn fortran_wrapper(f: &Function, k: usize) -> String {
     args.push("ierr");
     let args = args.join(", ");
     let name = f.fortran_name();
+    // As the C wrappers: the next definition in link order (another tool's, else the MPI library's Fortran
+    // binding), looked up once; the profiling `p{name}` where there is none.
     let mut s = format!("extern void p{name}({decl}) __attribute__((weak));\n");
+    let _ = write!(
+        s,
+        "typedef void (*cm_fn_{name})({decl});\nstatic cm_fn_{name} cm_next_{name}(void) {{\n    static cm_fn_{name} next;\n    cm_fn_{name} f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);\n    if (f == NULL) {{\n        f = (cm_fn_{name})cm_next(\"{name}\", (void *)p{name});\n        __atomic_store_n(&next, f, __ATOMIC_RELEASE);\n    }}\n    return f;\n}}\n"
+    );
     let _ = writeln!(s, "void canopy_mpi_c_{name}({decl}) {{");
     let _ = writeln!(
         s,
-        "    if (p{name} == NULL) {{ cm_no_fortran(\"{name}\"); *ierr = MPI_ERR_OTHER; return; }}"
+        "    if (cm_next_{name}() == NULL) {{ cm_no_fortran(\"{name}\"); *ierr = MPI_ERR_OTHER; return; }}"
     );
     match f.special {
         Special::Finalize => {
-            let _ = write!(s, "    canopy_mpi_finish();\n    p{name}({args});\n}}\n\n");
+            let _ = write!(
+                s,
+                "    canopy_mpi_finish();\n    cm_next_{name}()({args});\n}}\n\n"
+            );
             return s;
         }
         Special::Init | Special::InitThread => {
             let _ = write!(
                 s,
-                "    cm_begin({k});\n    p{name}({args});\n    cm_end({k});\n    if (*ierr == MPI_SUCCESS) cm_started();\n}}\n\n"
+                "    cm_begin({k});\n    cm_next_{name}()({args});\n    cm_end({k});\n    if (*ierr == MPI_SUCCESS) cm_started();\n}}\n\n"
             );
             return s;
         }
@@ -469,7 +479,7 @@ fn fortran_wrapper(f: &Function, k: usize) -> String {
             "    MPI_Fint cm_f_status[sizeof(MPI_Status) / sizeof(MPI_Fint) + 2];\n    if (cm_f_status_ignore({status})) {status} = cm_f_status;"
         );
     }
-    let _ = writeln!(s, "    cm_begin({k});\n    p{name}({args});");
+    let _ = writeln!(s, "    cm_begin({k});\n    cm_next_{name}()({args});");
     let fx = effects(f, k, Lang::Fortran);
     if !fx.is_empty() {
         let _ = write!(s, "    if (*ierr == MPI_SUCCESS) {{\n{fx}    }}\n");
