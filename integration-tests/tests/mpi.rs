@@ -610,6 +610,22 @@ int MPI_Finalize(void) {
 }
 "#;
 
+/// Builds the tool `source` as `dir/libNAME.so` with mpicc, with `link`'s flags after it.
+fn build_tool(dir: &Path, name: &str, source: &str, link: &str) -> PathBuf {
+    let file = dir.join(format!("{name}.c"));
+    std::fs::write(&file, source).unwrap();
+    let tool = dir.join(format!("lib{name}.so"));
+    let built = Command::new("mpicc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&tool)
+        .arg(&file)
+        .args(link.split_whitespace())
+        .status()
+        .unwrap();
+    assert!(built.success(), "mpicc {name}.c");
+    tool
+}
+
 /// The same tool for Fortran programs: it counts MPI_ALLREDUCE through the Fortran binding (`mpi_allreduce_`)
 /// and calls the profiling one, as a Fortran-aware tool does.
 const FORTRAN_COUNTING_TOOL: &str = r#"
@@ -638,18 +654,10 @@ fn a_fortran_pmpi_tool_loaded_after_the_wrapper_sees_every_fortran_call_too() {
     let lib = wrapper();
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpif90", "ring_mpi.f90", "ring_mpi", &[]);
-    let source = dir.path().join("fortran_tool.c");
-    std::fs::write(&source, FORTRAN_COUNTING_TOOL).unwrap();
-    let tool = dir.path().join("libfortran_tool.so");
+    // The Fortran bindings' profiling entry points, for the tool to call on.
     let libs = Command::new("mpif90").arg("--showme:link").output().unwrap();
-    let built = Command::new("mpicc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&tool)
-        .arg(&source)
-        .args(text(&libs.stdout).split_whitespace())
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let link = text(&libs.stdout);
+    let tool = build_tool(dir.path(), "fortran_tool", FORTRAN_COUNTING_TOOL, &link);
     let tree = start_tree(dir.path());
     let env = [
         ("LD_PRELOAD", format!("{}:{}", lib.display(), tool.display())),
@@ -687,16 +695,7 @@ fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_cou
     let lib = wrapper();
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
-    let source = dir.path().join("counting_tool.c");
-    std::fs::write(&source, COUNTING_TOOL).unwrap();
-    let tool = dir.path().join("libcounting_tool.so");
-    let built = Command::new("mpicc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&tool)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let tool = build_tool(dir.path(), "counting_tool", COUNTING_TOOL, "");
     let tree = start_tree(dir.path());
     let env = [
         // Canopy first, the other tool after it: Canopy's MPI_X calls the tool's, which calls PMPI_X.
