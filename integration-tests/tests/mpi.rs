@@ -196,6 +196,20 @@ fn stored_calls(store: &Path, name: &str) -> BTreeMap<u32, u64> {
         .collect()
 }
 
+/// Every rank's stored calls of each of `calls` are the ones the program printed it made.
+fn assert_calls_as_printed(store: &Path, printed: &BTreeMap<u32, BTreeMap<String, u64>>, calls: &[&str]) {
+    for call in calls {
+        let stored = stored_calls(store, call);
+        for (rank, counts) in printed {
+            assert_eq!(
+                stored.get(rank).copied(),
+                Some(counts[*call]),
+                "{call}, rank {rank}: {stored:?}"
+            );
+        }
+    }
+}
+
 /// Per rank, the last total of the counter `name`.
 fn stored_counter(store: &Path, name: &str) -> BTreeMap<u32, f64> {
     let stored = reader(store);
@@ -249,16 +263,7 @@ fn assert_stencil_monitored(store: &Path, stdout: &str, iterations: usize) {
         "a round per MPI_Allreduce and the last one at MPI_Finalize"
     );
     let printed = printed_counts(stdout);
-    for call in ["MPI_Sendrecv", "MPI_Allreduce"] {
-        let stored = stored_calls(store, call);
-        for (rank, counts) in &printed {
-            assert_eq!(
-                stored.get(rank).copied(),
-                Some(counts[call]),
-                "{call}, rank {rank}: {stored:?}"
-            );
-        }
-    }
+    assert_calls_as_printed(store, &printed, &["MPI_Sendrecv", "MPI_Allreduce"]);
     let sent = stored_counter(store, "bytes_sent");
     for (rank, counts) in &printed {
         assert_eq!(
@@ -488,16 +493,8 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
     assert!(run.status.success(), "{stdout}{}", text(&run.stderr));
     let store = tree.finished();
     let printed = printed_counts(&stdout);
-    for call in printed[&0].keys() {
-        let stored = stored_calls(&store, call);
-        for (rank, counts) in &printed {
-            assert_eq!(
-                stored.get(rank).copied(),
-                Some(counts[call]),
-                "{call}, rank {rank}"
-            );
-        }
-    }
+    let calls: Vec<&str> = printed[&0].keys().map(String::as_str).collect();
+    assert_calls_as_printed(&store, &printed, &calls);
     // Created once, started five times; one of each on the side of the ring.
     for (call, each) in [
         ("MPI_Send_init", 1),
@@ -677,14 +674,7 @@ fn a_fortran_pmpi_tool_loaded_after_the_wrapper_sees_every_fortran_call_too() {
     }
     // And Canopy stored them, as without the other tool.
     let store = tree.finished();
-    let stored = stored_calls(&store, "MPI_Allreduce");
-    for (rank, counts) in &printed {
-        assert_eq!(
-            stored.get(rank).copied(),
-            Some(counts["MPI_Allreduce"]),
-            "rank {rank}"
-        );
-    }
+    assert_calls_as_printed(&store, &printed, &["MPI_Allreduce"]);
 }
 
 #[test]
@@ -776,16 +766,7 @@ fn a_fortran_mpi_program_under_the_preloaded_wrapper_reports_its_calls() {
     // 25 calls: a dump after the 5th, 10th, ... 25th, and the last at MPI_FINALIZE.
     assert_eq!(assert_full_coverage(&store), 6);
     let printed = printed_counts(&text(&run.stdout));
-    for call in ["MPI_Sendrecv", "MPI_Allreduce"] {
-        let stored = stored_calls(&store, call);
-        for (rank, counts) in &printed {
-            assert_eq!(
-                stored.get(rank).copied(),
-                Some(counts[call]),
-                "{call}, rank {rank}: {stored:?}"
-            );
-        }
-    }
+    assert_calls_as_printed(&store, &printed, &["MPI_Sendrecv", "MPI_Allreduce"]);
     // One double to the next rank per MPI_SENDRECV, and one double per MPI_ALLREDUCE.
     let sent = stored_counter(&store, "bytes_sent");
     let reduced = stored_counter(&store, "MPI_Allreduce bytes");

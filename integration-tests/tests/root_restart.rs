@@ -52,6 +52,25 @@ fn agent(dir: &Path, n: u32, parent: &str) -> Proc {
     .start(dir)
 }
 
+/// The agent of a new tree (4 simulated ranks, never attached: no run id), in a directory of its own.
+fn new_tree_agent(dir: &Path, parent: &str) -> Proc {
+    let new_dir = dir.join("new");
+    std::fs::create_dir(&new_dir).unwrap();
+    let fresh = [
+        "--node-id",
+        "agent-new",
+        "--parent",
+        parent,
+        "--socket",
+        "none",
+        "--simulate-ranks",
+        "4",
+        "--simulate-period-ms",
+        "50",
+    ];
+    Proc::start(&new_dir, "canopy-agent", "agent-new", &fresh)
+}
+
 fn restarted_with(streams_after: &str) -> Vec<RoundRow> {
     let dir = tempfile::tempdir().unwrap();
     let listen = canopy_integration_tests::unused_addr();
@@ -156,21 +175,7 @@ fn a_new_tree_in_a_crashed_runs_directory_starts_a_new_run_and_the_old_trees_nod
         "the new tree was filed into the crashed run"
     );
     assert!(fe.log_text().contains("starting a new run"), "{}", fe.log_text());
-    let new_dir = dir.path().join("new");
-    std::fs::create_dir(&new_dir).unwrap();
-    let fresh = [
-        "--node-id",
-        "agent-new",
-        "--parent",
-        &listen,
-        "--socket",
-        "none",
-        "--simulate-ranks",
-        "4",
-        "--simulate-period-ms",
-        "50",
-    ];
-    let _new_agent = Proc::start(&new_dir, "canopy-agent", "agent-new", &fresh);
+    let _new_agent = new_tree_agent(dir.path(), &listen);
     // The old run's relay, retrying the address all along, is refused, and says why.
     assert!(
         old_relay.wait_timeout(Duration::from_secs(30)).is_some(),
@@ -219,21 +224,7 @@ fn a_new_tree_that_attaches_first_to_a_resumed_run_gets_a_new_run_and_store() {
         std::fs::canonicalize(&old_store).unwrap(),
         "within resume_within_s the front-end continues the run until a child attaches"
     );
-    let new_dir = dir.path().join("new");
-    std::fs::create_dir(&new_dir).unwrap();
-    let fresh = [
-        "--node-id",
-        "agent-new",
-        "--parent",
-        &listen,
-        "--socket",
-        "none",
-        "--simulate-ranks",
-        "4",
-        "--simulate-period-ms",
-        "50",
-    ];
-    let _new_agent = Proc::start(&new_dir, "canopy-agent", "agent-new", &fresh);
+    let _new_agent = new_tree_agent(dir.path(), &listen);
     let ready = dir.path().join("frontend.ready");
     let mut store = None;
     wait_for("the front-end's new store", Duration::from_secs(30), || {

@@ -308,3 +308,22 @@ pub(crate) async fn stop_all(daemons: &mut [Daemon]) {
         }
     }
 }
+
+/// Every daemon's flags for the tree's security: the run's node certificate, or plaintext.
+pub(crate) fn security_flags(creds: Option<&canopy_runtime::tls::Credentials>) -> Vec<String> {
+    match creds {
+        Some(c) => {
+            let node = c.node();
+            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            vec![
+                "--tls-ca".into(),
+                path(&node.ca),
+                "--tls-cert".into(),
+                path(&node.cert),
+                "--tls-key".into(),
+                path(&node.key),
+            ]
+        }
+        None => vec!["--insecure".into()],
+    }
+}

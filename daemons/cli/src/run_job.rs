@@ -13,7 +13,7 @@ use tokio::process::Command;
 
 use crate::cpu::Kind;
 use crate::daemons::{
-    Daemon, Launch, binaries_dir, check_filters, field, signal, spawn, stop_all, wait_ready,
+    Daemon, Launch, binaries_dir, check_filters, field, security_flags, signal, spawn, stop_all, wait_ready,
 };
 use crate::launcher::{Launcher, ranks_asked, warn_of_other_hosts, which};
 
@@ -272,21 +272,7 @@ async fn tree_and_program(
                 .context("cannot make the run's certificates")?,
         ),
     };
-    let security: Vec<String> = match &creds {
-        Some(c) => {
-            let node = c.node();
-            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-            vec![
-                "--tls-ca".into(),
-                path(&node.ca),
-                "--tls-cert".into(),
-                path(&node.cert),
-                "--tls-key".into(),
-                path(&node.key),
-            ]
-        }
-        None => vec!["--insecure".into()],
-    };
+    let security = security_flags(creds.as_ref());
     let fe_ready = ready_dir.join("frontend");
     let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
     fe.args([

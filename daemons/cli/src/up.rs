@@ -11,7 +11,8 @@ use canopy_topology::{NodeName, Topology};
 
 use crate::cpu::{ByKind, Kind};
 use crate::daemons::{
-    Daemon, Launch, REAP_POLL, binaries_dir, check_filters, field, signal, spawn, stop_all, wait_ready,
+    Daemon, Launch, REAP_POLL, binaries_dir, check_filters, field, security_flags, signal, spawn, stop_all,
+    wait_ready,
 };
 use tokio::time::Instant;
 
@@ -172,22 +173,7 @@ async fn launch_and_watch(
     creds: Option<&canopy_runtime::tls::Credentials>,
     daemons: &mut Vec<Daemon>,
 ) -> anyhow::Result<ExitCode> {
-    // Every daemon's flags for the tree's security: the node certificate, or plaintext.
-    let security: Vec<String> = match creds {
-        Some(c) => {
-            let node = c.node();
-            let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-            vec![
-                "--tls-ca".into(),
-                path(&node.ca),
-                "--tls-cert".into(),
-                path(&node.cert),
-                "--tls-key".into(),
-                path(&node.key),
-            ]
-        }
-        None => vec!["--insecure".into()],
-    };
+    let security = security_flags(creds);
     let root = topology.root().clone();
     let fe_ready = ready_dir.join("frontend");
     let mut fe = Launch::new(bin_dir.join("canopy-frontend"));

@@ -71,17 +71,13 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
     let rounds = ctx.reader.rounds(Select::all().stream(stream.stream_id))?;
     let durations = round_durations(&rounds);
     if durations.len() >= 2 {
-        let points = |v: &[(u64, f64)]| v.iter().map(|(r, y)| (*r as f64, *y)).collect();
-        section.figures.push(Figure {
-            id: format!("iterations:{}", stream.name),
-            title: format!("{}: time per round (between the ranks' first dumps)", stream.name),
-            x_label: "round".into(),
-            y_label: "seconds".into(),
-            chart: Chart::Lines(vec![Line {
-                label: "time per round".into(),
-                points: points(&durations),
-            }]),
-        });
+        section.figures.push(per_round(
+            format!("iterations:{}", stream.name),
+            format!("{}: time per round (between the ranks' first dumps)", stream.name),
+            "seconds",
+            "time per round",
+            &durations,
+        ));
         let covered: std::collections::BTreeMap<u64, u32> =
             rounds.iter().map(|r| (r.round, r.covered)).collect();
         let share = mpi_share(&rows, &ctx.names, &durations, &covered);
@@ -90,17 +86,28 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
             section
                 .facts
                 .push(("time in MPI".into(), format!("{mean:.1}% of a round, on average")));
-            section.figures.push(Figure {
-                id: format!("mpi-share:{}", stream.name),
-                title: format!("{}: share of each round a rank spends in MPI (mean)", stream.name),
-                x_label: "round".into(),
-                y_label: "% of the round".into(),
-                chart: Chart::Lines(vec![Line {
-                    label: "MPI".into(),
-                    points: points(&share),
-                }]),
-            });
+            section.figures.push(per_round(
+                format!("mpi-share:{}", stream.name),
+                format!("{}: share of each round a rank spends in MPI (mean)", stream.name),
+                "% of the round",
+                "MPI",
+                &share,
+            ));
         }
     }
     Ok(section)
+}
+
+/// A figure of one line over the rounds.
+fn per_round(id: String, title: String, y_label: &str, label: &str, values: &[(u64, f64)]) -> Figure {
+    Figure {
+        id,
+        title,
+        x_label: "round".into(),
+        y_label: y_label.into(),
+        chart: Chart::Lines(vec![Line {
+            label: label.into(),
+            points: values.iter().map(|(r, y)| (*r as f64, *y)).collect(),
+        }]),
+    }
 }

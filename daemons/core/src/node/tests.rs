@@ -350,6 +350,27 @@ impl Harness {
             .await;
     }
 
+    /// Ranks 0..n of `app` attach at round 0, their application announcing n ranks.
+    async fn attach_ranks(&self, n: u32) {
+        for rank in 0..n {
+            let attached = RankEvent::Attached {
+                source: rank_source("app", rank),
+                from: 0,
+                announced: n,
+            };
+            self.input(Input::Ranks(vec![attached])).await;
+        }
+    }
+
+    /// The root's Start reaches the node: collection starts at round 0.
+    async fn start_collection(&self) {
+        let start = Control {
+            action: Some(control::Action::Start(root::start(0))),
+        };
+        let start = down_message::Msg::Control(start);
+        self.input(Input::Parent(ParentEvent::Message(start))).await;
+    }
+
     async fn open(&self, id: u32) {
         let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec(id)) });
         self.input(Input::Parent(ParentEvent::Message(open))).await;
@@ -802,26 +823,13 @@ fn rank_dump(rank: u32, round: u64, profile: Result<Vec<u8>, MissingReason>) -> 
 async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_round() {
     let (role, mut ranks_control) = leaf();
     let mut h = start(role, 64);
-    for rank in 0..2 {
-        let attached = RankEvent::Attached {
-            source: rank_source("app", rank),
-            from: 0,
-            announced: 2,
-        };
-        h.input(Input::Ranks(vec![attached])).await;
-    }
+    h.attach_ranks(2).await;
     // Rank 1 dumps two rounds before the streams are even open; rank 0 one.
     h.input(rank_round(1, 0)).await;
     h.input(rank_round(1, 1)).await;
     h.input(rank_round(0, 0)).await;
     h.open(1).await;
-    let start = Control {
-        action: Some(control::Action::Start(root::start(0))),
-    };
-    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
-        start,
-    ))))
-    .await;
+    h.start_collection().await;
     assert!(matches!(
         ranks_control.recv().await,
         Some(control::Action::Start(_))
@@ -854,22 +862,9 @@ async fn a_leaf_past_its_bytes_in_open_rounds_refuses_a_dump_and_counts_it_dropp
         sampler: None,
     });
     let mut h = start(role, 64);
-    for rank in 0..3 {
-        let attached = RankEvent::Attached {
-            source: rank_source("app", rank),
-            from: 0,
-            announced: 3,
-        };
-        h.input(Input::Ranks(vec![attached])).await;
-    }
+    h.attach_ranks(3).await;
     h.open(1).await;
-    let start = Control {
-        action: Some(control::Action::Start(root::start(0))),
-    };
-    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
-        start,
-    ))))
-    .await;
+    h.start_collection().await;
     for rank in 0..3 {
         h.input(rank_round(rank, 0)).await;
     }
@@ -922,14 +917,7 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
         sampler: Some(Box::new(CountingSampler::default())),
     });
     let mut h = start(role, 64);
-    for rank in 0..3 {
-        let attached = RankEvent::Attached {
-            source: rank_source("app", rank),
-            from: 0,
-            announced: 3,
-        };
-        h.input(Input::Ranks(vec![attached])).await;
-    }
+    h.attach_ranks(3).await;
     h.open(1).await;
     let nodes = StreamSpec {
         filter: NODES_FILTER.into(),
@@ -937,13 +925,7 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
     };
     let open = down_message::Msg::OpenStream(OpenStream { spec: Some(nodes) });
     h.input(Input::Parent(ParentEvent::Message(open))).await;
-    let start = Control {
-        action: Some(control::Action::Start(root::start(0))),
-    };
-    h.input(Input::Parent(ParentEvent::Message(down_message::Msg::Control(
-        start,
-    ))))
-    .await;
+    h.start_collection().await;
     assert!(ranks_control.recv().await.is_some());
     // Ranks 0 and 2 dump round 0; rank 1 is late past the time-out.
     h.input(rank_round(2, 0)).await;
