@@ -69,7 +69,7 @@ esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}/$profile
-for file in canopy canopy-frontend canopy-relay canopy-agent libcanopy.so libcanopy.a libcanopy_mpi.so; do
+for file in canopy canopy-frontend canopy-relay canopy-agent libcanopy.so libcanopy.a libcanopy_mpi.so libcanopy_omp.so; do
     if [ ! -e "$target/$file" ]; then
         die "$target/$file is not built: run cargo build --workspace${profile:+ --$profile} first"
     fi
@@ -143,6 +143,9 @@ for lib in libcanopy $mpi_libs; do
     ln -sfn "$lib.so.$major" "$libpath/$lib.so"
 done
 install -m 0644 "$target/libcanopy.a" "$libpath/libcanopy.a"
+# The OMPT tool: the OpenMP runtime loads it by path (OMP_TOOL_LIBRARIES, canopy run --openmp), so it has no
+# SONAME links.
+install -m 0755 "$target/libcanopy_omp.so" "$libpath/libcanopy_omp.so"
 install -m 0644 "$root/sdk/c/include/canopy.h" "$incdir/canopy.h"
 # The filter ABI, for plugins written in C (filters/README.md).
 install -m 0644 "$root/filters/abi/include/canopy_filter.h" "$incdir/canopy_filter.h"

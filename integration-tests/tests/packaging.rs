@@ -263,6 +263,7 @@ fn install_sh_names_a_bad_argument_and_a_missing_build() {
         "canopy-relay",
         "canopy-agent",
         "libcanopy.a",
+        "libcanopy_omp.so",
     ] {
         std::fs::write(stale.join(file), "").unwrap();
     }
@@ -313,6 +314,11 @@ fn installed_libraries_carry_a_versioned_soname_that_linked_programs_record() {
     if bin_dir().join("libcanopy_mpi_mpich.so").is_file() {
         assert_versioned(&libdir, "libcanopy_mpi_mpich");
     }
+    // The OMPT tool is loaded by path (OMP_TOOL_LIBRARIES), under its plain name.
+    assert!(
+        libdir.join("libcanopy_omp.so").is_file(),
+        "libcanopy_omp.so is not installed"
+    );
     // The build tree gives the SONAME's link beside the library as well, so programs linked there run.
     assert_eq!(
         std::fs::read_link(bin_dir().join(format!("libcanopy.so.{MAJOR}"))).unwrap(),
