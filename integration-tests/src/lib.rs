@@ -924,6 +924,31 @@ pub fn ids_named(store: &Path, name: &str) -> std::collections::HashSet<u64> {
         .collect()
 }
 
+/// Per rank, the calls of the event `name` stored over all rounds (the sum of every round's calls, checked
+/// against the last running total).
+pub fn stored_calls(store: &Path, name: &str) -> std::collections::BTreeMap<u32, u64> {
+    let stored = reader(store);
+    let ids = ids_named(store, name);
+    let mut per_rank: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+    for s in stored.samples(Select::all()).unwrap() {
+        if ids.contains(&s.event_id) {
+            let row = per_rank.entry(s.rank).or_default();
+            row.0 += s.calls.unwrap_or(0);
+            row.1 = row.1.max(s.calls_total.unwrap_or(0));
+        }
+    }
+    per_rank
+        .into_iter()
+        .map(|(rank, (sum, total))| {
+            assert_eq!(
+                sum, total,
+                "{name}, rank {rank}: the rounds' calls add up to the running total"
+            );
+            (rank, sum)
+        })
+        .collect()
+}
+
 /// A Python interpreter that imports every module of `modules`: `CANOPY_PYTHON` if set, else `python3`. None
 /// (the check is skipped, and says so) when it cannot; with `CANOPY_PYTHON_TEST` set (CI installs them) a missing
 /// module fails the test instead.

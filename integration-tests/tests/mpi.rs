@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, wait_socket,
+    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, stored_calls, wait_socket,
 };
 
 const RANKS: u32 = 4;
@@ -163,37 +163,6 @@ impl Tree {
         );
         self.store
     }
-}
-
-/// Per rank, the calls of the event `name` stored over all rounds (the sum of every round's calls, checked
-/// against the last running total).
-fn stored_calls(store: &Path, name: &str) -> BTreeMap<u32, u64> {
-    let stored = reader(store);
-    let ids: HashSet<u64> = stored
-        .names()
-        .unwrap()
-        .into_iter()
-        .filter(|(_, n)| n == name)
-        .map(|(id, _)| id)
-        .collect();
-    let mut per_rank: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for s in stored.samples(Select::all()).unwrap() {
-        if ids.contains(&s.event_id) {
-            let row = per_rank.entry(s.rank).or_default();
-            row.0 += s.calls.unwrap_or(0);
-            row.1 = row.1.max(s.calls_total.unwrap_or(0));
-        }
-    }
-    per_rank
-        .into_iter()
-        .map(|(rank, (sum, total))| {
-            assert_eq!(
-                sum, total,
-                "{name}, rank {rank}: the rounds' calls add up to the running total"
-            );
-            (rank, sum)
-        })
-        .collect()
 }
 
 /// Every rank's stored calls of each of `calls` are the ones the program printed it made.

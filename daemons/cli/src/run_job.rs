@@ -42,6 +42,13 @@ pub struct RunArgs {
     /// Do not load the MPI wrapper: the program reports through the SDK itself.
     #[arg(long)]
     no_wrapper: bool,
+    /// Monitor the program's OpenMP constructs too: every rank loads Canopy's OMPT tool (OMP_TOOL_LIBRARIES),
+    /// which needs an OpenMP runtime with OMPT (LLVM's libomp, `clang -fopenmp`; not GCC's libgomp).
+    #[arg(long)]
+    openmp: bool,
+    /// Canopy's OMPT tool (default: $CANOPY_OMP_LIB, else libcanopy_omp.so beside canopy or in ../lib).
+    #[arg(long, value_name = "PATH", requires = "openmp")]
+    omp_lib: Option<PathBuf>,
     /// Milliseconds a round waits for a missing rank.
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u32,
@@ -82,6 +89,10 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         true => None,
         false => wrapper(&args, &bin_dir, launcher)?,
     };
+    let omp_tool = match args.openmp {
+        true => Some(omp_tool(&args, &bin_dir, launcher)?),
+        false => None,
+    };
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     // A socket path must be short (108 bytes): the run's own directory under the temporary one, made here and
@@ -99,6 +110,7 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
                 &args,
                 launcher,
                 wrapper.as_deref(),
+                omp_tool.as_deref(),
                 &bin_dir,
                 &logs,
                 &ready_dir,
@@ -172,14 +184,7 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
         Some("MPICH") => "libcanopy_mpi_mpich.so",
         _ => "libcanopy_mpi.so",
     };
-    let candidates: Vec<PathBuf> = match (&args.mpi_lib, std::env::var_os("CANOPY_MPI_LIB")) {
-        (Some(p), _) => vec![p.clone()],
-        (None, Some(p)) => vec![PathBuf::from(p)],
-        (None, None) => ["", "../lib", "../lib64"]
-            .iter()
-            .map(|d| bin_dir.join(d).join(file))
-            .collect(),
-    };
+    let candidates = library_candidates(args.mpi_lib.as_deref(), "CANOPY_MPI_LIB", bin_dir, file);
     match candidates.iter().find(|p| p.is_file()) {
         Some(p) => {
             let lib = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
@@ -199,6 +204,68 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
                 .join(" or ")
         ),
     }
+}
+
+/// Where a library of Canopy's may be: the path given, else the one the variable `var` names, else `file` beside
+/// canopy or in the installation's library directory.
+fn library_candidates(given: Option<&Path>, var: &str, bin_dir: &Path, file: &str) -> Vec<PathBuf> {
+    match (given, std::env::var_os(var)) {
+        (Some(p), _) => vec![p.to_path_buf()],
+        (None, Some(p)) => vec![PathBuf::from(p)],
+        (None, None) => ["", "../lib", "../lib64"]
+            .iter()
+            .map(|d| bin_dir.join(d).join(file))
+            .collect(),
+    }
+}
+
+/// The OMPT tool every rank loads for `--openmp`. A program whose OpenMP runtime has no OMPT is said to be one
+/// (GCC's libgomp calls no tool), since the run would otherwise show no OpenMP and not say why.
+fn omp_tool(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result<PathBuf> {
+    let candidates = library_candidates(
+        args.omp_lib.as_deref(),
+        "CANOPY_OMP_LIB",
+        bin_dir,
+        "libcanopy_omp.so",
+    );
+    let Some(lib) = candidates.iter().find(|p| p.is_file()) else {
+        bail!(
+            "Canopy's OMPT tool is not at {}: build the workspace (cargo build --release --workspace) or give \
+             --omp-lib",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        );
+    };
+    if let Some(program) = launcher
+        .program_at(&args.command)
+        .map(|i| which(&args.command[i]))
+    {
+        let libs = std::process::Command::new("ldd")
+            .arg(&program)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let runtime = |name: &str| libs.lines().any(|l| l.trim().starts_with(name));
+        if runtime("libgomp.so") && !runtime("libomp.so") && !runtime("libiomp5.so") {
+            eprintln!(
+                "canopy run: {} uses GCC's OpenMP runtime (libgomp), which has no OMPT: its OpenMP constructs \
+                 will not be seen; build it with clang -fopenmp (LLVM's libomp) for them",
+                program.display()
+            );
+        } else if !libs.is_empty() && !runtime("libomp.so") && !runtime("libiomp5.so") {
+            eprintln!(
+                "canopy run: {} is not linked with an OpenMP runtime that has OMPT (libomp, libiomp5); --openmp \
+                 sees nothing unless the program loads one itself",
+                program.display()
+            );
+        }
+    }
+    let lib = std::fs::canonicalize(lib).unwrap_or_else(|_| lib.clone());
+    println!("canopy run: OpenMP through {}", lib.display());
+    Ok(lib)
 }
 
 /// The MPI library a binary is linked with, as the loader resolves it (`libmpi.so.40 => /usr/lib/...`).
@@ -258,6 +325,7 @@ async fn tree_and_program(
     args: &RunArgs,
     launcher: Launcher,
     wrapper: Option<&Path>,
+    omp_tool: Option<&Path>,
     bin_dir: &Path,
     logs: &Path,
     ready_dir: &Path,
@@ -334,6 +402,9 @@ async fn tree_and_program(
             _ => lib.display().to_string(),
         };
         env.push(("LD_PRELOAD".to_string(), preload));
+    }
+    if let Some(tool) = omp_tool {
+        env.push(("OMP_TOOL_LIBRARIES".to_string(), tool.display().to_string()));
     }
     if let Some(app) = &args.app {
         env.push(("CANOPY_APP".to_string(), app.clone()));
@@ -461,6 +532,10 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
     }
     if let Some(app) = &args.app {
         cmd.env("CANOPY_APP", app);
+    }
+    // srun passes the whole environment, so every rank on every node finds the tool.
+    if args.openmp {
+        cmd.env("OMP_TOOL_LIBRARIES", omp_tool(args, bin_dir, Launcher::Srun)?);
     }
     cmd.arg("--").args(program);
     println!(
