@@ -680,6 +680,153 @@ fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_cou
     assert_stencil_monitored(&store, &stdout, 30);
 }
 
+/// LLNL's mpiP, where CANOPY_MPIP_DIR names its source (github.com/LLNL/mpiP) or a directory holding a built
+/// libmpiP.so: preloaded after Canopy on the stencil and on the program of every family, both count every call.
+/// mpiP's per-rank call counts of each MPI function it wraps (its callsite statistics, summed over sites) are
+/// Canopy's stored calls, and the stencil's bytes sent by each collective are Canopy's byte counters. (mpiP
+/// counts a send to MPI_PROC_NULL at its size and Canopy counts none, so MPI_Sendrecv's bytes are compared by
+/// calls only.)
+#[test]
+fn mpip_preloaded_after_canopy_counts_every_call_as_canopy_does() {
+    if missing().is_some() {
+        return;
+    }
+    let Some(src) = std::env::var_os("CANOPY_MPIP_DIR") else {
+        eprintln!("skipped: CANOPY_MPIP_DIR does not name mpiP's source (github.com/LLNL/mpiP)");
+        return;
+    };
+    wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let libmpip = match Path::new(&src).join("libmpiP.so") {
+        built if built.is_file() => built,
+        _ => build_mpip(Path::new(&src), dir.path()),
+    };
+    let stencil = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let (store, report) = run_with_mpip(dir.path(), "stencil", &libmpip, &stencil, &STENCIL_ARGS);
+    let calls = assert_mpip_calls_stored(&store, &report);
+    assert!(calls >= 5, "mpiP's report of the stencil has {calls} functions");
+    for (name, per_rank) in mpip_section(&report, "Callsite Message Sent statistics") {
+        if name == "Sendrecv" {
+            continue;
+        }
+        let canopy: BTreeMap<u32, u64> = stored_counter(&store, &format!("MPI_{name} bytes"))
+            .into_iter()
+            .map(|(rank, bytes)| (rank, bytes as u64))
+            .collect();
+        assert_eq!(canopy, per_rank, "MPI_{name} bytes: mpiP against Canopy");
+    }
+    let families = compile(dir.path(), "mpicc", "families.c", "families", &[]);
+    let file = dir.path().join("families.dat");
+    let (store, report) = run_with_mpip(
+        dir.path(),
+        "families",
+        &libmpip,
+        &families,
+        &["5", file.to_str().unwrap()],
+    );
+    let calls = assert_mpip_calls_stored(&store, &report);
+    assert!(calls >= 20, "mpiP's report of the families has {calls} functions");
+}
+
+/// `canopy run` of `exe` on RANKS ranks with mpiP preloaded after Canopy; returns the store and mpiP's report.
+fn run_with_mpip(dir: &Path, name: &str, libmpip: &Path, exe: &Path, args: &[&str]) -> (PathBuf, String) {
+    let reports = dir.join(format!("mpip-{name}"));
+    std::fs::create_dir(&reports).unwrap();
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--filters", "stats,passthrough", "--no-report", "--out"])
+        .arg(dir.join(format!("out-{name}")))
+        .args(["--", "mpirun", "--oversubscribe", "-np"])
+        .arg(RANKS.to_string())
+        .args(["--mca", "mpi_yield_when_idle", "1", "-x", "MPIP"])
+        .arg(exe)
+        .args(args)
+        // canopy run puts its wrapper first and keeps the preload it finds after it.
+        .env("LD_PRELOAD", libmpip)
+        .env("MPIP", format!("-f {} -k 0", reports.display()))
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let report = std::fs::read_dir(&reports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "mpiP"))
+        .unwrap_or_else(|| panic!("mpiP wrote no report:\n{stderr}"));
+    (PathBuf::from(store), std::fs::read_to_string(report).unwrap())
+}
+
+/// Every function in mpiP's callsite statistics has, rank by rank, the calls Canopy stored; returns how many
+/// functions mpiP reported.
+fn assert_mpip_calls_stored(store: &Path, report: &str) -> usize {
+    let calls = mpip_section(report, "Callsite Time statistics");
+    for (name, per_rank) in &calls {
+        assert_eq!(
+            &stored_calls(store, &format!("MPI_{name}")),
+            per_rank,
+            "MPI_{name}: mpiP against Canopy"
+        );
+    }
+    eprintln!("mpiP and Canopy, calls per rank: {calls:?}");
+    calls.len()
+}
+
+/// Builds mpiP from `src` in `dir` (its README's configure, without libunwind and BFD); returns libmpiP.so.
+fn build_mpip(src: &Path, dir: &Path) -> PathBuf {
+    let build = dir.join("mpiP");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(src)
+        .arg(&build)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "cannot copy {}", src.display());
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&build)
+            // mpiP's wrapper generator names its creator from LOGNAME.
+            .env("LOGNAME", "canopy-test")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+    };
+    sh("./configure --disable-libunwind --disable-bfd --with-cc=mpicc --with-cxx=mpicxx");
+    sh("make -j2 shared");
+    build.join("libmpiP.so")
+}
+
+/// One of mpiP's per-callsite sections: per MPI function (mpiP names it without `MPI_`), per rank, the sum over
+/// its sites of the column `Count` (time statistics) or `Sum` (message sizes).
+fn mpip_section(report: &str, title: &str) -> BTreeMap<String, BTreeMap<u32, u64>> {
+    let mut lines = report.lines().skip_while(|l| !l.contains(title)).skip(1);
+    let header: Vec<&str> = lines
+        .find(|l| l.starts_with("Name"))
+        .unwrap_or_else(|| panic!("mpiP's report has no section {title}"))
+        .split_whitespace()
+        .collect();
+    let wanted = if title.contains("Time") { "Count" } else { "Sum" };
+    let column = header
+        .iter()
+        .position(|h| *h == wanted)
+        .unwrap_or_else(|| panic!("{title}: {header:?}"));
+    let mut out: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+    for line in lines.take_while(|l| !l.starts_with("---")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(name), Some(Ok(rank)), Some(value)) =
+            (f.first(), f.get(2).map(|r| r.parse::<u32>()), f.get(column))
+        else {
+            continue; // a blank line, or a function's row of all ranks ('*')
+        };
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("{title}: {line}"));
+        *out.entry(name.to_string()).or_default().entry(rank).or_default() += value as u64;
+    }
+    out
+}
+
 #[test]
 fn the_same_program_linked_with_the_wrapper_reports_the_same() {
     if missing().is_some() {
