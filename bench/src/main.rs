@@ -13,6 +13,7 @@ mod latency;
 mod leaf;
 mod mpi_wrapper;
 mod offload;
+mod ompt;
 mod perturbation;
 mod processes;
 mod quantiles;
@@ -211,6 +212,16 @@ enum Command {
         /// The wrapper's dump period in the stencil runs (CANOPY_DUMP_PERIOD_MS).
         #[arg(long, default_value_t = 10)]
         period_ms: u64,
+    },
+    /// What libcanopy_omp costs an unmodified OpenMP program: empty parallel regions (a loop and a barrier each)
+    /// with and without the OMPT tool loaded, per region and per event on a thread.
+    Ompt {
+        /// Parallel regions per run.
+        #[arg(long, default_value_t = 200_000)]
+        regions: u64,
+        /// Threads a region (OMP_NUM_THREADS).
+        #[arg(long, default_value_t = 2)]
+        threads: u32,
     },
     /// Seed 000's utilization figures: creating a rank's compressed profile of a second, the merged message at
     /// each level and the bytes per second at the front-end with 1024 simulated namd ranks, and the
@@ -444,6 +455,7 @@ fn main() -> anyhow::Result<()> {
             iterations,
             period_ms,
         } => mpi_wrapper::run(calls, ranks, iterations, period_ms, args.repeats),
+        Command::Ompt { regions, threads } => ompt::run(regions, threads, args.repeats),
         Command::Sdk {
             events,
             pairs,
