@@ -477,7 +477,8 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
             "{call}: {stored:?}"
         );
     }
-    // 64 ints: written as asked, read as the status says, put, and per neighbour's block five times.
+    // 64 ints: written as asked, read as the status says, put, and per neighbour's block five times; Alltoallw's
+    // blocks by their types.
     for (counter, bytes) in [
         ("MPI_File_write_at bytes", 256.0),
         ("MPI_File_write_at_all bytes", 256.0),
@@ -485,6 +486,8 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
         ("MPI_File_read_at_all bytes", 256.0),
         ("MPI_Put bytes", 256.0),
         ("MPI_Neighbor_allgather bytes", 5.0 * 256.0),
+        // One int to every rank, each block in its own type.
+        ("MPI_Alltoallw bytes", 4.0 * f64::from(RANKS)),
     ] {
         let stored = stored_counter(&store, counter);
         assert!(

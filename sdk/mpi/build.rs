@@ -44,6 +44,13 @@ enum Effect {
         comm: String,
         in_place: Option<InPlace>,
     },
+    /// Per-peer counts, each in its own type (MPI_Alltoallw).
+    SumW {
+        counts: String,
+        types: String,
+        comm: String,
+        in_place: Option<String>,
+    },
 }
 
 /// When `buf` is MPI_IN_PLACE: another count and type, or no bytes.
@@ -199,6 +206,16 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 comm: comm.to_string(),
                 in_place: parse_in_place(rest)?,
             }),
+            ["sumw", counts, types, comm, rest @ ..] => Some(Effect::SumW {
+                counts: counts.to_string(),
+                types: types.to_string(),
+                comm: comm.to_string(),
+                in_place: match rest {
+                    [] => None,
+                    ["inplace", buf, "skip"] => Some(buf.to_string()),
+                    _ => return Err(format!("sumw takes `inplace BUF skip` after it, not {rest:?}")),
+                },
+            }),
             _ => return Err(format!("cannot read what the call moves: {part:?}")),
         };
         f.effects.extend(effect);
@@ -213,6 +230,15 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 comm,
             } => vec![dest.as_str(), count, ty, comm],
             Effect::Recv { status } => vec![status.as_str()],
+            Effect::SumW {
+                counts,
+                types,
+                comm,
+                in_place,
+            } => [counts.as_str(), types, comm]
+                .into_iter()
+                .chain(in_place.as_deref())
+                .collect(),
             Effect::Bytes { count, ty, in_place }
             | Effect::Sum {
                 counts: count,
@@ -345,6 +371,25 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
                         };
                         format!("({}) ? {instead} : {normal}", in_place_test(&ip.buf, lang))
                     }
+                };
+                let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
+            }
+            Effect::SumW {
+                counts,
+                types,
+                comm,
+                in_place,
+            } => {
+                let sum = match lang {
+                    Lang::C => format!("cm_sumw_bytes({counts}, {types}, {comm})"),
+                    Lang::Fortran => format!(
+                        "cm_f_sumw_bytes((const MPI_Fint *){counts}, (const MPI_Fint *){types}, {})",
+                        arg(f, comm, lang)
+                    ),
+                };
+                let expr = match in_place {
+                    Some(buf) => format!("({}) ? 0 : {sum}", in_place_test(buf, lang)),
+                    None => sum,
                 };
                 let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
             }

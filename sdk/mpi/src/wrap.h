@@ -68,6 +68,16 @@ static inline uint64_t cm_bytes(int count, MPI_Datatype type) {
     return (uint64_t)count * (uint64_t)size;
 }
 
+/* Per-peer counts each in its own type (MPI_Alltoallw): the sum over the peers of COMM of COUNTS[i] elements of
+ * TYPES[i], in bytes. */
+static inline uint64_t cm_sumw_bytes(const int *counts, const MPI_Datatype *types, MPI_Comm comm) {
+    int n = cm_peers(comm);
+    uint64_t total = 0;
+    if (counts == NULL || types == NULL) return 0;
+    for (int i = 0; i < n; i++) total += cm_bytes(counts[i], types[i]);
+    return total;
+}
+
 /* The sum of COUNTS over the peers of COMM, in bytes of TYPE. */
 static inline uint64_t cm_sum_bytes(const int *counts, MPI_Datatype type, MPI_Comm comm) {
     int n = cm_peers(comm);

@@ -26,6 +26,15 @@ static inline int cm_f_status_ignore(const void *status) {
     return status == (const void *)MPI_F_STATUS_IGNORE;
 }
 
+/* cm_sumw_bytes for Fortran's arguments: the types are handles to convert one by one. */
+static inline uint64_t cm_f_sumw_bytes(const MPI_Fint *counts, const MPI_Fint *types, MPI_Comm comm) {
+    int n = cm_peers(comm);
+    uint64_t total = 0;
+    if (counts == NULL || types == NULL) return 0;
+    for (int i = 0; i < n; i++) total += cm_bytes(counts[i], PMPI_Type_f2c(types[i]));
+    return total;
+}
+
 /* A Fortran entry point was called but the MPI library's Fortran bindings are not loaded. */
 static inline void cm_no_fortran(const char *name) {
     fprintf(stderr, "canopy-mpi: %s was called but the MPI library's p%s is not loaded\n", name, name);
