@@ -30,6 +30,11 @@ static inline int cm_f_status_ignore(const void *status) {
 static inline uint64_t cm_f_sumw_bytes(const MPI_Fint *counts, const MPI_Fint *types, MPI_Comm comm) {
     int n = cm_peers(comm);
     uint64_t total = 0;
+#ifndef OPEN_MPI
+    /* Only Open MPI's Fortran MPI_IN_PLACE is recognized (cm_f_in_place): elsewhere the counts and types may be
+     * the dummies an in-place call passes, so no bytes are read from them. */
+    return 0;
+#endif
     if (counts == NULL || types == NULL) return 0;
     for (int i = 0; i < n; i++) total += cm_bytes(counts[i], PMPI_Type_f2c(types[i]));
     return total;

@@ -37,6 +37,8 @@ pub enum Token {
 pub struct Frame {
     pub token: Token,
     pub activity: u32,
+    /// An implicit task of a worker (not the team's primary thread).
+    pub worker: bool,
 }
 
 /// Ends `token` on a thread's stack: hands `end` its frame and those above it, innermost first, and takes them
@@ -54,19 +56,28 @@ thread_local! {
 
 /// Begins `activity` on this thread as `token`.
 fn push(token: Token, activity: Option<u32>) {
+    push_frame(token, activity, false)
+}
+
+fn push_frame(token: Token, activity: Option<u32>, worker: bool) {
     let Some(activity) = activity else { return };
     let pushed = STACK.try_with(|s| match s.try_borrow_mut() {
         Ok(mut s) => {
-            s.push(Frame { token, activity });
+            s.push(Frame {
+                token,
+                activity,
+                worker,
+            });
             true
         }
         Err(_) => false,
     });
     if pushed == Ok(true) {
+        sink::begin(activity);
+        // Idle inside the wait's activity: the utilization module credits the innermost activity.
         if token == Token::Wait {
             sink::idle_begin();
         }
-        sink::begin(activity);
     }
 }
 
@@ -75,13 +86,28 @@ fn pop(token: Token) {
     let _ = STACK.try_with(|s| {
         if let Ok(mut s) = s.try_borrow_mut() {
             close(&mut s, token, |f| {
-                sink::end(f.activity);
                 if f.token == Token::Wait {
                     sink::idle_end();
                 }
+                sink::end(f.activity);
             });
         }
     });
+}
+
+/// Whether this thread's innermost implicit task is a worker's (None outside any).
+fn in_worker_task() -> Option<bool> {
+    STACK
+        .try_with(|s| {
+            s.try_borrow().ok().and_then(|s| {
+                s.iter()
+                    .rev()
+                    .find(|f| f.token == Token::ImplicitTask)
+                    .map(|f| f.worker)
+            })
+        })
+        .ok()
+        .flatten()
 }
 
 /// Whether `token` is begun on this thread.
@@ -125,18 +151,30 @@ pub unsafe extern "C" fn implicit_task(
     parallel: *mut Data,
     _task: *mut Data,
     _actual_parallelism: c_uint,
-    _index: c_uint,
+    index: c_uint,
     flags: c_int,
 ) {
     if flags & task_flag::INITIAL != 0 {
         return;
     }
-    scoped(endpoint, Token::ImplicitTask, || {
-        names::activity(
-            PARALLEL,
-            names::kept(parallel, PARALLEL_TAG).unwrap_or(std::ptr::null()),
-        )
-    });
+    if endpoint == scope::BEGIN || endpoint == scope::BEGINEND {
+        let codeptr = names::kept(parallel, PARALLEL_TAG).unwrap_or(std::ptr::null());
+        push_frame(
+            Token::ImplicitTask,
+            names::activity(PARALLEL, codeptr),
+            index != 0,
+        );
+    }
+    if endpoint == scope::END || endpoint == scope::BEGINEND {
+        pop(Token::ImplicitTask);
+    }
+}
+
+/// Whether a synchronization region (`ompt_sync_region_t`) on a worker is the barrier that closes a parallel
+/// region: `barrier_implicit_parallel`; or, from runtimes that report every implicit barrier as the older
+/// `barrier_implicit` (libomp 14), the one with no code pointer, as a worker's join barrier has none.
+fn closes_region(kind: c_int, codeptr_ra: *const c_void) -> bool {
+    kind == 9 || (kind == 2 && codeptr_ra.is_null())
 }
 
 /// `ompt_callback_work`: a worksharing construct on this thread.
@@ -162,6 +200,25 @@ pub unsafe extern "C" fn sync_region(
     codeptr_ra: *const c_void,
 ) {
     let (label, _) = names::sync_labels(kind);
+    if closes_region(kind, codeptr_ra) {
+        match in_worker_task() {
+            // A worker reaches the region's closing barrier: the runtime reports the barrier's end, and the
+            // implicit task's, only when it releases the worker for the next region, after the program's
+            // serial part. Its barrier is counted and its region ends here; those late ends find nothing.
+            Some(true) => {
+                if endpoint == scope::BEGIN || endpoint == scope::BEGINEND {
+                    push(
+                        Token::Sync,
+                        names::activity(label, place_of(codeptr_ra, parallel)),
+                    );
+                    pop(Token::ImplicitTask);
+                }
+                return;
+            }
+            None => return,
+            Some(false) => {}
+        }
+    }
     scoped(endpoint, Token::Sync, || {
         names::activity(label, place_of(codeptr_ra, parallel))
     });
@@ -176,6 +233,10 @@ pub unsafe extern "C" fn sync_region_wait(
     codeptr_ra: *const c_void,
 ) {
     let (_, label) = names::sync_labels(kind);
+    // A worker's wait at the closing barrier lasts until the next region (see sync_region): not its region's.
+    if closes_region(kind, codeptr_ra) && in_worker_task() != Some(false) {
+        return;
+    }
     scoped(endpoint, Token::Wait, || {
         names::activity(label, place_of(codeptr_ra, parallel))
     });
@@ -226,7 +287,11 @@ mod tests {
     use super::*;
 
     fn frame(token: Token, activity: u32) -> Frame {
-        Frame { token, activity }
+        Frame {
+            token,
+            activity,
+            worker: false,
+        }
     }
 
     fn ending(stack: &mut Vec<Frame>, token: Token) -> Vec<Frame> {

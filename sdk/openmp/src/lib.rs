@@ -23,7 +23,7 @@ mod sink;
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use ompt::{Data, InterfaceFn, Lookup, SET_NEVER, SetCallback, StartToolResult, event};
+use ompt::{Data, InterfaceFn, Lookup, SET_IMPOSSIBLE, SetCallback, StartToolResult, event};
 
 /// The tools interface's entry point: the runtime calls it once at start-up. The tool is active in any
 /// process whose runtime calls it, unless CANOPY_OPENMP is `0`.
@@ -96,7 +96,7 @@ unsafe extern "C" fn initialize(lookup: Lookup, _initial_device: c_int, _tool_da
     let Some(lookup) = lookup else { return 0 };
     // SAFETY: the runtime's lookup takes a NUL-terminated name.
     let Some(set) = (unsafe { lookup(c"ompt_set_callback".as_ptr()) }) else {
-        eprintln!("canopy-omp: the OpenMP runtime has no ompt_set_callback; OpenMP is not monitored");
+        sink::say("canopy-omp: the OpenMP runtime has no ompt_set_callback; OpenMP is not monitored");
         return 0;
     };
     // SAFETY: ompt_set_callback has the signature `ompt_set_callback_t`.
@@ -105,15 +105,15 @@ unsafe extern "C" fn initialize(lookup: Lookup, _initial_device: c_int, _tool_da
     let mut never = Vec::new();
     for (event, name, callback) in callbacks() {
         // SAFETY: as `callbacks` says.
-        if unsafe { set(event, callback) } <= SET_NEVER {
+        if unsafe { set(event, callback) } <= SET_IMPOSSIBLE {
             never.push(name);
         }
     }
     if !never.is_empty() {
-        eprintln!(
+        sink::say(&format!(
             "canopy-omp: this OpenMP runtime does not report {}; those constructs are not monitored",
             never.join(", ")
-        );
+        ));
     }
     1
 }

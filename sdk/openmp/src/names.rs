@@ -14,7 +14,8 @@ use crate::sink;
 /// The activity of a worksharing construct (`ompt_work_t`); none for a `single` this thread skips.
 pub fn work_label(wstype: c_int) -> Option<&'static str> {
     Some(match wstype {
-        1 => "omp for",
+        // ompt_work_loop; newer runtimes tell static, dynamic, guided and other schedules apart (10 to 13).
+        1 | 10..=13 => "omp for",
         2 => "omp sections",
         3 => "omp single",
         5 => "omp workshare",
@@ -111,12 +112,23 @@ pub fn activity(label: &'static str, codeptr: *const c_void) -> Option<u32> {
     if let Ok(Some(hit)) = cached {
         return hit;
     }
-    let id = {
-        let mut found = found().lock().unwrap_or_else(|e| e.into_inner());
-        *found.entry(key).or_insert_with(|| {
-            let named = sink::activity(&name(label, &place(codeptr)));
-            named.or_else(|| sink::activity(label))
-        })
+    let known = found()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .copied();
+    let id = match known {
+        Some(id) => id,
+        None => {
+            // Read outside the lock: the line tables take a while, and other threads go on meanwhile. Two
+            // threads that read the same construct register the same name, which gives the same activity.
+            let id = sink::activity(&name(label, &place(codeptr))).or_else(|| sink::activity(label));
+            *found()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(key)
+                .or_insert(id)
+        }
     };
     let _ = SEEN.try_with(|seen| {
         if let Ok(mut seen) = seen.try_borrow_mut() {
@@ -173,6 +185,12 @@ mod tests {
     #[test]
     fn constructs_are_named_as_the_standard_names_them() {
         assert_eq!(work_label(1), Some("omp for"));
+        assert_eq!(
+            work_label(10),
+            Some("omp for"),
+            "a static loop, as newer runtimes report it"
+        );
+        assert_eq!(work_label(13), Some("omp for"));
         assert_eq!(
             work_label(4),
             None,

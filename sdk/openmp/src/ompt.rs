@@ -30,8 +30,8 @@ pub struct StartToolResult {
     pub tool_data: Data,
 }
 
-/// `ompt_set_result_t` values at or below this mean the callback will never be called.
-pub const SET_NEVER: c_int = 1;
+/// `ompt_set_result_t` values at or below this (error, never, impossible) mean the callback will never be called.
+pub const SET_IMPOSSIBLE: c_int = 2;
 
 /// `ompt_callbacks_t`: the events the tool registers for.
 pub mod event {

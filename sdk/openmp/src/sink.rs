@@ -91,9 +91,18 @@ fn start_own() {
     };
     match std::panic::catch_unwind(start) {
         Ok(Ok(())) => STARTED.store(true, Ordering::Release),
-        Ok(Err(e)) => eprintln!("canopy-omp: Canopy did not start, this process is not monitored: {e}"),
-        Err(_) => eprintln!("canopy-omp: Canopy did not start (an internal error was caught)"),
+        Ok(Err(e)) => say(&format!(
+            "canopy-omp: Canopy did not start, this process is not monitored: {e}"
+        )),
+        Err(_) => say("canopy-omp: Canopy did not start (an internal error was caught)"),
     }
+}
+
+/// A line on stderr; a stderr that cannot be written to is no reason to stop the program (eprintln would panic,
+/// and a panic in the runtime's callback aborts).
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Finishes the SDK the tool started (the last dump, FIN, the agent's FINACK); an SDK another library owns is
@@ -102,10 +111,10 @@ pub fn close() {
     if !STARTED.swap(false, Ordering::AcqRel) {
         return;
     }
+    // finalize takes the last dump.
     let _ = std::panic::catch_unwind(|| {
-        let _ = canopy_sdk::dump();
         if let Err(e) = canopy_sdk::finalize() {
-            eprintln!("canopy-omp: finalize: {e}");
+            say(&format!("canopy-omp: finalize: {e}"));
         }
     });
 }
