@@ -1,9 +1,9 @@
 //! `canopy-bench ompt`: what libcanopy_omp costs an unmodified OpenMP program. Empty parallel regions
 //! (sdk/examples/openmp/empty_regions.c: a loop and a barrier each, no work) built with clang's -fopenmp, timed
 //! with and without the tool loaded (OMP_TOOL_LIBRARIES), with no agent to ship to: the added time per region,
-//! and per event of the tool (each thread of a region begins and ends 8 activities: its implicit task, its
-//! loop, the loop's closing barrier, the explicit barrier and the region's closing barrier, and a wait in each of
-//! the three; 16 events a thread, the waits' idle events besides).
+//! and per event of the tool (the primary thread of a region begins and ends 8 activities: its implicit task, its
+//! loop, the loop's closing barrier, the explicit barrier and the region's closing barrier, and a wait in each
+//! of the three; a worker 7, without the last wait; the waits' idle events besides).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +12,12 @@ use canopy_integration_tests::bin_dir;
 
 use crate::stats;
 
-/// The tool's events per thread of one region of empty_regions.c: the begin and end of 8 activities, as the
-/// store shows them for a run (omp parallel, omp for, three barriers and three waits).
-const EVENTS_PER_THREAD: f64 = 16.0;
+/// The tool's events in one region of empty_regions.c on `threads` threads, as the store shows them for a run:
+/// the begin and end of 8 activities on the primary thread (omp parallel, omp for, three barriers, three waits)
+/// and of 7 on each worker (its closing barrier's wait is not its region's).
+fn events_per_region(threads: u32) -> f64 {
+    2.0 * (7.0 * f64::from(threads) + 1.0)
+}
 
 fn compile(dir: &Path) -> anyhow::Result<PathBuf> {
     let out = dir.join("empty_regions");
@@ -73,7 +76,7 @@ pub fn run(regions: u64, threads: u32, repeats: usize) -> anyhow::Result<()> {
         plain.push(p);
         with.push(w);
         added.push(w - p);
-        per_event.push((w - p) / (EVENTS_PER_THREAD * f64::from(threads)));
+        per_event.push((w - p) / events_per_region(threads));
     }
     println!(
         "\n## ompt: libcanopy_omp loaded into an unmodified OpenMP program (clang, libomp); {regions} empty regions \
@@ -86,7 +89,7 @@ pub fn run(regions: u64, threads: u32, repeats: usize) -> anyhow::Result<()> {
         ("ns per region, tool loaded", with),
         ("added by the tool, ns per region", added),
         (
-            "added by the tool, ns per event on a thread (14 a thread a region)",
+            "added by the tool, ns per event (2 x (7 x threads + 1) a region)",
             per_event,
         ),
     ] {
