@@ -8,8 +8,9 @@
 //!   `reduction`), and the time a thread waits in it `omp barrier wait @place`, nested in it, during which
 //!   the thread is idle (the SDK's idle events, which the utilization module reads).
 //! - An explicit task is `omp task @place` on the thread that runs it, from when it is scheduled to when it
-//!   completes. A task that runs tasks while it waits (at a taskwait) holds them as nested activities; a task
-//!   suspended at a yield stays begun until it completes on this thread.
+//!   completes. A task that runs tasks while it waits (at a taskwait) holds them as nested activities; a tied
+//!   task suspended at a yield stays begun until it completes on this thread; an untied one ends where it is
+//!   suspended and begins again where it resumes.
 //!
 //! Each thread keeps a stack of what the tool began there. An end closes its own frame, and any the runtime
 //! left open above it, so the SDK's begin-end pairs stay nested whatever order the runtime reports in.
@@ -261,17 +262,20 @@ pub unsafe extern "C" fn task_create(
     codeptr_ra: *const c_void,
 ) {
     if flags & task_flag::EXPLICIT != 0 {
-        names::keep(new_task, codeptr_ra, TASK_TAG);
+        let untied = match flags & task_flag::UNTIED != 0 {
+            true => names::UNTIED_TAG,
+            false => 0,
+        };
+        names::keep(new_task, codeptr_ra, TASK_TAG | untied);
     }
 }
 
 /// `ompt_callback_task_schedule`: the prior task ends unless it is only suspended; the next begins unless it
-/// is already begun here (a tied task resuming).
+/// is already begun here (a tied task resuming). A suspended untied task may resume on another thread, so it
+/// ends at its suspension and begins again where it resumes: each part is a call.
 pub unsafe extern "C" fn task_schedule(prior: *mut Data, prior_status: c_int, next: *mut Data) {
-    if names::kept(prior, TASK_TAG).is_some()
-        && prior_status != task_status::YIELD
-        && prior_status != task_status::SWITCH
-    {
+    let suspended = prior_status == task_status::YIELD || prior_status == task_status::SWITCH;
+    if names::kept(prior, TASK_TAG).is_some() && (!suspended || names::untied(prior)) {
         pop(Token::Task(prior as usize));
     }
     if let Some(codeptr) = names::kept(next, TASK_TAG) {

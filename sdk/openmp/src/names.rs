@@ -140,7 +140,7 @@ pub fn activity(label: &'static str, codeptr: *const c_void) -> Option<u32> {
 
 /// The tool keeps a construct's code pointer in its runtime word (a parallel region's, for its team's implicit
 /// tasks and implicit barrier; an explicit task's, for when it runs), with a tag that says which: a word the
-/// tool never set is 0, which has neither tag.
+/// tool never set is 0, which has neither tag. An untied task's word says so too.
 pub fn keep(data: *mut ompt::Data, codeptr: *const c_void, tag: u64) {
     if !data.is_null() {
         // SAFETY: the runtime hands the tool this word to keep; it is the tool's alone.
@@ -148,21 +148,28 @@ pub fn keep(data: *mut ompt::Data, codeptr: *const c_void, tag: u64) {
     }
 }
 
-/// The code pointer kept in a runtime word with `tag`, if the word has that tag.
+/// The code pointer kept in a runtime word with `tag` (PARALLEL_TAG or TASK_TAG), if the word has that tag.
 pub fn kept(data: *const ompt::Data, tag: u64) -> Option<*const c_void> {
-    if data.is_null() {
-        return None;
-    }
-    // SAFETY: as in `keep`.
-    let value = unsafe { (*data).value };
-    (value & TAGS == tag).then_some((value & !TAGS) as *const c_void)
+    word(data).and_then(|value| (value & KINDS == tag).then_some((value & !TAGS) as *const c_void))
 }
 
-/// Tags of the words the tool keeps: a parallel region's, an explicit task's. User-space addresses stay below
-/// both bits.
+/// Whether a task's word says it is untied.
+pub fn untied(data: *const ompt::Data) -> bool {
+    word(data).is_some_and(|value| value & UNTIED_TAG != 0)
+}
+
+fn word(data: *const ompt::Data) -> Option<u64> {
+    // SAFETY: as in `keep`.
+    (!data.is_null()).then(|| unsafe { (*data).value })
+}
+
+/// Tags of the words the tool keeps: a parallel region's, an explicit task's, and whether that task is untied.
+/// User-space addresses stay below all three bits.
 pub const PARALLEL_TAG: u64 = 1 << 62;
 pub const TASK_TAG: u64 = 1 << 63;
-const TAGS: u64 = PARALLEL_TAG | TASK_TAG;
+pub const UNTIED_TAG: u64 = 1 << 61;
+const KINDS: u64 = PARALLEL_TAG | TASK_TAG;
+const TAGS: u64 = KINDS | UNTIED_TAG;
 
 #[cfg(test)]
 mod tests {

@@ -58,6 +58,7 @@ pub mod task_flag {
     use std::ffi::c_int;
     pub const INITIAL: c_int = 0x1;
     pub const EXPLICIT: c_int = 0x4;
+    pub const UNTIED: c_int = 0x1000_0000;
 }
 
 /// `ompt_task_status_t` values after which the prior task is suspended, not over.
