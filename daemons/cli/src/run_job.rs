@@ -179,6 +179,18 @@ fn wrapper(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Result
     let program = launcher
         .program_at(&args.command)
         .map(|i| which(&args.command[i]));
+    // A program an MPI launcher starts that is not an MPI program (hostname, an OpenMP code) would carry a
+    // wrapper that never starts, and ship nothing: it goes without, and reports through the SDK or the OMPT
+    // tool. A script or a static executable keeps it: ldd cannot tell what it runs.
+    if let Some(p) = &program
+        && mpi_linkage(p) == Some(false)
+    {
+        println!(
+            "canopy run: {} is not linked with MPI: no MPI wrapper",
+            p.display()
+        );
+        return Ok(None);
+    }
     let program_family = program.as_deref().and_then(libmpi_of).and_then(|l| family(&l));
     let file = match program_family {
         Some("MPICH") => "libcanopy_mpi_mpich.so",
@@ -268,6 +280,22 @@ fn omp_tool(args: &RunArgs, bin_dir: &Path, launcher: Launcher) -> anyhow::Resul
     Ok(lib)
 }
 
+/// OMP_TOOL_LIBRARIES for the ranks: Canopy's tool first. The runtime starts the first tool of the list that
+/// accepts, so one the user had set is kept after it, and said to be idle while Canopy's runs.
+fn omp_tool_libraries(tool: &Path) -> String {
+    match std::env::var("OMP_TOOL_LIBRARIES") {
+        Ok(before) if before.contains("libcanopy_omp") => before,
+        Ok(before) if !before.is_empty() => {
+            eprintln!(
+                "canopy run: OMP_TOOL_LIBRARIES was {before}; Canopy's OMPT tool goes first, and the OpenMP \
+                 runtime starts only one tool, so those stay unused"
+            );
+            format!("{}:{before}", tool.display())
+        }
+        _ => tool.display().to_string(),
+    }
+}
+
 /// The MPI library a binary is linked with, as the loader resolves it (`libmpi.so.40 => /usr/lib/...`).
 fn libmpi_of(binary: &Path) -> Option<String> {
     let out = std::process::Command::new("ldd").arg(binary).output().ok()?;
@@ -312,10 +340,15 @@ fn check_family(wrapper: &Path, command: &[String], launcher: Launcher) -> anyho
 
 /// Whether `program` (found on PATH if it has no slash) is linked with an MPI library.
 fn links_mpi(program: &str) -> bool {
-    std::process::Command::new("ldd")
-        .arg(which(program))
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libmpi"))
+    mpi_linkage(&which(program)) == Some(true)
+}
+
+/// Whether a dynamic executable is linked with an MPI library; None when ldd cannot tell (a script, a static
+/// executable, no ldd).
+fn mpi_linkage(program: &Path) -> Option<bool> {
+    let out = std::process::Command::new("ldd").arg(program).output().ok()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    (out.status.success() && !stdout.contains("not a dynamic executable")).then(|| stdout.contains("libmpi"))
 }
 
 /// The front-end and the agent up, the program run to its end, the tree finished: the program's status and the
@@ -404,7 +437,7 @@ async fn tree_and_program(
         env.push(("LD_PRELOAD".to_string(), preload));
     }
     if let Some(tool) = omp_tool {
-        env.push(("OMP_TOOL_LIBRARIES".to_string(), tool.display().to_string()));
+        env.push(("OMP_TOOL_LIBRARIES".to_string(), omp_tool_libraries(tool)));
     }
     if let Some(app) = &args.app {
         env.push(("CANOPY_APP".to_string(), app.clone()));
@@ -535,7 +568,10 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
     }
     // srun passes the whole environment, so every rank on every node finds the tool.
     if args.openmp {
-        cmd.env("OMP_TOOL_LIBRARIES", omp_tool(args, bin_dir, Launcher::Srun)?);
+        cmd.env(
+            "OMP_TOOL_LIBRARIES",
+            omp_tool_libraries(&omp_tool(args, bin_dir, Launcher::Srun)?),
+        );
     }
     cmd.arg("--").args(program);
     println!(
