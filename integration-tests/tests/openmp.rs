@@ -145,7 +145,7 @@ fn an_unmodified_openmp_program_reports_every_construct_per_thread_named_by_its_
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&format!(
-            "regions: iterations {iterations} threads {THREADS} tasks 8"
+            "regions: iterations {iterations} threads {THREADS} tasks 8 untied 4"
         )),
         "{stdout}"
     );
@@ -174,6 +174,17 @@ fn an_unmodified_openmp_program_reports_every_construct_per_thread_named_by_its_
             "{name}: the store has {calls:#?}"
         );
     }
+    // An untied task is a call per part: libomp 14 reports even one that never yields in two (its first part
+    // ends as a switch), another runtime in one.
+    let untied = calls
+        .get(&at("omp task", "#pragma omp task untied"))
+        .and_then(|per_rank| per_rank.get(&0).copied())
+        .unwrap_or(0);
+    assert!(
+        (iterations * 4..=iterations * 8).contains(&untied),
+        "untied tasks: {untied} calls for {} tasks",
+        iterations * 4
+    );
     // Every round of the run covers the one rank.
     let rounds = read_rounds(Path::new(&store));
     assert!(!rounds.is_empty());
@@ -235,6 +246,44 @@ fn an_mpi_and_openmp_program_is_one_rank_with_its_mpi_calls_and_its_openmp_const
     assert!(
         rounds.iter().all(|r| (r.covered, r.expected) == (2, 2)),
         "{rounds:?}"
+    );
+}
+
+/// An OpenMP program with no MPI, started by mpirun: no MPI wrapper (it would never start), and each process
+/// is a rank of its own through the tool, numbered by the launcher.
+#[test]
+fn an_openmp_program_started_by_mpirun_without_mpi_is_a_rank_per_process() {
+    if missing(&["clang", "mpirun"]).is_some() {
+        return;
+    }
+    tool();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "clang", "regions.c", "regions");
+    let iterations = 4;
+    let (out, store) = canopy_run(
+        dir.path(),
+        &[],
+        &[
+            "mpirun",
+            "--oversubscribe",
+            "-np",
+            "2",
+            "-x",
+            "OMP_NUM_THREADS",
+            exe.to_str().unwrap(),
+            &iterations.to_string(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("is not linked with MPI: no MPI wrapper"),
+        "{stdout}"
+    );
+    let line = line_of("regions.c", "#pragma omp for");
+    let loops = stored_calls(Path::new(&store), &format!("omp for @regions.c:{line}"));
+    assert_eq!(
+        loops,
+        BTreeMap::from([(0, iterations * THREADS), (1, iterations * THREADS)])
     );
 }
 

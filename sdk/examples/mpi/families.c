@@ -52,17 +52,24 @@ int main(int argc, char **argv) {
                                    MPI_INFO_NULL, 0, &graph);
     MPI_Comm_free(&graph);
 
-    /* Alltoallw: one int to every rank, each with its own type. */
+    /* Alltoallw: this rank's number to every rank, each block in its own type: a double between two ranks whose
+     * numbers add up to an odd number, an int between the others (both sides of a pair agree). */
     int *counts = malloc(size * sizeof(int)), *displs = malloc(size * sizeof(int));
     MPI_Datatype *types = malloc(size * sizeof(MPI_Datatype));
-    int *all_in = malloc(size * sizeof(int)), *all_out = malloc(size * sizeof(int));
+    int *all_out = malloc(size * sizeof(int));
+    double *w_in = malloc(size * sizeof(double)), *w_out = malloc(size * sizeof(double));
     for (int i = 0; i < size; i++) {
         counts[i] = 1;
-        displs[i] = i * (int)sizeof(int);
-        types[i] = MPI_INT;
-        all_in[i] = rank;
+        displs[i] = i * (int)sizeof(double);
+        types[i] = (rank + i) % 2 ? MPI_DOUBLE : MPI_INT;
+        if (types[i] == MPI_DOUBLE)
+            w_in[i] = rank;
+        else
+            *(int *)(void *)((char *)w_in + displs[i]) = rank;
     }
-    MPI_Alltoallw(all_in, counts, displs, types, all_out, counts, displs, types, MPI_COMM_WORLD);
+    MPI_Alltoallw(w_in, counts, displs, types, w_out, counts, displs, types, MPI_COMM_WORLD);
+    for (int i = 0; i < size; i++)
+        all_out[i] = types[i] == MPI_DOUBLE ? (int)w_out[i] : *(int *)(void *)((char *)w_out + displs[i]);
 
     /* Derived datatypes: a vector and a contiguous block, committed, used and freed. */
     MPI_Datatype every_other, block;
@@ -105,8 +112,9 @@ int main(int argc, char **argv) {
     free(counts);
     free(displs);
     free(types);
-    free(all_in);
     free(all_out);
+    free(w_in);
+    free(w_out);
     MPI_Finalize();
     return ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 /* An OpenMP program with no Canopy call: parallel regions, a worksharing loop with a reduction, an explicit
- * barrier, a single that creates tasks and waits for them. Its last line says how many of each it made, for
+ * barrier, a single that creates tasks, tied and untied, and waits for them. Its last line says how many of each it made, for
  * the tests to compare with what Canopy's OMPT tool stored.
  *
  *   clang -g -O2 -fopenmp regions.c -o regions
@@ -11,6 +11,7 @@
 
 #define N (1 << 16)
 #define TASKS 8
+#define UNTIED 4
 
 static double a[N];
 
@@ -34,11 +35,15 @@ int main(int argc, char **argv) {
 #pragma omp task
                     a[t] += 1;
                 }
+                for (int t = 0; t < UNTIED; t++) {
+#pragma omp task untied
+                    a[TASKS + t] += 1;
+                }
 #pragma omp taskwait
             }
         }
     }
     printf("sum %g\n", sum);
-    printf("regions: iterations %d threads %d tasks %d\n", iterations, threads, TASKS);
+    printf("regions: iterations %d threads %d tasks %d untied %d\n", iterations, threads, TASKS, UNTIED);
     return 0;
 }
