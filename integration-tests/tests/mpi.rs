@@ -352,8 +352,9 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
 }
 
 /// LLNL's LULESH (MPI), where CANOPY_LULESH_DIR names its source (github.com/LLNL/LULESH): built with mpicxx,
-/// run on 8 ranks under `canopy run`, every round whole and its real imbalance (ranks on the cube's faces send
-/// more than those inside) in the per-rank view. CI cannot fetch it: the test says it skipped.
+/// run on 8 ranks under `canopy run` with Open MPI's pml monitoring on in the same run; every round whole, its
+/// real imbalance (ranks on the cube's faces send more than those inside) in the per-rank view, and each rank's
+/// messages and bytes sent equal to the monitoring's. CI cannot fetch it: the test says it skipped.
 #[test]
 fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_its_sends() {
     let Some(src) = std::env::var_os("CANOPY_LULESH_DIR") else {
@@ -393,6 +394,8 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
             "mpi_yield_when_idle",
             "1",
         ])
+        // Open MPI's own monitoring in the same run, to compare each rank's sends with.
+        .args(pml_monitoring(&dir.path().join("lulesh-monitoring")))
         .args(["-x", "OMP_NUM_THREADS=1", "./lulesh2.0", "-s", "8", "-i", "100"])
         .current_dir(&build)
         .env("CANOPY_MPI_DUMP_ON", "MPI_Allreduce")
@@ -438,6 +441,9 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     let html = std::fs::read_to_string(store.with_extension("html")).unwrap();
     assert!(html.contains("Per rank: passthrough") && html.contains("MPI_Isend"));
     eprintln!("LULESH under canopy run: MPI_Isend calls per rank {sends:?}");
+    // Each rank's messages and bytes sent are what Open MPI's pml monitoring saw it send.
+    let sent = assert_sent_as_monitored(&store, &dir.path().join("lulesh-monitoring"), 8);
+    eprintln!("LULESH, pml monitoring and Canopy, messages and bytes sent per rank: {sent:?}");
 }
 
 /// Persistent requests, neighbourhood collectives, Alltoallw, a distributed graph, derived datatypes, an
@@ -828,6 +834,90 @@ fn mpip_section(report: &str, title: &str) -> BTreeMap<String, BTreeMap<u32, u64
         *out.entry(name.to_string()).or_default().entry(rank).or_default() += value as u64;
     }
     out
+}
+
+/// Open MPI's own pml monitoring (built into the library, not a PMPI tool) in the same run as Canopy: each rank's
+/// point-to-point messages and bytes sent, summed over its peers from the monitoring's `E` lines, are Canopy's
+/// `messages_sent` and `bytes_sent`.
+#[test]
+fn messages_and_bytes_sent_equal_open_mpis_pml_monitoring_in_the_same_run() {
+    if missing().is_some() {
+        return;
+    }
+    wrapper();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
+    let monitoring = dir.path().join("monitoring");
+    std::fs::create_dir(&monitoring).unwrap();
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--filters", "stats,passthrough", "--no-report", "--out"])
+        .arg(dir.path().join("out"))
+        .args(["--", "mpirun", "--oversubscribe", "-np"])
+        .arg(RANKS.to_string())
+        .args(["--mca", "mpi_yield_when_idle", "1"])
+        .args(pml_monitoring(&monitoring.join("stencil")))
+        .arg(&exe)
+        .args(STENCIL_ARGS)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let sent = assert_sent_as_monitored(Path::new(&store), &monitoring.join("stencil"), RANKS);
+    eprintln!("pml monitoring and Canopy, messages and bytes sent per rank: {sent:?}");
+}
+
+/// mpirun's options that turn Open MPI's pml monitoring on, its files at `prefix.<rank>.prof`.
+fn pml_monitoring(prefix: &Path) -> Vec<String> {
+    [
+        "--mca",
+        "pml_monitoring_enable",
+        "2",
+        "--mca",
+        "pml_monitoring_enable_output",
+        "3",
+        "--mca",
+        "pml_monitoring_filename",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([prefix.display().to_string()])
+    .collect()
+}
+
+/// Per rank, the point-to-point messages and bytes the pml monitoring saw it send (`E src dst N bytes M msgs
+/// sent` lines of `prefix.<rank>.prof`), asserted equal to the store's `messages_sent` and `bytes_sent`.
+fn assert_sent_as_monitored(store: &Path, prefix: &Path, ranks: u32) -> BTreeMap<u32, (u64, u64)> {
+    let messages = stored_counter(store, "messages_sent");
+    let bytes = stored_counter(store, "bytes_sent");
+    let mut sent = BTreeMap::new();
+    for rank in 0..ranks {
+        let file = PathBuf::from(format!("{}.{rank}.prof", prefix.display()));
+        let prof = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let (mut n, mut b) = (0u64, 0u64);
+        for line in prof.lines().filter(|l| l.starts_with("E\t")) {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f[1], rank.to_string(), "{line}");
+            b += f[3].trim_end_matches(" bytes").parse::<u64>().unwrap();
+            n += f[4].trim_end_matches(" msgs sent").parse::<u64>().unwrap();
+        }
+        assert!(n > 0, "the monitoring saw rank {rank} send nothing:\n{prof}");
+        assert_eq!(
+            messages.get(&rank).copied(),
+            Some(n as f64),
+            "rank {rank}: messages sent"
+        );
+        assert_eq!(
+            bytes.get(&rank).copied(),
+            Some(b as f64),
+            "rank {rank}: bytes sent"
+        );
+        sent.insert(rank, (n, b));
+    }
+    sent
 }
 
 #[test]
