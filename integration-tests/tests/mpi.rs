@@ -491,6 +491,9 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
         ("MPI_File_read_at bytes", 256.0),
         ("MPI_File_read_at_all bytes", 256.0),
         ("MPI_Put bytes", 256.0),
+        // The persistent send, a message of 64 ints at each of its five starts.
+        ("messages_sent", 5.0),
+        ("bytes_sent", 5.0 * 256.0),
         ("MPI_Neighbor_allgather bytes", 5.0 * 256.0),
         // One element to every rank in the pair's type: on 4 ranks, two doubles and two ints each.
         ("MPI_Alltoallw bytes", 2.0 * 8.0 + 2.0 * 4.0),

@@ -44,6 +44,27 @@ enum Effect {
         comm: String,
         in_place: Option<InPlace>,
     },
+    /// A persistent send's request, remembered with its message (MPI_Send_init).
+    Persist {
+        dest: String,
+        count: String,
+        ty: String,
+        comm: String,
+        request: String,
+    },
+    /// A persistent request started: a message-send event if it is a remembered send.
+    Start {
+        request: String,
+    },
+    /// Every request of an array started (MPI_Startall).
+    StartAll {
+        count: String,
+        requests: String,
+    },
+    /// A request freed: forgotten (read before the call, which sets it to MPI_REQUEST_NULL).
+    Forget {
+        request: String,
+    },
     /// Per-peer counts, each in its own type (MPI_Alltoallw).
     SumW {
         counts: String,
@@ -92,7 +113,12 @@ impl Function {
             .ok_or_else(|| format!("MPI_{} has no parameter {name}", self.name))
     }
     fn counts_bytes(&self) -> bool {
-        self.effects.iter().any(|e| !matches!(e, Effect::Send { .. }))
+        self.effects.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Recv { .. } | Effect::Bytes { .. } | Effect::Sum { .. } | Effect::SumW { .. }
+            )
+        })
     }
 }
 
@@ -206,6 +232,23 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 comm: comm.to_string(),
                 in_place: parse_in_place(rest)?,
             }),
+            ["persist", dest, count, ty, comm, request] => Some(Effect::Persist {
+                dest: dest.to_string(),
+                count: count.to_string(),
+                ty: ty.to_string(),
+                comm: comm.to_string(),
+                request: request.to_string(),
+            }),
+            ["start", request] => Some(Effect::Start {
+                request: request.to_string(),
+            }),
+            ["startall", count, requests] => Some(Effect::StartAll {
+                count: count.to_string(),
+                requests: requests.to_string(),
+            }),
+            ["forget", request] => Some(Effect::Forget {
+                request: request.to_string(),
+            }),
             ["sumw", counts, types, comm, rest @ ..] => Some(Effect::SumW {
                 counts: counts.to_string(),
                 types: types.to_string(),
@@ -230,6 +273,15 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 comm,
             } => vec![dest.as_str(), count, ty, comm],
             Effect::Recv { status } => vec![status.as_str()],
+            Effect::Persist {
+                dest,
+                count,
+                ty,
+                comm,
+                request,
+            } => vec![dest.as_str(), count, ty, comm, request],
+            Effect::Start { request } | Effect::Forget { request } => vec![request.as_str()],
+            Effect::StartAll { count, requests } => vec![count.as_str(), requests],
             Effect::SumW {
                 counts,
                 types,
@@ -374,6 +426,40 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
                 };
                 let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
             }
+            Effect::Persist {
+                dest,
+                count,
+                ty,
+                comm,
+                request,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "        cm_persist({}, {}, {}, {}, {});",
+                    request_handle(request, lang),
+                    arg(f, dest, lang),
+                    arg(f, count, lang),
+                    arg(f, ty, lang),
+                    arg(f, comm, lang)
+                );
+            }
+            Effect::Start { request } => {
+                let _ = writeln!(s, "        cm_start({});", request_handle(request, lang));
+            }
+            Effect::StartAll { count, requests } => {
+                let each = match lang {
+                    Lang::C => format!("{requests}[cm_i]"),
+                    Lang::Fortran => format!("PMPI_Request_f2c(((const MPI_Fint *){requests})[cm_i])"),
+                };
+                let _ = writeln!(
+                    s,
+                    "        for (int cm_i = 0; cm_i < {}; cm_i++) cm_start({each});",
+                    arg(f, count, lang)
+                );
+            }
+            Effect::Forget { .. } => {
+                let _ = writeln!(s, "        cm_forget(cm_freed);");
+            }
             Effect::SumW {
                 counts,
                 types,
@@ -396,6 +482,28 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
         }
     }
     s
+}
+
+/// The MPI_Request a request argument holds (a pointer to it in C, to its Fortran handle in Fortran).
+fn request_handle(request: &str, lang: Lang) -> String {
+    match lang {
+        Lang::C => format!("*{request}"),
+        Lang::Fortran => format!("PMPI_Request_f2c(*(const MPI_Fint *){request})"),
+    }
+}
+
+/// What must be read before the call: a request it frees.
+fn before(f: &Function, lang: Lang) -> String {
+    f.effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Forget { request } => Some(format!(
+                "    MPI_Request cm_freed = {};\n",
+                request_handle(request, lang)
+            )),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 fn status_param(f: &Function) -> Option<&str> {
@@ -463,6 +571,7 @@ fn c_wrapper(f: &Function, k: usize) -> String {
             "    MPI_Status cm_status;\n    if ({status} == MPI_STATUS_IGNORE) {status} = &cm_status;"
         );
     }
+    s.push_str(&before(f, Lang::C));
     let _ = writeln!(s, "    cm_begin({k});\n    rc = cm_next_{name}()({args});");
     let fx = effects(f, k, Lang::C);
     if !fx.is_empty() {
@@ -524,6 +633,7 @@ fn fortran_wrapper(f: &Function, k: usize) -> String {
             "    MPI_Fint cm_f_status[sizeof(MPI_Status) / sizeof(MPI_Fint) + 2];\n    if (cm_f_status_ignore({status})) {status} = cm_f_status;"
         );
     }
+    s.push_str(&before(f, Lang::Fortran));
     let _ = writeln!(s, "    cm_begin({k});\n    cm_next_{name}()({args});");
     let fx = effects(f, k, Lang::Fortran);
     if !fx.is_empty() {

@@ -2,6 +2,8 @@
  * communicators in MPI_COMM_WORLD. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
 
 #include "wrap.h"
 
@@ -77,4 +79,81 @@ int cm_peers(MPI_Comm comm) {
 void *cm_next(const char *name, void *fallback) {
     void *next = dlsym(RTLD_NEXT, name);
     return next != NULL ? next : fallback;
+}
+
+/* Persistent sends: a table of the requests of MPI_Send_init with their message (the destination's rank in
+ * MPI_COMM_WORLD, the bytes), open addressing on the handle's bits. A request is there from its MPI_Send_init to
+ * its MPI_Request_free; each MPI_Start of one is its message-send event. Past CM_PERSISTENT requests at once,
+ * the others' messages are not counted, said once. */
+#define CM_PERSISTENT 4096
+enum { CM_EMPTY, CM_USED, CM_GONE };
+static struct {
+    uint64_t key;
+    int state;
+    int world;
+    uint64_t bytes;
+} cm_persistent[CM_PERSISTENT];
+static pthread_mutex_t cm_persistent_lock = PTHREAD_MUTEX_INITIALIZER;
+static int cm_persistent_full_said = 0;
+
+static uint64_t cm_request_key(MPI_Request request) {
+    uint64_t key = 0;
+    memcpy(&key, &request, sizeof request < sizeof key ? sizeof request : sizeof key);
+    return key;
+}
+
+/* The slot of KEY, or where it would go (a free one, preferring the first tombstone); -1 when the table holds
+ * neither. Called with the lock held. */
+static int cm_slot(uint64_t key, int *free_slot) {
+    size_t at = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 52) % CM_PERSISTENT;
+    *free_slot = -1;
+    for (int probe = 0; probe < CM_PERSISTENT; probe++, at = (at + 1) % CM_PERSISTENT) {
+        if (cm_persistent[at].state == CM_USED && cm_persistent[at].key == key) return (int)at;
+        if (cm_persistent[at].state != CM_USED && *free_slot < 0) *free_slot = (int)at;
+        if (cm_persistent[at].state == CM_EMPTY) break;
+    }
+    return -1;
+}
+
+void cm_persist(MPI_Request request, int dest, int count, MPI_Datatype type, MPI_Comm comm) {
+    int world, at, free_slot;
+    uint64_t key = cm_request_key(request);
+    if (dest == MPI_PROC_NULL || dest < 0) return;
+    world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);
+    if (world < 0) return;
+    pthread_mutex_lock(&cm_persistent_lock);
+    at = cm_slot(key, &free_slot);
+    if (at < 0) at = free_slot;
+    if (at >= 0) {
+        cm_persistent[at].key = key;
+        cm_persistent[at].state = CM_USED;
+        cm_persistent[at].world = world;
+        cm_persistent[at].bytes = cm_bytes(count, type);
+    } else if (!cm_persistent_full_said) {
+        cm_persistent_full_said = 1;
+        fprintf(stderr, "canopy-mpi: more than %d persistent sends at once; the messages of the others are not "
+                        "counted\n", CM_PERSISTENT);
+    }
+    pthread_mutex_unlock(&cm_persistent_lock);
+}
+
+void cm_start(MPI_Request request) {
+    int at, free_slot, world = -1;
+    uint64_t bytes = 0;
+    pthread_mutex_lock(&cm_persistent_lock);
+    at = cm_slot(cm_request_key(request), &free_slot);
+    if (at >= 0) {
+        world = cm_persistent[at].world;
+        bytes = cm_persistent[at].bytes;
+    }
+    pthread_mutex_unlock(&cm_persistent_lock);
+    if (world >= 0) canopy_send(world, bytes);
+}
+
+void cm_forget(MPI_Request request) {
+    int at, free_slot;
+    pthread_mutex_lock(&cm_persistent_lock);
+    at = cm_slot(cm_request_key(request), &free_slot);
+    if (at >= 0) cm_persistent[at].state = CM_GONE;
+    pthread_mutex_unlock(&cm_persistent_lock);
 }

@@ -42,6 +42,12 @@ void cm_started(void);
 int cm_world_rank(MPI_Comm comm, int rank);
 int cm_peers(MPI_Comm comm);
 
+/* Persistent sends (wrap.c): MPI_Send_init's message remembered with its request, a message-send event at each
+ * MPI_Start of it, forgotten at MPI_Request_free. */
+void cm_persist(MPI_Request request, int dest, int count, MPI_Datatype type, MPI_Comm comm);
+void cm_start(MPI_Request request);
+void cm_forget(MPI_Request request);
+
 static inline int cm_activity(int k) {
     int v = __atomic_load_n(&cm_activity_ids[k], __ATOMIC_RELAXED);
     return v > 0 ? v - 1 : cm_register_activity(k);
