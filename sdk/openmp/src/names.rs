@@ -43,20 +43,43 @@ pub fn sync_labels(kind: c_int) -> (&'static str, &'static str) {
 pub const PARALLEL: &str = "omp parallel";
 pub const TASK: &str = "omp task";
 
-/// Where a construct is in the source.
+/// Where a construct is in the source: `path` as the line tables give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Place {
-    Line { file: String, line: u32 },
+    Line { path: String, line: u32 },
     Function(String),
     Unknown,
 }
 
-/// The activity's name: the construct, then its place.
+/// The activity's name: the construct, then its place (the file's name alone, as short names read best).
 pub fn name(label: &str, place: &Place) -> String {
     match place {
-        Place::Line { file, line } => format!("{label} @{file}:{line}"),
+        Place::Line { path, line } => {
+            let file = Path::new(path)
+                .file_name()
+                .map_or(path.as_str().into(), |f| f.to_string_lossy());
+            format!("{label} @{file}:{line}")
+        }
         Place::Function(f) => format!("{label} @{f}"),
         Place::Unknown => label.to_string(),
+    }
+}
+
+/// The name of a construct at `place`, given the files each short name was first given to (`taken`): a file
+/// whose short name another file holds at the same construct and line is named by its whole path, so that
+/// `kernel.c` in two directories are two activities.
+pub fn unique_name(label: &str, place: &Place, taken: &mut HashMap<String, String>) -> String {
+    let short = name(label, place);
+    let Place::Line { path, line } = place else {
+        return short;
+    };
+    match taken.get(&short) {
+        Some(first) if first != path => format!("{label} @{path}:{line}"),
+        Some(_) => short,
+        None => {
+            taken.insert(short.clone(), path.clone());
+            short
+        }
     }
 }
 
@@ -74,17 +97,14 @@ pub fn place(codeptr: *const c_void) -> Place {
         if line.is_none()
             && let (Some(file), Some(l)) = (symbol.filename(), symbol.lineno())
         {
-            let file = Path::new(file)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned());
-            line = file.map(|file| (file, l));
+            line = Some((file.to_string_lossy().into_owned(), l));
         }
         if function.is_none() {
             function = symbol.name().map(|n| format!("{n:#}"));
         }
     });
     match (line, function) {
-        (Some((file, line)), _) => Place::Line { file, line },
+        (Some((path, line)), _) => Place::Line { path, line },
         (None, Some(f)) => Place::Function(f),
         (None, None) => Place::Unknown,
     }
@@ -97,6 +117,12 @@ type Key = (usize, usize);
 fn found() -> &'static Mutex<HashMap<Key, Option<u32>>> {
     static FOUND: OnceLock<Mutex<HashMap<Key, Option<u32>>>> = OnceLock::new();
     FOUND.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The file each short name was first given to (see `unique_name`).
+fn taken() -> &'static Mutex<HashMap<String, String>> {
+    static TAKEN: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    TAKEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 thread_local! {
@@ -122,7 +148,13 @@ pub fn activity(label: &'static str, codeptr: *const c_void) -> Option<u32> {
         None => {
             // Read outside the lock: the line tables take a while, and other threads go on meanwhile. Two
             // threads that read the same construct register the same name, which gives the same activity.
-            let id = sink::activity(&name(label, &place(codeptr))).or_else(|| sink::activity(label));
+            let place = place(codeptr);
+            let name = unique_name(
+                label,
+                &place,
+                &mut taken().lock().unwrap_or_else(|e| e.into_inner()),
+            );
+            let id = sink::activity(&name).or_else(|| sink::activity(label));
             *found()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -178,7 +210,7 @@ mod tests {
     #[test]
     fn a_name_is_the_construct_and_its_place() {
         let line = Place::Line {
-            file: "lulesh.cc".into(),
+            path: "/src/lulesh/lulesh.cc".into(),
             line: 1234,
         };
         assert_eq!(name("omp for", &line), "omp for @lulesh.cc:1234");
@@ -187,6 +219,34 @@ mod tests {
             "omp parallel @CalcForce"
         );
         assert_eq!(name("omp barrier", &Place::Unknown), "omp barrier");
+    }
+
+    #[test]
+    fn two_files_of_one_name_at_one_line_are_two_activities() {
+        let mut taken = HashMap::new();
+        let a = Place::Line {
+            path: "/app/a/kernel.c".into(),
+            line: 12,
+        };
+        let b = Place::Line {
+            path: "/app/b/kernel.c".into(),
+            line: 12,
+        };
+        assert_eq!(unique_name("omp for", &a, &mut taken), "omp for @kernel.c:12");
+        assert_eq!(
+            unique_name("omp for", &b, &mut taken),
+            "omp for @/app/b/kernel.c:12"
+        );
+        assert_eq!(
+            unique_name("omp for", &a, &mut taken),
+            "omp for @kernel.c:12",
+            "the first keeps its name"
+        );
+        assert_eq!(
+            unique_name("omp barrier", &b, &mut taken),
+            "omp barrier @kernel.c:12",
+            "another construct"
+        );
     }
 
     #[test]
