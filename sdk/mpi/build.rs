@@ -1,4 +1,6 @@
-//! Generates libcanopy_mpi's wrappers from functions.list and compiles them with the MPI compiler wrapper.
+//! Generates libcanopy_mpi's wrappers from functions.list and mpi.h, and compiles them with the MPI compiler
+//! wrapper. Every procedure mpi.h declares that the list does not annotate is wrapped as declared, timed as an
+//! activity (build/header.rs).
 //!
 //! For every line of the list it writes a C wrapper (`canopy_mpi_c_MPI_<Name>`, calling the next `MPI_<Name>` in
 //! link order, another PMPI tool's or the MPI library's, found with `dlsym(RTLD_NEXT)`, else `PMPI_<Name>`) and a
@@ -13,6 +15,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/header.rs"]
+mod header;
 
 /// A parameter of a prototype: its C type (with `[]` as a pointer) and its name.
 #[derive(Debug, Clone)]
@@ -97,9 +102,22 @@ struct Function {
     effects: Vec<Effect>,
     special: Special,
     fortran: bool,
+    /// A procedure of mpi.h the list does not annotate: wrapped as declared, timed as an activity.
+    declared: Option<header::Declared>,
 }
 
 impl Function {
+    /// The wrapper of a procedure as mpi.h declares it: its activity, no other effect, C only.
+    fn declared(d: header::Declared) -> Function {
+        Function {
+            name: d.name.trim_start_matches("MPI_").to_string(),
+            params: Vec::new(),
+            effects: Vec::new(),
+            special: Special::None,
+            fortran: false,
+            declared: Some(d),
+        }
+    }
     fn c_name(&self) -> String {
         format!("MPI_{}", self.name)
     }
@@ -190,6 +208,7 @@ fn parse_line(line: &str) -> Result<Function, String> {
         effects: Vec::new(),
         special: Special::None,
         fortran: true,
+        declared: None,
     };
     let mut note = note.trim();
     if let Some(n) = note.strip_suffix("nofortran") {
@@ -513,7 +532,25 @@ fn status_param(f: &Function) -> Option<&str> {
     })
 }
 
+/// The wrapper of a procedure of mpi.h the list does not annotate: its activity around the next definition.
+fn declared_wrapper(d: &header::Declared, k: usize) -> String {
+    let (name, ret) = (&d.name, &d.ret);
+    let params = if d.params.is_empty() { "void" } else { &d.params };
+    let args = d.args.join(", ");
+    // A procedure mpi.h declares that the library lacks: its PMPI_ name is weak, so the library still loads.
+    let missing = match ret.as_str() {
+        "int" => "return MPI_ERR_OTHER;".to_string(),
+        _ => format!("{{ static {ret} cm_none; return cm_none; }}"),
+    };
+    format!(
+        "#pragma weak P{name}\ntypedef {ret} (*cm_fn_{name})({params});\nstatic cm_fn_{name} cm_next_{name}(void) {{\n    static cm_fn_{name} next;\n    cm_fn_{name} f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);\n    if (f == NULL) {{\n        f = (cm_fn_{name})cm_next(\"{name}\", (void *)&P{name});\n        __atomic_store_n(&next, f, __ATOMIC_RELEASE);\n    }}\n    return f;\n}}\n{ret} canopy_mpi_c_{name}({params}) {{\n    cm_fn_{name} cm_f = cm_next_{name}();\n    {ret} cm_rc;\n    if (cm_f == NULL) {missing}\n    cm_begin({k});\n    cm_rc = cm_f({args});\n    cm_end({k});\n    return cm_rc;\n}}\n\n"
+    )
+}
+
 fn c_wrapper(f: &Function, k: usize) -> String {
+    if let Some(d) = &f.declared {
+        return declared_wrapper(d, k);
+    }
     let params = if f.params.is_empty() {
         "void".to_string()
     } else {
@@ -804,6 +841,7 @@ fn main() {
         "src/wrap_fortran.h",
         "src/lib.rs",
         "src/policy.rs",
+        "build/header.rs",
         "../c/include/canopy.h",
     ] {
         println!("cargo:rerun-if-changed={}", dir.join(f).display());
@@ -849,6 +887,11 @@ fn main() {
         Ok(f) => f,
         Err(e) => return without(e),
     };
+    let functions = match with_declared(functions, &mpicc, &out) {
+        Ok(all) => all,
+        Err(e) => return without(e),
+    };
+    write(&out.join("functions.rs"), &functions_rs(&functions));
     write(&out.join("wrappers.c"), &c_source(&functions));
     write(&out.join("exports.rs"), &exports_rs(&functions, jump));
     cc::Build::new()
@@ -861,12 +904,50 @@ fn main() {
         .opt_level(2)
         .flag("-fvisibility=hidden")
         .flag_if_supported("-Wno-unused-parameter")
+        // mpi.h marks the MPI-1 procedures it still declares deprecated; they are wrapped as declared.
+        .flag_if_supported("-Wno-deprecated-declarations")
         .compile(&format!("{}_wrappers", t.lib));
     for f in flags {
         println!("{f}");
     }
     // dlsym, for the next definition of each call (in libc itself from glibc 2.34, in libdl before).
     println!("cargo:rustc-link-lib=dylib=dl");
+}
+
+/// The list's functions, then every other procedure mpi.h declares (header.rs), each wrapped as an activity.
+/// The procedures no wrapper covers are named in `$OUT_DIR/coverage.txt` with why; one whose declaration cannot
+/// be read fails the build, by name.
+fn with_declared(list: Vec<Function>, mpicc: &str, out: &Path) -> Result<Vec<Function>, String> {
+    let text = header::preprocessed(mpicc, out)?;
+    let (declared, unreadable) = header::declarations(&text);
+    let listed = |name: &str| list.iter().any(|f| f.c_name() == name);
+    let skipped = |name: &str| header::SKIPPED.iter().any(|(s, _)| *s == name);
+    let uncovered: Vec<String> = unreadable
+        .into_iter()
+        .filter(|n| !listed(n) && !skipped(n))
+        .collect();
+    if !uncovered.is_empty() {
+        panic!(
+            "mpi.h declares procedures no wrapper covers (their declarations could not be read): {}; annotate \
+             them in sdk/mpi/functions.list, or add them to SKIPPED in sdk/mpi/build/header.rs with why",
+            uncovered.join(", ")
+        );
+    }
+    let mut all = list;
+    let mut seen: std::collections::HashSet<String> = all.iter().map(Function::c_name).collect();
+    let mut report = String::from("# The procedures of mpi.h and how libcanopy_mpi covers them.\n");
+    for d in declared {
+        if skipped(&d.name) || !seen.insert(d.name.clone()) {
+            continue;
+        }
+        let _ = writeln!(report, "activity\t{}", d.name);
+        all.push(Function::declared(d));
+    }
+    for (name, why) in header::SKIPPED {
+        let _ = writeln!(report, "skipped\t{name}\t{why}");
+    }
+    write(&out.join("coverage.txt"), &report);
+    Ok(all)
 }
 
 /// Gives the library its SONAME, `libcanopy_mpi.so.MAJOR`, as sdk/c's build script does for libcanopy: programs
