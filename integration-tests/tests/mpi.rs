@@ -467,7 +467,13 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
     let stdout = text(&run.stdout);
     assert!(run.status.success(), "{stdout}{}", text(&run.stderr));
     let store = tree.finished();
-    let printed = printed_counts(&stdout);
+    assert_families_monitored(&store, &stdout);
+}
+
+/// families.c's calls and bytes, per rank, as it made them (its own printed counts, and what each call moves).
+fn assert_families_monitored(store: &Path, stdout: &str) {
+    let store = store.to_path_buf();
+    let printed = printed_counts(stdout);
     let calls: Vec<&str> = printed[&0].keys().map(String::as_str).collect();
     assert_calls_as_printed(&store, &printed, &calls);
     // Created once, started five times; one of each on the side of the ring.
@@ -563,6 +569,33 @@ fn canopy_run_monitors_an_mpich_program_through_hydra_with_the_wrapper_built_for
     );
     let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
     assert_stencil_monitored(Path::new(&store), &stdout, 30);
+}
+
+/// The program of every family, built with MPICH's mpicc under `canopy run -- mpiexec.mpich`: the wrapper built
+/// for MPICH counts every call and byte as Open MPI's does.
+#[test]
+fn every_family_of_mpi_procedure_is_counted_under_mpich_too() {
+    if missing().is_some() || mpich_missing().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "mpicc.mpich", "families.c", "families_mpich", &[]);
+    let file = dir.path().join("families.dat");
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--filters", "stats,passthrough", "--no-report", "--out"])
+        .arg(dir.path().join("out"))
+        .args(["--", "mpiexec.mpich", "-n"])
+        .arg(RANKS.to_string())
+        .arg(&exe)
+        .args(["5", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("libcanopy_mpi_mpich.so"), "{stdout}");
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    assert_families_monitored(Path::new(&store), &stdout);
 }
 
 /// A PMPI tool of the test's own: it counts MPI_Allreduce and MPI_Sendrecv and says how many at MPI_Finalize, as
