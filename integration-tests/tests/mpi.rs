@@ -446,6 +446,78 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     eprintln!("LULESH, pml monitoring and Canopy, messages and bytes sent per rank: {sent:?}");
 }
 
+/// The OSU latency benchmark, where CANOPY_OSU_DIR names the OSU micro-benchmarks' source
+/// (github.com/forresti/osu-micro-benchmarks): built as its notes say and run on 2 ranks under `canopy run`, each
+/// rank's MPI_Send and MPI_Recv calls are the number its own constants give (every message size from 0 to
+/// MAX_MSG_SIZE, LAT_LOOP + LAT_SKIP round trips each, small or large), and its MPI_Barrier one per size.
+#[test]
+fn osu_latency_makes_the_calls_its_constants_say() {
+    let Some(src) = std::env::var_os("CANOPY_OSU_DIR") else {
+        eprintln!("skipped: CANOPY_OSU_DIR does not name the OSU micro-benchmarks' source");
+        return;
+    };
+    if missing().is_some() {
+        return;
+    }
+    wrapper();
+    let pt2pt = Path::new(&src).join("mpi/pt2pt");
+    let header = std::fs::read_to_string(pt2pt.join("osu_pt2pt.h")).unwrap();
+    let constant = |name: &str| -> u64 {
+        let line = header
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq(["#define", name]))
+            .unwrap_or_else(|| panic!("osu_pt2pt.h has no {name}"));
+        let value = line.split_whitespace().nth(2).unwrap();
+        match value.strip_prefix("(1<<").and_then(|v| v.strip_suffix(')')) {
+            Some(shift) => 1 << shift.parse::<u32>().unwrap(),
+            None => value.parse().unwrap_or_else(|_| panic!("{line}")),
+        }
+    };
+    let (large, max) = (constant("LARGE_MESSAGE_SIZE"), constant("MAX_MSG_SIZE"));
+    let sizes: Vec<u64> = std::iter::once(0)
+        .chain((0..).map(|i| 1u64 << i).take_while(|s| *s <= max))
+        .collect();
+    let round_trips: u64 = sizes
+        .iter()
+        .map(|s| match *s > large {
+            true => constant("LAT_LOOP_LARGE") + constant("LAT_SKIP_LARGE"),
+            false => constant("LAT_LOOP_SMALL") + constant("LAT_SKIP_SMALL"),
+        })
+        .sum();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("osu_latency");
+    let built = Command::new("mpicc")
+        .args(["-O2", "-I."])
+        .args(["osu_latency.c", "osu_pt2pt.c", "-o"])
+        .arg(&exe)
+        .current_dir(&pt2pt)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let out = canopy_integration_tests::canopy_command()
+        .args(["run", "--filters", "stats,passthrough", "--no-report", "--out"])
+        .arg(dir.path().join("out"))
+        .args(["--", "mpirun", "-np", "2", "--mca", "mpi_yield_when_idle", "1"])
+        .arg(&exe)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = Path::new(&store);
+    let each = |n: u64| BTreeMap::from([(0, n), (1, n)]);
+    assert_eq!(stored_calls(store, "MPI_Send"), each(round_trips));
+    assert_eq!(stored_calls(store, "MPI_Recv"), each(round_trips));
+    assert_eq!(stored_calls(store, "MPI_Barrier"), each(sizes.len() as u64));
+    eprintln!(
+        "osu_latency: {round_trips} MPI_Send and MPI_Recv per rank over {} sizes, as its constants say",
+        sizes.len()
+    );
+}
+
 /// Persistent requests, neighbourhood collectives, Alltoallw, a distributed graph, derived datatypes, an
 /// allocated window and MPI-IO (sdk/examples/mpi/families.c), unmodified under the preloaded wrapper: every rank's
 /// calls of each as the program counted them, and the bytes written and read through MPI-IO.
