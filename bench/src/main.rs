@@ -201,6 +201,9 @@ enum Command {
     /// MPI_Comm_rank (sdk/examples/mpi/ping.c, -np 1), and the MPI stencil run unmodified under the preloaded
     /// wrapper with a dump every `period_ms` through a real tree, against the same run without it.
     MpiWrapper {
+        /// The MPI family: its compiler, launcher and the wrapper built for it.
+        #[arg(long, value_enum, default_value = "openmpi")]
+        family: mpi_wrapper::Family,
         /// MPI_Comm_rank calls per ping run.
         #[arg(long, default_value_t = 20_000_000)]
         calls: u64,
@@ -450,11 +453,12 @@ fn main() -> anyhow::Result<()> {
             iterations,
         } => perturbation::run_all(period_ms, iterations, args.repeats),
         Command::MpiWrapper {
+            family,
             calls,
             ranks,
             iterations,
             period_ms,
-        } => mpi_wrapper::run(calls, ranks, iterations, period_ms, args.repeats),
+        } => mpi_wrapper::run(family, calls, ranks, iterations, period_ms, args.repeats),
         Command::Ompt { regions, threads } => ompt::run(regions, threads, args.repeats),
         Command::Sdk {
             events,

@@ -16,38 +16,88 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/examples/mpi")
 }
 
-fn compile(dir: &Path, source: &str, exe: &str) -> anyhow::Result<PathBuf> {
+/// The MPI family a run measures: its compiler, its launcher and how that passes environment, and the wrapper
+/// built for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    /// Open MPI: mpicc, mpirun -x, libcanopy_mpi.so.
+    Openmpi,
+    /// MPICH: mpicc.mpich, mpiexec.mpich -genv, libcanopy_mpi_mpich.so.
+    Mpich,
+}
+
+impl Family {
+    fn mpicc(self) -> &'static str {
+        match self {
+            Family::Openmpi => "mpicc",
+            Family::Mpich => "mpicc.mpich",
+        }
+    }
+    fn wrapper(self) -> &'static str {
+        match self {
+            Family::Openmpi => "libcanopy_mpi.so",
+            Family::Mpich => "libcanopy_mpi_mpich.so",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Family::Openmpi => "Open MPI, mpirun",
+            Family::Mpich => "MPICH, mpiexec.mpich",
+        }
+    }
+}
+
+fn compile(family: Family, dir: &Path, source: &str, exe: &str) -> anyhow::Result<PathBuf> {
     let out = dir.join(exe);
-    let status = Command::new("mpicc")
+    let status = Command::new(family.mpicc())
         .args(["-O2", "-o"])
         .arg(&out)
         .arg(examples().join(source))
         .status()
-        .map_err(|e| anyhow::anyhow!("mpicc (Open MPI or MPICH) is needed: {e}"))?;
-    anyhow::ensure!(status.success(), "mpicc {source} failed");
+        .map_err(|e| anyhow::anyhow!("{} is needed: {e}", family.mpicc()))?;
+    anyhow::ensure!(status.success(), "{} {source} failed", family.mpicc());
     Ok(out)
 }
 
-/// `mpirun -np RANKS EXE ARGS` with `env` passed to the ranks; returns stdout and stderr.
+/// The family's launcher on RANKS ranks of EXE ARGS with `env` passed to the ranks (`mpirun -x`, `mpiexec -genv`);
+/// returns stdout and stderr.
 fn mpirun(
+    family: Family,
     ranks: u32,
     exe: &Path,
     args: &[String],
     env: &[(&str, String)],
 ) -> anyhow::Result<(String, String)> {
-    let mut cmd = Command::new("mpirun");
-    cmd.args(["--oversubscribe", "-np", &ranks.to_string()])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    for (name, value) in env {
-        cmd.arg("-x").arg(format!("{name}={value}"));
-    }
+    let mut cmd = match family {
+        Family::Openmpi => {
+            let mut cmd = Command::new("mpirun");
+            cmd.args(["--oversubscribe", "-np", &ranks.to_string()])
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            for (name, value) in env {
+                cmd.arg("-x").arg(format!("{name}={value}"));
+            }
+            cmd
+        }
+        Family::Mpich => {
+            let mut cmd = Command::new("mpiexec.mpich");
+            cmd.args(["-n", &ranks.to_string()]);
+            for (name, value) in env {
+                cmd.arg("-genv").arg(name).arg(value);
+            }
+            cmd
+        }
+    };
     let out = cmd.arg(exe).args(args).output()?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     );
-    anyhow::ensure!(out.status.success(), "mpirun {} failed: {stderr}", exe.display());
+    anyhow::ensure!(
+        out.status.success(),
+        "{exe:?} under {} failed: {stderr}",
+        family.name()
+    );
     Ok((stdout, stderr))
 }
 
@@ -61,12 +111,19 @@ fn number(text: &str, key: &str, unit: &str) -> anyhow::Result<f64> {
         .ok_or_else(|| anyhow::anyhow!("no `{key} ... {unit}` in {text}"))
 }
 
-pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usize) -> anyhow::Result<()> {
-    let lib = bin_dir().join("libcanopy_mpi.so");
+pub fn run(
+    family: Family,
+    calls: u64,
+    ranks: u32,
+    iterations: u64,
+    period_ms: u64,
+    repeats: usize,
+) -> anyhow::Result<()> {
+    let lib = bin_dir().join(family.wrapper());
     anyhow::ensure!(lib.is_file(), "{} is not built", lib.display());
     let dir = tempfile::tempdir()?;
-    let ping = compile(dir.path(), "ping.c", "ping")?;
-    let stencil = compile(dir.path(), "stencil_mpi.c", "stencil_mpi")?;
+    let ping = compile(family, dir.path(), "ping.c", "ping")?;
+    let stencil = compile(family, dir.path(), "stencil_mpi.c", "stencil_mpi")?;
     let absent = dir.path().join("absent.sock").display().to_string();
 
     // The cost per call: the application's own dumps only (none), so the loop is the wrapped call alone.
@@ -78,9 +135,13 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
     let args = [calls.to_string()];
     let (mut plain_ns, mut wrapped_ns, mut added_ns) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
-        let plain = number(&mpirun(1, &ping, &args, &[])?.0, "MPI_Comm_rank,", "ns per call")?;
+        let plain = number(
+            &mpirun(family, 1, &ping, &args, &[])?.0,
+            "MPI_Comm_rank,",
+            "ns per call",
+        )?;
         let wrapped = number(
-            &mpirun(1, &ping, &args, &preload)?.0,
+            &mpirun(family, 1, &ping, &args, &preload)?.0,
             "MPI_Comm_rank,",
             "ns per call",
         )?;
@@ -117,7 +178,7 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
     let (mut cpu_plain, mut cpu_wrapped) = (Vec::new(), Vec::new());
     let mut tree: Option<(Proc, Proc, tempfile::TempDir)> = None;
     for _ in 0..repeats {
-        let err = mpirun(ranks, &stencil, &stencil_args, &[])?.1;
+        let err = mpirun(family, ranks, &stencil, &stencil_args, &[])?.1;
         t_plain.push(number(&err, " in ", " s")?);
         cpu_plain.push(number(&err, "process CPU ", " s")?);
         drop(tree.take());
@@ -139,7 +200,7 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
             ("CANOPY_AGENT_SOCKET", socket.display().to_string()),
             ("CANOPY_DUMP_PERIOD_MS", period_ms.to_string()),
         ];
-        let err = mpirun(ranks, &stencil, &stencil_args, &env)?.1;
+        let err = mpirun(family, ranks, &stencil, &stencil_args, &env)?.1;
         t_wrapped.push(number(&err, " in ", " s")?);
         cpu_wrapped.push(number(&err, "process CPU ", " s")?);
         let mut fe = fe;
@@ -155,7 +216,8 @@ pub fn run(calls: u64, ranks: u32, iterations: u64, period_ms: u64, repeats: usi
     drop(tree);
 
     println!(
-        "\n## mpi-wrapper: libcanopy_mpi preloaded into unmodified MPI programs (Open MPI, mpirun); library {}",
+        "\n## mpi-wrapper: libcanopy_mpi preloaded into unmodified MPI programs ({}); library {}",
+        family.name(),
         lib.display()
     );
     println!("\n| measurement | median | min | max |\n|---|---:|---:|---:|");
