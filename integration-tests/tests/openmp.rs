@@ -109,6 +109,24 @@ fn canopy_run(dir: &Path, extra: &[&str], command: &[&str]) -> (Output, String) 
     (out, store)
 }
 
+/// `canopy run --openmp` over `mpirun -np 2` of `exe ITERATIONS`, the team's size passed to both ranks.
+fn canopy_run_mpirun(dir: &Path, exe: &Path, iterations: u64) -> (Output, String) {
+    canopy_run(
+        dir,
+        &[],
+        &[
+            "mpirun",
+            "--oversubscribe",
+            "-np",
+            "2",
+            "-x",
+            "OMP_NUM_THREADS",
+            exe.to_str().unwrap(),
+            &iterations.to_string(),
+        ],
+    )
+}
+
 /// The line of the first line of `source` that holds `pragma`, counted from 1.
 fn line_of(source: &str, pragma: &str) -> usize {
     let text = std::fs::read_to_string(examples().join(source)).unwrap();
@@ -203,20 +221,7 @@ fn an_mpi_and_openmp_program_is_one_rank_with_its_mpi_calls_and_its_openmp_const
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpicc", "hybrid.c", "hybrid");
     let iterations = 10;
-    let (out, store) = canopy_run(
-        dir.path(),
-        &[],
-        &[
-            "mpirun",
-            "--oversubscribe",
-            "-np",
-            "2",
-            "-x",
-            "OMP_NUM_THREADS",
-            exe.to_str().unwrap(),
-            &iterations.to_string(),
-        ],
-    );
+    let (out, store) = canopy_run_mpirun(dir.path(), &exe, iterations);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("MPI wrapper"), "{stdout}");
     let store = Path::new(&store);
@@ -260,20 +265,7 @@ fn an_openmp_program_started_by_mpirun_without_mpi_is_a_rank_per_process() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "clang", "regions.c", "regions");
     let iterations = 4;
-    let (out, store) = canopy_run(
-        dir.path(),
-        &[],
-        &[
-            "mpirun",
-            "--oversubscribe",
-            "-np",
-            "2",
-            "-x",
-            "OMP_NUM_THREADS",
-            exe.to_str().unwrap(),
-            &iterations.to_string(),
-        ],
-    );
+    let (out, store) = canopy_run_mpirun(dir.path(), &exe, iterations);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("is not linked with MPI: no MPI wrapper"),
