@@ -539,21 +539,55 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
     let stdout = text(&run.stdout);
     assert!(run.status.success(), "{stdout}{}", text(&run.stderr));
     let store = tree.finished();
-    assert_families_monitored(&store, &stdout);
+    assert_families_monitored(&store, &stdout, Standard::of("mpicc"));
+}
+
+/// The MPI standard a family's mpi.h declares: families.c makes MPI 4's calls where it is 4 or later.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standard {
+    Mpi3,
+    Mpi4,
+}
+
+impl Standard {
+    /// The standard `mpicc`'s mpi.h declares (its `MPI_VERSION`).
+    fn of(mpicc: &str) -> Standard {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = dir.path().join("version.c");
+        std::fs::write(&probe, "#include <mpi.h>\ncanopy_version MPI_VERSION\n").unwrap();
+        let out = Command::new(mpicc)
+            .arg("-E")
+            .arg(&probe)
+            .output()
+            .expect("mpicc -E runs");
+        let stdout = text(&out.stdout);
+        let version = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("canopy_version "))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("{mpicc} -E did not say MPI_VERSION: {}", text(&out.stderr)));
+        if version >= 4 {
+            Standard::Mpi4
+        } else {
+            Standard::Mpi3
+        }
+    }
 }
 
 /// families.c's calls and bytes, per rank, as it made them (its own printed counts, and what each call moves).
-fn assert_families_monitored(store: &Path, stdout: &str) {
+fn assert_families_monitored(store: &Path, stdout: &str, standard: Standard) {
     let store = store.to_path_buf();
     let printed = printed_counts(stdout);
     let calls: Vec<&str> = printed[&0].keys().map(String::as_str).collect();
     assert_calls_as_printed(&store, &printed, &calls);
-    // Created once, started five times; one of each on the side of the ring.
+    let mpi4 = standard == Standard::Mpi4;
+    // Created once, started five times; one of each on the side of the ring (and MPI 4's persistent Allreduce).
     for (call, each) in [
         ("MPI_Send_init", 1),
         ("MPI_Recv_init", 1),
-        ("MPI_Request_free", 2),
+        ("MPI_Request_free", if mpi4 { 3 } else { 2 }),
         ("MPI_Cart_create", 1),
+        ("MPI_Mrecv", 1),
     ] {
         let stored = stored_calls(&store, call);
         assert!(
@@ -561,21 +595,37 @@ fn assert_families_monitored(store: &Path, stdout: &str) {
             "{call}: {stored:?}"
         );
     }
-    // 64 ints: written as asked, read as the status says, put, and per neighbour's block five times; Alltoallw's
-    // blocks by their types.
-    for (counter, bytes) in [
+    // The persistent send, a message of 64 ints at each of its five starts; the Isend of the matched probe; MPI
+    // 4's Isendrecv.
+    let messages = if mpi4 { 7.0 } else { 6.0 };
+    let mut expected = vec![
+        // 64 ints: written as asked, read as the status says, put, and per neighbour's block five times.
         ("MPI_File_write_at bytes", 256.0),
         ("MPI_File_write_at_all bytes", 256.0),
+        ("MPI_File_write_ordered bytes", 256.0),
         ("MPI_File_read_at bytes", 256.0),
         ("MPI_File_read_at_all bytes", 256.0),
         ("MPI_Put bytes", 256.0),
-        // The persistent send, a message of 64 ints at each of its five starts.
-        ("messages_sent", 5.0),
-        ("bytes_sent", 5.0 * 256.0),
+        ("MPI_Rput bytes", 256.0),
+        ("MPI_Fetch_and_op bytes", 4.0),
+        ("MPI_Mrecv bytes", 256.0),
+        ("messages_sent", messages),
+        ("bytes_sent", messages * 256.0),
         ("MPI_Neighbor_allgather bytes", 5.0 * 256.0),
+        ("MPI_Ineighbor_allgather bytes", 5.0 * 256.0),
+        // Half the block to each of the two neighbours of the ring, five times.
+        ("MPI_Neighbor_alltoallv bytes", 5.0 * 256.0),
         // One element to every rank in the pair's type: on 4 ranks, two doubles and two ints each.
         ("MPI_Alltoallw bytes", 2.0 * 8.0 + 2.0 * 4.0),
-    ] {
+    ];
+    if mpi4 {
+        // Counted at each of its five starts; the large-count form as its base form.
+        expected.extend([
+            ("MPI_Allreduce_init bytes", 5.0 * 256.0),
+            ("MPI_Bcast_c bytes", 256.0),
+        ]);
+    }
+    for (counter, bytes) in expected {
         let stored = stored_counter(&store, counter);
         assert!(
             stored.len() == RANKS as usize && stored.values().all(|b| *b == bytes),
@@ -667,7 +717,7 @@ fn every_family_of_mpi_procedure_is_counted_under_mpich_too() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("libcanopy_mpi_mpich.so"), "{stdout}");
     let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
-    assert_families_monitored(Path::new(&store), &stdout);
+    assert_families_monitored(Path::new(&store), &stdout, Standard::of("mpicc.mpich"));
 }
 
 /// A PMPI tool of the test's own: it counts MPI_Allreduce and MPI_Sendrecv and says how many at MPI_Finalize, as

@@ -47,6 +47,7 @@ enum Effect {
         counts: String,
         ty: String,
         comm: String,
+        blocks: Blocks,
         in_place: Option<InPlace>,
     },
     /// A persistent send's request, remembered with its message (MPI_Send_init).
@@ -70,13 +71,33 @@ enum Effect {
     Forget {
         request: String,
     },
-    /// Per-peer counts, each in its own type (MPI_Alltoallw).
+    /// Per-block counts, each in its own type (MPI_Alltoallw).
     SumW {
         counts: String,
         types: String,
         comm: String,
+        blocks: Blocks,
         in_place: Option<String>,
     },
+}
+
+/// The blocks a vector procedure's counts cover.
+#[derive(Debug, Clone, Copy)]
+enum Blocks {
+    /// One per rank of the communicator (of its remote group for an intercommunicator).
+    Peers,
+    /// One per out-neighbour of the communicator's topology (neighbourhood collectives).
+    OutNeighbours,
+}
+
+impl Blocks {
+    /// The C expression for the number of blocks.
+    fn count(self, comm: &str) -> String {
+        match self {
+            Blocks::Peers => format!("cm_peers({comm})"),
+            Blocks::OutNeighbours => format!("cm_out_neighbours({comm})"),
+        }
+    }
 }
 
 /// When `buf` is MPI_IN_PLACE: another count and type, or no bytes.
@@ -104,6 +125,12 @@ struct Function {
     fortran: bool,
     /// A procedure of mpi.h the list does not annotate: wrapped as declared, timed as an activity.
     declared: Option<header::Declared>,
+    /// A persistent collective's request (`atstart REQUEST`): its bytes are added at each MPI_Start of it, not
+    /// at this call.
+    at_start: Option<String>,
+    /// What the call moves as the list says it (after `|`, without `nofortran`): the large-count (`_c`) form of
+    /// the procedure moves the same.
+    note: String,
 }
 
 impl Function {
@@ -116,6 +143,8 @@ impl Function {
             special: Special::None,
             fortran: false,
             declared: Some(d),
+            at_start: None,
+            note: String::new(),
         }
     }
     fn c_name(&self) -> String {
@@ -209,12 +238,15 @@ fn parse_line(line: &str) -> Result<Function, String> {
         special: Special::None,
         fortran: true,
         declared: None,
+        at_start: None,
+        note: String::new(),
     };
     let mut note = note.trim();
     if let Some(n) = note.strip_suffix("nofortran") {
         f.fortran = false;
         note = n.trim();
     }
+    f.note = note.to_string();
     for part in note.split(';') {
         let words: Vec<&str> = part.split_whitespace().collect();
         let effect = match words.as_slice() {
@@ -245,10 +277,11 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 ty: ty.to_string(),
                 in_place: parse_in_place(rest)?,
             }),
-            ["sum", counts, ty, comm, rest @ ..] => Some(Effect::Sum {
+            [kind @ ("sum" | "nsum"), counts, ty, comm, rest @ ..] => Some(Effect::Sum {
                 counts: counts.to_string(),
                 ty: ty.to_string(),
                 comm: comm.to_string(),
+                blocks: blocks(kind),
                 in_place: parse_in_place(rest)?,
             }),
             ["persist", dest, count, ty, comm, request] => Some(Effect::Persist {
@@ -265,13 +298,18 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 count: count.to_string(),
                 requests: requests.to_string(),
             }),
+            ["atstart", request] => {
+                f.at_start = Some(request.to_string());
+                None
+            }
             ["forget", request] => Some(Effect::Forget {
                 request: request.to_string(),
             }),
-            ["sumw", counts, types, comm, rest @ ..] => Some(Effect::SumW {
+            [kind @ ("sumw" | "nsumw"), counts, types, comm, rest @ ..] => Some(Effect::SumW {
                 counts: counts.to_string(),
                 types: types.to_string(),
                 comm: comm.to_string(),
+                blocks: blocks(kind),
                 in_place: match rest {
                     [] => None,
                     ["inplace", buf, "skip"] => Some(buf.to_string()),
@@ -283,6 +321,12 @@ fn parse_line(line: &str) -> Result<Function, String> {
         f.effects.extend(effect);
     }
     // Every name an annotation uses is a parameter.
+    if let Some(request) = &f.at_start {
+        f.param(request)?;
+        if !f.counts_bytes() {
+            return Err("`atstart` defers bytes, and the call counts none".into());
+        }
+    }
     for e in &f.effects {
         let names: Vec<&str> = match e {
             Effect::Send {
@@ -306,6 +350,7 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 types,
                 comm,
                 in_place,
+                ..
             } => [counts.as_str(), types, comm]
                 .into_iter()
                 .chain(in_place.as_deref())
@@ -330,11 +375,24 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 v
             }
         };
-        for n in names {
+        for n in names.into_iter().filter(|n| !is_literal(n)) {
             f.param(n)?;
         }
     }
     Ok(f)
+}
+
+/// The blocks of a `sum`/`sumw` (one per peer) or an `nsum`/`nsumw` (one per out-neighbour).
+fn blocks(kind: &str) -> Blocks {
+    match kind.starts_with('n') {
+        true => Blocks::OutNeighbours,
+        false => Blocks::Peers,
+    }
+}
+
+/// A count written as a number in an annotation (`bytes 1 datatype`: one element).
+fn is_literal(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_list(text: &str) -> Result<Vec<Function>, String> {
@@ -358,6 +416,9 @@ enum Lang {
 }
 
 fn arg(f: &Function, name: &str, lang: Lang) -> String {
+    if is_literal(name) {
+        return name.to_string();
+    }
     let p = f.param(name).expect("checked when the list was read");
     if lang == Lang::C {
         return name.to_string();
@@ -378,15 +439,26 @@ fn in_place_test(buf: &str, lang: Lang) -> String {
     }
 }
 
-fn bytes_expr(f: &Function, count: &str, ty: &str, sum_comm: Option<&str>, lang: Lang) -> String {
-    match sum_comm {
-        Some(comm) => format!(
+fn bytes_expr(f: &Function, count: &str, ty: &str, sum: Option<(&str, Blocks)>, lang: Lang) -> String {
+    match sum {
+        Some((comm, blocks)) => format!(
             "cm_sum_bytes({}, {}, {})",
             arg(f, count, lang),
             arg(f, ty, lang),
-            arg(f, comm, lang)
+            blocks.count(&arg(f, comm, lang))
         ),
         None => format!("cm_bytes({}, {})", arg(f, count, lang), arg(f, ty, lang)),
+    }
+}
+
+/// The statement that adds `expr` bytes to the call's counter: now, or at each start of its persistent request.
+fn add_bytes(f: &Function, k: usize, expr: &str, lang: Lang) -> String {
+    match &f.at_start {
+        Some(request) => format!(
+            "        cm_persist_bytes({}, {k}, {expr});\n",
+            request_handle(request, lang)
+        ),
+        None => format!("        cm_add_bytes({k}, {expr});\n"),
     }
 }
 
@@ -428,11 +500,11 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
                 in_place,
                 ..
             } => {
-                let comm = match e {
-                    Effect::Sum { comm, .. } => Some(comm.as_str()),
+                let sum = match e {
+                    Effect::Sum { comm, blocks, .. } => Some((comm.as_str(), *blocks)),
                     _ => None,
                 };
-                let normal = bytes_expr(f, count, ty, comm, lang);
+                let normal = bytes_expr(f, count, ty, sum, lang);
                 let expr = match in_place {
                     None => normal,
                     Some(ip) => {
@@ -443,7 +515,7 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
                         format!("({}) ? {instead} : {normal}", in_place_test(&ip.buf, lang))
                     }
                 };
-                let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
+                s.push_str(&add_bytes(f, k, &expr, lang));
             }
             Effect::Persist {
                 dest,
@@ -483,20 +555,21 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
                 counts,
                 types,
                 comm,
+                blocks,
                 in_place,
             } => {
+                let n = blocks.count(&arg(f, comm, lang));
                 let sum = match lang {
-                    Lang::C => format!("cm_sumw_bytes({counts}, {types}, {comm})"),
-                    Lang::Fortran => format!(
-                        "cm_f_sumw_bytes((const MPI_Fint *){counts}, (const MPI_Fint *){types}, {})",
-                        arg(f, comm, lang)
-                    ),
+                    Lang::C => format!("cm_sumw_bytes({counts}, {types}, {n})"),
+                    Lang::Fortran => {
+                        format!("cm_f_sumw_bytes((const MPI_Fint *){counts}, (const MPI_Fint *){types}, {n})")
+                    }
                 };
                 let expr = match in_place {
                     Some(buf) => format!("({}) ? 0 : {sum}", in_place_test(buf, lang)),
                     None => sum,
                 };
-                let _ = writeln!(s, "        cm_add_bytes({k}, {expr});");
+                s.push_str(&add_bytes(f, k, &expr, lang));
             }
         }
     }
@@ -923,8 +996,9 @@ fn with_declared(list: Vec<Function>, mpicc: &str, out: &Path) -> Result<Vec<Fun
     let listed = |name: &str| list.iter().any(|f| f.c_name() == name);
     let skipped = |name: &str| header::SKIPPED.iter().any(|(s, _)| *s == name);
     let uncovered: Vec<String> = unreadable
-        .into_iter()
+        .iter()
         .filter(|n| !listed(n) && !skipped(n))
+        .cloned()
         .collect();
     if !uncovered.is_empty() {
         panic!(
@@ -933,21 +1007,80 @@ fn with_declared(list: Vec<Function>, mpicc: &str, out: &Path) -> Result<Vec<Fun
             uncovered.join(", ")
         );
     }
-    let mut all = list;
-    let mut seen: std::collections::HashSet<String> = all.iter().map(Function::c_name).collect();
     let mut report = String::from("# The procedures of mpi.h and how libcanopy_mpi covers them.\n");
+    // A procedure of the list that this MPI does not declare (one of a later standard) is left out.
+    let in_header: std::collections::HashSet<&str> = declared
+        .iter()
+        .map(|d| d.name.as_str())
+        .chain(unreadable.iter().map(String::as_str))
+        .collect();
+    let (mut all, absent): (Vec<Function>, Vec<Function>) = list
+        .into_iter()
+        .partition(|f| in_header.contains(f.c_name().as_str()));
+    for f in &all {
+        let how = if f.effects.is_empty() {
+            "activity"
+        } else {
+            "counted"
+        };
+        let _ = writeln!(report, "{how}\t{}", f.c_name());
+    }
+    for f in absent {
+        let _ = writeln!(
+            report,
+            "absent\t{}\tlisted, not declared by this mpi.h",
+            f.c_name()
+        );
+    }
+    let mut seen: std::collections::HashSet<String> = all.iter().map(Function::c_name).collect();
+    let mut derived = Vec::new();
     for d in declared {
         if skipped(&d.name) || !seen.insert(d.name.clone()) {
             continue;
         }
-        let _ = writeln!(report, "activity\t{}", d.name);
-        all.push(Function::declared(d));
+        match large_count_form(&all, &d) {
+            Some(Ok(f)) => {
+                let _ = writeln!(
+                    report,
+                    "counted\t{}\tas {}",
+                    d.name,
+                    d.name.trim_end_matches("_c")
+                );
+                derived.push(f);
+            }
+            Some(Err(why)) => {
+                let _ = writeln!(report, "activity\t{}\t{why}", d.name);
+                derived.push(Function::declared(d));
+            }
+            None => {
+                let _ = writeln!(report, "activity\t{}", d.name);
+                derived.push(Function::declared(d));
+            }
+        }
     }
+    all.extend(derived);
     for (name, why) in header::SKIPPED {
         let _ = writeln!(report, "skipped\t{name}\t{why}");
     }
     write(&out.join("coverage.txt"), &report);
     Ok(all)
+}
+
+/// The large-count form of a listed procedure (`MPI_Send_c`: MPI_Count counts, MPI_Aint displacements) moves
+/// what its base form moves: its wrapper is the base's annotation on the declared parameters. `None` if `d` is no
+/// such form; an error if the annotation does not fit its parameters (then it is timed as an activity only).
+fn large_count_form(list: &[Function], d: &header::Declared) -> Option<Result<Function, String>> {
+    let base = d.name.strip_suffix("_c")?;
+    let base = list
+        .iter()
+        .find(|f| f.c_name() == base && f.special == Special::None && f.note != "none")?;
+    if d.ret != "int" {
+        return Some(Err(format!("returns {}, not int", d.ret)));
+    }
+    Some(
+        parse_line(&format!("int {}({}) | {} nofortran", d.name, d.params, base.note))
+            .map_err(|e| format!("{}'s annotation does not fit: {e}", base.c_name())),
+    )
 }
 
 /// Gives the library its SONAME, `libcanopy_mpi.so.MAJOR`, as sdk/c's build script does for libcanopy: programs

@@ -38,11 +38,25 @@ int main(int argc, char **argv) {
     MPI_Dims_create(size, 1, dims);
     MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &cart);
     MPI_Cart_shift(cart, 0, 1, &src, &dst);
+    int halves[2] = {COUNT / 2, COUNT / 2}, offsets[2] = {0, COUNT / 2};
     for (int it = 0; it < iterations; it++) {
+        MPI_Request gathered;
         MPI_Neighbor_allgather(sendbuf, COUNT, MPI_INT, ring, COUNT, MPI_INT, cart);
         MPI_Neighbor_alltoall(sendbuf, COUNT / 2, MPI_INT, ring, COUNT / 2, MPI_INT, cart);
+        MPI_Neighbor_alltoallv(sendbuf, halves, offsets, MPI_INT, ring, halves, offsets, MPI_INT, cart);
+        MPI_Ineighbor_allgather(sendbuf, COUNT, MPI_INT, ring, COUNT, MPI_INT, cart, &gathered);
+        MPI_Wait(&gathered, MPI_STATUS_IGNORE);
     }
     MPI_Comm_free(&cart);
+
+    /* A matched probe and receive: one message from the left neighbour. */
+    MPI_Message message;
+    MPI_Status probed;
+    MPI_Request to_right;
+    MPI_Isend(sendbuf, COUNT, MPI_INT, right, 9, MPI_COMM_WORLD, &to_right);
+    MPI_Mprobe(left, 9, MPI_COMM_WORLD, &message, &probed);
+    MPI_Mrecv(recvbuf, COUNT, MPI_INT, &message, MPI_STATUS_IGNORE);
+    MPI_Wait(&to_right, MPI_STATUS_IGNORE);
 
     /* A distributed graph of the same ring. */
     int sources[1] = {left}, destinations[1] = {right};
@@ -88,6 +102,14 @@ int main(int argc, char **argv) {
     MPI_Win_fence(0, win);
     MPI_Put(sendbuf, COUNT, MPI_INT, right, 0, COUNT, MPI_INT, win);
     MPI_Win_fence(0, win);
+    /* A request-based put and an atomic fetch-and-add in a passive epoch. */
+    int one = 1, before = 0;
+    MPI_Request put;
+    MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win);
+    MPI_Rput(sendbuf, COUNT, MPI_INT, right, 0, COUNT, MPI_INT, win, &put);
+    MPI_Wait(&put, MPI_STATUS_IGNORE);
+    MPI_Fetch_and_op(&one, &before, MPI_INT, right, 0, MPI_SUM, win);
+    MPI_Win_unlock(right, win);
     MPI_Win_free(&win);
 
     /* MPI-IO: each rank writes its block of a shared file at its offset, collectively and alone, and reads it
@@ -98,12 +120,31 @@ int main(int argc, char **argv) {
     MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh);
     MPI_File_write_at_all(fh, at, sendbuf, COUNT, MPI_INT, &status);
     MPI_File_write_at(fh, at, sendbuf, COUNT, MPI_INT, &status);
+    /* In rank order from the shared file pointer at 0: each block lands where write_at put it. */
+    MPI_File_write_ordered(fh, sendbuf, COUNT, MPI_INT, &status);
     MPI_File_sync(fh);
     MPI_File_read_at(fh, at, recvbuf, COUNT, MPI_INT, &status);
     MPI_File_read_at_all(fh, at, recvbuf, COUNT, MPI_INT, &status);
     MPI_File_close(&fh);
     int ok = 1;
     for (int i = 0; i < COUNT; i++) ok &= recvbuf[i] == sendbuf[i];
+
+#if MPI_VERSION >= 4
+    /* MPI 4: a persistent collective started every iteration, a nonblocking send-receive around the ring and a
+     * large-count broadcast. */
+    MPI_Request summed;
+    int total[COUNT];
+    MPI_Allreduce_init(sendbuf, total, COUNT, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &summed);
+    for (int it = 0; it < iterations; it++) {
+        MPI_Start(&summed);
+        MPI_Wait(&summed, MPI_STATUS_IGNORE);
+    }
+    MPI_Request_free(&summed);
+    MPI_Request exchanged;
+    MPI_Isendrecv(sendbuf, COUNT, MPI_INT, right, 11, recvbuf, COUNT, MPI_INT, left, 11, MPI_COMM_WORLD, &exchanged);
+    MPI_Wait(&exchanged, MPI_STATUS_IGNORE);
+    MPI_Bcast_c(total, (MPI_Count)COUNT, MPI_INT, 0, MPI_COMM_WORLD);
+#endif
 
     /* Procedures outside the annotated list: wrapped as mpi.h declares them. */
     char host[MPI_MAX_PROCESSOR_NAME];

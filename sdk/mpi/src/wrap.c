@@ -76,21 +76,42 @@ int cm_peers(MPI_Comm comm) {
     return n;
 }
 
+/* The blocks a neighbourhood collective's counts cover: COMM's out-neighbours in its topology (two per dimension
+ * of a Cartesian one, MPI_PROC_NULL included, as MPI lays out the buffers); 0 without a topology. */
+int cm_out_neighbours(MPI_Comm comm) {
+    int topo = MPI_UNDEFINED, n = 0;
+    if (PMPI_Topo_test(comm, &topo) != MPI_SUCCESS) return 0;
+    if (topo == MPI_CART) {
+        int dims = 0;
+        if (PMPI_Cartdim_get(comm, &dims) == MPI_SUCCESS) n = 2 * dims;
+    } else if (topo == MPI_GRAPH) {
+        int rank = 0;
+        if (PMPI_Comm_rank(comm, &rank) != MPI_SUCCESS || PMPI_Graph_neighbors_count(comm, rank, &n) != MPI_SUCCESS)
+            n = 0;
+    } else if (topo == MPI_DIST_GRAPH) {
+        int in = 0, weighted = 0;
+        if (PMPI_Dist_graph_neighbors_count(comm, &in, &n, &weighted) != MPI_SUCCESS) n = 0;
+    }
+    return n;
+}
+
 void *cm_next(const char *name, void *fallback) {
     void *next = dlsym(RTLD_NEXT, name);
     return next != NULL ? next : fallback;
 }
 
-/* Persistent sends: a table of the requests of MPI_Send_init with their message (the destination's rank in
- * MPI_COMM_WORLD, the bytes), open addressing on the handle's bits. A request is there from its MPI_Send_init to
- * its MPI_Request_free; each MPI_Start of one is its message-send event. Past CM_PERSISTENT requests at once,
- * the others' messages are not counted, said once. */
+/* Persistent requests: a table of the requests of MPI_Send_init (and its kin) with their message (the
+ * destination's rank in MPI_COMM_WORLD, the bytes), and of the persistent collectives (MPI_Allreduce_init...)
+ * with their bytes and the counter they go to; open addressing on the handle's bits. A request is there from
+ * the call that made it to its MPI_Request_free; each MPI_Start of one is its message-send event, or adds its
+ * bytes. Past CM_PERSISTENT requests at once, the others are not counted, said once. */
 #define CM_PERSISTENT 4096
 enum { CM_EMPTY, CM_USED, CM_GONE };
 static struct {
     uint64_t key;
     int state;
-    int world;
+    int world; /* a send's destination; -1 for a collective */
+    int counter; /* a collective's wrapped call, whose byte counter its starts add to; -1 for a send */
     uint64_t bytes;
 } cm_persistent[CM_PERSISTENT];
 static pthread_mutex_t cm_persistent_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -115,12 +136,10 @@ static int cm_slot(uint64_t key, int *free_slot) {
     return -1;
 }
 
-void cm_persist(MPI_Request request, int dest, int count, MPI_Datatype type, MPI_Comm comm) {
-    int world, at, free_slot;
+/* Remembers REQUEST with WORLD (a send) or COUNTER (a collective) and BYTES. */
+static void cm_remember(MPI_Request request, int world, int counter, uint64_t bytes) {
+    int at, free_slot;
     uint64_t key = cm_request_key(request);
-    if (dest == MPI_PROC_NULL || dest < 0) return;
-    world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);
-    if (world < 0) return;
     pthread_mutex_lock(&cm_persistent_lock);
     at = cm_slot(key, &free_slot);
     if (at < 0) at = free_slot;
@@ -128,26 +147,43 @@ void cm_persist(MPI_Request request, int dest, int count, MPI_Datatype type, MPI
         cm_persistent[at].key = key;
         cm_persistent[at].state = CM_USED;
         cm_persistent[at].world = world;
-        cm_persistent[at].bytes = cm_bytes(count, type);
+        cm_persistent[at].counter = counter;
+        cm_persistent[at].bytes = bytes;
     } else if (!cm_persistent_full_said) {
         cm_persistent_full_said = 1;
-        fprintf(stderr, "canopy-mpi: more than %d persistent sends at once; the messages of the others are not "
+        fprintf(stderr, "canopy-mpi: more than %d persistent requests at once; the starts of the others are not "
                         "counted\n", CM_PERSISTENT);
     }
     pthread_mutex_unlock(&cm_persistent_lock);
 }
 
+void cm_persist(MPI_Request request, int dest, int64_t count, MPI_Datatype type, MPI_Comm comm) {
+    int world;
+    if (dest == MPI_PROC_NULL || dest < 0) return;
+    world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);
+    if (world < 0) return;
+    cm_remember(request, world, -1, cm_bytes(count, type));
+}
+
+void cm_persist_bytes(MPI_Request request, int k, uint64_t bytes) {
+    cm_remember(request, -1, k, bytes);
+}
+
 void cm_start(MPI_Request request) {
-    int at, free_slot, world = -1;
+    int at, free_slot, world = -1, counter = -1;
     uint64_t bytes = 0;
     pthread_mutex_lock(&cm_persistent_lock);
     at = cm_slot(cm_request_key(request), &free_slot);
     if (at >= 0) {
         world = cm_persistent[at].world;
+        counter = cm_persistent[at].counter;
         bytes = cm_persistent[at].bytes;
     }
     pthread_mutex_unlock(&cm_persistent_lock);
-    if (world >= 0) canopy_send(world, bytes);
+    if (world >= 0)
+        canopy_send(world, bytes);
+    else if (counter >= 0)
+        cm_add_bytes(counter, bytes);
 }
 
 void cm_forget(MPI_Request request) {

@@ -41,10 +41,13 @@ void cm_register_all(void);
 void cm_started(void);
 int cm_world_rank(MPI_Comm comm, int rank);
 int cm_peers(MPI_Comm comm);
+int cm_out_neighbours(MPI_Comm comm);
 
-/* Persistent sends (wrap.c): MPI_Send_init's message remembered with its request, a message-send event at each
- * MPI_Start of it, forgotten at MPI_Request_free. */
-void cm_persist(MPI_Request request, int dest, int count, MPI_Datatype type, MPI_Comm comm);
+/* Persistent requests (wrap.c): MPI_Send_init's message remembered with its request, a message-send event at
+ * each MPI_Start of it; a persistent collective's bytes remembered with its request and the call K that made
+ * it, added to K's byte counter at each start; forgotten at MPI_Request_free. */
+void cm_persist(MPI_Request request, int dest, int64_t count, MPI_Datatype type, MPI_Comm comm);
+void cm_persist_bytes(MPI_Request request, int k, uint64_t bytes);
 void cm_start(MPI_Request request);
 void cm_forget(MPI_Request request);
 
@@ -66,33 +69,55 @@ static inline void cm_end(int k) {
         canopy_dump();
 }
 
-/* COUNT elements of TYPE in bytes; 0 for what MPI ignores (a null type, no elements). */
-static inline uint64_t cm_bytes(int count, MPI_Datatype type) {
+/* COUNT elements of TYPE in bytes; 0 for what MPI ignores (a null type, no elements). COUNT is an int, or an
+ * MPI_Count for the large-count (`_c`) procedures. */
+static inline uint64_t cm_bytes(int64_t count, MPI_Datatype type) {
     int size = 0;
     if (count <= 0 || type == MPI_DATATYPE_NULL) return 0;
     if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size <= 0) return 0;
     return (uint64_t)count * (uint64_t)size;
 }
 
-/* Per-peer counts each in its own type (MPI_Alltoallw): the sum over the peers of COMM of COUNTS[i] elements of
+/* Per-block counts each in its own type (MPI_Alltoallw): the sum over N blocks of COUNTS[i] elements of
  * TYPES[i], in bytes. */
-static inline uint64_t cm_sumw_bytes(const int *counts, const MPI_Datatype *types, MPI_Comm comm) {
-    int n = cm_peers(comm);
+static inline uint64_t cm_sumw_bytes_int(const int *counts, const MPI_Datatype *types, int n) {
     uint64_t total = 0;
     if (counts == NULL || types == NULL) return 0;
     for (int i = 0; i < n; i++) total += cm_bytes(counts[i], types[i]);
     return total;
 }
 
-/* The sum of COUNTS over the peers of COMM, in bytes of TYPE. */
-static inline uint64_t cm_sum_bytes(const int *counts, MPI_Datatype type, MPI_Comm comm) {
-    int n = cm_peers(comm);
+static inline uint64_t cm_sumw_bytes_count(const MPI_Count *counts, const MPI_Datatype *types, int n) {
+    uint64_t total = 0;
+    if (counts == NULL || types == NULL) return 0;
+    for (int i = 0; i < n; i++) total += cm_bytes((int64_t)counts[i], types[i]);
+    return total;
+}
+
+/* The sum of N blocks of COUNTS, in bytes of TYPE. */
+static inline uint64_t cm_sum_bytes_int(const int *counts, MPI_Datatype type, int n) {
     uint64_t elems = 0;
     if (counts == NULL) return 0;
     for (int i = 0; i < n; i++)
         if (counts[i] > 0) elems += (uint64_t)counts[i];
-    return elems > (uint64_t)INT32_MAX ? elems * cm_bytes(1, type) : cm_bytes((int)elems, type);
+    return elems * cm_bytes(1, type);
 }
+
+static inline uint64_t cm_sum_bytes_count(const MPI_Count *counts, MPI_Datatype type, int n) {
+    uint64_t elems = 0;
+    if (counts == NULL) return 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) elems += (uint64_t)counts[i];
+    return elems * cm_bytes(1, type);
+}
+
+/* The sums over N blocks, for the counts as the procedure takes them: ints, or MPI_Counts (`_c` procedures). */
+#define cm_sum_bytes(counts, type, n)                                                                          \
+    _Generic((counts), const MPI_Count *: cm_sum_bytes_count, MPI_Count *: cm_sum_bytes_count,                  \
+             default: cm_sum_bytes_int)(counts, type, n)
+#define cm_sumw_bytes(counts, types, n)                                                                        \
+    _Generic((counts), const MPI_Count *: cm_sumw_bytes_count, MPI_Count *: cm_sumw_bytes_count,                \
+             default: cm_sumw_bytes_int)(counts, types, n)
 
 static inline void cm_add_bytes(int k, uint64_t bytes) {
     int v, id;
@@ -103,7 +128,7 @@ static inline void cm_add_bytes(int k, uint64_t bytes) {
 }
 
 /* A message of COUNT elements of TYPE to rank DEST of COMM: a send event to its rank in MPI_COMM_WORLD. */
-static inline void cm_send(int dest, int count, MPI_Datatype type, MPI_Comm comm) {
+static inline void cm_send(int dest, int64_t count, MPI_Datatype type, MPI_Comm comm) {
     int world;
     if (dest == MPI_PROC_NULL || dest < 0) return;
     world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);

@@ -27,8 +27,7 @@ static inline int cm_f_status_ignore(const void *status) {
 }
 
 /* cm_sumw_bytes for Fortran's arguments: the types are handles to convert one by one. */
-static inline uint64_t cm_f_sumw_bytes(const MPI_Fint *counts, const MPI_Fint *types, MPI_Comm comm) {
-    int n = cm_peers(comm);
+static inline uint64_t cm_f_sumw_bytes(const MPI_Fint *counts, const MPI_Fint *types, int n) {
     uint64_t total = 0;
 #ifndef OPEN_MPI
     /* Only Open MPI's Fortran MPI_IN_PLACE is recognized (cm_f_in_place): elsewhere the counts and types may be
