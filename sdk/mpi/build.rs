@@ -71,6 +71,14 @@ enum Effect {
     Forget {
         request: String,
     },
+    /// A receive's request (MPI_Irecv, or a persistent one of MPI_Recv_init), followed to its completion in a
+    /// wait or a test, where its status gives the bytes: counted then, in this call's counter. C only.
+    Track {
+        request: String,
+        persistent: bool,
+    },
+    /// A wait or a test: the followed receives among its requests that it completed count their bytes. C only.
+    Done(Done),
     /// Per-block counts, each in its own type (MPI_Alltoallw).
     SumW {
         counts: String,
@@ -79,6 +87,147 @@ enum Effect {
         blocks: Blocks,
         in_place: Option<String>,
     },
+}
+
+/// How a wait or a test names the requests it completes.
+#[derive(Debug, Clone)]
+enum Done {
+    /// `MPI_Wait`, `MPI_Test`: one request.
+    One {
+        request: String,
+        status: String,
+        flag: Option<String>,
+    },
+    /// `MPI_Waitall`, `MPI_Testall`: every request of the array.
+    All {
+        count: String,
+        requests: String,
+        statuses: String,
+        flag: Option<String>,
+    },
+    /// `MPI_Waitany`, `MPI_Testany`: the one at the index.
+    Any {
+        count: String,
+        requests: String,
+        index: String,
+        status: String,
+        flag: Option<String>,
+    },
+    /// `MPI_Waitsome`, `MPI_Testsome`: those at the indices.
+    Some {
+        count: String,
+        requests: String,
+        outcount: String,
+        indices: String,
+        statuses: String,
+    },
+}
+
+impl Done {
+    fn names(&self) -> Vec<&str> {
+        match self {
+            Done::One {
+                request,
+                status,
+                flag,
+            } => [request.as_str(), status]
+                .into_iter()
+                .chain(flag.as_deref())
+                .collect(),
+            Done::All {
+                count,
+                requests,
+                statuses,
+                flag,
+            } => [count.as_str(), requests, statuses]
+                .into_iter()
+                .chain(flag.as_deref())
+                .collect(),
+            Done::Any {
+                count,
+                requests,
+                index,
+                status,
+                flag,
+            } => [count.as_str(), requests, index, status]
+                .into_iter()
+                .chain(flag.as_deref())
+                .collect(),
+            Done::Some {
+                count,
+                requests,
+                outcount,
+                indices,
+                statuses,
+            } => vec![count.as_str(), requests, outcount, indices, statuses],
+        }
+    }
+
+    /// The C statements before the call: the requests' handles kept, statuses of the watch's own where the
+    /// program ignores them.
+    fn before(&self) -> String {
+        match self {
+            Done::One { request, status, .. } => format!(
+                "    cm_watch_t cm_w;\n    MPI_Status cm_one;\n    cm_watch(&cm_w, {request}, 1, NULL, 0);\n    if (cm_w.on && {status} == MPI_STATUS_IGNORE) {status} = &cm_one;\n"
+            ),
+            Done::Any {
+                count,
+                requests,
+                status,
+                ..
+            } => format!(
+                "    cm_watch_t cm_w;\n    MPI_Status cm_one;\n    cm_watch(&cm_w, {requests}, {count}, NULL, 0);\n    if (cm_w.on && {status} == MPI_STATUS_IGNORE) {status} = &cm_one;\n"
+            ),
+            Done::All {
+                count,
+                requests,
+                statuses,
+                ..
+            }
+            | Done::Some {
+                count,
+                requests,
+                statuses,
+                ..
+            } => format!(
+                "    cm_watch_t cm_w;\n    {statuses} = cm_watch(&cm_w, {requests}, {count}, {statuses}, {statuses} == MPI_STATUSES_IGNORE);\n"
+            ),
+        }
+    }
+
+    /// The C statement after a successful call: what it completed counted.
+    fn after(&self) -> String {
+        let when = |flag: &Option<String>| flag.as_ref().map_or("1".to_string(), |f| format!("*{f}"));
+        match self {
+            Done::One { status, flag, .. } => {
+                format!(
+                    "        if ({}) cm_watched(&cm_w, NULL, 1, {status});\n",
+                    when(flag)
+                )
+            }
+            Done::All {
+                count,
+                statuses,
+                flag,
+                ..
+            } => format!(
+                "        if ({}) cm_watched(&cm_w, NULL, {count}, {statuses});\n",
+                when(flag)
+            ),
+            Done::Any {
+                index, status, flag, ..
+            } => format!(
+                "        if ({}) cm_watched_one(&cm_w, *{index}, {status});\n",
+                when(flag)
+            ),
+            Done::Some {
+                outcount,
+                indices,
+                statuses,
+                ..
+            } => format!("        cm_watched(&cm_w, {indices}, *{outcount}, {statuses});\n"),
+        }
+    }
 }
 
 /// The blocks a vector procedure's counts cover.
@@ -163,7 +312,11 @@ impl Function {
         self.effects.iter().any(|e| {
             matches!(
                 e,
-                Effect::Recv { .. } | Effect::Bytes { .. } | Effect::Sum { .. } | Effect::SumW { .. }
+                Effect::Recv { .. }
+                    | Effect::Bytes { .. }
+                    | Effect::Sum { .. }
+                    | Effect::SumW { .. }
+                    | Effect::Track { .. }
             )
         })
     }
@@ -298,6 +451,43 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 count: count.to_string(),
                 requests: requests.to_string(),
             }),
+            ["track", request] => Some(Effect::Track {
+                request: request.to_string(),
+                persistent: false,
+            }),
+            ["track", "persistent", request] => Some(Effect::Track {
+                request: request.to_string(),
+                persistent: true,
+            }),
+            ["done", request, status, flag @ ..] if flag.len() <= 1 => Some(Effect::Done(Done::One {
+                request: request.to_string(),
+                status: status.to_string(),
+                flag: flag.first().map(|f| f.to_string()),
+            })),
+            ["doneall", count, requests, statuses, flag @ ..] if flag.len() <= 1 => {
+                Some(Effect::Done(Done::All {
+                    count: count.to_string(),
+                    requests: requests.to_string(),
+                    statuses: statuses.to_string(),
+                    flag: flag.first().map(|f| f.to_string()),
+                }))
+            }
+            ["doneany", count, requests, index, status, flag @ ..] if flag.len() <= 1 => {
+                Some(Effect::Done(Done::Any {
+                    count: count.to_string(),
+                    requests: requests.to_string(),
+                    index: index.to_string(),
+                    status: status.to_string(),
+                    flag: flag.first().map(|f| f.to_string()),
+                }))
+            }
+            ["donesome", count, requests, outcount, indices, statuses] => Some(Effect::Done(Done::Some {
+                count: count.to_string(),
+                requests: requests.to_string(),
+                outcount: outcount.to_string(),
+                indices: indices.to_string(),
+                statuses: statuses.to_string(),
+            })),
             ["atstart", request] => {
                 f.at_start = Some(request.to_string());
                 None
@@ -343,7 +533,10 @@ fn parse_line(line: &str) -> Result<Function, String> {
                 comm,
                 request,
             } => vec![dest.as_str(), count, ty, comm, request],
-            Effect::Start { request } | Effect::Forget { request } => vec![request.as_str()],
+            Effect::Start { request } | Effect::Forget { request } | Effect::Track { request, .. } => {
+                vec![request.as_str()]
+            }
+            Effect::Done(done) => done.names(),
             Effect::StartAll { count, requests } => vec![count.as_str(), requests],
             Effect::SumW {
                 counts,
@@ -551,6 +744,17 @@ fn effects(f: &Function, k: usize, lang: Lang) -> String {
             Effect::Forget { .. } => {
                 let _ = writeln!(s, "        cm_forget(cm_freed);");
             }
+            // Fortran's waits and tests reach MPI through its own binding, not the C wrappers: its receives are
+            // not followed, or they would stay in the table.
+            Effect::Track { .. } | Effect::Done(_) if lang == Lang::Fortran => {}
+            Effect::Track { request, persistent } => {
+                let _ = writeln!(
+                    s,
+                    "        cm_track_receive(*{request}, {k}, {});",
+                    u8::from(*persistent)
+                );
+            }
+            Effect::Done(done) => s.push_str(&done.after()),
             Effect::SumW {
                 counts,
                 types,
@@ -584,18 +788,24 @@ fn request_handle(request: &str, lang: Lang) -> String {
     }
 }
 
-/// What must be read before the call: a request it frees.
+/// What must be read before the call: a request it frees, the requests a wait or a test may complete (C).
 fn before(f: &Function, lang: Lang) -> String {
     f.effects
         .iter()
-        .find_map(|e| match e {
+        .filter_map(|e| match e {
             Effect::Forget { request } => Some(format!(
                 "    MPI_Request cm_freed = {};\n",
                 request_handle(request, lang)
             )),
+            Effect::Done(done) if lang == Lang::C => Some(done.before()),
             _ => None,
         })
-        .unwrap_or_default()
+        .collect()
+}
+
+/// Whether the C wrapper watches the requests of a wait or a test (and lets go of them after).
+fn watches(f: &Function) -> bool {
+    f.effects.iter().any(|e| matches!(e, Effect::Done(_)))
 }
 
 fn status_param(f: &Function) -> Option<&str> {
@@ -686,6 +896,9 @@ fn c_wrapper(f: &Function, k: usize) -> String {
     let fx = effects(f, k, Lang::C);
     if !fx.is_empty() {
         let _ = write!(s, "    if (rc == MPI_SUCCESS) {{\n{fx}    }}\n");
+    }
+    if watches(f) {
+        s.push_str("    cm_unwatch(&cm_w);\n");
     }
     let _ = write!(s, "    cm_end({k});\n    return rc;\n}}\n\n");
     s

@@ -58,6 +58,13 @@ int main(int argc, char **argv) {
     MPI_Mrecv(recvbuf, COUNT, MPI_INT, &message, MPI_STATUS_IGNORE);
     MPI_Wait(&to_right, MPI_STATUS_IGNORE);
 
+    /* A nonblocking receive of half a block, its bytes known when a wait completes it. */
+    MPI_Request from_left;
+    int which = -1;
+    MPI_Irecv(ring, COUNT, MPI_INT, left, 10, MPI_COMM_WORLD, &from_left);
+    MPI_Send(sendbuf, COUNT / 2, MPI_INT, right, 10, MPI_COMM_WORLD);
+    MPI_Waitany(1, &from_left, &which, MPI_STATUS_IGNORE);
+
     /* A distributed graph of the same ring. */
     int sources[1] = {left}, destinations[1] = {right};
     MPI_Comm graph;

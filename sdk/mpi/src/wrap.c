@@ -100,20 +100,27 @@ void *cm_next(const char *name, void *fallback) {
     return next != NULL ? next : fallback;
 }
 
-/* Persistent requests: a table of the requests of MPI_Send_init (and its kin) with their message (the
- * destination's rank in MPI_COMM_WORLD, the bytes), and of the persistent collectives (MPI_Allreduce_init...)
- * with their bytes and the counter they go to; open addressing on the handle's bits. A request is there from
- * the call that made it to its MPI_Request_free; each MPI_Start of one is its message-send event, or adds its
- * bytes. Past CM_PERSISTENT requests at once, the others are not counted, said once. */
+/* Requests whose later calls record something: a table, open addressing on the handle's bits, of
+ * - persistent sends (MPI_Send_init and its kin) with their message (the destination's rank in MPI_COMM_WORLD,
+ *   the bytes): each MPI_Start of one is its message-send event;
+ * - persistent collectives (MPI_Allreduce_init...) with their bytes and the counter they go to, added at each
+ *   MPI_Start;
+ * - receives (MPI_Irecv, MPI_Recv_init, MPI_File_iread...) with the counter their bytes go to, from the status
+ *   at their completion in a wait or a test.
+ * A persistent request is there from the call that made it to its MPI_Request_free, a receive to its completion.
+ * Past CM_PERSISTENT requests at once, the others are not counted, said once. */
 #define CM_PERSISTENT 4096
 enum { CM_EMPTY, CM_USED, CM_GONE };
 static struct {
     uint64_t key;
     int state;
     int world; /* a send's destination; -1 for a collective */
-    int counter; /* a collective's wrapped call, whose byte counter its starts add to; -1 for a send */
+    int counter; /* the wrapped call whose byte counter its starts or its completions add to; -1 for a send */
+    int receive; /* 0: a send or a collective; CM_ONCE or CM_PERSISTENT_RECEIVE: a receive */
     uint64_t bytes;
 } cm_persistent[CM_PERSISTENT];
+enum { CM_ONCE = 1, CM_PERSISTENT_RECEIVE = 2 };
+int cm_receives_pending = 0;
 static pthread_mutex_t cm_persistent_lock = PTHREAD_MUTEX_INITIALIZER;
 static int cm_persistent_full_said = 0;
 
@@ -136,23 +143,34 @@ static int cm_slot(uint64_t key, int *free_slot) {
     return -1;
 }
 
-/* Remembers REQUEST with WORLD (a send) or COUNTER (a collective) and BYTES. */
-static void cm_remember(MPI_Request request, int world, int counter, uint64_t bytes) {
+/* Takes the slot AT out of the table. Called with the lock held. */
+static void cm_drop(int at) {
+    if (cm_persistent[at].receive) __atomic_sub_fetch(&cm_receives_pending, 1, __ATOMIC_RELAXED);
+    cm_persistent[at].state = CM_GONE;
+}
+
+/* Remembers REQUEST with WORLD (a send), or COUNTER (a collective, a receive) and BYTES. */
+static void cm_remember(MPI_Request request, int world, int counter, int receive, uint64_t bytes) {
     int at, free_slot;
     uint64_t key = cm_request_key(request);
     pthread_mutex_lock(&cm_persistent_lock);
     at = cm_slot(key, &free_slot);
-    if (at < 0) at = free_slot;
+    if (at >= 0)
+        cm_drop(at);
+    else
+        at = free_slot;
     if (at >= 0) {
         cm_persistent[at].key = key;
         cm_persistent[at].state = CM_USED;
         cm_persistent[at].world = world;
         cm_persistent[at].counter = counter;
+        cm_persistent[at].receive = receive;
         cm_persistent[at].bytes = bytes;
+        if (receive) __atomic_add_fetch(&cm_receives_pending, 1, __ATOMIC_RELAXED);
     } else if (!cm_persistent_full_said) {
         cm_persistent_full_said = 1;
-        fprintf(stderr, "canopy-mpi: more than %d persistent requests at once; the starts of the others are not "
-                        "counted\n", CM_PERSISTENT);
+        fprintf(stderr, "canopy-mpi: more than %d requests to follow at once; the starts and completions of the "
+                        "others are not counted\n", CM_PERSISTENT);
     }
     pthread_mutex_unlock(&cm_persistent_lock);
 }
@@ -162,11 +180,31 @@ void cm_persist(MPI_Request request, int dest, int64_t count, MPI_Datatype type,
     if (dest == MPI_PROC_NULL || dest < 0) return;
     world = comm == MPI_COMM_WORLD ? dest : cm_world_rank(comm, dest);
     if (world < 0) return;
-    cm_remember(request, world, -1, cm_bytes(count, type));
+    cm_remember(request, world, -1, 0, cm_bytes(count, type));
 }
 
 void cm_persist_bytes(MPI_Request request, int k, uint64_t bytes) {
-    cm_remember(request, -1, k, bytes);
+    cm_remember(request, -1, k, 0, bytes);
+}
+
+void cm_track_receive(MPI_Request request, int k, int persistent) {
+    if (request == MPI_REQUEST_NULL) return;
+    cm_remember(request, -1, k, persistent ? CM_PERSISTENT_RECEIVE : CM_ONCE, 0);
+}
+
+void cm_completed(const MPI_Request *requests, const int *indices, int n, const MPI_Status *statuses) {
+    pthread_mutex_lock(&cm_persistent_lock);
+    for (int i = 0; i < n; i++) {
+        MPI_Request request = requests[indices != NULL ? indices[i] : i];
+        int at, free_slot, got = 0;
+        if (request == MPI_REQUEST_NULL) continue;
+        at = cm_slot(cm_request_key(request), &free_slot);
+        if (at < 0 || !cm_persistent[at].receive) continue;
+        if (PMPI_Get_count(&statuses[i], MPI_BYTE, &got) == MPI_SUCCESS && got > 0 && got != MPI_UNDEFINED)
+            cm_add_bytes(cm_persistent[at].counter, (uint64_t)got);
+        if (cm_persistent[at].receive == CM_ONCE) cm_drop(at);
+    }
+    pthread_mutex_unlock(&cm_persistent_lock);
 }
 
 void cm_start(MPI_Request request) {
@@ -190,6 +228,6 @@ void cm_forget(MPI_Request request) {
     int at, free_slot;
     pthread_mutex_lock(&cm_persistent_lock);
     at = cm_slot(cm_request_key(request), &free_slot);
-    if (at >= 0) cm_persistent[at].state = CM_GONE;
+    if (at >= 0) cm_drop(at);
     pthread_mutex_unlock(&cm_persistent_lock);
 }

@@ -9,6 +9,8 @@
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "canopy.h"
 
@@ -48,6 +50,64 @@ int cm_out_neighbours(MPI_Comm comm);
  * it, added to K's byte counter at each start; forgotten at MPI_Request_free. */
 void cm_persist(MPI_Request request, int dest, int64_t count, MPI_Datatype type, MPI_Comm comm);
 void cm_persist_bytes(MPI_Request request, int k, uint64_t bytes);
+
+/* Receives (wrap.c): REQUEST of the receive call K followed to its completion, where the bytes its status says
+ * go to K's counter (every completion of a PERSISTENT one, until MPI_Request_free). */
+void cm_track_receive(MPI_Request request, int k, int persistent);
+/* N requests completed: REQUESTS[i] (REQUESTS[INDICES[i]] with INDICES) with STATUSES[i]. */
+void cm_completed(const MPI_Request *requests, const int *indices, int n, const MPI_Status *statuses);
+/* How many receives the table follows: 0, and waits and tests look at nothing. */
+extern int cm_receives_pending;
+
+/* A wait's or a test's view of its requests while receives are followed: their handles before the call (which
+ * sets completed ones to MPI_REQUEST_NULL) and statuses of its own where the program ignores them. */
+#define CM_SMALL 16
+typedef struct {
+    int on, n;
+    MPI_Request *requests, small_requests[CM_SMALL];
+    MPI_Status *statuses, small_statuses[CM_SMALL];
+} cm_watch_t;
+
+/* Starts watching N requests; returns the statuses to pass to MPI (STATUSES, or the watch's own when they are
+ * ignored). Nothing is watched while no receive is followed, or when memory for a large array is short. */
+static inline MPI_Status *cm_watch(cm_watch_t *w, const MPI_Request *requests, int n, MPI_Status *statuses,
+                                   int ignored) {
+    w->on = 0;
+    w->n = n;
+    w->requests = w->small_requests;
+    w->statuses = w->small_statuses;
+    if (__atomic_load_n(&cm_receives_pending, __ATOMIC_RELAXED) == 0 || n <= 0 || requests == NULL)
+        return statuses;
+    if (n > CM_SMALL) {
+        w->requests = (MPI_Request *)malloc((size_t)n * sizeof(MPI_Request));
+        w->statuses = ignored ? (MPI_Status *)malloc((size_t)n * sizeof(MPI_Status)) : NULL;
+        if (w->requests == NULL || (ignored && w->statuses == NULL)) {
+            free(w->requests);
+            free(w->statuses);
+            w->requests = w->small_requests;
+            w->statuses = w->small_statuses;
+            return statuses;
+        }
+    }
+    memcpy(w->requests, requests, (size_t)n * sizeof(MPI_Request));
+    w->on = 1;
+    return ignored ? w->statuses : statuses;
+}
+
+/* The requests at INDICES (all of them with NULL), N of them, completed with STATUSES. */
+static inline void cm_watched(const cm_watch_t *w, const int *indices, int n, const MPI_Status *statuses) {
+    if (w->on && n > 0 && n != MPI_UNDEFINED) cm_completed(w->requests, indices, n, statuses);
+}
+
+/* The request at INDEX completed with STATUS (a Waitany or a Testany). */
+static inline void cm_watched_one(const cm_watch_t *w, int index, const MPI_Status *status) {
+    if (w->on && index >= 0 && index != MPI_UNDEFINED && index < w->n) cm_completed(&w->requests[index], NULL, 1, status);
+}
+
+static inline void cm_unwatch(cm_watch_t *w) {
+    if (w->requests != w->small_requests) free(w->requests);
+    if (w->statuses != w->small_statuses) free(w->statuses);
+}
 void cm_start(MPI_Request request);
 void cm_forget(MPI_Request request);
 
