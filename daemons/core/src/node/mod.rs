@@ -347,6 +347,9 @@ impl<U: Up> Node<U> {
             ChildEvent::Message { conn, id, msg } => {
                 if self.children.is_current(&id, conn) {
                     self.on_child_message(id, msg).await;
+                } else if let up_message::Msg::Envelope(env) = &msg {
+                    tracing::debug!(node = %self.id, child = %id, conn, stream = env.stream_id, round = env.round,
+                        phase = env.phase, "packet of an earlier connection dropped");
                 }
             }
             ChildEvent::Gone { conn, id, reason } => {
@@ -799,6 +802,7 @@ impl<U: Up> Node<U> {
             })
             .collect();
         tracing::info!(node = %self.id, %child, %lost, "asking the adopted child for what the lost node did not deliver");
+        tracing::debug!(node = %self.id, %child, %lost, delivered = ?streams, "rounds the lost node delivered");
         let resend = canopy_proto::v1::Resend {
             lost: lost.to_string(),
             streams,

@@ -118,6 +118,14 @@ impl Kept {
             let wanted = delivered
                 .get(&p.env.stream_id)
                 .is_some_and(|spans| !spans.iter().any(|s| s.from <= p.env.round && p.env.round < s.end));
+            tracing::debug!(
+                session = p.session,
+                stream = p.env.stream_id,
+                round = p.env.round,
+                phase = p.env.phase,
+                wanted,
+                "kept packet of an earlier session"
+            );
             *bytes -= p.env.payload.len();
             if wanted {
                 again.push(p.env.clone());

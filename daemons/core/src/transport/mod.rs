@@ -714,6 +714,9 @@ impl ParentLink {
                 down = inbound.message() => match down {
                     Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
                         let again = sessions.kept.resend(sessions.current, &resend);
+                        tracing::debug!(parent = %parent, session = sessions.current,
+                            again = ?again.iter().map(|e| (e.stream_id, e.round, e.phase)).collect::<Vec<_>>(),
+                            "packets sent again");
                         match resend.lost == own_id {
                             true => tracing::info!(parent = %parent, packets = again.len(),
                                 "back with the same parent: sending again what it does not hold"),
