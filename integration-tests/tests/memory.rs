@@ -104,7 +104,22 @@ fn a_root_that_stops_reading_for_60_s_leaves_every_daemon_under_its_memory_budge
         .into_iter()
         .filter(|r| r.stream_id == 1)
         .collect();
-    assert_every_round_has_its_row(&rounds);
-    let late = assert_accounted(&rounds, RANKS, &[MissingReason::Dropped, MissingReason::Stopped]);
+    let checked = std::panic::catch_unwind(|| {
+        assert_every_round_has_its_row(&rounds);
+        assert_accounted(&rounds, RANKS, &[MissingReason::Dropped, MissingReason::Stopped])
+    });
+    let late = checked.unwrap_or_else(|failure| {
+        // What the links did around the stop: the sessions that ended, the returns and what was sent again.
+        for p in std::iter::once(&fe).chain(relays.iter().map(|(p, _)| p)) {
+            let log = p.log_text();
+            let moves = log.lines().filter(|l| {
+                ["lost", "attached", "asking", "again", "dropped"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            });
+            eprintln!("{}:\n{}", p.name, moves.collect::<Vec<_>>().join("\n"));
+        }
+        std::panic::resume_unwind(failure)
+    });
     eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
 }
