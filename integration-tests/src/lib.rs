@@ -949,6 +949,28 @@ pub fn stored_calls(store: &Path, name: &str) -> std::collections::BTreeMap<u32,
         .collect()
 }
 
+/// Per rank, the last total of the counter `name`.
+pub fn stored_counter(store: &Path, name: &str) -> std::collections::BTreeMap<u32, f64> {
+    let stored = reader(store);
+    let ids: std::collections::HashSet<u64> = stored
+        .names()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .collect();
+    let mut last: std::collections::BTreeMap<u32, (u64, f64)> = std::collections::BTreeMap::new();
+    for c in stored.counters(Select::all()).unwrap() {
+        if ids.contains(&c.counter_id) {
+            let row = last.entry(c.rank).or_insert((0, 0.0));
+            if c.round >= row.0 {
+                *row = (c.round, c.total.unwrap_or(0.0));
+            }
+        }
+    }
+    last.into_iter().map(|(rank, (_, total))| (rank, total)).collect()
+}
+
 /// A Python interpreter that imports every module of `modules`: `CANOPY_PYTHON` if set, else `python3`. None
 /// (the check is skipped, and says so) when it cannot; with `CANOPY_PYTHON_TEST` set (CI installs them) a missing
 /// module fails the test instead.

@@ -17,7 +17,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, stored_calls, wait_socket,
+    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, stored_calls,
+    stored_counter, wait_socket,
 };
 
 const RANKS: u32 = 4;
@@ -177,28 +178,6 @@ fn assert_calls_as_printed(store: &Path, printed: &BTreeMap<u32, BTreeMap<String
             );
         }
     }
-}
-
-/// Per rank, the last total of the counter `name`.
-fn stored_counter(store: &Path, name: &str) -> BTreeMap<u32, f64> {
-    let stored = reader(store);
-    let ids: HashSet<u64> = stored
-        .names()
-        .unwrap()
-        .into_iter()
-        .filter(|(_, n)| n == name)
-        .map(|(id, _)| id)
-        .collect();
-    let mut last: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
-    for c in stored.counters(Select::all()).unwrap() {
-        if ids.contains(&c.counter_id) {
-            let row = last.entry(c.rank).or_insert((0, 0.0));
-            if c.round >= row.0 {
-                *row = (c.round, c.total.unwrap_or(0.0));
-            }
-        }
-    }
-    last.into_iter().map(|(rank, (_, total))| (rank, total)).collect()
 }
 
 /// Every round of both streams covers every rank; returns how many rounds there were.
