@@ -1,8 +1,9 @@
 //! The Python package (sdk/python) end to end: `pip install ./sdk/python` into a fresh virtual environment, then
 //! Python programs against a real tree (a front-end and an agent on a Unix socket): every timer's calls and every
-//! counter per rank as the programs made them, an exception inside a timer, and an mpi4py program under mpirun.
+//! counter per rank as the programs made them, an exception inside a timer, an mpi4py program under mpirun, and
+//! a charm4py program on 2 PEs.
 //!
-//! The install needs PyPI (pip fetches maturin to build the package; mpi4py builds from source against Open MPI).
+//! The install needs PyPI (pip fetches maturin to build the package, and mpi4py and charm4py).
 //! `.ci/run` says so with CANOPY_PYTHON_SDK_TEST=1, and then a failed install fails the test; elsewhere the test
 //! says why it cannot run and passes.
 
@@ -53,6 +54,14 @@ fn venv() -> Option<&'static Path> {
             None
         }
     }
+}
+
+/// Installs `package` from PyPI into the test's environment, one install at a time (the tests run in parallel
+/// and share it).
+fn pip_install(env: &Path, package: &str) -> Result<Output, String> {
+    static PIP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = PIP.lock().unwrap_or_else(|e| e.into_inner());
+    run_ok(Command::new(env.join("bin/pip")).args(["install", "-q", package]))
 }
 
 fn run_ok(cmd: &mut Command) -> Result<Output, String> {
@@ -220,8 +229,7 @@ canopy.finalize()
 #[test]
 fn an_mpi4py_program_under_mpirun_reports_as_its_comm_world_ranks() {
     let Some(env) = venv() else { return };
-    let pip = env.join("bin/pip");
-    if let Err(why) = run_ok(Command::new(&pip).args(["install", "-q", "mpi4py"])) {
+    if let Err(why) = pip_install(env, "mpi4py") {
         assert!(
             std::env::var_os("CANOPY_PYTHON_SDK_TEST").is_none(),
             "CANOPY_PYTHON_SDK_TEST is set but mpi4py could not be installed: {why}"
@@ -259,4 +267,81 @@ fn an_mpi4py_program_under_mpirun_reports_as_its_comm_world_ranks() {
     // 1 + 2 on each rank, ten times.
     let totals = canopy_integration_tests::stored_counter(&store, "total");
     assert_eq!(totals, (0..RANKS).map(|r| (r, 30.0)).collect(), "total per rank");
+}
+
+/// A charm4py program: a group's entry method run by every PE, and its future's result on PE 0.
+const CHARM4PY: &str = r#"
+from charm4py import charm, Chare, Group
+IMPORT
+
+class Worker(Chare):
+    def work(self, n):
+        return n * 2
+
+def main(args):
+    g = Group(Worker)
+    for i in range(ITERATIONS):
+        g.work(i, awaitable=True).get()
+    charm.exit()
+
+charm.start(main)
+"#;
+
+#[test]
+fn a_charm4py_program_reports_each_entry_method_per_pe_with_the_one_line_and_with_python_m() {
+    let Some(env) = venv() else { return };
+    if let Err(why) = pip_install(env, "charm4py") {
+        assert!(
+            std::env::var_os("CANOPY_PYTHON_SDK_TEST").is_none(),
+            "CANOPY_PYTHON_SDK_TEST is set but charm4py could not be installed: {why}"
+        );
+        eprintln!("skipped: charm4py could not be installed: {why}");
+        return;
+    }
+    let iterations = 20u64;
+    // The program with `import canopy.charm4py`, and the same program left as it is under `-m canopy.charm4py`.
+    for (import, module) in [("import canopy.charm4py", None), ("", Some("canopy.charm4py"))] {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = start_tree(dir.path());
+        let source = CHARM4PY
+            .replace("IMPORT", import)
+            .replace("ITERATIONS", &iterations.to_string());
+        let program = script(dir.path(), "app.py", &source);
+        let mut cmd = Command::new(env.join("bin/python"));
+        cmd.args(["-m", "charmrun.start", &format!("+p{RANKS}")]);
+        if let Some(m) = module {
+            cmd.args(["-m", m]);
+        }
+        let out = cmd
+            .arg(&program)
+            .env("CANOPY_AGENT_SOCKET", &tree.socket)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let store = tree.finished();
+        let per_pe = |n: u64| -> BTreeMap<u32, u64> { (0..RANKS).map(|r| (r, n)).collect() };
+        assert_eq!(
+            stored_calls(&store, "Worker::work"),
+            per_pe(iterations),
+            "Worker::work ({import:?})"
+        );
+        assert_eq!(
+            stored_calls(&store, "Worker::__init__"),
+            per_pe(1),
+            "Worker::__init__"
+        );
+        let idle = stored_calls(&store, "Idle");
+        assert_eq!(idle.len(), RANKS as usize, "Idle on every PE: {idle:?}");
+        let rounds = read_rounds(&store);
+        assert!(
+            !rounds.is_empty() && rounds.iter().all(|r| r.covered == RANKS && r.expected == RANKS),
+            "{rounds:?}"
+        );
+    }
 }

@@ -55,7 +55,41 @@ fn timer(name: &str) -> PyResult<Timer> {
 #[pyfunction]
 #[pyo3(signature = (app, rank=None, nranks=None))]
 fn init(app: &str, rank: Option<u32>, nranks: Option<u32>) -> PyResult<()> {
-    canopy_sdk::init(app, rank, nranks).map_err(err)
+    canopy_sdk::init(app, rank, nranks).map_err(err)?;
+    finalize_at_process_exit();
+    Ok(())
+}
+
+/// Finalizes at the process's exit as well as at the interpreter's: a runtime that ends the process from C
+/// (charm4py's CkExit calls exit(3) without finalizing Python) would otherwise lose the last round. After the
+/// interpreter's own finalize this finds the SDK finalized and does nothing.
+fn finalize_at_process_exit() {
+    extern "C" fn at_exit() {
+        match canopy_sdk::finalize() {
+            Ok(()) | Err(canopy_sdk::Error::Finalized | canopy_sdk::Error::NotInitialized) => {}
+            Err(e) => eprintln!("canopy: finalize at exit: {e}"),
+        }
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    #[allow(unsafe_code)] // one call to atexit(3); the safety argument is below
+    ONCE.call_once(|| {
+        // SAFETY: atexit(3) takes a plain function of no arguments that lives as long as the process (this
+        // extension is never unloaded); it runs once, on the exiting thread.
+        unsafe {
+            libc::atexit(at_exit);
+        }
+    });
+}
+
+/// The calling thread becomes idle (the activity `Idle`), and busy again.
+#[pyfunction]
+fn idle_begin() {
+    canopy_sdk::idle_begin();
+}
+
+#[pyfunction]
+fn idle_end() {
+    canopy_sdk::idle_end();
 }
 
 /// Adds `value` to the counter `name`.
@@ -107,5 +141,7 @@ fn _canopy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(step_stop, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(idle_begin, m)?)?;
+    m.add_function(wrap_pyfunction!(idle_end, m)?)?;
     Ok(())
 }
