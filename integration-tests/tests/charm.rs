@@ -1,7 +1,8 @@
 //! Canopy's Charm++ trace module (sdk/charm) end to end: Charm++'s own `jacobi2d-2d-decomposition` example,
 //! unmodified, linked with `-tracemode canopy -tracemode projections` and run on 2 PEs under `canopy run`. Each
 //! entry method's executions per PE in the store equal those in Projections' logs of the same run; each PE's
-//! Idle time is there; the program prints what it prints without the module.
+//! Idle time is there, and its utilization profiles share their bins between Idle and the entry methods; the
+//! program prints what it prints without the module.
 //!
 //! It needs a Charm++ build with tracing, named by CHARM_DIR (sdk/charm/build-charm.sh makes one from the source
 //! of charmplusplus/charm, which CI cannot fetch): elsewhere the test says it was skipped and passes. With
@@ -17,7 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use canopy_integration_tests::{bin_dir, canopy_command, read_rounds, ready_field, stored_calls};
+use canopy_integration_tests::{
+    Select, bin_dir, canopy_command, read_rounds, reader, ready_field, stored_calls,
+};
 
 const PES: u32 = 2;
 
@@ -234,8 +237,54 @@ fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_c
     }
     let idle = stored_calls(&store, "Idle");
     assert_eq!(idle.len(), PES as usize, "Idle on every PE: {idle:?}");
+    assert_utilization_of_each_pe(&store);
     eprintln!(
         "jacobi2d on {PES} PEs: {} entry methods, executions per PE as Projections counted them: {expected:?}",
         expected.len()
+    );
+}
+
+/// Each PE's utilization profiles (the module's 1 ms bins, on by default): Idle and Jacobi's entry methods hold
+/// shares of them, and no bin holds more than the whole.
+fn assert_utilization_of_each_pe(store: &Path) {
+    let stored = reader(store);
+    let names: BTreeMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let passthrough = stored
+        .stream_named("passthrough")
+        .unwrap()
+        .expect("a passthrough stream");
+    let mut seen: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for round in stored
+        .rounds(Select::all().stream(passthrough.stream_id))
+        .unwrap()
+    {
+        let Some(bytes) = stored.profile_batch(passthrough.stream_id, round.round).unwrap() else {
+            continue;
+        };
+        let batch = <canopy_wire::v1::ProfileBatch as prost::Message>::decode(bytes.as_slice()).unwrap();
+        for p in &batch.profiles {
+            let Some(u) = &p.utilization else { continue };
+            canopy_wire::utilization::check(u).unwrap();
+            let mut per_bin = vec![0u64; u.counts.len()];
+            let (idle, entries) = seen.entry(p.rank).or_default();
+            for (bin, id, share) in canopy_wire::utilization::records(u) {
+                per_bin[bin] += u64::from(share);
+                match names.get(&id).map(String::as_str) {
+                    Some("Idle") => *idle += u64::from(share),
+                    Some(n) if n.starts_with("Jacobi::") => *entries += u64::from(share),
+                    _ => {}
+                }
+            }
+            assert!(
+                per_bin.iter().all(|s| *s <= 250 + 2),
+                "PE {}: a bin past the whole: {per_bin:?}",
+                p.rank
+            );
+        }
+    }
+    assert_eq!(seen.len(), PES as usize, "utilization profiles per PE: {seen:?}");
+    assert!(
+        seen.values().all(|(idle, entries)| *idle > 0 && *entries > 0),
+        "Idle and Jacobi's entry methods in every PE's bins: {seen:?}"
     );
 }
