@@ -901,6 +901,86 @@ impl SimAgent<'_> {
     }
 }
 
+/// A front-end (stats and passthrough, ending its run at every rank's FIN) and one agent serving ranks on a Unix
+/// socket, in `dir`: the smallest real tree a program's ranks report to.
+pub struct SocketTree {
+    pub fe: Proc,
+    pub agent: Proc,
+    pub store: PathBuf,
+    pub socket: PathBuf,
+}
+
+pub fn start_socket_tree(dir: &Path) -> SocketTree {
+    let (fe, addr, store) = start_frontend(dir, &["--streams", "stats,passthrough", "--exit-on-fin", "true"]);
+    let socket = dir.join("agent.sock");
+    let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    SocketTree {
+        fe,
+        agent,
+        store,
+        socket,
+    }
+}
+
+impl SocketTree {
+    /// Waits for the front-end to end its run (every rank's FIN) and returns the store.
+    pub fn finished(mut self) -> PathBuf {
+        let status = self.fe.wait_timeout(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "front-end did not finish:\n{}",
+            self.fe.log_text()
+        );
+        self.store
+    }
+}
+
+/// A rank's utilization profile of one round, as stored.
+pub struct UtilizationProfile {
+    pub rank: u32,
+    /// Its bins (each 250 shares whole).
+    pub bins: usize,
+    /// (bin, activity name, share).
+    pub records: Vec<(usize, String, u32)>,
+}
+
+/// Every utilization profile the passthrough stream stored, each checked whole.
+pub fn stored_utilization(store: &Path) -> Vec<UtilizationProfile> {
+    let stored = reader(store);
+    let names: HashMap<u64, String> = stored.names().unwrap().into_iter().collect();
+    let passthrough = stored
+        .stream_named("passthrough")
+        .unwrap()
+        .expect("a passthrough stream");
+    let mut out = Vec::new();
+    for round in stored
+        .rounds(Select::all().stream(passthrough.stream_id))
+        .unwrap()
+    {
+        let Some(bytes) = stored.profile_batch(passthrough.stream_id, round.round).unwrap() else {
+            continue;
+        };
+        let batch = <canopy_wire::v1::ProfileBatch as prost::Message>::decode(bytes.as_slice()).unwrap();
+        for p in &batch.profiles {
+            let Some(u) = &p.utilization else { continue };
+            canopy_wire::utilization::check(u).unwrap();
+            let records = canopy_wire::utilization::records(u)
+                .map(|(bin, id, share)| {
+                    let name = names.get(&id).cloned().unwrap_or_else(|| "other".into());
+                    (bin, name, share)
+                })
+                .collect();
+            out.push(UtilizationProfile {
+                rank: p.rank,
+                bins: u.counts.len(),
+                records,
+            });
+        }
+    }
+    out
+}
+
 /// Waits until the agent's Unix socket accepts connections; panics with the agent's log if it exits first.
 pub fn wait_socket(path: &Path, agent: &mut Proc) {
     wait_for("the agent's socket", Duration::from_secs(20), || {

@@ -18,9 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use canopy_integration_tests::{
-    Select, bin_dir, canopy_command, read_rounds, reader, ready_field, stored_calls,
-};
+use canopy_integration_tests::{bin_dir, canopy_command, read_rounds, ready_field, stored_calls};
 
 const PES: u32 = 2;
 
@@ -247,40 +245,23 @@ fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_c
 /// Each PE's utilization profiles (the module's 1 ms bins, on by default): Idle and Jacobi's entry methods hold
 /// shares of them, and no bin holds more than the whole.
 fn assert_utilization_of_each_pe(store: &Path) {
-    let stored = reader(store);
-    let names: BTreeMap<u64, String> = stored.names().unwrap().into_iter().collect();
-    let passthrough = stored
-        .stream_named("passthrough")
-        .unwrap()
-        .expect("a passthrough stream");
     let mut seen: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for round in stored
-        .rounds(Select::all().stream(passthrough.stream_id))
-        .unwrap()
-    {
-        let Some(bytes) = stored.profile_batch(passthrough.stream_id, round.round).unwrap() else {
-            continue;
-        };
-        let batch = <canopy_wire::v1::ProfileBatch as prost::Message>::decode(bytes.as_slice()).unwrap();
-        for p in &batch.profiles {
-            let Some(u) = &p.utilization else { continue };
-            canopy_wire::utilization::check(u).unwrap();
-            let mut per_bin = vec![0u64; u.counts.len()];
-            let (idle, entries) = seen.entry(p.rank).or_default();
-            for (bin, id, share) in canopy_wire::utilization::records(u) {
-                per_bin[bin] += u64::from(share);
-                match names.get(&id).map(String::as_str) {
-                    Some("Idle") => *idle += u64::from(share),
-                    Some(n) if n.starts_with("Jacobi::") => *entries += u64::from(share),
-                    _ => {}
-                }
+    for profile in canopy_integration_tests::stored_utilization(store) {
+        let pe = profile.rank;
+        let mut per_bin = vec![0u64; profile.bins];
+        let (idle, entries) = seen.entry(pe).or_default();
+        for (bin, name, share) in profile.records {
+            per_bin[bin] += u64::from(share);
+            if name == "Idle" {
+                *idle += u64::from(share);
+            } else if name.starts_with("Jacobi::") {
+                *entries += u64::from(share);
             }
-            assert!(
-                per_bin.iter().all(|s| *s <= 250 + 2),
-                "PE {}: a bin past the whole: {per_bin:?}",
-                p.rank
-            );
         }
+        assert!(
+            per_bin.iter().all(|s| *s <= 250 + 2),
+            "PE {pe}: a bin past the whole: {per_bin:?}"
+        );
     }
     assert_eq!(seen.len(), PES as usize, "utilization profiles per PE: {seen:?}");
     assert!(

@@ -17,8 +17,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Proc, Select, bin_dir, read_rounds, reader, start_frontend, start_socket_agent, stored_calls,
-    stored_counter, wait_socket,
+    Select, bin_dir, read_rounds, reader, start_socket_tree, stored_calls, stored_counter, stored_utilization,
 };
 
 const RANKS: u32 = 4;
@@ -132,40 +131,6 @@ fn printed_counts(stdout: &str) -> BTreeMap<u32, BTreeMap<String, u64>> {
     out
 }
 
-/// A front-end (stats and passthrough, ending at the ranks' FIN) and a socket agent in `dir`.
-struct Tree {
-    fe: Proc,
-    _agent: Proc,
-    store: PathBuf,
-    socket: PathBuf,
-}
-
-fn start_tree(dir: &Path) -> Tree {
-    let (fe, addr, store) = start_frontend(dir, &["--streams", "stats,passthrough", "--exit-on-fin", "true"]);
-    let socket = dir.join("agent.sock");
-    let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);
-    wait_socket(&socket, &mut agent);
-    Tree {
-        fe,
-        _agent: agent,
-        store,
-        socket,
-    }
-}
-
-impl Tree {
-    /// Waits for the front-end to end its run (every rank's FIN) and returns the store.
-    fn finished(mut self) -> PathBuf {
-        let status = self.fe.wait_timeout(Duration::from_secs(30));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "front-end did not finish:\n{}",
-            self.fe.log_text()
-        );
-        self.store
-    }
-}
-
 /// Every rank's stored calls of each of `calls` are the ones the program printed it made.
 fn assert_calls_as_printed(store: &Path, printed: &BTreeMap<u32, BTreeMap<String, u64>>, calls: &[&str]) {
     for call in calls {
@@ -257,7 +222,7 @@ fn an_unmodified_mpi_program_with_the_wrapper_preloaded_reports_every_call_and_b
     let plain = mpirun(&exe, &STENCIL_ARGS, &[]);
     assert!(plain.status.success(), "{}", text(&plain.stderr));
 
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         ("LD_PRELOAD", lib.display().to_string()),
         ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
@@ -513,7 +478,7 @@ fn every_family_of_mpi_procedure_is_counted_per_rank_as_the_program_made_its_cal
     let lib = wrapper();
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpicc", "families.c", "families", &[]);
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let file = dir.path().join("families.dat");
     let env = [
         ("LD_PRELOAD", lib.display().to_string()),
@@ -780,7 +745,7 @@ fn a_fortran_pmpi_tool_loaded_after_the_wrapper_sees_every_fortran_call_too() {
     let libs = Command::new("mpif90").arg("--showme:link").output().unwrap();
     let link = text(&libs.stdout);
     let tool = build_tool(dir.path(), "fortran_tool", FORTRAN_COUNTING_TOOL, &link);
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         ("LD_PRELOAD", format!("{}:{}", lib.display(), tool.display())),
         ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
@@ -811,7 +776,7 @@ fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_cou
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
     let tool = build_tool(dir.path(), "counting_tool", COUNTING_TOOL, "");
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         // Canopy first, the other tool after it: Canopy's MPI_X calls the tool's, which calls PMPI_X.
         ("LD_PRELOAD", format!("{}:{}", lib.display(), tool.display())),
@@ -1186,7 +1151,7 @@ fn the_same_program_linked_with_the_wrapper_reports_the_same() {
     let reference = mpirun(&plain, &STENCIL_ARGS, &[]);
     assert!(reference.status.success(), "{}", text(&reference.stderr));
 
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
         ("CANOPY_MPI_DUMP_ON", "MPI_Allreduce".to_string()),
@@ -1209,7 +1174,7 @@ fn a_fortran_mpi_program_under_the_preloaded_wrapper_reports_its_calls() {
     let plain = mpirun(&exe, &["25"], &[]);
     assert!(plain.status.success(), "{}", text(&plain.stderr));
 
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     // A dump every 5th MPI_ALLREDUCE: the Fortran calls count toward it as the C ones would.
     let env = [
         ("LD_PRELOAD", lib.display().to_string()),
@@ -1353,7 +1318,7 @@ int main(int argc, char **argv) {
         .status()
         .unwrap();
     assert!(status.success(), "mpicc dumps_itself.c -lcanopy_mpi failed");
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
         ("CANOPY_MPI_DUMP_ON", "app".to_string()),
@@ -1385,7 +1350,7 @@ fn an_unmodified_mpi_program_shows_its_mpi_share_against_its_compute_per_bin() {
     let lib = wrapper();
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "mpicc", "stencil_mpi.c", "stencil_mpi", &[]);
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let env = [
         ("LD_PRELOAD", lib.display().to_string()),
         ("CANOPY_AGENT_SOCKET", tree.socket.display().to_string()),
@@ -1396,44 +1361,22 @@ fn an_unmodified_mpi_program_shows_its_mpi_share_against_its_compute_per_bin() {
     let stderr = text(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     let store = tree.finished();
-    let stored = reader(&store);
-    let names: BTreeMap<u64, String> = stored.names().unwrap().into_iter().collect();
-    let passthrough = stored
-        .stream_named("passthrough")
-        .unwrap()
-        .expect("a passthrough stream");
     let (mut mpi, mut untracked, mut bins, mut profiles) = (0u64, 0u64, 0u64, 0);
-    let rounds = stored
-        .rounds(Select::all().stream(passthrough.stream_id))
-        .unwrap();
-    for round in rounds {
-        let Some(bytes) = stored.profile_batch(passthrough.stream_id, round.round).unwrap() else {
-            continue;
-        };
-        let batch = <canopy_wire::v1::ProfileBatch as prost::Message>::decode(bytes.as_slice()).unwrap();
-        for p in &batch.profiles {
-            let Some(u) = &p.utilization else { continue };
-            canopy_wire::utilization::check(u).unwrap();
-            profiles += 1;
-            let mut per_bin = vec![0u64; u.counts.len()];
-            for (bin, id, share) in canopy_wire::utilization::records(u) {
-                per_bin[bin] += u64::from(share);
-                let name = names.get(&id).map(String::as_str).unwrap_or("other");
-                if name.starts_with("MPI_") {
-                    mpi += u64::from(share);
-                }
+    for profile in stored_utilization(&store) {
+        let rank = profile.rank;
+        profiles += 1;
+        let mut per_bin = vec![0u64; profile.bins];
+        for (bin, name, share) in profile.records {
+            per_bin[bin] += u64::from(share);
+            if name.starts_with("MPI_") {
+                mpi += u64::from(share);
             }
-            for sum in per_bin {
-                // Rounding each record to the nearest share can pass the whole bin by a little.
-                assert!(
-                    sum <= 250 + 2,
-                    "rank {} round {}: a bin sums to {sum}",
-                    p.rank,
-                    p.round
-                );
-                untracked += 250u64.saturating_sub(sum);
-                bins += 1;
-            }
+        }
+        for sum in per_bin {
+            // Rounding each record to the nearest share can pass the whole bin by a little.
+            assert!(sum <= 250 + 2, "rank {rank}: a bin sums to {sum}");
+            untracked += 250u64.saturating_sub(sum);
+            bins += 1;
         }
     }
     assert!(

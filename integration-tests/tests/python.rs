@@ -17,11 +17,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use canopy_integration_tests::{
-    Proc, read_rounds, start_frontend, start_socket_agent, stored_calls, wait_socket,
-};
+use canopy_integration_tests::{read_rounds, start_socket_tree, stored_calls};
 
 /// A virtual environment with the package installed (once for the test binary), or why there is none.
 fn venv() -> Option<&'static Path> {
@@ -57,11 +54,19 @@ fn venv() -> Option<&'static Path> {
 }
 
 /// Installs `package` from PyPI into the test's environment, one install at a time (the tests run in parallel
-/// and share it).
-fn pip_install(env: &Path, package: &str) -> Result<Output, String> {
+/// and share it); false, said, if it cannot (with CANOPY_PYTHON_SDK_TEST set, that fails instead).
+fn pip_install(env: &Path, package: &str) -> bool {
     static PIP: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = PIP.lock().unwrap_or_else(|e| e.into_inner());
-    run_ok(Command::new(env.join("bin/pip")).args(["install", "-q", package]))
+    let Err(why) = run_ok(Command::new(env.join("bin/pip")).args(["install", "-q", package])) else {
+        return true;
+    };
+    assert!(
+        std::env::var_os("CANOPY_PYTHON_SDK_TEST").is_none(),
+        "CANOPY_PYTHON_SDK_TEST is set but {package} could not be installed: {why}"
+    );
+    eprintln!("skipped: {package} could not be installed: {why}");
+    false
 }
 
 fn run_ok(cmd: &mut Command) -> Result<Output, String> {
@@ -74,39 +79,6 @@ fn run_ok(cmd: &mut Command) -> Result<Output, String> {
         ));
     }
     Ok(out)
-}
-
-struct Tree {
-    fe: Proc,
-    _agent: Proc,
-    store: PathBuf,
-    socket: PathBuf,
-}
-
-fn start_tree(dir: &Path) -> Tree {
-    let (fe, addr, store) = start_frontend(dir, &["--streams", "stats,passthrough", "--exit-on-fin", "true"]);
-    let socket = dir.join("agent.sock");
-    let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);
-    wait_socket(&socket, &mut agent);
-    Tree {
-        fe,
-        _agent: agent,
-        store,
-        socket,
-    }
-}
-
-impl Tree {
-    /// Waits for the front-end to end its run (every rank's FIN) and returns the store.
-    fn finished(mut self) -> PathBuf {
-        let status = self.fe.wait_timeout(Duration::from_secs(30));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "front-end did not finish:\n{}",
-            self.fe.log_text()
-        );
-        self.store
-    }
 }
 
 /// Writes `source` to `dir/name`.
@@ -168,7 +140,7 @@ assert canopy.stats()["mismatched_stops"] == 0
 fn two_python_processes_report_every_timer_and_counter_and_a_timer_that_raises_stops() {
     let Some(env) = venv() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let program = script(dir.path(), "timers.py", TIMERS);
     let iterations = 25u64;
     let ranks: Vec<_> = (0..RANKS)
@@ -229,38 +201,28 @@ canopy.finalize()
 #[test]
 fn an_mpi4py_program_under_mpirun_reports_as_its_comm_world_ranks() {
     let Some(env) = venv() else { return };
-    if let Err(why) = pip_install(env, "mpi4py") {
-        assert!(
-            std::env::var_os("CANOPY_PYTHON_SDK_TEST").is_none(),
-            "CANOPY_PYTHON_SDK_TEST is set but mpi4py could not be installed: {why}"
-        );
-        eprintln!("skipped: mpi4py could not be installed: {why}");
+    if !pip_install(env, "mpi4py") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let tree = start_tree(dir.path());
+    let tree = start_socket_tree(dir.path());
     let program = script(dir.path(), "mpi.py", MPI4PY);
-    let out = Command::new("mpirun")
-        .args([
-            "--oversubscribe",
-            "-np",
-            &RANKS.to_string(),
-            "-x",
-            "CANOPY_AGENT_SOCKET",
-        ])
-        .arg(env.join("bin/python"))
-        .arg(&program)
-        .env("CANOPY_AGENT_SOCKET", &tree.socket)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let ran = run_ok(
+        Command::new("mpirun")
+            .args([
+                "--oversubscribe",
+                "-np",
+                &RANKS.to_string(),
+                "-x",
+                "CANOPY_AGENT_SOCKET",
+            ])
+            .arg(env.join("bin/python"))
+            .arg(&program)
+            .env("CANOPY_AGENT_SOCKET", &tree.socket)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
     );
+    ran.unwrap_or_else(|e| panic!("{e}"));
     let store = tree.finished();
     let calls = stored_calls(&store, "allreduce");
     assert_eq!(calls, (0..RANKS).map(|r| (r, 10)).collect(), "allreduce per rank");
@@ -290,19 +252,14 @@ charm.start(main)
 #[test]
 fn a_charm4py_program_reports_each_entry_method_per_pe_with_the_one_line_and_with_python_m() {
     let Some(env) = venv() else { return };
-    if let Err(why) = pip_install(env, "charm4py") {
-        assert!(
-            std::env::var_os("CANOPY_PYTHON_SDK_TEST").is_none(),
-            "CANOPY_PYTHON_SDK_TEST is set but charm4py could not be installed: {why}"
-        );
-        eprintln!("skipped: charm4py could not be installed: {why}");
+    if !pip_install(env, "charm4py") {
         return;
     }
     let iterations = 20u64;
     // The program with `import canopy.charm4py`, and the same program left as it is under `-m canopy.charm4py`.
     for (import, module) in [("import canopy.charm4py", None), ("", Some("canopy.charm4py"))] {
         let dir = tempfile::tempdir().unwrap();
-        let tree = start_tree(dir.path());
+        let tree = start_socket_tree(dir.path());
         let source = CHARM4PY
             .replace("IMPORT", import)
             .replace("ITERATIONS", &iterations.to_string());
@@ -312,18 +269,12 @@ fn a_charm4py_program_reports_each_entry_method_per_pe_with_the_one_line_and_wit
         if let Some(m) = module {
             cmd.args(["-m", m]);
         }
-        let out = cmd
-            .arg(&program)
-            .env("CANOPY_AGENT_SOCKET", &tree.socket)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(
+            cmd.arg(&program)
+                .env("CANOPY_AGENT_SOCKET", &tree.socket)
+                .current_dir(dir.path()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let store = tree.finished();
         let per_pe = |n: u64| -> BTreeMap<u32, u64> { (0..RANKS).map(|r| (r, n)).collect() };
         assert_eq!(
