@@ -5,8 +5,9 @@
 //! program prints what it prints without the module.
 //!
 //! It needs a Charm++ build with tracing, named by CHARM_DIR (sdk/charm/build-charm.sh makes one from the source
-//! of charmplusplus/charm, which CI cannot fetch): elsewhere the test says it was skipped and passes. With
-//! CANOPY_CHARM_TEST set, a missing build fails it instead.
+//! of charmplusplus/charm, which CI cannot fetch), and CHARM_SMP_DIR for an SMP build (PEs as threads of one
+//! rank): elsewhere each test says it was skipped and passes. With CANOPY_CHARM_TEST set, a missing build fails
+//! instead.
 
 #![allow(
     clippy::disallowed_types,
@@ -22,16 +23,16 @@ use canopy_integration_tests::{bin_dir, canopy_command, read_rounds, ready_field
 
 const PES: u32 = 2;
 
-/// The Charm++ build to use, or why there is none (said, or failed with CANOPY_CHARM_TEST).
-fn charm_dir() -> Option<PathBuf> {
-    let why = match std::env::var_os("CHARM_DIR") {
-        None => "CHARM_DIR does not name a Charm++ build (sdk/charm/build-charm.sh makes one)".to_string(),
+/// The Charm++ build `var` names, or why there is none (said, or failed with CANOPY_CHARM_TEST).
+fn charm_dir(var: &str) -> Option<PathBuf> {
+    let why = match std::env::var_os(var) {
+        None => format!("{var} does not name a Charm++ build (sdk/charm/build-charm.sh makes one)"),
         Some(dir) => {
             let dir = PathBuf::from(dir);
             if dir.join("bin/charmc").is_file() {
                 return Some(dir);
             }
-            format!("CHARM_DIR={} has no bin/charmc", dir.display())
+            format!("{var}={} has no bin/charmc", dir.display())
         }
     };
     assert!(
@@ -149,17 +150,47 @@ fn projections_counts(prefix: &Path) -> BTreeMap<String, BTreeMap<u32, u64>> {
 
 #[test]
 fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_counts_it() {
-    let Some(charm) = charm_dir() else { return };
-    install_module(&charm);
+    let Some(charm) = charm_dir("CHARM_DIR") else {
+        return;
+    };
+    check_jacobi(&charm, Layout::ProcessPerPe);
+}
+
+/// The same in an SMP build (CHARM_SMP_DIR, `build-charm.sh SRC netlrts-linux-x86_64-smp`): the PEs are threads
+/// of one process, which is one rank, so its counts are the sum of Projections' PEs.
+#[test]
+fn in_an_smp_build_the_pes_of_a_process_are_threads_of_one_rank() {
+    let Some(charm) = charm_dir("CHARM_SMP_DIR") else {
+        return;
+    };
+    check_jacobi(&charm, Layout::ThreadPerPe);
+}
+
+/// How a build lays its PEs out: a process each (one rank each), or threads of one process (one rank).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    ProcessPerPe,
+    ThreadPerPe,
+}
+
+fn check_jacobi(charm: &Path, layout: Layout) {
+    install_module(charm);
     let dir = tempfile::tempdir().unwrap();
-    let plain = build(&charm, dir.path(), "jacobi2d", &[]);
-    let traced = build(&charm, dir.path(), "jacobi2d.canopy", &["canopy", "projections"]);
+    let plain = build(charm, dir.path(), "jacobi2d", &[]);
+    let traced = build(charm, dir.path(), "jacobi2d.canopy", &["canopy", "projections"]);
     let charmrun = charm.join("bin/charmrun");
+    let mut launch = vec![format!("+p{PES}"), "++local".to_string()];
+    if layout == Layout::ThreadPerPe {
+        launch.extend(["++ppn".to_string(), PES.to_string()]);
+    }
+    let ranks = match layout {
+        Layout::ProcessPerPe => PES,
+        Layout::ThreadPerPe => 1,
+    };
     let args = ["64", "16", "40"];
 
     let alone = run(Command::new(&charmrun)
-        .arg(format!("+p{PES}"))
-        .arg("++local")
+        .args(&launch)
         .arg(&plain)
         .args(args)
         .current_dir(dir.path()));
@@ -170,8 +201,7 @@ fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_c
         .arg(dir.path().join("out"))
         .arg("--")
         .arg(&charmrun)
-        .arg(format!("+p{PES}"))
-        .arg("++local")
+        .args(&launch)
         .arg(&traced)
         .args(args)
         // Plain-text logs; one BEGIN_PROCESSING per execution (nested ones do not end and begin the outer
@@ -198,8 +228,8 @@ fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_c
     let rounds = read_rounds(&store);
     assert!(!rounds.is_empty(), "no rounds stored");
     assert!(
-        rounds.iter().all(|r| r.expected == PES),
-        "every round expects the {PES} PEs: {rounds:?}"
+        rounds.iter().all(|r| r.expected == ranks && r.covered == ranks),
+        "every round covers the {ranks} ranks: {rounds:?}"
     );
 
     let expected = projections_counts(&proj.join("jacobi2d.canopy"));
@@ -207,44 +237,53 @@ fn an_unmodified_charm_program_reports_each_entry_method_per_pe_as_projections_c
         expected.keys().any(|n| n.starts_with("Jacobi::")),
         "Projections saw no Jacobi entry method: {expected:?}"
     );
-    // Projections stops logging when its own shutdown begins (a chare of its own and two reductions, each
-    // reaching PE 0 through one reduction message from PE 1), while Canopy reports to the end: those executions
-    // are Canopy's alone.
-    let shutdown = stored_calls(
-        &store,
+    // Projections stops logging when its own shutdown begins (a chare of its own and two reductions), while
+    // Canopy reports to the end: those executions are Canopy's alone. With a process per PE, each of the two
+    // reductions reaches PE 0 through one reduction message from PE 1.
+    let shutdown: u64 = [
         "TraceProjectionsBOC::redn_wrapper_endTimeDone(CkReductionMsg *impl_msg)",
-    )
-    .get(&0)
-    .copied()
-    .unwrap_or(0)
-        + stored_calls(
-            &store,
-            "TraceProjectionsBOC::redn_wrapper_closeParallelShutdown(CkReductionMsg *impl_msg)",
-        )
-        .get(&0)
-        .copied()
-        .unwrap_or(0);
-    assert_eq!(shutdown, 2, "Projections' two shutdown reductions, on PE 0");
+        "TraceProjectionsBOC::redn_wrapper_closeParallelShutdown(CkReductionMsg *impl_msg)",
+    ]
+    .iter()
+    .map(|n| stored_calls(&store, n).get(&0).copied().unwrap_or(0))
+    .sum();
+    assert_eq!(shutdown, 2, "Projections' two shutdown reductions, on rank 0");
+    let mut compared = 0;
     for (name, per_pe) in &expected {
-        let mut per_pe = per_pe.clone();
-        if name == "CkReductionMgr::RecvMsg(CkReductionMsg* impl_msg)" {
-            *per_pe.entry(0).or_default() += shutdown;
-        }
+        let mut per_rank: BTreeMap<u32, u64> = match layout {
+            Layout::ProcessPerPe => per_pe.clone(),
+            Layout::ThreadPerPe => [(0, per_pe.values().sum())].into(),
+        };
         let stored = stored_calls(&store, name);
-        assert_eq!(stored, per_pe, "{name}: Canopy per PE, Projections per PE");
+        if name == "CkReductionMgr::RecvMsg(CkReductionMsg* impl_msg)" {
+            if layout == Layout::ThreadPerPe {
+                // Within one process the shutdown's reduction messages are the runtime's to route: the count is
+                // Projections' and at most one per reduction more.
+                let (got, want) = (stored[&0], per_rank[&0]);
+                assert!(
+                    (want..=want + shutdown).contains(&got),
+                    "{name}: {got}, Projections {want}"
+                );
+                continue;
+            }
+            *per_rank.entry(0).or_default() += shutdown;
+        }
+        assert_eq!(stored, per_rank, "{name}: Canopy per rank, Projections per PE");
+        compared += 1;
     }
     let idle = stored_calls(&store, "Idle");
-    assert_eq!(idle.len(), PES as usize, "Idle on every PE: {idle:?}");
-    assert_utilization_of_each_pe(&store);
+    assert_eq!(idle.len(), ranks as usize, "Idle on every rank: {idle:?}");
+    assert_utilization_of_each_rank(&store, ranks);
     eprintln!(
-        "jacobi2d on {PES} PEs: {} entry methods, executions per PE as Projections counted them: {expected:?}",
+        "jacobi2d on {PES} PEs ({} ranks): {compared} of {} entry methods exactly as Projections counted them",
+        ranks,
         expected.len()
     );
 }
 
-/// Each PE's utilization profiles (the module's 1 ms bins, on by default): Idle and Jacobi's entry methods hold
+/// Each rank's utilization profiles (the module's 1 ms bins, on by default): Idle and Jacobi's entry methods hold
 /// shares of them, and no bin holds more than the whole.
-fn assert_utilization_of_each_pe(store: &Path) {
+fn assert_utilization_of_each_rank(store: &Path, ranks: u32) {
     let mut seen: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for profile in canopy_integration_tests::stored_utilization(store) {
         let pe = profile.rank;
@@ -263,7 +302,11 @@ fn assert_utilization_of_each_pe(store: &Path) {
             "PE {pe}: a bin past the whole: {per_bin:?}"
         );
     }
-    assert_eq!(seen.len(), PES as usize, "utilization profiles per PE: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        ranks as usize,
+        "utilization profiles per rank: {seen:?}"
+    );
     assert!(
         seen.values().all(|(idle, entries)| *idle > 0 && *entries > 0),
         "Idle and Jacobi's entry methods in every PE's bins: {seen:?}"

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,8 @@ bool resolve(void *lib, const char *name, F *out) {
   return *out != nullptr;
 }
 
-/* Loads the SDK once per process; false (said once) when it cannot be found. */
-bool load_sdk() {
-  static int tried = 0;
-  if (__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL)) return sdk_loaded;
+/* Loads the SDK; false (said once) when it cannot be found. */
+bool load_sdk_now() {
   const char *path = getenv("CANOPY_LIBRARY");
   if (path == nullptr || *path == '\0') path = CANOPY_DEFAULT_LIBRARY;
   void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
@@ -87,6 +86,13 @@ bool load_sdk() {
   }
   sdk_loaded = true;
   return true;
+}
+
+/* Loads the SDK once per process: the PEs of an SMP process begin together, and each waits for the load. */
+bool load_sdk() {
+  static std::once_flag once;
+  std::call_once(once, [] { load_sdk_now(); });
+  return sdk_loaded;
 }
 
 /* The program's name, from its path. */
