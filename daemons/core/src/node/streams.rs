@@ -23,6 +23,10 @@ use super::runner::{InlineWatch, Runner};
 use crate::engine::{GroupKey, StreamSync};
 use crate::filter::{FilterFactory, Level};
 
+/// How far past a filter call's time-out the watchdog may look before it concludes that the node itself did not
+/// run (a stopped process, a starved one) rather than that the call is stuck.
+const NODE_PAUSE: Duration = Duration::from_secs(1);
+
 /// The default filter-call time-out (`filter_call_timeout_ms`).
 pub const DEFAULT_FILTER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -524,31 +528,58 @@ impl StreamTable {
             .min()
     }
 
+    /// Whether a call busy since `since` has run past the time-out at `now`. A call found far past it was not
+    /// watched that long: the node itself did not run (its process was stopped, or starved of the processor), so
+    /// the call is given its whole time-out again from now rather than blamed for the pause.
+    fn overdue(
+        &self,
+        stream: u32,
+        busy: &mut Option<(&'static str, Instant)>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let (call, since) = (*busy)?;
+        let elapsed = now.saturating_duration_since(since);
+        if elapsed < self.call_timeout {
+            return None;
+        }
+        let late = elapsed - self.call_timeout;
+        if late > NODE_PAUSE {
+            tracing::info!(
+                stream,
+                call,
+                late_ms = late.as_millis() as u64,
+                "the node did not run for a while past a filter call's time-out: the call's time starts again"
+            );
+            *busy = Some((call, now));
+            return None;
+        }
+        Some(elapsed)
+    }
+
     /// The watchdog: every live stream whose filter call has run past the time-out, with the reason it fails.
     /// Its worker is abandoned (the thread cannot be stopped) and counted against its filter.
     pub(crate) fn stuck(&mut self, now: Instant) -> Vec<(u32, String)> {
         let mut out = Vec::new();
-        for (id, s) in &mut self.streams {
-            // An answer already back (waiting behind the node's own work) is not a stuck call.
-            let Some(w) = s
-                .worker
-                .as_ref()
-                .filter(|w| w.runner.is_contained() && !w.runner.answered())
-            else {
-                continue;
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            let mut busy = match self.streams.get(&id).and_then(|s| s.worker.as_ref()) {
+                // An answer already back (waiting behind the node's own work) is not a stuck call.
+                Some(w) if w.runner.is_contained() && !w.runner.answered() => w.busy,
+                _ => continue,
             };
-            let Some((call, since)) = w.busy else { continue };
-            let elapsed = now.saturating_duration_since(since);
-            if elapsed < self.call_timeout {
-                continue;
-            }
+            let overdue = self.overdue(id, &mut busy, now);
+            let s = self.streams.get_mut(&id).expect("a stream of the table");
+            let Some(w) = s.worker.as_mut() else { continue };
+            w.busy = busy;
+            let Some(elapsed) = overdue else { continue };
+            let call = busy.map_or("", |(call, _)| call);
             // Counted here; the thread uncounts itself if the call ever returns.
             let n = self.stuck.entry(s.spec.filter.clone()).or_default();
             let n = n.fetch_add(1, Ordering::Relaxed) + 1;
             w.runner.count_stuck();
             s.worker = None;
             out.push((
-                *id,
+                id,
                 format!(
                     "filter {}: {call} call stuck for {} ms (filter_call_timeout_ms {}); its thread is abandoned \
                      ({} stuck on this node)",
@@ -561,18 +592,21 @@ impl StreamTable {
         }
         // A closed stream's call stuck the same way is abandoned too, with nothing left to fail: its last rounds
         // go unanswered, and the node does not wait for them to finish.
-        let timeout = self.call_timeout;
-        let stuck: Vec<u32> = self
-            .closing
-            .iter()
-            .filter(|(_, (_, w))| {
-                w.runner.is_contained()
-                    && !w.runner.answered()
-                    && w.busy
-                        .is_some_and(|(_, since)| now.saturating_duration_since(since) >= timeout)
-            })
-            .map(|(id, _)| *id)
-            .collect();
+        let mut stuck = Vec::new();
+        let ids: Vec<u32> = self.closing.keys().copied().collect();
+        for id in ids {
+            let mut busy = match self.closing.get(&id) {
+                Some((_, w)) if w.runner.is_contained() && !w.runner.answered() => w.busy,
+                _ => continue,
+            };
+            let overdue = self.overdue(id, &mut busy, now);
+            if let Some((_, w)) = self.closing.get_mut(&id) {
+                w.busy = busy;
+            }
+            if overdue.is_some() {
+                stuck.push(id);
+            }
+        }
         for id in stuck {
             let Some((spec, w)) = self.closing.remove(&id) else {
                 continue;
@@ -681,6 +715,69 @@ mod hand_off {
         assert!(table.stuck(late).is_empty());
         assert!(table.done(answer).is_some());
         assert_eq!(table.known(1), Known::Live);
+    }
+
+    /// Holds its upstream call until the gate opens: a call the watchdog finds under way.
+    struct Gate(Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>);
+
+    impl FilterInstance for Gate {
+        fn upstream(&mut self, _round: u64, _phase: u32, _inputs: &[&[u8]]) -> Result<Output, FilterError> {
+            let _ = self.0.lock().unwrap().recv();
+            Ok(Output::default())
+        }
+
+        fn downstream(&mut self, _round: u64, _phase: u32, _packet: &[u8]) -> Result<Output, FilterError> {
+            Ok(Output::default())
+        }
+
+        fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+            Ok(payload.to_vec())
+        }
+    }
+
+    struct GateFilters(Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>);
+
+    impl FilterFactory for GateFilters {
+        fn create(&self, _: &str, _: &str, _: Level) -> Result<Box<dyn FilterInstance>, FilterError> {
+            Ok(Box::new(Gate(self.0.clone())))
+        }
+
+        fn names(&self) -> Vec<String> {
+            vec!["gate".into()]
+        }
+    }
+
+    /// A call the watchdog first sees far past its time-out was not watched that long (the node's process was
+    /// stopped): it gets its whole time-out again, and is stuck only if it is still running then.
+    #[tokio::test]
+    async fn a_call_found_far_past_its_time_out_gets_its_time_again_and_only_then_is_stuck() {
+        let (open, gate) = std::sync::mpsc::channel();
+        let filters = GateFilters(Arc::new(std::sync::Mutex::new(gate)));
+        let (mut table, _done) = StreamTable::new(Arc::new(filters), Level::Relay);
+        let spec = StreamSpec {
+            stream_id: 1,
+            filter: "gate".into(),
+            timeout_ms: 1000,
+            ..Default::default()
+        };
+        table.open(spec, &HashMap::new()).unwrap();
+        let call = Call::Upstream {
+            round: 0,
+            phase: 0,
+            inputs: vec![bytes::Bytes::from_static(b"x")],
+        };
+        assert!(matches!(table.submit(1, call, Then::Nothing), Queued::Yes));
+        let submitted = Instant::now();
+        // The node wakes 60 s late, as after a SIGSTOP: not the call's fault.
+        let resumed = submitted + DEFAULT_FILTER_CALL_TIMEOUT + Duration::from_secs(60);
+        assert!(table.stuck(resumed).is_empty());
+        assert_eq!(table.known(1), Known::Live);
+        // Within its time-out again, still not stuck; past it, on time, it is.
+        assert!(table.stuck(resumed + DEFAULT_FILTER_CALL_TIMEOUT / 2).is_empty());
+        let failed = table.stuck(resumed + DEFAULT_FILTER_CALL_TIMEOUT);
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert!(failed[0].1.contains("upstream call stuck"), "{}", failed[0].1);
+        let _ = open.send(());
     }
 
     /// A stream closed with a call under way and opened again under the same id (a parent that reopens it with
