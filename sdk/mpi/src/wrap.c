@@ -111,14 +111,18 @@ void *cm_next(const char *name, void *fallback) {
  * Past CM_PERSISTENT requests at once, the others are not counted, said once. */
 #define CM_PERSISTENT 4096
 enum { CM_EMPTY, CM_USED, CM_GONE };
-static struct {
+struct cm_entry {
     uint64_t key;
     int state;
     int world; /* a send's destination; -1 for a collective */
     int counter; /* the wrapped call whose byte counter its starts or its completions add to; -1 for a send */
     int receive; /* 0: a send or a collective; CM_ONCE or CM_PERSISTENT_RECEIVE: a receive */
     uint64_t bytes;
-} cm_persistent[CM_PERSISTENT];
+};
+static struct cm_entry cm_persistent[CM_PERSISTENT];
+/* Slots whose request left the table (CM_GONE). A lookup of a request the table does not hold (a send's, in a
+ * wait) probes until an empty slot: past a quarter of tombstones the table is rebuilt without them. */
+static int cm_tombstones = 0;
 enum { CM_ONCE = 1, CM_PERSISTENT_RECEIVE = 2 };
 int cm_receives_pending = 0;
 static pthread_mutex_t cm_persistent_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -147,6 +151,21 @@ static int cm_slot(uint64_t key, int *free_slot) {
 static void cm_drop(int at) {
     if (cm_persistent[at].receive) __atomic_sub_fetch(&cm_receives_pending, 1, __ATOMIC_RELAXED);
     cm_persistent[at].state = CM_GONE;
+    cm_tombstones++;
+}
+
+/* Rebuilds the table with its requests only, every other slot empty. Called with the lock held. */
+static void cm_compact(void) {
+    static struct cm_entry kept[CM_PERSISTENT];
+    int n = 0, free_slot;
+    for (int i = 0; i < CM_PERSISTENT; i++)
+        if (cm_persistent[i].state == CM_USED) kept[n++] = cm_persistent[i];
+    memset(cm_persistent, 0, sizeof cm_persistent);
+    for (int i = 0; i < n; i++) {
+        (void)cm_slot(kept[i].key, &free_slot);
+        cm_persistent[free_slot] = kept[i];
+    }
+    cm_tombstones = 0;
 }
 
 /* Remembers REQUEST with WORLD (a send), or COUNTER (a collective, a receive) and BYTES. */
@@ -154,12 +173,14 @@ static void cm_remember(MPI_Request request, int world, int counter, int receive
     int at, free_slot;
     uint64_t key = cm_request_key(request);
     pthread_mutex_lock(&cm_persistent_lock);
+    if (cm_tombstones > CM_PERSISTENT / 4) cm_compact();
     at = cm_slot(key, &free_slot);
     if (at >= 0)
         cm_drop(at);
     else
         at = free_slot;
     if (at >= 0) {
+        if (cm_persistent[at].state == CM_GONE) cm_tombstones--;
         cm_persistent[at].key = key;
         cm_persistent[at].state = CM_USED;
         cm_persistent[at].world = world;
