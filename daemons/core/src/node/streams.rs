@@ -692,14 +692,11 @@ mod hand_off {
         }
     }
 
-    /// A contained call whose answer is back, waiting for the node (held by its own work, an inline call say),
-    /// is not stuck however late the watchdog looks.
-    #[tokio::test]
-    async fn an_answer_waiting_for_the_node_is_not_a_stuck_call() {
-        let (mut table, mut done) = StreamTable::new(Arc::new(EchoFilters), Level::Relay);
+    /// Opens stream 1 with `filter` and submits one upstream call to it.
+    fn open_and_call(table: &mut StreamTable, filter: &str) {
         let spec = StreamSpec {
             stream_id: 1,
-            filter: "echo".into(),
+            filter: filter.into(),
             timeout_ms: 1000,
             ..Default::default()
         };
@@ -710,6 +707,14 @@ mod hand_off {
             inputs: vec![bytes::Bytes::from_static(b"x")],
         };
         assert!(matches!(table.submit(1, call, Then::Nothing), Queued::Yes));
+    }
+
+    /// A contained call whose answer is back, waiting for the node (held by its own work, an inline call say),
+    /// is not stuck however late the watchdog looks.
+    #[tokio::test]
+    async fn an_answer_waiting_for_the_node_is_not_a_stuck_call() {
+        let (mut table, mut done) = StreamTable::new(Arc::new(EchoFilters), Level::Relay);
+        open_and_call(&mut table, "echo");
         let answer = done.recv().await.unwrap();
         let late = Instant::now() + DEFAULT_FILTER_CALL_TIMEOUT * 2;
         assert!(table.stuck(late).is_empty());
@@ -754,19 +759,7 @@ mod hand_off {
         let (open, gate) = std::sync::mpsc::channel();
         let filters = GateFilters(Arc::new(std::sync::Mutex::new(gate)));
         let (mut table, _done) = StreamTable::new(Arc::new(filters), Level::Relay);
-        let spec = StreamSpec {
-            stream_id: 1,
-            filter: "gate".into(),
-            timeout_ms: 1000,
-            ..Default::default()
-        };
-        table.open(spec, &HashMap::new()).unwrap();
-        let call = Call::Upstream {
-            round: 0,
-            phase: 0,
-            inputs: vec![bytes::Bytes::from_static(b"x")],
-        };
-        assert!(matches!(table.submit(1, call, Then::Nothing), Queued::Yes));
+        open_and_call(&mut table, "gate");
         let submitted = Instant::now();
         // The node wakes 60 s late, as after a SIGSTOP: not the call's fault.
         let resumed = submitted + DEFAULT_FILTER_CALL_TIMEOUT + Duration::from_secs(60);
