@@ -301,14 +301,9 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
 /// messages and bytes sent equal to the monitoring's. CI cannot fetch it: the test says it skipped.
 #[test]
 fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_its_sends() {
-    let Some(src) = std::env::var_os("CANOPY_LULESH_DIR") else {
-        eprintln!("skipped: CANOPY_LULESH_DIR does not name LULESH's source (github.com/LLNL/LULESH)");
+    let Some(src) = third_party("CANOPY_LULESH_DIR", "LULESH's source (github.com/LLNL/LULESH)") else {
         return;
     };
-    if missing().is_some() {
-        return;
-    }
-    wrapper();
     let dir = tempfile::tempdir().unwrap();
     let build = dir.path().join("lulesh");
     let copied = Command::new("cp")
@@ -401,14 +396,9 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
 /// MAX_MSG_SIZE, LAT_LOOP + LAT_SKIP round trips each, small or large), and its MPI_Barrier one per size.
 #[test]
 fn osu_latency_makes_the_calls_its_constants_say() {
-    let Some(src) = std::env::var_os("CANOPY_OSU_DIR") else {
-        eprintln!("skipped: CANOPY_OSU_DIR does not name the OSU micro-benchmarks' source");
+    let Some(src) = third_party("CANOPY_OSU_DIR", "the OSU micro-benchmarks' source") else {
         return;
     };
-    if missing().is_some() {
-        return;
-    }
-    wrapper();
     let pt2pt = Path::new(&src).join("mpi/pt2pt");
     let header = std::fs::read_to_string(pt2pt.join("osu_pt2pt.h")).unwrap();
     let constant = |name: &str| -> u64 {
@@ -586,6 +576,20 @@ fn assert_families_monitored(store: &Path, stdout: &str, standard: Standard) {
             "{counter}: {stored:?}"
         );
     }
+}
+
+/// The directory `var` names, holding `what` (a program CI cannot fetch), with MPI and the wrapper here; `None`,
+/// said, where the variable is unset or MPI is missing.
+fn third_party(var: &str, what: &str) -> Option<PathBuf> {
+    let Some(src) = std::env::var_os(var) else {
+        eprintln!("skipped: {var} does not name {what}");
+        return None;
+    };
+    if missing().is_some() {
+        return None;
+    }
+    wrapper();
+    Some(PathBuf::from(src))
 }
 
 /// Why the MPICH test cannot run here, if it cannot (CANOPY_MPI_TEST makes it fail instead).
@@ -809,14 +813,9 @@ fn another_pmpi_tool_loaded_after_the_wrapper_still_sees_every_call_and_both_cou
 /// calls only.)
 #[test]
 fn mpip_preloaded_after_canopy_counts_every_call_as_canopy_does() {
-    if missing().is_some() {
-        return;
-    }
-    let Some(src) = std::env::var_os("CANOPY_MPIP_DIR") else {
-        eprintln!("skipped: CANOPY_MPIP_DIR does not name mpiP's source (github.com/LLNL/mpiP)");
+    let Some(src) = third_party("CANOPY_MPIP_DIR", "mpiP's source (github.com/LLNL/mpiP)") else {
         return;
     };
-    wrapper();
     let dir = tempfile::tempdir().unwrap();
     let libmpip = match Path::new(&src).join("libmpiP.so") {
         built if built.is_file() => built,
