@@ -11,12 +11,12 @@ use canopy_core::node::{Collection, RootHandle, RoundResult};
 use canopy_core::plugin::PluginFilters;
 use canopy_proto::v1::frontend_server::Frontend;
 use canopy_proto::v1::{
-    AppCoverage, CloseStreamRequest, ControlRequest, ControlResponse, Coverage, CreateStreamRequest,
-    EventName, EventNamesRequest, EventNamesResponse, ListStreamsRequest, ListStreamsResponse, Missing,
-    NodeStatus, RoundUpdate, StreamInfo, StreamSpec, SubscribeRequest, SyncMode, TopologyNode,
-    TopologyRequest, TopologyResponse, control_request, subscribe_request,
+    CloseStreamRequest, ControlRequest, ControlResponse, CreateStreamRequest, EventName, EventNamesRequest,
+    EventNamesResponse, ListStreamsRequest, ListStreamsResponse, NodeStatus, RoundUpdate, StreamInfo,
+    StreamSpec, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest, TopologyResponse, control_request,
+    subscribe_request,
 };
-use canopy_store::{MissingCounts, StoreError, StoreReader, StoredRound, StreamRow, StreamState, Word};
+use canopy_store::{StoreError, StoreReader, StreamRow, StreamState, Word};
 use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -353,36 +353,6 @@ impl SentNames {
     }
 }
 
-/// A stored round's coverage as it was streamed: in all and per application.
-fn coverage(r: &StoredRound) -> Coverage {
-    Coverage {
-        covered: r.covered,
-        expected: r.expected,
-        missing: missing_of(&r.missing),
-        apps: r
-            .apps
-            .iter()
-            .map(|a| AppCoverage {
-                app: a.app.clone(),
-                covered: a.covered,
-                expected: a.expected,
-                missing: missing_of(&a.missing),
-            })
-            .collect(),
-        unreachable: vec![],
-    }
-}
-
-fn missing_of(missing: &MissingCounts) -> Vec<Missing> {
-    missing
-        .iter()
-        .map(|(reason, ranks)| Missing {
-            reason: reason as i32,
-            ranks,
-        })
-        .collect()
-}
-
 /// What the store holds of the streams a subscriber wants, from `from_round` on, as updates in round order (a
 /// round's streams by id, as the tree stored them), so a subscriber drawing round by round sees every stream from
 /// the first; and the don't-wait streams among them, whose rounds come in pieces.
@@ -400,21 +370,8 @@ fn stored_updates(
         if !wanted(s.stream_id, &s.name) {
             continue;
         }
-        let result_type = s.result_type.clone().unwrap_or_default();
         for r in reader.stored_rounds(&s, from_round)? {
-            out.push(RoundUpdate {
-                stream_id: s.stream_id,
-                stream: s.name.clone(),
-                filter: s.filter.clone(),
-                round: r.round,
-                phase: 0,
-                coverage: Some(coverage(&r)),
-                result: Some(any_of(&result_type, r.payload)),
-                late: false,
-                missed: 0,
-                replayed: true,
-                names: Vec::new(),
-            });
+            out.push(r.update(&s, true));
         }
     }
     out.sort_by_key(|u| (u.round, u.stream_id));

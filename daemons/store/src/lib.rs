@@ -7,6 +7,7 @@
 mod checkpoint;
 mod error;
 mod gap;
+mod kafka_log;
 mod partial_log;
 mod profiles;
 mod read;
@@ -22,6 +23,7 @@ mod words;
 mod writer;
 
 pub use error::StoreError;
+pub use kafka_log::{KafkaCounts, KafkaLog, Published};
 pub use profiles::PROFILE_BATCH_TYPE;
 pub use read::{EXAMPLE_QUERY, RANK_NODE_QUERY, Select, StoreReader, Table};
 pub use rounds::{AppRecord, MissingCounts, RoundRecord};

@@ -18,6 +18,8 @@ use crate::schema::{self, SCHEMA_VERSION};
 
 /// The schema version that added `app` to `stats` and `stats_quantiles`: an older store reads `None` there.
 const STATS_APP_SINCE: u32 = 15;
+/// The schema version that added `kafka_rounds` and `kafka_topics`.
+pub(crate) const KAFKA_SINCE: u32 = 21;
 /// The schema version that added `app` to `histograms`.
 const HISTOGRAMS_APP_SINCE: u32 = 17;
 use crate::sql::{id_of, sat, unsigned};
@@ -32,6 +34,7 @@ const OLDEST_READABLE: u32 = 2;
 pub struct Select {
     stream_id: Option<u32>,
     from_round: Option<u64>,
+    to_round: Option<u64>,
     late: Option<bool>,
 }
 
@@ -53,6 +56,12 @@ impl Select {
         self
     }
 
+    /// Only the rows of this round and earlier ones.
+    pub fn to_round(mut self, round: u64) -> Select {
+        self.to_round = Some(round);
+        self
+    }
+
     /// Only the rows whose data arrived after its round was stored (`true`), or with it (`false`). Tables
     /// without a `late` column (`rounds`, `late_arrivals`) ignore it.
     pub fn late(mut self, late: bool) -> Select {
@@ -71,6 +80,10 @@ impl Select {
         if let Some(round) = self.from_round {
             values.push(sat(round));
             terms.push(format!("round >= ?{}", values.len()));
+        }
+        if let Some(round) = self.to_round {
+            values.push(sat(round));
+            terms.push(format!("round <= ?{}", values.len()));
         }
         if let (true, Some(late)) = (has_late, self.late) {
             values.push(i64::from(late));
@@ -516,31 +529,92 @@ impl StoreReader {
     /// A stream's rounds from `from_round` on, as a replay sends them: the coverage of each, and its result as
     /// stored (a passthrough round's batch byte for byte; else the last phase's result). Late data is left out.
     pub fn stored_rounds(&self, stream: &StreamRow, from_round: u64) -> Result<Vec<StoredRound>, StoreError> {
-        let select = Select::all().stream(stream.stream_id).from_round(from_round);
-        let rounds = self.rounds(select)?;
+        self.stored_rounds_in(stream, Select::all().from_round(from_round))
+    }
+
+    /// A stream's rounds `first..=last`, as [`StoreReader::stored_rounds`] gives them.
+    pub fn stored_rounds_between(
+        &self,
+        stream: &StreamRow,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<StoredRound>, StoreError> {
+        self.stored_rounds_in(stream, Select::all().from_round(first).to_round(last))
+    }
+
+    fn stored_rounds_in(&self, stream: &StreamRow, select: Select) -> Result<Vec<StoredRound>, StoreError> {
+        let select = select.stream(stream.stream_id);
         let mut apps: BTreeMap<u64, Vec<RoundAppRow>> = BTreeMap::new();
         for a in self.round_apps(select)? {
             apps.entry(a.round).or_default().push(a);
         }
-        let profiles = stream.result_type.as_deref() == Some(PROFILE_BATCH_TYPE);
-        rounds
+        self.rounds(select)?
             .into_iter()
             .map(|r| {
-                let payload = if profiles {
-                    self.profile_batch(stream.stream_id, r.round)?
-                } else {
-                    self.final_result(stream.stream_id, r.round)?
-                };
-                Ok(StoredRound {
-                    round: r.round,
-                    covered: r.covered,
-                    expected: r.expected,
-                    missing: r.missing,
-                    apps: apps.remove(&r.round).unwrap_or_default(),
-                    payload: payload.unwrap_or_default(),
-                })
+                let apps = apps.remove(&r.round).unwrap_or_default();
+                self.stored_round_of(stream, r, apps)
             })
             .collect()
+    }
+
+    /// How many rounds of a stream, from `from_round` on, have no `kafka_rounds` row.
+    pub fn count_unpublished(&self, stream_id: u32, from_round: u64) -> Result<u64, StoreError> {
+        let sql = match self.version < KAFKA_SINCE {
+            true => "SELECT count(*) FROM rounds WHERE stream_id = ?1 AND round >= ?2",
+            false => {
+                "SELECT count(*) FROM rounds r WHERE r.stream_id = ?1 AND r.round >= ?2
+                 AND NOT EXISTS (SELECT 1 FROM kafka_rounds k WHERE k.stream_id = r.stream_id AND k.round = r.round)"
+            }
+        };
+        let n = self.rows(sql, &[i64::from(stream_id), sat(from_round)], |r| {
+            r.get::<_, i64>(0)
+        })?;
+        Ok(n.first().copied().map_or(0, unsigned))
+    }
+
+    fn stored_round_of(
+        &self,
+        stream: &StreamRow,
+        r: RoundRow,
+        apps: Vec<RoundAppRow>,
+    ) -> Result<StoredRound, StoreError> {
+        let payload = match stream.result_type.as_deref() == Some(PROFILE_BATCH_TYPE) {
+            true => self.profile_batch(stream.stream_id, r.round)?,
+            false => self.final_result(stream.stream_id, r.round)?,
+        };
+        Ok(StoredRound {
+            round: r.round,
+            covered: r.covered,
+            expected: r.expected,
+            missing: r.missing,
+            apps,
+            payload: payload.unwrap_or_default(),
+        })
+    }
+
+    /// Up to `limit` rounds of a stream, from `from_round` on, that have no `kafka_rounds` row (neither published
+    /// nor given up on), in round order; none before schema version 21 has the table.
+    pub fn unpublished_rounds(
+        &self,
+        stream_id: u32,
+        from_round: u64,
+        limit: u32,
+    ) -> Result<Vec<u64>, StoreError> {
+        if self.version < KAFKA_SINCE {
+            return self.rows(
+                "SELECT round FROM rounds WHERE stream_id = ?1 AND round >= ?2 ORDER BY round LIMIT ?3",
+                &[i64::from(stream_id), sat(from_round), i64::from(limit)],
+                |r| r.get::<_, i64>(0).map(unsigned),
+            );
+        }
+        self.rows(
+            "SELECT r.round FROM rounds r
+             WHERE r.stream_id = ?1 AND r.round >= ?2
+               AND NOT EXISTS (SELECT 1 FROM kafka_rounds k WHERE k.stream_id = r.stream_id AND k.round = r.round)
+             ORDER BY r.round LIMIT ?3",
+            &[i64::from(stream_id), sat(from_round), i64::from(limit)],
+            |r| r.get::<_, i64>(0).map(unsigned),
+        )
     }
 
     /// A passthrough round's profiles as stored (its pieces, for a don't-wait stream, one after the other, which

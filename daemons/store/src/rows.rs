@@ -103,6 +103,58 @@ pub struct StoredRound {
     pub payload: Vec<u8>,
 }
 
+impl StoredRound {
+    /// The round as a Subscribe client receives it: its coverage, in all and per application, and its result
+    /// typed as the stream's result type. `replayed` says it was read from the store rather than sent live.
+    pub fn update(self, stream: &StreamRow, replayed: bool) -> canopy_proto::v1::RoundUpdate {
+        use canopy_proto::v1::{AppCoverage, Coverage, Missing, RoundUpdate};
+        let missing_of = |missing: &MissingCounts| -> Vec<Missing> {
+            missing
+                .iter()
+                .map(|(reason, ranks)| Missing {
+                    reason: reason as i32,
+                    ranks,
+                })
+                .collect()
+        };
+        let coverage = Coverage {
+            covered: self.covered,
+            expected: self.expected,
+            missing: missing_of(&self.missing),
+            apps: self
+                .apps
+                .iter()
+                .map(|a| AppCoverage {
+                    app: a.app.clone(),
+                    covered: a.covered,
+                    expected: a.expected,
+                    missing: missing_of(&a.missing),
+                })
+                .collect(),
+            unreachable: vec![],
+        };
+        RoundUpdate {
+            stream_id: stream.stream_id,
+            stream: stream.name.clone(),
+            filter: stream.filter.clone(),
+            round: self.round,
+            phase: 0,
+            coverage: Some(coverage),
+            result: Some(prost_types::Any {
+                type_url: format!(
+                    "type.googleapis.com/{}",
+                    stream.result_type.as_deref().unwrap_or_default()
+                ),
+                value: self.payload,
+            }),
+            late: false,
+            missed: 0,
+            replayed,
+            names: Vec::new(),
+        }
+    }
+}
+
 /// One rank's event over a passthrough stream's rounds (its rows of `samples` that arrived with their round,
 /// summed): the per-rank view of a run.
 #[derive(Debug, Clone, PartialEq)]

@@ -44,7 +44,7 @@ use crate::tables::parse_ranges_text;
 ///   not write in time: a full or failing disk).
 /// - 20: `rounds.missing_unreachable` and `round_apps.missing_unreachable` (ranks behind a node whose link ended
 ///   without a finish, which keeps their data to send again), and `rounds.unreachable_nodes` naming the nodes.
-pub const SCHEMA_VERSION: u32 = 20;
+pub const SCHEMA_VERSION: u32 = 21;
 
 /// Version 1, as stores before the migrations were created (less `missing_dropped`, which version 2 adds).
 const V1: &str = "
@@ -776,6 +776,27 @@ ALTER TABLE round_apps ADD COLUMN missing_unreachable INTEGER NOT NULL DEFAULT 0
 INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '20');
 ";
 
+/// Version 21: the rounds published to Kafka, each with the offset the broker acknowledged (or why it was not
+/// published), and per topic the offset its end had when this run began publishing there: the records before
+/// it are other runs'.
+const V21: &str = "
+CREATE TABLE kafka_rounds (
+    stream_id INTEGER NOT NULL,
+    round INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER,
+    offset INTEGER,
+    failure TEXT,
+    acked_unix_ns INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, round)
+) WITHOUT ROWID;
+CREATE TABLE kafka_topics (
+    topic TEXT PRIMARY KEY,
+    scan_from INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '21');
+";
+
 /// Drops the per-event indexes of a run still being written; an ended run keeps them, since nothing would build
 /// them again.
 fn live_event_indexes_dropped(tx: &Transaction<'_>) -> HookResult {
@@ -852,6 +873,7 @@ fn migrations() -> Migrations<'static> {
         M::up_with_hook(V18, live_event_indexes_dropped),
         M::up(V19),
         M::up(V20),
+        M::up(V21),
     ])
 }
 
