@@ -9,6 +9,7 @@
 
 pub mod accounting;
 pub mod fault;
+pub mod kafka;
 pub mod netns;
 pub mod test_rank;
 

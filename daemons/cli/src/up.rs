@@ -81,6 +81,10 @@ pub struct UpArgs {
     /// own, its certificates and a bearer token in OUT/tls.
     #[arg(long)]
     insecure: bool,
+    /// Publish every stored round to these Kafka brokers (host:port, comma-separated), each exactly once, on the
+    /// topic canopy.<stream> (docs/kafka.md).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT")]
+    kafka_brokers: Vec<String>,
 }
 
 pub fn run(args: UpArgs) -> anyhow::Result<ExitCode> {
@@ -203,6 +207,12 @@ async fn launch_and_watch(
         &args.timeout_ms.to_string(),
     ])
     .args(["--ready-file".to_string(), fe_ready.display().to_string()])
+    .args(
+        (!args.kafka_brokers.is_empty())
+            .then(|| ["--kafka-brokers".to_string(), args.kafka_brokers.join(",")])
+            .into_iter()
+            .flatten(),
+    )
     .args(security.iter().cloned());
     if let Some(c) = creds {
         fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);

@@ -7,6 +7,7 @@ pub mod api;
 pub mod app_metrics;
 pub mod auto_detail;
 pub mod error;
+pub mod kafka;
 pub mod reflection;
 pub mod resume;
 pub mod selection;
@@ -170,6 +171,32 @@ pub struct FrontendConfig {
     /// Plaintext instead of TLS: allowed on loopback addresses only.
     #[arg(long)]
     pub insecure: bool,
+    /// Kafka brokers (host:port, comma-separated as a flag) to publish every stored round to, each exactly once
+    /// (docs/kafka.md). Empty: no export.
+    #[arg(long, value_delimiter = ',')]
+    pub kafka_brokers: Vec<String>,
+    /// Each stream's rounds go to the topic `<prefix>.<stream name>`.
+    #[arg(long)]
+    pub kafka_topic_prefix: String,
+    /// Replicas of a topic the front-end creates (a topic that exists is used as it is).
+    #[arg(long)]
+    pub kafka_replication_factor: i16,
+    /// PEM file of the CA the brokers' certificates chain to: TLS to the brokers. Unset: plaintext.
+    #[arg(long)]
+    pub kafka_tls_ca: Option<PathBuf>,
+    /// SASL to the brokers: plain, scram-sha-256 or scram-sha-512. Empty: none.
+    #[arg(long)]
+    pub kafka_sasl_mechanism: String,
+    /// The SASL user.
+    #[arg(long)]
+    pub kafka_sasl_username: String,
+    /// A file holding the SASL password (not readable by other users).
+    #[arg(long)]
+    pub kafka_sasl_password_file: Option<PathBuf>,
+    /// Milliseconds the front-end, its run over, goes on publishing what the brokers have not acknowledged
+    /// before it exits (what is left is published later with `canopy export`).
+    #[arg(long)]
+    pub kafka_drain_ms: u64,
 }
 
 /// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`); as a
@@ -272,6 +299,14 @@ impl Default for FrontendConfig {
             tls_cert: None,
             tls_key: None,
             insecure: false,
+            kafka_brokers: Vec::new(),
+            kafka_topic_prefix: kafka::DEFAULT_TOPIC_PREFIX.into(),
+            kafka_replication_factor: 1,
+            kafka_tls_ca: None,
+            kafka_sasl_mechanism: String::new(),
+            kafka_sasl_username: String::new(),
+            kafka_sasl_password_file: None,
+            kafka_drain_ms: 10_000,
         }
     }
 }
@@ -410,6 +445,7 @@ impl CheckConfig for FrontendConfig {
         if self.out.as_os_str().is_empty() {
             return Err(ConfigIssue::new("out", "must name a directory"));
         }
+        kafka::check(self)?;
         // Last: a wrong value elsewhere is the more useful message.
         self.tls().check(&[("listen", &self.listen)])?;
         Ok(())
@@ -440,6 +476,8 @@ pub enum FrontendError {
     Tls(#[from] canopy_runtime::tls::TlsError),
     #[error("token file: {0}")]
     Tokens(#[from] canopy_runtime::auth::TokenFileError),
+    #[error("Kafka export: {0}")]
+    Kafka(String),
 }
 
 impl canopy_runtime::daemon::IsRefusal for FrontendError {
@@ -616,6 +654,8 @@ pub struct Frontend {
     resumed: Option<canopy_core::run::ResumeGate>,
     /// The application's latest rounds, for the metrics endpoint.
     app_metrics: Arc<app_metrics::AppMetrics>,
+    /// Notified as each round is committed (the Kafka export reads the store from there).
+    committed: Arc<tokio::sync::Notify>,
 }
 
 /// How a front-end's run ended.
@@ -718,11 +758,13 @@ impl Frontend {
             mb => mb << 20,
         };
         let app_metrics = Arc::new(app_metrics::AppMetrics::new(config.metrics_top_events));
+        let committed = Arc::new(tokio::sync::Notify::new());
         let (store_tx, writer) = Writer::spawn_with(store, 1024, retry_bytes, {
-            let (shared, app_metrics) = (shared.clone(), app_metrics.clone());
+            let (shared, app_metrics, committed) = (shared.clone(), app_metrics.clone(), committed.clone());
             move |Committed(r)| {
                 app_metrics.note(&r, &shared.result_type(r.stream.stream_id));
                 let _ = shared.live.send(r);
+                committed.notify_one();
             }
         })?;
         let up = StoreUp {
@@ -771,6 +813,7 @@ impl Frontend {
             gate,
             opened,
             app_metrics,
+            committed,
             resumed: prior
                 .is_some()
                 .then(|| canopy_core::run::ResumeGate::new(run_id.clone())),
@@ -809,7 +852,9 @@ impl Frontend {
             run,
             resumed,
             app_metrics,
+            committed,
         } = self;
+        let export = kafka::Export::start(&config, &store_path, committed).await?;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
         let triggers = selection::Triggers {
@@ -890,7 +935,9 @@ impl Frontend {
                 &config.metrics_listen,
                 &config.node_id,
                 handles.snapshot.clone(),
-                vec![app_metrics.collector(names)],
+                std::iter::once(app_metrics.collector(names))
+                    .chain(export.as_ref().map(kafka::Export::collector))
+                    .collect(),
             )
             .await?;
             ready.push_str(&format!("metrics={at}\n"));
@@ -946,6 +993,12 @@ impl Frontend {
                 store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
             }
             store.end_run(canopy_core::node::unix_ns() as i64)?;
+        }
+        // Every round is stored (with the rows the end of the run adds): the export sends what is left.
+        if let Some(export) = export {
+            export.finish().await;
+            // Its connections closed: the store leaves WAL mode, as a store the front-end alone wrote does.
+            drop(Store::open(&store_path)?);
         }
         tracing::info!(store = %store_path.display(), "front-end stopped");
         result?;

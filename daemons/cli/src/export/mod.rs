@@ -2,6 +2,7 @@
 //! Parquet, with event names beside their ids and units in the column names (docs/report.md lists them).
 
 mod csv_out;
+mod kafka;
 mod parquet_out;
 mod table;
 mod tables;
@@ -21,8 +22,8 @@ pub struct ExportArgs {
     /// run-*.sqlite) is taken.
     run: PathBuf,
     /// csv or parquet (INT64, DOUBLE and UTF-8 strings, snappy-compressed); with --training, csv or arff.
-    #[arg(long, value_enum)]
-    format: Format,
+    #[arg(long, value_enum, required_unless_present = "kafka_brokers")]
+    format: Option<Format>,
     /// Write a workflow's training data for metric selection instead of the tables: per round, the mean
     /// end-to-end latency of a latency stream's steps beside each application's mean of every metric a stats
     /// stream holds, one column each, in one file (training.csv, or training.arff for Weka, the latency last).
@@ -49,6 +50,8 @@ pub struct ExportArgs {
     /// event_metrics, samples, counters, nodes. Default: every table the run has rows in, and always streams and rounds.
     #[arg(long = "table", value_name = "T", value_delimiter = ',')]
     tables: Vec<String>,
+    #[command(flatten)]
+    kafka: kafka::KafkaArgs,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +73,21 @@ impl Format {
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<()> {
-    if args.training {
-        return training(&args);
+    if !args.kafka.kafka_brokers.is_empty() {
+        if args.format.is_some() || args.training || !args.tables.is_empty() || args.out.is_some() {
+            bail!(
+                "--kafka-brokers publishes the run's rounds to Kafka: it takes no --format, --training, --table or --output"
+            );
+        }
+        return kafka::publish(&args.run, &args.kafka);
     }
-    if args.format == Format::Arff {
+    let Some(format) = args.format else {
+        bail!("--format is needed (csv or parquet), or --kafka-brokers");
+    };
+    if args.training {
+        return training(&args, format);
+    }
+    if format == Format::Arff {
         bail!("--format arff is for --training (a workflow's training data); the tables are csv or parquet");
     }
     for t in &args.tables {
@@ -93,7 +107,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     };
     let dir = args
         .out
-        .unwrap_or_else(|| default_dir(reader.path(), args.format.ext()));
+        .unwrap_or_else(|| default_dir(reader.path(), format.ext()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = 0;
     for (name, store_table, build) in TABLES {
@@ -106,10 +120,10 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             continue;
         }
         let table = build(&src)?;
-        let path = dir.join(format!("{name}.{}", args.format.ext()));
+        let path = dir.join(format!("{name}.{}", format.ext()));
         let file =
             std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        match args.format {
+        match format {
             Format::Csv => csv_out::write(&table, std::io::BufWriter::new(file)),
             Format::Parquet => parquet_out::write(&table, file),
             Format::Arff => unreachable!("refused above"),
@@ -127,8 +141,8 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
 }
 
 /// `--training`: the workflow's training data in one file, as `canopy ctl select` learns from it.
-fn training(args: &ExportArgs) -> anyhow::Result<()> {
-    if args.format == Format::Parquet {
+fn training(args: &ExportArgs, format: Format) -> anyhow::Result<()> {
+    if format == Format::Parquet {
         bail!("--training writes csv or arff");
     }
     let reader = run_store::open(&args.run)?;
@@ -147,12 +161,12 @@ fn training(args: &ExportArgs) -> anyhow::Result<()> {
     let dir = args
         .out
         .clone()
-        .unwrap_or_else(|| default_dir(reader.path(), args.format.ext()));
+        .unwrap_or_else(|| default_dir(reader.path(), format.ext()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join(format!("training.{}", args.format.ext()));
+    let path = dir.join(format!("training.{}", format.ext()));
     let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
-    match args.format {
+    match format {
         Format::Arff => canopy_select::write_arff(&ds, "canopy_workflow", "latency_ms", &mut w),
         _ => canopy_select::write_csv(&ds, "latency_ms", &mut w),
     }
