@@ -9,6 +9,7 @@
 )]
 
 mod heal;
+mod kafka;
 mod latency;
 mod leaf;
 mod mpi_wrapper;
@@ -52,6 +53,25 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The Kafka export's cost and pace: a tree as separate processes, without and with the export to a local
+    /// broker (tansu), alternating; then a finished run published by `canopy export`.
+    Kafka {
+        #[arg(long, default_value_t = 1024)]
+        ranks: u32,
+        #[arg(long, default_value_t = 16)]
+        agents: usize,
+        #[arg(long, default_value_t = 4)]
+        fanout: usize,
+        #[arg(long, default_value_t = 20)]
+        events: u32,
+        /// Milliseconds between two rounds (10: 100 rounds/s).
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 1000)]
+        rounds: u64,
+        #[arg(long, default_value = "stats,histogram")]
+        filters: String,
+    },
     /// A relay killed with SIGKILL at a random moment under load, in fresh trees of processes: the time back to
     /// full coverage, and the rank-rounds lost or counted twice.
     Heal {
@@ -310,6 +330,29 @@ fn main() -> anyhow::Result<()> {
         println!("# command: {}", std::env::args().collect::<Vec<_>>().join(" "));
     }
     match args.command {
+        Command::Kafka {
+            ranks,
+            agents,
+            fanout,
+            events,
+            period_ms,
+            rounds,
+            filters,
+        } => kafka::run(
+            &Shape {
+                ranks,
+                agents,
+                fanout,
+                events,
+                period_ms,
+                rounds,
+                filter: filters,
+                params: None,
+                processes: true,
+                tls: true,
+            },
+            args.repeats,
+        ),
         Command::Heal {
             trials,
             period_ms,

@@ -78,7 +78,7 @@ pub fn finish(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 /// Reads `canopy up`'s latest-cpu.json: the store, the rounds per stream, and seconds of CPU by kind.
-fn read_cpu(path: &Path) -> anyhow::Result<(PathBuf, CpuByKind)> {
+pub fn read_cpu(path: &Path) -> anyhow::Result<(PathBuf, CpuByKind)> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use canopy_integration_tests::kafka::{Broker, Consumed};
 use canopy_integration_tests::{
-    Proc, RoundRow, SimAgent, canopy_cli, read_rounds, reader, start_frontend, start_relay, wait_for,
+    Proc, RoundRow, SimAgent, canopy_cli, python_with, read_rounds, reader, start_frontend, start_relay,
+    wait_for,
 };
 use canopy_proto::v1::RoundUpdate;
 use nix::sys::signal::Signal;
@@ -253,6 +254,7 @@ fn export_publishes_a_finished_run_once_and_reads_back_what_is_there_already() {
         )),
         "{again}"
     );
+    consume_as_docs_say(dir.path(), &broker, rounds);
     let third = canopy_cli(&["export", path, "--kafka-brokers", &broker.addr]);
     assert!(
         third.contains(&format!(
@@ -264,6 +266,38 @@ fn export_publishes_a_finished_run_once_and_reads_back_what_is_there_already() {
     assert_eq!(records.len(), rounds, "one record per round in the topic");
     let keys: BTreeSet<&str> = records.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys.len(), rounds);
+}
+
+/// docs/kafka.md's consumer, as written there, reads every round of the topic with its coverage and typed result.
+fn consume_as_docs_say(dir: &Path, broker: &Broker, rounds: usize) {
+    let Some(python) = python_with(&["kafka", "google.protobuf"]) else {
+        return;
+    };
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kafka.md")).unwrap();
+    let script = doc
+        .split("```python\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/kafka.md has a python block");
+    let descriptors = dir.join("canopy.desc");
+    canopy_cli(&["descriptors", "-o", descriptors.to_str().unwrap()]);
+    let script = script
+        .replace("\"localhost:9092\"", &format!("{:?}", broker.addr))
+        .replace("\"canopy.desc\"", &format!("{:?}", descriptors.to_str().unwrap()));
+    let out = std::process::Command::new(&python)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), rounds, "{stdout}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" stats round ") && l.contains("/8 ranks") && l.ends_with("StatsResult")),
+        "{stdout}"
+    );
 }
 
 #[test]

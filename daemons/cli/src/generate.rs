@@ -1,5 +1,6 @@
 //! `canopy completions SHELL` and `canopy man`: shell completions and man pages written from the command's own
-//! definition, so they follow every subcommand and flag the CLI has. deploy/install.sh installs both.
+//! definition, so they follow every subcommand and flag the CLI has. deploy/install.sh installs both. `canopy
+//! descriptors`: the protobuf descriptors of everything Canopy sends, for readers in other languages.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,26 @@ pub struct ManArgs {
     /// directory, made if absent. Without it the page of `canopy` itself is printed.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct DescriptorsArgs {
+    /// Write the descriptor set to this file; without it, to standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Writes Canopy's encoded `google.protobuf.FileDescriptorSet`: every message the API, the tree and the bundled
+/// filters send (`canopy.v1.RoundUpdate`, the filters' results), with the well-known types they import, so a
+/// Kafka consumer or any protobuf library decodes them without Canopy's sources.
+pub fn descriptors(args: DescriptorsArgs) -> anyhow::Result<()> {
+    let set = canopy_proto::FILE_DESCRIPTOR_SET;
+    match &args.output {
+        Some(path) => std::fs::write(path, set).with_context(|| format!("cannot write {}", path.display())),
+        None => std::io::stdout()
+            .write_all(set)
+            .context("cannot write the descriptors"),
+    }
 }
 
 /// The completion script for `shell`.

@@ -86,6 +86,9 @@ enum Command {
     Completions(generate::CompletionsArgs),
     /// Print the man page of canopy, or with --out write one page per command and subcommand.
     Man(generate::ManArgs),
+    /// Write the protobuf descriptor set of every message Canopy sends (RoundUpdate, the filters' results), for
+    /// consumers in other languages (docs/kafka.md).
+    Descriptors(generate::DescriptorsArgs),
     /// A run's store as one self-contained HTML page of figures (summary, coverage, top events with their
     /// spread, histograms as heat maps, classes, utilization, outliers, clusters, nodes), or one figure as PNG.
     Report(report::ReportArgs),
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
         Command::Top { target, args } => block_on(top::run(target, args)),
         Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
+        Command::Descriptors(a) => generate::descriptors(a).map(|()| ExitCode::SUCCESS),
         Command::Report(a) => report::run(a).map(|()| ExitCode::SUCCESS),
         Command::Export(a) => export::run(a).map(|()| ExitCode::SUCCESS),
     };
