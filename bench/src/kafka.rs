@@ -78,37 +78,30 @@ pub fn run(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
             .map(|(w, p)| w.frontend_ms_per_round / p)
             .collect(),
     );
+    let rows = [
+        ("front-end CPU per round, without the export", show(plain, " ms")),
+        (
+            "front-end CPU per round, with the export",
+            show(col(|e| e.frontend_ms_per_round), " ms"),
+        ),
+        ("with / without", show(ratio, "")),
+        (
+            "rounds stored per second (all streams)",
+            show(col(|e| e.stored_per_s), ""),
+        ),
+        (
+            "rounds published per second (all streams)",
+            show(col(|e| e.published_per_s), ""),
+        ),
+        ("store to acknowledgment, p50", show(col(|e| e.ack_p50_ms), " ms")),
+        ("store to acknowledgment, p99", show(col(|e| e.ack_p99_ms), " ms")),
+        ("rounds left unpublished", show(col(|e| e.unpublished as f64), "")),
+    ];
     println!("| figure | median (min to max) |");
     println!("|---|---|");
-    println!(
-        "| front-end CPU per round, without the export | {} |",
-        show(plain, " ms")
-    );
-    println!(
-        "| front-end CPU per round, with the export | {} |",
-        show(col(|e| e.frontend_ms_per_round), " ms")
-    );
-    println!("| with / without | {} |", show(ratio, ""));
-    println!(
-        "| rounds stored per second (all streams) | {} |",
-        show(col(|e| e.stored_per_s), "")
-    );
-    println!(
-        "| rounds published per second (all streams) | {} |",
-        show(col(|e| e.published_per_s), "")
-    );
-    println!(
-        "| store to acknowledgment, p50 | {} |",
-        show(col(|e| e.ack_p50_ms), " ms")
-    );
-    println!(
-        "| store to acknowledgment, p99 | {} |",
-        show(col(|e| e.ack_p99_ms), " ms")
-    );
-    println!(
-        "| rounds left unpublished | {} |",
-        show(col(|e| e.unpublished as f64), "")
-    );
+    for (figure, value) in rows {
+        println!("| {figure} | {value} |");
+    }
     if let Some(store) = last_store {
         let (rounds, secs) = export_rate(&store, &broker.addr)?;
         println!(

@@ -166,11 +166,7 @@ impl KafkaLog {
 
     /// Sets a `meta` fact (the export's state, for `canopy report` and operators).
     pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")
-            .and_then(|mut st| st.execute(params![key, value]))
-            .map(drop)
-            .map_err(self.sqlite())
+        crate::sql::set_meta(&self.conn, key, value).map_err(self.sqlite())
     }
 
     fn in_transaction<T>(

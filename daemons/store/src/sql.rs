@@ -33,3 +33,10 @@ pub(crate) fn now_unix_ns() -> i64 {
 pub(crate) fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
+
+/// Sets a `meta` fact, replacing its value.
+pub(crate) fn set_meta(conn: &rusqlite::Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")
+        .and_then(|mut st| st.execute(rusqlite::params![key, value]))
+        .map(drop)
+}

@@ -171,11 +171,7 @@ impl Store {
     }
 
     pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")
-            .and_then(|mut st| st.execute(params![key, value]))
-            .map(drop)
-            .map_err(self.sqlite())
+        crate::sql::set_meta(&self.conn, key, value).map_err(self.sqlite())
     }
 
     /// Upserts by stream_id; `opened_unix_ns` is set on the first insert, `closed_unix_ns` the first time the
