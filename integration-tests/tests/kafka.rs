@@ -147,7 +147,11 @@ fn every_stored_round_is_published_once_through_a_stopped_broker_and_a_killed_re
         return;
     };
     let listen = canopy_integration_tests::unused_addr();
-    let (mut fe, _, store) = start_frontend(dir.path(), &frontend_args(&listen, "32", &broker.addr));
+    let mut args = frontend_args(&listen, "32", &broker.addr);
+    args.extend(["--metrics-listen", "127.0.0.1:0"]);
+    let (mut fe, _, store) = start_frontend(dir.path(), &args);
+    let ready = std::fs::read_to_string(dir.path().join("frontend.ready")).unwrap();
+    let metrics = canopy_integration_tests::ready_field(&ready, "metrics");
     let (_relay0, addr0) = start_relay(dir.path(), "relay-0", &listen, "127.0.0.1:0");
     let (relay1, addr1) = start_relay(dir.path(), "relay-1", &listen, "127.0.0.1:0");
     let up0 = format!("{addr0},{listen}");
@@ -163,7 +167,13 @@ fn every_stored_round_is_published_once_through_a_stopped_broker_and_a_killed_re
     broker.pause();
     std::thread::sleep(Duration::from_secs(2));
     relay1.signal(Signal::SIGKILL);
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(9500));
+    // Past the request's time-out: the metrics say the brokers are away and the rounds wait.
+    let scraped = scrape(&metrics);
+    assert_eq!(scraped.get("canopy_kafka_up"), Some(&0.0), "{scraped:?}");
+    assert!(scraped["canopy_kafka_rounds_pending"] > 100.0, "{scraped:?}");
+    assert!(scraped["canopy_kafka_rounds_published"] > 100.0, "{scraped:?}");
+    std::thread::sleep(Duration::from_millis(500));
     broker.resume();
     let status = fe
         .wait_timeout(Duration::from_secs(120))
@@ -207,6 +217,27 @@ fn a_frontend_killed_and_restarted_on_its_store_publishes_each_round_once() {
         .expect("the front-end ends with the run");
     assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
     assert_exactly_once(&broker, &store, &["stats", "histogram"]);
+}
+
+/// The metrics endpoint's samples by name (each series here is the front-end's one: its labels are left out).
+fn scrape(addr: &str) -> BTreeMap<String, f64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).unwrap();
+    out.lines()
+        .filter(|l| l.starts_with("canopy_kafka_"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let name = series.split('{').next()?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// A finished run, without Kafka: a front-end and one agent of 8 ranks for `rounds` rounds.

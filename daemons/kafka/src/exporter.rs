@@ -139,18 +139,13 @@ impl Exporter {
     /// One pass; `true` if it stopped at its bound with more to send.
     async fn pass(&mut self) -> Result<bool, ExportError> {
         let result = self.publisher.pass(ROUNDS_PER_PASS).await;
-        let s = &self.stats;
-        match &result {
-            Ok(p) => {
-                s.published.fetch_add(p.published, Ordering::Relaxed);
-                s.found.fetch_add(p.found, Ordering::Relaxed);
-                s.failed.fetch_add(p.failed.len() as u64, Ordering::Relaxed);
-                s.up.store(true, Ordering::Relaxed);
-            }
-            Err(_) => {
-                s.errors.fetch_add(1, Ordering::Relaxed);
-                s.up.store(false, Ordering::Relaxed);
-            }
+        let (s, totals) = (&self.stats, self.publisher.totals());
+        s.published.store(totals.published, Ordering::Relaxed);
+        s.found.store(totals.found, Ordering::Relaxed);
+        s.failed.store(totals.failed, Ordering::Relaxed);
+        s.up.store(result.is_ok(), Ordering::Relaxed);
+        if result.is_err() {
+            s.errors.fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(pending) = self.publisher.pending().await {
             s.pending.store(pending, Ordering::Relaxed);

@@ -86,6 +86,19 @@ pub struct Publisher {
     /// Per topic, the event names already sent with a record in this session.
     names_sent: HashMap<String, HashSet<u64>>,
     scan_start: ScanStart,
+    /// What this publisher did since it opened, pass or failure alike.
+    totals: Totals,
+}
+
+/// What a publisher did since it opened.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Rounds the broker acknowledged.
+    pub published: u64,
+    /// Rounds found in a topic on reading it back.
+    pub found: u64,
+    /// Rounds given up on.
+    pub failed: u64,
 }
 
 impl Publisher {
@@ -115,7 +128,13 @@ impl Publisher {
             floor: HashMap::new(),
             names_sent: HashMap::new(),
             scan_start,
+            totals: Totals::default(),
         })
+    }
+
+    /// What it did since it opened, including the part of a pass that failed.
+    pub fn totals(&self) -> Totals {
+        self.totals
     }
 
     /// The run's id, the first part of every key.
@@ -326,7 +345,9 @@ impl Publisher {
                     })
                     .collect();
                 let t = topic.to_string();
-                pass.published += self.db(move |db| db.log.published(&t, &published)).await?;
+                let new = self.db(move |db| db.log.published(&t, &published)).await?;
+                pass.published += new;
+                self.totals.published += new;
                 Ok(())
             }
             Ok(offsets) => Err(ExportError::Broker(format!(
@@ -426,6 +447,7 @@ impl Publisher {
         }
         let t = topic.to_string();
         let new = self.db(move |db| db.log.published(&t, &found)).await?;
+        self.totals.found += new;
         if new > 0 {
             tracing::info!(%topic, rounds = new, "rounds found in the topic on reading back: recorded, not sent again");
         }
