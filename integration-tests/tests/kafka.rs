@@ -406,3 +406,38 @@ fn rounds_a_broker_refuses_are_recorded_with_its_reason_and_the_other_streams_go
         "the refusal is not logged"
     );
 }
+
+#[test]
+fn canopy_up_publishes_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::start(dir.path(), "kafka::canopy_up") else {
+        return;
+    };
+    let out = dir.path().join("out");
+    canopy_cli(&[
+        "up",
+        "--quiet",
+        "--ranks",
+        "8",
+        "--agents",
+        "2",
+        "--fanout",
+        "2",
+        "--rounds",
+        "30",
+        "--period-ms",
+        "10",
+        "--out",
+        out.to_str().unwrap(),
+        "--kafka-brokers",
+        &broker.addr,
+    ]);
+    let store = out.join("latest.sqlite");
+    let rounds = read_rounds(&store).len();
+    assert!(rounds >= 30, "{rounds} rounds stored");
+    assert_eq!(
+        broker.records("canopy.stats").len(),
+        rounds,
+        "each stored round published once"
+    );
+}

@@ -1,4 +1,4 @@
-//! The front-end's side of the Kafka export: its settings (`kafka_*` in `[frontend]`), the exporter task that
+//! The front-end's side of the Kafka export: its settings (`kafka_*` in `[frontend]`), the exporter thread that
 //! runs beside the tree, and its series on the metrics endpoint. The export itself is `canopy-kafka`'s.
 
 use std::fmt;
@@ -59,13 +59,13 @@ fn settings(config: &FrontendConfig) -> canopy_kafka::KafkaSettings {
 pub struct Export {
     stats: Arc<canopy_kafka::ExportStats>,
     ended: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Export {
     /// Starts publishing the run in `store` if `kafka_brokers` is set; `wake` is notified as rounds are
-    /// committed. Says at once whether the brokers answer; the run goes on either way.
-    pub async fn start(
+    /// committed. Says at once (from its thread) whether the brokers answer; the run goes on either way.
+    pub fn start(
         config: &FrontendConfig,
         store: &Path,
         wake: Arc<Notify>,
@@ -76,11 +76,23 @@ impl Export {
         let stats = Arc::new(canopy_kafka::ExportStats::default());
         let mut exporter = canopy_kafka::Exporter::new(settings(config), store, stats.clone(), wake)
             .map_err(|e| crate::FrontendError::Kafka(e.to_string()))?;
-        exporter.check(&config.kafka_brokers.join(",")).await;
         let (ended, ended_rx) = watch::channel(false);
         let drain = Duration::from_millis(config.kafka_drain_ms);
-        let task = tokio::spawn(exporter.run(ended_rx, drain));
-        Ok(Some(Export { stats, ended, task }))
+        let brokers = config.kafka_brokers.join(",");
+        // A thread and runtime of its own, as the store's writer has: the node's thread never waits on the
+        // export's store reads and sends, and the export never waits behind a round's work.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("kafka-export".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    exporter.check(&brokers).await;
+                    exporter.run(ended_rx, drain).await;
+                });
+            })?;
+        Ok(Some(Export { stats, ended, thread }))
     }
 
     /// The export's series for the metrics endpoint.
@@ -93,7 +105,8 @@ impl Export {
     /// The run is over and every round stored: publishes what is left (within `kafka_drain_ms`) and ends.
     pub async fn finish(self) {
         let _ = self.ended.send(true);
-        let _ = self.task.await;
+        let thread = self.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
 }
 

@@ -854,7 +854,7 @@ impl Frontend {
             app_metrics,
             committed,
         } = self;
-        let export = kafka::Export::start(&config, &store_path, committed).await?;
+        let export = kafka::Export::start(&config, &store_path, committed)?;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
         let triggers = selection::Triggers {
