@@ -81,8 +81,9 @@ pub struct Publisher {
     checked: HashSet<String>,
     /// Topics the broker refused, with its reason: their rounds are given up on.
     refused: HashMap<String, String>,
-    /// Per stream, a round below which every round has its record.
-    floor: HashMap<u32, u64>,
+    /// Per stream, a row of `rounds` (its rowid) before which every round has its record. Rows are only added,
+    /// so a round stored out of order (one that waited for its time-out) is after it, whatever its number.
+    cursor: HashMap<u32, i64>,
     /// Per topic, the event names already sent with a record in this session.
     names_sent: HashMap<String, HashSet<u64>>,
     scan_start: ScanStart,
@@ -125,7 +126,7 @@ impl Publisher {
             partitions: HashMap::new(),
             checked: HashSet::new(),
             refused: HashMap::new(),
-            floor: HashMap::new(),
+            cursor: HashMap::new(),
             names_sent: HashMap::new(),
             scan_start,
             totals: Totals::default(),
@@ -183,13 +184,12 @@ impl Publisher {
 
     /// Rounds stored and not published yet (nor given up on).
     pub async fn pending(&self) -> Result<u64, ExportError> {
-        let floor = self.floor.clone();
+        let cursor = self.cursor.clone();
         self.db(move |db| {
             let mut n = 0;
             for s in db.reader.streams()? {
-                n += db
-                    .reader
-                    .count_unpublished(s.stream_id, floor.get(&s.stream_id).copied().unwrap_or(0))?;
+                let from = cursor.get(&s.stream_id).copied().unwrap_or(0);
+                n += db.reader.count_unpublished(s.stream_id, from)?;
             }
             Ok(n)
         })
@@ -226,15 +226,16 @@ impl Publisher {
         limit: u32,
         pass: &mut Pass,
     ) -> Result<bool, ExportError> {
-        let floor = self.floor.get(&stream.stream_id).copied().unwrap_or(0);
+        let from = self.cursor.get(&stream.stream_id).copied().unwrap_or(0);
         let id = stream.stream_id;
-        let rounds = self
-            .db(move |db| db.reader.unpublished_rounds(id, floor, limit))
+        let rows = self
+            .db(move |db| db.reader.unpublished_rounds(id, from, limit))
             .await?;
-        let Some(&first) = rounds.first() else {
+        let Some(&(first, _)) = rows.first() else {
             return Ok(false);
         };
-        self.floor.insert(id, first);
+        self.cursor.insert(id, first);
+        let rounds: Vec<u64> = rows.iter().map(|(_, round)| *round).collect();
         let topic = self.settings.topic(&stream.name);
         if let Some(reason) = self.refused.get(&topic).cloned() {
             self.give_up(&topic, stream, &rounds, &reason, pass).await?;
@@ -269,7 +270,11 @@ impl Publisher {
         rounds: &[u64],
         pass: &mut Pass,
     ) -> Result<(), ExportError> {
-        let (first, last) = (rounds[0], rounds[rounds.len() - 1]);
+        // Rounds in the order they were stored: their numbers need not ascend.
+        let (first, last) = (
+            rounds.iter().copied().min().unwrap_or(0),
+            rounds.iter().copied().max().unwrap_or(0),
+        );
         let wanted: HashSet<u64> = rounds.iter().copied().collect();
         let (row, sent) = (
             stream.clone(),

@@ -192,7 +192,49 @@ impl KafkaLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Store;
+    use crate::{Payload, RoundRecord, Store, StoreReader};
+
+    fn round(round: u64) -> RoundRecord {
+        RoundRecord {
+            stream_id: 1,
+            stream_name: "stats".into(),
+            round,
+            covered: 4,
+            expected: 4,
+            missing: vec![],
+            first_dump_unix_ns: 0,
+            closed_unix_ns: 1,
+            apps: vec![],
+            unreachable: vec![],
+        }
+    }
+
+    #[test]
+    fn a_round_stored_after_later_rounds_is_still_ahead_of_the_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::create(dir.path()).unwrap();
+        let path = store.path().to_path_buf();
+        for r in [5, 6] {
+            store.write_round(&round(r), Payload::None).unwrap();
+        }
+        let reader = StoreReader::open(&path).unwrap();
+        let rows = reader.unpublished_rounds(1, 0, 10).unwrap();
+        assert_eq!(rows.iter().map(|(_, r)| *r).collect::<Vec<_>>(), [5, 6]);
+        let mut log = KafkaLog::open(&path).unwrap();
+        let p = |round, offset| Published {
+            stream_id: 1,
+            round,
+            partition: 0,
+            offset,
+        };
+        log.published("canopy.stats", &[p(5, 0), p(6, 1)]).unwrap();
+        // Round 3 waited for its time-out (or the end of the run filled it in): stored after 5 and 6.
+        store.write_round(&round(3), Payload::None).unwrap();
+        let cursor = rows[0].0;
+        let after = reader.unpublished_rounds(1, cursor, 10).unwrap();
+        assert_eq!(after.iter().map(|(_, r)| *r).collect::<Vec<_>>(), [3]);
+        assert_eq!(reader.count_unpublished(1, cursor).unwrap(), 1);
+    }
 
     #[test]
     fn a_round_keeps_its_first_record_and_scan_from_its_first_value() {

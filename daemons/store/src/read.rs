@@ -557,18 +557,16 @@ impl StoreReader {
             .collect()
     }
 
-    /// How many rounds of a stream, from `from_round` on, have no `kafka_rounds` row.
-    pub fn count_unpublished(&self, stream_id: u32, from_round: u64) -> Result<u64, StoreError> {
+    /// How many rounds of a stream, from the row `from_row` on, have no `kafka_rounds` row.
+    pub fn count_unpublished(&self, stream_id: u32, from_row: i64) -> Result<u64, StoreError> {
         let sql = match self.version < KAFKA_SINCE {
-            true => "SELECT count(*) FROM rounds WHERE stream_id = ?1 AND round >= ?2",
+            true => "SELECT count(*) FROM rounds WHERE stream_id = ?1 AND rowid >= ?2",
             false => {
-                "SELECT count(*) FROM rounds r WHERE r.stream_id = ?1 AND r.round >= ?2
+                "SELECT count(*) FROM rounds r WHERE r.stream_id = ?1 AND r.rowid >= ?2
                  AND NOT EXISTS (SELECT 1 FROM kafka_rounds k WHERE k.stream_id = r.stream_id AND k.round = r.round)"
             }
         };
-        let n = self.rows(sql, &[i64::from(stream_id), sat(from_round)], |r| {
-            r.get::<_, i64>(0)
-        })?;
+        let n = self.rows(sql, &[i64::from(stream_id), from_row], |r| r.get::<_, i64>(0))?;
         Ok(n.first().copied().map_or(0, unsigned))
     }
 
@@ -592,29 +590,28 @@ impl StoreReader {
         })
     }
 
-    /// Up to `limit` rounds of a stream, from `from_round` on, that have no `kafka_rounds` row (neither published
-    /// nor given up on), in round order; none before schema version 21 has the table.
+    /// Up to `limit` rounds of a stream that have no `kafka_rounds` row (neither published nor given up on), in
+    /// the order they were stored, from the row `from_row` on (a row's `rowid`: rows are only ever added, so a
+    /// round stored later, such as one that waited for its time-out, or one the end of the run adds, is never
+    /// behind the cursor): each round's rowid and number. Before schema version 21 (no such table) every round.
     pub fn unpublished_rounds(
         &self,
         stream_id: u32,
-        from_round: u64,
+        from_row: i64,
         limit: u32,
-    ) -> Result<Vec<u64>, StoreError> {
-        if self.version < KAFKA_SINCE {
-            return self.rows(
-                "SELECT round FROM rounds WHERE stream_id = ?1 AND round >= ?2 ORDER BY round LIMIT ?3",
-                &[i64::from(stream_id), sat(from_round), i64::from(limit)],
-                |r| r.get::<_, i64>(0).map(unsigned),
-            );
-        }
-        self.rows(
-            "SELECT r.round FROM rounds r
-             WHERE r.stream_id = ?1 AND r.round >= ?2
-               AND NOT EXISTS (SELECT 1 FROM kafka_rounds k WHERE k.stream_id = r.stream_id AND k.round = r.round)
-             ORDER BY r.round LIMIT ?3",
-            &[i64::from(stream_id), sat(from_round), i64::from(limit)],
-            |r| r.get::<_, i64>(0).map(unsigned),
-        )
+    ) -> Result<Vec<(i64, u64)>, StoreError> {
+        let sql = match self.version < KAFKA_SINCE {
+            true => "SELECT rowid, round FROM rounds WHERE stream_id = ?1 AND rowid >= ?2 ORDER BY rowid LIMIT ?3",
+            false => {
+                "SELECT r.rowid, r.round FROM rounds r
+                 WHERE r.stream_id = ?1 AND r.rowid >= ?2
+                   AND NOT EXISTS (SELECT 1 FROM kafka_rounds k WHERE k.stream_id = r.stream_id AND k.round = r.round)
+                 ORDER BY r.rowid LIMIT ?3"
+            }
+        };
+        self.rows(sql, &[i64::from(stream_id), from_row, i64::from(limit)], |r| {
+            Ok((r.get::<_, i64>(0)?, unsigned(r.get(1)?)))
+        })
     }
 
     /// A passthrough round's profiles as stored (its pieces, for a don't-wait stream, one after the other, which
