@@ -47,6 +47,17 @@ pub enum ExportError {
 
 impl ExportError {
     fn from_client(what: &str, e: ClientError) -> ExportError {
+        // An error the client would have retried comes wrapped (it makes no retry of its own): the broker's
+        // answer inside decides.
+        let e = match e {
+            ClientError::RetryFailed(rskafka::BackoffError::DeadlineExceded { source, .. }) => {
+                match source.downcast::<ClientError>() {
+                    Ok(inner) => *inner,
+                    Err(other) => return ExportError::Broker(format!("{what}: {other}")),
+                }
+            }
+            e => e,
+        };
         let ClientError::ServerError {
             protocol_error,
             error_message,
@@ -77,8 +88,8 @@ impl ExportError {
     }
 }
 
-/// Retries inside the client: short, so that a broker that is away is reported to the exporter, which waits
-/// and reads back before it sends again.
+/// Retries inside the client: none, so that every failure reaches the publisher, which waits and reads back
+/// before it sends again.
 mod retry {
     use std::time::Duration;
 
@@ -87,7 +98,9 @@ mod retry {
             init_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(2),
             base: 2.0,
-            deadline: Some(Duration::from_secs(8)),
+            // No retry inside a request: a request the client sent again itself (after a broken connection) could
+            // append a batch twice, unseen. Every failure comes back to the publisher, which reads back first.
+            deadline: Some(Duration::ZERO),
         }
     }
 }
@@ -138,6 +151,15 @@ mod tests {
                 ExportError::Broker(_)
             ));
         }
+        // What the client would have retried comes wrapped; the broker's answer inside decides.
+        let wrapped = ClientError::RetryFailed(rskafka::BackoffError::DeadlineExceded {
+            deadline: std::time::Duration::ZERO,
+            source: Box::new(server(ProtocolError::InvalidReplicationFactor)),
+        });
+        assert!(matches!(
+            ExportError::from_client("create", wrapped),
+            ExportError::Refused(_)
+        ));
         let timeout = ExportError::from_client("send", ClientError::Timeout);
         assert!(matches!(timeout, ExportError::Broker(_)));
     }

@@ -29,6 +29,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most rounds sent in one request.
 const BATCH_ROUNDS: u32 = 256;
 
+/// How many times a topic's leader is asked for, 200 ms apart, before the pass fails.
+const LEADER_TRIES: u32 = 10;
+
+/// Rounds read from the store at a time while a request is filled.
+const READ_ROUNDS: usize = 16;
+
 /// The most value bytes sent in one request (a broker's default `message.max.bytes` is 1 MiB per batch).
 const BATCH_BYTES: usize = 768 << 10;
 
@@ -89,6 +95,8 @@ pub struct Publisher {
     scan_start: ScanStart,
     /// What this publisher did since it opened, pass or failure alike.
     totals: Totals,
+    /// The run's streams, as the last pass read them.
+    streams: Vec<StreamRow>,
 }
 
 /// What a publisher did since it opened.
@@ -130,6 +138,7 @@ impl Publisher {
             names_sent: HashMap::new(),
             scan_start,
             totals: Totals::default(),
+            streams: Vec::new(),
         })
     }
 
@@ -170,6 +179,8 @@ impl Publisher {
         self.client = None;
         self.partitions.clear();
         self.checked.clear();
+        // What was in doubt may not have reached the broker: its names go again with the next record.
+        self.names_sent.clear();
     }
 
     /// Sends what the store holds that is not published yet, up to `max_rounds` rounds. On an error the
@@ -201,6 +212,7 @@ impl Publisher {
         self.connect().await?;
         let mut pass = Pass::default();
         let streams = self.db(|db| db.reader.streams()).await?;
+        self.streams = streams.clone();
         loop {
             let mut busy = false;
             for stream in &streams {
@@ -270,59 +282,87 @@ impl Publisher {
         rounds: &[u64],
         pass: &mut Pass,
     ) -> Result<(), ExportError> {
-        // Rounds in the order they were stored: their numbers need not ascend.
-        let (first, last) = (
-            rounds.iter().copied().min().unwrap_or(0),
-            rounds.iter().copied().max().unwrap_or(0),
-        );
-        let wanted: HashSet<u64> = rounds.iter().copied().collect();
-        let (row, sent) = (
-            stream.clone(),
-            self.names_sent.get(topic).cloned().unwrap_or_default(),
-        );
-        let (stored, names) = self
-            .db(move |db| {
-                let stored = db.reader.stored_rounds_between(&row, first, last)?;
-                let names: Vec<(u64, String)> = db
-                    .reader
-                    .names()?
-                    .into_iter()
-                    .filter(|(id, _)| !sent.contains(id))
-                    .collect();
-                Ok((stored, names))
-            })
-            .await?;
+        let sent = self.names_sent.get(topic).cloned().unwrap_or_default();
+        let names: Vec<(u64, String)> = self
+            .db(move |db| db.reader.names())
+            .await?
+            .into_iter()
+            .filter(|(id, _)| !sent.contains(id))
+            .collect();
         let mut names = Some(names);
         let mut batch: Vec<(u64, Record)> = Vec::new();
         let mut bytes = 0;
         let result_type = stream.result_type.clone().unwrap_or_default();
-        for s in stored.into_iter().filter(|s| wanted.contains(&s.round)) {
-            let round = s.round;
-            let mut update = s.update(stream, false);
-            if let Some(names) = names.take() {
-                // The names the topic's readers do not have from this session: with its first record.
-                update.names = names
-                    .into_iter()
-                    .map(|(id, name)| canopy_proto::v1::EventName { id, name })
-                    .collect();
-            }
-            let record = self.record(stream, &result_type, round, &update);
-            let size = record.approximate_size();
-            if !batch.is_empty() && bytes + size > BATCH_BYTES {
-                self.produce(topic, partition, stream, std::mem::take(&mut batch), pass)
-                    .await?;
-                bytes = 0;
-            }
-            bytes += size;
-            batch.push((round, record));
-            if let Some(sent) = names_of(&update) {
-                self.names_sent.entry(topic.to_string()).or_default().extend(sent);
+        let key_stream = self.key_stream(stream);
+        // Read a few rounds at a time, so a batch of large rounds (a passthrough stream's profiles) is in memory
+        // only up to what one request carries.
+        for chunk in rounds.chunks(READ_ROUNDS) {
+            for s in self.read_rounds(stream, chunk).await? {
+                let round = s.round;
+                let mut update = s.update(stream, false);
+                if let Some(names) = names.take() {
+                    // The names the topic's readers do not have from this session: with its first record.
+                    update.names = names
+                        .into_iter()
+                        .map(|(id, name)| canopy_proto::v1::EventName { id, name })
+                        .collect();
+                }
+                let record = self.record(&key_stream, &result_type, round, &update);
+                let size = record.approximate_size();
+                if !batch.is_empty() && bytes + size > BATCH_BYTES {
+                    self.produce(topic, partition, stream, std::mem::take(&mut batch), pass)
+                        .await?;
+                    bytes = 0;
+                }
+                bytes += size;
+                batch.push((round, record));
+                if let Some(sent) = names_of(&update) {
+                    self.names_sent.entry(topic.to_string()).or_default().extend(sent);
+                }
             }
         }
         if !batch.is_empty() {
             self.produce(topic, partition, stream, batch, pass).await?;
         }
         Ok(())
+    }
+
+    /// The stored rounds `rounds` of `stream` (in the order given): a range read when they are close together,
+    /// else one by one, so rounds already published in between are not read.
+    async fn read_rounds(
+        &self,
+        stream: &StreamRow,
+        rounds: &[u64],
+    ) -> Result<Vec<canopy_store::StoredRound>, ExportError> {
+        let (first, last) = (
+            rounds.iter().copied().min().unwrap_or(0),
+            rounds.iter().copied().max().unwrap_or(0),
+        );
+        let (row, wanted) = (stream.clone(), rounds.to_vec());
+        self.db(move |db| {
+            let mut stored: HashMap<u64, canopy_store::StoredRound> =
+                match last - first < 2 * wanted.len() as u64 {
+                    true => db.reader.stored_rounds_between(&row, first, last)?,
+                    false => {
+                        let mut out = Vec::new();
+                        for r in &wanted {
+                            out.extend(db.reader.stored_rounds_between(&row, *r, *r)?);
+                        }
+                        out
+                    }
+                }
+                .into_iter()
+                .map(|s| (s.round, s))
+                .collect();
+            Ok(wanted.iter().filter_map(|r| stored.remove(r)).collect())
+        })
+        .await
+    }
+
+    /// The stream as keys name it: its name, or for a stream whose name an earlier stream of the run has,
+    /// `name~id`, so that two streams of one name never share a key.
+    fn key_stream(&self, stream: &StreamRow) -> String {
+        key_stream(stream, &self.streams)
     }
 
     /// One request. A batch the broker finds too large is sent again round by round; a single round it refuses
@@ -421,8 +461,17 @@ impl Publisher {
         };
         let t = topic.to_string();
         self.db(move |db| db.log.set_scan_from(&t, scan_from)).await?;
-        let mut offset = scan_from.max(last.map_or(0, |l| l + 1));
-        let by_name: HashMap<&str, u32> = streams.iter().map(|s| (s.name.as_str(), s.stream_id)).collect();
+        // Records before the topic's first kept offset are gone (retention): reading starts at it at the earliest.
+        let kept_from = timed(
+            "read the topic's beginning",
+            partition.get_offset(OffsetAt::Earliest),
+        )
+        .await?;
+        let mut offset = scan_from.max(last.map_or(0, |l| l + 1)).max(kept_from);
+        let by_name: HashMap<String, u32> = streams
+            .iter()
+            .map(|s| (key_stream(s, streams), s.stream_id))
+            .collect();
         let mut found = Vec::new();
         while offset < end {
             let (records, _) = timed("read back", partition.fetch_records(offset, 1..(4 << 20), 100)).await?;
@@ -482,11 +531,22 @@ impl Publisher {
                 Err(e) => return Err(e),
             }
         }
-        let partition = timed(
-            "find the topic's leader",
-            client.partition_client(topic, PARTITION, UnknownTopicHandling::Retry),
-        )
-        .await?;
+        // A topic just created takes a moment to have a leader everywhere: ask again, briefly (nothing is sent).
+        let mut tries = 0;
+        let partition = loop {
+            let found = timed(
+                "find the topic's leader",
+                client.partition_client(topic, PARTITION, UnknownTopicHandling::Retry),
+            )
+            .await;
+            match found {
+                Err(ExportError::Broker(_)) if tries < LEADER_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => break other?,
+            }
+        };
         let partition = Arc::new(partition);
         self.partitions.insert(topic.to_string(), partition.clone());
         Ok(partition)
@@ -494,7 +554,7 @@ impl Publisher {
 
     fn record(
         &self,
-        stream: &StreamRow,
+        key_stream: &str,
         result_type: &str,
         round: u64,
         update: &canopy_proto::v1::RoundUpdate,
@@ -508,7 +568,7 @@ impl Publisher {
             ),
         ]);
         Record {
-            key: Some(key(&self.run, &stream.name, round).into_bytes()),
+            key: Some(key(&self.run, key_stream, round).into_bytes()),
             value: Some(update.encode_to_vec()),
             headers,
             timestamp: now(),
@@ -553,6 +613,17 @@ fn now() -> rskafka::chrono::DateTime<rskafka::chrono::Utc> {
 
 /// The `meta` key of the run's id.
 pub const RUN_ID: &str = "run_id";
+
+/// The stream as keys name it: its name, or `name~id` when a stream of the run with a lower id has its name.
+fn key_stream(stream: &StreamRow, streams: &[StreamRow]) -> String {
+    let earlier = streams
+        .iter()
+        .any(|s| s.name == stream.name && s.stream_id < stream.stream_id);
+    match earlier {
+        true => format!("{}~{}", stream.name, stream.stream_id),
+        false => stream.name.clone(),
+    }
+}
 
 fn names_of(update: &canopy_proto::v1::RoundUpdate) -> Option<Vec<u64>> {
     (!update.names.is_empty()).then(|| update.names.iter().map(|n| n.id).collect())

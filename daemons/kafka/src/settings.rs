@@ -62,6 +62,19 @@ impl KafkaSettings {
         if self.replication_factor < 1 {
             return Some(("kafka_replication_factor", "must be 1 or more".into()));
         }
+        if let Some(ca) = &self.tls_ca
+            && let Err(e) = std::fs::File::open(ca)
+        {
+            return Some(("kafka_tls_ca", format!("cannot read {}: {e}", ca.display())));
+        }
+        if let Some(sasl) = &self.sasl
+            && let Err(e) = std::fs::File::open(&sasl.password_file)
+        {
+            return Some((
+                "kafka_sasl_password_file",
+                format!("cannot read {}: {e}", sasl.password_file.display()),
+            ));
+        }
         if let Some(sasl) = &self.sasl
             && !SASL_MECHANISMS.contains(&sasl.mechanism.as_str())
         {
@@ -200,9 +213,16 @@ mod tests {
         assert_eq!(s.problem().unwrap().0, "kafka_topic_prefix");
         s = settings();
         s.sasl = Some(Sasl {
-            mechanism: "gssapi".into(),
+            mechanism: "scram-sha-256".into(),
             username: "u".into(),
             password_file: "/nope".into(),
+        });
+        assert_eq!(s.problem().unwrap().0, "kafka_sasl_password_file");
+        let file = tempfile::NamedTempFile::new().unwrap();
+        s.sasl = Some(Sasl {
+            mechanism: "gssapi".into(),
+            username: "u".into(),
+            password_file: file.path().to_path_buf(),
         });
         assert!(s.problem().unwrap().1.contains("scram-sha-512"));
     }
