@@ -573,6 +573,23 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// `GET path` on `addr` over plain HTTP/1.1: the status code, the head and the body.
+pub fn http_get(addr: &str, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, head.to_string(), body.to_string())
+}
+
 /// A real daemon process; killed when dropped.
 pub struct Proc {
     pub name: String,

@@ -221,15 +221,7 @@ fn a_frontend_killed_and_restarted_on_its_store_publishes_each_round_once() {
 
 /// The metrics endpoint's samples by name (each series here is the front-end's one: its labels are left out).
 fn scrape(addr: &str) -> BTreeMap<String, f64> {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    conn.read_to_string(&mut out).unwrap();
+    let (_, _, out) = canopy_integration_tests::http_get(addr, "/metrics");
     out.lines()
         .filter(|l| l.starts_with("canopy_kafka_"))
         .filter_map(|l| {

@@ -2,33 +2,22 @@
 //! parses, series labelled with the node, counters that agree with the run's store, and `/health`.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use canopy_integration_tests::{
-    Proc, reader, ready_field, start_frontend, unused_addr, wait_for, wait_ready_file,
+    Proc, http_get, reader, ready_field, start_frontend, unused_addr, wait_for, wait_ready_file,
 };
 use canopy_proto::v1::MissingReason;
 use canopy_store::{Select, Table};
 
-/// `GET path` on `addr`: the status code and the body.
+/// `GET path` on `addr`: the status code and the body; a scrape of `/metrics` is OpenMetrics text.
 fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    conn.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let (code, head, body) = http_get(addr, path);
     assert!(
         code != 200 || path != "/metrics" || head.contains("application/openmetrics-text"),
         "{head}"
     );
-    (code, body.to_string())
+    (code, body)
 }
 
 /// The samples of an OpenMetrics text exposition, by series (`name{labels}`), after checking its grammar: every
