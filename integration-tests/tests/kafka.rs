@@ -136,6 +136,14 @@ fn assert_exactly_once(broker: &Broker, store: &Path, streams: &[&str]) {
     assert_eq!(state, "done");
 }
 
+/// Waits up to `secs` for the front-end to end with its run, and asserts it ended well.
+fn ends_with_the_run(fe: &mut Proc, secs: u64) {
+    let status = fe
+        .wait_timeout(Duration::from_secs(secs))
+        .expect("the front-end ends with the run");
+    assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
+}
+
 fn stored_rounds(store: &Path) -> usize {
     std::fs::metadata(store).map_or(0, |_| read_rounds(store).len())
 }
@@ -175,10 +183,7 @@ fn every_stored_round_is_published_once_through_a_stopped_broker_and_a_killed_re
     assert!(scraped["canopy_kafka_rounds_published"] > 100.0, "{scraped:?}");
     std::thread::sleep(Duration::from_millis(500));
     broker.resume();
-    let status = fe
-        .wait_timeout(Duration::from_secs(120))
-        .expect("the front-end ends with the run");
-    assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
+    ends_with_the_run(&mut fe, 120);
     let log = fe.log_text();
     assert!(
         log.contains("cannot publish to Kafka"),
@@ -212,10 +217,7 @@ fn a_frontend_killed_and_restarted_on_its_store_publishes_each_round_once() {
     let _ = std::fs::remove_file(dir.path().join("frontend.ready"));
     let (mut fe, _, again) = start_frontend(dir.path(), &args);
     assert_eq!(again, store, "the restarted front-end continues the run's store");
-    let status = fe
-        .wait_timeout(Duration::from_secs(120))
-        .expect("the front-end ends with the run");
-    assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
+    ends_with_the_run(&mut fe, 120);
     assert_exactly_once(&broker, &store, &["stats", "histogram"]);
 }
 
@@ -245,8 +247,7 @@ fn finished_run(dir: &Path, extra: &[&str], rounds: u64) -> (std::path::PathBuf,
     args.extend_from_slice(extra);
     let (mut fe, addr, store) = start_frontend(dir, &args);
     let _agent = agent(dir, 0, &addr, 8, rounds);
-    let status = fe.wait_timeout(Duration::from_secs(60)).expect("the run ends");
-    assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
+    ends_with_the_run(&mut fe, 60);
     (store, fe.log_text())
 }
 
@@ -368,8 +369,7 @@ fn rounds_a_broker_refuses_are_recorded_with_its_reason_and_the_other_streams_go
     let listen = canopy_integration_tests::unused_addr();
     let (mut fe, _, store) = start_frontend(dir.path(), &frontend_args(&listen, "8", &broker.addr));
     let _agent = agent(dir.path(), 0, &listen, 8, 120);
-    let status = fe.wait_timeout(Duration::from_secs(60)).expect("the run ends");
-    assert!(status.success(), "front-end: {status}\n{}", fe.log_text());
+    ends_with_the_run(&mut fe, 60);
     let rows = read_rounds(&store);
     let histogram_rounds = rows.iter().filter(|r| r.stream == "histogram").count();
     let log = rusqlite::Connection::open(&store).unwrap();

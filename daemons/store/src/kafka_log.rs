@@ -44,26 +44,13 @@ impl KafkaLog {
     /// Opens the store at `path` for its Kafka tables. The store must be at schema version 21 or later (a
     /// front-end that writes it, or [`crate::Store::open`], brings it there).
     pub fn open(path: &Path) -> Result<KafkaLog, StoreError> {
-        let sqlite = |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        };
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(sqlite)?;
         // The writer thread holds the lock for a round's commit: wait for it rather than fail.
-        conn.busy_timeout(Duration::from_secs(10)).map_err(sqlite)?;
-        let version = schema::version(&conn).map_err(sqlite)?;
-        if version < KAFKA_SINCE {
-            return Err(StoreError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                oldest: KAFKA_SINCE,
-                newest: schema::SCHEMA_VERSION,
-            });
-        }
+        let (conn, _) = schema::open_beside_writer(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE,
+            Duration::from_secs(10),
+            KAFKA_SINCE,
+        )?;
         Ok(KafkaLog {
             conn,
             path: path.to_path_buf(),
@@ -134,7 +121,8 @@ impl KafkaLog {
     }
 
     /// Whether a round of a stream has its record (published or given up on).
-    pub fn is_recorded(&self, stream_id: u32, round: u64) -> Result<bool, StoreError> {
+    #[cfg(test)]
+    fn is_recorded(&self, stream_id: u32, round: u64) -> Result<bool, StoreError> {
         self.conn
             .prepare_cached("SELECT 1 FROM kafka_rounds WHERE stream_id = ?1 AND round = ?2")
             .and_then(|mut st| {

@@ -14,7 +14,7 @@ use crate::StoreError;
 use crate::profiles::{self, PROFILE_BATCH_TYPE};
 use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
-use crate::schema::{self, SCHEMA_VERSION};
+use crate::schema;
 
 /// The schema version that added `app` to `stats` and `stats_quantiles`: an older store reads `None` there.
 const STATS_APP_SINCE: u32 = 15;
@@ -263,27 +263,14 @@ impl StoreReader {
     /// Opens `path` read-only. A store older than version 2 must first be opened for writing
     /// ([`crate::Store::open`]), which migrates it; one from a newer Canopy is refused.
     pub fn open(path: &Path) -> Result<StoreReader, StoreError> {
-        let sqlite = |source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        };
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(sqlite)?;
         // The writer holds the lock only for a round's commit; wait for it rather than fail.
-        conn.busy_timeout(Duration::from_secs(5)).map_err(sqlite)?;
+        let (conn, version) = schema::open_beside_writer(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY,
+            Duration::from_secs(5),
+            OLDEST_READABLE,
+        )?;
         conn.set_prepared_statement_cache_capacity(32);
-        let version = schema::version(&conn).map_err(sqlite)?;
-        if !(OLDEST_READABLE..=SCHEMA_VERSION).contains(&version) {
-            return Err(StoreError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                oldest: OLDEST_READABLE,
-                newest: SCHEMA_VERSION,
-            });
-        }
         Ok(StoreReader {
             conn,
             path: path.to_path_buf(),

@@ -896,6 +896,34 @@ fn adopt_legacy(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Opens a store's file beside its writer (a reader, or the Kafka log): a lock the writer holds for a commit is
+/// waited for up to `busy`, and a schema outside `oldest..=SCHEMA_VERSION` is refused. Returns the connection
+/// and the file's schema version.
+pub(crate) fn open_beside_writer(
+    path: &std::path::Path,
+    flags: rusqlite::OpenFlags,
+    busy: std::time::Duration,
+    oldest: u32,
+) -> Result<(Connection, u32), crate::StoreError> {
+    let sqlite = |source| crate::StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(path, flags | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .map_err(sqlite)?;
+    conn.busy_timeout(busy).map_err(sqlite)?;
+    let version = version(&conn).map_err(sqlite)?;
+    if !(oldest..=SCHEMA_VERSION).contains(&version) {
+        return Err(crate::StoreError::Version {
+            path: path.to_path_buf(),
+            found: version,
+            oldest,
+            newest: SCHEMA_VERSION,
+        });
+    }
+    Ok((conn, version))
+}
+
 /// The schema version of a store: `user_version`, or `meta.schema_version` for a store written before the
 /// migrations; 0 for an empty file.
 pub(crate) fn version(conn: &Connection) -> rusqlite::Result<u32> {
