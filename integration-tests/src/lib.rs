@@ -789,12 +789,17 @@ pub fn start_socket_agent(dir: &Path, id: &str, parent: &str, socket: &Path) -> 
 /// the libcanopy built beside the daemons; `plain` builds it without instrumentation.
 pub fn build_c_example(dir: &Path, plain: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = dir.join(if plain { "stencil-plain" } else { "stencil" });
+    let name = if plain { "stencil-plain" } else { "stencil" };
+    build_c_program(dir, &root.join("sdk/examples/c/stencil.c"), name, plain)
+}
+
+/// Compiles the C program `source` into `dir/name` with the system's C compiler, against the libcanopy built
+/// beside the daemons (without it, and with `-DCANOPY_DISABLE`, when `plain`).
+pub fn build_c_program(dir: &Path, source: &Path, name: &str, plain: bool) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = dir.join(name);
     let mut cc = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-    cc.arg("-O2")
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("sdk/examples/c/stencil.c"));
+    cc.arg("-O2").arg("-o").arg(&out).arg(source);
     if plain {
         cc.arg("-DCANOPY_DISABLE");
     } else {
@@ -811,7 +816,7 @@ pub fn build_c_example(dir: &Path, plain: bool) -> PathBuf {
             .arg("-lcanopy");
     }
     let status = cc.status().expect("a C compiler (cc) is installed");
-    assert!(status.success(), "compiling stencil.c failed");
+    assert!(status.success(), "compiling {} failed", source.display());
     out
 }
 

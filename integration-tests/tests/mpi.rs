@@ -297,8 +297,8 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
 
 /// LLNL's LULESH (MPI), where CANOPY_LULESH_DIR names its source (github.com/LLNL/LULESH): built with mpicxx,
 /// run on 8 ranks under `canopy run` with Open MPI's pml monitoring on in the same run; every round whole, its
-/// real imbalance (ranks on the cube's faces send more than those inside) in the per-rank view, and each rank's
-/// messages and bytes sent equal to the monitoring's. CI cannot fetch it: the test says it skipped.
+/// real imbalance (ranks on the cube's faces send more than those inside) in the per-rank view and in the
+/// outliers found with their defaults, and each rank's messages and bytes sent equal to the monitoring's. CI cannot fetch it: the test says it skipped.
 #[test]
 fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_its_sends() {
     let Some(src) = third_party("CANOPY_LULESH_DIR", "LULESH's source (github.com/LLNL/LULESH)") else {
@@ -380,6 +380,29 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     let html = std::fs::read_to_string(store.with_extension("html")).unwrap();
     assert!(html.contains("Per rank: passthrough") && html.contains("MPI_Isend"));
     eprintln!("LULESH under canopy run: MPI_Isend calls per rank {sends:?}");
+    // The outliers stream, with its defaults (every metric, each event weighted by its share), names the ranks
+    // that send fewest and most as its top two: the imbalance is in calls, not in time.
+    let (fewest, most) = (
+        position_of(&sends, sends.iter().min()),
+        position_of(&sends, sends.iter().max()),
+    );
+    let outliers = reader(&store).outliers(Select::all()).unwrap();
+    let found = (0..100u64)
+        .filter(|round| {
+            let mut top: Vec<u32> = outliers
+                .iter()
+                .filter(|o| o.round == *round && o.position < 2)
+                .map(|o| o.rank)
+                .collect();
+            top.sort();
+            top == [fewest, most]
+        })
+        .count();
+    eprintln!("LULESH: the outliers' top two are ranks {fewest} and {most} in {found} of 100 rounds");
+    assert!(
+        found >= 80,
+        "ranks {fewest} and {most} the top two in {found} of 100 rounds"
+    );
     // Each rank's messages and bytes sent are what Open MPI's pml monitoring saw it send.
     let sent = assert_sent_as_monitored(&store, &dir.path().join("lulesh-monitoring"), 8);
     eprintln!("LULESH, pml monitoring and Canopy, messages and bytes sent per rank: {sent:?}");
@@ -388,6 +411,11 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     let received: f64 = stored_counter(&store, "MPI_Irecv bytes").values().sum();
     let sent: f64 = stored_counter(&store, "bytes_sent").values().sum();
     assert!(sent > 0.0 && received == sent, "received {received}, sent {sent}");
+}
+
+/// The rank holding `value` in `per_rank`.
+fn position_of(per_rank: &[u64], value: Option<&u64>) -> u32 {
+    per_rank.iter().position(|v| Some(v) == value).unwrap() as u32
 }
 
 /// The OSU latency benchmark, where CANOPY_OSU_DIR names the OSU micro-benchmarks' source

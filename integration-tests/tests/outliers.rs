@@ -1,11 +1,25 @@
 //! The outliers filter in a real tree: `canopy up` over four agents under two relays, with two ranks planted three
 //! times slower; every round the planted ranks are the top two outliers, per functional class too, and `canopy
-//! report` and `canopy export` show them.
+//! report` and `canopy export` show them. Then real processes on a loaded node, scored with the defaults.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use canopy_integration_tests::{Select, assert_figure_drawn, bin_dir, browser_dom, reader};
+use canopy_integration_tests::{
+    Select, assert_figure_drawn, bin_dir, browser_dom, build_c_program, ids_named, reader, start_frontend,
+    start_socket_agent, wait_socket,
+};
+use canopy_proto::filters::v1::Metric;
+
+/// The tests of this file one at a time: the loaded node's test measures what sixteen ranks do to two cores,
+/// not what another test's tree adds.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn canopy(args: &[&str]) -> Output {
     Command::new(bin_dir().join("canopy"))
@@ -42,7 +56,7 @@ fn up(out_dir: &Path) {
         "--filters",
         "outliers,classify",
         "--filter-params",
-        r#"outliers={"k": 2, "weighted": true}"#,
+        r#"outliers={"k": 2}"#,
         "--quiet",
         "--insecure",
         "--out",
@@ -52,6 +66,7 @@ fn up(out_dir: &Path) {
 
 #[test]
 fn the_planted_slow_ranks_are_the_top_outliers_of_a_real_tree() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
     up(&out_dir);
@@ -136,6 +151,7 @@ fn the_planted_slow_ranks_are_the_top_outliers_of_a_real_tree() {
 /// events as the others, so they are their class's top two.
 #[test]
 fn within_class_the_planted_ranks_top_their_class() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
     ok(&[
@@ -182,4 +198,123 @@ fn within_class_the_planted_ranks_top_their_class() {
             assert!(matches!(top[..], [3 | 12]), "round {round}: {top:?}");
         }
     }
+}
+
+/// Two ranks planted three times slower in their main computation, among sixteen real processes sharing the
+/// machine's cores, beside small events whose times are mostly the machine's noise: with its defaults (every
+/// metric, each event weighted by its share), `outliers` keeps the planted ranks as its top two in at least 90%
+/// of the rounds. Unweighted, a rank whose 1 us copy took 20 us once outranks them.
+#[test]
+fn with_its_defaults_outliers_finds_planted_ranks_among_noisy_processes_on_a_loaded_node() {
+    let _serial = one_at_a_time();
+    const RANKS: u32 = 16;
+    const ROUNDS: usize = 40;
+    const PLANTED: [u32; 2] = [5, 12];
+    let dir = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/imbalance.c");
+    let exe = build_c_program(dir.path(), &source, "imbalance", false);
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--streams",
+            "outliers",
+            "--stream-params",
+            r#"outliers={"k": 2}"#,
+            "--exit-on-fin",
+            "true",
+        ],
+    );
+    let socket = dir.path().join("agent.sock");
+    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    let rounds = ROUNDS.to_string();
+    let mut ranks: Vec<std::process::Child> = (0..RANKS)
+        .map(|r| {
+            let factor = if PLANTED.contains(&r) { "3" } else { "1" };
+            let log = std::fs::File::create(dir.path().join(format!("rank{r}.log"))).unwrap();
+            Command::new(&exe)
+                // 40 rounds, one every 50 ms; about 0.7 ms of computation a round (2 ms planted): together about
+                // a third of one of the two cores, the rest of the machine's load apart.
+                .args([rounds.as_str(), "50000", "400", factor])
+                .env("CANOPY_AGENT_SOCKET", &socket)
+                .env("CANOPY_RANK", r.to_string())
+                .env("CANOPY_NRANKS", RANKS.to_string())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, child) in ranks.iter_mut().enumerate() {
+        let status = child.wait().unwrap();
+        let log = std::fs::read_to_string(dir.path().join(format!("rank{r}.log"))).unwrap_or_default();
+        assert!(status.success(), "rank {r}: {status}\n{log}");
+    }
+    assert!(
+        fe.wait_timeout(std::time::Duration::from_secs(30))
+            .is_some_and(|s| s.success()),
+        "the front-end did not finish:\n{}",
+        fe.log_text()
+    );
+    let rows = reader(&store).outliers(Select::all()).unwrap();
+    let mut found = 0;
+    let mut missed = Vec::new();
+    for round in 0..ROUNDS as u64 {
+        let mut top: Vec<u32> = rows
+            .iter()
+            .filter(|o| o.round == round && o.position < 2)
+            .map(|o| o.rank)
+            .collect();
+        top.sort();
+        if top == PLANTED {
+            found += 1;
+        } else {
+            missed.push((round, top));
+        }
+    }
+    eprintln!("planted ranks the top two in {found} of {ROUNDS} rounds; the others: {missed:?}");
+    if std::env::var("DEBUG_OUTLIERS").is_ok() {
+        let events = reader(&store).outlier_events(Select::all()).unwrap();
+        let names: std::collections::HashMap<u64, String> =
+            reader(&store).names().unwrap().into_iter().collect();
+        for (round, _) in &missed {
+            for o in rows.iter().filter(|o| o.round == *round) {
+                let ev: Vec<String> = events
+                    .iter()
+                    .filter(|e| e.round == *round && e.position == o.position)
+                    .map(|e| {
+                        format!(
+                            "{} {:?} v={:.1} m={:.1} s={:.2} c={:.3}",
+                            names.get(&e.event_id).cloned().unwrap_or_default(),
+                            e.metric,
+                            e.value,
+                            e.mean,
+                            e.std,
+                            e.contribution
+                        )
+                    })
+                    .collect();
+                eprintln!(
+                    "round {round} pos {} rank {} score {:.3} ranks {}: {ev:?}",
+                    o.position, o.rank, o.score, o.group_ranks
+                );
+            }
+        }
+    }
+    assert!(
+        found * 10 >= ROUNDS * 9,
+        "the planted ranks were the top two in {found} of {ROUNDS} rounds; the others: {missed:?}"
+    );
+    // The scores are over time and calls, and the events that weigh most are the computation's time.
+    let events = reader(&store).outlier_events(Select::all()).unwrap();
+    let compute = ids_named(&store, "compute");
+    let first: Vec<_> = events
+        .iter()
+        .filter(|e| e.event_position == 0 && e.position < 2)
+        .collect();
+    let timed = first
+        .iter()
+        .filter(|e| compute.contains(&e.event_id) && e.metric == Metric::Exclusive)
+        .count();
+    assert!(timed * 10 >= first.len() * 9, "{first:#?}");
 }

@@ -732,7 +732,13 @@ fn drivers(o: &canopy_proto::filters::v1::Outlier, names: &HashMap<u64, String>,
             } else {
                 0.0
             };
-            format!("{} {sigmas:+.1}σ", name_of(names, e.id))
+            // Time is what an event means unless it names another metric.
+            let name = name_of(names, e.id);
+            if e.metric == 0 || e.metric == Metric::Exclusive as i32 {
+                format!("{name} {sigmas:+.1}σ")
+            } else {
+                format!("{name} {} {sigmas:+.1}σ", metric_word(e.metric))
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -741,9 +747,21 @@ fn drivers(o: &canopy_proto::filters::v1::Outlier, names: &HashMap<u64, String>,
 /// The outliers stream's latest round as a table: per group of ranks scored together, its top ranks by score
 /// with the events that drive each, at most `top` rows a group, each row within 80 columns.
 fn outliers_table(r: &OutliersResult, names: &HashMap<u64, String>, top: usize) -> String {
+    let metrics = match r.metrics.as_slice() {
+        [] => metric_word(r.metric),
+        several => several
+            .iter()
+            .map(|m| metric_word(*m))
+            .collect::<Vec<_>>()
+            .join("+"),
+    };
+    let metrics = match r.window {
+        0 | 1 => metrics,
+        n => format!("{metrics} of {n} rounds"),
+    };
     let mut out = format!(
         "  scored over {} ({} events), within {}\n",
-        metric_word(r.metric),
+        metrics,
         if r.events.is_empty() {
             "all"
         } else {
@@ -999,6 +1017,7 @@ mod tests {
             mean: 10.0,
             std: 2.0,
             contribution,
+            metric: 0,
         };
         let r = OutliersResult {
             groups: vec![OutlierGroup {
@@ -1038,6 +1057,26 @@ mod tests {
         assert!(text.lines().all(|l| l.chars().count() < 80));
         // One row a group with --top 1.
         assert_eq!(outliers_table(&r, &names, 1).lines().count(), 4);
+        // Scored over every metric and a window: the header says so, and an event not in time names its metric.
+        let mut all = r.clone();
+        all.metric = 0;
+        all.metrics = vec![
+            Metric::Calls as i32,
+            Metric::Exclusive as i32,
+            Metric::Counter as i32,
+        ];
+        all.window = 3;
+        all.groups[0].top[0].events[0].metric = Metric::Calls as i32;
+        all.groups[0].top[0].events[1].metric = Metric::Exclusive as i32;
+        let text = outliers_table(&all, &names, 8);
+        assert!(
+            text.starts_with("  scored over calls+excl+counter of 3 rounds (all events)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("17    5.50  MPI_Wait +4.5σ, MPI_Allreduce calls +1.0σ"),
+            "{text}"
+        );
     }
     use canopy_proto::filters::v1::Summary;
     use canopy_proto::filters::v1::{CpuSample, MemorySample, NetworkSample, NodeSample};

@@ -725,7 +725,15 @@ impl FrontendApi {
             };
             Ok(self.open(req).await?.stream_id)
         };
-        let outliers = source(&d.outliers, "outliers", r#"{"fraction": 0.1}"#).await?;
+        // The detail follows the ranks that cost time, over every rank's events alike (seed 002's unweighted
+        // score): a rank whose call counts differ from round to round (polling, idle loops) is not taken for one,
+        // and a rank slow in an event only its functional group runs still counts when the groups' mixes differ.
+        let outliers = source(
+            &d.outliers,
+            "outliers",
+            r#"{"fraction": 0.1, "metric": "exclusive", "weighted": false}"#,
+        )
+        .await?;
         let clusters = source(&d.clusters, "kmeans", r#"{"k": 3}"#).await?;
         let req = detail_stream(d.name, String::new());
         // No rank feeds it until the sources have chosen.

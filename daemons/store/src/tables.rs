@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
-    NodeSamples, OutliersResult, RankRange, UtilizationResult,
+    NodeSamples, OutlierEvent, OutliersResult, RankRange, UtilizationResult,
 };
 use prost::Message;
 use rusqlite::{Transaction, params};
@@ -399,7 +399,8 @@ impl At {
                                          value, mean, std, contribution, late)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )?;
-        let metric = metric_word(r.metric);
+        // An event names its own metric when the stream scores several.
+        let metric = |e: &OutlierEvent| metric_word(if e.metric != 0 { e.metric } else { r.metric });
         for g in &r.groups {
             let class = id_bits(g.class_id);
             for (position, o) in g.top.iter().enumerate() {
@@ -422,7 +423,7 @@ impl At {
                         position as i64,
                         k as i64,
                         id_bits(e.id),
-                        metric,
+                        metric(e),
                         e.value,
                         e.mean,
                         e.std,

@@ -153,6 +153,7 @@ fn populated(dir: &std::path::Path) -> Store {
                         mean: 4.0,
                         std: 2.0,
                         contribution: 2.5,
+                        metric: 0,
                     }],
                 }],
                 ..OutlierGroup::default()

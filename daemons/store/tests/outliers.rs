@@ -23,6 +23,7 @@ fn outlier(app: &str, rank: u32, score: f64, events: &[(u64, f64)]) -> Outlier {
                 mean: 10.0,
                 std: 4.0,
                 contribution,
+                metric: 0,
             })
             .collect(),
     }
@@ -63,9 +64,24 @@ fn outliers_become_a_row_per_kept_rank_and_weighing_event() {
         metric: Metric::Exclusive as i32,
         events: "all".into(),
         raw_bytes: 4000,
+        ..Default::default()
     };
     let bytes = result.encode_to_vec();
     store.write_filter_tables(4, 2, TYPE, &bytes, false).unwrap();
+    // Scored over several metrics, each event names its own.
+    let mut several = result.clone();
+    several.metric = 0;
+    several.metrics = vec![
+        Metric::Calls as i32,
+        Metric::Exclusive as i32,
+        Metric::Counter as i32,
+    ];
+    several.groups.truncate(1);
+    several.groups[0].top.truncate(1);
+    several.groups[0].top[0].events[0].metric = Metric::Calls as i32;
+    store
+        .write_filter_tables(6, 2, TYPE, &several.encode_to_vec(), false)
+        .unwrap();
     let err = store
         .write_filter_tables(4, 3, TYPE, &[0xff, 0xff], false)
         .unwrap_err()
@@ -99,7 +115,12 @@ fn outliers_become_a_row_per_kept_rank_and_weighing_event() {
             (2, class, 0, "post", 0, 0.0, 1),
         ]
     );
-    let events = r.outlier_events(Select::all()).unwrap();
+    let calls = r.outlier_events(Select::all().stream(6)).unwrap();
+    assert_eq!(
+        calls.iter().map(|e| (e.event_id, e.metric)).collect::<Vec<_>>(),
+        [(7, Metric::Calls)]
+    );
+    let events = r.outlier_events(Select::all().stream(4)).unwrap();
     let got: Vec<_> = events
         .iter()
         .map(|e| (e.position, e.event_position, e.event_id, e.metric, e.contribution))
@@ -112,8 +133,9 @@ fn outliers_become_a_row_per_kept_rank_and_weighing_event() {
             (1, 1, u64::MAX, Metric::Exclusive, 0.5),
         ]
     );
-    assert_eq!(r.count(Table::Outliers).unwrap(), 3);
-    assert_eq!(r.count(Table::OutlierEvents).unwrap(), 3);
+    // Stream 4's three, and stream 6's one.
+    assert_eq!(r.count(Table::Outliers).unwrap(), 4);
+    assert_eq!(r.count(Table::OutlierEvents).unwrap(), 4);
     let reductions = r.reductions(Select::all().stream(4)).unwrap();
     assert_eq!(reductions.len(), 1, "the refused round left nothing");
 
@@ -135,6 +157,8 @@ fn outliers_become_a_row_per_kept_rank_and_weighing_event() {
         named,
         [
             ("sim".into(), 6, "solve".into(), "us".into(), 5.0),
+            // Stream 6's event, in calls.
+            ("sim".into(), 6, "solve".into(), "calls".into(), 5.0),
             ("sim".into(), 1, "solve".into(), "us".into(), 2.0),
             ("sim".into(), 1, "ffffffffffffffff".into(), "us".into(), 0.5),
         ]

@@ -278,7 +278,7 @@ impl ThreePhase for ClassifyFilter {
     }
 
     /// Classes with members (and summaries) and the leaf's ranges up; the values buffered per class.
-    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (ClassPacket, Buffer) {
+    fn leaf_summaries(&mut self, _round: u64, inputs: &[&[u8]], out: &mut dyn Emit) -> (ClassPacket, Buffer) {
         let (profiles, raw_bytes) = decode::profiles(inputs, out);
         let mut classes: BTreeMap<u64, LeafClass> = BTreeMap::new();
         for p in &profiles {

@@ -33,8 +33,13 @@ pub trait ThreePhase: Filter {
     /// The root's merged summaries of its open rounds.
     fn summaries(&mut self) -> &mut Rounds<Self::Summaries>;
 
-    /// Phase 0 at a leaf: the packet that goes up and the values to keep for binning.
-    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (Self::Packet, Self::Buffer);
+    /// Phase 0 at a leaf, of `round`: the packet that goes up and the values to keep for binning.
+    fn leaf_summaries(
+        &mut self,
+        round: u64,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> (Self::Packet, Self::Buffer);
     /// Phase 0 at a relay or the root: the children's packets merged.
     fn merge_summaries(&self, inputs: &[&[u8]], out: &mut dyn Emit) -> Self::Summaries;
     /// Phase 0 at a relay: the merged summaries as they go up.
@@ -99,7 +104,7 @@ pub fn upstream<F: ThreePhase>(
 ) -> Result<(), String> {
     match (f.level(), phase) {
         (Level::Leaf, 0) => {
-            let (packet, buffer) = f.leaf_summaries(inputs, out);
+            let (packet, buffer) = f.leaf_summaries(round, inputs, out);
             // Buffered even when empty: phase 2 must still answer, or the parent would wait for this leaf forever.
             f.buffers().insert(round, buffer);
             out.up(0, &f.encode_packet(&packet));
@@ -228,7 +233,7 @@ mod tests {
         fn summaries(&mut self) -> &mut Rounds<u64> {
             &mut self.totals
         }
-        fn leaf_summaries(&mut self, inputs: &[&[u8]], _out: &mut dyn Emit) -> (RankCount, u64) {
+        fn leaf_summaries(&mut self, _round: u64, inputs: &[&[u8]], _out: &mut dyn Emit) -> (RankCount, u64) {
             let n = inputs.len() as u64;
             (RankCount { ranks: n, bytes: 0 }, n)
         }

@@ -109,7 +109,12 @@ impl ThreePhase for HistogramFilter {
     }
 
     /// Summaries up; the values buffered.
-    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (HistogramPacket, Buffer) {
+    fn leaf_summaries(
+        &mut self,
+        _round: u64,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> (HistogramPacket, Buffer) {
         let mut samples = self.spare.pop().unwrap_or_default();
         let (fold, values, by_app) = (&mut self.fold, self.values, self.by_app);
         let raw_bytes = decode::each_profile(inputs, &mut self.views, out, |step| match step {

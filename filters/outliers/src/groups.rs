@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use canopy_filter_common::classes::app_group;
 use canopy_filter_common::columns;
-use canopy_filter_proto::v1::{Metric, Outlier, OutlierGroup, OutliersPacket, StatsColumns};
+use canopy_filter_proto::v1::{Outlier, OutlierGroup, OutliersPacket, StatsColumns};
 
-use crate::settings::MAX_KEEP;
+use crate::settings::{MAX_KEEP, Scored};
 use crate::top;
 
 /// What every check needs to know of the stream.
@@ -16,7 +16,7 @@ use crate::top;
 pub struct Expect {
     pub by_class: bool,
     pub by_app: bool,
-    pub metric: Metric,
+    pub metric: Scored,
     pub top_events: u32,
 }
 
@@ -74,10 +74,17 @@ pub fn check_summaries(p: &OutliersPacket, expect: Expect) -> Result<(), String>
         columns::check(s)
             .and_then(|()| columns::check_breakdown(s, false))
             .map_err(|e| what(format!("summaries: {e}")))?;
-        if let Some(m) = s.metric.iter().find(|m| **m != expect.metric as i32) {
+        if let Some(m) = s.metric.iter().find(|m| !expect.metric.admits(**m)) {
+            let own: Vec<String> = expect
+                .metric
+                .metrics()
+                .iter()
+                .map(|m| (*m as i32).to_string())
+                .collect();
             return Err(what(format!(
-                "summaries of metric {m}, this stream's is {}",
-                expect.metric as i32
+                "summaries of metric {m}, this stream's {} {}",
+                if own.len() == 1 { "is" } else { "are" },
+                own.join(", ")
             )));
         }
     }
@@ -169,11 +176,12 @@ pub fn merge_tops(packets: Vec<OutliersPacket>) -> OutliersPacket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_filter_proto::v1::Metric;
 
     const EXPECT: Expect = Expect {
         by_class: true,
         by_app: false,
-        metric: Metric::Exclusive,
+        metric: Scored::One(Metric::Exclusive),
         top_events: 3,
     };
 

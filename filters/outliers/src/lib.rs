@@ -1,6 +1,6 @@
 //! The outliers filter (seed 002, section 4.1): per round, each rank's score, the sum over the events it
-//! reports of its distance from the event's mean in standard deviations (optionally weighted by each event's
-//! share of the time), and the `k` ranks (or the `fraction` of the ranks) with the highest scores, each with the
+//! reports, in each metric scored (exclusive time, calls and counters by default), of its distance from the
+//! event's mean in standard deviations (weighted by default by each event's share of its metric), and the `k` ranks (or the `fraction` of the ranks) with the highest scores, each with the
 //! events that weigh most in its score. With `"within": "class"` ranks are scored against their functional
 //! class (classify's class ids, [`canopy_filter_common::classes`]) and each class gets its own top. Each
 //! application's ranks are scored apart (`by_app`, the default): against their own application's means, with
@@ -18,10 +18,12 @@ pub mod groups;
 pub mod score;
 pub mod settings;
 pub mod top;
+pub mod window;
 
 use std::collections::BTreeMap;
 
 use canopy_filter_common::classes::{Selection, app_group};
+use canopy_filter_common::metrics::Key;
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::summary::StatsMap;
 use canopy_filter_common::three_phase::{self, ThreePhase};
@@ -32,16 +34,17 @@ use prost::Message;
 
 use crate::groups::Expect;
 use crate::score::Moments;
-use crate::settings::Settings;
+use crate::settings::{Scored, Settings};
+use crate::window::Window;
 
 const PACKET: &str = "canopy.filters.v1.OutliersPacket";
 
-/// One rank's values of the metric, for the events scored, sorted by event id.
+/// One rank's values of the metrics scored, for the events scored, sorted by (event id, metric).
 #[derive(Debug, Clone)]
 struct RankValues {
     app: String,
     rank: u32,
-    values: Vec<(u64, f64)>,
+    values: Vec<(Key, f64)>,
 }
 
 /// A leaf's ranks of a round, per group (sorted by class id), kept from phase 0 until the means arrive.
@@ -59,6 +62,8 @@ pub struct OutliersFilter {
     selection: Selection,
     /// Leaf: the values of each open round.
     buffers: Rounds<Buffer>,
+    /// Leaf: each rank's values of the last rounds, with a window of several.
+    window: Window,
     /// Root: each round's merged phase 0 until its tops come up.
     phase0: Rounds<OutliersPacket>,
 }
@@ -90,9 +95,10 @@ impl OutliersFilter {
             .collect();
         let kept = top::select_by(scored, keep, |(o, _)| o);
         let n = self.settings.top_events as usize;
+        let several = self.settings.metric == Scored::All;
         kept.into_iter()
             .map(|(mut o, r)| {
-                o.events = moments.top_events(&r.values, n);
+                o.events = moments.top_events(&r.values, n, several);
                 o
             })
             .collect()
@@ -121,9 +127,14 @@ impl ThreePhase for OutliersFilter {
     }
 
     /// Per group, its rank count and summaries up; its ranks' values buffered.
-    fn leaf_summaries(&mut self, inputs: &[&[u8]], out: &mut dyn Emit) -> (OutliersPacket, Buffer) {
+    fn leaf_summaries(
+        &mut self,
+        round: u64,
+        inputs: &[&[u8]],
+        out: &mut dyn Emit,
+    ) -> (OutliersPacket, Buffer) {
         let (profiles, raw_bytes) = decode::profiles(inputs, out);
-        let metric = self.settings.metric;
+        let scored = self.settings.metric.metrics();
         let mut groups: BTreeMap<u64, (String, Vec<RankValues>, StatsMap)> = BTreeMap::new();
         for p in &profiles {
             let (class, example) = match (self.settings.by_class, self.settings.by_app) {
@@ -132,9 +143,14 @@ impl ThreePhase for OutliersFilter {
                 (false, false) => (0, String::new()),
             };
             let mut values = Vec::new();
-            metrics::each_value(p, self.settings.values, metric, |id, v| values.push((id, v)));
-            values.retain(|(id, _)| self.selection.selects(*id));
-            values.sort_by_key(|(id, _)| *id);
+            for metric in &scored {
+                metrics::each_value(p, self.settings.values, *metric, |id, v| {
+                    values.push(((id, *metric as i32), v))
+                });
+            }
+            values.retain(|((id, _), _)| self.selection.selects(*id));
+            values.sort_by_key(|(key, _)| *key);
+            let values = self.window.sum(&p.app, p.rank, round, values);
             let (ex, ranks, stats) = groups
                 .entry(class)
                 .or_insert_with(|| (example.clone(), Vec::new(), StatsMap::new()));
@@ -145,8 +161,8 @@ impl ThreePhase for OutliersFilter {
                 app: p.app.clone(),
                 rank: p.rank,
             };
-            for &(id, v) in &values {
-                stats.add((id, metric as i32), v, &holder);
+            for &(key, v) in &values {
+                stats.add(key, v, &holder);
             }
             ranks.push(RankValues {
                 app: p.app.clone(),
@@ -154,6 +170,7 @@ impl ThreePhase for OutliersFilter {
                 values,
             });
         }
+        self.window.forget_before(round);
         let mut packet = OutliersPacket {
             groups: Vec::with_capacity(groups.len()),
             raw_bytes,
@@ -285,9 +302,17 @@ impl ThreePhase for OutliersFilter {
             groups,
             within: self.settings.within().to_string(),
             weighted: self.settings.weighted,
-            metric: self.settings.metric as i32,
+            metric: self.settings.metric.single() as i32,
+            metrics: self
+                .settings
+                .metric
+                .metrics()
+                .into_iter()
+                .map(|m| m as i32)
+                .collect(),
             events: self.selection.scheme().describe(),
             raw_bytes: packet.raw_bytes,
+            window: self.settings.window,
         }
         .encode_to_vec()
     }
@@ -304,6 +329,7 @@ impl Filter for OutliersFilter {
         Ok(OutliersFilter {
             level,
             selection: Selection::new(settings.events.clone()).by_app(settings.by_app),
+            window: Window::new(settings.window),
             settings,
             buffers: Rounds::new(),
             phase0: Rounds::new(),

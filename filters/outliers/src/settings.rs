@@ -4,6 +4,8 @@ use canopy_filter_common::classes::Scheme;
 use canopy_filter_common::{Params, Values};
 use canopy_filter_proto::v1::Metric;
 
+use crate::window::MAX_WINDOW;
+
 /// The default number of ranks kept per group.
 pub const DEFAULT_K: u32 = 10;
 /// The most ranks a group may keep, asked as `k` or as a `fraction`: the root must receive O(k), and a stream
@@ -14,7 +16,7 @@ pub const DEFAULT_TOP_EVENTS: u32 = 3;
 /// The most events reported per kept rank.
 pub const MAX_TOP_EVENTS: u32 = 64;
 
-const KNOWN: [&str; 10] = [
+const KNOWN: [&str; 11] = [
     "k",
     "fraction",
     "top_events",
@@ -25,7 +27,48 @@ const KNOWN: [&str; 10] = [
     "pattern",
     "values",
     "by_app",
+    "window",
 ];
+
+/// The metrics a rank's score sums over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scored {
+    /// Exclusive time, calls and counters, each event's distance weighted within its own metric when the stream
+    /// is weighted: an imbalance shows whether it is in time or in calls (a rank sending more messages than the
+    /// others in the same time), and no metric outweighs another by its unit.
+    All,
+    /// One metric alone.
+    One(Metric),
+}
+
+/// The metrics `"all"` scores, in `Metric` order.
+pub const ALL_METRICS: [Metric; 3] = [Metric::Calls, Metric::Exclusive, Metric::Counter];
+
+impl Scored {
+    /// The metrics scored, in `Metric` order.
+    pub fn metrics(self) -> Vec<Metric> {
+        match self {
+            Scored::All => ALL_METRICS.to_vec(),
+            Scored::One(m) => vec![m],
+        }
+    }
+
+    /// Whether summaries of metric number `m` belong to the stream.
+    pub fn admits(self, m: i32) -> bool {
+        match self {
+            Scored::All => ALL_METRICS.iter().any(|x| *x as i32 == m),
+            Scored::One(x) => x as i32 == m,
+        }
+    }
+
+    /// The single metric the result names; unspecified for several.
+    pub fn single(self) -> Metric {
+        match self {
+            Scored::All => Metric::Unspecified,
+            Scored::One(m) => m,
+        }
+    }
+}
 
 /// How many ranks a group keeps.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,21 +105,26 @@ impl Keep {
 pub struct Settings {
     pub keep: Keep,
     pub top_events: u32,
+    /// Weighs each event's distance by its share of its metric's total (the default): a large difference in the
+    /// main event counts for more than noise in a tiny one.
     pub weighted: bool,
     /// Scores against the rank's functional class rather than every rank.
     pub by_class: bool,
     /// Scores each application's ranks apart (`by_app`, the default).
     pub by_app: bool,
-    pub metric: Metric,
+    pub metric: Scored,
     pub values: Values,
     pub events: Scheme,
+    /// Scores each rank on its values summed over this many rounds (1: each round alone).
+    pub window: u32,
 }
 
 impl Settings {
-    /// Params: `{"k": 1..=10000 (10) | "fraction": (0, 1], "top_events": 0..=64 (3), "weighted": false | true,
-    /// "within": "all" | "class", "metric": "exclusive" | "inclusive" | "calls" | "counter" | a per-event metric,
+    /// Params: `{"k": 1..=10000 (10) | "fraction": (0, 1], "top_events": 0..=64 (3), "weighted": true | false,
+    /// "within": "all" | "class", "metric": "all" | "exclusive" | "inclusive" | "calls" | "counter" | a per-event
+    /// metric,
     /// "events": "all" | "pattern", "pattern": "<regex>" (with events pattern only), "values": "round" |
-    /// "cumulative", "by_app": true | false}`.
+    /// "cumulative", "by_app": true | false, "window": 1..=64 (1)}`.
     pub fn parse(text: &str) -> Result<Settings, String> {
         let params = Params::parse(text, &KNOWN)?;
         let keep = match (params.has("k"), params.number("fraction")?) {
@@ -87,14 +135,25 @@ impl Settings {
                 return Err(format!("fraction must be above 0 and at most 1, got {f}"));
             }
         };
+        let values = params.values()?;
+        let window = params.u32_between("window", 1, 1, MAX_WINDOW)?;
+        if window > 1 && values == Values::Cumulative {
+            return Err("window sums rounds: it needs values \"round\", not \"cumulative\"".to_string());
+        }
         Ok(Settings {
+            window,
             keep,
             top_events: params.u32_between("top_events", DEFAULT_TOP_EVENTS, 0, MAX_TOP_EVENTS)?,
-            weighted: params.bool("weighted", false)?,
+            weighted: params.bool("weighted", true)?,
             by_class: params.choice("within", &["all", "class"], "all")? == "class",
             by_app: params.bool("by_app", true)?,
-            metric: params.metric()?,
-            values: params.values()?,
+            metric: match params.string("metric")? {
+                None | Some("all") => Scored::All,
+                Some(_) => Scored::One(params.metric().map_err(|e| {
+                    e.replacen("metric must be one of ", "metric must be \"all\" or one of ", 1)
+                })?),
+            },
+            values,
             events: Scheme::from_params(&params, "events")?,
         })
     }
@@ -114,8 +173,14 @@ mod tests {
         let s = Settings::parse("").unwrap();
         assert_eq!(s.keep, Keep::Count(10));
         assert_eq!(s.top_events, 3);
-        assert!(!s.weighted && !s.by_class && s.by_app);
-        assert_eq!((s.metric, s.values), (Metric::Exclusive, Values::Round));
+        assert!(s.weighted && !s.by_class && s.by_app);
+        assert_eq!((s.metric, s.values), (Scored::All, Values::Round));
+        let one = Settings::parse(r#"{"metric": "calls", "weighted": false}"#).unwrap();
+        assert_eq!((one.metric, one.weighted), (Scored::One(Metric::Calls), false));
+        assert_eq!(
+            Settings::parse(r#"{"metric": "all"}"#).unwrap().metric,
+            Scored::All
+        );
         assert_eq!(s.events.describe(), "all");
     }
 
@@ -152,7 +217,7 @@ mod tests {
             err(r#"{"within": "node"}"#),
             "within must be one of \"all\", \"class\", got \"node\""
         );
-        assert!(err(r#"{"metric": "time"}"#).starts_with("metric must be one of \"exclusive\""));
+        assert!(err(r#"{"metric": "time"}"#).starts_with("metric must be \"all\" or one of \"exclusive\""));
         assert_eq!(
             err(r#"{"events": "pattern"}"#),
             "events \"pattern\" needs a pattern"
@@ -161,9 +226,17 @@ mod tests {
         assert_eq!(
             err(r#"{"kk": 1}"#),
             "unknown parameter \"kk\" (known: k, fraction, top_events, weighted, within, metric, events, \
-             pattern, values, by_app)"
+             pattern, values, by_app, window)"
         );
         assert!(err("[").starts_with("parameters are not valid JSON"));
+        assert_eq!(
+            err(r#"{"window": 65}"#),
+            "window must be between 1 and 64, got 65"
+        );
+        assert_eq!(
+            err(r#"{"window": 4, "values": "cumulative"}"#),
+            "window sums rounds: it needs values \"round\", not \"cumulative\""
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use canopy_filter_host::filter::{FilterFactory, FilterInstance, Level};
 use canopy_filter_host::plugin::PluginFilters;
-use canopy_filter_proto::v1::{Outlier, OutlierGroup, OutliersPacket, OutliersResult};
+use canopy_filter_proto::v1::{Metric, Outlier, OutlierGroup, OutliersPacket, OutliersResult};
 use canopy_filter_test::plugin::{filter_messages, search_path};
 use canopy_wire::v1::{EventSample, RankProfile};
 use prost::Message;
@@ -144,13 +144,20 @@ fn a_round_through_leaves_a_relay_and_the_root_finds_the_slow_rank() {
     // Next to rank 6, rank 0 (100 us) lies farthest from the mean of solve (127.75 us).
     let top: Vec<u32> = g.top.iter().map(|o| o.rank).collect();
     assert_eq!(top, [6, 0]);
-    // MPI_Wait deviates nowhere: it adds nothing and is not listed.
+    // MPI_Wait deviates nowhere, and no rank's calls do: they add nothing and are not listed.
     let events = &g.top[0].events;
     assert_eq!(events.len(), 1);
     let solve = &events[0];
     assert_eq!(solve.id, canopy_wire::event_id("solve"));
+    assert_eq!(
+        solve.metric,
+        Metric::Exclusive as i32,
+        "the defaults score every metric"
+    );
     assert_eq!((solve.value, solve.mean), (300.0, 127.75));
-    assert!((solve.contribution - (300.0 - 127.75) / solve.std).abs() < 1e-12);
+    // Weighted by default: by solve's share of the mean time, 127.75 of 137.75 us.
+    let weight = 127.75 / (127.75 + 10.0);
+    assert!((solve.contribution - (300.0 - 127.75) / solve.std * weight).abs() < 1e-12);
     assert_eq!(g.top[0].score, solve.contribution);
 }
 

@@ -1,6 +1,7 @@
 //! The outliers filter over random trees equals scoring all ranks at once: every group's rank count, its top
 //! ranks identical, their scores within 1e-9 relative and their weighing events, for both `within` modes,
-//! weighted or not, by count or fraction, over each metric and event selection.
+//! weighted or not, by count or fraction, over each metric, all of them at once, and each event selection, each
+//! round alone or over a window of rounds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -103,6 +104,7 @@ struct Setup {
     k: u32,
     fraction: Option<f64>,
     top_events: u32,
+    window: u32,
 }
 
 impl Setup {
@@ -111,6 +113,7 @@ impl Setup {
             Metric::Calls => "calls",
             Metric::Inclusive => "inclusive",
             Metric::Counter => "counter",
+            Metric::Unspecified => "all",
             _ => "exclusive",
         };
         let keep = match self.fraction {
@@ -122,11 +125,12 @@ impl Setup {
             Some(p) => format!(r#", "events": "pattern", "pattern": "{p}""#),
         };
         format!(
-            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}{events}}}"#,
+            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}, "window": {}{events}}}"#,
             if self.by_class { "class" } else { "all" },
             self.weighted,
             self.top_events,
-            self.by_app
+            self.by_app,
+            self.window
         )
     }
 
@@ -145,16 +149,74 @@ struct Scored {
     app: String,
     rank: u32,
     score: f64,
-    /// (id, contribution) of every event that adds to the score.
-    all_events: Vec<(u64, f64)>,
+    /// ((id, metric), contribution) of every event that adds to the score; the metric is 0 when one is scored.
+    all_events: Vec<((u64, i32), f64)>,
 }
 
-/// A rank's profile and its (event id, value) pairs of the metric, sorted by id.
-type Member<'a> = (&'a RankProfile, Vec<(u64, f64)>);
+/// A rank's profile and its ((event id, metric), value) pairs, sorted by key.
+type Member<'a> = (&'a RankProfile, Vec<((u64, i32), f64)>);
 
-/// Every group of a round scored directly, over all its ranks at once: class id → (ranks, every rank in
+/// A rank's values of `metric` (every event's, or every counter's).
+fn values_of(p: &RankProfile, metric: Metric) -> Vec<((u64, i32), f64)> {
+    let m = metric as i32;
+    match metric {
+        Metric::Counter => p.counters.iter().map(|c| ((c.counter_id, m), c.value)).collect(),
+        Metric::Calls => p
+            .events
+            .iter()
+            .map(|e| ((e.event_id, m), e.calls as f64))
+            .collect(),
+        Metric::Inclusive => p.events.iter().map(|e| ((e.event_id, m), e.incl_us)).collect(),
+        _ => p.events.iter().map(|e| ((e.event_id, m), e.excl_us)).collect(),
+    }
+}
+
+/// A rank's values in the stream's metrics, summed over the rounds of the window ending at round `r` that it
+/// reported, oldest first (`rounds[k]` is round k's profiles).
+fn windowed(rounds: &[Vec<RankProfile>], r: usize, p: &RankProfile, setup: &Setup) -> Vec<((u64, i32), f64)> {
+    let first = (r + 1).saturating_sub(setup.window as usize);
+    let mut sums: BTreeMap<(u64, i32), f64> = BTreeMap::new();
+    for round in &rounds[first..=r] {
+        let Some(q) = round
+            .iter()
+            .find(|q| (q.app.as_str(), q.rank) == (p.app.as_str(), p.rank))
+        else {
+            continue;
+        };
+        let values: Vec<((u64, i32), f64)> = match setup.metric {
+            // "all": exclusive time, calls and counters.
+            Metric::Unspecified => [Metric::Exclusive, Metric::Calls, Metric::Counter]
+                .into_iter()
+                .flat_map(|m| values_of(q, m))
+                .collect(),
+            m => values_of(q, m),
+        };
+        let mut values: Vec<_> = values
+            .into_iter()
+            .filter(|((id, _), _)| setup.selected(*id))
+            .collect();
+        values.sort_by_key(|v| v.0);
+        for (key, v) in values {
+            *sums.entry(key).or_insert(0.0) += v;
+        }
+    }
+    sums.into_iter().collect()
+}
+
+impl Setup {
+    /// Whether the stream's event selection takes event `id`.
+    fn selected(&self, id: u64) -> bool {
+        let names: HashMap<u64, String> = names().into_iter().collect();
+        let name = names.get(&id).cloned().unwrap_or_else(|| format!("{id:016x}"));
+        self.pattern
+            .is_none_or(|p| Regex::new(p).unwrap().is_match(&name))
+    }
+}
+
+/// Every group of round `r` scored directly, over all its ranks at once: class id → (ranks, every rank in
 /// order).
-fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, Vec<Scored>)> {
+fn reference(rounds: &[Vec<RankProfile>], r: usize, setup: &Setup) -> BTreeMap<u64, (usize, Vec<Scored>)> {
+    let profiles = &rounds[r];
     let names: HashMap<u64, String> = names().into_iter().collect();
     let re = setup.pattern.map(|p| Regex::new(p).unwrap());
     let name_of = |id: u64| names.get(&id).cloned().unwrap_or_else(|| format!("{id:016x}"));
@@ -185,27 +247,22 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
         } else {
             0
         };
-        let mut values: Vec<(u64, f64)> = match setup.metric {
-            Metric::Counter => p.counters.iter().map(|c| (c.counter_id, c.value)).collect(),
-            Metric::Calls => p.events.iter().map(|e| (e.event_id, e.calls as f64)).collect(),
-            Metric::Inclusive => p.events.iter().map(|e| (e.event_id, e.incl_us)).collect(),
-            _ => p.events.iter().map(|e| (e.event_id, e.excl_us)).collect(),
-        };
-        values.retain(|(id, _)| selected(*id));
-        values.sort_by_key(|v| v.0);
-        groups.entry(class).or_default().push((p, values));
+        groups
+            .entry(class)
+            .or_default()
+            .push((p, windowed(rounds, r, p, setup)));
     }
     groups
         .into_iter()
         .map(|(class, members)| {
             // Two passes per event: the mean, then the population deviation.
-            let mut by_event: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+            let mut by_event: BTreeMap<(u64, i32), Vec<f64>> = BTreeMap::new();
             for (_, values) in &members {
                 for (id, v) in values {
                     by_event.entry(*id).or_default().push(*v);
                 }
             }
-            let moments: BTreeMap<u64, (f64, f64)> = by_event
+            let moments: BTreeMap<(u64, i32), (f64, f64)> = by_event
                 .iter()
                 .map(|(id, vs)| {
                     let n = vs.len() as f64;
@@ -214,8 +271,16 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
                     (*id, (mean, var.sqrt()))
                 })
                 .collect();
-            let total: f64 = moments.values().map(|(m, _)| m.abs()).sum();
-            let weight = |mean: f64| {
+            // Each metric weighs its events within itself.
+            let total = |metric: i32| -> f64 {
+                moments
+                    .iter()
+                    .filter(|((_, m), _)| *m == metric)
+                    .map(|(_, (mean, _))| mean.abs())
+                    .sum()
+            };
+            let weight = |mean: f64, metric: i32| {
+                let total = total(metric);
                 if !setup.weighted {
                     1.0
                 } else if total > 0.0 {
@@ -227,18 +292,23 @@ fn reference(profiles: &[RankProfile], setup: &Setup) -> BTreeMap<u64, (usize, V
             let mut scored: Vec<Scored> = members
                 .iter()
                 .map(|(p, values)| {
-                    let mut events: Vec<(u64, f64)> = values
+                    let mut events: Vec<((u64, i32), f64)> = values
                         .iter()
-                        .map(|(id, v)| {
-                            let (mean, std) = moments[id];
+                        .map(|(key, v)| {
+                            let (mean, std) = moments[key];
                             // Within rounding of the mean is no deviation, as the filter counts it.
                             let deviation = (v - mean).abs();
                             let c = if std > 0.0 && deviation > ROUNDING * v.abs().max(mean.abs()) {
-                                deviation / std * weight(mean)
+                                deviation / std * weight(mean, key.1)
                             } else {
                                 0.0
                             };
-                            (*id, c)
+                            let shown = if setup.metric == Metric::Unspecified {
+                                key.1
+                            } else {
+                                0
+                            };
+                            ((key.0, shown), c)
                         })
                         .collect();
                     let score = events.iter().fold(0.0, |s, e| s + e.1);
@@ -310,9 +380,9 @@ fn check(c: &Case, setup: &Setup, seed: u64) -> Result<(), TestCaseError> {
         .map_err(TestCaseError::fail)?;
     prop_assert!(out.rejects.is_empty(), "{:?}", out.rejects);
     prop_assert_eq!(out.results.len(), c.profiles.len());
-    for (r, profiles) in c.profiles.iter().enumerate() {
+    for r in 0..c.profiles.len() {
         let result = OutliersResult::decode(out.results[&(r as u64, 2)].as_slice()).unwrap();
-        let want = reference(profiles, setup);
+        let want = reference(&c.profiles, r, setup);
         prop_assert_eq!(
             result.groups.iter().map(|g| g.class_id).collect::<Vec<_>>(),
             want.keys().copied().collect::<Vec<_>>(),
@@ -354,8 +424,12 @@ fn check(c: &Case, setup: &Setup, seed: u64) -> Result<(), TestCaseError> {
                     .iter()
                     .find(|w| (w.app.as_str(), w.rank) == (o.app.as_str(), o.rank))
                     .unwrap();
-                let got: Vec<(u64, f64)> = o.events.iter().map(|e| (e.id, e.contribution)).collect();
-                let mut all: Vec<(u64, f64)> = want.all_events.clone();
+                let got: Vec<((u64, i32), f64)> = o
+                    .events
+                    .iter()
+                    .map(|e| ((e.id, e.metric), e.contribution))
+                    .collect();
+                let mut all: Vec<((u64, i32), f64)> = want.all_events.clone();
                 all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                 same_up_to_ties(&got, &all, setup.top_events as usize)
                     .map_err(|e| TestCaseError::fail(format!("events of {}:{}: {e}", o.app, o.rank)))?;
@@ -365,11 +439,22 @@ fn check(c: &Case, setup: &Setup, seed: u64) -> Result<(), TestCaseError> {
         prop_assert_eq!(result.within, if setup.by_class { "class" } else { "all" });
         prop_assert_eq!(result.weighted, setup.weighted);
         prop_assert_eq!(result.metric, setup.metric as i32);
+        let metrics = match setup.metric {
+            Metric::Unspecified => vec![
+                Metric::Calls as i32,
+                Metric::Exclusive as i32,
+                Metric::Counter as i32,
+            ],
+            m => vec![m as i32],
+        };
+        prop_assert_eq!(&result.metrics, &metrics);
     }
     Ok(())
 }
 
-const METRICS: [Metric; 4] = [
+/// Unspecified stands for "all".
+const METRICS: [Metric; 5] = [
+    Metric::Unspecified,
     Metric::Exclusive,
     Metric::Inclusive,
     Metric::Calls,
@@ -384,7 +469,7 @@ proptest! {
     fn tree_equals_scoring_all_ranks_at_once(
         seed in any::<u64>(),
         ranks in 0usize..150,
-        rounds in 1usize..3,
+        rounds in 1usize..4,
         metric in 0usize..METRICS.len(),
         pattern in 0usize..PATTERNS.len(),
         by_class in any::<bool>(),
@@ -393,6 +478,7 @@ proptest! {
         k in 1u32..12,
         fraction in 0usize..FRACTIONS.len(),
         top_events in 0u32..5,
+        window in 1u32..4,
     ) {
         let c = case(seed, ranks, rounds);
         let setup = Setup {
@@ -404,6 +490,7 @@ proptest! {
             k,
             fraction: FRACTIONS[fraction],
             top_events,
+            window,
         };
         check(&c, &setup, seed ^ 0x0a7)?;
     }
