@@ -9,6 +9,7 @@
 )]
 
 mod heal;
+mod instructions;
 mod kafka;
 mod latency;
 mod leaf;
@@ -314,6 +315,22 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         gap_us: u64,
     },
+    /// Instruction budgets (a CI gate): each workload counted under callgrind per operation, against
+    /// bench/instruction-budgets.txt; fails on one more than 5% over its budget, naming the functions that grew.
+    Instructions {
+        /// Write this build's counts as the budgets instead of checking them.
+        #[arg(long)]
+        update: bool,
+        /// Fail, rather than skip, a workload that cannot run here (no valgrind, no mpicc).
+        #[arg(long)]
+        require_all: bool,
+        /// The budgets file (default: bench/instruction-budgets.txt).
+        #[arg(long)]
+        budgets: Option<std::path::PathBuf>,
+    },
+    /// One workload of `instructions`, run under callgrind: OPERATIONS of it in this process.
+    #[command(hide = true)]
+    InstructionsWorkload { name: String, operations: u64 },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -321,6 +338,9 @@ fn main() -> anyhow::Result<()> {
     // The in-process daemons log to stderr when asked to (CANOPY_LOG=canopy::latency=debug, say); quiet otherwise.
     if std::env::var_os("CANOPY_LOG").is_some() {
         canopy_runtime::telemetry::init(canopy_runtime::config::LogFormat::Text, "warn");
+    }
+    if let Command::InstructionsWorkload { name, operations } = &args.command {
+        return instructions::workload(name, *operations);
     }
     if !matches!(args.command, Command::OffloadRank { .. }) {
         println!(
@@ -509,6 +529,16 @@ fn main() -> anyhow::Result<()> {
             dumps,
             gap_us,
         } => sdk::run(events, pairs, dumps, gap_us, args.repeats),
+        Command::Instructions {
+            update,
+            require_all,
+            budgets,
+        } => instructions::check(
+            &budgets.unwrap_or_else(instructions::default_budgets),
+            update,
+            require_all,
+        ),
+        Command::InstructionsWorkload { .. } => unreachable!("run before the header"),
         Command::Samplers {
             tables,
             samples,

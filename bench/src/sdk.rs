@@ -12,7 +12,7 @@ use crate::stats;
 
 /// A stand-in agent: accepts each rank (the control a rank waits for before it sends a dump), then reads and
 /// discards whatever the connection sends.
-fn sink(path: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn sink(path: &std::path::Path) -> anyhow::Result<()> {
     use canopy_wire::v1::{AgentMessage, RankControl, agent_message};
     let listener = UnixListener::bind(path)?;
     let accept = AgentMessage {
