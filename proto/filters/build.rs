@@ -24,6 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("canopy_filters_descriptor.bin"),
         compiler.encode_file_descriptor_set(),
     )?;
-    prost_build::Config::new().compile_fds(protox::compile([FILTERS], [&root])?)?;
+    // Type names (`prost::Name`): a result is told apart by its full name, `canopy.filters.v1.StatsResult`.
+    prost_build::Config::new()
+        .enable_type_names()
+        .compile_fds(protox::compile([FILTERS], [&root])?)?;
     Ok(())
 }

@@ -5,9 +5,8 @@ use std::collections::HashMap;
 
 use crate::watch::table::{label, several_apps};
 use anyhow::Context;
-use canopy_proto::filters::v1::{
-    ClassResult, EventStats, HistogramResult, Metric, NodeSamples, OutliersResult, RankRange, StatsResult,
-};
+use canopy_proto::filters::known::KnownResult;
+use canopy_proto::filters::v1::{EventStats, Metric, NodeSamples, OutliersResult, RankRange};
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
     CloseStreamRequest, ControlRequest, CreateStreamRequest, ListStreamsRequest, NodeKind, NodeState,
@@ -873,12 +872,9 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
     );
     let payload = u.result.as_ref().map(|a| a.value.as_slice()).unwrap_or_default();
     let type_url = u.result.as_ref().map(|a| a.type_url.as_str()).unwrap_or_default();
-    if type_url.ends_with("StatsResult") {
-        if let Ok(r) = StatsResult::decode(payload) {
-            out.push_str(&stats_table(&r.stats, names, top));
-        }
-    } else if type_url.ends_with("HistogramResult") {
-        if let Ok(r) = HistogramResult::decode(payload) {
+    match KnownResult::decode(type_url, payload) {
+        Ok(KnownResult::Stats(r)) => out.push_str(&stats_table(&r.stats, names, top)),
+        Ok(KnownResult::Histogram(r)) => {
             out.push_str(&stats_table(&r.stats, names, top.min(3)));
             let mut hists: Vec<_> = r
                 .histograms
@@ -905,8 +901,7 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
                 }
             }
         }
-    } else if type_url.ends_with("ClassResult") {
-        if let Ok(r) = ClassResult::decode(payload) {
+        Ok(KnownResult::Classes(r)) => {
             out.push_str(&format!(
                 "  {} classes, reduction factor {:.2} ({} B of profiles -> {} B)\n",
                 r.classes.len(),
@@ -931,24 +926,19 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
                 ));
             }
         }
-    } else if type_url.ends_with("NodeSamples") {
-        if let Ok(r) = NodeSamples::decode(payload) {
-            out.push_str(&nodes_table(&r, top));
+        Ok(KnownResult::Nodes(r)) => out.push_str(&nodes_table(&r, top)),
+        Ok(KnownResult::Profiles) => {
+            if let Ok(b) = canopy_proto::v1::ProfileBatch::decode(payload) {
+                out.push_str(&ranks_table(&b, names, top));
+            }
         }
-    } else if type_url.ends_with("ProfileBatch") {
-        if let Ok(b) = canopy_proto::v1::ProfileBatch::decode(payload) {
-            out.push_str(&ranks_table(&b, names, top));
-        }
-    } else if type_url.ends_with("OutliersResult") {
-        if let Ok(r) = OutliersResult::decode(payload) {
-            out.push_str(&outliers_table(&r, names, top));
-        }
-    } else {
-        out.push_str(&format!(
+        Ok(KnownResult::Outliers(r)) => out.push_str(&outliers_table(&r, names, top)),
+        // A type this command does not draw, or a known type whose bytes do not decode, shows as bytes.
+        _ => out.push_str(&format!(
             "  {} bytes of {}\n",
             payload.len(),
             type_url.rsplit('/').next().unwrap_or("")
-        ));
+        )),
     }
     out
 }

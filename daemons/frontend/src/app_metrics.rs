@@ -8,11 +8,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use canopy_core::node::RoundResult;
-use canopy_proto::filters::v1::{EventStats, HistogramResult, Metric, StatsResult};
+use canopy_proto::filters::known::KnownResult;
+use canopy_proto::filters::v1::{EventStats, Metric};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
-use prost::Message;
 
 /// One stream's latest round as the series show it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,14 +54,10 @@ impl AppMetrics {
             return;
         }
         name.clone_from(&r.stream.name);
-        let stats = if result_type.ends_with("StatsResult") {
-            StatsResult::decode(r.payload.as_slice()).ok().map(|s| s.stats)
-        } else if result_type.ends_with("HistogramResult") {
-            HistogramResult::decode(r.payload.as_slice())
-                .ok()
-                .map(|h| h.stats)
-        } else {
-            None
+        let stats = match KnownResult::decode(result_type, r.payload.as_slice()) {
+            Ok(KnownResult::Stats(s)) => Some(s.stats),
+            Ok(KnownResult::Histogram(h)) => Some(h.stats),
+            _ => None,
         };
         *entry = Latest {
             round: r.round,
@@ -220,7 +216,8 @@ fn metric_word(m: Metric) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::filters::v1::{Quantile, Summary};
+    use canopy_proto::filters::v1::{Quantile, StatsResult, Summary};
+    use prost::Message;
     use canopy_proto::v1::{Coverage, StreamSpec};
 
     fn event(app: &str, id: u64, mean: f64) -> EventStats {

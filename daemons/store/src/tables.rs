@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+use canopy_proto::filters::known::Known;
 use canopy_proto::filters::v1::{
     ClassResult, EventStats, Histogram, HistogramResult, KmeansResult, LatencyResult, Metric, NodeSample,
     NodeSamples, OutlierEvent, OutliersResult, RankRange, UtilizationResult,
@@ -16,28 +17,9 @@ use crate::sql::{id_bits, sat};
 use crate::stat_rows::{self, StatRow, StatsRows};
 use crate::words::Word;
 
-const STATS_RESULT: &str = "canopy.filters.v1.StatsResult";
-const HISTOGRAM_RESULT: &str = "canopy.filters.v1.HistogramResult";
-const CLASS_RESULT: &str = "canopy.filters.v1.ClassResult";
-const UTILIZATION_RESULT: &str = "canopy.filters.v1.UtilizationResult";
-const NODE_SAMPLES: &str = "canopy.filters.v1.NodeSamples";
-const OUTLIERS_RESULT: &str = "canopy.filters.v1.OutliersResult";
-const KMEANS_RESULT: &str = "canopy.filters.v1.KmeansResult";
-const LATENCY_RESULT: &str = "canopy.filters.v1.LatencyResult";
-
-/// Whether results of this type get tables.
+/// Whether results of this type get tables: every standard result but profiles (which have theirs, `samples`).
 pub fn is_tabulated(result_type: &str) -> bool {
-    matches!(
-        result_type,
-        STATS_RESULT
-            | HISTOGRAM_RESULT
-            | CLASS_RESULT
-            | UTILIZATION_RESULT
-            | NODE_SAMPLES
-            | OUTLIERS_RESULT
-            | KMEANS_RESULT
-            | LATENCY_RESULT
-    )
+    Known::of(result_type).is_some_and(|k| k != Known::Profiles)
 }
 
 /// Why a result could not become rows.
@@ -72,8 +54,11 @@ pub(crate) fn write(
         round: sat(round),
         late: i64::from(late),
     };
-    match result_type {
-        STATS_RESULT => {
+    let Some(known) = Known::of(result_type) else {
+        return Ok(());
+    };
+    match known {
+        Known::Stats => {
             let read = stat_rows::read(payload).map_err(|source| TableError::Decode {
                 what: "StatsResult",
                 source,
@@ -90,13 +75,13 @@ pub(crate) fn write(
             };
             at.reduction(tx, raw_bytes, payload.len() as u64, None)?;
         }
-        HISTOGRAM_RESULT => {
+        Known::Histogram => {
             let r: HistogramResult = decode("HistogramResult", payload)?;
             at.stats(tx, None, &r.stats)?;
             at.histograms(tx, None, &r.histograms)?;
             at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
         }
-        CLASS_RESULT => {
+        Known::Classes => {
             let r: ClassResult = decode("ClassResult", payload)?;
             for c in &r.classes {
                 let class = Some(c.class_id as i64);
@@ -125,33 +110,33 @@ pub(crate) fn write(
             let classes = Some(r.classes.len() as i64);
             at.reduction(tx, r.raw_bytes, r.result_bytes, classes)?;
         }
-        UTILIZATION_RESULT => {
+        Known::Utilization => {
             let r: UtilizationResult = decode("UtilizationResult", payload)?;
             at.utilization(tx, &r)?;
             at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
         }
-        OUTLIERS_RESULT => {
+        Known::Outliers => {
             let r: OutliersResult = decode("OutliersResult", payload)?;
             at.outliers(tx, &r)?;
             let groups = (r.within == "class").then_some(r.groups.len() as i64);
             at.reduction(tx, r.raw_bytes, payload.len() as u64, groups)?;
         }
-        KMEANS_RESULT => {
+        Known::Kmeans => {
             let r: KmeansResult = decode("KmeansResult", payload)?;
             at.kmeans(tx, &r)?;
         }
-        LATENCY_RESULT => {
+        Known::Latency => {
             let r: LatencyResult = decode("LatencyResult", payload)?;
             at.latency(tx, &r)?;
             at.reduction(tx, r.raw_bytes, payload.len() as u64, None)?;
         }
-        NODE_SAMPLES => {
+        Known::Nodes => {
             let r: NodeSamples = decode("NodeSamples", payload)?;
             for node in &r.nodes {
                 at.node_sample(tx, node)?;
             }
         }
-        _ => {}
+        Known::Profiles => {}
     }
     Ok(())
 }

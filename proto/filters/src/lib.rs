@@ -10,6 +10,8 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/canopy.filters.v1.rs"));
 }
 
+pub mod known;
+
 /// The encoded `FileDescriptorSet` of every message a standard filter takes or returns: canopy/filters/v1 and
 /// canopy/v1/profile.proto (the `ProfileBatch` a leaf's inputs are, whose Rust types are canopy-wire's). A
 /// plugin whose result is one of these returns it from `descriptors()`.

@@ -122,20 +122,18 @@ enum Kind {
 
 impl Kind {
     fn of(stream: &StreamRow) -> Option<Kind> {
-        let ty = stream.result_type.as_deref()?;
-        let name = ty.rsplit('.').next()?;
-        match name {
-            "StatsResult" => Some(Kind::Stats),
-            "HistogramResult" => Some(Kind::Histogram),
-            "ClassResult" => Some(Kind::Classify),
-            "KmeansResult" => Some(Kind::Kmeans),
-            "LatencyResult" => Some(Kind::Latency),
-            "UtilizationResult" => Some(Kind::Utilization),
-            "OutliersResult" => Some(Kind::Outliers),
-            "NodeSamples" => Some(Kind::Nodes),
-            "ProfileBatch" => Some(Kind::PerRank),
-            _ => None,
-        }
+        use canopy_proto::filters::known::Known;
+        Some(match Known::of(stream.result_type.as_deref()?)? {
+            Known::Stats => Kind::Stats,
+            Known::Histogram => Kind::Histogram,
+            Known::Classes => Kind::Classify,
+            Known::Kmeans => Kind::Kmeans,
+            Known::Latency => Kind::Latency,
+            Known::Utilization => Kind::Utilization,
+            Known::Outliers => Kind::Outliers,
+            Known::Nodes => Kind::Nodes,
+            Known::Profiles => Kind::PerRank,
+        })
     }
 
     /// The section of a stream of this kind.
@@ -314,6 +312,8 @@ mod tests {
         // Passthrough profiles: the per-rank view. A plugin's own type, or no result yet: coverage only.
         assert_eq!(kind(Some("canopy.v1.ProfileBatch")), Some(Kind::PerRank));
         assert_eq!(kind(Some("canopy.filters.v1.RankCount")), None);
+        // A third-party plugin's message of a built-in's name is not drawn as the built-in.
+        assert_eq!(kind(Some("acme.v1.StatsResult")), None);
         assert_eq!(kind(None), None);
     }
 

@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use canopy_proto::filters::v1::{
-    ClassResult, EventStats, Histogram, HistogramResult, Metric, StatsResult, UtilizationResult,
-};
+use canopy_proto::filters::known::{Known, KnownResult};
+use canopy_proto::filters::v1::{ClassResult, EventStats, Histogram, Metric, UtilizationResult};
 use canopy_proto::v1::frontend_client::FrontendClient;
 use canopy_proto::v1::{
     EventNamesRequest, ListStreamsRequest, RoundUpdate, SubscribeRequest, TopologyRequest, subscribe_request,
@@ -102,7 +101,7 @@ struct Screens {
 fn is_utilization(u: &RoundUpdate) -> bool {
     u.result
         .as_ref()
-        .is_some_and(|a| a.type_url.ends_with("UtilizationResult"))
+        .is_some_and(|a| Known::of(&a.type_url) == Some(Known::Utilization))
 }
 
 fn utilization_of(u: &RoundUpdate) -> Option<UtilizationResult> {
@@ -198,14 +197,10 @@ impl Screens {
             return;
         }
         if newest {
-            let summaries = if type_url.ends_with("StatsResult") {
-                StatsResult::decode(payload).ok().map(|r| (r.stats, Vec::new()))
-            } else if type_url.ends_with("HistogramResult") {
-                HistogramResult::decode(payload)
-                    .ok()
-                    .map(|r| (r.stats, r.histograms))
-            } else {
-                None
+            let (summaries, other) = match KnownResult::decode(type_url, payload) {
+                Ok(KnownResult::Stats(r)) => (Some((r.stats, Vec::new())), None),
+                Ok(KnownResult::Histogram(r)) => (Some((r.stats, r.histograms)), None),
+                other => (None, other.ok()),
             };
             match summaries {
                 Some((stats, hists)) => {
@@ -228,8 +223,8 @@ impl Screens {
                     }
                 }
                 None => {
-                    stream.screen = match ClassResult::decode(payload) {
-                        Ok(r) if type_url.ends_with("ClassResult") => Screen::Classes(r),
+                    stream.screen = match other {
+                        Some(KnownResult::Classes(r)) => Screen::Classes(r),
                         _ => Screen::Text(render(u, names, self.top)),
                     }
                 }
@@ -739,7 +734,7 @@ fn print_plain(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use canopy_proto::filters::v1::Summary;
+    use canopy_proto::filters::v1::{StatsResult, Summary};
     use canopy_proto::v1::Coverage;
     use utilization::tests::result;
 
