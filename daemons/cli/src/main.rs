@@ -13,6 +13,7 @@ mod fit;
 mod generate;
 mod keys;
 mod launcher;
+mod render;
 mod report;
 mod run_job;
 mod run_store;

@@ -217,8 +217,8 @@ fn metric_word(m: Metric) -> &'static str {
 mod tests {
     use super::*;
     use canopy_proto::filters::v1::{Quantile, StatsResult, Summary};
-    use prost::Message;
     use canopy_proto::v1::{Coverage, StreamSpec};
+    use prost::Message;
 
     fn event(app: &str, id: u64, mean: f64) -> EventStats {
         EventStats {

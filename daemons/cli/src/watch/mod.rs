@@ -33,9 +33,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Sparkline, Widget};
 use tonic::transport::Channel;
 
-use crate::client::{Target, connect, json_of, render, status_error};
+use crate::client::{Target, connect, json_of, status_error};
 use crate::fit::{first_shown, truncate};
 use crate::keys::{Action, action_of};
+use crate::render::render;
 use crate::tui::Tui;
 use header::{Header, StreamStatus, Troubles};
 use spark::Means;

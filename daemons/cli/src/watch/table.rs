@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use canopy_proto::filters::v1::{ClassResult, EventStats, Histogram, Metric};
 
-use crate::client::{metric_word, name_of};
 use crate::fit::{Column, Lines, lay_out, truncate};
+use crate::render::{metric_word, name_of};
 
 /// The metrics a result has summaries of, in the order `m` cycles them: exclusive, inclusive and calls first,
 /// then counters and per-event metrics by number.
