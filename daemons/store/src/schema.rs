@@ -4,8 +4,6 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use rusqlite_migration::{HookResult, M, Migrations};
 
-use crate::tables::parse_ranges_text;
-
 /// The version of the schema this crate writes: `PRAGMA user_version` of every store it has opened for writing,
 /// also written to `meta.schema_version` for readers of the file (sqlite3, pandas), who check it before
 /// trusting column meanings.
@@ -826,11 +824,33 @@ fn class_ranks_from_text(tx: &Transaction<'_>) -> HookResult {
     while let Some(row) = rows.next()? {
         let (stream, round, class, ranks, late): (i64, i64, i64, String, i64) =
             (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
-        for (app, first, last) in parse_ranges_text(&ranks) {
+        for (app, first, last) in ranges_from_text_v10(&ranks) {
             write.execute(params![stream, round, class, app, first, last, late])?;
         }
     }
     Ok(())
+}
+
+/// The `ranks` text stores before version 10 hold, back as (app, first, last): a range without an app belongs to
+/// the app named last before it (none: ""); tokens that are not ranks are skipped. Frozen with the migration that
+/// reads it: it reads the text as it was written then, whatever the writer does today.
+pub(crate) fn ranges_from_text_v10(text: &str) -> Vec<(String, u32, u32)> {
+    let mut app = "";
+    let mut out = Vec::new();
+    for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ranks = match token.rsplit_once(':') {
+            Some((a, ranks)) => {
+                app = a;
+                ranks
+            }
+            None => token,
+        };
+        let (first, last) = ranks.split_once('-').unwrap_or((ranks, ranks));
+        if let (Ok(first), Ok(last)) = (first.parse::<u32>(), last.parse::<u32>()) {
+            out.push((app.to_string(), first.min(last), first.max(last)));
+        }
+    }
+    out
 }
 
 /// The indexes of per-rank series (`WHERE app = ? AND rank = ?`) and per-event series (`WHERE event_id = ?`).

@@ -163,27 +163,6 @@ pub fn ranges_text(ranges: &[RankRange]) -> String {
     out
 }
 
-/// The ranges [`ranges_text`] wrote, back as (app, first, last): a range without an app belongs to the app named
-/// last before it (none: ""). Tokens that are not ranks are skipped.
-pub(crate) fn parse_ranges_text(text: &str) -> Vec<(String, u32, u32)> {
-    let mut app = "";
-    let mut out = Vec::new();
-    for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        let ranks = match token.rsplit_once(':') {
-            Some((a, ranks)) => {
-                app = a;
-                ranks
-            }
-            None => token,
-        };
-        let (first, last) = ranks.split_once('-').unwrap_or((ranks, ranks));
-        if let (Ok(first), Ok(last)) = (first.parse::<u32>(), last.parse::<u32>()) {
-            out.push((app.to_string(), first.min(last), first.max(last)));
-        }
-    }
-    out
-}
-
 fn metric_word(m: i32) -> &'static str {
     Metric::try_from(m).unwrap_or(Metric::Unspecified).word()
 }
@@ -726,15 +705,18 @@ mod tests {
             "a:0-7,9,b:0-1"
         );
         let ranges = [r("a", 0, 7), r("a", 9, 9), r("b", 0, 1), r("x:y", 3, 3)];
-        let back: Vec<_> = parse_ranges_text(&ranges_text(&ranges))
+        let back: Vec<_> = crate::schema::ranges_from_text_v10(&ranges_text(&ranges))
             .into_iter()
             .map(|(app, first, last)| r(&app, first, last))
             .collect();
         assert_eq!(back, ranges);
         assert_eq!(
-            parse_ranges_text("0,2-9"),
+            crate::schema::ranges_from_text_v10("0,2-9"),
             [("".to_string(), 0, 0), ("".to_string(), 2, 9)]
         );
-        assert_eq!(parse_ranges_text("a:junk,,5"), [("a".to_string(), 5, 5)]);
+        assert_eq!(
+            crate::schema::ranges_from_text_v10("a:junk,,5"),
+            [("a".to_string(), 5, 5)]
+        );
     }
 }
