@@ -162,13 +162,7 @@ fn kit_packets() -> anyhow::Result<(Packets, Packets)> {
             app: "sim".into(),
             plants: Vec::new(),
         });
-        let selection = Selection {
-            reported: &|_| true,
-            metrics: 0,
-            sampled_out: &|_| false,
-            utilization: None,
-            step_unix_ns: 0,
-        };
+        let selection = Selection::everything();
         let mut batch: Vec<prost::bytes::Bytes> = Vec::new();
         sim.encode_round(0, 1, &selection, |_, b| batch.extend(b));
         let mut leaf = plugins.create("stats", "", Level::Leaf)?;

@@ -44,13 +44,7 @@ pub fn run(
             app: "sim".into(),
             plants: Vec::new(),
         });
-        let selection = Selection {
-            reported: &|_| true,
-            metrics: 0,
-            sampled_out: &|_| false,
-            utilization: None,
-            step_unix_ns: 0,
-        };
+        let selection = Selection::everything();
         let mut batches: Vec<Vec<prost::bytes::Bytes>> = Vec::with_capacity(rounds as usize);
         let t = Instant::now();
         for round in 0..rounds {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use canopy_proto::filters::known::KnownResult;
-use canopy_proto::filters::v1::{EventStats, Metric, NodeSamples, OutliersResult, RankRange};
+use canopy_proto::filters::v1::{EventStats, Metric, NodeSamples, OutliersResult};
 use canopy_proto::v1::RoundUpdate;
 use prost::Message;
 
@@ -97,28 +97,6 @@ fn event_metrics_table(stats: &[EventStats], names: &HashMap<u64, String>, top: 
             sum.min,
             sum.max
         ));
-    }
-    out
-}
-
-/// Rank ranges as `app:0-7,9`, the application named where it changes.
-fn ranges(ranges: &[RankRange]) -> String {
-    let mut out = String::new();
-    let mut app = None;
-    for r in ranges {
-        if !out.is_empty() {
-            out.push(',');
-        }
-        if app != Some(r.app.as_str()) && !r.app.is_empty() {
-            out.push_str(&r.app);
-            out.push(':');
-        }
-        app = Some(r.app.as_str());
-        out.push_str(&if r.first == r.last {
-            r.first.to_string()
-        } else {
-            format!("{}-{}", r.first, r.last)
-        });
     }
     out
 }
@@ -308,7 +286,7 @@ fn nodes_table(r: &NodeSamples, top: usize) -> String {
         out.push_str(&format!(
             "  {:<20} {:<14} {usr:>5} {sys:>5} {idle:>5} {steal:>5} {mem:>9} {rx:>8} {tx:>8} {rd:>8} {wr:>8} {load:>6}\n",
             n.node_id,
-            Some(ranges(&n.ranks)).filter(|r| !r.is_empty()).unwrap_or_else(dash),
+            Some(canopy_store::ranges_text(&n.ranks)).filter(|r| !r.is_empty()).unwrap_or_else(dash),
         ));
     }
     if r.nodes.len() > top {
@@ -405,6 +383,7 @@ pub(crate) fn render(u: &RoundUpdate, names: &HashMap<u64, String>, top: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_proto::filters::v1::RankRange;
 
     #[test]
     fn a_passthrough_round_is_a_table_of_ranks_with_the_most_time_first_and_the_least_last() {

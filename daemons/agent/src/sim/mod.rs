@@ -520,6 +520,19 @@ pub struct Selection<'a> {
     pub step_unix_ns: u64,
 }
 
+impl Selection<'static> {
+    /// Every event and counter of every rank, no time rounds: what a benchmark folds.
+    pub fn everything() -> Selection<'static> {
+        Selection {
+            reported: &|_| true,
+            metrics: 0,
+            sampled_out: &|_| false,
+            utilization: None,
+            step_unix_ns: 0,
+        }
+    }
+}
+
 /// The workflow scenario's step marks of one rank's round: rank 0 of the simulation marks the start of step
 /// `round` at `at`, and rank 0 of `csym` its stop at `at` plus the step's latency.
 fn step_marks(cfg: &SimConfig, rank: u32, round: u64, at: u64) -> Vec<StepMark> {
