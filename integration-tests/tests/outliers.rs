@@ -233,9 +233,10 @@ fn with_its_defaults_outliers_finds_planted_ranks_among_noisy_processes_on_a_loa
             let factor = if PLANTED.contains(&r) { "3" } else { "1" };
             let log = std::fs::File::create(dir.path().join(format!("rank{r}.log"))).unwrap();
             Command::new(&exe)
-                // 40 rounds, one every 50 ms; about 0.7 ms of computation a round (2 ms planted): together about
-                // a third of one of the two cores, the rest of the machine's load apart.
-                .args([rounds.as_str(), "50000", "400", factor])
+                // 40 rounds, one every 120 ms; about 3.5 ms of computation a round (10 ms planted): together
+                // about half of one of the two cores. A normal rank preempted once for a time slice in its
+                // computation still takes less than a planted one.
+                .args([rounds.as_str(), "120000", "2000", factor])
                 .env("CANOPY_AGENT_SOCKET", &socket)
                 .env("CANOPY_RANK", r.to_string())
                 .env("CANOPY_NRANKS", RANKS.to_string())
