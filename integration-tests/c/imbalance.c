@@ -3,9 +3,10 @@
  *
  *   imbalance ITERATIONS PERIOD_US WORK FACTOR
  *
- * Each iteration runs "compute" (WORK units of arithmetic, FACTOR times as many on this rank), then "pack" and
- * "unpack" four times each (a 4 KiB copy) and "norm" once (a short sum), dumps its profile and sleeps to the
- * next period. Ranks start a fraction of a period apart (by CANOPY_RANK), so they share the cores rather than
+ * Each iteration runs "compute" (WORK units of arithmetic, FACTOR times as many on this rank), then sixteen small
+ * events, "copy 0" to "copy 15" (a 1 KiB copy each, whose microsecond or so is mostly the machine's noise, as a
+ * real code's many small calls are), "norm" once (a short sum) and "poll" once (a 1 us sleep, which the
+ * kernel's timer slack stretches), dumps its profile and sleeps to the next period. Ranks start a fraction of a period apart (by CANOPY_RANK), so they share the cores rather than
  * all computing at once.
  */
 #include <canopy.h>
@@ -45,9 +46,14 @@ int main(int argc, char **argv) {
     }
     const char *r = getenv("CANOPY_RANK"), *n = getenv("CANOPY_NRANKS");
     long rank = r ? atol(r) : 0, nranks = n ? atol(n) : 1;
-    canopy_timer *compute = canopy_timer_get("compute"), *pack = canopy_timer_get("pack"),
-                 *unpack = canopy_timer_get("unpack"), *norm = canopy_timer_get("norm");
-    static char from[4096], to[4096];
+    canopy_timer *compute = canopy_timer_get("compute"), *norm = canopy_timer_get("norm"),
+                 *poll = canopy_timer_get("poll"), *copy[16];
+    for (int k = 0; k < 16; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "copy %d", k);
+        copy[k] = canopy_timer_get(name);
+    }
+    static char from[1024], to[1024];
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     sleep_until(&next, period_us + period_us * rank / (nranks > 0 ? nranks : 1));
@@ -55,17 +61,19 @@ int main(int argc, char **argv) {
         canopy_start(compute);
         work((long)(units * factor));
         canopy_stop(compute);
-        for (int k = 0; k < 4; k++) {
-            canopy_start(pack);
+        for (int k = 0; k < 16; k++) {
+            canopy_start(copy[k]);
             memcpy(to, from, sizeof to);
-            canopy_stop(pack);
-            canopy_start(unpack);
-            memcpy(from, to, sizeof from);
-            canopy_stop(unpack);
+            from[k] ^= to[1023 - k];
+            canopy_stop(copy[k]);
         }
         canopy_start(norm);
         work(5);
         canopy_stop(norm);
+        canopy_start(poll);
+        struct timespec tiny = {0, 1000};
+        nanosleep(&tiny, NULL);
+        canopy_stop(poll);
         canopy_dump();
         sleep_until(&next, period_us);
     }
