@@ -68,8 +68,9 @@ pub fn tree_attach(data: &[u8]) {
         match service.attach(tonic::Request::new(request)).await {
             // The down stream ends once the child's stream is read to its end and the node has let it go.
             Ok(response) => {
-                let mut down = response.into_inner().into_inner();
-                settle(async move { while down.recv().await.is_some() {} }).await;
+                let mut down = response.into_inner();
+                settle(async move { while tokio_stream::StreamExt::next(&mut down).await.is_some() {} })
+                    .await;
             }
             Err(status) => {
                 let _ = status.message();

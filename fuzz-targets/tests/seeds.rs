@@ -466,6 +466,7 @@ fn tree_down() {
         b.extend(down(down_message::Msg::Credit(Credit {
             below: 16,
             closed_below: 0,
+            taken: 0,
         })));
         b.extend(down(down_message::Msg::Envelope(Envelope {
             stream_id: 2,

@@ -392,9 +392,11 @@ impl<U: Up> Node<U> {
             })
         });
         let controls = self.control.replay().into_iter().map(down_message::Msg::Control);
+        // `taken` is the transport's to say, as the credit goes down the child's stream.
         let credit = down_message::Msg::Credit(Credit {
             below: self.window.limit(),
             closed_below: self.closed_below(),
+            taken: 0,
         });
         for msg in [table]
             .into_iter()
@@ -953,8 +955,12 @@ impl<U: Up> Node<U> {
             let step = self.window.credit_step();
             if let Some(below) = self.credit.give(limit, step, self.window.answered()) {
                 let closed_below = self.closed_below();
-                self.broadcast(down_message::Msg::Credit(Credit { below, closed_below }))
-                    .await;
+                self.broadcast(down_message::Msg::Credit(Credit {
+                    below,
+                    closed_below,
+                    taken: 0,
+                }))
+                .await;
             }
             if let Some(round) = self.credit.want(self.window.waiting_beyond()) {
                 self.up.send(up_message::Msg::Want(Want { round })).await;

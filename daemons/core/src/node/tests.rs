@@ -601,6 +601,7 @@ async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
         Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit {
             below,
             closed_below: 0,
+            taken: 0,
         })))
     };
     h.input(credit(4)).await;
@@ -647,6 +648,7 @@ fn parent_credit(below: u64) -> Input {
     Input::Parent(ParentEvent::Message(down_message::Msg::Credit(Credit {
         below,
         closed_below: 0,
+        taken: 0,
     })))
 }
 
@@ -705,6 +707,7 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
     let credit = down_message::Msg::Credit(Credit {
         below: 5,
         closed_below: 0,
+        taken: 0,
     });
     h.input(Input::Parent(ParentEvent::Message(credit))).await;
     tokio::task::yield_now().await;

@@ -1,8 +1,10 @@
 //! What a node sent up that may still be needed: every packet for a round the root has not closed yet, so a
 //! node whose parent dies can send again what the parent never passed on.
 //!
-//! Packets are kept per session (one attachment to a parent). The root's watermark (`Credit.closed_below`, passed
-//! down by every node) releases the current session's packets of the rounds it has closed. When the parent is
+//! Packets are kept per session (one attachment to a parent), numbered in the order they were sent. The root's
+//! watermark (`Credit.closed_below`, passed down by every node) releases the current session's packets of the
+//! rounds it has closed, among those the parent has read (`Credit.taken`): a packet still on its way when its round
+//! closed without it stays, so a broken link cannot lose it. When the parent is
 //! lost, its session's packets stay until the adopter says which rounds the lost node delivered
 //! ([`Kept::resend`]): the others are sent again, the rest forgotten. Nothing waits unbounded: a session that no
 //! adopter answers for is forgotten after [`OLD_SESSION_HOLD`], and the whole store holds at most
@@ -23,6 +25,8 @@ pub const OLD_SESSION_HOLD: Duration = Duration::from_secs(300);
 
 struct KeptPacket {
     session: u64,
+    /// Its place among the session's packets, from 0.
+    seq: u64,
     env: Envelope,
 }
 
@@ -35,6 +39,8 @@ pub(crate) struct Kept {
     ended: HashMap<u64, Instant>,
     /// Packets forgotten before they were released (the byte bound, or a lost parent no adopter answered for).
     pub(crate) evicted: u64,
+    /// The session packets are being numbered for, and the next number.
+    numbering: (u64, u64),
 }
 
 impl Default for Kept {
@@ -51,13 +57,19 @@ impl Kept {
             max_bytes,
             ended: HashMap::new(),
             evicted: 0,
+            numbering: (0, 0),
         }
     }
 
     /// Keeps a packet sent up in `session`.
     pub(crate) fn keep(&mut self, session: u64, env: Envelope) {
+        if self.numbering.0 != session {
+            self.numbering = (session, 0);
+        }
+        let seq = self.numbering.1;
+        self.numbering.1 += 1;
         self.bytes += env.payload.len();
-        self.packets.push_back(KeptPacket { session, env });
+        self.packets.push_back(KeptPacket { session, seq, env });
         while self.bytes > self.max_bytes {
             let Some(p) = self.packets.pop_front() else { break };
             self.bytes -= p.env.payload.len();
@@ -72,11 +84,17 @@ impl Kept {
         }
     }
 
-    /// The root closed every round below `closed_below`: `session`'s packets of those rounds are no longer needed.
-    pub(crate) fn release(&mut self, session: u64, closed_below: u64) {
+    /// The root closed every round below `closed_below`, and the parent had read the first `taken - 1` packets of
+    /// the session (`taken` 0: a parent that does not say): `session`'s packets of those rounds that the parent
+    /// read are no longer needed.
+    pub(crate) fn release(&mut self, session: u64, closed_below: u64, taken: u64) {
+        let read = match taken {
+            0 => u64::MAX,
+            n => n - 1,
+        };
         let bytes = &mut self.bytes;
         self.packets.retain(|p| {
-            let keep = p.session != session || p.env.round >= closed_below;
+            let keep = p.session != session || p.env.round >= closed_below || p.seq >= read;
             if !keep {
                 *bytes -= p.env.payload.len();
             }
@@ -191,13 +209,38 @@ mod tests {
         for r in 4..8 {
             k.keep(2, env(1, r, 10));
         }
-        k.release(2, 6);
+        k.release(2, 6, 0);
         assert_eq!(
             k.len(),
             6,
             "rounds 4 and 5 of session 2 released; session 1 waits for its adopter"
         );
         assert_eq!(k.bytes(), 60);
+    }
+
+    #[test]
+    fn a_packet_the_parent_has_not_read_stays_though_its_round_closed() {
+        let mut k = Kept::default();
+        // Rounds 0 to 3 sent in session 1, then round 1 again, late (its first copy went with a broken link).
+        for r in [0, 1, 2, 3, 1] {
+            k.keep(1, env(1, r, 10));
+        }
+        // Every round below 4 closed at the root, which had read the first three packets (taken = 3 + 1).
+        k.release(1, 4, 4);
+        assert_eq!(
+            k.len(),
+            2,
+            "round 3 and the late round 1 are still on their way: they stay"
+        );
+        // Once the parent has read them, they go.
+        k.release(1, 4, 6);
+        assert_eq!((k.len(), k.bytes()), (0, 0));
+        // A new session numbers its packets from 0 again.
+        k.keep(2, env(1, 5, 10));
+        k.release(2, 6, 1);
+        assert_eq!(k.len(), 1, "none of session 2's packets read yet");
+        k.release(2, 6, 2);
+        assert_eq!(k.len(), 0);
     }
 
     #[test]

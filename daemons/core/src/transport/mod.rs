@@ -258,7 +258,8 @@ impl TreeService {
 
 #[tonic::async_trait]
 impl Tree for TreeService {
-    type AttachStream = ReceiverStream<Result<DownMessage, Status>>;
+    type AttachStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<DownMessage, Status>> + Send>>;
 
     async fn attach(
         &self,
@@ -305,8 +306,12 @@ impl Tree for TreeService {
         let inputs = self.inputs.clone();
         let attached = self.attached.clone();
         let window = self.window.clone();
+        // The packets read from this child: every credit going down says how many, so the child keeps those this
+        // node has not read yet.
+        let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = taken.clone();
         tokio::spawn(async move {
-            let reason = read_child(conn, &id, inbound, &inputs, window).await;
+            let reason = read_child(conn, &id, inbound, &inputs, window, &counted).await;
             {
                 let mut attached = attached.lock().expect("attached registry");
                 if attached.get(&id).is_some_and(|(c, _)| *c == conn) {
@@ -317,7 +322,16 @@ impl Tree for TreeService {
                 .send(Input::Child(ChildEvent::Gone { conn, id, reason }))
                 .await;
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        let down = tokio_stream::StreamExt::map(ReceiverStream::new(rx), move |mut msg| {
+            if let Ok(DownMessage {
+                msg: Some(down_message::Msg::Credit(c)),
+            }) = &mut msg
+            {
+                c.taken = taken.load(std::sync::atomic::Ordering::Acquire) + 1;
+            }
+            msg
+        });
+        Ok(Response::new(Box::pin(down)))
     }
 }
 
@@ -329,6 +343,7 @@ async fn read_child(
     mut inbound: Streaming<UpMessage>,
     inputs: &mpsc::Sender<Input>,
     mut window: WindowGate,
+    taken: &std::sync::atomic::AtomicU64,
 ) -> String {
     let mut held = Held::default();
     // A child sends its status every second: a stream that ends after a longer silence was ended by the server's
@@ -354,6 +369,8 @@ async fn read_child(
                     if let up_message::Msg::Envelope(e) = &msg {
                         tracing::debug!(target: crate::LATENCY, child = %id, round = e.round, phase = e.phase,
                             first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(), "packet read");
+                        // Read in the order the child sent them: the child counts its packets the same way.
+                        taken.fetch_add(1, std::sync::atomic::Ordering::Release);
                     }
                     if held.passes(&msg, &window) {
                         if inputs.send(forward(msg)).await.is_err() {
@@ -729,7 +746,7 @@ impl ParentLink {
                     }
                     Ok(Some(DownMessage { msg: Some(msg) })) => {
                         if let down_message::Msg::Credit(c) = &msg && c.closed_below > 0 {
-                            sessions.kept.release(sessions.current, c.closed_below);
+                            sessions.kept.release(sessions.current, c.closed_below, c.taken);
                         }
                         if self.inputs.send(Input::Parent(ParentEvent::Message(msg))).await.is_err() {
                             return Ok(());
