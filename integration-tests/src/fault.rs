@@ -11,7 +11,10 @@ use std::time::Duration;
 
 #[derive(Default)]
 struct Faults {
-    stalled: AtomicBool,
+    /// Bytes from the client (the child) to the target (its parent) are held.
+    stalled_up: AtomicBool,
+    /// Bytes from the target back to the client are held.
+    stalled_down: AtomicBool,
     /// Microseconds each chunk waits before it is passed on.
     delay_us: AtomicU64,
     /// Every connection's two ends, to close them on a reset.
@@ -56,12 +59,12 @@ impl FaultProxy {
                     f.conns.lock().unwrap().push((c, s));
                 }
                 let generation = f.generation.load(Ordering::SeqCst);
-                for (from, to) in [(&client, &server), (&server, &client)] {
+                for (from, to, up) in [(&client, &server, true), (&server, &client, false)] {
                     let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
                         continue;
                     };
                     let f = f.clone();
-                    std::thread::spawn(move || pump(from, to, &f, generation));
+                    std::thread::spawn(move || pump(from, to, &f, generation, up));
                 }
             }
         });
@@ -75,11 +78,19 @@ impl FaultProxy {
 
     /// Holds every byte both ways until [`FaultProxy::resume`]; new connections are accepted and held too.
     pub fn stall(&self) {
-        self.faults.stalled.store(true, Ordering::SeqCst);
+        self.faults.stalled_up.store(true, Ordering::SeqCst);
+        self.faults.stalled_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Holds the bytes going up only (child to parent) until [`FaultProxy::resume`]: the parent's messages still
+    /// reach the child, which learns of rounds closing while what it sent for them is still on the way.
+    pub fn stall_up(&self) {
+        self.faults.stalled_up.store(true, Ordering::SeqCst);
     }
 
     pub fn resume(&self) {
-        self.faults.stalled.store(false, Ordering::SeqCst);
+        self.faults.stalled_up.store(false, Ordering::SeqCst);
+        self.faults.stalled_down.store(false, Ordering::SeqCst);
     }
 
     /// Closes every connection through the proxy now, dropping the bytes in flight (both ends see the connection
@@ -112,14 +123,19 @@ impl Drop for FaultProxy {
     clippy::disallowed_methods,
     reason = "a proxy thread of the test harness: it waits by the wall clock, as the link it stands for"
 )]
-fn pump(mut from: TcpStream, mut to: TcpStream, faults: &Faults, generation: u64) {
+fn pump(mut from: TcpStream, mut to: TcpStream, faults: &Faults, generation: u64, up: bool) {
+    let stalled = if up {
+        &faults.stalled_up
+    } else {
+        &faults.stalled_down
+    };
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        while faults.stalled.load(Ordering::SeqCst) && !faults.stopped.load(Ordering::SeqCst) {
+        while stalled.load(Ordering::SeqCst) && !faults.stopped.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
         let delay = faults.delay_us.load(Ordering::SeqCst);

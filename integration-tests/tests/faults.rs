@@ -1,7 +1,8 @@
 //! A cluster's link faults between a relay and the front-end, made by a fault proxy in the path: a link that
-//! stalls for 20 s (longer than the keep-alive time-out: both ends give the connection up), one that resets, and a
-//! slow one. The relay comes back to the same parent, which asks it for what it sent that the parent does not
-//! hold: every rank-round of the run is covered, or late with its data, or counted with its reason.
+//! stalls for 20 s (longer than the keep-alive time-out: both ends give the connection up), one that resets, a slow
+//! one, and one that loses what it carried up after the parent had closed those rounds. The relay comes back to the
+//! same parent, which asks it for what it sent that the parent does not hold: every rank-round of the run is
+//! covered, or late with its data, or counted with its reason.
 
 #![allow(
     clippy::disallowed_types,
@@ -138,6 +139,31 @@ fn a_link_that_resets_loses_no_rank_round() {
     }
     let rounds = finish(t, 20);
     let late = assert_nothing_lost(&rounds);
+    eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
+}
+
+/// The relay's packets are held on the way up while the front-end's messages still reach the relay: the front-end
+/// closes those rounds without relay-0 (its time-out) and says so down the link, and only then does the link break,
+/// losing the packets it held. The relay must have kept its copies of what the front-end never read, though their
+/// rounds closed, and send them again when it is back.
+#[test]
+fn packets_lost_on_a_link_after_their_rounds_closed_are_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = tree(dir.path());
+    for _ in 0..2 {
+        t.proxy.stall_up();
+        // Three round time-outs: rounds close without relay-0 and the closing reaches it.
+        std::thread::sleep(Duration::from_secs(3));
+        t.proxy.reset();
+        t.proxy.resume();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let rounds = finish(t, 20);
+    let late = assert_nothing_lost(&rounds);
+    assert!(
+        late > 0,
+        "the rounds closed without relay-0 were completed late: {late}"
+    );
     eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
 }
 
