@@ -1,10 +1,10 @@
 //! `canopy.v1.Frontend`: the API users and scripts (grpcurl, the `canopy` command) use on the front-end's port.
 //! Live results come from the root as it finalizes them; everything else is read from the run's store.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use canopy_core::filter::{FilterFactory, Level};
 use canopy_core::node::{Collection, RootHandle, RoundResult};
@@ -12,8 +12,8 @@ use canopy_core::plugin::PluginFilters;
 use canopy_proto::v1::frontend_server::Frontend;
 use canopy_proto::v1::{
     CloseStreamRequest, ControlRequest, ControlResponse, CreateStreamRequest, EventName, EventNamesRequest,
-    EventNamesResponse, ListStreamsRequest, ListStreamsResponse, NodeStatus, RoundUpdate, StreamInfo,
-    StreamSpec, SubscribeRequest, SyncMode, TopologyNode, TopologyRequest, TopologyResponse, control_request,
+    EventNamesResponse, ListStreamsRequest, ListStreamsResponse, RoundUpdate, StreamInfo, StreamSpec,
+    SubscribeRequest, SyncMode, TopologyNode, TopologyRequest, TopologyResponse, control_request,
     subscribe_request,
 };
 use canopy_store::{StoreError, StoreReader, StreamRow, StreamState, Word};
@@ -22,224 +22,11 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::error::{ApiError, MAX_TIMEOUT_MS};
-
-/// What the root shares with the API while it runs.
-pub struct Shared {
-    /// Every result as the root finalizes it; a subscriber that falls behind misses the oldest and is told.
-    pub live: broadcast::Sender<Arc<RoundResult>>,
-    /// The last status each node reported.
-    pub status: Mutex<HashMap<String, NodeStatus>>,
-    /// Each stream's result type (the Any's type, and how the store keeps it): the front-end's one record of
-    /// it, set when the stream opens. The store's `streams.result_type` is written from it.
-    result_types: Mutex<HashMap<u32, String>>,
-    /// The run has ended: every result is out, and each subscription ends (with OK) once it has sent them.
-    ended: tokio::sync::watch::Sender<bool>,
-    /// The subscriptions whose stream the server still holds (not yet sent whole, the client still there).
-    subscriptions: tokio::sync::watch::Sender<usize>,
-    /// The measurement options set through the API, and the open detail streams' ranks.
-    options: Mutex<InForce>,
-    /// The measurement modules of the front-end's configuration: options that name none run these.
-    default_modules: Mutex<Vec<String>>,
-    /// The front-end's `time_rounds` key: options that leave `time_rounds` unset take it.
-    default_time_rounds: Mutex<bool>,
-    /// The open streams of the utilization filter: while there is one, every rank runs the utilization module
-    /// (and its rounds are time rounds).
-    utilization_streams: Mutex<BTreeSet<u32>>,
-    /// Every event and counter name the root has heard of, in the order they came (each id once), for the
-    /// subscriptions that ask for names: each keeps how far it has read.
-    names: Mutex<(Vec<EventName>, HashSet<u64>)>,
-}
-
-/// The measurement options in force, from which the options sent down are made.
-#[derive(Debug, Default)]
-struct InForce {
-    /// The global options last set (their `apps` moved into `apps`).
-    global: canopy_proto::v1::Options,
-    /// Each application's own options, as last set for it.
-    apps: BTreeMap<String, canopy_proto::v1::AppOptions>,
-    /// The open detail streams' ranks, which the options sent down add to `trace_ranks` (the ranks a detail
-    /// stream watches ship their event trace).
-    detail: BTreeMap<u32, String>,
-}
-
-impl InForce {
-    /// Replaces one application's options; one that sets nothing returns the application to the global ones.
-    fn set_app(&mut self, a: canopy_proto::v1::AppOptions) {
-        let sets_nothing =
-            a.include.is_empty() && a.exclude.is_empty() && a.metrics.is_empty() && a.sample_below.is_none();
-        if sets_nothing {
-            self.apps.remove(&a.app);
-        } else {
-            self.apps.insert(a.app.clone(), a);
-        }
-    }
-}
-
-/// The filter whose streams need the utilization module in force.
-pub const UTILIZATION_FILTER: &str = "utilization";
-
-impl Shared {
-    /// Records names the root heard of; an id already known keeps its first name (as the store does).
-    pub fn add_names(&self, names: &[(u64, String)]) {
-        let mut known = self.names.lock().expect("names");
-        let (list, ids) = &mut *known;
-        for (id, name) in names {
-            if ids.insert(*id) {
-                list.push(EventName {
-                    id: *id,
-                    name: name.clone(),
-                });
-            }
-        }
-    }
-
-    /// Every name recorded, by id.
-    pub fn names_map(&self) -> HashMap<u64, String> {
-        let known = self.names.lock().expect("names");
-        known.0.iter().map(|n| (n.id, n.name.clone())).collect()
-    }
-
-    /// The names recorded from `*next` on, moving `*next` past them.
-    fn names_since(&self, next: &mut usize) -> Vec<EventName> {
-        let known = self.names.lock().expect("names");
-        let new = known.0.get(*next..).unwrap_or_default().to_vec();
-        *next = known.0.len();
-        new
-    }
-
-    pub fn new(buffer: usize) -> Arc<Shared> {
-        let (live, _) = broadcast::channel(buffer.max(1));
-        Arc::new(Shared {
-            live,
-            status: Mutex::default(),
-            result_types: Mutex::default(),
-            ended: tokio::sync::watch::Sender::new(false),
-            subscriptions: tokio::sync::watch::Sender::new(0),
-            names: Mutex::default(),
-            options: Mutex::default(),
-            default_modules: Mutex::default(),
-            default_time_rounds: Mutex::default(),
-            utilization_streams: Mutex::default(),
-        })
-    }
-
-    /// The modules every rank runs when the options in force name none (the front-end's `modules` key).
-    pub fn set_default_modules(&self, modules: Vec<String>) {
-        *self.default_modules.lock().expect("modules") = modules;
-    }
-
-    /// Whether the rounds are time rounds when the options in force leave `time_rounds` unset (the front-end's
-    /// `time_rounds` key).
-    pub fn set_default_time_rounds(&self, on: bool) {
-        *self.default_time_rounds.lock().expect("time rounds") = on;
-    }
-
-    /// The ranks a detail stream watches now: their event traces ship with their profiles.
-    pub fn set_detail_ranks(&self, stream: u32, ranks: &str) {
-        self.options
-            .lock()
-            .expect("options")
-            .detail
-            .insert(stream, ranks.to_string());
-    }
-
-    /// Replaces the global options; the applications' own options stay in force, but for those `o.apps` names,
-    /// which it replaces. Returns the options to send down.
-    pub fn set_options(&self, mut o: canopy_proto::v1::Options) -> canopy_proto::v1::Options {
-        {
-            let mut in_force = self.options.lock().expect("options");
-            for a in std::mem::take(&mut o.apps) {
-                in_force.set_app(a);
-            }
-            in_force.global = o;
-        }
-        self.effective_options()
-    }
-
-    /// Replaces one application's options, leaving the global ones and the other applications' in force; returns
-    /// the options to send down.
-    pub fn set_app_options(&self, a: canopy_proto::v1::AppOptions) -> canopy_proto::v1::Options {
-        self.options.lock().expect("options").set_app(a);
-        self.effective_options()
-    }
-
-    /// Notes that a stream opened (`open`) or closed; true if it changes the modules the ranks must run.
-    pub fn stream_filter(&self, stream_id: u32, filter: &str, open: bool) -> bool {
-        let mut streams = self.utilization_streams.lock().expect("streams");
-        let before = streams.is_empty();
-        if open && filter == UTILIZATION_FILTER {
-            streams.insert(stream_id);
-        } else if !open {
-            streams.remove(&stream_id);
-        }
-        before != streams.is_empty()
-    }
-
-    /// The options to send down: the global ones last set with every application's own, the detail streams'
-    /// ranks added to `trace_ranks`, and the utilization module added to the modules while a utilization stream
-    /// is open.
-    pub fn effective_options(&self) -> canopy_proto::v1::Options {
-        let in_force = &*self.options.lock().expect("options");
-        let (base, detail) = (&in_force.global, &in_force.detail);
-        let mut o = base.clone();
-        o.apps = in_force.apps.values().cloned().collect();
-        if o.modules.is_empty() {
-            o.modules = self.default_modules.lock().expect("modules").clone();
-        }
-        if !self.utilization_streams.lock().expect("streams").is_empty()
-            && !o.modules.iter().any(|m| m == UTILIZATION_FILTER)
-        {
-            if o.modules.is_empty() {
-                o.modules.push("profile".into());
-            }
-            o.modules.push(UTILIZATION_FILTER.into());
-        }
-        let ranks: Vec<&str> = std::iter::once(base.trace_ranks.as_str())
-            .chain(detail.values().map(String::as_str))
-            .filter(|r| !r.trim().is_empty())
-            .collect();
-        o.trace_ranks = ranks.join(",");
-        // Always said: a rank must not keep an earlier choice. The utilization module's rounds are time rounds.
-        let time_rounds = o
-            .time_rounds
-            .unwrap_or(*self.default_time_rounds.lock().expect("time rounds"));
-        o.time_rounds = Some(time_rounds || o.modules.iter().any(|m| m == UTILIZATION_FILTER));
-        o
-    }
-
-    /// The run ended (the tree finished or drained): subscriptions end once they have sent what they hold.
-    pub fn end(&self) {
-        self.ended.send_replace(true);
-    }
-
-    /// Waits until the server holds no subscription's stream (each sent whole, or its client gone), or
-    /// `deadline` passes.
-    pub async fn subscriptions_sent(&self, deadline: tokio::time::Instant) {
-        let mut open = self.subscriptions.subscribe();
-        let _ = tokio::time::timeout_at(deadline, open.wait_for(|n| *n == 0)).await;
-    }
-
-    /// The result type of a stream's results; empty if the stream never opened.
-    pub fn result_type(&self, stream_id: u32) -> String {
-        self.result_types
-            .lock()
-            .expect("result types")
-            .get(&stream_id)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    pub fn set_result_type(&self, stream_id: u32, result_type: String) {
-        self.result_types
-            .lock()
-            .expect("result types")
-            .insert(stream_id, result_type);
-    }
-}
+use crate::state::State;
 
 pub struct FrontendApi {
     pub root: RootHandle,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<State>,
     pub filters: Arc<PluginFilters>,
     pub store: PathBuf,
     /// Learns the result types of filters loaded after start.
@@ -247,22 +34,6 @@ pub struct FrontendApi {
 }
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<RoundUpdate, Status>> + Send>>;
-
-/// One subscription in [`Shared`]'s count, from its start until the server drops its stream.
-struct Open(tokio::sync::watch::Sender<usize>);
-
-impl Open {
-    fn new(count: &tokio::sync::watch::Sender<usize>) -> Open {
-        count.send_modify(|n| *n += 1);
-        Open(count.clone())
-    }
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
-    }
-}
 
 fn any_of(result_type: &str, payload: Vec<u8>) -> prost_types::Any {
     prost_types::Any {
@@ -342,7 +113,7 @@ impl SentNames {
     }
 
     /// The names not sent yet.
-    fn new_ones(&mut self, shared: &Shared) -> Vec<EventName> {
+    fn new_ones(&mut self, shared: &State) -> Vec<EventName> {
         let stored = std::mem::take(&mut self.stored)
             .into_iter()
             .map(|(id, name)| EventName { id, name });
@@ -493,7 +264,7 @@ impl FrontendApi {
             .map(|u| (u.stream_id, u.round))
             .collect();
         let shared = self.shared.clone();
-        let mut ended = self.shared.ended.subscribe();
+        let mut ended = self.shared.ended();
         // With names: those the store holds (an earlier front-end of a continued run heard some), then the root's.
         let mut names = match req.with_names {
             true => Some(SentNames::new(read(self.store.clone(), |r| r.names()).await?)),
@@ -573,7 +344,7 @@ impl FrontendApi {
             }
         });
         // Counted while the server holds the stream: at the end of the run the front-end waits for it.
-        let open = Open::new(&self.shared.subscriptions);
+        let open = self.shared.open_subscription();
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         Ok(Box::pin(tokio_stream::StreamExt::map(stream, move |u| {
             let _ = &open;
@@ -584,14 +355,7 @@ impl FrontendApi {
     async fn close(&self, id: u32) -> Result<StreamInfo, ApiError> {
         // The root decides: the store may not have caught up with a stream opened a moment ago.
         let closed = self.root.close_stream_checked(id).await;
-        let was_detail = self
-            .shared
-            .options
-            .lock()
-            .expect("options")
-            .detail
-            .remove(&id)
-            .is_some();
+        let was_detail = self.shared.end_detail(id);
         let modules_change = self.shared.stream_filter(id, "", false);
         if closed == Some(true)
             && (was_detail || modules_change)
@@ -633,12 +397,7 @@ impl FrontendApi {
                 }
                 let chosen_text = d.ranks.clone();
                 let info = self.open(detail_stream(d.name, d.ranks)).await?;
-                self.shared
-                    .options
-                    .lock()
-                    .expect("options")
-                    .detail
-                    .insert(info.stream_id, chosen_text);
+                self.shared.set_detail_ranks(info.stream_id, &chosen_text);
                 if !self.root.options(self.shared.effective_options()).await {
                     return Err(ApiError::ShuttingDown);
                 }
@@ -774,7 +533,7 @@ impl FrontendApi {
                 ..TopologyNode::default()
             })
             .collect();
-        let status = self.shared.status.lock().expect("status").clone();
+        let status = self.shared.statuses();
         let mut children: HashMap<String, Vec<String>> = HashMap::new();
         for n in &nodes {
             if !n.parent_id.is_empty() {
@@ -896,80 +655,5 @@ impl Frontend for FrontendApi {
                 .map(|(id, name)| EventName { id, name })
                 .collect(),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use canopy_proto::v1::{AppOptions, Options};
-
-    fn app(name: &str, sample_below: Option<u32>, include: &[&str]) -> AppOptions {
-        AppOptions {
-            app: name.into(),
-            sample_below,
-            include: include.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn an_application_s_options_replace_its_own_alone_and_the_global_ones_leave_them_in_force() {
-        let shared = Shared::new(1);
-        let sent = shared.set_app_options(app("analysis", Some(0), &[]));
-        assert_eq!(sent.apps, vec![app("analysis", Some(0), &[])]);
-        let sent = shared.set_app_options(app("sim", None, &["^MPI_"]));
-        assert_eq!(
-            sent.apps,
-            vec![app("analysis", Some(0), &[]), app("sim", None, &["^MPI_"])]
-        );
-        // Setting an application again replaces its options whole; the other's stay.
-        let sent = shared.set_app_options(app("sim", Some(4), &[]));
-        assert_eq!(
-            sent.apps,
-            vec![app("analysis", Some(0), &[]), app("sim", Some(4), &[])]
-        );
-        // The global options replace the global ones only.
-        let sent = shared.set_options(Options {
-            exclude: vec!["^io_".into()],
-            ..Default::default()
-        });
-        assert_eq!(sent.exclude, vec!["^io_".to_string()]);
-        assert_eq!(sent.apps.len(), 2);
-        // An entry the global options carry replaces its application's; one that sets nothing clears it.
-        let sent = shared.set_options(Options {
-            apps: vec![app("analysis", None, &[]), app("viz", Some(1), &[])],
-            ..Default::default()
-        });
-        assert!(sent.exclude.is_empty());
-        assert_eq!(
-            sent.apps,
-            vec![app("sim", Some(4), &[]), app("viz", Some(1), &[])]
-        );
-        let sent = shared.set_app_options(app("sim", None, &[]));
-        assert_eq!(sent.apps, vec![app("viz", Some(1), &[])]);
-        assert!(canopy_core::options::Measure::from_options(&sent).is_ok());
-    }
-
-    #[test]
-    fn time_rounds_are_always_sent_taken_from_the_default_when_unset_and_kept_under_utilization() {
-        let shared = Shared::new(1);
-        assert_eq!(shared.effective_options().time_rounds, Some(false));
-        shared.set_default_time_rounds(true);
-        assert_eq!(shared.effective_options().time_rounds, Some(true));
-        // Set through the API, the options' own choice wins over the default.
-        let sent = shared.set_options(Options {
-            time_rounds: Some(false),
-            ..Default::default()
-        });
-        assert_eq!(sent.time_rounds, Some(false));
-        // A utilization stream's module makes the rounds time rounds whatever the options say: what is sent
-        // down is always options the ranks accept.
-        assert!(shared.stream_filter(7, UTILIZATION_FILTER, true));
-        let sent = shared.effective_options();
-        assert_eq!(sent.time_rounds, Some(true));
-        assert!(canopy_core::options::Measure::from_options(&sent).is_ok());
-        assert!(shared.stream_filter(7, UTILIZATION_FILTER, false));
-        assert_eq!(shared.effective_options().time_rounds, Some(false));
     }
 }

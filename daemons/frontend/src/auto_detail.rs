@@ -11,7 +11,7 @@ use canopy_proto::filters::v1::{KmeansResult, OutliersResult};
 use prost::Message;
 use tokio::sync::broadcast;
 
-use crate::api::Shared;
+use crate::state::State;
 
 /// The streams whose results choose the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +107,7 @@ fn range_text((a, b): (u32, u32)) -> String {
 }
 
 /// Moves the detail stream to the ranks the sources choose, until it closes or the run ends.
-pub fn spawn(shared: Arc<Shared>, root: RootHandle, detail: u32, sources: Sources) {
+pub fn spawn(shared: Arc<State>, root: RootHandle, detail: u32, sources: Sources) {
     let mut results = shared.live.subscribe();
     tokio::spawn(async move {
         let mut chosen = Chosen::default();

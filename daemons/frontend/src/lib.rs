@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod reflection;
 pub mod resume;
 pub mod selection;
+pub mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,6 +28,7 @@ use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
 use canopy_store::{RoundRecord, Store, StoreError, Writer, WriterThread};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use state::State;
 
 pub use canopy_store::RunSummary;
 
@@ -503,7 +505,7 @@ struct StoreUp {
     /// Tells what each stream's results are, so standard results become tables.
     filters: Arc<canopy_core::plugin::PluginFilters>,
     /// What the API serves live: results, node status, result types.
-    shared: Arc<api::Shared>,
+    shared: Arc<State>,
     /// The application's series on the metrics endpoint: a stream that ends takes its own with it.
     app_metrics: Arc<app_metrics::AppMetrics>,
 }
@@ -521,11 +523,7 @@ impl Up for StoreUp {
             up_message::Msg::Status(st) => {
                 tracing::debug!(node = %st.node_id, closed = st.rounds_closed, partial = st.rounds_partial,
                     late = st.late_arrivals, malformed = st.malformed, "node status");
-                self.shared
-                    .status
-                    .lock()
-                    .expect("status")
-                    .insert(st.node_id.clone(), st);
+                self.shared.set_status(st);
             }
             up_message::Msg::StreamError(e) => {
                 tracing::error!(stream = e.stream_id, node = %e.node_id, "stream error: {}", e.reason);
@@ -641,7 +639,7 @@ pub struct Frontend {
     store_path: PathBuf,
     node: Node<StoreUp>,
     handles: canopy_core::node::NodeHandles,
-    shared: Arc<api::Shared>,
+    shared: Arc<State>,
     filters: Arc<canopy_core::plugin::PluginFilters>,
     writer: WriterThread,
     tls: Option<canopy_runtime::tls::Tls>,
@@ -750,7 +748,7 @@ impl Frontend {
             .max(plan.open.iter().map(|s| s.stream_id).max().unwrap_or(0))
             + 1;
         let filters = canopy_core::plugin::filters_from(&config.filter_path);
-        let shared = api::Shared::new(config.subscriber_buffer);
+        let shared = State::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
         // results misses nothing in between.
         let retry_bytes = match config.store_retry_mb {

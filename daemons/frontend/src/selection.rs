@@ -18,8 +18,8 @@ use canopy_store::{Candidate, StoreError, StoreReader, Training, TrainingQuery, 
 use prost::Message;
 use tokio::sync::broadcast;
 
-use crate::api::Shared;
 use crate::error::ApiError;
+use crate::state::State;
 
 /// The rounds learned from when the request does not say.
 pub const DEFAULT_ROUNDS: u32 = canopy_store::DEFAULT_TRAINING_ROUNDS;
@@ -219,7 +219,7 @@ pub fn narrowed(ranking: &[CandidateMetric]) -> Vec<AppOptions> {
 }
 
 /// Applies `apps` as the applications' options, from their ranks' next dump on; what the options are now.
-pub async fn apply(shared: &Shared, root: &RootHandle, apps: &[AppOptions]) -> Result<(), ApiError> {
+pub async fn apply(shared: &State, root: &RootHandle, apps: &[AppOptions]) -> Result<(), ApiError> {
     let mut options = shared.effective_options();
     for a in apps {
         options = shared.set_app_options(a.clone());
@@ -320,7 +320,7 @@ impl Watch {
 /// `triggers.apply`. A selection learns from what is collected, so once one has narrowed collection, the next a
 /// timer or a change asks for first widens it again (each narrowed application back to its options), then learns
 /// from the `triggers.rounds` rounds after.
-pub fn spawn(shared: Arc<Shared>, root: RootHandle, store: std::path::PathBuf, triggers: Triggers) {
+pub fn spawn(shared: Arc<State>, root: RootHandle, store: std::path::PathBuf, triggers: Triggers) {
     let mut results = shared.live.subscribe();
     tokio::spawn(async move {
         let mut watch = Watch::new(triggers);
