@@ -1,0 +1,442 @@
+//! The front-end's configuration: its keys, their defaults, and the checks `validate` and the start run.
+
+use std::path::PathBuf;
+
+use canopy_proto::v1::SyncMode;
+use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
+use serde::{Deserialize, Serialize};
+
+use crate::{kafka, selection};
+
+/// The most events per stream and application the metrics endpoint serves series for.
+const MAX_METRICS_TOP_EVENTS: usize = 1000;
+
+/// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, and a `--kebab-case` flag
+/// per key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct FrontendConfig {
+    /// This node's id.
+    #[arg(long)]
+    pub node_id: String,
+    /// The one port for the tree, health and reflection, ip:port.
+    #[arg(long)]
+    pub listen: String,
+    /// Directory of the run stores (one SQLite file per run, `latest.sqlite` links the newest).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Filters to open as streams at start, one stream each; comma-separated as a flag.
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Vec<String>,
+    #[command(flatten)]
+    pub stream_params: StreamParams,
+    /// Milliseconds a round waits for missing children before it closes partial.
+    #[arg(long)]
+    pub stream_timeout_ms: u32,
+    /// wait_for_all or dont_wait.
+    #[arg(long)]
+    pub sync_mode: String,
+    /// Start collection once this many ranks are attached (0: as soon as any are).
+    #[arg(long)]
+    pub expect_ranks: u32,
+    /// Milliseconds after the first rank attached that collection starts even if announced ranks are missing
+    /// (they count as absent in every round); 0: wait for them all.
+    #[arg(long)]
+    pub start_timeout_ms: u64,
+    /// Exit once every child has finished (the run ends with its application).
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub exit_on_fin: bool,
+    /// The measurement modules every rank runs from the start (profile, trace, utilization, null), and whenever the options
+    /// in force name none; empty: each rank's own CANOPY_MODULES. `canopy ctl set --modules` overrides them.
+    #[arg(long, value_delimiter = ',')]
+    pub modules: Vec<String>,
+    /// Number rounds by time window from the start (Options.time_rounds): every rank dumps each period on the
+    /// tree's clock, so applications that iterate at different rates, or attach mid-run, line up. `canopy ctl set
+    /// --time-rounds` overrides it.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub time_rounds: bool,
+    /// Metric selection (seed 004) by itself every this many rounds of the open latency stream, over the
+    /// metrics of the open stats stream (0: only on request, `canopy ctl select`).
+    #[arg(long)]
+    pub select_every_rounds: u64,
+    /// Metric selection by itself when the moving average of the end-to-end latency (over 10 rounds) moves by
+    /// this fraction from its value at the previous selection (0.5 for 50%; 0: never).
+    #[arg(long)]
+    pub select_on_change: f64,
+    /// Apply what a selection that ran by itself chooses: each application reports only its chosen metrics.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub select_apply: bool,
+    /// The latest rounds a selection that ran by itself learns from.
+    #[arg(long)]
+    pub select_rounds: u32,
+    /// Milliseconds a shutdown waits for the tree to deliver what it holds.
+    #[arg(long)]
+    pub drain_timeout_ms: u64,
+    /// Rounds that may be open at once before children are made to wait.
+    #[arg(long)]
+    pub max_rounds_in_flight: u64,
+    /// Results a Subscribe client may fall behind by before it misses the oldest (it is told how many).
+    #[arg(long)]
+    pub subscriber_buffer: usize,
+    /// On the metrics endpoint, the application's series: each stats or histogram stream's top this many events
+    /// per application (mean, min, max and quantiles across the ranks of the latest round); 0 for each stream's
+    /// latest round and coverage only. Never a series per rank.
+    #[arg(long)]
+    pub metrics_top_events: usize,
+    /// Milliseconds the front-end, its run over, waits for Subscribe clients to take the results they are behind
+    /// by before it exits (0: it does not wait).
+    #[arg(long)]
+    pub subscriber_drain_ms: u64,
+    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
+    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
+    #[arg(long)]
+    pub metrics_listen: String,
+    /// Log lines as text or as one JSON object each.
+    #[arg(long, value_enum)]
+    pub log_format: LogFormat,
+    /// Threads that run the daemon's tasks. One (the default) hands a message from task to task on the same
+    /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
+    #[arg(long)]
+    pub worker_threads: usize,
+    /// The memory this daemon may use, in MiB: the buffers that grow with load (the copies of what it sent up,
+    /// kept until the root has them; at the front-end, rounds its store could not write yet) each take a quarter
+    /// at most, and a resident size past it is logged.
+    #[arg(long)]
+    pub memory_budget_mb: u64,
+    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
+    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
+    /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
+    #[arg(long, value_delimiter = ':')]
+    pub filter_path: Vec<PathBuf>,
+    /// Milliseconds one call into a contained filter may run before the watchdog fails its stream (and only it);
+    /// an inline call past it is logged as holding the node.
+    #[arg(long)]
+    pub filter_call_timeout_ms: u64,
+    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
+    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
+    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
+    #[arg(long, value_delimiter = ',')]
+    pub inline_filters: Vec<String>,
+    /// Continue the latest run's store under `out` if the front-end that wrote it did not end it (it crashed or
+    /// was killed): the same file, the same stream ids. A run that ended is never continued.
+    #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub resume: bool,
+    /// Continue an unfinished run only if its store was written less than this many seconds ago; an older one
+    /// has no tree left to continue it (nodes keep what they sent for 300 s), and a tree started now is new.
+    #[arg(long)]
+    pub resume_within_s: u64,
+    /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+    /// Connections this node's port keeps open at once; more are closed as they come.
+    #[arg(long)]
+    pub max_connections: usize,
+    /// MiB of results kept in memory while the store cannot write (a full or failing disk), retried every
+    /// second. Past it the oldest rounds keep only their coverage: their rows, written once the store writes
+    /// again, count their ranks as `store_failed`. 0 (the default): a quarter of memory_budget_mb.
+    #[arg(long)]
+    pub store_retry_mb: usize,
+    /// Bearer tokens API clients may present (`authorization: Bearer TOKEN`): one `ROLE TOKEN` per line, role
+    /// read or control; not readable by other users.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this node's certificate (its names include canopy-node).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this node's private key (not readable by other users).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Plaintext instead of TLS: allowed on loopback addresses only.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Kafka brokers (host:port, comma-separated as a flag) to publish every stored round to, each exactly once
+    /// (docs/kafka.md). Empty: no export.
+    #[arg(long, value_delimiter = ',')]
+    pub kafka_brokers: Vec<String>,
+    /// Each stream's rounds go to the topic `<prefix>.<stream name>`.
+    #[arg(long)]
+    pub kafka_topic_prefix: String,
+    /// Replicas of a topic the front-end creates (a topic that exists is used as it is).
+    #[arg(long)]
+    pub kafka_replication_factor: i16,
+    /// PEM file of the CA the brokers' certificates chain to: TLS to the brokers. Unset: plaintext.
+    #[arg(long)]
+    pub kafka_tls_ca: Option<PathBuf>,
+    /// SASL to the brokers: plain, scram-sha-256 or scram-sha-512. Empty: none.
+    #[arg(long)]
+    pub kafka_sasl_mechanism: String,
+    /// The SASL user.
+    #[arg(long)]
+    pub kafka_sasl_username: String,
+    /// A file holding the SASL password (not readable by other users).
+    #[arg(long)]
+    pub kafka_sasl_password_file: Option<PathBuf>,
+    /// Milliseconds the front-end, its run over, goes on publishing what the brokers have not acknowledged
+    /// before it exits (what is left is published later with `canopy export`).
+    #[arg(long)]
+    pub kafka_drain_ms: u64,
+}
+
+/// Parameters of the streams' filters, as JSON text by filter name (`classify = '{"scheme": "all"}'`); as a
+/// flag, `--stream-params NAME=JSON` once per filter. Its own type because clap derives no flag for a map.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StreamParams(pub std::collections::BTreeMap<String, String>);
+
+impl std::ops::Deref for StreamParams {
+    type Target = std::collections::BTreeMap<String, String>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl FromIterator<(String, String)> for StreamParams {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
+        Self(pairs.into_iter().collect())
+    }
+}
+
+impl clap::FromArgMatches for StreamParams {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut params = Self::default();
+        params.update_from_arg_matches(matches)?;
+        Ok(params)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        if let Some(pairs) = matches.get_many::<(String, String)>("stream_params") {
+            *self = pairs.cloned().collect();
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for StreamParams {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // The id is the config key, so the flag's value lands on `stream_params` and errors name the flag.
+        cmd.arg(
+            clap::Arg::new("stream_params")
+                .long("stream-params")
+                .value_name("NAME=JSON")
+                .action(clap::ArgAction::Append)
+                .value_parser(|pair: &str| {
+                    let (name, json) = pair.split_once('=').unwrap_or((pair, ""));
+                    Ok::<_, std::convert::Infallible>((name.to_string(), json.to_string()))
+                })
+                .help("A stream filter's parameters, NAME=JSON (repeat for several filters)"),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        Self {
+            node_id: "frontend".into(),
+            listen: "0.0.0.0:7400".into(),
+            out: "canopy-out".into(),
+            streams: vec!["stats".into()],
+            stream_params: Default::default(),
+            stream_timeout_ms: 1000,
+            sync_mode: "wait_for_all".into(),
+            expect_ranks: 0,
+            start_timeout_ms: 30_000,
+            exit_on_fin: false,
+            modules: Vec::new(),
+            time_rounds: false,
+            select_every_rounds: 0,
+            select_on_change: 0.0,
+            select_apply: false,
+            select_rounds: selection::DEFAULT_ROUNDS,
+            drain_timeout_ms: 3000,
+            max_rounds_in_flight: 64,
+            subscriber_buffer: 1024,
+            metrics_top_events: 10,
+            subscriber_drain_ms: 10_000,
+            metrics_listen: String::new(),
+            log_format: LogFormat::Text,
+            worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
+            memory_budget_mb: canopy_runtime::memory::DEFAULT_MEMORY_BUDGET_MB,
+            filter_path: Vec::new(),
+            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
+            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
+            ready_file: None,
+            max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
+            store_retry_mb: 0,
+            token_file: None,
+            resume: true,
+            resume_within_s: 300,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure: false,
+            kafka_brokers: Vec::new(),
+            kafka_topic_prefix: kafka::DEFAULT_TOPIC_PREFIX.into(),
+            kafka_replication_factor: 1,
+            kafka_tls_ca: None,
+            kafka_sasl_mechanism: String::new(),
+            kafka_sasl_username: String::new(),
+            kafka_sasl_password_file: None,
+            kafka_drain_ms: 10_000,
+        }
+    }
+}
+
+impl FrontendConfig {
+    /// The TLS keys, as the runtime checks and loads them.
+    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
+        canopy_runtime::tls::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            insecure: self.insecure,
+        }
+    }
+}
+
+impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
+    fn worker_threads(&self) -> usize {
+        self.worker_threads
+    }
+    fn memory_budget_mb(&self) -> u64 {
+        self.memory_budget_mb
+    }
+}
+
+impl CheckConfig for FrontendConfig {
+    fn check(&self) -> Result<(), ConfigIssue> {
+        canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
+        canopy_runtime::memory::check(self.memory_budget_mb)?;
+        let modules = canopy_proto::v1::Options {
+            modules: self.modules.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = canopy_core::options::Measure::from_options(&modules) {
+            return Err(ConfigIssue::new("modules", e.to_string()));
+        }
+        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
+            return Err(ConfigIssue::new(
+                "filter_call_timeout_ms",
+                "must be between 10 and 3600000 (an hour)",
+            ));
+        }
+        check_addr("listen", &self.listen)?;
+        canopy_runtime::outdir::check_out_dir(&self.out).map_err(|e| ConfigIssue::new("out", e))?;
+        if !self.metrics_listen.is_empty() {
+            check_addr("metrics_listen", &self.metrics_listen)?;
+        }
+        if self.insecure && self.token_file.is_some() {
+            return Err(ConfigIssue::new(
+                "token_file",
+                "bearer tokens need TLS: on a plaintext port every caller is admitted",
+            ));
+        }
+        if self.store_retry_mb > 65_536 {
+            return Err(ConfigIssue::new(
+                "store_retry_mb",
+                "must be at most 65536 (MiB); 0 is a quarter of memory_budget_mb",
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigIssue::new("max_connections", "must be at least 1"));
+        }
+        // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
+        let filters = canopy_core::plugin::filters_from(&self.filter_path);
+        let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
+        for (i, name) in self.streams.iter().enumerate() {
+            let info = filters
+                .info(name)
+                .map_err(|e| ConfigIssue::new(format!("streams.{i}"), e.to_string()))?;
+            if dont_wait && info.phases > 1 {
+                return Err(ConfigIssue::new(
+                    "sync_mode",
+                    format!(
+                        "filter {name} has {} phases and runs only in wait_for_all streams",
+                        info.phases
+                    ),
+                ));
+            }
+            // Parameters are checked by the filter itself, as the root will create it.
+            let params = self.stream_params.get(name).map(String::as_str).unwrap_or("");
+            if let Err(e) = canopy_core::filter::FilterFactory::create(
+                &*filters,
+                name,
+                params,
+                canopy_core::filter::Level::Root,
+            ) {
+                return Err(ConfigIssue::new(format!("stream_params.{name}"), e.to_string()));
+            }
+        }
+        for name in self.stream_params.keys() {
+            if !self.streams.contains(name) {
+                return Err(ConfigIssue::new(
+                    format!("stream_params.{name}"),
+                    format!("no stream runs filter {name:?}"),
+                ));
+            }
+        }
+        if !(0.0..=100.0).contains(&self.select_on_change) {
+            return Err(ConfigIssue::new(
+                "select_on_change",
+                "must be a fraction between 0 (never) and 100",
+            ));
+        }
+        if !(selection::MIN_ROUNDS..=selection::MAX_ROUNDS).contains(&self.select_rounds) {
+            return Err(ConfigIssue::new(
+                "select_rounds",
+                format!(
+                    "must be between {} (the check validates on a fifth of them) and {}",
+                    selection::MIN_ROUNDS,
+                    selection::MAX_ROUNDS
+                ),
+            ));
+        }
+        if self.stream_timeout_ms == 0 {
+            return Err(ConfigIssue::new("stream_timeout_ms", "must be at least 1"));
+        }
+        parse_sync_mode(&self.sync_mode).map_err(|m| ConfigIssue::new("sync_mode", m))?;
+        if self.max_rounds_in_flight == 0 {
+            return Err(ConfigIssue::new("max_rounds_in_flight", "must be at least 1"));
+        }
+        if self.subscriber_buffer == 0 {
+            return Err(ConfigIssue::new("subscriber_buffer", "must be at least 1"));
+        }
+        if self.metrics_top_events > MAX_METRICS_TOP_EVENTS {
+            return Err(ConfigIssue::new(
+                "metrics_top_events",
+                format!("must be at most {MAX_METRICS_TOP_EVENTS} (series per stream and application)"),
+            ));
+        }
+        if self.out.as_os_str().is_empty() {
+            return Err(ConfigIssue::new("out", "must name a directory"));
+        }
+        kafka::check(self)?;
+        // Last: a wrong value elsewhere is the more useful message.
+        self.tls().check(&[("listen", &self.listen)])?;
+        Ok(())
+    }
+}
+
+pub(crate) fn parse_sync_mode(s: &str) -> Result<SyncMode, String> {
+    match s {
+        "wait_for_all" => Ok(SyncMode::WaitForAll),
+        "dont_wait" => Ok(SyncMode::DontWait),
+        _ => Err(format!("{s:?} is not a sync mode (wait_for_all, dont_wait)")),
+    }
+}
