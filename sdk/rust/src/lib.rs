@@ -35,12 +35,15 @@
     reason = "std::time::Instant is banned for the daemons, which run on tokio's pausable clock"
 )]
 
+mod clock;
 mod config;
+mod error;
 mod events;
 mod measure;
 mod perf;
 mod rings;
 mod ship;
+mod snapshot;
 mod steps;
 mod trace;
 mod utilization;
@@ -52,83 +55,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use canopy_wire::event_id;
 use canopy_wire::options::Measure;
-use canopy_wire::v1::{RankControl, Utilization};
+use canopy_wire::v1::RankControl;
+use clock::Clock;
 pub use config::Config;
+pub use error::Error;
 pub use events::{Activity, Counter, activity, counter_id, idle_begin, idle_end, modules, send};
 pub use measure::{MAX_NAMES, Scope, Timer};
 use measure::{Totals, registry};
+use snapshot::{Kind, Snapshot};
 pub use steps::MAX_MARKS;
-
-/// What went wrong; `code()` gives the C library's return code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    /// A bad argument, named.
-    Invalid(String),
-    /// A bad value in an environment variable, named with the variable.
-    BadEnv {
-        var: &'static str,
-        value: String,
-        reason: String,
-    },
-    NotInitialized,
-    AlreadyInitialized,
-    Finalized,
-    TooManyNames {
-        kind: &'static str,
-    },
-    /// The dump could not be queued: the queue is full (the agent is absent or slow). It is counted.
-    Dropped {
-        round: u64,
-        queue: usize,
-        agent: String,
-    },
-    /// Finalize could not deliver everything: `dropped` dumps never reached an agent.
-    Undelivered {
-        dropped: u64,
-        agent: String,
-    },
-    /// Finalize sent its FIN but no FINACK came back in time.
-    Timeout(Duration),
-    /// The SDK's background thread could not be started.
-    Thread(String),
-}
-
-impl Error {
-    /// The C library's return code for this error (see canopy.h).
-    pub fn code(&self) -> i32 {
-        match self {
-            Error::Invalid(_) | Error::BadEnv { .. } | Error::TooManyNames { .. } => -1,
-            Error::NotInitialized | Error::AlreadyInitialized | Error::Finalized | Error::Thread(_) => -2,
-            Error::Dropped { .. } => -3,
-            Error::Undelivered { .. } => -4,
-            Error::Timeout(_) => -5,
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Invalid(m) => write!(f, "{m}"),
-            Error::BadEnv { var, value, reason } => write!(f, "bad value {value:?} in {var}: {reason}"),
-            Error::NotInitialized => write!(f, "canopy is not initialized (call canopy_init first)"),
-            Error::AlreadyInitialized => write!(f, "canopy is already initialized"),
-            Error::Finalized => write!(f, "canopy was finalized"),
-            Error::TooManyNames { kind } => write!(f, "too many {kind}: the limit is {MAX_NAMES}"),
-            Error::Dropped { round, queue, agent } => write!(
-                f,
-                "dump of round {round} dropped: the queue of {queue} dumps is full ({agent})"
-            ),
-            Error::Undelivered { dropped, agent } => {
-                write!(f, "{dropped} dumps were not delivered ({agent})")
-            }
-            Error::Timeout(t) => write!(f, "no FINACK from the agent within {} ms", t.as_millis()),
-            Error::Thread(e) => write!(f, "could not start the SDK's thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The handle of the timer `name`, made on first use; the same name always gives the same handle. Timers
 /// work before `init` (their values are in the first dump).
@@ -181,101 +116,12 @@ pub fn set_modules(names: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Why a dump carries no profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Profile,
-    SampledOut,
-    Stopped,
-}
-
-/// One dump, copied on the application thread and shipped by the background thread.
-#[derive(Debug)]
-struct Snapshot {
-    round: u64,
-    dump_unix_ns: u64,
-    kind: Kind,
-    /// (timer index, this round's share, totals since the start).
-    timers: Vec<(u32, measure::TimerTotals, measure::TimerTotals)>,
-    /// (counter index, this round's sum, total).
-    counters: Vec<(u32, f64, f64)>,
-    /// The per-event metrics reported (`Metric` numbers, as `RankProfile.event_metrics` lists them).
-    event_metrics: Vec<u32>,
-    /// For each entry of `timers`, in order: this round's value of each of `event_metrics`, then its total.
-    metric_values: Vec<f64>,
-    measure: Arc<Measure>,
-    /// Which options `measure` is (they change at most once per dump).
-    measure_gen: u64,
-    /// (thread, event) of the trace since the previous dump, when this rank ships its trace.
-    trace: Vec<(u32, trace::Record)>,
-    /// Trace events recorded since the previous dump and not in `trace`.
-    trace_lost: u64,
-    /// The step marks since the previous dump, and those the bound left out.
-    marks: Vec<steps::Mark>,
-    marks_lost: u64,
-    /// The utilization module's profile of the period, when `has_utilization`.
-    utilization: Utilization,
-    has_utilization: bool,
-}
-
-impl Snapshot {
-    fn new() -> Snapshot {
-        Snapshot {
-            round: 0,
-            dump_unix_ns: 0,
-            kind: Kind::Profile,
-            timers: Vec::with_capacity(128),
-            counters: Vec::with_capacity(16),
-            event_metrics: Vec::new(),
-            metric_values: Vec::new(),
-            measure: Arc::new(Measure::default()),
-            measure_gen: 0,
-            trace: Vec::new(),
-            trace_lost: 0,
-            marks: Vec::new(),
-            marks_lost: 0,
-            utilization: Utilization::default(),
-            has_utilization: false,
-        }
-    }
-}
-
 /// The period of time rounds when no period is set.
 const TIME_ROUND_PERIOD: Duration = Duration::from_secs(1);
 /// How often a rank in time rounds looks for the tree's clock before it has one.
 const CLOCK_POLL: Duration = Duration::from_millis(20);
 /// The longest a period thread sleeps at once, so a change of options or a finalize is seen soon.
 const LONGEST_SLEEP: Duration = Duration::from_millis(100);
-
-/// Where time rounds count from: round `first` began at `start` (Unix ns), one every `period_ns`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Clock {
-    start: u64,
-    first: u64,
-    period_ns: u64,
-}
-
-impl Clock {
-    /// The round `k` windows after `first`: (round, its window's start and end).
-    fn round(&self, k: u64) -> (u64, u64, u64) {
-        let from = self.start + k * self.period_ns;
-        (self.first + k, from, from + self.period_ns)
-    }
-
-    /// The round to dump next at `now`, given the next round not yet dumped: that one, or, when its window and
-    /// later ones have ended already (the rank had no clock, or could not run), the latest that has ended.
-    fn due(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
-        let ended = now.saturating_sub(self.start) / self.period_ns;
-        let next = next_round.saturating_sub(self.first);
-        self.round(if ended > next + 1 { ended - 1 } else { next })
-    }
-
-    /// The round whose window holds `now` (or the next not yet dumped, if later).
-    fn current(&self, now: u64, next_round: u64) -> (u64, u64, u64) {
-        let under_way = now.saturating_sub(self.start) / self.period_ns;
-        self.round(under_way.max(next_round.saturating_sub(self.first)))
-    }
-}
 
 /// The tree's options set `time_rounds` (as of the last control applied).
 static TIME_ROUNDS: AtomicBool = AtomicBool::new(false);
