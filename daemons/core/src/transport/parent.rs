@@ -1,0 +1,429 @@
+//! The child's side of the tree transport: one Attach stream to the parent, re-attached with back-off after a
+//! failure, with the copies of what it sent kept until the parent has them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use canopy_proto::v1::tree_client::TreeClient;
+use canopy_proto::v1::{DownMessage, Hello, UpMessage, down_message, up_message};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::node::{Input, ParentEvent, Refused};
+use crate::run::RunId;
+
+use super::kept::Kept;
+use super::{
+    CLOSE_TIMEOUT, FLOW_WINDOW, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_BACKOFF, MAX_MESSAGE_BYTES,
+    is_refusal,
+};
+
+/// The child's side: keeps one Attach stream to the parent, re-attaching with back-off after failures.
+pub struct ParentLink {
+    /// The parents this node may attach to, in order of preference: the first, then (when it is lost or cannot
+    /// be reached) the next, around the list. An adopted node goes back to the first once it answers again for
+    /// `return_after` (if set).
+    pub parents: Vec<String>,
+    /// The Hello to send; the node keeps it current (its ranks below change as children attach).
+    pub hello: watch::Receiver<Hello>,
+    pub outbound: mpsc::Receiver<UpMessage>,
+    pub inputs: mpsc::Sender<Input>,
+    /// The node's certificate and the CA its parent's must chain to; `None`: plaintext (loopback only).
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The node's run, learnt from the first Welcome and said in every Hello.
+    pub run: RunId,
+    /// Attached to another parent than the first of `parents` (adopted), go back to the first once it has
+    /// answered for this long without a break; `None`: stay with the adopter.
+    pub return_after: Option<Duration>,
+    /// The most bytes of copies kept for resending (a share of the daemon's memory budget); past it the oldest
+    /// go, and are counted.
+    pub kept_bytes: usize,
+}
+
+/// A link's state across its sessions (attachments to a parent): what it sent up and may have to send again.
+#[derive(Default)]
+struct Sessions {
+    /// The current session (counted from 1 as sessions begin).
+    current: u64,
+    kept: Kept,
+    /// Packets an adopter asked for again, sent before anything new.
+    again: std::collections::VecDeque<UpMessage>,
+    /// The node id of the parent of the last session: the next Hello says it, so the same parent (or one restarted
+    /// on its address) asks for what it lacks.
+    last_parent: String,
+}
+
+impl ParentLink {
+    /// Runs until the node stops or the parent refuses this node (then `Input::Refused` is sent).
+    pub async fn run(mut self) {
+        let mut backoff = Self::backoff();
+        let mut failures = 0u32;
+        // The last reason logged for each parent: a new one is logged at once.
+        let mut last_reason: HashMap<String, String> = HashMap::new();
+        let mut pending: Option<UpMessage> = None;
+        let mut sessions = Sessions {
+            kept: Kept::with_bound(self.kept_bytes),
+            ..Sessions::default()
+        };
+        let mut at = 0usize;
+        loop {
+            let parent = self.parents.get(at).cloned().unwrap_or_default();
+            // Adopted: the preferred parent is watched, to go back to it once it is healthy again.
+            let preferred = (at != 0).then(|| self.parents[0].clone());
+            match self
+                .session(&parent, preferred, &mut pending, &mut sessions)
+                .await
+            {
+                Ok(()) => return,
+                Err(SessionEnd::Refused(message)) => {
+                    let refused = Refused {
+                        parent: parent.clone(),
+                        message,
+                    };
+                    tracing::error!("{refused}");
+                    let _ = self
+                        .inputs
+                        .send(Input::Parent(ParentEvent::Refused(refused)))
+                        .await;
+                    return;
+                }
+                Err(SessionEnd::Return) => {
+                    sessions
+                        .kept
+                        .session_ended(sessions.current, tokio::time::Instant::now());
+                    let _ = self
+                        .inputs
+                        .send(Input::Parent(ParentEvent::Lost(
+                            "back to the preferred parent".into(),
+                        )))
+                        .await;
+                    at = 0;
+                    backoff = Self::backoff();
+                    failures = 0;
+                    continue;
+                }
+                Err(SessionEnd::Lost { attached, reason }) => {
+                    if attached {
+                        sessions
+                            .kept
+                            .session_ended(sessions.current, tokio::time::Instant::now());
+                        backoff = Self::backoff();
+                        failures = 0;
+                        let _ = self
+                            .inputs
+                            .send(Input::Parent(ParentEvent::Lost(reason.clone())))
+                            .await;
+                    }
+                    failures += 1;
+                    if attached {
+                        // Also the normal end of a finished tree, which stops this link right after.
+                        tracing::info!(parent = %parent, "parent stream ended: {reason}");
+                    } else if failures == 1
+                        || failures.is_multiple_of(20)
+                        || last_reason.get(&parent) != Some(&reason)
+                    {
+                        // A TLS fault (another tree's CA, plaintext against TLS) is named at once, and again
+                        // whenever the reason changes.
+                        let said = canopy_runtime::tls_hint::with_hint(&reason);
+                        tracing::warn!(parent = %parent, attempts = failures, "cannot reach parent: {said}");
+                    }
+                    last_reason.insert(parent.clone(), reason);
+                    // The next parent of the list at once; the back-off only once every one of them was tried.
+                    if self.parents.len() > 1 {
+                        at = (at + 1) % self.parents.len();
+                        if !attached && at != 0 {
+                            if self.outbound.is_closed() && self.outbound.is_empty() {
+                                return;
+                            }
+                            tracing::info!(parent = %self.parents[at], "trying the next parent");
+                            continue;
+                        }
+                    }
+                }
+            }
+            if self.outbound.is_closed() && self.outbound.is_empty() {
+                // The node ended while the parent was away: nothing is left to deliver.
+                return;
+            }
+            tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
+        }
+    }
+
+    /// The delays between rounds of attempts: from 50 ms, doubling to 2 s, each with a random part (up to as
+    /// much again) so the children of a lost node do not all retry at the same moments.
+    fn backoff() -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(MAX_BACKOFF)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    async fn session(
+        &mut self,
+        parent: &str,
+        preferred: Option<String>,
+        pending: &mut Option<UpMessage>,
+        sessions: &mut Sessions,
+    ) -> Result<(), SessionEnd> {
+        let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", parent))
+            .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", parent)))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| SessionEnd::Refused(format!("bad TLS settings: {}", error_chain(&e))))?;
+        }
+        let endpoint = endpoint
+            .connect_timeout(Duration::from_secs(2))
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .initial_stream_window_size(Some(FLOW_WINDOW))
+            .initial_connection_window_size(Some(FLOW_WINDOW))
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| lost(false, error_chain(&e)))?;
+        let mut client = TreeClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // One slot: what the transport has not taken yet is lost if the stream breaks, so keep it small.
+        let (tx, rx) = mpsc::channel::<UpMessage>(1);
+        // The node queues an event about itself each time its count of ranks changes, after it updates the Hello:
+        // those queued before the Hello is read are older than it. Sent after it, they would take the parent back
+        // to older counts (ranks that attach one by one while the parent is away: 4, then 1, 2, 3, 4), which it
+        // reads as ranks that left before their first dump.
+        let mut superseded = self.outbound.len();
+        let hello = Hello {
+            returning_from: sessions.last_parent.clone(),
+            run_id: self.run.get(),
+            ..self.hello.borrow().clone()
+        };
+        let own_id = hello.node_id.clone();
+        if pending.as_ref().is_some_and(|msg| is_own_count(msg, &own_id)) {
+            *pending = None;
+        }
+        let _ = tx
+            .send(UpMessage {
+                msg: Some(up_message::Msg::Hello(hello)),
+            })
+            .await;
+        let response =
+            client
+                .attach(ReceiverStream::new(rx))
+                .await
+                .map_err(|s| match is_refusal(s.code()) {
+                    true => SessionEnd::Refused(s.message().to_string()),
+                    false => lost(false, format!("{}: {}", s.code(), s.message())),
+                })?;
+        let mut inbound = response.into_inner();
+        match inbound.message().await {
+            Ok(Some(DownMessage {
+                msg: Some(down_message::Msg::Welcome(w)),
+            })) => {
+                if let Err(own) = self.run.learn(&w.run_id) {
+                    return Err(SessionEnd::Refused(format!(
+                        "parent {} ({parent}) belongs to run {}, this node to run {own}: a parent of another run is \
+                         refused (restart this node to join that run)",
+                        w.parent_id, w.run_id
+                    )));
+                }
+                tracing::info!(parent = %parent, parent_id = %w.parent_id, run = %w.run_id, "attached to parent");
+                sessions.last_parent = w.parent_id;
+            }
+            Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
+            Err(s) => {
+                return Err(match is_refusal(s.code()) {
+                    true => SessionEnd::Refused(s.message().to_string()),
+                    false => lost(false, s.message().to_string()),
+                });
+            }
+        }
+        sessions.current += 1;
+        if self
+            .inputs
+            .send(Input::Parent(ParentEvent::Attached))
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+        let (back_tx, mut back) = tokio::sync::oneshot::channel::<()>();
+        let watch = match (preferred, self.return_after) {
+            (Some(addr), Some(hold)) => Some(tokio::spawn(watch_preferred(
+                addr,
+                self.tls.is_some(),
+                hold,
+                back_tx,
+            ))),
+            _ => None,
+        };
+        let _watch = AbortOnDrop(watch);
+        loop {
+            if pending.is_none() {
+                *pending = sessions.again.pop_front();
+            }
+            if let Some(msg) = pending.take() {
+                // A copy of every packet, kept until the root has closed its round: what the parent takes may
+                // die with it.
+                let copy = match &msg.msg {
+                    Some(up_message::Msg::Envelope(env)) => Some(env.clone()),
+                    _ => None,
+                };
+                if let Err(e) = tx.send(msg).await {
+                    *pending = Some(e.0);
+                    return Err(lost(true, "parent stream closed".into()));
+                }
+                if let Some(env) = copy {
+                    sessions.kept.keep(sessions.current, env);
+                }
+                if !sessions.again.is_empty() {
+                    continue;
+                }
+            }
+            tokio::select! {
+                out = self.outbound.recv() => match out {
+                    Some(msg) => {
+                        if superseded > 0 {
+                            superseded -= 1;
+                            if is_own_count(&msg, &own_id) {
+                                continue;
+                            }
+                        }
+                        if let Some(up_message::Msg::Envelope(e)) = &msg.msg {
+                            tracing::debug!(target: crate::LATENCY, node = %self.hello.borrow().node_id, round = e.round,
+                                phase = e.phase, first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(),
+                                "packet out");
+                        }
+                        *pending = Some(msg)
+                    }
+                    None => {
+                        // The node ended. Ending the up stream lets the parent read everything sent before; it then
+                        // ends the down stream, and only then is it certain that nothing was cut off.
+                        drop(tx);
+                        let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
+                        if tokio::time::timeout(CLOSE_TIMEOUT, drained).await.is_err() {
+                            tracing::warn!(parent = %parent, "parent did not end the stream after this node's last message");
+                        }
+                        return Ok(());
+                    }
+                },
+                Ok(()) = &mut back, if pending.is_none() => {
+                    // Between two messages: what was sent is read by this parent before the stream ends.
+                    tracing::info!(parent = %parent, preferred = %self.parents[0],
+                        "going back to the preferred parent, healthy again");
+                    drop(tx);
+                    let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, drained).await;
+                    return Err(SessionEnd::Return);
+                }
+                down = inbound.message() => match down {
+                    Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
+                        let again = sessions.kept.resend(sessions.current, &resend);
+                        tracing::debug!(parent = %parent, session = sessions.current,
+                            again = ?again.iter().map(|e| (e.stream_id, e.round, e.phase)).collect::<Vec<_>>(),
+                            "packets sent again");
+                        match resend.lost == own_id {
+                            true => tracing::info!(parent = %parent, packets = again.len(),
+                                "back with the same parent: sending again what it does not hold"),
+                            false => tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
+                                "adopted: sending again what the lost node had not passed on"),
+                        }
+                        sessions.again.extend(again.into_iter().map(|env| UpMessage {
+                            msg: Some(up_message::Msg::Envelope(env)),
+                        }));
+                    }
+                    Ok(Some(DownMessage { msg: Some(msg) })) => {
+                        if let down_message::Msg::Credit(c) = &msg && c.closed_below > 0 {
+                            sessions.kept.release(sessions.current, c.closed_below, c.taken);
+                        }
+                        if self.inputs.send(Input::Parent(ParentEvent::Message(msg))).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(lost(true, "parent closed the stream".into())),
+                    Err(s) => return Err(lost(true, format!("{}: {}", s.code(), s.message()))),
+                }
+            }
+        }
+    }
+}
+
+/// How often an adopted node checks whether its preferred parent answers.
+const PREFERRED_CHECK: Duration = Duration::from_secs(1);
+
+/// Aborts a task when dropped: the preferred parent is watched for as long as the session lasts.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Says on `back` once the parent at `addr` has answered every check for `hold` without a break.
+async fn watch_preferred(addr: String, tls: bool, hold: Duration, back: tokio::sync::oneshot::Sender<()>) {
+    let mut since: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(PREFERRED_CHECK);
+    loop {
+        tick.tick().await;
+        if !answers(&addr, tls).await {
+            since = None;
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        if now.duration_since(*since.get_or_insert(now)) >= hold {
+            let _ = back.send(());
+            return;
+        }
+    }
+}
+
+/// Whether a process serves at `addr`, not just its kernel: a stopped process's port still accepts connections,
+/// but nothing answers on them. Over TLS the server's first handshake message, in plaintext its HTTP/2 settings
+/// frame, must come within a second.
+async fn answers(addr: &str, tls: bool) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let hello: &[u8] = match tls {
+            // A TLS 1.2 ClientHello record's header is enough to make a live TLS server answer with an alert.
+            true => &[0x16, 0x03, 0x01, 0x00, 0x00],
+            false => b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+        };
+        s.write_all(hello).await.ok()?;
+        let mut buf = [0u8; 9];
+        let n = s.read(&mut buf).await.ok()?;
+        // An answer, or the connection closed by the server process itself (a TLS server refusing the record).
+        Some(n > 0 || tls)
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Some(true))
+    )
+}
+
+/// Whether `msg` is node `id`'s report of its own count of ranks (an event about a child names the child's parent).
+fn is_own_count(msg: &UpMessage, id: &str) -> bool {
+    matches!(&msg.msg, Some(up_message::Msg::NodeEvent(ev))
+        if ev.node_id == id && ev.parent_id.is_empty() && ev.state == canopy_proto::v1::NodeState::Attached as i32)
+}
+
+enum SessionEnd {
+    Refused(String),
+    Lost {
+        attached: bool,
+        reason: String,
+    },
+    /// The session was ended to go back to the preferred parent, which answered for the hold-down time.
+    Return,
+}
+
+pub use canopy_runtime::tls_hint::error_chain;
