@@ -1,8 +1,11 @@
 //! Simulated ranks for the leaf agent: FLASH-, Uintah- and NAMD-like profiles, deterministic from a seed.
 
 pub mod clock;
+mod keyed;
+mod plans;
 pub mod plant;
 mod timer;
+mod variation;
 pub mod workflow;
 
 use std::collections::HashSet;
@@ -20,6 +23,10 @@ use canopy_wire::v1::Utilization;
 use canopy_wire::write::{ProfileHeader, ProfileWriter};
 use rand_xoshiro::SplitMix64;
 use rand_xoshiro::rand_core::{Rng as _, SeedableRng};
+
+use keyed::Keyed;
+use plans::{Names, filler_base_us, flash_plan, namd_plan, uintah_envelope_us, uintah_plan};
+use variation::{SPEED_MAX, SPEED_MIN, Statics, workload};
 
 /// The application a simulator imitates.
 ///
@@ -667,311 +674,10 @@ struct RankState {
     counter_totals: Vec<f64>,
 }
 
-/// What sets a rank apart for the whole run.
-#[derive(Debug, Clone, Copy)]
-struct Statics {
-    /// Compute time multiplier: most ranks are fast, a few slow.
-    speed: f64,
-    comm: f64,
-    bytes: f64,
-    /// Namd work multiplier: 1 to 1.08 for most ranks, 1.35 to 1.65 for the overloaded few.
-    load: f64,
-}
-
-impl Statics {
-    /// A rank's statics as drawn, then its planted factor applied to its computation and its load.
-    fn of(cfg: &SimConfig, rank: u32, total: u32) -> Statics {
-        let mut st = Statics::draw(cfg.seed, cfg.scenario, rank, total);
-        let factor = plant::factor_of(&cfg.plants, rank);
-        st.speed *= factor;
-        st.load *= factor;
-        st
-    }
-
-    fn draw(seed: u64, sc: Scenario, rank: u32, total: u32) -> Statics {
-        let mut g = Keyed::of(&[seed, sc.tag(), u64::from(rank), u64::MAX]);
-        let u = g.unit();
-        let speed = SPEED_MIN + (SPEED_MAX - SPEED_MIN) * u * u;
-        let comm = g.range(0.9, 1.1);
-        let bytes = g.range(0.5, 1.5)
-            * match sc {
-                Scenario::Flash => 24.0 * 32768.0,
-                Scenario::Uintah => 40.0 * 16384.0,
-                Scenario::Namd => 16.0 * 49152.0,
-                Scenario::Workflow => 12.0 * 65536.0,
-            };
-        let (u, v) = (g.unit(), g.unit());
-        // One rank is always overloaded so that the imbalance shows even in a small run.
-        let forced = u64::from(rank) == seed % u64::from(total.max(1));
-        let load = if forced || v < 1.0 / 32.0 {
-            1.35 + 0.3 * u
-        } else {
-            1.0 + 0.08 * u * u
-        };
-        Statics {
-            speed,
-            comm,
-            bytes,
-            load,
-        }
-    }
-}
-
-const SPEED_MIN: f64 = 0.9;
-const SPEED_MAX: f64 = 1.1;
 const FLASH_WAIT_SPREAD_US: f64 = 600.0;
 const FLASH_SPIKE_ROUND: u64 = 100;
 const NAMD_JITTER: f64 = 0.02;
 const COUNTERS: [&str; 1] = ["bytes_sent"];
-
-/// The application's work in a round, relative to round 0: a slow oscillation, for FLASH a refinement
-/// that grows and saturates.
-fn workload(sc: Scenario, round: u64) -> f64 {
-    let k = round as f64;
-    match sc {
-        Scenario::Flash => 1.0 + 0.1 * (k / 40.0).sin() + 0.2 * k / (k + 500.0),
-        Scenario::Uintah => 1.0 + 0.05 * (k / 25.0).sin(),
-        Scenario::Namd => 1.0 + 0.02 * (k / 10.0).sin(),
-        Scenario::Workflow => 1.0 + 0.05 * (k / 30.0).sin(),
-    }
-}
-
-/// A base time for the generated filler events, spread by their id so they are not all alike.
-fn filler_base_us(id: u64) -> f64 {
-    50.0 + (id % 450) as f64
-}
-
-#[derive(Default)]
-struct Names {
-    list: Vec<(u64, String)>,
-    seen: HashSet<String>,
-}
-
-impl Names {
-    fn add(&mut self, name: &str) -> u64 {
-        let id = event_id(name);
-        if self.seen.insert(name.to_owned()) {
-            self.list.push((id, name.to_owned()));
-        }
-        id
-    }
-
-    fn slot(&mut self, name: &str, kind: Kind, base_us: f64, calls: u64, parent: Option<usize>) -> Slot {
-        Slot {
-            id: self.add(name),
-            kind,
-            base_us,
-            calls,
-            parent,
-        }
-    }
-}
-
-/// FLASH's regions: name, parent (index in this list), kind, base time, calls per round.
-const FLASH: [(&str, Option<usize>, Kind, f64, u64); 20] = [
-    ("main_loop", None, Kind::Root, 200.0, 1),
-    ("MPI_Allreduce", Some(0), Kind::Wait { spike: true }, 40.0, 4),
-    ("hydro_sweep", Some(0), Kind::Compute, 1500.0, 3),
-    ("guardcell_fill", Some(0), Kind::Compute, 300.0, 6),
-    ("MPI_Isend", Some(3), Kind::Comm, 60.0, 24),
-    ("MPI_Irecv", Some(3), Kind::Comm, 40.0, 24),
-    ("MPI_Waitall", Some(3), Kind::Comm, 250.0, 6),
-    ("riemann", Some(2), Kind::Compute, 2200.0, 3),
-    ("eos", Some(2), Kind::Compute, 900.0, 6),
-    ("update_solution", Some(2), Kind::Compute, 700.0, 3),
-    ("timestep", Some(0), Kind::Compute, 150.0, 1),
-    ("MPI_Bcast", Some(0), Kind::Comm, 30.0, 2),
-    ("amr_refine", Some(0), Kind::Compute, 400.0, 1),
-    ("MPI_Alltoall", Some(12), Kind::Comm, 120.0, 1),
-    ("MPI_Allgather", Some(12), Kind::Comm, 60.0, 1),
-    ("flux_correct", Some(2), Kind::Compute, 350.0, 3),
-    ("MPI_Barrier", Some(0), Kind::Comm, 80.0, 1),
-    ("MPI_Reduce", Some(0), Kind::Comm, 35.0, 1),
-    ("gravity_solve", Some(0), Kind::Compute, 1200.0, 1),
-    ("io_write_stats", Some(0), Kind::Compute, 90.0, 1),
-];
-
-fn flash_plan(events: u32, names: &mut Names) -> Vec<Slot> {
-    (0..events as usize)
-        .map(|i| match FLASH.get(i) {
-            Some(&(name, parent, kind, base, calls)) => names.slot(name, kind, base, calls, parent),
-            None => {
-                let name = format!("compute_{}", i - FLASH.len());
-                let base = filler_base_us(event_id(&name));
-                names.slot(&name, Kind::Compute, base, 1, Some(0))
-            }
-        })
-        .collect()
-}
-
-/// NAMD's entry methods: name, base time, calls per round, share of the work that follows the overload.
-const NAMD: [(&str, f64, u64, f64); 18] = [
-    ("ComputeNonbonded::doWork", 6000.0, 24, 1.0),
-    ("ComputePme::ungridForces", 400.0, 2, 0.3),
-    ("Sequencer::integrate", 300.0, 1, 0.3),
-    ("PatchMgr::sendMigrationMsgs", 50.0, 1, 0.3),
-    ("ProxyPatch::receiveData", 200.0, 16, 0.3),
-    ("WorkDistrib::enqueueWork", 150.0, 24, 0.3),
-    ("ComputeHomeTuples::doWork", 800.0, 4, 1.0),
-    ("HomePatch::positionsReady", 250.0, 2, 0.3),
-    ("ProxyMgr::recvProxyData", 120.0, 8, 0.3),
-    ("ProxyMgr::recvResults", 150.0, 8, 0.3),
-    ("HomePatch::receiveResults", 180.0, 8, 0.3),
-    ("ComputePmeMgr::gridCalc2", 350.0, 1, 0.3),
-    ("PmeZPencil::fft", 200.0, 1, 0.0),
-    ("PmeYPencil::fft", 200.0, 1, 0.0),
-    ("PmeXPencil::fft", 200.0, 1, 0.0),
-    ("CollectionMgr::submitPositions", 40.0, 1, 0.0),
-    ("ReductionMgr::remoteSubmit", 20.0, 2, 0.0),
-    ("LdbCoordinator::nodeDone", 10.0, 1, 0.0),
-];
-
-fn namd_plan(events: u32, names: &mut Names) -> Vec<Slot> {
-    let mut plan: Vec<Slot> = (0..events as usize)
-        .map(|i| match NAMD.get(i) {
-            Some(&(name, base, calls, load)) => names.slot(name, Kind::Entry { load }, base, calls, None),
-            None => {
-                let name = format!("compute_{}", i - NAMD.len());
-                let base = filler_base_us(event_id(&name));
-                names.slot(&name, Kind::Entry { load: 0.5 }, base, 1, None)
-            }
-        })
-        .collect();
-    plan.push(names.slot("Idle", Kind::Idle, 0.0, 1, None));
-    plan
-}
-
-const UINTAH_PATCH0_US: f64 = 4000.0;
-const UINTAH_PATCH1_US: f64 = 300.0;
-const UINTAH_REGRID_US: f64 = 200.0;
-const UINTAH_REGRID_PATCH_US: f64 = 150.0;
-const UINTAH_L1_PATCHES: usize = 16;
-const UINTAH_LARGE_L1_PATCHES: u32 = 8;
-/// Optional MPI calls; rank % 13 picks a distinct subset, hence 13 `MPI_` classes.
-const UINTAH_OPTIONAL_MPI: [(&str, f64, u64); 4] = [
-    ("MPI_Reduce", 25.0, 1),
-    ("MPI_Bcast", 20.0, 1),
-    ("MPI_Wait", 40.0, 4),
-    ("MPI_Iprobe", 10.0, 8),
-];
-
-/// The compute time of the busiest uintah rank at workload 1: everyone else waits for it in MPI_Waitall.
-fn uintah_envelope_us(tasks: u32) -> f64 {
-    let large = UINTAH_PATCH0_US + f64::from(UINTAH_LARGE_L1_PATCHES) * UINTAH_PATCH1_US;
-    let regrid = UINTAH_REGRID_US + UINTAH_L1_PATCHES as f64 * UINTAH_REGRID_PATCH_US;
-    (large.max(regrid) + f64::from(tasks) * UINTAH_TASK_US) * SPEED_MAX
-}
-
-/// Uintah framework tasks that every rank runs each timestep.
-const UINTAH_TASKS: [&str; 16] = [
-    "ICE::computeEquilibrationPressure",
-    "ICE::computeVel_FC",
-    "ICE::addExchangeToMomentumAndEnergy",
-    "ICE::computeDelPressAndUpdatePressCC",
-    "ICE::computePressFC",
-    "ICE::accumulateMomentumSourceSinks",
-    "ICE::accumulateEnergySourceSinks",
-    "ICE::computeLagrangianValues",
-    "ICE::advectAndAdvanceInTime",
-    "ICE::conservedtoPrimitive_Vars",
-    "MPM::interpolateParticlesToGrid",
-    "MPM::computeStressTensor",
-    "MPM::interpolateToParticlesAndUpdate",
-    "Relocate::relocateParticles",
-    "DataArchiver::output",
-    "SchedulerCommon::copyDataToNewGrid",
-];
-
-const UINTAH_TASK_US: f64 = 20.0;
-
-fn uintah_plan(rank: u32, total: u32, tasks: u32, names: &mut Names) -> Vec<Slot> {
-    let mut plan = vec![
-        names.slot("Scheduler::execute", Kind::Root, 300.0, 1, None),
-        names.slot("MPI_Allreduce", Kind::Comm, 30.0, 2, Some(0)),
-        names.slot("MPI_Isend", Kind::Comm, 80.0, 40, Some(0)),
-        names.slot("MPI_Irecv", Kind::Comm, 60.0, 40, Some(0)),
-        names.slot("MPI_Waitall", Kind::Wait { spike: false }, 50.0, 4, Some(0)),
-    ];
-    for k in 0..tasks as usize {
-        let name = UINTAH_TASKS
-            .get(k)
-            .map_or_else(|| format!("Task {k}"), |n| n.to_string());
-        plan.push(names.slot(&name, Kind::Compute, UINTAH_TASK_US, 1, Some(0)));
-    }
-    let mask = rank % 13;
-    for (bit, &(name, base, calls)) in UINTAH_OPTIONAL_MPI.iter().enumerate() {
-        if mask & (1 << bit) != 0 {
-            plan.push(names.slot(name, Kind::Comm, base, calls, Some(0)));
-        }
-    }
-    if rank == 0 {
-        let regrid = plan.len();
-        plan.push(names.slot("Regrid", Kind::Compute, UINTAH_REGRID_US, 1, Some(0)));
-        for i in 0..UINTAH_L1_PATCHES {
-            let name = format!("Patch 1 -> {i}");
-            plan.push(names.slot(&name, Kind::Compute, UINTAH_REGRID_PATCH_US, 1, Some(regrid)));
-        }
-    } else {
-        let name = format!("Patch 0 -> {rank}");
-        plan.push(names.slot(&name, Kind::Compute, UINTAH_PATCH0_US, 12, Some(0)));
-        if rank <= UINTAH_LARGE_L1_PATCHES && rank < total {
-            for i in 0..UINTAH_LARGE_L1_PATCHES {
-                let name = format!("Patch 1 -> {i}");
-                plan.push(names.slot(&name, Kind::Compute, UINTAH_PATCH1_US, 3, Some(0)));
-            }
-        }
-    }
-    plan
-}
-
-const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
-
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// splitmix64 seeded from a hashed key, so a value depends on its key alone and not on what was drawn
-/// before it.
-#[derive(Debug)]
-/// The simulator's generator: rand_xoshiro's SplitMix64, its state a hash of the draw's key (seed, scenario, rank,
-/// round, event), so every value is reproducible on its own, whatever else was drawn.
-struct Keyed(SplitMix64);
-
-impl Keyed {
-    fn of(key: &[u64]) -> Keyed {
-        Keyed::from_state(Keyed::prefix(key))
-    }
-
-    /// The hashed state of a key's first parts: `Keyed::with(Keyed::prefix(&[a, b]), c)` is
-    /// `Keyed::of(&[a, b, c])`, with the prefix hashed once for many draws.
-    fn prefix(key: &[u64]) -> u64 {
-        key.iter().fold(GOLDEN, |s, &k| mix64(s ^ k).wrapping_add(GOLDEN))
-    }
-
-    fn with(prefix: u64, last: u64) -> Keyed {
-        Keyed::from_state(mix64(prefix ^ last).wrapping_add(GOLDEN))
-    }
-
-    fn from_state(state: u64) -> Keyed {
-        // from_seed takes the bytes as the state as they are; seed_from_u64 would scramble them first.
-        Keyed(SplitMix64::from_seed(state.to_le_bytes()))
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-}
 
 #[cfg(test)]
 mod tests;
