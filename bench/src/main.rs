@@ -8,6 +8,7 @@
     reason = "benchmarks measure wall time and never run on a paused clock"
 )]
 
+mod engine;
 mod heal;
 mod instructions;
 mod kafka;
@@ -23,17 +24,12 @@ mod reduction;
 mod samplers;
 mod sdk;
 mod throughput;
+mod tree;
 mod utilization;
 
-use std::time::{Duration, Instant};
-
-use anyhow::Context as _;
-use canopy_core::engine::{Accepted, Arrival, GroupKey, RoundEngine, StreamSync};
-use canopy_core::filter::{FilterFactory, Level};
-use canopy_integration_tests::TreeBuilder;
-use canopy_proto::v1::{AppCoverage, Coverage, EventSample, ProfileBatch, RankProfile, SyncMode};
 use clap::{Parser, Subcommand};
-use prost::Message;
+
+pub use tree::{Shape, TreeRun, print_cpu_by_kind, tree_run};
 
 #[derive(Parser)]
 #[command(
@@ -382,7 +378,7 @@ fn main() -> anyhow::Result<()> {
             sources,
             rounds,
             events,
-        } => engine(&sources, rounds, events, args.repeats),
+        } => engine::run(&sources, rounds, events, args.repeats),
         Command::Tree {
             ranks,
             agents,
@@ -414,9 +410,9 @@ fn main() -> anyhow::Result<()> {
             if quantiles_cost {
                 rt.block_on(quantiles::cost(&shape, args.repeats))
             } else if security == "both" {
-                rt.block_on(tls_cost(&shape, args.repeats))
+                rt.block_on(tree::tls_cost(&shape, args.repeats))
             } else {
-                rt.block_on(tree(&shape, args.repeats))
+                rt.block_on(tree::tree(&shape, args.repeats))
             }
         }
         Command::Reduction {
@@ -578,368 +574,4 @@ fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     }
     xs.sort_by(f64::total_cmp);
     xs[((xs.len() - 1) as f64 * p).round() as usize]
-}
-
-fn profile(rank: u32, events: usize) -> Vec<u8> {
-    let events = (0..events as u64)
-        .map(|e| EventSample {
-            event_id: e * 0x9e37_79b9_7f4a_7c15,
-            calls: 10,
-            subrs: 2,
-            incl_us: 100.0 + e as f64,
-            excl_us: 50.0,
-            calls_total: 1000,
-            subrs_total: 200,
-            incl_total_us: 1e4,
-            excl_total_us: 5e3,
-            ..Default::default()
-        })
-        .collect();
-    ProfileBatch {
-        profiles: vec![RankProfile {
-            rank,
-            events,
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
-}
-
-fn engine(sources: &[usize], rounds: u64, events: usize, repeats: usize) -> anyhow::Result<()> {
-    println!(
-        "\n## engine: rounds per second through one node (wait-for-all, passthrough), {events} events per rank"
-    );
-    println!(
-        "| sources | bytes/round | engine rounds/s (median) | min | max | baseline rounds/s | engine/baseline |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
-    let plugins = canopy_core::plugin::filters_from(&[]);
-    for &n in sources {
-        let payloads: Vec<Vec<u8>> = (0..n as u32).map(|r| profile(r, events)).collect();
-        let ids: Vec<String> = (0..n).map(|i| format!("rank:{i}")).collect();
-        let bytes: usize = payloads.iter().map(Vec::len).sum();
-        let mut with_engine = Vec::new();
-        let mut baseline = Vec::new();
-        for _ in 0..repeats {
-            let mut e = RoundEngine::new();
-            for id in &ids {
-                e.add_source(id, 1);
-            }
-            e.open_stream(
-                1,
-                StreamSync {
-                    mode: SyncMode::WaitForAll,
-                    timeout: Duration::from_secs(60),
-                },
-            );
-            // The real plugin, loaded from beside this executable as the daemons load it.
-            let mut filter = plugins.create("passthrough", "", Level::Relay)?;
-            let t = Instant::now();
-            let now = tokio::time::Instant::now();
-            for round in 0..rounds {
-                for (id, p) in ids.iter().zip(&payloads) {
-                    let a = Arrival {
-                        source: id.clone(),
-                        // A rank's coverage names its application, as a leaf's does.
-                        coverage: Coverage {
-                            covered: 1,
-                            expected: 1,
-                            missing: vec![],
-                            apps: vec![AppCoverage {
-                                app: "bench".into(),
-                                covered: 1,
-                                expected: 1,
-                                missing: vec![],
-                            }],
-                            unreachable: vec![],
-                        },
-                        payload: p.clone().into(),
-                        first_dump_unix_ns: 0,
-                    };
-                    if let Accepted::Closed(c) = e.accept(
-                        GroupKey {
-                            stream: 1,
-                            round,
-                            phase: 0,
-                        },
-                        a,
-                        now,
-                    )? {
-                        let inputs: Vec<&[u8]> = c.inputs.iter().map(|a| a.payload.as_ref()).collect();
-                        std::hint::black_box(filter.upstream(round, 0, &inputs)?);
-                    }
-                }
-            }
-            with_engine.push(rounds as f64 / t.elapsed().as_secs_f64());
-            // The least any node must do: copy each payload once and append it to the round's packet.
-            let t = Instant::now();
-            for _ in 0..rounds {
-                let mut merged = Vec::with_capacity(bytes);
-                for p in &payloads {
-                    let owned = p.clone();
-                    merged.extend_from_slice(&owned);
-                }
-                std::hint::black_box(merged);
-            }
-            baseline.push(rounds as f64 / t.elapsed().as_secs_f64());
-        }
-        let (m, lo, hi) = stats(with_engine);
-        let (b, _, _) = stats(baseline);
-        println!(
-            "| {n} | {bytes} | {m:.0} | {lo:.0} | {hi:.0} | {b:.0} | {:.3} |",
-            m / b
-        );
-    }
-    Ok(())
-}
-
-/// A tree benchmark's shape.
-pub struct Shape {
-    pub ranks: u32,
-    pub agents: usize,
-    pub fanout: usize,
-    pub events: u32,
-    pub period_ms: u64,
-    pub rounds: u64,
-    pub filter: String,
-    /// The stream's parameters (JSON), in-process only; `None`: the filter's defaults.
-    pub params: Option<String>,
-    /// Separate processes (`canopy up`) instead of in-process daemons.
-    pub processes: bool,
-    /// Mutual TLS between the nodes (the default of a deployed tree); otherwise plaintext on loopback.
-    pub tls: bool,
-}
-
-/// One run of a tree on loopback, read back from its store.
-pub struct TreeRun {
-    /// Rounds stored per second.
-    pub rate: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    /// Latency p50 of the first and of the last quarter of the rounds: a lag that grows shows between them.
-    pub first_quarter_ms: f64,
-    pub last_quarter_ms: f64,
-    pub coverage: f64,
-    /// CPU of every daemon of the tree (with the simulated ranks' generation at the agents) per round stored,
-    /// in ms: the whole process's in-process, the sum of the processes' with `processes`.
-    pub cpu_ms_per_round: f64,
-    /// With `processes`: the CPU per round by kind of process.
-    pub cpu_by_kind: Option<processes::CpuByKind>,
-}
-
-/// User and system CPU this process has used.
-fn process_cpu() -> anyhow::Result<Duration> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_SELF)?;
-    let d = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    Ok(d(u.user_time()) + d(u.system_time()))
-}
-
-/// Runs one tree of `shape` to its end.
-pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
-    if shape.processes {
-        let dir = tempfile::tempdir()?;
-        let (store, cpu) = processes::run(shape, dir.path())?;
-        return read_run(&store, cpu.total(), Some(cpu));
-    }
-    let builder = TreeBuilder {
-        agents: shape.agents,
-        fanout: shape.fanout,
-        ranks: shape.ranks,
-        rounds: shape.rounds,
-        period_ms: shape.period_ms,
-        events: shape.events,
-        timeout_ms: 5000,
-        streams: vec![shape.filter.clone()],
-        stream_params: shape
-            .params
-            .iter()
-            .map(|p| (shape.filter.clone(), p.clone()))
-            .collect(),
-        tls: shape.tls,
-        ..TreeBuilder::default()
-    };
-    let cpu_before = process_cpu()?;
-    let mut sandbox = builder.start().await;
-    sandbox
-        .wait_frontend(Duration::from_secs(600))
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let cpu = process_cpu()? - cpu_before;
-    let rounds = canopy_store::StoreReader::open(&sandbox.store)?
-        .rounds(canopy_store::Select::all())?
-        .len();
-    read_run(
-        &sandbox.store,
-        cpu.as_secs_f64() * 1e3 / rounds.max(1) as f64,
-        None,
-    )
-}
-
-/// A finished run's figures, from its store.
-fn read_run(
-    store: &std::path::Path,
-    cpu_ms_per_round: f64,
-    cpu_by_kind: Option<processes::CpuByKind>,
-) -> anyhow::Result<TreeRun> {
-    let mut stored = canopy_store::StoreReader::open(store)?.rounds(canopy_store::Select::all())?;
-    stored.sort_by_key(|r| r.round);
-    let rows: Vec<(i64, i64, i64, i64)> = stored
-        .iter()
-        .map(|r| {
-            let at = |t: Option<u64>| t.context("a round without its times").map(|t| t as i64);
-            Ok((
-                at(r.first_dump_unix_ns)?,
-                at(r.closed_unix_ns)?,
-                r.covered.into(),
-                r.expected.into(),
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let lat: Vec<f64> = rows.iter().map(|(f, c, _, _)| (c - f) as f64 / 1e6).collect();
-    let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
-    let q = (lat.len() / 4).max(1);
-    let (cov, exp) = rows.iter().fold((0i64, 0i64), |(a, b), r| (a + r.2, b + r.3));
-    Ok(TreeRun {
-        rate: (rows.len().saturating_sub(1)) as f64 / span.max(1e-9),
-        p50_ms: percentile(lat.clone(), 0.5),
-        p99_ms: percentile(lat.clone(), 0.99),
-        first_quarter_ms: percentile(lat[..q.min(lat.len())].to_vec(), 0.5),
-        last_quarter_ms: percentile(lat[lat.len().saturating_sub(q)..].to_vec(), 0.5),
-        coverage: 100.0 * cov as f64 / exp.max(1) as f64,
-        cpu_ms_per_round,
-        cpu_by_kind,
-    })
-}
-
-async fn tree(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
-    let Shape {
-        ranks,
-        agents,
-        fanout,
-        events,
-        period_ms,
-        ref filter,
-        processes,
-        ..
-    } = *shape;
-    let how = if processes {
-        "separate processes (canopy up)"
-    } else {
-        "in-process daemons"
-    };
-    println!(
-        "\n## tree: {ranks} simulated ranks, {agents} agents, fanout {fanout}, {events} events, one round every {period_ms} ms, {filter}, {how} over loopback gRPC"
-    );
-    let offered = 1000.0 / period_ms as f64;
-    let mut rates = Vec::new();
-    let mut p50s = Vec::new();
-    let mut p99s = Vec::new();
-    let mut coverage = Vec::new();
-    let mut cpu = Vec::new();
-    let mut by_kind = Vec::new();
-    for _ in 0..repeats {
-        let run = tree_run(shape).await?;
-        cpu.push(run.cpu_ms_per_round);
-        by_kind.extend(run.cpu_by_kind);
-        rates.push(run.rate);
-        p50s.push(run.p50_ms);
-        p99s.push(run.p99_ms);
-        coverage.push(run.coverage);
-    }
-    let (r, rlo, rhi) = stats(rates);
-    let (p50, _, _) = stats(p50s);
-    let (p99, p99lo, p99hi) = stats(p99s);
-    let (c, _, _) = stats(coverage);
-    let (cpu, cpu_lo, cpu_hi) = stats(cpu);
-    println!(
-        "| offered rounds/s | stored rounds/s (median) | min | max | stored/offered | latency p50 ms | latency p99 ms (median) | p99 min | p99 max | coverage % |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| {offered:.1} | {r:.1} | {rlo:.1} | {rhi:.1} | {:.3} | {p50:.2} | {p99:.2} | {p99lo:.2} | {p99hi:.2} | {c:.1} |",
-        r / offered
-    );
-    // Their own tables, so the one above keeps its columns for the tools that read it.
-    if !by_kind.is_empty() {
-        print_cpu_by_kind(&[(format!("{} runs", by_kind.len()), by_kind)]);
-        return Ok(());
-    }
-    println!(
-        "\n| CPU ms per round stored, whole process: every daemon and the simulated ranks' generation (median) | min | max |"
-    );
-    println!("|---:|---:|---:|");
-    println!("| {cpu:.2} | {cpu_lo:.2} | {cpu_hi:.2} |");
-    Ok(())
-}
-
-/// What mutual TLS costs: each repeat runs the tree in plaintext, then on TLS, in this process; the medians of
-/// both, and TLS's ratio to plaintext.
-async fn tls_cost(shape: &Shape, repeats: usize) -> anyhow::Result<()> {
-    let how = if shape.processes {
-        "separate processes (canopy up)"
-    } else {
-        "in-process daemons"
-    };
-    println!(
-        "\n## tree, plaintext against mutual TLS: {} simulated ranks, {} agents, fanout {}, {} events, one round every {} ms, {}, {how}",
-        shape.ranks, shape.agents, shape.fanout, shape.events, shape.period_ms, shape.filter
-    );
-    let mut runs: [Vec<TreeRun>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..repeats {
-        for (i, tls) in [false, true].into_iter().enumerate() {
-            let shape = Shape {
-                tls,
-                filter: shape.filter.clone(),
-                params: shape.params.clone(),
-                ..*shape
-            };
-            runs[i].push(tree_run(&shape).await?);
-        }
-    }
-    println!(
-        "| links | stored rounds/s (median) | min | max | latency p50 ms | latency p99 ms | CPU ms per round (median) | min | max | coverage % |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut medians = Vec::new();
-    for (label, runs) in ["plaintext", "mutual TLS"].into_iter().zip(&runs) {
-        let (r, rlo, rhi) = stats(runs.iter().map(|r| r.rate).collect());
-        let (p50, _, _) = stats(runs.iter().map(|r| r.p50_ms).collect());
-        let (p99, _, _) = stats(runs.iter().map(|r| r.p99_ms).collect());
-        let (cpu, cpu_lo, cpu_hi) = stats(runs.iter().map(|r| r.cpu_ms_per_round).collect());
-        let (c, _, _) = stats(runs.iter().map(|r| r.coverage).collect());
-        println!(
-            "| {label} | {r:.1} | {rlo:.1} | {rhi:.1} | {p50:.2} | {p99:.2} | {cpu:.2} | {cpu_lo:.2} | {cpu_hi:.2} | {c:.1} |"
-        );
-        medians.push((r, cpu, p50));
-    }
-    let ((r0, c0, p0), (r1, c1, p1)) = (medians[0], medians[1]);
-    println!(
-        "\nTLS/plaintext: throughput {:.3}, CPU per round {:.3}, latency p50 {:.3}",
-        r1 / r0.max(f64::MIN_POSITIVE),
-        c1 / c0.max(f64::MIN_POSITIVE),
-        p1 / p0.max(f64::MIN_POSITIVE)
-    );
-    Ok(())
-}
-
-/// CPU per round by kind of process, one row per labelled set of repeats: median, min and max of each kind.
-pub fn print_cpu_by_kind(rows: &[(String, Vec<processes::CpuByKind>)]) {
-    println!(
-        "\n| CPU ms per round stored, from /proc (median, min to max) | front-end | relays, all | agents, all (with the simulated ranks) | total |"
-    );
-    println!("|---|---:|---:|---:|---:|");
-    for (label, runs) in rows {
-        let col = |f: fn(&processes::CpuByKind) -> f64| {
-            let (m, lo, hi) = stats(runs.iter().map(f).collect());
-            format!("{m:.2} ({lo:.2} to {hi:.2})")
-        };
-        println!(
-            "| {label} | {} | {} | {} | {} |",
-            col(|c| c.frontend),
-            col(|c| c.relays),
-            col(|c| c.agents),
-            col(processes::CpuByKind::total)
-        );
-    }
 }
