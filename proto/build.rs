@@ -39,9 +39,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("canopy_descriptor.bin"),
         prost::Message::encode_to_vec(&compiler.file_descriptor_set()),
     )?;
+    // The services only with the `grpc` feature; the messages are the same either way.
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
+        .build_client(grpc)
+        .build_server(grpc)
         // A packet's payload is read as a slice of the buffer it arrived in and kept for resending by a
         // reference count: a relay's packets are not copied between the wire and its filter.
         .bytes(".canopy.v1.Envelope.payload")

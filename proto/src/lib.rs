@@ -1,11 +1,12 @@
-//! Canopy's wire protocol: the `canopy.v1` messages and the `Tree` service, generated at build time.
+//! Canopy's wire protocol: the `canopy.v1` messages and (with the `grpc` feature, on by default) the `Tree` and
+//! `Frontend` services, generated at build time.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::all, clippy::pedantic)]
 
 /// The `canopy.v1` package.
 pub mod v1 {
-    tonic::include_proto!("canopy.v1");
+    include!(concat!(env!("OUT_DIR"), "/canopy.v1.rs"));
     pub use canopy_wire::v1::{
         AppOptions, CounterSample, EventName, EventSample, Options, ProfileBatch, RankProfile, TraceEvent,
         TraceKind,

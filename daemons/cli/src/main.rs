@@ -6,17 +6,15 @@
 
 mod certs;
 mod client;
+mod cmd;
 mod cpu;
 mod daemons;
-mod export;
 mod fit;
 mod generate;
 mod keys;
 mod launcher;
 mod render;
-mod report;
 mod run_job;
-mod run_store;
 mod top;
 mod topology_cmd;
 mod tui;
@@ -92,9 +90,9 @@ enum Command {
     Descriptors(generate::DescriptorsArgs),
     /// A run's store as one self-contained HTML page of figures (summary, coverage, top events with their
     /// spread, histograms as heat maps, classes, utilization, outliers, clusters, nodes), or one figure as PNG.
-    Report(report::ReportArgs),
+    Report(cmd::report::ReportArgs),
     /// A run's tables as CSV or Parquet files, one per table, with event names and units in column names.
-    Export(export::ExportArgs),
+    Export(cmd::export::ExportArgs),
 }
 
 fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<ExitCode> {
@@ -119,8 +117,8 @@ fn main() -> ExitCode {
         Command::Completions(a) => generate::completions(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Man(a) => generate::man(Args::command(), a).map(|()| ExitCode::SUCCESS),
         Command::Descriptors(a) => generate::descriptors(a).map(|()| ExitCode::SUCCESS),
-        Command::Report(a) => report::run(a).map(|()| ExitCode::SUCCESS),
-        Command::Export(a) => export::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Report(a) => cmd::report::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Export(a) => cmd::export::run(a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

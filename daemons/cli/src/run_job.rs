@@ -127,7 +127,7 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&socket_dir);
     let (status, store) = result?;
     if !args.no_report
-        && let Err(e) = crate::report::html_beside_store(&store)
+        && let Err(e) = crate::cmd::report::html_beside_store(&store)
     {
         eprintln!("canopy run: no report: {e:#}");
     }
@@ -584,7 +584,7 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
         .with_context(|| format!("cannot start {}", script.display()))?;
     // canopy-run leaves the run's store in --out; the report goes beside it, as for a run here.
     if !args.no_report
-        && let Err(e) = crate::report::html_beside_store(&args.out)
+        && let Err(e) = crate::cmd::report::html_beside_store(&args.out)
     {
         eprintln!("canopy run: no report: {e:#}");
     }

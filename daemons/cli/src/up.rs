@@ -430,7 +430,7 @@ async fn launch_and_watch(
         summary.late_packets,
         if interrupted { " (interrupted)" } else { "" }
     );
-    if let Some(line) = crate::report::coverage::per_app(&per_app) {
+    if let Some(line) = canopy_report::report::coverage::per_app(&per_app) {
         println!("  per application: {line}");
     }
     let rounds = summary.rounds / summary.streams.max(1);

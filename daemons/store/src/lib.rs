@@ -6,8 +6,10 @@
 
 mod checkpoint;
 mod error;
+#[cfg(feature = "writer")]
 mod gap;
 mod kafka_log;
+#[cfg(feature = "writer")]
 mod partial_log;
 mod profiles;
 mod read;
@@ -20,6 +22,7 @@ mod store;
 mod tables;
 mod training;
 mod words;
+#[cfg(feature = "writer")]
 mod writer;
 
 pub use error::StoreError;
@@ -38,4 +41,5 @@ pub use store::{Collision, ENDED, LATEST, Payload, Rows, Store};
 pub use tables::{is_tabulated, ranges_text};
 pub use training::{Candidate, DEFAULT_TRAINING_ROUNDS, Training, TrainingQuery, TrainingSpec};
 pub use words::{StreamState, Word, metric_unit};
+#[cfg(feature = "writer")]
 pub use writer::{Round, RunSummary, Writer, WriterThread};

@@ -268,6 +268,7 @@ impl Store {
         rows.map_err(|e| self.table_error(rec.stream_id, rec.round, e))
     }
 
+    #[cfg(feature = "writer")]
     /// The rows of rounds whose results the writer let go (see [`crate::gap`]), in one transaction.
     pub(crate) fn write_gap(&mut self, run: &crate::gap::GapRun) -> Result<(), StoreError> {
         self.in_transaction(|tx| {

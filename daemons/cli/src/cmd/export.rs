@@ -1,20 +1,14 @@
-//! `canopy export`: a run's tables as files for pandas, DuckDB or a spreadsheet, one file per table, CSV or
-//! Parquet, with event names beside their ids and units in the column names (docs/report.md lists them).
+//! `canopy export`: a run's tables as files for pandas, DuckDB or a spreadsheet (CSV or Parquet), a workflow's
+//! training data (CSV or ARFF), both written by the canopy-report library; or, with `--kafka-brokers`, the run's
+//! rounds into Kafka (export_kafka.rs).
 
-mod csv_out;
-mod kafka;
-mod parquet_out;
-mod table;
-mod tables;
+use std::path::PathBuf;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use anyhow::bail;
+use canopy_report::export::{self, Format as Files};
+use canopy_report::run_store;
 
-use anyhow::{Context as _, bail};
-
-use crate::report::data::Names;
-use crate::run_store;
-use tables::{Source, TABLES, table_names};
+use super::export_kafka::{self, KafkaArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ExportArgs {
@@ -51,7 +45,7 @@ pub struct ExportArgs {
     #[arg(long = "table", value_name = "T", value_delimiter = ',')]
     tables: Vec<String>,
     #[command(flatten)]
-    kafka: kafka::KafkaArgs,
+    kafka: KafkaArgs,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +56,12 @@ enum Format {
     Arff,
 }
 
-impl Format {
-    fn ext(self) -> &'static str {
-        match self {
-            Format::Csv => "csv",
-            Format::Parquet => "parquet",
-            Format::Arff => "arff",
+impl From<Format> for Files {
+    fn from(f: Format) -> Files {
+        match f {
+            Format::Csv => Files::Csv,
+            Format::Parquet => Files::Parquet,
+            Format::Arff => Files::Arff,
         }
     }
 }
@@ -79,61 +73,27 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
                 "--kafka-brokers publishes the run's rounds to Kafka: it takes no --format, --training, --table or --output"
             );
         }
-        return kafka::publish(&args.run, &args.kafka);
+        return export_kafka::publish(&args.run, &args.kafka);
     }
     let Some(format) = args.format else {
         bail!("--format is needed (csv or parquet), or --kafka-brokers");
     };
+    let format = Files::from(format);
     if args.training {
         return training(&args, format);
     }
-    if format == Format::Arff {
-        bail!("--format arff is for --training (a workflow's training data); the tables are csv or parquet");
-    }
-    for t in &args.tables {
-        if !TABLES.iter().any(|(name, ..)| name == t) {
-            bail!("unknown table {t:?} for --table; tables: {}", table_names());
-        }
-    }
+    export::check(format, &args.tables)?;
     let reader = run_store::open(&args.run)?;
-    let src = Source {
-        names: Names::new(reader.names()?),
-        streams: reader
-            .streams()?
-            .into_iter()
-            .map(|s| (s.stream_id, s.name))
-            .collect::<HashMap<_, _>>(),
-        reader: &reader,
-    };
     let dir = args
         .out
-        .unwrap_or_else(|| default_dir(reader.path(), format.ext()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut written = 0;
-    for (name, store_table, build) in TABLES {
-        let wanted = if args.tables.is_empty() {
-            matches!(*name, "streams" | "rounds") || reader.count(*store_table)? > 0
-        } else {
-            args.tables.iter().any(|t| t == name)
-        };
-        if !wanted {
-            continue;
-        }
-        let table = build(&src)?;
-        let path = dir.join(format!("{name}.{}", format.ext()));
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        match format {
-            Format::Csv => csv_out::write(&table, std::io::BufWriter::new(file)),
-            Format::Parquet => parquet_out::write(&table, file),
-            Format::Arff => unreachable!("refused above"),
-        }
-        .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("{} ({} rows)", path.display(), table.rows());
-        written += 1;
+        .unwrap_or_else(|| export::default_dir(reader.path(), format.ext()));
+    let written = export::tables(&reader, format, &args.tables, &dir)?;
+    for w in &written {
+        println!("{} ({} rows)", w.path.display(), w.rows);
     }
     println!(
-        "canopy export: {written} tables of {} in {}",
+        "canopy export: {} tables of {} in {}",
+        written.len(),
         reader.path().display(),
         dir.display()
     );
@@ -141,40 +101,26 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
 }
 
 /// `--training`: the workflow's training data in one file, as `canopy ctl select` learns from it.
-fn training(args: &ExportArgs, format: Format) -> anyhow::Result<()> {
-    if format == Format::Parquet {
+fn training(args: &ExportArgs, format: Files) -> anyhow::Result<()> {
+    if format == Files::Parquet {
         bail!("--training writes csv or arff");
     }
     let reader = run_store::open(&args.run)?;
-    let t = reader.training_of(&canopy_store::TrainingQuery {
+    let query = canopy_store::TrainingQuery {
         latency_stream: args.latency_stream.clone(),
         stats_stream: args.stats_stream.clone(),
         key: args.key.clone(),
         rounds: if args.rounds == 0 { u32::MAX } else { args.rounds },
-    })?;
-    let ds = canopy_select::Dataset::new(
-        t.candidates.iter().map(canopy_store::Candidate::label).collect(),
-        t.latency_ms.clone(),
-        t.columns.clone(),
-    )
-    .context("the training data cannot be written")?;
+    };
     let dir = args
         .out
         .clone()
-        .unwrap_or_else(|| default_dir(reader.path(), format.ext()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join(format!("training.{}", format.ext()));
-    let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    match format {
-        Format::Arff => canopy_select::write_arff(&ds, "canopy_workflow", "latency_ms", &mut w),
-        _ => canopy_select::write_csv(&ds, "latency_ms", &mut w),
-    }
-    .and_then(|()| std::io::Write::flush(&mut w))
-    .with_context(|| format!("cannot write {}", path.display()))?;
+        .unwrap_or_else(|| export::default_dir(reader.path(), format.ext()));
+    let w = export::training(&reader, &query, format, &dir)?;
+    let t = &w.training;
     println!(
         "{}: {} rounds ({} to {}), {} metrics beside the latency{}",
-        path.display(),
+        w.path.display(),
         t.rounds.len(),
         t.rounds.first().copied().unwrap_or_default(),
         t.rounds.last().copied().unwrap_or_default(),
@@ -186,13 +132,4 @@ fn training(args: &ExportArgs, format: Format) -> anyhow::Result<()> {
         }
     );
     Ok(())
-}
-
-/// Beside the store, its run's file name with `-csv` or `-parquet` (through a `latest.sqlite` link).
-fn default_dir(store: &Path, ext: &str) -> PathBuf {
-    let real = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
-    let stem = real
-        .file_stem()
-        .map_or_else(|| "run".to_string(), |s| s.to_string_lossy().into_owned());
-    real.with_file_name(format!("{stem}-{ext}"))
 }

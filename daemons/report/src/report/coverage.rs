@@ -51,7 +51,7 @@ pub fn section(ctx: &Context<'_>, streams: &[StreamRow]) -> anyhow::Result<Secti
 
 /// "analysis 50.0% (sampled_out: 30), sim 100.0%": each application's rank-rounds covered out of those
 /// expected, with the reasons for the others; `None` unless more than one application is named.
-pub(crate) fn per_app(apps: &[AppCoverageTotal]) -> Option<String> {
+pub fn per_app(apps: &[AppCoverageTotal]) -> Option<String> {
     if apps.len() < 2 {
         return None;
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use canopy_kafka::{KafkaSettings, Publisher, Sasl, ScanStart};
 
-use crate::run_store;
+use canopy_report::run_store;
 
 #[derive(clap::Args, Debug)]
 pub struct KafkaArgs {

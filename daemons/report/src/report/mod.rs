@@ -1,10 +1,10 @@
-//! `canopy report`: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
+//! The report: a run's store as one self-contained HTML page (inline CSS and SVG, nothing fetched), or one
 //! of its figures as a PNG. A section per stream, drawn by the function of the stream's kind (stats,
 //! histogram, classify, kmeans, utilization, outliers, nodes) after the run's summary, then every stream's coverage.
 
 mod classes;
 mod clusters;
-pub(crate) mod coverage;
+pub mod coverage;
 pub mod data;
 mod histogram;
 mod latency;
@@ -19,7 +19,7 @@ mod utilization;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use canopy_proto::filters::v1::Metric;
 use canopy_store::{StoreReader, StreamRow};
 
@@ -30,33 +30,8 @@ use plot::Figure;
 /// Top events a figure shows unless told otherwise.
 pub const DEFAULT_TOP: usize = 8;
 
-#[derive(clap::Args, Debug)]
-pub struct ReportArgs {
-    /// The run: a store (.sqlite), or a directory of runs (canopy up's --out), whose latest.sqlite (else newest
-    /// run-*.sqlite) is taken.
-    run: PathBuf,
-    /// Where to write. Default: the page beside the store, as the run's file name with .html; a PNG in the
-    /// current directory as the figure's name with `-` for `:` (stats-STREAM.png).
-    #[arg(short, long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// html: the whole report as one page; png: the one figure --figure names.
-    #[arg(long, value_enum, default_value_t = Format::Html)]
-    format: Format,
-    /// The figure to write as PNG, by its name in the report (`stats:STREAM`, `histogram:STREAM:EVENT`,
-    /// `classes:STREAM`, `clusters:STREAM`, `coverage:STREAM`, `utilization:STREAM`, `outliers:STREAM`,
-    /// `nodes:STREAM:cpu`, `nodes:STREAM:memory`).
-    #[arg(long, value_name = "NAME")]
-    figure: Option<String>,
-    /// Events per stats figure, and histogram heat maps per stream: those with the largest total mean time.
-    #[arg(long, default_value_t = DEFAULT_TOP as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
-    top: u16,
-    /// The metric of the stats figures: calls, inclusive, exclusive, or any metric the stats table holds
-    /// (task_clock_exclusive, ...). Default: exclusive time where the stream has it.
-    #[arg(long, value_parser = parse_metric)]
-    metric: Option<Metric>,
-}
-
-fn parse_metric(word: &str) -> Result<Metric, String> {
+/// A metric by its word (`calls`, `exclusive`, `task_clock_exclusive`, ...), as `--metric` takes it.
+pub fn parse_metric(word: &str) -> Result<Metric, String> {
     use canopy_store::Word;
     Metric::from_word(word)
         .filter(|m| *m != Metric::Unspecified)
@@ -68,12 +43,6 @@ fn parse_metric(word: &str) -> Result<Metric, String> {
                 .collect();
             format!("no metric {word:?}; the metrics: {}", words.join(", "))
         })
-}
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    Html,
-    Png,
 }
 
 /// What every section reads from.
@@ -165,51 +134,17 @@ pub fn sections(ctx: &Context<'_>) -> anyhow::Result<Vec<Section>> {
     Ok(out)
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<()> {
-    if args.format == Format::Html && args.figure.is_some() {
-        bail!("--figure picks the figure of --format png; the HTML report holds every figure");
-    }
-    let reader = run_store::open(&args.run)?;
-    let ctx = Context {
-        names: Names::new(reader.names()?),
-        reader: &reader,
-        top: usize::from(args.top),
-        metric: args.metric,
-    };
-    let sections = sections(&ctx)?;
-    match args.format {
-        Format::Html => {
-            let out = args.output.unwrap_or_else(|| beside(reader.path(), "html"));
-            write_html(&reader, &sections, &out)?;
-        }
-        Format::Png => {
-            let Some(name) = args.figure else {
-                bail!(
-                    "--format png writes one figure: name it with --figure; figures of {}: {}",
-                    reader.path().display(),
-                    figure_names(&sections)
-                );
-            };
-            let figure = find_figure(&sections, &name).with_context(|| {
-                format!(
-                    "no figure {name:?} in {}; its figures: {}",
-                    reader.path().display(),
-                    figure_names(&sections)
-                )
-            })?;
-            let out = args
-                .output
-                .unwrap_or_else(|| PathBuf::from(format!("{}.png", file_safe(&figure.id))));
-            figure.png(&out)?;
-            println!("canopy report: {} ({})", out.display(), figure.title);
-        }
-    }
-    Ok(())
+/// What a page holds, to say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Sections, the run's summary included.
+    pub sections: usize,
+    pub figures: usize,
 }
 
 /// The HTML report of the run in `run` (a store, or a directory of runs: its latest) beside its store, with the
-/// default number of top events; its path.
-pub fn html_beside_store(run: &Path) -> anyhow::Result<PathBuf> {
+/// default number of top events; its path and what it holds.
+pub fn html_beside_store(run: &Path) -> anyhow::Result<(PathBuf, Page)> {
     let reader = run_store::open(run)?;
     let ctx = Context {
         names: Names::new(reader.names()?),
@@ -219,21 +154,19 @@ pub fn html_beside_store(run: &Path) -> anyhow::Result<PathBuf> {
     };
     let sections = sections(&ctx)?;
     let out = beside(reader.path(), "html");
-    write_html(&reader, &sections, &out)?;
-    Ok(out)
+    let page = write_html(&reader, &sections, &out)?;
+    Ok((out, page))
 }
 
-fn write_html(reader: &StoreReader, sections: &[Section], out: &Path) -> anyhow::Result<()> {
+/// Writes the report of `sections` as one page to `out`.
+pub fn write_html(reader: &StoreReader, sections: &[Section], out: &Path) -> anyhow::Result<Page> {
     let summary = summary::summary(reader)?;
     let html = page::render(reader, &summary, sections)?;
     std::fs::write(out, html).with_context(|| format!("cannot write {}", out.display()))?;
-    let figures: usize = sections.iter().map(|s| s.figures.len()).sum();
-    println!(
-        "canopy report: {} ({} sections, {figures} figures)",
-        out.display(),
-        sections.len() + 1
-    );
-    Ok(())
+    Ok(Page {
+        sections: sections.len() + 1,
+        figures: sections.iter().map(|s| s.figures.len()).sum(),
+    })
 }
 
 /// The figure named `name`.
@@ -256,14 +189,14 @@ pub fn figure_names(sections: &[Section]) -> String {
 }
 
 /// A figure's name as a file name: `:` and `/` become `-`.
-fn file_safe(name: &str) -> String {
+pub fn file_safe(name: &str) -> String {
     name.chars()
         .map(|c| if matches!(c, ':' | '/' | '\\') { '-' } else { c })
         .collect()
 }
 
 /// The store's path with another extension, through a `latest.sqlite` link to the run file it names.
-fn beside(store: &Path, ext: &str) -> PathBuf {
+pub fn beside(store: &Path, ext: &str) -> PathBuf {
     let real = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
     real.with_extension(ext)
 }
