@@ -17,6 +17,9 @@ pub mod v1 {
 /// the daemons and the plugins share one type each.
 pub use canopy_filter_proto as filters;
 
+mod update;
+pub use update::{RoundOf, StreamOf};
+
 /// The version a node states in its Hello; a parent refuses a child that speaks another one.
 pub const PROTOCOL_VERSION: u32 = 1;
 

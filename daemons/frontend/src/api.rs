@@ -35,13 +35,6 @@ pub struct FrontendApi {
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<RoundUpdate, Status>> + Send>>;
 
-fn any_of(result_type: &str, payload: Vec<u8>) -> prost_types::Any {
-    prost_types::Any {
-        type_url: format!("type.googleapis.com/{result_type}"),
-        value: payload,
-    }
-}
-
 /// A typed `google.protobuf.Struct` as the JSON text filters read.
 fn json_of_struct(s: &prost_types::Struct) -> serde_json::Value {
     serde_json::Value::Object(
@@ -287,17 +280,23 @@ impl FrontendApi {
                     && from.is_none_or(|from| r.round >= from)
                     && (r.late || !seen.contains(&(r.stream.stream_id, r.round)));
                 wanted.then(|| RoundUpdate {
-                    stream_id: r.stream.stream_id,
-                    stream: r.stream.name.clone(),
-                    filter: r.stream.filter.clone(),
-                    round: r.round,
-                    phase: r.phase,
-                    coverage: Some(r.coverage.clone()),
-                    result: Some(any_of(&shared.result_type(r.stream.stream_id), r.payload.clone())),
-                    late: r.late,
                     missed,
-                    replayed: false,
-                    names: Vec::new(),
+                    ..RoundUpdate::of(
+                        canopy_proto::StreamOf {
+                            id: r.stream.stream_id,
+                            name: &r.stream.name,
+                            filter: &r.stream.filter,
+                            result_type: &shared.result_type(r.stream.stream_id),
+                        },
+                        canopy_proto::RoundOf {
+                            round: r.round,
+                            phase: r.phase,
+                            coverage: r.coverage.clone(),
+                            payload: r.payload.clone(),
+                            late: r.late,
+                        },
+                        false,
+                    )
                 })
             };
             let mut named = |mut u: RoundUpdate| {

@@ -66,39 +66,13 @@ impl Up for StoreUp {
 impl RootSink for StoreUp {
     fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let record = RoundRecord {
-                stream_id: result.stream.stream_id,
-                stream_name: result.stream.name.clone(),
-                round: result.round,
-                covered: result.coverage.covered,
-                expected: result.coverage.expected,
-                missing: result
-                    .coverage
-                    .missing
-                    .iter()
-                    .map(|m| (m.reason(), m.ranks))
-                    .collect(),
-                first_dump_unix_ns: result.first_dump_unix_ns,
-                // Stamped by the writer as it stores the round.
-                closed_unix_ns: 0,
-                apps: result
-                    .coverage
-                    .apps
-                    .iter()
-                    .map(|a| canopy_store::AppRecord {
-                        app: a.app.clone(),
-                        covered: a.covered,
-                        expected: a.expected,
-                        missing: a.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
-                    })
-                    .collect(),
-                unreachable: result
-                    .coverage
-                    .unreachable
-                    .iter()
-                    .map(|u| (u.node.clone(), u.ranks))
-                    .collect(),
-            };
+            let record = RoundRecord::of(
+                result.stream.stream_id,
+                &result.stream.name,
+                result.round,
+                &result.coverage,
+                result.first_dump_unix_ns,
+            );
             let round = canopy_store::Round {
                 record,
                 phase: result.phase,

@@ -30,6 +30,44 @@ pub struct RoundRecord {
     pub unreachable: Vec<(String, u32)>,
 }
 
+impl RoundRecord {
+    /// A round as the root closed it, with its `coverage` as the tree sent it: the one conversion from the tree's
+    /// coverage to what the store writes (the writer stamps `closed_unix_ns`).
+    pub fn of(
+        stream_id: u32,
+        stream_name: &str,
+        round: u64,
+        coverage: &canopy_proto::v1::Coverage,
+        first_dump_unix_ns: u64,
+    ) -> RoundRecord {
+        RoundRecord {
+            stream_id,
+            stream_name: stream_name.to_string(),
+            round,
+            covered: coverage.covered,
+            expected: coverage.expected,
+            missing: coverage.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
+            first_dump_unix_ns,
+            closed_unix_ns: 0,
+            apps: coverage
+                .apps
+                .iter()
+                .map(|a| AppRecord {
+                    app: a.app.clone(),
+                    covered: a.covered,
+                    expected: a.expected,
+                    missing: a.missing.iter().map(|m| (m.reason(), m.ranks)).collect(),
+                })
+                .collect(),
+            unreachable: coverage
+                .unreachable
+                .iter()
+                .map(|u| (u.node.clone(), u.ranks))
+                .collect(),
+        }
+    }
+}
+
 /// One application's part of a round's coverage.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AppRecord {

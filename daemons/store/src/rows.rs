@@ -104,10 +104,10 @@ pub struct StoredRound {
 }
 
 impl StoredRound {
-    /// The round as a Subscribe client receives it: its coverage, in all and per application, and its result
-    /// typed as the stream's result type. `replayed` says it was read from the store rather than sent live.
-    pub fn update(self, stream: &StreamRow, replayed: bool) -> canopy_proto::v1::RoundUpdate {
-        use canopy_proto::v1::{AppCoverage, Coverage, Missing, RoundUpdate};
+    /// The round's coverage, in all and per application, as the tree sent it: the one conversion from a stored
+    /// round. (The nodes named unreachable are kept as text, in `rounds.unreachable_nodes`, not here.)
+    pub fn coverage(&self) -> canopy_proto::v1::Coverage {
+        use canopy_proto::v1::{AppCoverage, Coverage, Missing};
         let missing_of = |missing: &MissingCounts| -> Vec<Missing> {
             missing
                 .iter()
@@ -117,7 +117,7 @@ impl StoredRound {
                 })
                 .collect()
         };
-        let coverage = Coverage {
+        Coverage {
             covered: self.covered,
             expected: self.expected,
             missing: missing_of(&self.missing),
@@ -132,26 +132,29 @@ impl StoredRound {
                 })
                 .collect(),
             unreachable: vec![],
-        };
-        RoundUpdate {
-            stream_id: stream.stream_id,
-            stream: stream.name.clone(),
-            filter: stream.filter.clone(),
-            round: self.round,
-            phase: 0,
-            coverage: Some(coverage),
-            result: Some(prost_types::Any {
-                type_url: format!(
-                    "type.googleapis.com/{}",
-                    stream.result_type.as_deref().unwrap_or_default()
-                ),
-                value: self.payload,
-            }),
-            late: false,
-            missed: 0,
-            replayed,
-            names: Vec::new(),
         }
+    }
+
+    /// The round as a Subscribe client receives it ([`canopy_proto::v1::RoundUpdate::of`], as a live round is).
+    /// `replayed` says it was read from the store rather than sent live.
+    pub fn update(self, stream: &StreamRow, replayed: bool) -> canopy_proto::v1::RoundUpdate {
+        let coverage = self.coverage();
+        canopy_proto::v1::RoundUpdate::of(
+            canopy_proto::StreamOf {
+                id: stream.stream_id,
+                name: &stream.name,
+                filter: &stream.filter,
+                result_type: stream.result_type.as_deref().unwrap_or_default(),
+            },
+            canopy_proto::RoundOf {
+                round: self.round,
+                phase: 0,
+                coverage,
+                payload: self.payload,
+                late: false,
+            },
+            replayed,
+        )
     }
 }
 

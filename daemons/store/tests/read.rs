@@ -117,6 +117,103 @@ fn a_replayed_passthrough_round_is_the_stored_batch_byte_for_byte() {
 }
 
 #[test]
+fn a_round_s_coverage_reads_back_as_the_tree_sent_it_in_all_and_per_application() {
+    use canopy_proto::v1::{AppCoverage, Coverage, Missing, RoundUpdate, Unreachable};
+    let missing = |pairs: &[(MissingReason, u32)]| -> Vec<Missing> {
+        pairs
+            .iter()
+            .map(|&(r, ranks)| Missing {
+                reason: r as i32,
+                ranks,
+            })
+            .collect()
+    };
+    let sent = Coverage {
+        covered: 9,
+        expected: 16,
+        missing: missing(&[(MissingReason::Late, 3), (MissingReason::Unreachable, 4)]),
+        apps: vec![
+            AppCoverage {
+                app: "analysis".into(),
+                covered: 2,
+                expected: 5,
+                missing: missing(&[(MissingReason::Late, 3)]),
+            },
+            AppCoverage {
+                app: "sim".into(),
+                covered: 7,
+                expected: 7,
+                missing: vec![],
+            },
+        ],
+        unreachable: vec![Unreachable {
+            node: "relay-0".into(),
+            ranks: 4,
+        }],
+    };
+    let dir = tempdir();
+    let mut store = Store::create(dir.path()).unwrap();
+    store
+        .put_stream(&spec(1), StreamState::Open, None, Some("acme.v1.Opaque"))
+        .unwrap();
+    let record = canopy_store::RoundRecord::of(1, "profiles", 6, &sent, 42);
+    store
+        .write_round(
+            &record,
+            Payload::Blob {
+                phase: 0,
+                payload: b"result",
+            },
+        )
+        .unwrap();
+
+    let reader = StoreReader::open(store.path()).unwrap();
+    let stream = &reader.streams().unwrap()[0];
+    let stored = reader.stored_rounds(stream, 0).unwrap().remove(0);
+    // The nodes named unreachable are kept as text in the row, not in the coverage read back.
+    let expected = Coverage {
+        unreachable: vec![],
+        ..sent.clone()
+    };
+    assert_eq!(stored.coverage(), expected);
+    let coverage = stored.coverage();
+    let update = stored.update(stream, true);
+    assert_eq!(update.coverage, Some(expected));
+    assert_eq!(
+        update.result.as_ref().unwrap().type_url,
+        "type.googleapis.com/acme.v1.Opaque"
+    );
+    assert_eq!(update.result.unwrap().value, b"result");
+    assert!(update.replayed && !update.late && update.missed == 0);
+    assert_eq!((update.stream_id, update.round, update.phase), (1, 6, 0));
+    // The live update of the same round is built by the same constructor.
+    let live = RoundUpdate::of(
+        canopy_proto::StreamOf {
+            id: 1,
+            name: &stream.name,
+            filter: &stream.filter,
+            result_type: "acme.v1.Opaque",
+        },
+        canopy_proto::RoundOf {
+            round: 6,
+            phase: 0,
+            coverage,
+            payload: b"result".to_vec(),
+            late: false,
+        },
+        true,
+    );
+    assert_eq!(
+        live,
+        reader
+            .stored_rounds(stream, 0)
+            .unwrap()
+            .remove(0)
+            .update(stream, true)
+    );
+}
+
+#[test]
 fn every_table_reads_back_typed() {
     let dir = tempdir();
     let mut store = Store::create(dir.path()).unwrap();
