@@ -17,6 +17,7 @@ pub mod v1 {
 /// the daemons and the plugins share one type each.
 pub use canopy_filter_proto as filters;
 
+pub mod coverage;
 mod update;
 pub use update::{RoundOf, StreamOf};
 

@@ -3,7 +3,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod coverage;
 pub mod engine;
 pub mod metrics;
 pub use canopy_filter_host::{filter, plugin};

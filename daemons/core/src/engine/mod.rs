@@ -21,10 +21,7 @@ use members::{Members, Number, Numbers};
 use sources::Source;
 pub use sources::{SourceState, UNREACHABLE_HOLD};
 
-pub use crate::coverage::{
-    Composition, add_coverage, add_missing, add_missing_of, composition, coverage_is_exact, missing_for,
-    name_unreachable, uncover_all, uncover_input,
-};
+pub use canopy_proto::coverage::Composition;
 
 /// Identifies a source of packets: a child node, or a rank at the leaf agent.
 pub type SourceId = String;
@@ -328,7 +325,7 @@ impl RoundEngine {
             let mut coverage = arrival.coverage.clone();
             let others = self.ranks_expected().saturating_sub(coverage.expected);
             coverage.expected += others;
-            add_missing(&mut coverage, MissingReason::NotWaited, others);
+            coverage.add_missing(MissingReason::NotWaited, others);
             self.count_ranks(key, &coverage);
             let first = arrival.first_dump_unix_ns;
             return Ok(Accepted::Closed(Closed {
@@ -572,14 +569,14 @@ impl RoundEngine {
             .insert(key.round);
         let mut coverage = Coverage::default();
         for a in &group.arrived {
-            add_coverage(&mut coverage, &a.coverage);
+            coverage.add(&a.coverage);
             // A source that answers for fewer ranks than it has had (a restarted relay whose children are not
             // all back): the others are lost for this round, not forgotten.
             let known = self.sources.get(&a.source).map_or(0, |s| s.ranks_below);
             if a.coverage.expected < known {
                 let gone = known - a.coverage.expected;
                 coverage.expected += gone;
-                add_missing(&mut coverage, MissingReason::Lost, gone);
+                coverage.add_missing(MissingReason::Lost, gone);
             }
         }
         for (name, ranks) in &group.left {
@@ -589,7 +586,7 @@ impl RoundEngine {
                 None => *ranks,
             };
             coverage.expected = coverage.expected.saturating_add(lost);
-            add_missing(&mut coverage, MissingReason::Lost, lost);
+            coverage.add_missing(MissingReason::Lost, lost);
         }
         let mut partial = false;
         for (id, s) in &self.sources {
@@ -609,9 +606,9 @@ impl RoundEngine {
                 SourceState::Unreachable { .. } => MissingReason::Unreachable,
                 _ => MissingReason::Stopped,
             };
-            add_missing_of(&mut coverage, reason, s.ranks_below, &s.apps);
+            coverage.add_missing_of(reason, s.ranks_below, &s.apps);
             if reason == MissingReason::Unreachable {
-                name_unreachable(&mut coverage, id, s.ranks_below);
+                coverage.name_unreachable(id, s.ranks_below);
             }
         }
         if key.phase == 0 {

@@ -170,7 +170,7 @@ impl RoundEngine {
                 .zip(&source.apps)
                 .all(|(a, (app, n))| a.app == *app && a.expected == *n);
         if !same {
-            source.apps = composition(&arrival.coverage);
+            source.apps = arrival.coverage.composition();
         }
     }
 

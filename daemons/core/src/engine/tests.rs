@@ -133,9 +133,9 @@ fn a_child_whose_link_ended_is_unreachable_and_named_until_the_hold_then_lost() 
     let [c] = closed.as_slice() else {
         panic!("round 0 closes once relay0 is cut off: {closed:?}")
     };
-    assert!(coverage_is_exact(&c.coverage));
-    assert_eq!(missing_for(&c.coverage, MissingReason::Unreachable), 16);
-    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 0);
+    assert!(c.coverage.is_exact());
+    assert_eq!(c.coverage.missing_for(MissingReason::Unreachable), 16);
+    assert_eq!(c.coverage.missing_for(MissingReason::Lost), 0);
     let named: Vec<(&str, u32)> = c
         .coverage
         .unreachable
@@ -155,7 +155,7 @@ fn a_child_whose_link_ended_is_unreachable_and_named_until_the_hold_then_lost() 
     let Accepted::Closed(c) = e.accept(next, arrival("relay1", 16), t0).unwrap() else {
         panic!("round 1 waits for relay1 alone")
     };
-    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 16);
+    assert_eq!(c.coverage.missing_for(MissingReason::Lost), 16);
     assert!(c.coverage.unreachable.is_empty());
     // Back within the hold, a child is expected again as it was.
     let mut f = engine(&[("relay0", 8)], SyncMode::WaitForAll);
@@ -169,7 +169,7 @@ fn of_apps(apps: &[(&str, u32)]) -> Coverage {
     let mut c = Coverage::default();
     for (app, n) in apps {
         for _ in 0..*n {
-            add_coverage(&mut c, &crate::coverage::full(app));
+            c.add(&Coverage::full(app));
         }
     }
     c
@@ -202,9 +202,9 @@ fn a_lost_sources_ranks_count_in_the_applications_its_last_packet_named() {
         panic!("round 1 closes once relay-b is lost: {closed:?}")
     };
     let cov = &c.coverage;
-    assert!(coverage_is_exact(cov));
+    assert!(cov.is_exact());
     assert_eq!(
-        (cov.covered, cov.expected, missing_for(cov, MissingReason::Lost)),
+        (cov.covered, cov.expected, cov.missing_for(MissingReason::Lost)),
         (4, 7, 3)
     );
     let apps: Vec<(&str, u32, u32)> = cov
@@ -214,7 +214,7 @@ fn a_lost_sources_ranks_count_in_the_applications_its_last_packet_named() {
         .collect();
     // relay-b's two analysis ranks count lost in analysis; relay-c's rank in the whole only.
     assert_eq!(apps, [("analysis", 1, 3), ("sim", 3, 3)]);
-    assert_eq!(crate::coverage::check_child_coverage(cov, 7), Ok(()));
+    assert_eq!(cov.check_child(7), Ok(()));
 }
 
 #[test]
@@ -315,15 +315,15 @@ fn dropped_rounds_do_not_wait_for_the_rank_and_count_it_dropped() {
     assert_eq!(closed.len(), 1, "round 3 closes at once");
     let c = &closed[0];
     assert_eq!((c.key.round, c.coverage.covered, c.coverage.expected), (3, 2, 3));
-    assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
-    assert!(coverage_is_exact(&c.coverage));
+    assert_eq!(c.coverage.missing_for(MissingReason::Dropped), 1);
+    assert!(c.coverage.is_exact());
     assert!(!c.partial, "nothing was late");
     // Round 4 opens later and does not wait for b either.
     e.accept(at(4), arrival("a", 1), now).unwrap();
     let Accepted::Closed(c) = e.accept(at(4), arrival("c", 1), now).unwrap() else {
         panic!("round 4 waited for a dropped rank")
     };
-    assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), 1);
+    assert_eq!(c.coverage.missing_for(MissingReason::Dropped), 1);
     // Round 6, after the span, waits for b again.
     e.accept(at(6), arrival("a", 1), now).unwrap();
     assert!(matches!(
@@ -346,7 +346,7 @@ fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
     let closed = e.expire(now + Duration::from_millis(100));
     assert_eq!(closed.len(), 1);
     assert_eq!(closed[0].coverage.covered, 16);
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 16);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Late), 16);
     assert!(closed[0].partial);
     assert!(matches!(
         e.accept(K, arrival("b", 16), now).unwrap(),
@@ -378,7 +378,7 @@ fn a_source_behind_but_delivering_is_waited_for_past_the_time_out() {
     let closed = e.expire(t0 + ms(280));
     assert_eq!(closed.len(), 1);
     assert_eq!(closed[0].key.round, 3);
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 1);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Late), 1);
     assert!(closed[0].partial);
 }
 
@@ -409,8 +409,8 @@ fn a_restarted_source_that_answers_for_fewer_ranks_counts_the_others_lost() {
         panic!("not closed")
     };
     assert_eq!((c.coverage.covered, c.coverage.expected), (12, 20));
-    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 8);
-    assert!(coverage_is_exact(&c.coverage));
+    assert_eq!(c.coverage.missing_for(MissingReason::Lost), 8);
+    assert!(c.coverage.is_exact());
 }
 
 #[test]
@@ -431,8 +431,8 @@ fn a_source_forgotten_before_its_first_packet_counts_lost_in_the_open_rounds_onl
         panic!("not closed")
     };
     assert_eq!((c.coverage.covered, c.coverage.expected), (2, 1002));
-    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 1000);
-    assert!(coverage_is_exact(&c.coverage));
+    assert_eq!(c.coverage.missing_for(MissingReason::Lost), 1000);
+    assert!(c.coverage.is_exact());
     // Every later round expects the two real ranks only.
     let k1 = GroupKey { round: 1, ..K };
     e.accept(k1, arrival("a", 1), now).unwrap();
@@ -453,7 +453,7 @@ fn a_forgotten_live_source_no_longer_holds_the_round_it_was_waited_for_in() {
     let closed = e.forget_source("silent");
     assert_eq!(closed.len(), 1, "round 0 waited only for the rank that left");
     assert_eq!((closed[0].coverage.covered, closed[0].coverage.expected), (1, 2));
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 1);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Lost), 1);
     assert!(!closed[0].partial);
 }
 
@@ -484,7 +484,7 @@ fn a_lost_source_is_not_waited_for_and_its_ranks_count_as_lost() {
     e.accept(K, arrival("a", 16), now).unwrap();
     let closed = e.set_source_state("b", SourceState::Lost);
     assert_eq!(closed.len(), 1);
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Lost), 16);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Lost), 16);
     assert_eq!(closed[0].coverage.expected, 32);
     let next = GroupKey { round: 1, ..K };
     let Accepted::Closed(c) = e.accept(next, arrival("a", 16), now).unwrap() else {
@@ -524,7 +524,7 @@ fn dont_wait_passes_each_packet_at_once() {
         panic!()
     };
     assert_eq!((c.coverage.covered, c.coverage.expected), (4, 8));
-    assert_eq!(missing_for(&c.coverage, MissingReason::NotWaited), 4);
+    assert_eq!(c.coverage.missing_for(MissingReason::NotWaited), 4);
     assert!(matches!(
         e.accept(K, arrival("a", 4), now).unwrap(),
         Accepted::Closed(_)
@@ -544,7 +544,7 @@ fn later_phases_wait_only_for_the_sources_of_phase_0() {
     e.accept(K, arrival("b", 4), now).unwrap();
     // c misses phase 0: the round closes by time-out without it.
     let closed = e.expire(now + Duration::from_millis(100));
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 4);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Late), 4);
     assert_eq!(e.participants(1, 0).unwrap().len(), 2);
     // Phase 2 closes as soon as a and b deliver; c's phase 2 is late, not merged.
     let p2 = GroupKey { phase: 2, ..K };
@@ -560,7 +560,7 @@ fn later_phases_wait_only_for_the_sources_of_phase_0() {
         panic!("not closed")
     };
     assert_eq!((c.coverage.covered, c.coverage.expected), (8, 12));
-    assert_eq!(missing_for(&c.coverage, MissingReason::Late), 4);
+    assert_eq!(c.coverage.missing_for(MissingReason::Late), 4);
     // A participant lost between the phases is not waited for.
     let p2r1 = GroupKey {
         phase: 0,
@@ -576,7 +576,7 @@ fn later_phases_wait_only_for_the_sources_of_phase_0() {
     let Accepted::Closed(c) = e.accept(p2r1, arrival("b", 4), now).unwrap() else {
         panic!("not closed")
     };
-    assert_eq!(missing_for(&c.coverage, MissingReason::Lost), 4);
+    assert_eq!(c.coverage.missing_for(MissingReason::Lost), 4);
 }
 
 #[test]
@@ -610,10 +610,10 @@ fn uncover_moves_ranks_to_a_reason() {
         expected: 4,
         ..Default::default()
     };
-    uncover_input(&mut c, MissingReason::Malformed, &part);
+    c.uncover_input(MissingReason::Malformed, &part);
     assert_eq!(c.covered, 6);
-    assert_eq!(missing_for(&c, MissingReason::Malformed), 4);
-    assert!(coverage_is_exact(&c));
+    assert_eq!(c.missing_for(MissingReason::Malformed), 4);
+    assert!(c.is_exact());
 }
 
 mod props {
@@ -717,7 +717,7 @@ mod props {
                 }
                 let covered = n - dropped.min(n);
                 let mut cov = Coverage { covered, expected: *n, missing: vec![], apps: vec![], unreachable: vec![]  };
-                add_missing(&mut cov, MissingReason::SampledOut, *n - covered);
+                cov.add_missing(MissingReason::SampledOut, *n - covered);
                 on_time_expected[*r as usize] += covered;
                 let key = GroupKey { stream: 7, round: *r, phase: 0 };
                 let a = Arrival { source: format!("s{i}"), coverage: cov, payload: Default::default(), first_dump_unix_ns: 0 };
@@ -744,7 +744,7 @@ mod props {
             prop_assert!(late_packets.is_empty());
             prop_assert_eq!(closed.len() as u64, (0..rounds).filter(|r| opened(*r)).count() as u64);
             for c in &closed {
-                prop_assert!(coverage_is_exact(&c.coverage), "{:?}", c.coverage);
+                prop_assert!(c.coverage.is_exact(), "{:?}", c.coverage);
                 prop_assert_eq!(c.coverage.expected, total);
                 prop_assert_eq!(c.coverage.covered, on_time_expected[c.key.round as usize]);
                 let r = c.key.round;
@@ -769,15 +769,15 @@ mod props {
                     .filter(|s| matches!(s.1, Fate::Finished(end) | Fate::Stopped(end) if r >= end))
                     .map(|s| s.0)
                     .sum();
-                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Lost), lost);
-                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Late), late);
-                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Stopped), fin);
+                prop_assert_eq!(c.coverage.missing_for(MissingReason::Lost), lost);
+                prop_assert_eq!(c.coverage.missing_for(MissingReason::Late), late);
+                prop_assert_eq!(c.coverage.missing_for(MissingReason::Stopped), fin);
                 let dropped: u32 = sources
                     .iter()
                     .filter(|s| matches!(s.1, Fate::Drops(from, end) if from <= r && r < end))
                     .map(|s| s.0)
                     .sum();
-                prop_assert_eq!(missing_for(&c.coverage, MissingReason::Dropped), dropped);
+                prop_assert_eq!(c.coverage.missing_for(MissingReason::Dropped), dropped);
                 // Only a late source leaves a round partial: a dropped round is known to be complete.
                 prop_assert_eq!(c.partial, late > 0);
             }
@@ -960,8 +960,8 @@ fn a_source_forgotten_before_it_delivered_and_back_counts_once_in_the_open_round
     for (key, covered, late) in [(K, 8, 4), (r1, 4, 8)] {
         let c = coverage_of(key);
         assert_eq!((c.expected, c.covered), (12, covered), "{key:?}");
-        assert_eq!(missing_for(c, MissingReason::Late), late, "{key:?}");
-        assert_eq!(missing_for(c, MissingReason::Lost), 0, "{key:?}");
+        assert_eq!(c.missing_for(MissingReason::Late), late, "{key:?}");
+        assert_eq!(c.missing_for(MissingReason::Lost), 0, "{key:?}");
     }
 }
 
@@ -1009,7 +1009,7 @@ fn a_source_back_with_fewer_ranks_leaves_the_rest_lost_once() {
         (
             c.coverage.covered,
             c.coverage.expected,
-            missing_for(&c.coverage, MissingReason::Lost),
+            c.coverage.missing_for(MissingReason::Lost),
         )
     };
     // Back with none: 4 lost.
@@ -1028,7 +1028,7 @@ fn a_source_back_with_fewer_ranks_leaves_the_rest_lost_once() {
     e.set_ranks_below("a", 4);
     let closed = e.expire(now + Duration::from_secs(1));
     assert_eq!(covered_expected_lost(&closed[0]), (4, 12, 0));
-    assert_eq!(missing_for(&closed[0].coverage, MissingReason::Late), 8);
+    assert_eq!(closed[0].coverage.missing_for(MissingReason::Late), 8);
     // Forgotten, back, forgotten again before delivering: its ranks count once, as lost.
     let mut e = engine(&[("a", 4), ("b", 4), ("c", 4)], SyncMode::WaitForAll);
     e.accept(K, arrival("b", 4), now).unwrap();

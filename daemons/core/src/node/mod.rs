@@ -43,7 +43,6 @@ use canopy_proto::v1::{
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::coverage::{absent, full, uncover_all, uncover_input};
 use crate::engine::{Accepted, Arrival, Closed, GroupKey, RoundEngine, SourceState};
 use crate::filter::{FilterFactory, Level, Output};
 use crate::window::{Window, WindowGate, WindowState};

@@ -1,7 +1,7 @@
 //! The leaf's ranks as the node applies them: placed by the leaf (held before the start), then attached, dumped,
 //! dropped or detached in the engine.
 
-use canopy_proto::v1::{EventName, MissingReason};
+use canopy_proto::v1::{Coverage, EventName, MissingReason};
 
 use super::first_round::{Fed, KEPT_ROUNDS};
 
@@ -139,14 +139,14 @@ impl<U: Up> Node<U> {
         }
         let app = parse_rank_source(&source).map_or("", |(app, _)| app);
         let (payload, coverage) = match profile {
-            Ok(p) => (p, full(app)),
+            Ok(p) => (p, Coverage::full(app)),
             Err(MissingReason::Stopped) => {
                 let closed = self
                     .engine
                     .set_source_state(&source, SourceState::Stopped { end: round });
                 return self.on_closed_all(closed).await;
             }
-            Err(reason) => (bytes::Bytes::new(), absent(app, reason)),
+            Err(reason) => (bytes::Bytes::new(), Coverage::absent(app, reason)),
         };
         let lowest_open = self.engine.lowest_open_round();
         if let Role::Leaf(leaf) = &mut self.role
@@ -187,7 +187,10 @@ impl<U: Up> Node<U> {
                 (true, true) => (bytes::Bytes::new(), coverage),
                 (false, _) => {
                     let app = parse_rank_source(&source).map_or("", |(app, _)| app);
-                    (bytes::Bytes::new(), absent(app, MissingReason::SampledOut))
+                    (
+                        bytes::Bytes::new(),
+                        Coverage::absent(app, MissingReason::SampledOut),
+                    )
                 }
             };
             let key = GroupKey {

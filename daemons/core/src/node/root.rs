@@ -163,7 +163,7 @@ impl Root {
         }
         let absent = target - coverage.expected;
         coverage.expected = target;
-        crate::coverage::add_missing(coverage, MissingReason::Absent, absent);
+        coverage.add_missing(MissingReason::Absent, absent);
     }
 
     /// Stop pauses every rank; Start resumes them, numbering on from `first_round`. Either marks collection

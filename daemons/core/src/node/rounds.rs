@@ -29,7 +29,7 @@ impl<U: Up> Node<U> {
         let coverage = env.coverage.unwrap_or_default();
         // Against the most the child ever answered for: a round that opened before ranks left below it counts them.
         let ranks_below = self.engine.ranks_ceiling(&source).unwrap_or(0);
-        if let Err(reason) = crate::coverage::check_child_coverage(&coverage, ranks_below) {
+        if let Err(reason) = coverage.check_child(ranks_below) {
             tracing::warn!(node = %self.id, child = %source, stream = env.stream_id, round = env.round,
                 "packet refused: {reason}");
             self.counters.malformed += 1;
@@ -251,7 +251,7 @@ impl<U: Up> Node<U> {
             let Some((source, covered)) = inputs.get(*i) else {
                 continue;
             };
-            uncover_input(&mut coverage, MissingReason::Malformed, covered);
+            coverage.uncover_input(MissingReason::Malformed, covered);
             self.counters.malformed += 1;
             let filter = self
                 .streams
@@ -513,7 +513,7 @@ impl<U: Up> Node<U> {
         };
         let phases = self.streams.phases(stream).unwrap_or(1);
         let (mut coverage, first_dump) = self.route.recall(stream, round);
-        uncover_all(&mut coverage, MissingReason::Late);
+        coverage.uncover_all(MissingReason::Late);
         let announced = self.announced_below();
         if let Role::Root(root) = &self.role {
             root.count_absent(&mut coverage, announced);

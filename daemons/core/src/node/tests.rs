@@ -13,7 +13,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::*;
-use crate::coverage::missing_for;
 use crate::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 
 /// The downstream and finalize of a test filter that sends nothing down and stores what reaches the root.
@@ -446,7 +445,7 @@ async fn a_round_missing_a_child_closes_at_its_time_out_with_the_child_counted_l
     );
     let cov = env.coverage.unwrap();
     assert_eq!((cov.covered, cov.expected), (2, 5));
-    assert_eq!(missing_for(&cov, MissingReason::Late), 3);
+    assert_eq!(cov.missing_for(MissingReason::Late), 3);
     // The child's packet after the close goes up as late, on its own.
     h.child_sends("b", 2, packet(1, 0, 3, 9)).await;
     let late = h.envelope().await;
@@ -498,7 +497,7 @@ async fn a_child_whose_link_ended_closes_its_open_rounds_at_once_as_unreachable_
     let env = h.envelope().await;
     assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
     let cov = env.coverage.unwrap();
-    assert_eq!(missing_for(&cov, MissingReason::Unreachable), 3);
+    assert_eq!(cov.missing_for(MissingReason::Unreachable), 3);
     assert_eq!(cov.unreachable.len(), 1);
     assert_eq!(
         (cov.unreachable[0].node.as_str(), cov.unreachable[0].ranks),
@@ -508,14 +507,14 @@ async fn a_child_whose_link_ended_closes_its_open_rounds_at_once_as_unreachable_
     h.child_sends("a", 1, packet(1, 1, 2, 8)).await;
     let env = h.envelope().await;
     assert_eq!(env.round, 1);
-    assert_eq!(missing_for(&env.coverage.unwrap(), MissingReason::Unreachable), 3);
+    assert_eq!(env.coverage.unwrap().missing_for(MissingReason::Unreachable), 3);
     // Past the time a child keeps what it sent, its ranks count as lost.
     tokio::time::sleep(crate::transport::kept::OLD_SESSION_HOLD + Duration::from_secs(2)).await;
     h.child_sends("a", 1, packet(1, 2, 2, 9)).await;
     let env = h.envelope().await;
     assert_eq!(env.round, 2);
     let cov = env.coverage.unwrap();
-    assert_eq!(missing_for(&cov, MissingReason::Lost), 3);
+    assert_eq!(cov.missing_for(MissingReason::Lost), 3);
     assert!(cov.unreachable.is_empty());
     // A stale connection's hang-up does nothing.
     let stale = ChildEvent::Gone {
@@ -773,7 +772,7 @@ async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!((result.covered, result.expected), (4, 8));
-    assert_eq!(missing_for(&result, MissingReason::Absent), 4);
+    assert_eq!(result.missing_for(MissingReason::Absent), 4);
 }
 
 /// Reads what a child is sent until a control message `wanted` accepts.
@@ -874,7 +873,7 @@ async fn a_leaf_past_its_bytes_in_open_rounds_refuses_a_dump_and_counts_it_dropp
     let env = h.envelope().await;
     assert_eq!((env.round, env.payload.to_vec()), (0, vec![0, 1]));
     let cov = env.coverage.unwrap();
-    assert_eq!((cov.covered, missing_for(&cov, MissingReason::Dropped)), (2, 1));
+    assert_eq!((cov.covered, cov.missing_for(MissingReason::Dropped)), (2, 1));
     // The round closed, its bytes are free: the next round takes every rank.
     for rank in [2, 0] {
         h.input(rank_round(rank, 1)).await;
@@ -943,7 +942,7 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
     let node = &by_stream[&2];
     let cov = node.coverage.clone().unwrap();
     assert_eq!((cov.covered, cov.expected), (2, 3));
-    assert_eq!(missing_for(&cov, MissingReason::Late), 1);
+    assert_eq!(cov.missing_for(MissingReason::Late), 1);
     let samples = NodeSamples::decode(node.payload.as_ref()).unwrap();
     assert_eq!(samples.nodes.len(), 1, "one sample per node and round");
     let s = &samples.nodes[0];
@@ -1072,7 +1071,7 @@ async fn a_drain_that_times_out_closes_what_is_open_and_finishes() {
     let results = sink.0.lock().unwrap();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].coverage.covered, 1);
-    assert_eq!(missing_for(&results[0].coverage, MissingReason::Late), 1);
+    assert_eq!(results[0].coverage.missing_for(MissingReason::Late), 1);
 }
 
 #[tokio::test(start_paused = true)]
