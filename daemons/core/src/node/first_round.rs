@@ -3,24 +3,33 @@
 //!
 //! - each leaf keeps the stream's dumps from the first round it has not dumped yet, and tells the root that round
 //!   (`StreamReady`, passed up by the relays);
-//! - the root takes the highest round of all the leaves as the stream's first round (its spec's `first_round`),
-//!   once the leaves that answered hold every rank below it, or at a deadline;
+//! - once the leaves that answered hold every rank, the root takes the highest round they answered as the
+//!   stream's first round (its spec's `first_round`). At a deadline with answers missing it takes the first round
+//!   its window has not admitted: no leaf can have dumped that round, whether or not its answer came;
 //! - each leaf then feeds the stream what it kept from that round on, and every dump after.
 //!
-//! A stream opened while no rank dumps gets its first round at once. A leaf keeps at most [`KEPT_ROUNDS`] rounds
-//! of a stream's dumps: past them it starts the stream itself at the oldest round it kept (the root may be gone).
+//! The root alone sets the first round, so every node agrees on it. A stream opened while no rank dumps gets its
+//! first round at once. A leaf keeps the payloads of at most [`KEPT_ROUNDS`] rounds of a stream's dumps while it
+//! waits: past them the oldest round keeps only which ranks dumped it, and should the stream start at or before
+//! that round its ranks count there as dropped. At most [`NOTED_ROUNDS`] rounds are noted at all; a round past
+//! that bound and still wanted is short of this leaf's ranks, which its parent counts as late.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use canopy_proto::v1::MissingReason;
 use tokio::time::Instant;
 
 use crate::engine::Arrival;
 
-/// The most rounds of a stream's dumps a leaf keeps while it waits for the stream's first round.
+/// The most rounds of a stream's dumps a leaf keeps whole while it waits for the stream's first round.
 pub(crate) const KEPT_ROUNDS: usize = 64;
 
-/// How long the root waits for the leaves' rounds before it sets a stream's first round with the answers it has.
+/// The most rounds of a stream a leaf notes while it waits: the whole ones, and the older ones whose payloads it
+/// let go.
+pub(crate) const NOTED_ROUNDS: usize = 256;
+
+/// How long the root waits for the leaves' rounds before it sets a stream's first round without them.
 pub(crate) const ROOT_WAIT: Duration = Duration::from_secs(1);
 
 /// At a leaf: the streams whose first round the root has not set yet, and their dumps kept meanwhile.
@@ -31,11 +40,13 @@ pub(crate) struct Waiting {
 
 #[derive(Debug)]
 struct Kept {
-    /// The first round the leaf had not dumped when it heard of the stream: the dumps it keeps are of this round
-    /// and later.
+    /// The first round the leaf had not dumped when it heard of the stream, then (once rounds are let go
+    /// entirely) the oldest round noted: the dumps kept are of this round and later.
     from: u64,
-    /// The dumps kept, by round.
+    /// The dumps noted, by round: whole from `whole_from` on, below it without their payloads and with their
+    /// ranks counted as dropped.
     rounds: BTreeMap<u64, Vec<Arrival>>,
+    whole_from: u64,
 }
 
 /// What a leaf does with a dump of a stream.
@@ -45,13 +56,10 @@ pub(crate) enum Fed {
     Now(Arrival),
     /// Kept until the stream's first round is set.
     Kept,
+    /// Kept, and the stream's oldest whole round let its payloads go: this is the first time for the stream.
+    KeptShort { round: u64 },
     /// Not fed: the round is below the stream's first round (or came before the stream).
     Before,
-    /// Kept, and the stream waited too long: it starts now at `from`, with these rounds of dumps kept.
-    GaveUp {
-        from: u64,
-        dumps: Vec<(u64, Vec<Arrival>)>,
-    },
 }
 
 impl Waiting {
@@ -61,6 +69,7 @@ impl Waiting {
         self.streams.entry(stream).or_insert(Kept {
             from,
             rounds: BTreeMap::new(),
+            whole_from: from,
         });
     }
 
@@ -81,16 +90,12 @@ impl Waiting {
         if round < kept.from {
             return Fed::Before;
         }
+        let mut arrival = arrival;
+        if round < kept.whole_from {
+            let_go(&mut arrival);
+        }
         kept.rounds.entry(round).or_default().push(arrival);
-        if kept.rounds.len() <= KEPT_ROUNDS {
-            return Fed::Kept;
-        }
-        let kept = self.streams.remove(&stream).expect("present");
-        let from = kept.rounds.keys().next().copied().unwrap_or(kept.from);
-        Fed::GaveUp {
-            from,
-            dumps: kept.rounds.into_iter().collect(),
-        }
+        kept.bound()
     }
 
     /// The root set `stream`'s first round: the dumps kept of that round and later, by round, to feed now.
@@ -108,6 +113,39 @@ impl Waiting {
     pub(crate) fn forget(&mut self, stream: u32) {
         self.streams.remove(&stream);
     }
+}
+
+impl Kept {
+    /// Holds the stream to its bounds after a dump was kept: past [`KEPT_ROUNDS`] whole rounds the oldest lets
+    /// its payloads go, past [`NOTED_ROUNDS`] the oldest goes.
+    fn bound(&mut self) -> Fed {
+        let mut short = None;
+        while self.rounds.range(self.whole_from..).count() > KEPT_ROUNDS {
+            let Some((&round, dumps)) = self.rounds.range_mut(self.whole_from..).next() else {
+                break;
+            };
+            dumps.iter_mut().for_each(let_go);
+            if self.whole_from == self.from {
+                short = Some(round);
+            }
+            self.whole_from = round + 1;
+        }
+        while self.rounds.len() > NOTED_ROUNDS {
+            if let Some((round, _)) = self.rounds.pop_first() {
+                self.from = round + 1;
+            }
+        }
+        match short {
+            Some(round) => Fed::KeptShort { round },
+            None => Fed::Kept,
+        }
+    }
+}
+
+/// A kept dump lets its payload go: its rank counts as dropped in the round.
+fn let_go(a: &mut Arrival) {
+    a.payload = bytes::Bytes::new();
+    a.coverage.uncover_all(MissingReason::Dropped);
 }
 
 /// At the root: the streams waiting for the leaves' rounds before their first round is set.
@@ -149,8 +187,8 @@ impl Starting {
         self.streams.remove(&stream).and_then(|a| a.next_round)
     }
 
-    /// The streams whose wait ended at `now`, each with the highest round answered (`None`: no leaf answered).
-    pub(crate) fn due(&mut self, now: Instant) -> Vec<(u32, Option<u64>)> {
+    /// The streams whose wait ended at `now`, each with the ranks its answers held.
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<(u32, u32)> {
         let due: Vec<u32> = self
             .streams
             .iter()
@@ -158,7 +196,7 @@ impl Starting {
             .map(|(id, _)| *id)
             .collect();
         due.into_iter()
-            .map(|id| (id, self.streams.remove(&id).and_then(|a| a.next_round)))
+            .filter_map(|id| self.streams.remove(&id).map(|a| (id, a.ranks)))
             .collect()
     }
 
@@ -180,8 +218,8 @@ mod tests {
     fn dump(rank: u32) -> Arrival {
         Arrival {
             source: format!("app/{rank}"),
-            coverage: Coverage::default(),
-            payload: bytes::Bytes::new(),
+            coverage: Coverage::full("app"),
+            payload: bytes::Bytes::from_static(b"profile"),
             first_dump_unix_ns: 0,
         }
     }
@@ -210,21 +248,53 @@ mod tests {
     }
 
     #[test]
-    fn a_leaf_that_waits_too_long_starts_the_stream_at_the_oldest_round_it_kept() {
+    fn a_leaf_that_waits_long_keeps_its_newest_rounds_whole_and_counts_the_older_ranks_as_dropped() {
         let mut w = Waiting::default();
         w.wait(3, 4);
         for round in 4..4 + KEPT_ROUNDS as u64 {
             assert!(matches!(w.feed(3, None, round, dump(0)), Fed::Kept));
         }
-        match w.feed(3, None, 4 + KEPT_ROUNDS as u64, dump(0)) {
-            Fed::GaveUp { from, dumps } => {
-                assert_eq!(from, 4);
-                assert_eq!(dumps.len(), KEPT_ROUNDS + 1);
-            }
-            other => panic!("{other:?}"),
+        // One round too many: the oldest lets its payloads go (said once), and a late dump of it lets its own go.
+        let newest = 4 + KEPT_ROUNDS as u64;
+        assert!(matches!(
+            w.feed(3, None, newest, dump(0)),
+            Fed::KeptShort { round: 4 }
+        ));
+        assert!(matches!(w.feed(3, None, newest + 1, dump(0)), Fed::Kept));
+        assert!(matches!(w.feed(3, None, 4, dump(1)), Fed::Kept));
+        // The stream starts at round 4: both of its dumps feed it without payload, their ranks dropped.
+        let released = w.release(3, 4);
+        assert_eq!(released.len(), KEPT_ROUNDS + 2);
+        let (round, first) = &released[0];
+        assert_eq!((*round, first.len()), (4, 2));
+        for a in first {
+            assert!(a.payload.is_empty());
+            assert_eq!((a.coverage.covered, a.coverage.expected), (0, 1));
+            assert_eq!(a.coverage.missing_for(MissingReason::Dropped), 1);
+            assert!(a.coverage.is_exact());
         }
-        // It no longer waits: a later first round from the root finds nothing kept.
+        assert!(
+            released[2..]
+                .iter()
+                .all(|(_, d)| d.iter().all(|a| a.coverage.covered == 1))
+        );
         assert!(w.release(3, 4).is_empty());
+    }
+
+    #[test]
+    fn a_leaf_notes_no_more_than_its_bound_of_rounds() {
+        let mut w = Waiting::default();
+        w.wait(5, 0);
+        for round in 0..NOTED_ROUNDS as u64 + 10 {
+            w.feed(5, None, round, dump(0));
+        }
+        // The oldest ten went: their dumps are before what the leaf keeps.
+        assert!(matches!(w.feed(5, None, 9, dump(1)), Fed::Before));
+        let released = w.release(5, 0);
+        assert_eq!(released.len(), NOTED_ROUNDS);
+        assert_eq!(released[0].0, 10);
+        let whole = released.iter().filter(|(_, d)| !d[0].payload.is_empty()).count();
+        assert_eq!(whole, KEPT_ROUNDS);
     }
 
     #[test]
@@ -241,9 +311,9 @@ mod tests {
         assert_eq!(s.next_deadline(), Some(now + ROOT_WAIT));
         assert!(s.due(now).is_empty());
         s.answer(2, 7, 8, 24);
-        assert_eq!(s.due(now + ROOT_WAIT), [(2, Some(7))]);
+        assert_eq!(s.due(now + ROOT_WAIT), [(2, 8)]);
         s.begin(3, now);
-        assert_eq!(s.due(now + ROOT_WAIT), [(3, None)]);
+        assert_eq!(s.due(now + ROOT_WAIT), [(3, 0)]);
         assert_eq!(s.next_deadline(), None);
     }
 }

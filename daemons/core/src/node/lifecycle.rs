@@ -191,18 +191,22 @@ impl<U: Up> Node<U> {
         }
     }
 
-    /// The root's waits for the leaves that ended at `now`: each stream's first round is the highest round
-    /// answered, or (no leaf answered) one no leaf has admitted yet.
+    /// The root's waits for the leaves that ended at `now`: each stream's first round is one no leaf has
+    /// admitted yet, so none has dumped it, whether or not its answer came.
     pub(super) async fn first_rounds_due(&mut self, now: Instant) {
+        let expected = self.engine.ranks_expected();
         let Role::Root(root) = &mut self.role else {
             return;
         };
         for (id, answered) in root.starting.due(now) {
-            let first = answered.unwrap_or_else(|| self.first_unadmitted_round());
+            let first = self.first_unadmitted_round();
             tracing::warn!(
                 stream = id,
                 first_round = first,
-                "not every leaf said where it stands within {:?}: the stream starts at round {first}",
+                answered,
+                expected,
+                "the leaves of {answered} of {expected} ranks said where they stand within {:?}: the stream starts at \
+                 round {first}, the first the root has not admitted",
                 first_round::ROOT_WAIT
             );
             self.set_first_round_at_root(id, first).await;

@@ -218,11 +218,10 @@ impl<U: Up> Node<U> {
         match fed {
             Fed::Now(arrival) => self.accept(key, arrival).await,
             Fed::Kept | Fed::Before => {}
-            Fed::GaveUp { from, dumps } => {
-                tracing::warn!(node = %self.id, stream = key.stream, from,
-                    "no first round from the root after {KEPT_ROUNDS} rounds: the stream starts here at round {from}");
-                self.streams.set_first_round(key.stream, from);
-                self.feed_kept(key.stream, dumps).await;
+            Fed::KeptShort { round } => {
+                tracing::warn!(node = %self.id, stream = key.stream, round,
+                    "no first round from the root after {KEPT_ROUNDS} rounds of dumps: the oldest let their payloads \
+                     go, and should the stream start at or before round {round} its ranks count there as dropped");
             }
         }
     }

@@ -320,11 +320,6 @@ impl<U: Up> Node<U> {
 
     /// A packet this node sends up: to the parent, or at the root, finalized into a result.
     pub(super) async fn send_up(&mut self, env: Envelope) {
-        let announced = match self.role {
-            Role::Root(_) => self.announced_below(),
-            _ => 0,
-        };
-        let _ = announced;
         let Role::Root(_) = &mut self.role else {
             self.counters.bytes_out += env.payload.len() as u64;
             return self.up.send(up_message::Msg::Envelope(env)).await;

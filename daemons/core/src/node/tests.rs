@@ -1588,7 +1588,7 @@ async fn a_rank_stopped_when_a_window_comes_is_expected_from_the_windows_first_r
 
 /// A stream opened while ranks dump: the root waits for the leaves' rounds, sets the highest as the stream's first
 /// round, and sends it down; an answer naming a round no leaf can have admitted is taken as the bound instead, so
-/// a false one cannot hold the stream off.
+/// a false one cannot hold the stream off; and with a leaf silent past the wait, the stream starts at that bound.
 #[tokio::test(start_paused = true)]
 async fn the_root_sets_a_streams_first_round_from_the_leaves_answers_bounded_by_its_window() {
     let sink = TestSink::default();
@@ -1619,15 +1619,15 @@ async fn the_root_sets_a_streams_first_round_from_the_leaves_answers_bounded_by_
     };
     h.input(open("honest")).await;
     assert_eq!(first_round_told(next_told(&mut a).await), Some((1, None)));
-    let ready = |next_round| {
+    let ready_for = |stream_id, next_round| {
         up_message::Msg::StreamReady(StreamReady {
-            stream_id: 1,
+            stream_id,
             next_round,
             ranks: 2,
         })
     };
-    h.child_sends("a", 1, ready(7)).await;
-    h.child_sends("b", 2, ready(9)).await;
+    h.child_sends("a", 1, ready_for(1, 7)).await;
+    h.child_sends("b", 2, ready_for(1, 9)).await;
     assert_eq!(first_round_told(next_told(&mut a).await), Some((1, Some(9))));
 
     h.input(open("lied to")).await;
@@ -1640,5 +1640,14 @@ async fn the_root_sets_a_streams_first_round_from_the_leaves_answers_bounded_by_
     h.child_sends("b", 2, lie).await;
     let (id, first) = first_round_told(next_told(&mut a).await).unwrap();
     assert_eq!(id, 2);
-    assert!(first.is_some_and(|f| f <= 64 + 1), "{first:?}");
+    let bound = first.expect("a first round");
+    assert!(bound <= 64 + 1, "{bound}");
+
+    // A leaf silent past the root's wait may have dumped any round its credit admitted: the stream starts at the
+    // first round the root has not admitted, not at the highest round the other leaves answered.
+    h.input(open("one silent")).await;
+    assert_eq!(first_round_told(next_told(&mut a).await), Some((3, None)));
+    h.child_sends("a", 1, ready_for(3, 5)).await;
+    tokio::time::sleep(first_round::ROOT_WAIT).await;
+    assert_eq!(first_round_told(next_told(&mut a).await), Some((3, Some(bound))));
 }
