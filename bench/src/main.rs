@@ -14,6 +14,7 @@ mod instructions;
 mod kafka;
 mod latency;
 mod leaf;
+mod model;
 mod mpi_wrapper;
 mod offload;
 mod ompt;
@@ -142,6 +143,48 @@ enum Command {
         rounds: u64,
         #[arg(long, default_value = "stats")]
         filter: String,
+    },
+    /// What a node costs per rank-round and per child packet, measured on trees of processes (`canopy up`), and a
+    /// model built from them that predicts any tree's throughput, latency and CPU per level: checked against
+    /// measured trees it was not built from, then its predictions for deployments of 100,000 and 1,000,000 ranks.
+    Model {
+        /// The trees the costs are fitted to, RANKS:AGENTS:FANOUT: agents with few and many ranks, relays and the
+        /// front-end with few and many children.
+        #[arg(
+            long,
+            default_value = "64:2:2,512:2:2,256:8:8,256:8:2,2048:16:8",
+            value_delimiter = ','
+        )]
+        calibrate: Vec<model::TreeShape>,
+        /// The trees the model is checked against.
+        #[arg(
+            long,
+            default_value = "64:4:2,256:4:4,1024:16:4,4096:32:8,16384:128:8",
+            value_delimiter = ','
+        )]
+        check: Vec<model::TreeShape>,
+        #[arg(long, default_value_t = 100)]
+        events: u32,
+        #[arg(long, default_value = "stats")]
+        filter: String,
+        /// Rounds of a saturated run of 256 ranks; a larger tree runs fewer, in proportion (at least 30).
+        #[arg(long, default_value_t = 300)]
+        rounds: u64,
+        /// The least period of the light runs that measure latency, ms (a tree that sustains less runs at a third
+        /// of its saturated rate).
+        #[arg(long, default_value_t = 40)]
+        light_period_ms: u64,
+        #[arg(long, default_value_t = 100)]
+        light_rounds: u64,
+        /// Deployments predicted: ranks in all.
+        #[arg(long, default_value = "100000,1000000", value_delimiter = ',')]
+        deploy_ranks: Vec<f64>,
+        /// Deployments predicted: ranks on each node, one agent a node.
+        #[arg(long, default_value = "64,128", value_delimiter = ',')]
+        ranks_per_agent: Vec<f64>,
+        /// Deployments predicted: fanouts tried.
+        #[arg(long, default_value = "8,16,32,64", value_delimiter = ',')]
+        fanouts: Vec<usize>,
     },
     /// A leaf agent's work per rank-round, with the simulated ranks' generation apart from the leaf filter.
     Leaf {
@@ -366,6 +409,7 @@ fn main() -> anyhow::Result<()> {
                 params: None,
                 processes: true,
                 tls: true,
+                timeout_ms: 5000,
             },
             args.repeats,
         ),
@@ -403,6 +447,7 @@ fn main() -> anyhow::Result<()> {
                 params,
                 processes: args.processes,
                 tls: security != "plaintext",
+                timeout_ms: 5000,
             };
             if (quantiles_cost || shape.params.is_some()) && shape.processes {
                 anyhow::bail!("--params and --quantiles-cost run in-process only, without --processes");
@@ -433,6 +478,35 @@ fn main() -> anyhow::Result<()> {
                 schemes: &schemes,
             }))
         }
+        Command::Model {
+            calibrate,
+            check,
+            events,
+            filter,
+            rounds,
+            light_period_ms,
+            light_rounds,
+            deploy_ranks,
+            ranks_per_agent,
+            fanouts,
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(model::run(
+                &model::Plan {
+                    calibrate: &calibrate,
+                    check: &check,
+                    events,
+                    filter: &filter,
+                    rounds,
+                    light_period_ms,
+                    light_rounds,
+                    deploy_ranks: &deploy_ranks,
+                    deploy_ranks_per_agent: &ranks_per_agent,
+                    deploy_fanouts: &fanouts,
+                },
+                args.repeats,
+            ))
+        }
         Command::Leaf {
             ranks,
             events,
@@ -461,6 +535,7 @@ fn main() -> anyhow::Result<()> {
                 params: None,
                 processes: true,
                 tls: true,
+                timeout_ms: 5000,
             };
             latency::run(&shape, topology.as_deref(), args.repeats)
         }

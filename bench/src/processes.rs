@@ -41,7 +41,7 @@ pub fn up_command(shape: &Shape, topology: Option<&Path>, dir: &Path) -> anyhow:
         );
     }
     let mut cmd = Command::new(&canopy);
-    cmd.args(["up", "--quiet", "--timeout-ms", "5000"])
+    cmd.args(["up", "--quiet", "--timeout-ms", &shape.timeout_ms.to_string()])
         .args(["--ranks", &shape.ranks.to_string()]);
     if !shape.tls {
         cmd.arg("--insecure");

@@ -57,6 +57,7 @@ pub async fn run(sweep: &Sweep<'_>, repeats: usize) -> anyhow::Result<()> {
                         params: None,
                         processes,
                         tls: true,
+                        timeout_ms: 5000,
                     };
                     let mut runs = Vec::new();
                     for _ in 0..repeats {

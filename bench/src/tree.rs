@@ -23,12 +23,17 @@ pub struct Shape {
     pub processes: bool,
     /// Mutual TLS between the nodes (the default of a deployed tree); otherwise plaintext on loopback.
     pub tls: bool,
+    /// Milliseconds a round waits for a missing child.
+    pub timeout_ms: u32,
 }
 
 /// One run of a tree on loopback, read back from its store.
 pub struct TreeRun {
     /// Rounds stored per second.
     pub rate: f64,
+    /// Rounds stored, and the seconds from the first round's first dump to the last round's close.
+    pub rounds: usize,
+    pub elapsed_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     /// Latency p50 of the first and of the last quarter of the rounds: a lag that grows shows between them.
@@ -64,7 +69,7 @@ pub async fn tree_run(shape: &Shape) -> anyhow::Result<TreeRun> {
         rounds: shape.rounds,
         period_ms: shape.period_ms,
         events: shape.events,
-        timeout_ms: 5000,
+        timeout_ms: shape.timeout_ms,
         streams: vec![shape.filter.clone()],
         stream_params: shape
             .params
@@ -115,8 +120,11 @@ fn read_run(
     let span = (rows.last().map(|r| r.1).unwrap_or(0) - rows.first().map(|r| r.1).unwrap_or(0)) as f64 / 1e9;
     let q = (lat.len() / 4).max(1);
     let (cov, exp) = rows.iter().fold((0i64, 0i64), |(a, b), r| (a + r.2, b + r.3));
+    let elapsed = rows.iter().map(|r| r.1).max().unwrap_or(0) - rows.iter().map(|r| r.0).min().unwrap_or(0);
     Ok(TreeRun {
         rate: (rows.len().saturating_sub(1)) as f64 / span.max(1e-9),
+        rounds: rows.len(),
+        elapsed_s: elapsed as f64 / 1e9,
         p50_ms: percentile(lat.clone(), 0.5),
         p99_ms: percentile(lat.clone(), 0.99),
         first_quarter_ms: percentile(lat[..q.min(lat.len())].to_vec(), 0.5),
