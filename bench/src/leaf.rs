@@ -14,6 +14,20 @@ use canopy_core::filter::{FilterFactory, Level};
 
 use crate::stats;
 
+/// One agent's `ranks` simulated ranks of the FLASH scenario, `events` events each, as the benchmarks time them.
+pub fn flash(ranks: u32, events: u32) -> Simulator {
+    Simulator::new(SimConfig {
+        scenario: Scenario::Flash,
+        ranks,
+        events,
+        rank_offset: 0,
+        total_ranks: ranks,
+        seed: 1,
+        app: "sim".into(),
+        plants: Vec::new(),
+    })
+}
+
 #[allow(clippy::disallowed_types)] // a benchmark's wall clock, on its own thread
 pub fn run(
     ranks: u32,
@@ -34,16 +48,7 @@ pub fn run(
     let mut fold: Vec<Vec<f64>> = vec![Vec::new(); filters.len()];
     let mut merge: Vec<Vec<f64>> = vec![Vec::new(); filters.len()];
     for _ in 0..repeats {
-        let mut sim = Simulator::new(SimConfig {
-            scenario: Scenario::Flash,
-            ranks,
-            events,
-            rank_offset: 0,
-            total_ranks: ranks,
-            seed: 1,
-            app: "sim".into(),
-            plants: Vec::new(),
-        });
+        let mut sim = flash(ranks, events);
         let selection = Selection::everything();
         let mut batches: Vec<Vec<prost::bytes::Bytes>> = Vec::with_capacity(rounds as usize);
         let t = Instant::now();

@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use canopy_agent::sim::{Scenario, Selection, SimConfig, Simulator};
+use canopy_agent::sim::Selection;
 use canopy_topology::Topology;
 
 use crate::{Shape, TreeRun, stats, tree_run};
@@ -387,16 +387,7 @@ fn generate_us(events: u32, repeats: usize) -> f64 {
     let (ranks, rounds) = (64u32, 200u64);
     let xs = (0..repeats)
         .map(|_| {
-            let mut sim = Simulator::new(SimConfig {
-                scenario: Scenario::Flash,
-                ranks,
-                events,
-                rank_offset: 0,
-                total_ranks: ranks,
-                seed: 1,
-                app: "sim".into(),
-                plants: Vec::new(),
-            });
+            let mut sim = crate::leaf::flash(ranks, events);
             let selection = Selection::everything();
             let t = Instant::now();
             for round in 0..rounds {
