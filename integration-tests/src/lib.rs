@@ -20,6 +20,7 @@ pub mod test_rank;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use canopy_runtime::ready::Ready;
 pub use canopy_store::{
     HistogramRow, NodeSampleRow, ReductionRow, RoundRow, Select, StoreReader, StreamState, Table,
 };

@@ -120,11 +120,11 @@ impl Drop for Proc {
     clippy::disallowed_methods,
     reason = "a synchronous poll of another process; no runtime worker is blocked"
 )]
-pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
+pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> Ready {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            return s;
+        if let Some(ready) = Ready::read(path).unwrap_or_else(|e| panic!("{e}")) {
+            return ready;
         }
         if let Ok(Some(status)) = proc_.child.try_wait() {
             panic!(
@@ -143,13 +143,23 @@ pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> String {
     }
 }
 
-/// The value of a `key=value` line.
-pub fn ready_field(ready: &str, key: &str) -> String {
-    ready
+/// The front-end's ready file in `dir` (as [`start_frontend`] names it), read now.
+pub fn frontend_ready(dir: &Path) -> Ready {
+    let path = dir.join("frontend.ready");
+    Ready::read(&path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no ready file at {}", path.display()))
+}
+
+/// The store a `canopy run` or `canopy up` printed (`..., store PATH` on a line of its own output).
+pub fn printed_store(stdout: &str) -> String {
+    stdout
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .map(str::to_string)
-        .unwrap_or_else(|| ready.trim().to_string())
+        .find_map(|l| {
+            l.split_once(", store ")
+                .map(|(_, store)| store.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no store in the output:\n{stdout}"))
 }
 
 /// A front-end on port 0 with `extra` flags; returns it, its address and its store.
@@ -180,12 +190,9 @@ pub fn start_frontend_with(
         Some(fds) => Proc::start_with_fd_limit(dir, "canopy-frontend", "frontend", &args, fds),
         None => Proc::start(dir, "canopy-frontend", "frontend", &args),
     };
-    let contents = wait_ready_file(&ready, &mut fe);
-    (
-        fe,
-        ready_field(&contents, "addr"),
-        ready_field(&contents, "store").into(),
-    )
+    let ready = wait_ready_file(&ready, &mut fe);
+    let store = ready.store.expect("the front-end's ready file names its store");
+    (fe, ready.addr.to_string(), store)
 }
 
 /// A leaf agent process serving real ranks on `socket` (and no simulated ones).
@@ -280,7 +287,7 @@ pub fn start_relay_with(dir: &Path, id: &str, parent: &str, listen: &str, extra:
     ];
     args.extend_from_slice(extra);
     let mut relay = Proc::start(dir, "canopy-relay", id, &args);
-    let addr = wait_ready_file(&ready, &mut relay).trim().to_string();
+    let addr = wait_ready_file(&ready, &mut relay).addr.to_string();
     (relay, addr)
 }
 

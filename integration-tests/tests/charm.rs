@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use canopy_integration_tests::{bin_dir, canopy_command, read_rounds, ready_field, stored_calls};
+use canopy_integration_tests::{bin_dir, canopy_command, printed_store, read_rounds, stored_calls};
 
 const PES: u32 = 2;
 
@@ -218,7 +218,7 @@ fn check_jacobi(charm: &Path, layout: Layout) {
         timeless(&String::from_utf8_lossy(&alone.stdout)),
         "the program's output with the module"
     );
-    let store = PathBuf::from(ready_field(&stdout.replace(", store ", "\nstore="), "store"));
+    let store = PathBuf::from(printed_store(&stdout));
     let store = if store.is_absolute() {
         store
     } else {

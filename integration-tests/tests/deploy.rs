@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use canopy_integration_tests::{Proc, bin_dir, read_rounds, ready_field, start_frontend, wait_ready_file};
+use canopy_integration_tests::{Proc, bin_dir, read_rounds, start_frontend, wait_ready_file};
 use nix::sys::signal::Signal;
 
 fn repo() -> PathBuf {
@@ -220,7 +220,7 @@ fn daemons_tell_systemd_when_they_serve_and_when_they_stop() {
             ("WATCHDOG_USEC", "4000000"),
         ],
     );
-    let addr = ready_field(&wait_ready_file(&ready, &mut fe), "addr");
+    let addr = wait_ready_file(&ready, &mut fe).addr.to_string();
     let got = notifications(&socket, "READY=1", Duration::from_secs(10));
     assert!(
         got.contains("READY=1") && got.contains(&format!("STATUS=serving on {addr}")),

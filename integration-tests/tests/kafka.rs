@@ -158,8 +158,10 @@ fn every_stored_round_is_published_once_through_a_stopped_broker_and_a_killed_re
     let mut args = frontend_args(&listen, "32", &broker.addr);
     args.extend(["--metrics-listen", "127.0.0.1:0"]);
     let (mut fe, _, store) = start_frontend(dir.path(), &args);
-    let ready = std::fs::read_to_string(dir.path().join("frontend.ready")).unwrap();
-    let metrics = canopy_integration_tests::ready_field(&ready, "metrics");
+    let metrics = canopy_integration_tests::frontend_ready(dir.path())
+        .metrics
+        .expect("a metrics address in the front-end's ready file")
+        .to_string();
     let (_relay0, addr0) = start_relay(dir.path(), "relay-0", &listen, "127.0.0.1:0");
     let (relay1, addr1) = start_relay(dir.path(), "relay-1", &listen, "127.0.0.1:0");
     let up0 = format!("{addr0},{listen}");

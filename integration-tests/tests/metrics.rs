@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use canopy_integration_tests::{
-    Proc, http_get, reader, ready_field, start_frontend, unused_addr, wait_for, wait_ready_file,
+    Proc, frontend_ready, http_get, reader, start_frontend, unused_addr, wait_for, wait_ready_file,
 };
 use canopy_proto::v1::MissingReason;
 use canopy_store::{Select, Table};
@@ -104,10 +104,10 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
             "127.0.0.1:0",
         ],
     );
-    let fe_metrics = ready_field(
-        &std::fs::read_to_string(dir.path().join("frontend.ready")).unwrap(),
-        "metrics",
-    );
+    let fe_metrics = frontend_ready(dir.path())
+        .metrics
+        .expect("a metrics address in the front-end's ready file")
+        .to_string();
     let relay_metrics = unused_addr();
     let ready = dir.path().join("relay.ready");
     let mut relay = Proc::start(
@@ -127,7 +127,7 @@ fn every_daemon_serves_metrics_that_agree_with_the_store() {
             &relay_metrics,
         ],
     );
-    let relay_addr = wait_ready_file(&ready, &mut relay).trim().to_string();
+    let relay_addr = wait_ready_file(&ready, &mut relay).addr.to_string();
     let agent_metrics = [unused_addr(), unused_addr()];
     let rounds = ROUNDS.to_string();
     let _agents: Vec<Proc> = (0..2)

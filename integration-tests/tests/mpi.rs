@@ -279,7 +279,7 @@ fn canopy_run_monitors_an_mpirun_job_in_one_command_and_writes_its_report() {
         !stderr.contains("canopy-mpi:") && !stderr.contains("canopy: rank"),
         "{stderr}"
     );
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     let report = PathBuf::from(&store).with_extension("html");
     assert!(report.is_file(), "no report beside {store}:\n{stdout}");
     // Up to 1,024 ranks each rank's profile is kept: the report has the per-rank view, and time per round.
@@ -346,10 +346,7 @@ fn canopy_run_monitors_lulesh_on_8_ranks_and_its_report_shows_the_imbalance_of_i
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("Run completed"), "{stdout}");
-    let store = build.join(canopy_integration_tests::ready_field(
-        &stdout.replace(", store ", "\nstore="),
-        "store",
-    ));
+    let store = build.join(canopy_integration_tests::printed_store(&stdout));
     let rounds: Vec<_> = read_rounds(&store)
         .into_iter()
         .filter(|r| r.stream == "stats")
@@ -473,7 +470,7 @@ fn osu_latency_makes_the_calls_its_constants_say() {
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     let store = Path::new(&store);
     let each = |n: u64| BTreeMap::from([(0, n), (1, n)]);
     assert_eq!(stored_calls(store, "MPI_Send"), each(round_trips));
@@ -675,7 +672,7 @@ fn canopy_run_monitors_an_mpich_program_through_hydra_with_the_wrapper_built_for
         !stderr.contains("canopy-mpi:") && !stderr.contains("canopy: rank"),
         "{stderr}"
     );
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     assert_stencil_monitored(Path::new(&store), &stdout, 30);
 }
 
@@ -702,7 +699,7 @@ fn every_family_of_mpi_procedure_is_counted_under_mpich_too() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("libcanopy_mpi_mpich.so"), "{stdout}");
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     assert_families_monitored(Path::new(&store), &stdout, Standard::of("mpicc.mpich"));
 }
 
@@ -898,7 +895,7 @@ fn run_with_mpip(dir: &Path, name: &str, libmpip: &Path, exe: &Path, args: &[&st
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     let report = std::fs::read_dir(&reports)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -1004,7 +1001,7 @@ fn messages_and_bytes_sent_equal_open_mpis_pml_monitoring_in_the_same_run() {
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let store = canopy_integration_tests::ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = canopy_integration_tests::printed_store(&stdout);
     let sent = assert_sent_as_monitored(Path::new(&store), &monitoring.join("stencil"), RANKS);
     eprintln!("pml monitoring and Canopy, messages and bytes sent per rank: {sent:?}");
 }

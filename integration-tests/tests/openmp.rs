@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use canopy_integration_tests::{bin_dir, canopy_command, read_rounds, ready_field, stored_calls};
+use canopy_integration_tests::{bin_dir, canopy_command, printed_store, read_rounds, stored_calls};
 
 const THREADS: u64 = 3;
 
@@ -105,7 +105,7 @@ fn canopy_run(dir: &Path, extra: &[&str], command: &[&str]) -> (Output, String) 
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let store = ready_field(&stdout.replace(", store ", "\nstore="), "store");
+    let store = printed_store(&stdout);
     (out, store)
 }
 

@@ -51,8 +51,9 @@ fn a_rack_cut_off_for_20_s_loses_no_rank_round() {
     fe_args.extend(["--expect-ranks", &expect]);
     fe_args.extend(tls_args);
     let mut fe = lan.start(0, dir.path(), "canopy-frontend", "frontend", &fe_args);
-    let store: std::path::PathBuf =
-        canopy_integration_tests::ready_field(&wait_ready_file(&ready, &mut fe), "store").into();
+    let store: std::path::PathBuf = wait_ready_file(&ready, &mut fe)
+        .store
+        .expect("the front-end's store");
 
     let mut daemons: Vec<Proc> = Vec::new();
     for (rack, host) in hosts.iter().enumerate().skip(1) {

@@ -228,9 +228,10 @@ fn a_new_tree_that_attaches_first_to_a_resumed_run_gets_a_new_run_and_store() {
     let ready = dir.path().join("frontend.ready");
     let mut store = None;
     wait_for("the front-end's new store", Duration::from_secs(30), || {
-        let now = std::fs::read_to_string(&ready)
+        let now = canopy_integration_tests::Ready::read(&ready)
             .ok()
-            .map(|r| canopy_integration_tests::ready_field(&r, "store"));
+            .flatten()
+            .and_then(|r| r.store);
         store = now.filter(|s| std::fs::canonicalize(s).ok() != std::fs::canonicalize(&old_store).ok());
         store.is_some()
     });

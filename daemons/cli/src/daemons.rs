@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use canopy_runtime::ready::Ready;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -255,11 +256,11 @@ fn start(name: &str, launch: &Launch, logs: &Path, again: bool) -> anyhow::Resul
     cmd.spawn().with_context(|| format!("cannot start {name}"))
 }
 
-pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<String> {
+pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<Ready> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            return Ok(s);
+        if let Some(ready) = Ready::read(path)? {
+            return Ok(ready);
         }
         if let Some(status) = daemon.child.try_wait()? {
             let log = std::fs::read_to_string(&daemon.log).unwrap_or_default();
@@ -279,13 +280,6 @@ pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Resu
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-pub(crate) fn field(ready: &str, key: &str) -> Option<String> {
-    ready
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .map(str::to_string)
 }
 
 pub(crate) fn signal(child: &Child, sig: nix::sys::signal::Signal) {

@@ -13,7 +13,7 @@ use tokio::process::Command;
 
 use crate::cpu::Kind;
 use crate::daemons::{
-    Daemon, Launch, binaries_dir, check_filters, field, security_flags, signal, spawn, stop_all, wait_ready,
+    Daemon, Launch, binaries_dir, check_filters, security_flags, signal, spawn, stop_all, wait_ready,
 };
 use crate::launcher::{Launcher, ranks_asked, warn_of_other_hosts, which};
 
@@ -402,8 +402,8 @@ async fn tree_and_program(
         ready = wait_ready(&fe_ready, &mut daemons[0]) => ready?,
         why = signals.next() => bail!("{why} before the tree was up"),
     };
-    let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
-    let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
+    let fe_addr = ready.addr.to_string();
+    let store = ready.store.context("the front-end's ready file names no store")?;
 
     let socket = socket_dir.join("agent.sock");
     let mut agent = Launch::new(bin_dir.join("canopy-agent"));

@@ -11,7 +11,7 @@ use canopy_topology::{NodeName, Topology};
 
 use crate::cpu::{ByKind, Kind};
 use crate::daemons::{
-    Daemon, Launch, REAP_POLL, binaries_dir, check_filters, field, security_flags, signal, spawn, stop_all,
+    Daemon, Launch, REAP_POLL, binaries_dir, check_filters, security_flags, signal, spawn, stop_all,
     wait_ready,
 };
 use tokio::time::Instant;
@@ -219,8 +219,8 @@ async fn launch_and_watch(
     }
     daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
     let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
-    let fe_addr = field(&ready, "addr").context("front-end ready file has no addr")?;
-    let store = PathBuf::from(field(&ready, "store").context("front-end ready file has no store")?);
+    let fe_addr = ready.addr.to_string();
+    let store = ready.store.context("the front-end's ready file names no store")?;
 
     let mut addr_of: HashMap<NodeName, String> = HashMap::new();
     addr_of.insert(root.clone(), fe_addr.clone());
@@ -245,8 +245,7 @@ async fn launch_and_watch(
         .args(security.iter().cloned());
         daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, logs)?);
         let n = daemons.len() - 1;
-        let addr = wait_ready(&ready_file, &mut daemons[n]).await?;
-        let addr = addr.trim().to_string();
+        let addr = wait_ready(&ready_file, &mut daemons[n]).await?.addr.to_string();
         // Started again, it listens where its children look for it.
         daemons[n].launch.set("--listen", &addr);
         addr_of.insert(relay.clone(), addr);

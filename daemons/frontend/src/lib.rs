@@ -351,7 +351,8 @@ impl Frontend {
                     let _ = stop_rx.await;
                 }),
         );
-        let mut ready = format!("addr={addr}\nstore={}\n", store_path.display());
+        let mut ready = canopy_runtime::ready::Ready::serving(addr);
+        ready.store = Some(store_path.clone());
         if !config.metrics_listen.is_empty() {
             let names = {
                 let shared = shared.clone();
@@ -366,13 +367,15 @@ impl Frontend {
                     .collect(),
             )
             .await?;
-            ready.push_str(&format!("metrics={at}\n"));
+            ready.metrics = Some(at);
         }
         tokio::spawn(canopy_runtime::notify::watchdog(
             handles.snapshot.clone(),
             STATUS_INTERVAL,
         ));
-        canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &ready)?;
+        if let Some(path) = &config.ready_file {
+            ready.write(path)?;
+        }
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);

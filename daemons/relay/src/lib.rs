@@ -293,7 +293,9 @@ impl Relay {
                     let _ = stop_rx.await;
                 }),
         );
-        canopy_runtime::config::write_ready_file(config.ready_file.as_ref(), &addr.to_string())?;
+        if let Some(path) = &config.ready_file {
+            canopy_runtime::ready::Ready::serving(addr).write(path)?;
+        }
         tracing::info!(node = %node_id, %addr, parent = %config.parent, "relay serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
         drop(handles);

@@ -6,7 +6,7 @@
 //! reported with the key as written in its source and the source itself, and the daemon exits with
 //! [`EXIT_CONFIG`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
@@ -371,14 +371,6 @@ pub fn check_parents(key: &str, value: &str) -> Result<(), ConfigIssue> {
     list.iter().try_for_each(|p| check_host_port(key, p))
 }
 
-/// Where a daemon writes its bound address once it is ready, for launchers that start it on port 0.
-pub fn write_ready_file(path: Option<&PathBuf>, contents: &str) -> std::io::Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, contents)?;
-    std::fs::rename(tmp, path)
-}
-
 /// The environment variable that sets `key` of `role`.
 fn env_var(role: &str, key: &str) -> String {
     format!(
@@ -392,6 +384,7 @@ fn env_var(role: &str, key: &str) -> String {
 mod tests {
     use super::*;
     use serde::Deserialize;
+    use std::path::PathBuf;
 
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
     #[serde(deny_unknown_fields, default)]

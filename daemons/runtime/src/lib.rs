@@ -1,6 +1,6 @@
 //! What every Canopy daemon's thin `main` shares: layered configuration (defaults, TOML, environment, flags
 //! derived from the config struct), the daemon main itself (exit codes, `validate`, signals, forced exit),
-//! tracing setup, systemd notification, and the small network helpers (listeners, the host's name).
+//! tracing setup, systemd notification, the ready file, and the small network helpers (listeners, the host's name).
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +12,7 @@ pub mod memory;
 pub mod net;
 pub mod notify;
 pub mod outdir;
+pub mod ready;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
