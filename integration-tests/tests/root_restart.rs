@@ -235,7 +235,7 @@ fn a_new_tree_that_attaches_first_to_a_resumed_run_gets_a_new_run_and_store() {
         store = now.filter(|s| std::fs::canonicalize(s).ok() != std::fs::canonicalize(&old_store).ok());
         store.is_some()
     });
-    let store = std::path::PathBuf::from(store.unwrap());
+    let store = store.unwrap();
     wait_for("rounds of the new run", Duration::from_secs(30), || {
         read_rounds(&store).len() >= 10
     });
