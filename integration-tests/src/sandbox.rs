@@ -8,6 +8,7 @@ use std::time::Duration;
 use canopy_agent::AgentConfig;
 use canopy_frontend::{Frontend, FrontendConfig};
 use canopy_relay::{Relay, RelayConfig};
+use canopy_runtime::common::CommonConfig;
 use canopy_topology::Topology;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -78,11 +79,8 @@ impl Default for TreeBuilder {
             subscriber_buffer: 1024,
             socket_dir: None,
             tls: false,
-            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
-            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
-                .iter()
-                .map(|f| f.to_string())
-                .collect(),
+            filter_call_timeout_ms: CommonConfig::default().filter_call_timeout_ms,
+            inline_filters: CommonConfig::default().inline_filters,
             apps: Vec::new(),
         }
     }
@@ -136,20 +134,13 @@ impl TreeBuilder {
             },
             exit_on_fin: self.exit_on_fin,
             stream_timeout_ms: self.timeout_ms,
-            node_id: topology.root().to_string(),
+            common: self.common(&topology.root().to_string()),
             max_rounds_in_flight: self.max_rounds_in_flight,
-            filter_path: self.filter_path(),
-            filter_call_timeout_ms: self.filter_call_timeout_ms,
-            inline_filters: self.inline_filters.clone(),
             sync_mode: self.sync_mode.clone(),
             drain_timeout_ms: self.drain_timeout_ms,
             streams: self.streams.clone(),
             stream_params: self.stream_params.iter().cloned().collect(),
             subscriber_buffer: self.subscriber_buffer,
-            tls_ca: self.node_tls().ca,
-            tls_cert: self.node_tls().cert,
-            tls_key: self.node_tls().key,
-            insecure: self.node_tls().insecure,
             ..FrontendConfig::default()
         };
         let fe = Frontend::bind(fe_config).await.expect("front-end binds");
@@ -180,16 +171,9 @@ impl TreeBuilder {
         for r in relays {
             let parent = topology.parent(&r).unwrap().to_string();
             let config = RelayConfig {
-                node_id: r.to_string(),
+                common: self.common(&r.to_string()),
                 parent: addr_of[&parent].clone(),
                 listen: "127.0.0.1:0".into(),
-                filter_path: self.filter_path(),
-                filter_call_timeout_ms: self.filter_call_timeout_ms,
-                inline_filters: self.inline_filters.clone(),
-                tls_ca: self.node_tls().ca,
-                tls_cert: self.node_tls().cert,
-                tls_key: self.node_tls().key,
-                insecure: self.node_tls().insecure,
                 ..RelayConfig::default()
             };
             let relay = Relay::bind(config).await.expect("relay binds");
@@ -251,7 +235,7 @@ impl TreeBuilder {
     /// The configuration of one sandbox agent.
     pub fn agent_config(&self, id: &str, parent: &str, ranks: u32, offset: u32) -> AgentConfig {
         AgentConfig {
-            node_id: id.to_string(),
+            common: self.common(id),
             parent: parent.to_string(),
             socket: "none".into(),
             simulate_ranks: ranks,
@@ -262,14 +246,23 @@ impl TreeBuilder {
             rank_offset: offset,
             total_ranks: self.ranks,
             rounds: self.rounds,
+            ..AgentConfig::default()
+        }
+    }
+
+    /// The keys every node of the sandbox shares, for node `id`.
+    pub fn common(&self, id: &str) -> CommonConfig {
+        let tls = self.node_tls();
+        CommonConfig {
+            node_id: id.to_string(),
             filter_path: self.filter_path(),
             filter_call_timeout_ms: self.filter_call_timeout_ms,
             inline_filters: self.inline_filters.clone(),
-            tls_ca: self.node_tls().ca,
-            tls_cert: self.node_tls().cert,
-            tls_key: self.node_tls().key,
-            insecure: self.node_tls().insecure,
-            ..AgentConfig::default()
+            tls_ca: tls.ca,
+            tls_cert: tls.cert,
+            tls_key: tls.key,
+            insecure: tls.insecure,
+            ..CommonConfig::default()
         }
     }
 

@@ -18,7 +18,8 @@ use std::time::Duration;
 use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
 use canopy_core::transport::ParentLink;
 use canopy_proto::v1::{NodeKind, control};
-use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
+use canopy_runtime::common::CommonConfig;
+use canopy_runtime::config::{CheckConfig, ConfigIssue};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -27,11 +28,12 @@ use crate::sim::{Scenario, SimConfig, Simulator};
 
 /// The agent's configuration (`[agent]` in canopy.toml, `CANOPY_AGENT_*`, and a `--kebab-case` flag per key).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct AgentConfig {
-    /// This node's id in the tree; unique among its parent's children. Default: agent@HOST.
-    #[arg(long)]
-    pub node_id: String,
+    /// The keys every daemon has.
+    #[serde(flatten, skip_deserializing)]
+    #[command(flatten)]
+    pub common: CommonConfig,
     /// The parent's address (a relay or the front-end), host:port; more, separated by commas, are the parents
     /// that adopt this node, in order, when its parent is lost.
     #[arg(long)]
@@ -108,54 +110,12 @@ pub struct AgentConfig {
     /// stream takes the newest. 0: a sample per round, read as the round closes.
     #[arg(long)]
     pub sample_period_ms: u64,
-    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
-    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
-    #[arg(long)]
-    pub metrics_listen: String,
-    /// Log lines as text or as one JSON object each.
-    #[arg(long, value_enum)]
-    pub log_format: LogFormat,
-    /// Threads that run the daemon's tasks. One (the default) hands a message from task to task on the same
-    /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
-    #[arg(long)]
-    pub worker_threads: usize,
-    /// The memory this daemon may use, in MiB: the buffers that grow with load (the copies of what it sent up,
-    /// kept until the root has them; at the front-end, rounds its store could not write yet) each take a quarter
-    /// at most, and a resident size past it is logged.
-    #[arg(long)]
-    pub memory_budget_mb: u64,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
-    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
-    /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
-    #[arg(long, value_delimiter = ':')]
-    pub filter_path: Vec<PathBuf>,
-    /// Milliseconds one call into a contained filter may run before the watchdog fails its stream (and only it);
-    /// an inline call past it is logged as holding the node.
-    #[arg(long)]
-    pub filter_call_timeout_ms: u64,
-    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
-    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
-    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
-    #[arg(long, value_delimiter = ',')]
-    pub inline_filters: Vec<String>,
-    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// PEM file of this node's certificate (its names include canopy-node).
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM file of this node's private key (not readable by other users).
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
-    /// Plaintext instead of TLS: allowed on loopback addresses only.
-    #[arg(long)]
-    pub insecure: bool,
 }
 
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
-            node_id: String::new(),
+            common: CommonConfig::default(),
             parent: "127.0.0.1:7400".into(),
             return_after_s: 30,
             socket: canopy_wire::default_socket_path().display().to_string(),
@@ -179,48 +139,13 @@ impl Default for AgentConfig {
                 .map(|k| k.name().to_string())
                 .collect(),
             sample_period_ms: 0,
-            metrics_listen: String::new(),
-            log_format: LogFormat::Text,
-            worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
-            memory_budget_mb: canopy_runtime::memory::DEFAULT_MEMORY_BUDGET_MB,
-            filter_path: Vec::new(),
-            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
-            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
-                .iter()
-                .map(|f| f.to_string())
-                .collect(),
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            insecure: false,
-        }
-    }
-}
-
-impl AgentConfig {
-    /// The TLS keys, as the runtime checks and loads them.
-    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
-        canopy_runtime::tls::TlsFiles {
-            ca: self.tls_ca.clone(),
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            insecure: self.insecure,
         }
     }
 }
 
 impl canopy_runtime::daemon::DaemonConfig for AgentConfig {
-    fn log_format(&self) -> LogFormat {
-        self.log_format
-    }
-    fn node_id(&self) -> &str {
-        &self.node_id
-    }
-    fn worker_threads(&self) -> usize {
-        self.worker_threads
-    }
-    fn memory_budget_mb(&self) -> u64 {
-        self.memory_budget_mb
+    fn common(&self) -> &CommonConfig {
+        &self.common
     }
 }
 
@@ -261,18 +186,8 @@ pub const MAX_SIMULATED_SLOTS: u64 = 1 << 24;
 
 impl CheckConfig for AgentConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
-        canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
-        canopy_runtime::memory::check(self.memory_budget_mb)?;
-        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
-            return Err(ConfigIssue::new(
-                "filter_call_timeout_ms",
-                "must be between 10 and 3600000 (an hour)",
-            ));
-        }
+        self.common.check()?;
         canopy_runtime::config::check_parents("parent", &self.parent)?;
-        if !self.metrics_listen.is_empty() {
-            check_addr("metrics_listen", &self.metrics_listen)?;
-        }
         if self.simulate_ranks == 0 && self.socket == "none" {
             return Err(ConfigIssue::new(
                 "socket",
@@ -357,8 +272,12 @@ impl CheckConfig for AgentConfig {
         // Last: a wrong value elsewhere is the more useful message.
         let parents = canopy_runtime::config::parents(&self.parent);
         let addrs: Vec<(&str, &str)> = parents.iter().map(|p| ("parent", p.as_str())).collect();
-        self.tls().check(&addrs)?;
+        self.common.tls().check(&addrs)?;
         Ok(())
+    }
+
+    fn common_mut(&mut self) -> Option<&mut CommonConfig> {
+        Some(&mut self.common)
     }
 }
 
@@ -394,13 +313,13 @@ const LINK_DRAIN: Duration = Duration::from_secs(5);
 /// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
-    let node_id = if config.node_id.is_empty() {
+    let node_id = if config.common.node_id.is_empty() {
         canopy_runtime::daemon::default_node_id("agent", "")
     } else {
-        config.node_id.clone()
+        config.common.node_id.clone()
     };
     canopy_runtime::telemetry::set_node("agent", &node_id);
-    let tls = config.tls().load()?;
+    let tls = config.common.tls().load()?;
     let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
     let simulator = Simulator::new(SimConfig {
         scenario,
@@ -431,23 +350,23 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     let node_config = NodeConfig {
         node_id: node_id.clone(),
         kind: NodeKind::Agent,
-        filters: canopy_core::plugin::filters_from(&config.filter_path),
+        filters: canopy_core::plugin::filters_from(&config.common.filter_path),
         // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
         max_rounds_in_flight: 64,
         role: RoleConfig::Leaf(LeafOptions {
             control: control_tx,
             hold_dumps: config.hold_dumps,
-            hold_bytes: canopy_runtime::memory::share(config.memory_budget_mb),
+            hold_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
             sampler,
         }),
         status_interval: STATUS_INTERVAL,
     };
     let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
-    node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
-    node.set_inline_filters(&config.inline_filters);
-    if !config.metrics_listen.is_empty() {
+    node.set_filter_call_timeout(Duration::from_millis(config.common.filter_call_timeout_ms));
+    node.set_inline_filters(&config.common.inline_filters);
+    if !config.common.metrics_listen.is_empty() {
         canopy_core::metrics::spawn(
-            &config.metrics_listen,
+            &config.common.metrics_listen,
             &node_id,
             handles.snapshot.clone(),
             Vec::new(),
@@ -467,7 +386,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         tls: tls.map(|t| t.client()),
         run: canopy_core::run::RunId::default(),
         return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
-        kept_bytes: canopy_runtime::memory::share(config.memory_budget_mb),
+        kept_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
     };
     let mut link = tokio::spawn(link.run());
     let schedule = Schedule {

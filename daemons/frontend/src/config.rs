@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use canopy_proto::v1::SyncMode;
-use canopy_runtime::config::{CheckConfig, ConfigIssue, LogFormat, check_addr};
+use canopy_runtime::common::CommonConfig;
+use canopy_runtime::config::{CheckConfig, ConfigIssue, check_addr};
 use serde::{Deserialize, Serialize};
 
 use crate::{kafka, selection};
@@ -14,11 +15,12 @@ const MAX_METRICS_TOP_EVENTS: usize = 1000;
 /// The front-end's configuration (`[frontend]` in canopy.toml, `CANOPY_FRONTEND_*`, and a `--kebab-case` flag
 /// per key).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct FrontendConfig {
-    /// This node's id.
-    #[arg(long)]
-    pub node_id: String,
+    /// The keys every daemon has.
+    #[serde(flatten, skip_deserializing)]
+    #[command(flatten)]
+    pub common: CommonConfig,
     /// The one port for the tree, health and reflection, ip:port.
     #[arg(long)]
     pub listen: String,
@@ -87,36 +89,6 @@ pub struct FrontendConfig {
     /// by before it exits (0: it does not wait).
     #[arg(long)]
     pub subscriber_drain_ms: u64,
-    /// Serve Prometheus metrics (`/metrics`) and a health check (`/health`) over HTTP at this ip:port (port 0
-    /// picks a free one). Empty: no endpoint. Plain HTTP and read-only: bind it to a management network.
-    #[arg(long)]
-    pub metrics_listen: String,
-    /// Log lines as text or as one JSON object each.
-    #[arg(long, value_enum)]
-    pub log_format: LogFormat,
-    /// Threads that run the daemon's tasks. One (the default) hands a message from task to task on the same
-    /// thread, with no wake-up of another; more let a node with many children or clients use more cores.
-    #[arg(long)]
-    pub worker_threads: usize,
-    /// The memory this daemon may use, in MiB: the buffers that grow with load (the copies of what it sent up,
-    /// kept until the root has them; at the front-end, rounds its store could not write yet) each take a quarter
-    /// at most, and a resident size past it is logged.
-    #[arg(long)]
-    pub memory_budget_mb: u64,
-    /// Directories searched for filter plugins (libcanopy_filter_<name>.so), in order; colon-separated as a
-    /// flag. Empty: the directory of the running executable, PREFIX/lib/canopy/filters and
-    /// PREFIX/lib64/canopy/filters beside its bin/, then /usr/lib/canopy/filters and /usr/lib64/canopy/filters.
-    #[arg(long, value_delimiter = ':')]
-    pub filter_path: Vec<PathBuf>,
-    /// Milliseconds one call into a contained filter may run before the watchdog fails its stream (and only it);
-    /// an inline call past it is logged as holding the node.
-    #[arg(long)]
-    pub filter_call_timeout_ms: u64,
-    /// Filters run inline, on the node's own task; every other one runs contained, on a thread per stream, where
-    /// a hang fails only its stream. Inline saves a hand-off between threads per call, but a hang holds the node.
-    /// Default: the filters Canopy ships. Comma-separated as a flag; empty: every filter contained.
-    #[arg(long, value_delimiter = ',')]
-    pub inline_filters: Vec<String>,
     /// Continue the latest run's store under `out` if the front-end that wrote it did not end it (it crashed or
     /// was killed): the same file, the same stream ids. A run that ended is never continued.
     #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -125,7 +97,7 @@ pub struct FrontendConfig {
     /// has no tree left to continue it (nodes keep what they sent for 300 s), and a tree started now is new.
     #[arg(long)]
     pub resume_within_s: u64,
-    /// Written once serving: `addr=HOST:PORT` and `store=PATH` lines.
+    /// Written once serving: `addr=HOST:PORT`, `store=PATH` and (with `metrics_listen`) `metrics=HOST:PORT` lines.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
     /// Connections this node's port keeps open at once; more are closed as they come.
@@ -140,18 +112,6 @@ pub struct FrontendConfig {
     /// read or control; not readable by other users.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// PEM file of the CA every certificate of the tree chains to (`canopy certs` makes one).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// PEM file of this node's certificate (its names include canopy-node).
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM file of this node's private key (not readable by other users).
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
-    /// Plaintext instead of TLS: allowed on loopback addresses only.
-    #[arg(long)]
-    pub insecure: bool,
     /// Kafka brokers (host:port, comma-separated as a flag) to publish every stored round to, each exactly once
     /// (docs/kafka.md). Empty: no export.
     #[arg(long, value_delimiter = ',')]
@@ -239,7 +199,10 @@ impl clap::Args for StreamParams {
 impl Default for FrontendConfig {
     fn default() -> Self {
         Self {
-            node_id: "frontend".into(),
+            common: CommonConfig {
+                node_id: "frontend".into(),
+                ..CommonConfig::default()
+            },
             listen: "0.0.0.0:7400".into(),
             out: "canopy-out".into(),
             streams: vec!["stats".into()],
@@ -260,26 +223,12 @@ impl Default for FrontendConfig {
             subscriber_buffer: 1024,
             metrics_top_events: 10,
             subscriber_drain_ms: 10_000,
-            metrics_listen: String::new(),
-            log_format: LogFormat::Text,
-            worker_threads: canopy_runtime::daemon::DEFAULT_WORKER_THREADS,
-            memory_budget_mb: canopy_runtime::memory::DEFAULT_MEMORY_BUDGET_MB,
-            filter_path: Vec::new(),
-            filter_call_timeout_ms: canopy_core::node::DEFAULT_FILTER_CALL_TIMEOUT.as_millis() as u64,
-            inline_filters: canopy_core::plugin::BUNDLED_FILTERS
-                .iter()
-                .map(|f| f.to_string())
-                .collect(),
             ready_file: None,
             max_connections: canopy_runtime::net::DEFAULT_MAX_CONNECTIONS,
             store_retry_mb: 0,
             token_file: None,
             resume: true,
             resume_within_s: 300,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            insecure: false,
             kafka_brokers: Vec::new(),
             kafka_topic_prefix: kafka::DEFAULT_TOPIC_PREFIX.into(),
             kafka_replication_factor: 1,
@@ -292,37 +241,15 @@ impl Default for FrontendConfig {
     }
 }
 
-impl FrontendConfig {
-    /// The TLS keys, as the runtime checks and loads them.
-    pub fn tls(&self) -> canopy_runtime::tls::TlsFiles {
-        canopy_runtime::tls::TlsFiles {
-            ca: self.tls_ca.clone(),
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            insecure: self.insecure,
-        }
-    }
-}
-
 impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
-    fn log_format(&self) -> LogFormat {
-        self.log_format
-    }
-    fn node_id(&self) -> &str {
-        &self.node_id
-    }
-    fn worker_threads(&self) -> usize {
-        self.worker_threads
-    }
-    fn memory_budget_mb(&self) -> u64 {
-        self.memory_budget_mb
+    fn common(&self) -> &CommonConfig {
+        &self.common
     }
 }
 
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
-        canopy_runtime::daemon::check_worker_threads(self.worker_threads)?;
-        canopy_runtime::memory::check(self.memory_budget_mb)?;
+        self.common.check()?;
         let modules = canopy_proto::v1::Options {
             modules: self.modules.clone(),
             ..Default::default()
@@ -330,18 +257,9 @@ impl CheckConfig for FrontendConfig {
         if let Err(e) = canopy_core::options::Measure::from_options(&modules) {
             return Err(ConfigIssue::new("modules", e.to_string()));
         }
-        if !(10..=3_600_000).contains(&self.filter_call_timeout_ms) {
-            return Err(ConfigIssue::new(
-                "filter_call_timeout_ms",
-                "must be between 10 and 3600000 (an hour)",
-            ));
-        }
         check_addr("listen", &self.listen)?;
         canopy_runtime::outdir::check_out_dir(&self.out).map_err(|e| ConfigIssue::new("out", e))?;
-        if !self.metrics_listen.is_empty() {
-            check_addr("metrics_listen", &self.metrics_listen)?;
-        }
-        if self.insecure && self.token_file.is_some() {
+        if self.common.insecure && self.token_file.is_some() {
             return Err(ConfigIssue::new(
                 "token_file",
                 "bearer tokens need TLS: on a plaintext port every caller is admitted",
@@ -357,7 +275,7 @@ impl CheckConfig for FrontendConfig {
             return Err(ConfigIssue::new("max_connections", "must be at least 1"));
         }
         // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
-        let filters = canopy_core::plugin::filters_from(&self.filter_path);
+        let filters = canopy_core::plugin::filters_from(&self.common.filter_path);
         let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
         for (i, name) in self.streams.iter().enumerate() {
             let info = filters
@@ -428,8 +346,12 @@ impl CheckConfig for FrontendConfig {
         }
         kafka::check(self)?;
         // Last: a wrong value elsewhere is the more useful message.
-        self.tls().check(&[("listen", &self.listen)])?;
+        self.common.tls().check(&[("listen", &self.listen)])?;
         Ok(())
+    }
+
+    fn common_mut(&mut self) -> Option<&mut CommonConfig> {
+        Some(&mut self.common)
     }
 }
 

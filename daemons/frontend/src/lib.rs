@@ -96,9 +96,9 @@ pub enum Ended {
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
-        canopy_runtime::telemetry::set_node("frontend", &config.node_id);
+        canopy_runtime::telemetry::set_node("frontend", &config.common.node_id);
         // Credentials and the port first: a front-end that cannot serve leaves no empty run behind.
-        let tls = config.tls().load()?;
+        let tls = config.common.tls().load()?;
         let gate = match (&tls, &config.token_file) {
             (None, _) => canopy_runtime::auth::Gate::open(),
             (Some(_), None) => canopy_runtime::auth::Gate::new(Default::default()),
@@ -131,9 +131,9 @@ impl Frontend {
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
-        store.set_meta("node_id", &config.node_id)?;
+        store.set_meta("node_id", &config.common.node_id)?;
         store.put_node(&canopy_proto::v1::NodeEvent {
-            node_id: config.node_id.clone(),
+            node_id: config.common.node_id.clone(),
             kind: NodeKind::Frontend as i32,
             state: canopy_proto::v1::NodeState::Attached as i32,
             address: addr.to_string(),
@@ -175,12 +175,12 @@ impl Frontend {
             .unwrap_or(0)
             .max(plan.open.iter().map(|s| s.stream_id).max().unwrap_or(0))
             + 1;
-        let filters = canopy_core::plugin::filters_from(&config.filter_path);
+        let filters = canopy_core::plugin::filters_from(&config.common.filter_path);
         let shared = State::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
         // results misses nothing in between.
         let retry_bytes = match config.store_retry_mb {
-            0 => canopy_runtime::memory::share(config.memory_budget_mb),
+            0 => canopy_runtime::memory::share(config.common.memory_budget_mb),
             mb => mb << 20,
         };
         let app_metrics = Arc::new(app_metrics::AppMetrics::new(config.metrics_top_events));
@@ -200,7 +200,7 @@ impl Frontend {
             app_metrics: app_metrics.clone(),
         };
         let node_config = NodeConfig {
-            node_id: config.node_id.clone(),
+            node_id: config.common.node_id.clone(),
             kind: NodeKind::Frontend,
             filters: filters.clone(),
             max_rounds_in_flight: config.max_rounds_in_flight,
@@ -223,8 +223,8 @@ impl Frontend {
             status_interval: STATUS_INTERVAL,
         };
         let (mut node, handles) = Node::new(node_config, up);
-        node.set_filter_call_timeout(Duration::from_millis(config.filter_call_timeout_ms));
-        node.set_inline_filters(&config.inline_filters);
+        node.set_filter_call_timeout(Duration::from_millis(config.common.filter_call_timeout_ms));
+        node.set_inline_filters(&config.common.inline_filters);
         Ok(Self {
             config,
             listener,
@@ -307,7 +307,7 @@ impl Frontend {
         let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
             .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
         let tree = TreeService::new(
-            config.node_id.clone(),
+            config.common.node_id.clone(),
             handles.inputs.clone(),
             handles.window.clone(),
         )
@@ -353,14 +353,14 @@ impl Frontend {
         );
         let mut ready = canopy_runtime::ready::Ready::serving(addr);
         ready.store = Some(store_path.clone());
-        if !config.metrics_listen.is_empty() {
+        if !config.common.metrics_listen.is_empty() {
             let names = {
                 let shared = shared.clone();
                 move || shared.names_map()
             };
             let at = canopy_core::metrics::spawn(
-                &config.metrics_listen,
-                &config.node_id,
+                &config.common.metrics_listen,
+                &config.common.node_id,
                 handles.snapshot.clone(),
                 std::iter::once(app_metrics.collector(names))
                     .chain(export.as_ref().map(kafka::Export::collector))

@@ -48,6 +48,12 @@ impl ConfigIssue {
 pub trait CheckConfig {
     /// The first key that cannot be used, and why.
     fn check(&self) -> Result<(), ConfigIssue>;
+
+    /// The keys every daemon has, when this configuration flattens them in (`#[serde(flatten,
+    /// skip_deserializing)]`): [`load`] reads them from the same layers.
+    fn common_mut(&mut self) -> Option<&mut crate::common::CommonConfig> {
+        None
+    }
 }
 
 /// Command-line flags as a figment provider, so errors name them as flags.
@@ -72,7 +78,7 @@ where
     F: Serialize,
 {
     let figment = layers::<T, F>(role, file, flags)?;
-    let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
+    let config: T = extract(role, &figment)?;
     config.check().map_err(|issue| {
         let md = find_metadata(&figment, &issue.key);
         ConfigError {
@@ -93,7 +99,7 @@ where
     F: Serialize,
 {
     let figment = layers::<T, F>(role, file, flags)?;
-    let config: T = figment.extract().map_err(|e| from_figment(role, &figment, e))?;
+    let config: T = extract(role, &figment)?;
     let keys = keys_of(&config).map_err(|message| ConfigError {
         key: String::new(),
         source_name: "defaults".into(),
@@ -124,6 +130,33 @@ where
         out.push_str(&format!("# {key} is not set\n"));
     }
     Ok(out)
+}
+
+/// The configuration the layers give: no key it does not have, its own keys and then the common ones read.
+fn extract<T>(role: &str, figment: &Figment) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default + CheckConfig,
+{
+    let known = keys_of(&T::default()).map_err(|message| ConfigError {
+        key: String::new(),
+        source_name: "defaults".into(),
+        message,
+    })?;
+    let given: Dict = figment.extract().map_err(|e| from_figment(role, figment, e))?;
+    if let Some(found) = given.keys().find(|k| !known.contains_key(*k)) {
+        let md = figment.find_metadata(found);
+        let expected: Vec<&str> = known.keys().map(String::as_str).collect();
+        return Err(ConfigError {
+            key: qualify(role, md, found),
+            source_name: describe(md, role, found),
+            message: unknown_key(role, md, found, &expected),
+        });
+    }
+    let mut config: T = figment.extract().map_err(|e| from_figment(role, figment, e))?;
+    if let Some(common) = config.common_mut() {
+        *common = figment.extract().map_err(|e| from_figment(role, figment, e))?;
+    }
+    Ok(config)
 }
 
 /// The keys given on the command line, with their values: the flags layer of [`load`]. `C` is the config struct,
@@ -482,14 +515,14 @@ mod tests {
         assert_eq!(e.key, "demo.rank");
         assert_eq!(
             e.message,
-            "unknown key rank (did you mean ranks? valid keys of [demo]: ranks, parent)"
+            "unknown key rank (did you mean ranks? valid keys of [demo]: parent, ranks)"
         );
         // Nothing near: the valid keys alone.
         let f = file("[demo]\nfanout = 3\n");
         let e = load::<Demo, _>("demo", Some(f.path()), &DemoFlags::default()).unwrap_err();
         assert_eq!(
             e.message,
-            "unknown key fanout (valid keys of [demo]: ranks, parent)"
+            "unknown key fanout (valid keys of [demo]: parent, ranks)"
         );
         // A syntax error has no key: the file is named as what is wrong, with the line and column.
         let f = file("[demo\nranks = 3\n");

@@ -74,8 +74,8 @@ where
             return ExitCode::SUCCESS;
         }
     }
-    crate::telemetry::init_daemon(role, config.node_id(), log, "info");
-    crate::memory::watch(config.memory_budget_mb());
+    crate::telemetry::init_daemon(role, &config.common().node_id, log, "info");
+    crate::memory::watch(config.common().memory_budget_mb);
     match crate::net::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open descriptors"),
         Err(e) => tracing::warn!("cannot raise the limit on open descriptors: {e}"),
@@ -101,7 +101,7 @@ where
             Err(_) => std::future::pending().await,
         }
     };
-    let workers = config.worker_threads();
+    let workers = config.common().worker_threads;
     let daemon = move || run(config, shutdown);
     let ended = match workers {
         1 => on_one_thread(daemon, force),
@@ -265,13 +265,9 @@ pub enum DaemonCommand {
 pub trait DaemonConfig:
     serde::de::DeserializeOwned + serde::Serialize + Default + crate::config::CheckConfig + clap::Args
 {
-    fn log_format(&self) -> LogFormat;
-    /// The node's id when the configuration gives it (empty: the daemon names it once it runs).
-    fn node_id(&self) -> &str;
-    /// The runtime's worker threads.
-    fn worker_threads(&self) -> usize;
-    /// The daemon's memory budget in MiB (`memory_budget_mb`), watched against its resident size.
-    fn memory_budget_mb(&self) -> u64;
+    /// The keys every daemon has: its log format, node id (empty: the daemon names it once it runs), worker
+    /// threads and memory budget (watched against its resident size) among them.
+    fn common(&self) -> &crate::common::CommonConfig;
 }
 
 /// A daemon's command line: [`DaemonArgs`] and one flag per key of its config struct `C`. Every flag is
@@ -300,7 +296,7 @@ where
     let args = DaemonArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let flags = crate::config::flags_given::<C>(&matches).unwrap_or_else(|e| e.exit());
     let loaded = crate::config::load::<C, _>(role, args.config.as_deref(), &flags);
-    let log = loaded.as_ref().map(DaemonConfig::log_format).unwrap_or_default();
+    let log = loaded.as_ref().map(|c| c.common().log_format).unwrap_or_default();
     let validate = match args.command {
         Some(DaemonCommand::Validate { print: false }) => Validate::Check,
         Some(DaemonCommand::Validate { print: true }) if loaded.is_ok() => {

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod common;
 pub mod config;
 pub mod daemon;
 pub mod exporter;

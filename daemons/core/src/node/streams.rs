@@ -27,8 +27,7 @@ use crate::filter::{FilterFactory, Level};
 /// run (a stopped process, a starved one) rather than that the call is stuck.
 const NODE_PAUSE: Duration = Duration::from_secs(1);
 
-/// The default filter-call time-out (`filter_call_timeout_ms`).
-pub const DEFAULT_FILTER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub use canopy_runtime::common::DEFAULT_FILTER_CALL_TIMEOUT;
 
 /// Calls that may wait for a stream's filter; one more fails the stream (its filter does not keep up). As many as
 /// the node's input queue holds, so a burst the node took in (a don't-wait stream's pieces, one call each) fits.
