@@ -15,8 +15,8 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canopy_core::node::{LeafOptions, Node, NodeConfig, NodeError, ParentUp, RoleConfig};
-use canopy_core::transport::ParentLink;
+use canopy_core::assembly::Assembly;
+use canopy_core::node::{LeafOptions, NodeError, ParentUp, RoleConfig};
 use canopy_proto::v1::{NodeKind, control};
 use canopy_runtime::common::CommonConfig;
 use canopy_runtime::config::{CheckConfig, ConfigIssue};
@@ -295,9 +295,6 @@ pub enum AgentError {
     Metrics(std::io::Error),
 }
 
-/// How often the agent's node reports its figures (up the tree, to the metrics endpoint and the watchdog).
-const STATUS_INTERVAL: Duration = Duration::from_secs(1);
-
 impl canopy_runtime::daemon::IsRefusal for AgentError {
     fn is_refusal(&self) -> bool {
         matches!(
@@ -307,19 +304,13 @@ impl canopy_runtime::daemon::IsRefusal for AgentError {
     }
 }
 
-/// How long a finished agent waits for its link to deliver its last messages.
-const LINK_DRAIN: Duration = Duration::from_secs(5);
-
 /// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
-    let node_id = if config.common.node_id.is_empty() {
+    let assembly = Assembly::new("agent", &config.common, || {
         canopy_runtime::daemon::default_node_id("agent", "")
-    } else {
-        config.common.node_id.clone()
-    };
-    canopy_runtime::telemetry::set_node("agent", &node_id);
-    let tls = config.common.tls().load()?;
+    })?;
+    let node_id = assembly.node_id().to_string();
     let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
     let simulator = Simulator::new(SimConfig {
         scenario,
@@ -347,48 +338,21 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         .map_err(AgentError::Samplers)?;
     let (control_tx, mut control_rx) = mpsc::channel::<control::Action>(16);
     let (up_tx, up_rx) = mpsc::channel(256);
-    let node_config = NodeConfig {
-        node_id: node_id.clone(),
-        kind: NodeKind::Agent,
-        filters: canopy_core::plugin::filters_from(&config.common.filter_path),
-        // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
-        max_rounds_in_flight: 64,
-        role: RoleConfig::Leaf(LeafOptions {
-            control: control_tx,
-            hold_dumps: config.hold_dumps,
-            hold_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
-            sampler,
-        }),
-        status_interval: STATUS_INTERVAL,
-    };
-    let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
-    node.set_filter_call_timeout(Duration::from_millis(config.common.filter_call_timeout_ms));
-    node.set_inline_filters(&config.common.inline_filters);
-    if !config.common.metrics_listen.is_empty() {
-        canopy_core::metrics::spawn(
-            &config.common.metrics_listen,
-            &node_id,
-            handles.snapshot.clone(),
-            Vec::new(),
-        )
+    let role = RoleConfig::Leaf(LeafOptions {
+        control: control_tx,
+        hold_dumps: config.hold_dumps,
+        hold_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
+        sampler,
+    });
+    // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
+    let (node, handles) = assembly.node(NodeKind::Agent, role, 64, ParentUp { tx: up_tx });
+    assembly
+        .watch(&handles, Vec::new())
         .await
         .map_err(AgentError::Metrics)?;
-    }
-    tokio::spawn(canopy_runtime::notify::watchdog(
-        handles.snapshot.clone(),
-        STATUS_INTERVAL,
-    ));
-    let link = ParentLink {
-        parents: canopy_runtime::config::parents(&config.parent),
-        hello: handles.hello.clone(),
-        outbound: up_rx,
-        inputs: handles.inputs.clone(),
-        tls: tls.map(|t| t.client()),
-        run: canopy_core::run::RunId::default(),
-        return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
-        kept_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
-    };
-    let mut link = tokio::spawn(link.run());
+    let run = canopy_core::run::RunId::default();
+    let link = assembly.parent_link(&config.parent, config.return_after_s, &handles, up_rx, run);
+    let link = tokio::spawn(link.run());
     let schedule = Schedule {
         period: Duration::from_millis(config.simulate_period_ms),
         rounds: config.rounds,
@@ -445,9 +409,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     }
     fanout.abort();
     // The node's way up closed with it: the link delivers what it holds, then hangs up.
-    if tokio::time::timeout(LINK_DRAIN, &mut link).await.is_err() {
-        link.abort();
-    }
+    canopy_core::assembly::drain_link(link).await;
     drop(socket_file);
     result?;
     Ok(())

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod assembly;
 pub mod engine;
 pub mod metrics;
 pub use canopy_filter_host::{filter, plugin};

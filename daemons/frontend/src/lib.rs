@@ -21,9 +21,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canopy_core::node::{Node, NodeConfig, NodeError, RoleConfig, RootHandle, RootOptions};
+use canopy_core::assembly::Assembly;
+use canopy_core::node::{Node, NodeError, RoleConfig, RootHandle, RootOptions};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode};
+use canopy_runtime::ready::Ready;
 use canopy_store::{Store, StoreError, Writer, WriterThread};
 use state::State;
 
@@ -68,9 +70,8 @@ pub struct Frontend {
     node: Node<StoreUp>,
     handles: canopy_core::node::NodeHandles,
     shared: Arc<State>,
-    filters: Arc<canopy_core::plugin::PluginFilters>,
+    assembly: Assembly,
     writer: WriterThread,
-    tls: Option<canopy_runtime::tls::Tls>,
     gate: canopy_runtime::auth::Gate,
     /// The streams of the configuration, opened at start.
     opened: Vec<StreamSpec>,
@@ -96,10 +97,9 @@ pub enum Ended {
 
 impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
-        canopy_runtime::telemetry::set_node("frontend", &config.common.node_id);
         // Credentials and the port first: a front-end that cannot serve leaves no empty run behind.
-        let tls = config.common.tls().load()?;
-        let gate = match (&tls, &config.token_file) {
+        let assembly = Assembly::new("frontend", &config.common, || "frontend".into())?;
+        let gate = match (assembly.tls(), &config.token_file) {
             (None, _) => canopy_runtime::auth::Gate::open(),
             (Some(_), None) => canopy_runtime::auth::Gate::new(Default::default()),
             (Some(_), Some(path)) => {
@@ -131,9 +131,9 @@ impl Frontend {
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
         store.set_meta("frontend_addr", &addr.to_string())?;
-        store.set_meta("node_id", &config.common.node_id)?;
+        store.set_meta("node_id", assembly.node_id())?;
         store.put_node(&canopy_proto::v1::NodeEvent {
-            node_id: config.common.node_id.clone(),
+            node_id: assembly.node_id().to_string(),
             kind: NodeKind::Frontend as i32,
             state: canopy_proto::v1::NodeState::Attached as i32,
             address: addr.to_string(),
@@ -175,7 +175,7 @@ impl Frontend {
             .unwrap_or(0)
             .max(plan.open.iter().map(|s| s.stream_id).max().unwrap_or(0))
             + 1;
-        let filters = canopy_core::plugin::filters_from(&config.common.filter_path);
+        let filters = assembly.filters();
         let shared = State::new(config.subscriber_buffer);
         // Subscribers see a result once it is committed: one that reads the store and then follows the live
         // results misses nothing in between.
@@ -199,32 +199,23 @@ impl Frontend {
             shared: shared.clone(),
             app_metrics: app_metrics.clone(),
         };
-        let node_config = NodeConfig {
-            node_id: config.common.node_id.clone(),
-            kind: NodeKind::Frontend,
-            filters: filters.clone(),
-            max_rounds_in_flight: config.max_rounds_in_flight,
-            role: RoleConfig::Root(RootOptions {
-                expect_ranks: config.expect_ranks,
-                start_timeout: (config.start_timeout_ms > 0)
-                    .then(|| Duration::from_millis(config.start_timeout_ms)),
-                streams: opened.clone(),
-                closed_below: plan.closed_below,
-                // A restart waits for the ranks its run expected, as long as the start would for announced ones.
-                resume_ranks: prior.as_ref().map_or(0, |p| p.expected_ranks),
-                resume_wait: Duration::from_millis(
-                    config.start_timeout_ms.max(u64::from(config.stream_timeout_ms)),
-                ),
-                first_free_stream_id,
-                exit_on_fin: config.exit_on_fin,
-                drain_timeout: Duration::from_millis(config.drain_timeout_ms),
-                sink: Box::new(up.clone()),
-            }),
-            status_interval: STATUS_INTERVAL,
-        };
-        let (mut node, handles) = Node::new(node_config, up);
-        node.set_filter_call_timeout(Duration::from_millis(config.common.filter_call_timeout_ms));
-        node.set_inline_filters(&config.common.inline_filters);
+        let role = RoleConfig::Root(RootOptions {
+            expect_ranks: config.expect_ranks,
+            start_timeout: (config.start_timeout_ms > 0)
+                .then(|| Duration::from_millis(config.start_timeout_ms)),
+            streams: opened.clone(),
+            closed_below: plan.closed_below,
+            // A restart waits for the ranks its run expected, as long as the start would for announced ones.
+            resume_ranks: prior.as_ref().map_or(0, |p| p.expected_ranks),
+            resume_wait: Duration::from_millis(
+                config.start_timeout_ms.max(u64::from(config.stream_timeout_ms)),
+            ),
+            first_free_stream_id,
+            exit_on_fin: config.exit_on_fin,
+            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+            sink: Box::new(up.clone()),
+        });
+        let (node, handles) = assembly.node(NodeKind::Frontend, role, config.max_rounds_in_flight, up);
         Ok(Self {
             config,
             listener,
@@ -233,9 +224,8 @@ impl Frontend {
             node,
             handles,
             shared,
-            filters,
+            assembly,
             writer,
-            tls,
             gate,
             opened,
             app_metrics,
@@ -270,9 +260,8 @@ impl Frontend {
             node,
             handles,
             shared,
-            filters,
+            assembly,
             writer,
-            tls,
             gate,
             opened,
             run,
@@ -280,6 +269,7 @@ impl Frontend {
             app_metrics,
             committed,
         } = self;
+        let filters = assembly.filters();
         let export = kafka::Export::start(&config, &store_path, committed)?;
         let known = known_filters(&filters);
         let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
@@ -307,7 +297,7 @@ impl Frontend {
         let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
             .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
         let tree = TreeService::new(
-            config.common.node_id.clone(),
+            assembly.node_id().to_string(),
             handles.inputs.clone(),
             handles.window.clone(),
         )
@@ -315,15 +305,6 @@ impl Frontend {
         let tree = match &resumed {
             Some(gate) => tree.resuming(gate.clone()),
             None => tree,
-        };
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
-            .await;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let limits = canopy_runtime::net::ListenLimits {
-            max_connections: config.max_connections,
-            ..Default::default()
         };
         let mut utilization = false;
         for spec in &opened {
@@ -338,41 +319,26 @@ impl Frontend {
             let options = shared.set_options(canopy_proto::v1::Options::default());
             RootHandle::new(handles.inputs.clone()).options(options).await;
         }
-        let (incoming, connections) = canopy_runtime::net::incoming(listener, limits);
         // A client certificate is asked for but not required: API clients may present a bearer token instead.
-        let server = tokio::spawn(
-            canopy_core::transport::server(tls.map(|t| t.server(false)), gate)?
-                .add_service(tree.into_server())
-                .add_service(api)
-                .add_service(health)
-                .add_service(reflection_v1)
-                .add_service(reflection_alpha)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                }),
-        );
-        let mut ready = canopy_runtime::ready::Ready::serving(addr);
-        ready.store = Some(store_path.clone());
-        if !config.common.metrics_listen.is_empty() {
-            let names = {
-                let shared = shared.clone();
-                move || shared.names_map()
-            };
-            let at = canopy_core::metrics::spawn(
-                &config.common.metrics_listen,
-                &config.common.node_id,
-                handles.snapshot.clone(),
-                std::iter::once(app_metrics.collector(names))
-                    .chain(export.as_ref().map(kafka::Export::collector))
-                    .collect(),
-            )
+        let routes = tonic::service::Routes::new(tree.into_server())
+            .add_service(api)
+            .add_service(reflection_v1)
+            .add_service(reflection_alpha);
+        let served = assembly
+            .serve(routes, listener, config.max_connections, false, gate)
             .await?;
-            ready.metrics = Some(at);
-        }
-        tokio::spawn(canopy_runtime::notify::watchdog(
-            handles.snapshot.clone(),
-            STATUS_INTERVAL,
-        ));
+        let names = {
+            let shared = shared.clone();
+            move || shared.names_map()
+        };
+        let collectors = std::iter::once(app_metrics.collector(names))
+            .chain(export.as_ref().map(kafka::Export::collector))
+            .collect();
+        let ready = Ready {
+            store: Some(store_path.clone()),
+            metrics: assembly.watch(&handles, collectors).await?,
+            ..Ready::serving(addr)
+        };
         if let Some(path) = &config.ready_file {
             ready.write(path)?;
         }
@@ -405,14 +371,8 @@ impl Frontend {
         shared
             .subscriptions_sent(tokio::time::Instant::now() + drain)
             .await;
-        health_reporter
-            .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
-            .await;
-        let _ = stop_tx.send(());
-        let stopped_by = tokio::time::Instant::now() + SERVER_STOP;
-        let _ = tokio::time::timeout_at(stopped_by, server).await;
         // A connection the server closed lingers until its client has read the last of it and closed it too.
-        connections.closed_by(stopped_by).await;
+        served.stop(tokio::time::Instant::now() + SERVER_STOP).await;
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
@@ -438,9 +398,6 @@ impl Frontend {
 /// How long the front-end, its run over and its subscriptions sent, waits for its server to stop and its clients
 /// to close their connections.
 const SERVER_STOP: Duration = Duration::from_secs(2);
-
-/// How often the root reports its figures (to the API's topology, the metrics endpoint and the watchdog).
-const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Every filter on the filter path at start, with the descriptors it exports: server reflection knows every
 /// service on the port and these filters' result types, so `grpcurl list`, `describe` and typed JSON of any

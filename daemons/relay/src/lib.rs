@@ -8,11 +8,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canopy_core::node::{Node, NodeConfig, NodeError, ParentUp, RoleConfig};
-use canopy_core::transport::{ParentLink, TreeService};
+use canopy_core::assembly::Assembly;
+use canopy_core::node::{NodeError, ParentUp, RoleConfig};
+use canopy_core::transport::TreeService;
 use canopy_proto::v1::NodeKind;
 use canopy_runtime::common::CommonConfig;
 use canopy_runtime::config::{CheckConfig, ConfigIssue, check_addr};
+use canopy_runtime::ready::Ready;
 use serde::{Deserialize, Serialize};
 
 /// The relay's configuration (`[relay]` in canopy.toml, `CANOPY_RELAY_*`, and a `--kebab-case` flag per key).
@@ -107,25 +109,24 @@ impl canopy_runtime::daemon::IsRefusal for RelayError {
     }
 }
 
-/// How often the relay's node reports its figures (up the tree, to the metrics endpoint and the watchdog).
-const STATUS_INTERVAL: Duration = Duration::from_secs(1);
-
 /// A relay bound to its port, ready to run.
 pub struct Relay {
     config: RelayConfig,
-    tls: Option<canopy_runtime::tls::Tls>,
+    assembly: Assembly,
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
 }
 
 impl Relay {
     pub async fn bind(config: RelayConfig) -> Result<Self, RelayError> {
-        let tls = config.common.tls().load()?;
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         let addr = listener.local_addr()?;
+        let assembly = Assembly::new("relay", &config.common, || {
+            canopy_runtime::daemon::default_node_id("relay", &addr.port().to_string())
+        })?;
         Ok(Self {
             config,
-            tls,
+            assembly,
             listener,
             addr,
         })
@@ -138,103 +139,70 @@ impl Relay {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
         let Relay {
             config,
-            tls,
+            assembly,
             listener,
             addr,
         } = self;
-        let node_id = if config.common.node_id.is_empty() {
-            canopy_runtime::daemon::default_node_id("relay", &addr.port().to_string())
-        } else {
-            config.common.node_id.clone()
-        };
-        canopy_runtime::telemetry::set_node("relay", &node_id);
+        let node_id = assembly.node_id().to_string();
         let (up_tx, up_rx) = tokio::sync::mpsc::channel(256);
-        let node_config = NodeConfig {
-            node_id: node_id.clone(),
-            kind: NodeKind::Relay,
-            filters: canopy_core::plugin::filters_from(&config.common.filter_path),
-            max_rounds_in_flight: config.max_rounds_in_flight,
-            role: RoleConfig::Relay,
-            status_interval: STATUS_INTERVAL,
-        };
-        let (mut node, handles) = Node::new(node_config, ParentUp { tx: up_tx });
-        if !config.common.metrics_listen.is_empty() {
-            canopy_core::metrics::spawn(
-                &config.common.metrics_listen,
-                &node_id,
-                handles.snapshot.clone(),
-                Vec::new(),
-            )
-            .await?;
-        }
-        tokio::spawn(canopy_runtime::notify::watchdog(
-            handles.snapshot.clone(),
-            STATUS_INTERVAL,
-        ));
+        let (mut node, handles) = assembly.node(
+            NodeKind::Relay,
+            RoleConfig::Relay,
+            config.max_rounds_in_flight,
+            ParentUp { tx: up_tx },
+        );
         node.set_listen_addr(advertised(addr));
-        node.set_filter_call_timeout(Duration::from_millis(config.common.filter_call_timeout_ms));
-        node.set_inline_filters(&config.common.inline_filters);
+        let metrics = assembly.watch(&handles, Vec::new()).await?;
         // The run this relay belongs to: learnt from its parent, given to its children.
         let run = canopy_core::run::RunId::default();
-        let link = ParentLink {
-            parents: canopy_runtime::config::parents(&config.parent),
-            hello: handles.hello.clone(),
-            outbound: up_rx,
-            inputs: handles.inputs.clone(),
-            tls: tls.as_ref().map(|t| t.client()),
-            run: run.clone(),
-            return_after: (config.return_after_s > 0).then(|| Duration::from_secs(config.return_after_s)),
-            kept_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
-        };
-        let mut link = tokio::spawn(link.run());
+        let link = assembly.parent_link(
+            &config.parent,
+            config.return_after_s,
+            &handles,
+            up_rx,
+            run.clone(),
+        );
+        let link = tokio::spawn(link.run());
         let service =
             TreeService::new(node_id.clone(), handles.inputs.clone(), handles.window.clone()).with_run(run);
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let limits = canopy_runtime::net::ListenLimits {
-            max_connections: config.max_connections,
-            ..Default::default()
-        };
         // Only the tree's daemons call a relay: a peer without a node certificate cannot finish the handshake.
-        let gate = match tls {
+        let gate = match assembly.tls() {
             Some(_) => canopy_runtime::auth::Gate::new(Default::default()),
             None => canopy_runtime::auth::Gate::open(),
         };
-        // gRPC health for load balancers and probes: serving until the node finishes.
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
-            .await;
-        let server = tokio::spawn(
-            canopy_core::transport::server(tls.map(|t| t.server(true)), gate)?
-                .add_service(service.into_server())
-                .add_service(health)
-                .serve_with_incoming_shutdown(canopy_runtime::net::incoming(listener, limits).0, async {
-                    let _ = stop_rx.await;
-                }),
-        );
+        let served = assembly
+            .serve(
+                tonic::service::Routes::new(service.into_server()),
+                listener,
+                config.max_connections,
+                true,
+                gate,
+            )
+            .await?;
         if let Some(path) = &config.ready_file {
-            canopy_runtime::ready::Ready::serving(addr).write(path)?;
+            Ready {
+                metrics,
+                ..Ready::serving(addr)
+            }
+            .write(path)?;
         }
         tracing::info!(node = %node_id, %addr, parent = %config.parent, "relay serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, parent {}", config.parent));
         drop(handles);
         let result = node.run(shutdown).await;
-        health_reporter
-            .set_not_serving::<canopy_proto::v1::tree_server::TreeServer<TreeService>>()
-            .await;
-        let _ = stop_tx.send(());
-        // The node's way up closed with it: the link delivers what it holds, then hangs up.
-        if tokio::time::timeout(Duration::from_secs(5), &mut link)
-            .await
-            .is_err()
-        {
-            link.abort();
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+        // The node's way up closed with it: the link delivers what it holds, then hangs up, while the port
+        // stops taking calls.
+        tokio::join!(
+            canopy_core::assembly::drain_link(link),
+            served.stop(tokio::time::Instant::now() + SERVER_STOP)
+        );
         result?;
         Ok(())
     }
 }
+
+/// How long the relay, its node finished, waits for its server to stop.
+const SERVER_STOP: Duration = Duration::from_secs(2);
 
 /// Runs a relay until `shutdown` completes or the tree finishes.
 pub async fn run(config: RelayConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), RelayError> {
