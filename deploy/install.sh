@@ -172,7 +172,7 @@ done
 "$target/canopy" completions bash > "$datadir/bash-completion/completions/canopy"
 "$target/canopy" completions zsh > "$datadir/zsh/site-functions/_canopy"
 "$target/canopy" completions fish > "$datadir/fish/vendor_completions.d/canopy.fish"
-"$target/canopy" man --out "$mandir"
+"$target/canopy" man -o "$mandir"
 chmod 0644 "$datadir/bash-completion/completions/canopy" "$datadir/zsh/site-functions/_canopy" \
     "$datadir/fish/vendor_completions.d/canopy.fish" "$mandir"/canopy*.1
 for unit in "$root"/deploy/systemd/*.service; do

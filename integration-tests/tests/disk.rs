@@ -191,7 +191,7 @@ fn a_frontend_and_canopy_up_refuse_to_start_on_a_full_disk() {
     let err = String::from_utf8_lossy(&up.stderr);
     assert!(!up.status.success(), "{err}");
     assert!(
-        err.contains(&format!("--out: {} has 0 bytes free", disk.0.display())),
+        err.contains(&format!("--output: {} has 0 bytes free", disk.0.display())),
         "{err}"
     );
     // A read-only directory, named as such.

@@ -38,7 +38,13 @@ pub enum CertsCmd {
         #[arg(long, default_value_t = 365)]
         days: u32,
         /// Where the files go.
-        #[arg(long, default_value = ".")]
+        #[arg(
+            short = 'o',
+            long = "output",
+            visible_alias = "out",
+            value_name = "DIR",
+            default_value = "."
+        )]
         out: PathBuf,
         /// Replace files that exist.
         #[arg(long)]

@@ -19,7 +19,7 @@ pub struct CompletionsArgs {
 pub struct ManArgs {
     /// Write one page per command and subcommand (canopy.1, canopy-up.1, canopy-streams-list.1, ...) into this
     /// directory, made if absent. Without it the page of `canopy` itself is printed.
-    #[arg(long, value_name = "DIR")]
+    #[arg(short = 'o', long = "output", visible_alias = "out", value_name = "DIR")]
     out: Option<PathBuf>,
 }
 

@@ -20,7 +20,13 @@ use crate::launcher::{Launcher, ranks_asked, warn_of_other_hosts, which};
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Directory for the run's SQLite store, its report and the daemons' logs.
-    #[arg(long, default_value = "canopy-out")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "out",
+        value_name = "DIR",
+        default_value = "canopy-out"
+    )]
     out: PathBuf,
     /// Filters to run as streams over the program's ranks, comma-separated.
     #[arg(long, default_value = "stats,outliers", value_delimiter = ',')]
@@ -84,7 +90,7 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     warn_of_other_hosts(launcher, &args.command);
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
-    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
+    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--output: {e}"))?;
     let wrapper = match args.no_wrapper {
         true => None,
         false => wrapper(&args, &bin_dir, launcher)?,

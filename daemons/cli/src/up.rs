@@ -41,7 +41,13 @@ pub struct UpArgs {
     #[arg(long)]
     time_rounds: bool,
     /// Directory for the run's SQLite store and the daemons' logs.
-    #[arg(long, default_value = "canopy-out")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "out",
+        value_name = "DIR",
+        default_value = "canopy-out"
+    )]
     out: PathBuf,
     /// Filters to run as streams over the same ranks, comma-separated.
     #[arg(long, default_value = "stats", value_delimiter = ',')]
@@ -134,7 +140,7 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let bin_dir = binaries_dir()?;
     check_plants(&bin_dir, &args.plant)?;
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
-    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--out: {e}"))?;
+    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--output: {e}"))?;
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
@@ -148,178 +154,225 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         ),
     };
 
+    let tree = LocalTree {
+        args: &args,
+        topology: &topology,
+        bin_dir: &bin_dir,
+        logs: &logs,
+        ready_dir: &ready_dir,
+        creds: creds.as_ref(),
+        security: security_flags(creds.as_ref()),
+    };
     let mut daemons: Vec<Daemon> = Vec::new();
-    let result = launch_and_watch(
-        &args,
-        &topology,
-        &leaves,
-        &bin_dir,
-        &logs,
-        &ready_dir,
-        creds.as_ref(),
-        &mut daemons,
-    )
-    .await;
+    let result = tree.launch_and_watch(&leaves, &mut daemons).await;
     // Whatever happened, leave no process behind.
     stop_all(&mut daemons).await;
     let _ = std::fs::remove_dir_all(&ready_dir);
     result
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn launch_and_watch(
-    args: &UpArgs,
-    topology: &Topology,
-    leaves: &[NodeName],
-    bin_dir: &Path,
-    logs: &Path,
-    ready_dir: &Path,
-    creds: Option<&canopy_runtime::tls::Credentials>,
-    daemons: &mut Vec<Daemon>,
-) -> anyhow::Result<ExitCode> {
-    let security = security_flags(creds);
-    let root = topology.root().clone();
-    let fe_ready = ready_dir.join("frontend");
-    let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
-    fe.args([
-        "--node-id",
-        &root.to_string(),
-        "--listen",
-        "127.0.0.1:0",
-        "--exit-on-fin",
-        if args.keep { "false" } else { "true" },
-        // Every `canopy up` is a run of its own, even after one that was killed.
-        "--resume",
-        "false",
-    ])
-    .args(["--out".to_string(), args.out.display().to_string()])
-    .args(["--streams", &args.filters.join(",")])
-    .args(["--time-rounds", if args.time_rounds { "true" } else { "false" }])
-    .args(
-        args.filter_params
-            .iter()
-            .flat_map(|p| ["--stream-params", p.as_str()]),
-    )
-    .args([
-        "--expect-ranks",
-        &args.ranks.to_string(),
-        "--stream-timeout-ms",
-        &args.timeout_ms.to_string(),
-    ])
-    .args(["--ready-file".to_string(), fe_ready.display().to_string()])
-    .args(
-        (!args.kafka_brokers.is_empty())
-            .then(|| ["--kafka-brokers".to_string(), args.kafka_brokers.join(",")])
-            .into_iter()
-            .flatten(),
-    )
-    .args(security.iter().cloned());
-    if let Some(c) = creds {
-        fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
-    }
-    daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
-    let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
-    let fe_addr = ready.addr.to_string();
-    let store = ready.store.context("the front-end's ready file names no store")?;
+/// A local tree as `canopy up` lays it out: what every step of its launch and watch reads.
+struct LocalTree<'a> {
+    args: &'a UpArgs,
+    topology: &'a Topology,
+    bin_dir: &'a Path,
+    logs: &'a Path,
+    ready_dir: &'a Path,
+    creds: Option<&'a canopy_runtime::tls::Credentials>,
+    /// The TLS flags every daemon takes.
+    security: Vec<String>,
+}
 
-    let mut addr_of: HashMap<NodeName, String> = HashMap::new();
-    addr_of.insert(root.clone(), fe_addr.clone());
-    let relays: Vec<NodeName> = topology
-        .nodes()
-        .filter(|n| **n != root && !topology.children(n).is_empty())
-        .cloned()
-        .collect();
-    for relay in &relays {
-        topology.parent(relay).context("relay without parent")?;
-        let ready_file = ready_dir.join(format!("relay-{}", daemons.len()));
-        let mut cmd = Launch::new(bin_dir.join("canopy-relay"));
-        cmd.args([
+impl LocalTree<'_> {
+    /// Starts the front-end, the relays and the agents, says where the tree is, watches the run to its end (or a
+    /// signal) and prints its summary.
+    async fn launch_and_watch(
+        &self,
+        leaves: &[NodeName],
+        daemons: &mut Vec<Daemon>,
+    ) -> anyhow::Result<ExitCode> {
+        let (fe_addr, store) = self.start_frontend(daemons).await?;
+        let mut addr_of: HashMap<NodeName, String> = HashMap::new();
+        addr_of.insert(self.topology.root().clone(), fe_addr.clone());
+        let relays = self.start_relays(&mut addr_of, daemons).await?;
+        self.start_agents(leaves, &addr_of, daemons)?;
+        self.print_where(&fe_addr, &store, relays, leaves.len());
+        let interrupted = self.watch(&store, daemons).await?;
+        // Agents and relays leave after the front-end's fin-ack.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for d in daemons.iter_mut().skip(1) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            d.wait_reaped(left).await;
+        }
+        self.print_summary(&store, daemons, interrupted)?;
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// The front-end, once it is ready: its address and the run's store.
+    async fn start_frontend(&self, daemons: &mut Vec<Daemon>) -> anyhow::Result<(String, PathBuf)> {
+        let args = self.args;
+        let fe_ready = self.ready_dir.join("frontend");
+        let mut fe = Launch::new(self.bin_dir.join("canopy-frontend"));
+        fe.args([
             "--node-id",
-            &relay.to_string(),
+            &self.topology.root().to_string(),
             "--listen",
             "127.0.0.1:0",
-            "--parent",
-            &parents(topology, relay, &addr_of),
+            "--exit-on-fin",
+            if args.keep { "false" } else { "true" },
+            // Every `canopy up` is a run of its own, even after one that was killed.
+            "--resume",
+            "false",
         ])
-        .args(["--ready-file".to_string(), ready_file.display().to_string()])
-        .args(security.iter().cloned());
-        daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, logs)?);
-        let n = daemons.len() - 1;
-        let addr = wait_ready(&ready_file, &mut daemons[n]).await?.addr.to_string();
-        // Started again, it listens where its children look for it.
-        daemons[n].launch.set("--listen", &addr);
-        addr_of.insert(relay.clone(), addr);
-    }
-    let per = args.ranks / leaves.len() as u32;
-    let extra = args.ranks % leaves.len() as u32;
-    let ranks_of = |i: usize| per + u32::from((i as u32) < extra);
-    let apps = agent_apps(&args.scenario, leaves.len())?;
-    let mut offsets: HashMap<&str, u32> = HashMap::new();
-    for (i, agent) in leaves.iter().enumerate() {
-        let n = ranks_of(i);
-        let app = apps[i];
-        // Each application numbers its own ranks from 0.
-        let offset = *offsets.entry(app).or_default();
-        let total: u32 = (0..leaves.len()).filter(|&j| apps[j] == app).map(ranks_of).sum();
-        topology.parent(agent).context("agent without parent")?;
-        let mut cmd = Launch::new(bin_dir.join("canopy-agent"));
-        let socket = match (&args.socket, i) {
-            (Some(path), 0) => path.display().to_string(),
-            _ => "none".to_string(),
-        };
-        cmd.args(security.iter().cloned())
-            .args([
-                "--node-id",
-                &agent.to_string(),
-                "--parent",
-                &parents(topology, agent, &addr_of),
-            ])
-            .args(["--socket", &socket])
-            .args([
-                "--simulate-ranks",
-                &n.to_string(),
-                "--rank-offset",
-                &offset.to_string(),
-            ])
-            .args(["--app", app])
-            .args([
-                "--total-ranks",
-                &total.to_string(),
-                "--rounds",
-                &args.rounds.to_string(),
-            ])
-            .args([
-                "--simulate-period-ms",
-                &args.period_ms.to_string(),
-                "--simulate-scenario",
-                &args.scenario,
-            ])
-            .args([
-                "--simulate-events",
-                &args.events.to_string(),
-                "--seed",
-                &args.seed.to_string(),
-            ]);
-        if !args.plant.is_empty() {
-            cmd.args(["--simulate-plant".to_string(), args.plant.join(";")]);
+        .args(["--out".to_string(), args.out.display().to_string()])
+        .args(["--streams", &args.filters.join(",")])
+        .args(["--time-rounds", if args.time_rounds { "true" } else { "false" }])
+        .args(
+            args.filter_params
+                .iter()
+                .flat_map(|p| ["--stream-params", p.as_str()]),
+        )
+        .args([
+            "--expect-ranks",
+            &args.ranks.to_string(),
+            "--stream-timeout-ms",
+            &args.timeout_ms.to_string(),
+        ])
+        .args(["--ready-file".to_string(), fe_ready.display().to_string()])
+        .args(
+            (!args.kafka_brokers.is_empty())
+                .then(|| ["--kafka-brokers".to_string(), args.kafka_brokers.join(",")])
+                .into_iter()
+                .flatten(),
+        )
+        .args(self.security.iter().cloned());
+        if let Some(c) = self.creds {
+            fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
         }
-        daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, logs)?);
-        *offsets.get_mut(app).expect("counted above") += n;
+        daemons.push(spawn("frontend", Kind::FrontEnd, fe, self.logs)?);
+        let ready = wait_ready(&fe_ready, &mut daemons[0]).await?;
+        let store = ready.store.context("the front-end's ready file names no store")?;
+        Ok((ready.addr.to_string(), store))
     }
-    // Where the tree is, always: a second terminal needs it even when the rounds are not shown.
-    {
+
+    /// Every relay, parents before children, each once it is ready; `addr_of` gains their addresses. Returns
+    /// how many there are.
+    async fn start_relays(
+        &self,
+        addr_of: &mut HashMap<NodeName, String>,
+        daemons: &mut Vec<Daemon>,
+    ) -> anyhow::Result<usize> {
+        let topology = self.topology;
+        let root = topology.root();
+        let relays: Vec<NodeName> = topology
+            .nodes()
+            .filter(|n| *n != root && !topology.children(n).is_empty())
+            .cloned()
+            .collect();
+        for relay in &relays {
+            topology.parent(relay).context("relay without parent")?;
+            let ready_file = self.ready_dir.join(format!("relay-{}", daemons.len()));
+            let mut cmd = Launch::new(self.bin_dir.join("canopy-relay"));
+            cmd.args([
+                "--node-id",
+                &relay.to_string(),
+                "--listen",
+                "127.0.0.1:0",
+                "--parent",
+                &parents(topology, relay, addr_of),
+            ])
+            .args(["--ready-file".to_string(), ready_file.display().to_string()])
+            .args(self.security.iter().cloned());
+            daemons.push(spawn(&relay.to_string(), Kind::Relay, cmd, self.logs)?);
+            let n = daemons.len() - 1;
+            let addr = wait_ready(&ready_file, &mut daemons[n]).await?.addr.to_string();
+            // Started again, it listens where its children look for it.
+            daemons[n].launch.set("--listen", &addr);
+            addr_of.insert(relay.clone(), addr);
+        }
+        Ok(relays.len())
+    }
+
+    /// Every agent, the ranks split evenly (the first `ranks % agents` one more), each application's ranks
+    /// numbered from 0.
+    fn start_agents(
+        &self,
+        leaves: &[NodeName],
+        addr_of: &HashMap<NodeName, String>,
+        daemons: &mut Vec<Daemon>,
+    ) -> anyhow::Result<()> {
+        let args = self.args;
+        let per = args.ranks / leaves.len() as u32;
+        let extra = args.ranks % leaves.len() as u32;
+        let ranks_of = |i: usize| per + u32::from((i as u32) < extra);
+        let apps = agent_apps(&args.scenario, leaves.len())?;
+        let mut offsets: HashMap<&str, u32> = HashMap::new();
+        for (i, agent) in leaves.iter().enumerate() {
+            let n = ranks_of(i);
+            let app = apps[i];
+            let offset = *offsets.entry(app).or_default();
+            let total: u32 = (0..leaves.len()).filter(|&j| apps[j] == app).map(ranks_of).sum();
+            self.topology.parent(agent).context("agent without parent")?;
+            let mut cmd = Launch::new(self.bin_dir.join("canopy-agent"));
+            let socket = match (&args.socket, i) {
+                (Some(path), 0) => path.display().to_string(),
+                _ => "none".to_string(),
+            };
+            cmd.args(self.security.iter().cloned())
+                .args([
+                    "--node-id",
+                    &agent.to_string(),
+                    "--parent",
+                    &parents(self.topology, agent, addr_of),
+                ])
+                .args(["--socket", &socket])
+                .args([
+                    "--simulate-ranks",
+                    &n.to_string(),
+                    "--rank-offset",
+                    &offset.to_string(),
+                ])
+                .args(["--app", app])
+                .args([
+                    "--total-ranks",
+                    &total.to_string(),
+                    "--rounds",
+                    &args.rounds.to_string(),
+                ])
+                .args([
+                    "--simulate-period-ms",
+                    &args.period_ms.to_string(),
+                    "--simulate-scenario",
+                    &args.scenario,
+                ])
+                .args([
+                    "--simulate-events",
+                    &args.events.to_string(),
+                    "--seed",
+                    &args.seed.to_string(),
+                ]);
+            if !args.plant.is_empty() {
+                cmd.args(["--simulate-plant".to_string(), args.plant.join(";")]);
+            }
+            daemons.push(spawn(&agent.to_string(), Kind::Agent, cmd, self.logs)?);
+            *offsets.get_mut(app).expect("counted above") += n;
+        }
+        Ok(())
+    }
+
+    /// Where the tree is, always: a second terminal needs it even when the rounds are not shown.
+    fn print_where(&self, fe_addr: &str, store: &Path, relays: usize, agents: usize) {
+        let args = self.args;
         println!(
-            "canopy up: front-end {fe_addr}, {} relays, {} agents, {} ranks ({} scenario), filters {}",
-            relays.len(),
-            leaves.len(),
+            "canopy up: front-end {fe_addr}, {relays} relays, {agents} agents, {} ranks ({} scenario), filters {}",
             args.ranks,
             args.scenario,
             args.filters.join(",")
         );
         println!("  store {}", store.display());
-        println!("  logs  {}", logs.display());
+        println!("  logs  {}", self.logs.display());
         let first = args.filters.first().map(String::as_str).unwrap_or("stats");
-        match creds {
+        match self.creds {
             Some(c) => {
                 let dir = c.dir.display();
                 let grpcurl =
@@ -345,106 +398,109 @@ async fn launch_and_watch(
         }
     }
 
-    let total = (args.rounds > 0).then_some(args.rounds);
-    // Quiet, nothing follows the store while the run goes on: a look opens it and reads its schema, the
-    // largest part of what this process costs the machine the tree runs on. The summary reads it at the end.
-    let mut watcher = (!args.quiet).then(|| {
-        let show = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-            Show::Progress(progress_bar(total, args.filters.len()))
-        } else {
-            Show::Lines
-        };
-        StoreWatcher::new(store.clone(), show)
-    });
-    let mut tick = tokio::time::interval(REAP_POLL);
-    let mut ticks = 0u64;
-    // SIGTERM (kill, timeout, a batch system's end of job) and SIGHUP (the terminal closed) stop the run as Ctrl-C
-    // does: the tree drains and no daemon is left running behind.
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let interrupted;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                ticks += 1;
-                if ticks.is_multiple_of(2) {
-                    watcher.iter_mut().for_each(StoreWatcher::show_new);
-                }
-                if let Some(status) = daemons[0].reap()? {
-                    watcher.iter_mut().for_each(StoreWatcher::show_new);
-                    if !status.success() {
-                        bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
+    /// Shows the rounds as they are stored and supervises the daemons until the front-end exits (the run's end)
+    /// or a signal stops the run, which drains the tree first. Returns whether a signal stopped it.
+    async fn watch(&self, store: &Path, daemons: &mut [Daemon]) -> anyhow::Result<bool> {
+        let args = self.args;
+        let total = (args.rounds > 0).then_some(args.rounds);
+        // Quiet, nothing follows the store while the run goes on: a look opens it and reads its schema, the
+        // largest part of what this process costs the machine the tree runs on. The summary reads it at the end.
+        let mut watcher = (!args.quiet).then(|| {
+            let show = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                Show::Progress(progress_bar(total, args.filters.len()))
+            } else {
+                Show::Lines
+            };
+            StoreWatcher::new(store.to_path_buf(), show)
+        });
+        let mut tick = tokio::time::interval(REAP_POLL);
+        let mut ticks = 0u64;
+        // SIGTERM (kill, timeout, a batch system's end of job) and SIGHUP (the terminal closed) stop the run as
+        // Ctrl-C does: the tree drains and no daemon is left running behind.
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let interrupted;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    ticks += 1;
+                    if ticks.is_multiple_of(2) {
+                        watcher.iter_mut().for_each(StoreWatcher::show_new);
                     }
-                    interrupted = false;
+                    if let Some(status) = daemons[0].reap()? {
+                        watcher.iter_mut().for_each(StoreWatcher::show_new);
+                        if !status.success() {
+                            bail!("the front-end exited with {status}; see {}", daemons[0].log.display());
+                        }
+                        interrupted = false;
+                        break;
+                    }
+                    for d in daemons.iter_mut().skip(1) {
+                        if let Some(line) = d.supervise(self.logs)? {
+                            eprintln!("canopy up: {line}");
+                        }
+                    }
+                }
+                why = async {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => "interrupted",
+                        _ = terminate.recv() => "terminated",
+                        _ = hangup.recv() => "hung up",
+                    }
+                } => {
+                    eprintln!("canopy up: {why}, draining the tree");
+                    signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
+                    daemons[0].wait_reaped(Duration::from_secs(10)).await;
+                    watcher.iter_mut().for_each(StoreWatcher::show_new);
+                    interrupted = true;
                     break;
                 }
-                for d in daemons.iter_mut().skip(1) {
-                    if let Some(line) = d.supervise(logs)? {
-                        eprintln!("canopy up: {line}");
-                    }
-                }
-            }
-            why = async {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => "interrupted",
-                    _ = terminate.recv() => "terminated",
-                    _ = hangup.recv() => "hung up",
-                }
-            } => {
-                eprintln!("canopy up: {why}, draining the tree");
-                signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
-                daemons[0].wait_reaped(Duration::from_secs(10)).await;
-                watcher.iter_mut().for_each(StoreWatcher::show_new);
-                interrupted = true;
-                break;
             }
         }
+        watcher.iter_mut().for_each(StoreWatcher::finish);
+        Ok(interrupted)
     }
-    watcher.iter_mut().for_each(StoreWatcher::finish);
-    // Agents and relays leave after the front-end's fin-ack.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    for d in daemons.iter_mut().skip(1) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        d.wait_reaped(left).await;
+
+    /// The run's summary from its store, and each kind of daemon's CPU (also in `latest-cpu.json`).
+    fn print_summary(&self, store: &Path, daemons: &[Daemon], interrupted: bool) -> anyhow::Result<()> {
+        let mut by_kind = ByKind::default();
+        for d in daemons {
+            by_kind.add(d.kind, d.cpu_total());
+        }
+        let cannot_read = || format!("cannot read {}", store.display());
+        let reader = StoreReader::open(store).with_context(cannot_read)?;
+        let summary = reader.summary().with_context(cannot_read)?;
+        // A workflow's applications each get their share of the rank-rounds covered.
+        let per_app = reader
+            .app_coverage(canopy_store::Select::all())
+            .with_context(cannot_read)?;
+        println!(
+            "canopy up: {} rounds stored ({} streams), {} at full coverage, {:.1}% of rank-rounds covered, {} bytes of results, {} late packets{}",
+            summary.rounds,
+            summary.streams,
+            summary.full_rounds,
+            summary.coverage_pct(),
+            summary.result_bytes,
+            summary.late_packets,
+            if interrupted { " (interrupted)" } else { "" }
+        );
+        if let Some(line) = canopy_report::report::coverage::per_app(&per_app) {
+            println!("  per application: {line}");
+        }
+        let rounds = summary.rounds / summary.streams.max(1);
+        println!("  {}", by_kind.line(rounds));
+        let cpu_file = self.args.out.join("latest-cpu.json");
+        let json = serde_json::json!({ "store": store, "rounds": rounds, "cpu": by_kind });
+        std::fs::write(&cpu_file, format!("{json:#}\n"))
+            .with_context(|| format!("cannot write {}", cpu_file.display()))?;
+        println!("  results: {}", store.display());
+        println!(
+            "  try: sqlite3 {} '{}'",
+            store.display(),
+            canopy_store::EXAMPLE_QUERY
+        );
+        Ok(())
     }
-    let mut by_kind = ByKind::default();
-    for d in daemons.iter() {
-        by_kind.add(d.kind, d.cpu_total());
-    }
-    let reader = StoreReader::open(&store).with_context(|| format!("cannot read {}", store.display()))?;
-    let summary = reader
-        .summary()
-        .with_context(|| format!("cannot read {}", store.display()))?;
-    // A workflow's applications each get their share of the rank-rounds covered.
-    let per_app = reader
-        .app_coverage(canopy_store::Select::all())
-        .with_context(|| format!("cannot read {}", store.display()))?;
-    println!(
-        "canopy up: {} rounds stored ({} streams), {} at full coverage, {:.1}% of rank-rounds covered, {} bytes of results, {} late packets{}",
-        summary.rounds,
-        summary.streams,
-        summary.full_rounds,
-        summary.coverage_pct(),
-        summary.result_bytes,
-        summary.late_packets,
-        if interrupted { " (interrupted)" } else { "" }
-    );
-    if let Some(line) = canopy_report::report::coverage::per_app(&per_app) {
-        println!("  per application: {line}");
-    }
-    let rounds = summary.rounds / summary.streams.max(1);
-    println!("  {}", by_kind.line(rounds));
-    let cpu_file = args.out.join("latest-cpu.json");
-    let json = serde_json::json!({ "store": store, "rounds": rounds, "cpu": by_kind });
-    std::fs::write(&cpu_file, format!("{json:#}\n"))
-        .with_context(|| format!("cannot write {}", cpu_file.display()))?;
-    println!("  results: {}", store.display());
-    println!(
-        "  try: sqlite3 {} '{}'",
-        store.display(),
-        canopy_store::EXAMPLE_QUERY
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A node's `--parent`: its parent, then every ancestor up to the root, which adopt it in turn when the one it

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use canopy_proto::v1::SyncMode;
+use canopy_proto::v1::{StreamSpec, SyncMode};
 use canopy_runtime::common::CommonConfig;
 use canopy_runtime::config::{CheckConfig, ConfigIssue, check_addr};
 use serde::{Deserialize, Serialize};
@@ -352,6 +352,28 @@ impl CheckConfig for FrontendConfig {
 
     fn common_mut(&mut self) -> Option<&mut CommonConfig> {
         Some(&mut self.common)
+    }
+}
+
+impl FrontendConfig {
+    /// The streams the configuration opens at start, one per filter of `streams`, their ids not given yet.
+    pub fn configured_streams(&self) -> Vec<StreamSpec> {
+        let sync = parse_sync_mode(&self.sync_mode).unwrap_or(SyncMode::WaitForAll);
+        self.streams
+            .iter()
+            .map(|filter| StreamSpec {
+                stream_id: 0,
+                name: filter.clone(),
+                filter: filter.clone(),
+                params: self.stream_params.get(filter).cloned().unwrap_or_default(),
+                ranks: String::new(),
+                sync_mode: sync as i32,
+                timeout_ms: self.stream_timeout_ms,
+                stages: Vec::new(),
+                // The root sets it.
+                first_round: None,
+            })
+            .collect()
     }
 }
 

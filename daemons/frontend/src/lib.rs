@@ -24,12 +24,11 @@ use std::time::Duration;
 use canopy_core::assembly::Assembly;
 use canopy_core::node::{Node, NodeError, RoleConfig, RootHandle, RootOptions};
 use canopy_core::transport::TreeService;
-use canopy_proto::v1::{NodeKind, StreamSpec, SyncMode};
+use canopy_proto::v1::{NodeKind, StreamSpec};
 use canopy_runtime::ready::Ready;
 use canopy_store::{Store, StoreError, Writer, WriterThread};
 use state::State;
 
-use config::parse_sync_mode;
 pub use config::{FrontendConfig, StreamParams};
 use sink::{Committed, StoreUp};
 
@@ -112,21 +111,7 @@ impl Frontend {
             true => resume::unfinished_run(&config.out, Duration::from_secs(config.resume_within_s))?,
             false => None,
         };
-        let mut store = match &prior {
-            Some(run) => {
-                tracing::info!(store = %run.path.display(), "continuing the run an earlier front-end did not end");
-                Store::open(&run.path)?
-            }
-            None => Store::create(&config.out)?,
-        };
-        let run_id = match prior.as_ref().and_then(|p| p.run_id.clone()) {
-            Some(id) => id,
-            None => {
-                let id = canopy_core::run::new_run_id();
-                store.set_meta(resume::RUN_ID, &id)?;
-                id
-            }
-        };
+        let (mut store, run_id) = resume::open_store(&config.out, prior.as_ref())?;
         tracing::info!(run = %run_id, "the tree's nodes carry this run id");
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
@@ -139,36 +124,9 @@ impl Frontend {
             address: addr.to_string(),
             ..Default::default()
         })?;
-        let sync = parse_sync_mode(&config.sync_mode).unwrap_or(SyncMode::WaitForAll);
-        let configured = config
-            .streams
-            .iter()
-            .map(|filter| StreamSpec {
-                stream_id: 0,
-                name: filter.clone(),
-                filter: filter.clone(),
-                params: config.stream_params.get(filter).cloned().unwrap_or_default(),
-                ranks: String::new(),
-                sync_mode: sync as i32,
-                timeout_ms: config.stream_timeout_ms,
-                stages: Vec::new(),
-                // The root sets it.
-                first_round: None,
-            })
-            .collect();
-        let plan = resume::plan(configured, prior.as_ref());
+        let plan = resume::plan(config.configured_streams(), prior.as_ref());
+        resume::record(&mut store, &plan, prior.as_ref())?;
         let opened = plan.open.clone();
-        let ids: Vec<String> = plan.config_ids.iter().map(u32::to_string).collect();
-        store.set_meta(resume::CONFIG_STREAMS, &ids.join(","))?;
-        if let Some(prior) = &prior {
-            for spec in &plan.close {
-                store.put_stream(spec, canopy_store::StreamState::Closed, None, None)?;
-            }
-            let n = prior.restarts + 1;
-            store.set_meta(resume::RESTARTS, &n.to_string())?;
-            store.set_meta(&format!("restart_{n}"), &plan.changes.join("; "))?;
-            tracing::info!(restart = n, "streams: {}", plan.changes.join("; "));
-        }
         let first_free_stream_id = prior
             .as_ref()
             .and_then(|p| p.streams.iter().map(|s| s.stream_id).max())
@@ -271,31 +229,10 @@ impl Frontend {
         } = self;
         let filters = assembly.filters();
         let export = kafka::Export::start(&config, &store_path, committed)?;
-        let known = known_filters(&filters);
-        let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known)?;
-        let triggers = selection::Triggers {
-            every_rounds: config.select_every_rounds,
-            on_change: config.select_on_change,
-            apply: config.select_apply,
-            rounds: config.select_rounds,
-        };
-        if triggers.any() {
-            selection::spawn(
-                shared.clone(),
-                RootHandle::new(handles.inputs.clone()),
-                store_path.clone(),
-                triggers,
-            );
+        if let Some(triggers) = selection::Triggers::of(&config) {
+            let root = RootHandle::new(handles.inputs.clone());
+            selection::spawn(shared.clone(), root, store_path.clone(), triggers);
         }
-        let api = api::FrontendApi {
-            root: RootHandle::new(handles.inputs.clone()),
-            shared: shared.clone(),
-            filters: filters.clone(),
-            store: store_path.clone(),
-            reflection,
-        };
-        let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
-            .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
         let tree = TreeService::new(
             assembly.node_id().to_string(),
             handles.inputs.clone(),
@@ -306,24 +243,24 @@ impl Frontend {
             Some(gate) => tree.resuming(gate.clone()),
             None => tree,
         };
-        let mut utilization = false;
-        for spec in &opened {
-            utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
-        }
-        if !config.modules.is_empty() || utilization || config.time_rounds {
-            // The modules every rank runs: options in force from the start, told to every child that attaches.
-            // Queued before the server takes its first child, so the root records them before any attach or
-            // Start: a child hears them first, and no rank dumps round 0 without them.
-            shared.set_default_modules(config.modules.clone());
-            shared.set_default_time_rounds(config.time_rounds);
-            let options = shared.set_options(canopy_proto::v1::Options::default());
-            RootHandle::new(handles.inputs.clone()).options(options).await;
-        }
+        // Server reflection knows every filter on the filter path (the API adds a filter's descriptors as its
+        // stream opens).
+        let (reflection, reflection_v1, reflection_alpha) = reflection::services(&known_filters(&filters))?;
+        let api = api::FrontendApi {
+            root: RootHandle::new(handles.inputs.clone()),
+            shared: shared.clone(),
+            filters: filters.clone(),
+            store: store_path.clone(),
+            reflection,
+        };
+        let api = canopy_proto::v1::frontend_server::FrontendServer::new(api)
+            .max_encoding_message_size(canopy_proto::MAX_MESSAGE_BYTES);
         // A client certificate is asked for but not required: API clients may present a bearer token instead.
         let routes = tonic::service::Routes::new(tree.into_server())
             .add_service(api)
             .add_service(reflection_v1)
             .add_service(reflection_alpha);
+        default_options(&config, &shared, &opened, &handles).await;
         let served = assembly
             .serve(routes, listener, config.max_connections, false, gate)
             .await?;
@@ -376,12 +313,7 @@ impl Frontend {
         // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         if result.is_ok() {
-            // Ended here: a front-end started on this `out` later begins a new run.
-            let mut store = Store::open(&store_path)?;
-            if let Some(node) = &new_tree {
-                store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
-            }
-            store.end_run(canopy_core::node::unix_ns() as i64)?;
+            end_run(&store_path, new_tree.as_deref())?;
         }
         // Every round is stored (with the rows the end of the run adds): the export sends what is left.
         if let Some(export) = export {
@@ -393,6 +325,38 @@ impl Frontend {
         result?;
         Ok(new_tree.map_or(Ended::Run, Ended::ForNewTree))
     }
+}
+
+/// The modules every rank runs and the time rounds: options in force from the start, told to every child that
+/// attaches. Queued before the server takes its first child, so the root records them before any attach or
+/// Start: a child hears them first, and no rank dumps round 0 without them.
+async fn default_options(
+    config: &FrontendConfig,
+    shared: &State,
+    opened: &[StreamSpec],
+    handles: &canopy_core::node::NodeHandles,
+) {
+    let mut utilization = false;
+    for spec in opened {
+        utilization |= shared.stream_filter(spec.stream_id, &spec.filter, true);
+    }
+    if !config.modules.is_empty() || utilization || config.time_rounds {
+        shared.set_default_modules(config.modules.clone());
+        shared.set_default_time_rounds(config.time_rounds);
+        let options = shared.set_options(canopy_proto::v1::Options::default());
+        RootHandle::new(handles.inputs.clone()).options(options).await;
+    }
+}
+
+/// Marks the run ended in its store (and why, when a new tree took the port): a front-end started on this
+/// `out` later begins a new run.
+fn end_run(store_path: &std::path::Path, new_tree: Option<&str>) -> Result<(), FrontendError> {
+    let mut store = Store::open(store_path)?;
+    if let Some(node) = new_tree {
+        store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
+    }
+    store.end_run(canopy_core::node::unix_ns() as i64)?;
+    Ok(())
 }
 
 /// How long the front-end, its run over and its subscriptions sent, waits for its server to stop and its clients

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use canopy_proto::v1::StreamSpec;
-use canopy_store::{LATEST, StoreError, StoreReader, StreamRow, StreamState};
+use canopy_store::{LATEST, Store, StoreError, StoreReader, StreamRow, StreamState};
 
 /// `meta` key: the ids of the streams the run opened from its configuration, comma-separated.
 pub const CONFIG_STREAMS: &str = "config_streams";
@@ -38,6 +38,43 @@ pub struct Unfinished {
     pub expected_ranks: u32,
     /// The run's id (none in a store of a Canopy before run ids).
     pub run_id: Option<String>,
+}
+
+/// The run's store and id: the unfinished run's (`prior`) continued, or a new run's created under `out`.
+pub fn open_store(out: &Path, prior: Option<&Unfinished>) -> Result<(Store, String), StoreError> {
+    let mut store = match prior {
+        Some(run) => {
+            tracing::info!(store = %run.path.display(), "continuing the run an earlier front-end did not end");
+            Store::open(&run.path)?
+        }
+        None => Store::create(out)?,
+    };
+    let run_id = match prior.and_then(|p| p.run_id.clone()) {
+        Some(id) => id,
+        None => {
+            let id = canopy_core::run::new_run_id();
+            store.set_meta(RUN_ID, &id)?;
+            id
+        }
+    };
+    Ok((store, run_id))
+}
+
+/// Writes the stream plan into the store: the streams opened from the configuration and, continuing a run,
+/// the ones it closes and what changed at this restart.
+pub fn record(store: &mut Store, plan: &StreamPlan, prior: Option<&Unfinished>) -> Result<(), StoreError> {
+    let ids: Vec<String> = plan.config_ids.iter().map(u32::to_string).collect();
+    store.set_meta(CONFIG_STREAMS, &ids.join(","))?;
+    if let Some(prior) = prior {
+        for spec in &plan.close {
+            store.put_stream(spec, StreamState::Closed, None, None)?;
+        }
+        let n = prior.restarts + 1;
+        store.set_meta(RESTARTS, &n.to_string())?;
+        store.set_meta(&format!("restart_{n}"), &plan.changes.join("; "))?;
+        tracing::info!(restart = n, "streams: {}", plan.changes.join("; "));
+    }
+    Ok(())
 }
 
 /// The latest run under `out`, if its front-end did not end it and wrote it less than `within` ago: a run

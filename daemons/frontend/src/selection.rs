@@ -246,6 +246,17 @@ pub struct Triggers {
 }
 
 impl Triggers {
+    /// The triggers the configuration sets, if any.
+    pub fn of(config: &crate::FrontendConfig) -> Option<Self> {
+        let triggers = Self {
+            every_rounds: config.select_every_rounds,
+            on_change: config.select_on_change,
+            apply: config.select_apply,
+            rounds: config.select_rounds,
+        };
+        triggers.any().then_some(triggers)
+    }
+
     pub fn any(&self) -> bool {
         self.every_rounds > 0 || self.on_change > 0.0
     }
