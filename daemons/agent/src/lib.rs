@@ -304,6 +304,49 @@ impl canopy_runtime::daemon::IsRefusal for AgentError {
     }
 }
 
+/// The rank socket `socket` names, bound with the access `socket_group` and `allowed_users` give; `None` for
+/// `none`. The file is removed when the returned [`socket::SocketFile`] drops.
+fn bind_socket(config: &AgentConfig) -> Result<Option<(socket::Listener, socket::SocketFile)>, AgentError> {
+    if config.socket == "none" {
+        return Ok(None);
+    }
+    let path = PathBuf::from(&config.socket);
+    let access = config
+        .socket_access()
+        .map_err(|e| AgentError::Socket(socket::SocketError::Access(e.to_string())))?;
+    let listener = socket::bind_with(&path, access).map_err(AgentError::Socket)?;
+    Ok(Some((listener, socket::SocketFile(path))))
+}
+
+/// The simulated ranks the configuration asks for, feeding the node behind `handles` and obeying `control`.
+fn simulated_ranks(
+    config: &AgentConfig,
+    handles: &canopy_core::node::NodeHandles,
+    control: mpsc::UnboundedReceiver<control::Action>,
+) -> SimulatedRanks {
+    let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
+    tracing::info!(ranks = config.simulate_ranks, scenario = %scenario, "serving simulated ranks");
+    SimulatedRanks {
+        sim: Simulator::new(SimConfig {
+            scenario,
+            ranks: config.simulate_ranks,
+            events: config.simulate_events,
+            rank_offset: config.rank_offset,
+            total_ranks: config.total_ranks,
+            seed: config.seed,
+            app: config.app.clone(),
+            plants: config.plants().unwrap_or_default(),
+        }),
+        schedule: Schedule {
+            period: Duration::from_millis(config.simulate_period_ms),
+            rounds: config.rounds,
+        },
+        control,
+        inputs: handles.inputs.clone(),
+        window: handles.window.clone(),
+    }
+}
+
 /// Runs an agent until its ranks finish and the root acknowledges, `shutdown` completes, or the parent
 /// refuses it.
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
@@ -311,28 +354,7 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         canopy_runtime::daemon::default_node_id("agent", "")
     })?;
     let node_id = assembly.node_id().to_string();
-    let scenario: Scenario = config.simulate_scenario.parse().unwrap_or(Scenario::Flash);
-    let simulator = Simulator::new(SimConfig {
-        scenario,
-        ranks: config.simulate_ranks,
-        events: config.simulate_events,
-        rank_offset: config.rank_offset,
-        total_ranks: config.total_ranks,
-        seed: config.seed,
-        app: config.app.clone(),
-        plants: config.plants().unwrap_or_default(),
-    });
-    let socket = match config.socket.as_str() {
-        "none" => None,
-        path => {
-            let path = PathBuf::from(path);
-            let access = config
-                .socket_access()
-                .map_err(|e| AgentError::Socket(socket::SocketError::Access(e.to_string())))?;
-            let listener = socket::bind_with(&path, access).map_err(AgentError::Socket)?;
-            Some((listener, socket::SocketFile(path)))
-        }
-    };
+    let socket = bind_socket(&config)?;
     let kinds = config.sampler_kinds().unwrap_or_default();
     let sampler = samplers::node_sampler(&kinds, config.sample_period_ms, &samplers::Roots::default())
         .map_err(AgentError::Samplers)?;
@@ -353,10 +375,6 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
     let run = canopy_core::run::RunId::default();
     let link = assembly.parent_link(&config.parent, config.return_after_s, &handles, up_rx, run);
     let link = tokio::spawn(link.run());
-    let schedule = Schedule {
-        period: Duration::from_millis(config.simulate_period_ms),
-        rounds: config.rounds,
-    };
     // Control from the tree goes to the simulated ranks and to the socket's ranks alike. Unbounded (control is
     // rare and small): the node waits on this hand-off, and the socket's task may be waiting on the node.
     let (sim_tx, sim_rx) = mpsc::unbounded_channel();
@@ -367,17 +385,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
             let _ = sock_tx.send(action);
         }
     });
-    let sim = (config.simulate_ranks > 0).then(|| {
-        tracing::info!(ranks = config.simulate_ranks, scenario = %scenario, "serving simulated ranks");
-        let ranks = SimulatedRanks {
-            sim: simulator,
-            schedule,
-            control: sim_rx,
-            inputs: handles.inputs.clone(),
-            window: handles.window.clone(),
-        };
-        tokio::spawn(ranks.run())
-    });
+    let sim =
+        (config.simulate_ranks > 0).then(|| tokio::spawn(simulated_ranks(&config, &handles, sim_rx).run()));
     let (serve, socket_file) = match socket {
         Some((listener, file)) => {
             tracing::info!(socket = %file.0.display(), "serving ranks on the socket");

@@ -98,13 +98,7 @@ impl Frontend {
     pub async fn bind(config: FrontendConfig) -> Result<Self, FrontendError> {
         // Credentials and the port first: a front-end that cannot serve leaves no empty run behind.
         let assembly = Assembly::new("frontend", &config.common, || "frontend".into())?;
-        let gate = match (assembly.tls(), &config.token_file) {
-            (None, _) => canopy_runtime::auth::Gate::open(),
-            (Some(_), None) => canopy_runtime::auth::Gate::new(Default::default()),
-            (Some(_), Some(path)) => {
-                canopy_runtime::auth::Gate::new(canopy_runtime::auth::Tokens::load(path)?)
-            }
-        };
+        let gate = gate(&assembly, config.token_file.as_deref())?;
         let listener = canopy_runtime::daemon::bind(&config.listen).await?;
         // The run an earlier front-end on this `out` did not end (it died) goes on in the same store.
         let prior = match config.resume {
@@ -115,15 +109,7 @@ impl Frontend {
         tracing::info!(run = %run_id, "the tree's nodes carry this run id");
         let addr = listener.local_addr()?;
         let store_path = store.path().to_path_buf();
-        store.set_meta("frontend_addr", &addr.to_string())?;
-        store.set_meta("node_id", assembly.node_id())?;
-        store.put_node(&canopy_proto::v1::NodeEvent {
-            node_id: assembly.node_id().to_string(),
-            kind: NodeKind::Frontend as i32,
-            state: canopy_proto::v1::NodeState::Attached as i32,
-            address: addr.to_string(),
-            ..Default::default()
-        })?;
+        record_frontend(&mut store, assembly.node_id(), addr)?;
         let plan = resume::plan(config.configured_streams(), prior.as_ref());
         resume::record(&mut store, &plan, prior.as_ref())?;
         let opened = plan.open.clone();
@@ -282,21 +268,7 @@ impl Frontend {
         tracing::info!(%addr, store = %store_path.display(), "front-end serving");
         canopy_runtime::notify::ready(&format!("serving on {addr}, store {}", store_path.display()));
         drop(handles);
-        let new_tree = async {
-            match &resumed {
-                Some(gate) => gate.new_tree().await,
-                None => std::future::pending().await,
-            }
-        };
-        let stop = async {
-            tokio::select! {
-                () = shutdown => {}
-                node = new_tree => tracing::warn!(node = %node,
-                    "a node of a new tree attached first while this front-end was continuing a crashed run: \
-                     that run ends here, and a new run starts in a new store"),
-            }
-        };
-        let result = node.run(stop).await;
+        let result = node.run(stop_or_new_tree(shutdown, resumed.as_ref())).await;
         let new_tree = resumed
             .as_ref()
             .and_then(canopy_core::run::ResumeGate::new_tree_node);
@@ -310,17 +282,7 @@ impl Frontend {
             .await;
         // A connection the server closed lingers until its client has read the last of it and closed it too.
         served.stop(tokio::time::Instant::now() + SERVER_STOP).await;
-        // The node's way up (and so the writer's queue) is dropped with the node: the writer drains and ends.
-        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
-        if result.is_ok() {
-            end_run(&store_path, new_tree.as_deref())?;
-        }
-        // Every round is stored (with the rows the end of the run adds): the export sends what is left.
-        if let Some(export) = export {
-            export.finish().await;
-            // Its connections closed: the store leaves WAL mode, as a store the front-end alone wrote does.
-            drop(Store::open(&store_path)?);
-        }
+        close_store(writer, &store_path, result.is_ok(), new_tree.as_deref(), export).await?;
         tracing::info!(store = %store_path.display(), "front-end stopped");
         result?;
         Ok(new_tree.map_or(Ended::Run, Ended::ForNewTree))
@@ -348,14 +310,76 @@ async fn default_options(
     }
 }
 
-/// Marks the run ended in its store (and why, when a new tree took the port): a front-end started on this
-/// `out` later begins a new run.
-fn end_run(store_path: &std::path::Path, new_tree: Option<&str>) -> Result<(), FrontendError> {
-    let mut store = Store::open(store_path)?;
-    if let Some(node) = new_tree {
-        store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
+/// Who may call: with TLS, a peer with a node or client certificate, or a bearer token of `token_file`; on a
+/// plaintext (loopback) port, anyone.
+fn gate(
+    assembly: &Assembly,
+    token_file: Option<&std::path::Path>,
+) -> Result<canopy_runtime::auth::Gate, FrontendError> {
+    use canopy_runtime::auth::{Gate, Tokens};
+    Ok(match (assembly.tls(), token_file) {
+        (None, _) => Gate::open(),
+        (Some(_), None) => Gate::new(Default::default()),
+        (Some(_), Some(path)) => Gate::new(Tokens::load(path)?),
+    })
+}
+
+/// The front-end itself in the run's store: its address and id, and its node attached.
+fn record_frontend(store: &mut Store, node_id: &str, addr: SocketAddr) -> Result<(), FrontendError> {
+    store.set_meta("frontend_addr", &addr.to_string())?;
+    store.set_meta("node_id", node_id)?;
+    store.put_node(&canopy_proto::v1::NodeEvent {
+        node_id: node_id.to_string(),
+        kind: NodeKind::Frontend as i32,
+        state: canopy_proto::v1::NodeState::Attached as i32,
+        address: addr.to_string(),
+        ..Default::default()
+    })?;
+    Ok(())
+}
+
+/// `shutdown`, or, continuing a crashed run (`resumed`), a node of a new tree attaching first: that run ends.
+async fn stop_or_new_tree(
+    shutdown: impl Future<Output = ()>,
+    resumed: Option<&canopy_core::run::ResumeGate>,
+) {
+    let new_tree = async {
+        match resumed {
+            Some(gate) => gate.new_tree().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = shutdown => {}
+        node = new_tree => tracing::warn!(node = %node,
+            "a node of a new tree attached first while this front-end was continuing a crashed run: \
+             that run ends here, and a new run starts in a new store"),
     }
-    store.end_run(canopy_core::node::unix_ns() as i64)?;
+}
+
+/// The store after the node: the writer drains its queue (the node's way up, dropped with it, was its input)
+/// and ends; a run that ended well is marked ended (and why, when a new tree took the port), so a front-end
+/// started on this `out` later begins a new one; the export sends what is left, and its connections closed,
+/// the store leaves WAL mode, as a store the front-end alone wrote does.
+async fn close_store(
+    writer: WriterThread,
+    store_path: &std::path::Path,
+    ended_well: bool,
+    new_tree: Option<&str>,
+    export: Option<kafka::Export>,
+) -> Result<(), FrontendError> {
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    if ended_well {
+        let mut store = Store::open(store_path)?;
+        if let Some(node) = new_tree {
+            store.set_meta(ENDED_BY, &format!("a new tree attached first ({node})"))?;
+        }
+        store.end_run(canopy_core::node::unix_ns() as i64)?;
+    }
+    if let Some(export) = export {
+        export.finish().await;
+        drop(Store::open(store_path)?);
+    }
     Ok(())
 }
 
