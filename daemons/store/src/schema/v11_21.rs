@@ -340,11 +340,11 @@ INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '21');
 /// Drops the per-event indexes of a run still being written; an ended run keeps them, since nothing would build
 /// them again.
 pub(super) fn live_event_indexes_dropped(tx: &Transaction<'_>) -> HookResult {
-    let ended: i64 = tx.query_row(
-        "SELECT count(*) FROM meta WHERE key = ?1",
-        [crate::store::ENDED],
-        |r| r.get(0),
-    )?;
+    // The key as it was spelled when this migration was written (`store::ENDED` today): a frozen migration
+    // reads no live code, so a later rename cannot change what it did.
+    let ended: i64 = tx.query_row("SELECT count(*) FROM meta WHERE key = 'ended_unix_ns'", [], |r| {
+        r.get(0)
+    })?;
     if ended == 0 {
         tx.execute_batch(
             "DROP INDEX IF EXISTS stats_by_event;
