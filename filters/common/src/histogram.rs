@@ -206,18 +206,16 @@ impl Samples {
             let (a, b) = (&self.rows[a as usize], &self.rows[b as usize]);
             (a.app.as_str(), a.key).cmp(&(b.app.as_str(), b.key))
         });
-        // Each row's place in the output and its binning; a row without a range has none.
-        const NONE: u32 = u32::MAX;
-        let mut place = vec![NONE; self.len];
+        // Each row's binning and the offset of its counts, by row, so a value finds both in one look; a row
+        // without a range has none.
+        let mut slots: Vec<Option<(Binning, usize)>> = vec![None; self.len];
         let mut out = Vec::with_capacity(self.len);
-        let mut binnings = Vec::with_capacity(self.len);
         for r in order {
             let row = &self.rows[r as usize];
             let Some(range) = by_key.get(&(row.app.as_str(), row.key)) else {
                 continue;
             };
-            place[r as usize] = out.len() as u32;
-            binnings.push(Binning::new(range.lo, range.hi, bins));
+            slots[r as usize] = Some((Binning::new(range.lo, range.hi, bins), out.len() * bins));
             out.push(Histogram {
                 id: row.key.0,
                 metric: row.key.1,
@@ -233,10 +231,8 @@ impl Samples {
         }
         let mut counts = vec![0u64; out.len() * bins];
         for (&v, &r) in self.values.iter().zip(&self.row_of) {
-            let at = place[r as usize];
-            if at != NONE {
-                let at = at as usize;
-                counts[at * bins + binnings[at].index(v)] += 1;
+            if let Some((binning, base)) = &slots[r as usize] {
+                counts[base + binning.index(v)] += 1;
             }
         }
         for (h, c) in out.iter_mut().zip(counts.chunks_exact(bins)) {
