@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use canopy_core::filter::{FilterError, FilterFactory, FilterInstance, Level, Output, Packet};
 use canopy_core::node::{
-    ChildEvent, Input, LeafOptions, Node, NodeConfig, ParentEvent, RankEvent, RoleConfig, RootOptions,
-    RootSink, RoundResult, StreamState, Up,
+    ChildEvent, Input, LeafOptions, Node, NodeConfig, NodeHandles, ParentEvent, RankEvent, Relay, RoleConfig,
+    RootOptions, RootSink, RoundResult, StreamState, Up,
 };
 use canopy_core::transport::TreeService;
 use canopy_filter_test::Collect;
@@ -52,7 +52,7 @@ pub fn tree_attach(data: &[u8]) {
     let spec = spec_of(head >> 1);
     let body = Bytes::copy_from_slice(input.rest());
     run(async move {
-        let (node, handles) = node(if root {
+        let handles = spawn_node(if root {
             Role::Root(spec.clone())
         } else {
             Role::Relay
@@ -61,7 +61,6 @@ pub fn tree_attach(data: &[u8]) {
             open(&handles.inputs, spec).await;
         }
         let service = TreeService::new("n".into(), handles.inputs.clone(), handles.window.clone());
-        tokio::spawn(node.run(std::future::pending()));
         let decoder = tonic_prost::ProstCodec::<UpMessage, UpMessage>::default().decoder();
         let body = http_body_util::Full::new(body);
         let request = tonic::codec::Streaming::new_request(decoder, body, None, Some(MAX_MESSAGE_BYTES));
@@ -105,9 +104,8 @@ pub fn tree_down(data: &[u8]) {
         } else {
             Role::Relay
         };
-        let (node, handles) = node(role);
+        let handles = spawn_node(role);
         let inputs = handles.inputs.clone();
-        tokio::spawn(node.run(std::future::pending()));
         let _ = inputs.send(Input::Parent(ParentEvent::Attached)).await;
         let source = canopy_core::node::rank_source("a", 0);
         if leaf {
@@ -193,13 +191,14 @@ enum Role {
     Root(StreamSpec),
 }
 
-fn node(role: Role) -> (Node<Discard>, canopy_core::node::NodeHandles) {
-    let (kind, role) = match role {
-        Role::Leaf(opts) => (NodeKind::Agent, RoleConfig::Leaf(opts)),
-        Role::Relay => (NodeKind::Relay, RoleConfig::Relay),
-        Role::Root(spec) => (
+/// The node of `role`, running on the current runtime until it ends.
+fn spawn_node(role: Role) -> NodeHandles {
+    match role {
+        Role::Leaf(opts) => spawn(NodeKind::Agent, opts),
+        Role::Relay => spawn(NodeKind::Relay, Relay),
+        Role::Root(spec) => spawn(
             NodeKind::Frontend,
-            RoleConfig::Root(RootOptions {
+            RootOptions {
                 expect_ranks: 0,
                 start_timeout: None,
                 streams: vec![spec],
@@ -210,18 +209,22 @@ fn node(role: Role) -> (Node<Discard>, canopy_core::node::NodeHandles) {
                 exit_on_fin: true,
                 drain_timeout: Duration::from_secs(1),
                 sink: Box::new(Discard),
-            }),
+            },
         ),
-    };
+    }
+}
+
+fn spawn<R: RoleConfig>(kind: NodeKind, role: R) -> NodeHandles {
     let config = NodeConfig {
         node_id: "n".into(),
         kind,
         filters: Arc::new(Filters),
         max_rounds_in_flight: 8,
-        role,
         status_interval: Duration::from_secs(3600),
     };
-    Node::new(config, Discard)
+    let (node, handles) = Node::new(config, role, Discard);
+    tokio::spawn(node.run(std::future::pending()));
+    handles
 }
 
 /// Opens a stream at a relay, as its parent would.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_core::assembly::Assembly;
-use canopy_core::node::{LeafOptions, NodeError, ParentUp, RoleConfig};
+use canopy_core::node::{LeafOptions, NodeError, ParentUp};
 use canopy_proto::v1::{NodeKind, control};
 use canopy_runtime::common::CommonConfig;
 use canopy_runtime::config::{CheckConfig, ConfigIssue};
@@ -360,12 +360,12 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         .map_err(AgentError::Samplers)?;
     let (control_tx, mut control_rx) = mpsc::channel::<control::Action>(16);
     let (up_tx, up_rx) = mpsc::channel(256);
-    let role = RoleConfig::Leaf(LeafOptions {
+    let role = LeafOptions {
         control: control_tx,
         hold_dumps: config.hold_dumps,
         hold_bytes: canopy_runtime::memory::share(config.common.memory_budget_mb),
         sampler,
-    });
+    };
     // The leaf's ranks dump each round whole, so at most one round per stream is ever open here.
     let (node, handles) = assembly.node(NodeKind::Agent, role, 64, ParentUp { tx: up_tx });
     assembly

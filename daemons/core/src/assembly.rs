@@ -73,22 +73,21 @@ impl Assembly {
     }
 
     /// The node of `role`, sending what it produces to `up`, with the daemon's filters and their time-out.
-    pub fn node<U: Up>(
+    pub fn node<U: Up, R: RoleConfig>(
         &self,
         kind: NodeKind,
-        role: RoleConfig,
+        role: R,
         max_rounds_in_flight: u64,
         up: U,
-    ) -> (Node<U>, NodeHandles) {
+    ) -> (Node<U, R::Position>, NodeHandles) {
         let config = NodeConfig {
             node_id: self.node_id.clone(),
             kind,
             filters: self.filters.clone(),
             max_rounds_in_flight,
-            role,
             status_interval: STATUS_INTERVAL,
         };
-        let (mut node, handles) = Node::new(config, up);
+        let (mut node, handles) = Node::new(config, role, up);
         node.set_filter_call_timeout(self.common.filter_call_timeout());
         node.set_inline_filters(&self.common.inline_filters);
         (node, handles)

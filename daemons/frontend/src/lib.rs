@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::assembly::Assembly;
-use canopy_core::node::{Node, NodeError, RoleConfig, RootHandle, RootOptions};
+use canopy_core::node::{Node, NodeError, Root, RootHandle, RootOptions};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::{NodeKind, StreamSpec};
 use canopy_runtime::ready::Ready;
@@ -66,7 +66,7 @@ pub struct Frontend {
     listener: tokio::net::TcpListener,
     addr: SocketAddr,
     store_path: PathBuf,
-    node: Node<StoreUp>,
+    node: Node<StoreUp, Root>,
     handles: canopy_core::node::NodeHandles,
     shared: Arc<State>,
     assembly: Assembly,
@@ -143,7 +143,7 @@ impl Frontend {
             shared: shared.clone(),
             app_metrics: app_metrics.clone(),
         };
-        let role = RoleConfig::Root(RootOptions {
+        let role = RootOptions {
             expect_ranks: config.expect_ranks,
             start_timeout: (config.start_timeout_ms > 0)
                 .then(|| Duration::from_millis(config.start_timeout_ms)),
@@ -158,7 +158,7 @@ impl Frontend {
             exit_on_fin: config.exit_on_fin,
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
             sink: Box::new(up.clone()),
-        });
+        };
         let (node, handles) = assembly.node(NodeKind::Frontend, role, config.max_rounds_in_flight, up);
         Ok(Self {
             config,

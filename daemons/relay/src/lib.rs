@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_core::assembly::Assembly;
-use canopy_core::node::{NodeError, ParentUp, RoleConfig};
+use canopy_core::node::{self, NodeError, ParentUp};
 use canopy_core::transport::TreeService;
 use canopy_proto::v1::NodeKind;
 use canopy_runtime::common::CommonConfig;
@@ -147,7 +147,7 @@ impl Relay {
         let (up_tx, up_rx) = tokio::sync::mpsc::channel(256);
         let (mut node, handles) = assembly.node(
             NodeKind::Relay,
-            RoleConfig::Relay,
+            node::Relay,
             config.max_rounds_in_flight,
             ParentUp { tx: up_tx },
         );

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<U: Up> Node<U> {
+impl<U: Up, P: Position> Node<U, P> {
     // ---- children ----
 
     pub(super) async fn on_child(&mut self, ev: ChildEvent) {
@@ -155,13 +155,7 @@ impl<U: Up> Node<U> {
                 self.on_closed_all(closed).await;
                 self.node_event(ev).await;
             }
-            up_message::Msg::StreamError(e) => match self.role {
-                Role::Root(_) => {
-                    self.fail_stream(e.stream_id, format!("node {}: {}", e.node_id, e.reason))
-                        .await
-                }
-                _ => self.up.send(up_message::Msg::StreamError(e)).await,
-            },
+            up_message::Msg::StreamError(e) => P::stream_failed(self, e, FailedAt::Below).await,
             up_message::Msg::StreamReady(ready) => self.on_stream_ready(ready).await,
             up_message::Msg::Hello(_) => {
                 tracing::warn!(node = %self.id, child = %id, "ignored a second hello from a child");

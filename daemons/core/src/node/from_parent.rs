@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<U: Up> Node<U> {
+impl<U: Up, P: Position> Node<U, P> {
     // ---- the parent ----
 
     pub(super) async fn on_parent(&mut self, ev: ParentEvent) {
@@ -80,7 +80,7 @@ impl<U: Up> Node<U> {
         let Some(action) = c.action.clone() else { return };
         self.control.record(&c);
         self.broadcast(down_message::Msg::Control(c)).await;
-        if let Role::Leaf(leaf) = &mut self.role {
+        if let Some(leaf) = &mut self.leaf {
             match &action {
                 control::Action::Start(_) => {
                     leaf.start();

@@ -3,9 +3,10 @@
 //!
 //! The same runtime serves all three roles. Each part owns its state: the children ([`children`]), the streams and
 //! their filters ([`streams`]), what routing later packets needs ([`route`]), the control in force ([`control_state`]),
-//! the leaf's ranks ([`leaf`]), the root's policy ([`root`]). What differs by role is decided in one place each,
-//! on [`Role`]: where a packet sent up goes, what a late packet becomes, how a failed stream is reported, when the
-//! node finishes.
+//! the leaf's ranks ([`leaf`]). What differs at the root is a type of its own, the node's [`Position`]: [`Root`]
+//! (its policy and flows in [`root`]) or [`Linked`] to a parent ([`linked`]). Where a packet sent up goes, what a
+//! late packet becomes, how a failed stream is reported, when the node finishes and the root's deadlines are each
+//! one method of it, so no code of the node asks which role it plays.
 
 mod children;
 mod control_state;
@@ -17,8 +18,9 @@ mod from_parent;
 mod input;
 mod leaf;
 mod lifecycle;
+mod linked;
+mod position;
 mod ranks;
-mod resumed;
 mod root;
 mod rounds;
 mod route;
@@ -37,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canopy_proto::MAX_RANKS;
 use canopy_proto::v1::{
-    Control, Credit, DownMessage, EventName, Fin, Hello, LiveStreams, NameDictionary, NodeEvent, NodeKind,
+    Control, Credit, DownMessage, EventName, Hello, LiveStreams, NameDictionary, NodeEvent, NodeKind,
     NodeState, NodeStatus, OpenStream, StreamSpec, Want, control, down_message, up_message,
 };
 use tokio::sync::{mpsc, watch};
@@ -53,7 +55,9 @@ pub use input::{
     parse_rank_source, rank_source,
 };
 pub use leaf::LeafOptions;
-pub use root::RootOptions;
+pub use linked::Linked;
+pub use position::{Relay, RoleConfig};
+pub use root::{Root, RootOptions};
 pub use samples::{NODES_FILTER, NodeSampler};
 pub use status::{NodeCounters, NodeSnapshot};
 pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
@@ -62,19 +66,9 @@ pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
 use children::{ChildTable, Gone};
 use control_state::ControlState;
 use leaf::{Leaf, Placed};
-use root::Root;
+use position::{FailedAt, Position};
 use route::Router;
 use streams::{Known, StreamTable};
-
-/// The role a node plays, with what only that role keeps.
-pub enum RoleConfig {
-    /// The leaf agent: its sources are ranks.
-    Leaf(LeafOptions),
-    /// An interior node: its sources are children.
-    Relay,
-    /// The front-end: its sources are children, and results go to the root's sink.
-    Root(RootOptions),
-}
 
 /// How a node is set up.
 pub struct NodeConfig {
@@ -83,7 +77,6 @@ pub struct NodeConfig {
     pub filters: Arc<dyn FilterFactory>,
     /// Rounds that may be open at once; packets beyond wait (back pressure).
     pub max_rounds_in_flight: u64,
-    pub role: RoleConfig,
     pub status_interval: Duration,
 }
 
@@ -111,23 +104,8 @@ const INPUT_QUEUE: usize = 4096;
 /// How long a finished node waits for its children to hang up, so the last control is not cut off.
 const CHILDREN_HANG_UP: Duration = Duration::from_secs(2);
 
-enum Role {
-    Leaf(Leaf),
-    Relay,
-    Root(Root),
-}
-
-impl Role {
-    fn level(&self) -> Level {
-        match self {
-            Role::Leaf(_) => Level::Leaf,
-            Role::Relay => Level::Relay,
-            Role::Root(_) => Level::Root,
-        }
-    }
-}
-
-pub struct Node<U: Up> {
+/// One node of the tree, sending what it produces up `U`, at the root or linked to a parent as `P` says.
+pub struct Node<U: Up, P: Position> {
     id: String,
     kind: NodeKind,
     up: U,
@@ -143,9 +121,9 @@ pub struct Node<U: Up> {
     counters: NodeCounters,
     window: Window,
     credit: credit::Credit,
-    role: Role,
-    /// For a node with a parent: the Hello its link sends.
-    hello: Option<watch::Sender<Hello>>,
+    position: P,
+    /// At a leaf agent: its ranks, the node's sources.
+    leaf: Option<Leaf>,
     snapshot: watch::Sender<NodeSnapshot>,
     status_interval: Duration,
     highest_closed: Option<u64>,
@@ -155,31 +133,29 @@ pub struct Node<U: Up> {
     finish: bool,
 }
 
-impl<U: Up> Node<U> {
-    /// Builds a node and the handles to feed it.
-    pub fn new(config: NodeConfig, up: U) -> (Self, NodeHandles) {
+impl<U: Up, P: Position> Node<U, P> {
+    /// Builds a node of `role` and the handles to feed it.
+    pub fn new<R: RoleConfig<Position = P>>(config: NodeConfig, role: R, up: U) -> (Self, NodeHandles) {
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);
         let (window, gate) = Window::new(config.max_rounds_in_flight);
         let hostname = canopy_runtime::net::hostname();
-        let role = match config.role {
-            RoleConfig::Leaf(opts) => Role::Leaf(Leaf::new(opts, config.node_id.clone(), hostname.clone())),
-            RoleConfig::Relay => Role::Relay,
-            RoleConfig::Root(opts) => Role::Root(Root::new(opts)),
-        };
         let hello = Hello {
             node_id: config.node_id.clone(),
             kind: config.kind as i32,
             ranks_below: 0,
             protocol_version: canopy_proto::PROTOCOL_VERSION,
             listen_addr: String::new(),
-            hostname,
+            hostname: hostname.clone(),
             ranks_announced: 0,
             // The link sets them for each session.
             returning_from: String::new(),
             run_id: String::new(),
         };
         let (hello_tx, hello_rx) = watch::channel(hello);
-        let (streams, filter_done) = StreamTable::new(config.filters, role.level());
+        let (position, leaf) = role.into_parts(hello_tx);
+        let level = if leaf.is_some() { Level::Leaf } else { P::LEVEL };
+        let leaf = leaf.map(|opts| Leaf::new(opts, config.node_id.clone(), hostname));
+        let (streams, filter_done) = StreamTable::new(config.filters, level);
         let (snapshot_tx, snapshot_rx) = watch::channel(NodeSnapshot {
             kind: config.kind,
             ..NodeSnapshot::default()
@@ -199,9 +175,9 @@ impl<U: Up> Node<U> {
             counters: NodeCounters::default(),
             window,
             credit: credit::Credit::default(),
-            hello: (!matches!(role, Role::Root(_))).then_some(hello_tx),
             snapshot: snapshot_tx,
-            role,
+            position,
+            leaf,
             status_interval: config.status_interval,
             highest_closed: None,
             fin_sent: false,
@@ -215,13 +191,6 @@ impl<U: Up> Node<U> {
             snapshot: snapshot_rx,
         };
         (node, handles)
-    }
-
-    /// Sets the address this node's children reach it at, sent in its Hello.
-    pub fn set_listen_addr(&mut self, addr: String) {
-        if let Some(h) = &self.hello {
-            h.send_modify(|h| h.listen_addr = addr);
-        }
     }
 
     /// How long one call into a filter may run before the watchdog fails its stream
@@ -247,22 +216,7 @@ impl<U: Up> Node<U> {
     pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send) -> Result<(), NodeError> {
         tokio::pin!(shutdown);
         let mut shutdown_seen = false;
-        if let Role::Root(root) = &mut self.role {
-            let below = std::mem::take(&mut root.opts.closed_below);
-            for spec in std::mem::take(&mut root.opts.streams) {
-                self.open_stream_at_root(spec).await;
-            }
-            for (stream, round) in below {
-                self.engine.closed_below(stream, round);
-            }
-            self.await_resumed_ranks();
-            // Every id below the first free one that is not open was an earlier run's stream.
-            if let Role::Root(root) = &self.role {
-                for id in 1..root.opts.first_free_stream_id {
-                    self.streams.ended_before(id);
-                }
-            }
-        }
+        P::begin(&mut self).await;
         let mut status = tokio::time::interval(self.status_interval);
         status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.finish {
@@ -285,9 +239,7 @@ impl<U: Up> Node<U> {
             self.check_fin().await;
             self.move_window().await;
         }
-        if let Role::Root(root) = &mut self.role {
-            root.opts.sink.flush().await;
-        }
+        P::end(&mut self).await;
         self.close_children().await;
         // The daemon's last view: the final figures, finished.
         self.finish = true;
@@ -305,30 +257,18 @@ impl<U: Up> Node<U> {
                     self.on_rank(ev).await;
                 }
             }
-            Input::Root(cmd) => self.on_root_command(cmd).await,
+            Input::Root(cmd) => P::command(self, cmd).await,
         }
         Ok(())
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let (drain, start, first_rounds, awaited) = match &self.role {
-            Role::Root(root) => (
-                root.drain_deadline(),
-                root.start_deadline(),
-                root.starting.next_deadline(),
-                root.awaited_deadline(),
-            ),
-            _ => (None, None, None, None),
-        };
         [
             self.engine.next_deadline(),
             self.engine.next_give_up(),
             self.route.next_deadline(),
             self.streams.next_deadline(),
-            drain,
-            start,
-            first_rounds,
-            awaited,
+            self.position.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -349,98 +289,35 @@ impl<U: Up> Node<U> {
 
     /// The largest application size announced below this node.
     fn announced_below(&self) -> u32 {
-        let own = match &self.role {
-            Role::Leaf(leaf) => leaf.announced(),
-            _ => 0,
-        };
+        let own = self.leaf.as_ref().map_or(0, Leaf::announced);
         self.children.announced().max(own)
     }
 
-    /// Keeps the parent's view of this node's ranks current; at the root, starts collection once they are all
-    /// there.
+    /// The ranks below changed: the parent hears of it, or at the root collection may start.
     async fn ranks_changed(&mut self) {
-        let mut ranks = self.engine.ranks_expected();
+        let ranks = self.engine.ranks_expected();
         let announced = self.announced_below();
-        if let Role::Root(_) = &self.role {
-            ranks = self.awaited_ranks_back(ranks).await;
-        }
-        if let Role::Root(root) = &mut self.role {
-            if root.starts(ranks, announced, Instant::now()) {
-                let start = root::start(self.highest_closed.map_or(0, |h| h + 1));
-                let action = Some(control::Action::Start(start));
-                self.on_control(Control { action }).await;
-            }
-            return;
-        }
-        let Some(hello) = &self.hello else { return };
-        let changed = hello.send_if_modified(|h| {
-            let changed = h.ranks_below != ranks || h.ranks_announced != announced;
-            h.ranks_below = ranks;
-            h.ranks_announced = announced;
-            changed
-        });
-        if changed {
-            let ev = NodeEvent {
-                node_id: self.id.clone(),
-                kind: self.kind as i32,
-                state: NodeState::Attached as i32,
-                ranks_below: ranks,
-                address: hello.borrow().listen_addr.clone(),
-                ranks_announced: announced,
-                ..Default::default()
-            };
-            self.up.send(up_message::Msg::NodeEvent(ev)).await;
-        }
+        P::ranks_changed(self, ranks, announced).await;
     }
 
     fn next_round(&self) -> u64 {
         self.highest_closed.map_or(0, |h| h + 1)
     }
 
-    /// The root's watermark, which releases what the nodes below keep of the rounds it closed: at the root, the
-    /// lowest round not closed in every stream (rounds close out of order: one above it may be closed, one below
-    /// never opened yet); elsewhere, what the parent passed on.
+    /// The root's watermark, which releases what the nodes below keep of the rounds it closed.
     fn closed_below(&self) -> u64 {
-        match &self.role {
-            Role::Root(_) => self
-                .engine
-                .lowest_unclosed_round()
-                .unwrap_or_else(|| self.next_round()),
-            _ => self.credit.closed_below(),
-        }
+        P::closed_below(self)
     }
 
     async fn on_shutdown(&mut self) {
-        match &mut self.role {
-            Role::Root(root) => {
-                if !root.drain(Instant::now()) {
-                    return;
-                }
-                tracing::info!(
-                    timeout_ms = root.opts.drain_timeout.as_millis() as u64,
-                    "draining the tree"
-                );
-                let action = Some(control::Action::Drain(canopy_proto::v1::Drain {}));
-                self.on_control(Control { action }).await;
-            }
-            // A leaf finishes its ranks, says so with Fin and leaves.
-            Role::Leaf(leaf) => {
-                leaf.exit_after_fin = true;
-                let drain = control::Action::Drain(canopy_proto::v1::Drain {});
-                let _ = leaf.options.control.send(drain).await;
-                self.counters.rank_dumps_dropped += leaf.drain();
-                self.finish |= self.fin_sent;
-            }
-            // A relay leaves at once; its children re-attach when a relay comes back at the same address.
-            Role::Relay => self.finish = true,
-        }
+        P::shutdown(self).await;
     }
 
     /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
     async fn check_fin(&mut self) {
         // Every source must be finished or lost, at least one finished: when all are lost the ranks below did not
         // finish, and a Fin would report them as stopped.
-        let holding = matches!(&self.role, Role::Leaf(leaf) if leaf.holds());
+        let holding = self.leaf.as_ref().is_some_and(Leaf::holds);
         let done = self.engine.has_sources()
             && self.engine.live_sources() == 0
             && self.engine.stopped_sources() == 0
@@ -452,35 +329,7 @@ impl<U: Up> Node<U> {
         if self.fin_sent || !done {
             return;
         }
-        let exit_after_fin = match &self.role {
-            Role::Root(root) if root.finishes_with_tree() => return self.finish_root().await,
-            Role::Root(_) => return,
-            Role::Leaf(leaf) => leaf.exit_after_fin,
-            Role::Relay => false,
-        };
-        self.fin_sent = true;
-        tracing::info!(node = %self.id, "every rank below has finished: sending fin");
-        let fin = Fin {
-            node_id: self.id.clone(),
-            rounds_end: self.next_round(),
-        };
-        self.up.send(up_message::Msg::Fin(fin)).await;
-        self.finish |= exit_after_fin;
-    }
-
-    async fn finish_root(&mut self) {
-        if self.fin_sent {
-            return;
-        }
-        self.fin_sent = true;
-        self.send_status().await;
-        let fin = Fin {
-            node_id: self.id.clone(),
-            rounds_end: self.next_round(),
-        };
-        self.up.send(up_message::Msg::Fin(fin)).await;
-        let action = Some(control::Action::FinAck(canopy_proto::v1::FinAck {}));
-        self.on_control(Control { action }).await;
+        P::below_finished(self).await;
     }
 
     fn status(&self) -> NodeStatus {
@@ -533,10 +382,10 @@ impl<U: Up> Node<U> {
     /// Moves the window after each input; at a leaf, the held dumps it now admits go in, which may move it again.
     async fn move_window(&mut self) {
         loop {
-            let (unbounded, lowest_held) = match &self.role {
-                Role::Leaf(leaf) => (!leaf.started(), leaf.lowest_held()),
-                _ => (false, None),
-            };
+            let (unbounded, lowest_held) = self
+                .leaf
+                .as_ref()
+                .map_or((false, None), |leaf| (!leaf.started(), leaf.lowest_held()));
             let limit = self.window.update(WindowState {
                 lowest_open: self.engine.lowest_open_round(),
                 lowest_awaited: self.route.lowest_awaited(),

@@ -7,11 +7,11 @@ use super::first_round::{Fed, KEPT_ROUNDS};
 
 use super::*;
 
-impl<U: Up> Node<U> {
+impl<U: Up, P: Position> Node<U, P> {
     // ---- the leaf's ranks ----
 
     pub(super) async fn on_rank(&mut self, ev: RankEvent) {
-        let Role::Leaf(leaf) = &mut self.role else {
+        let Some(leaf) = &mut self.leaf else {
             tracing::warn!(node = %self.id, "a rank event reached a node that is not a leaf: {ev:?}");
             return;
         };
@@ -24,7 +24,7 @@ impl<U: Up> Node<U> {
     /// Releases the leaf's held dumps that the window admits.
     pub(super) async fn release_held(&mut self) -> bool {
         let limit = self.window.limit();
-        let Role::Leaf(leaf) = &mut self.role else {
+        let Some(leaf) = &mut self.leaf else {
             return false;
         };
         let released = leaf.release(limit);
@@ -117,13 +117,14 @@ impl<U: Up> Node<U> {
         profile: Result<bytes::Bytes, MissingReason>,
     ) {
         self.counters.highest_seen = self.counters.highest_seen.max(round);
-        if let Role::Leaf(leaf) = &mut self.role {
+        if let Some(leaf) = &mut self.leaf {
             leaf.highest_dumped = Some(leaf.highest_dumped.map_or(round, |h| h.max(round)));
         }
-        let window = match &self.role {
-            Role::Leaf(leaf) if leaf.outside_window(round) => leaf.window,
-            _ => None,
-        };
+        let window = self
+            .leaf
+            .as_ref()
+            .filter(|leaf| leaf.outside_window(round))
+            .and_then(|leaf| leaf.window);
         if let Some((from, _)) = window {
             return self.outside_window(&source, round, from).await;
         }
@@ -149,7 +150,7 @@ impl<U: Up> Node<U> {
             Err(reason) => (bytes::Bytes::new(), Coverage::absent(app, reason)),
         };
         let lowest_open = self.engine.lowest_open_round();
-        if let Role::Leaf(leaf) = &mut self.role
+        if let Some(leaf) = &mut self.leaf
             && !leaf.admit_open(lowest_open, round, payload.len())
         {
             // Past the leaf's bound on bytes held in open rounds: the dump is refused, its rank-round dropped.
@@ -211,9 +212,9 @@ impl<U: Up> Node<U> {
     /// A dump into a stream's round: now, kept until the root sets the stream's first round, or not at all below
     /// that round (see `first_round`).
     async fn feed_stream(&mut self, key: GroupKey, first_round: Option<u64>, arrival: Arrival) {
-        let fed = match &mut self.role {
-            Role::Leaf(leaf) => leaf.waiting.feed(key.stream, first_round, key.round, arrival),
-            _ => Fed::Now(arrival),
+        let fed = match &mut self.leaf {
+            Some(leaf) => leaf.waiting.feed(key.stream, first_round, key.round, arrival),
+            None => Fed::Now(arrival),
         };
         match fed {
             Fed::Now(arrival) => self.accept(key, arrival).await,

@@ -2,13 +2,13 @@
 //! the filter, what the filter emitted down to the children and up to the parent (at the root, into results), late
 //! packets, and the timers that close rounds.
 
-use canopy_proto::v1::{Coverage, DownMessage, Envelope, MissingReason, down_message, up_message};
+use canopy_proto::v1::{Coverage, DownMessage, Envelope, MissingReason, down_message};
 use tokio::time::Instant;
 
 use super::streams::{Answer, Call, Done, Queued, Then};
 use super::*;
 
-impl<U: Up> Node<U> {
+impl<U: Up, P: Position> Node<U, P> {
     pub(super) async fn on_envelope(&mut self, source: String, env: Envelope) {
         self.counters.highest_seen = self.counters.highest_seen.max(env.round);
         tracing::debug!(target: crate::LATENCY, node = %self.id, child = %source, round = env.round, phase = env.phase,
@@ -69,7 +69,7 @@ impl<U: Up> Node<U> {
     }
 
     /// Queues a call into a stream's filter; a stream whose filter does not keep up fails.
-    async fn call_filter(&mut self, stream: u32, call: Call, then: Then) -> bool {
+    pub(super) async fn call_filter(&mut self, stream: u32, call: Call, then: Then) -> bool {
         match self.streams.submit(stream, call, then) {
             Queued::Yes => true,
             Queued::NotLive => false,
@@ -125,8 +125,25 @@ impl<U: Up> Node<U> {
                     }
                     Err(e) => return self.stream_error(stream, e.to_string()).await,
                 };
-                self.store_result(stream, round, phase, coverage, first_dump, late, payload)
-                    .await;
+                // A stream closed meanwhile still stores the rounds its close cut short.
+                let Some(spec) = self
+                    .streams
+                    .spec(stream)
+                    .or_else(|| self.streams.closing_spec(stream))
+                    .cloned()
+                else {
+                    return;
+                };
+                let result = RoundResult {
+                    stream: spec,
+                    round,
+                    phase,
+                    coverage: coverage.unwrap_or_default(),
+                    first_dump_unix_ns: first_dump,
+                    payload,
+                    late,
+                };
+                P::result(self, result).await;
             }
             (
                 Then::LateLeaf {
@@ -145,7 +162,7 @@ impl<U: Up> Node<U> {
                         .unwrap_or_default(),
                     Ok(_) | Err(_) => bytes::Bytes::new(),
                 };
-                self.late_up(key, coverage, first_dump, payload).await;
+                P::late_up(self, key, coverage, first_dump, payload).await;
             }
             (Then::Nothing, _) => {}
             (_, Answer::Names) | (_, Answer::Result(_)) | (Then::Finalize { .. }, Answer::Output(_)) => {
@@ -181,7 +198,7 @@ impl<U: Up> Node<U> {
     /// At a leaf, the dumps of rounds that closed no longer count against its bound on bytes held.
     fn leaf_rounds_closed(&mut self) {
         let lowest_open = self.engine.lowest_open_round();
-        if let Role::Leaf(leaf) = &mut self.role {
+        if let Some(leaf) = &mut self.leaf {
             leaf.rounds_closed_below(lowest_open);
         }
     }
@@ -198,9 +215,9 @@ impl<U: Up> Node<U> {
             .filter(|a| !(a.payload.is_empty() && a.coverage.covered == 0))
             .collect();
         let stream = c.key.stream;
-        let (inputs, sources): (Vec<bytes::Bytes>, Vec<(String, Coverage)>) = match &mut self.role {
+        let (inputs, sources): (Vec<bytes::Bytes>, Vec<(String, Coverage)>) = match &mut self.leaf {
             // A node stream's leaf input is the node's sample, which answers for every rank the round covers.
-            Role::Leaf(leaf) if c.key.phase == 0 && self.streams.is_node_stream(stream) => {
+            Some(leaf) if c.key.phase == 0 && self.streams.is_node_stream(stream) => {
                 let ranks = used
                     .iter()
                     .filter(|a| a.coverage.covered > 0)
@@ -314,68 +331,8 @@ impl<U: Up> Node<U> {
                 late: false,
                 first_dump_unix_ns: first_dump,
             };
-            self.send_up(env).await;
+            P::send_up(self, env).await;
         }
-    }
-
-    /// A packet this node sends up: to the parent, or at the root, finalized into a result.
-    pub(super) async fn send_up(&mut self, env: Envelope) {
-        let Role::Root(_) = &mut self.role else {
-            self.counters.bytes_out += env.payload.len() as u64;
-            return self.up.send(up_message::Msg::Envelope(env)).await;
-        };
-        let call = Call::Finalize {
-            round: env.round,
-            phase: env.phase,
-            payload: env.payload,
-        };
-        let then = Then::Finalize {
-            round: env.round,
-            phase: env.phase,
-            coverage: env.coverage,
-            first_dump: env.first_dump_unix_ns,
-            late: env.late,
-        };
-        self.call_filter(env.stream_id, call, then).await;
-    }
-
-    /// At the root: a finalized result goes to the sink, with the ranks never announced counted absent.
-    #[allow(clippy::too_many_arguments)]
-    async fn store_result(
-        &mut self,
-        stream: u32,
-        round: u64,
-        phase: u32,
-        coverage: Option<Coverage>,
-        first_dump: u64,
-        late: bool,
-        payload: Vec<u8>,
-    ) {
-        let announced = self.announced_below();
-        // A stream closed meanwhile still stores the rounds its close cut short.
-        let Some(spec) = self
-            .streams
-            .spec(stream)
-            .or_else(|| self.streams.closing_spec(stream))
-            .cloned()
-        else {
-            return;
-        };
-        let Role::Root(root) = &mut self.role else { return };
-        let mut coverage = coverage.unwrap_or_default();
-        if !late {
-            root.count_absent(&mut coverage, announced);
-        }
-        let result = RoundResult {
-            stream: spec,
-            round,
-            phase,
-            coverage,
-            first_dump_unix_ns: first_dump,
-            payload,
-            late,
-        };
-        root.opts.sink.result(result).await;
     }
 
     /// A packet for a round already closed here goes up as late; a late rank's raw profile is first made into the
@@ -383,7 +340,7 @@ impl<U: Up> Node<U> {
     pub(super) async fn on_late(&mut self, key: GroupKey, a: Arrival) {
         tracing::debug!(node = %self.id, source = %a.source, stream = key.stream, round = key.round, "late packet");
         // A node stream's sample of the round went up with it: a late rank adds only its coverage.
-        if let Role::Leaf(_) = self.role
+        if self.leaf.is_some()
             && self.streams.phases(key.stream) == Some(1)
             && !self.streams.is_node_stream(key.stream)
         {
@@ -401,57 +358,14 @@ impl<U: Up> Node<U> {
                 return;
             }
         }
-        let payload = match &self.role {
+        let payload = match &self.leaf {
             // A multi-phase round has moved on (or the stream is not live): only the coverage goes up.
-            Role::Leaf(_) => bytes::Bytes::new(),
+            Some(_) => bytes::Bytes::new(),
             // A child's payload is a slice of the buffer its stream was read into: kept for resending (perhaps
             // long) it gets an allocation of its own, so the bound on what is kept counts what is kept.
-            Role::Relay | Role::Root(_) => bytes::Bytes::copy_from_slice(&a.payload),
+            None => bytes::Bytes::copy_from_slice(&a.payload),
         };
-        self.late_up(key, a.coverage, a.first_dump_unix_ns, payload).await;
-    }
-
-    /// A late packet goes up (at the root: stored, with its result if it carries one).
-    async fn late_up(
-        &mut self,
-        key: GroupKey,
-        coverage: Coverage,
-        first_dump: u64,
-        mut payload: bytes::Bytes,
-    ) {
-        // A multi-phase filter's early phase is no result: at the root only its late ranks are recorded.
-        let last_phase = self.streams.phases(key.stream).unwrap_or(1).saturating_sub(1);
-        if matches!(self.role, Role::Root(_)) && key.phase != last_phase {
-            payload.clear();
-        }
-        if payload.is_empty()
-            && let Role::Root(root) = &mut self.role
-        {
-            // Nothing to finalize: the late ranks are still recorded.
-            let Some(spec) = self.streams.live_spec(key.stream).cloned() else {
-                return;
-            };
-            let result = RoundResult {
-                stream: spec,
-                round: key.round,
-                phase: key.phase,
-                coverage,
-                first_dump_unix_ns: first_dump,
-                payload: Vec::new(),
-                late: true,
-            };
-            return root.opts.sink.result(result).await;
-        }
-        let env = Envelope {
-            stream_id: key.stream,
-            round: key.round,
-            phase: key.phase,
-            coverage: Some(coverage),
-            payload,
-            late: true,
-            first_dump_unix_ns: first_dump,
-        };
-        self.send_up(env).await;
+        P::late_up(self, key, a.coverage, a.first_dump_unix_ns, payload).await;
     }
 
     pub(super) async fn on_timer(&mut self) {
@@ -466,64 +380,10 @@ impl<U: Up> Node<U> {
             tracing::warn!(node = %self.id, %child,
                 "child unreachable for longer than it keeps what it sent: its ranks count as lost from now on");
         }
-        self.first_rounds_due(now).await;
         for (stream, round) in self.route.expired(now) {
             tracing::warn!(node = %self.id, stream, round, "the round's last phase never came back");
-            if let Role::Root(_) = self.role {
-                self.store_unfinished_round(stream, round).await;
-            }
+            P::unfinished(self, stream, round).await;
         }
-        let (drain_over, start_due, awaited_due) = match &self.role {
-            Role::Root(root) => (
-                root.drain_deadline().is_some_and(|d| d <= now),
-                root.start_deadline().is_some_and(|d| d <= now),
-                root.awaited_deadline().is_some_and(|d| d <= now),
-            ),
-            _ => (false, false, false),
-        };
-        if awaited_due {
-            self.give_up_awaited_ranks().await;
-        }
-        if start_due {
-            // The start time-out: collection starts with the ranks that are there.
-            self.ranks_changed().await;
-        }
-        if drain_over && !self.finish {
-            tracing::warn!(
-                live = self.engine.live_sources(),
-                "drain time-out: closing the rounds still open"
-            );
-            let closed = self.engine.close_all();
-            self.on_closed_all(closed).await;
-            self.finish_root().await;
-        }
-    }
-
-    /// A multi-phase round whose last phase never reached the root still gets its row: no result, and every rank
-    /// of its first phase counted late, so no rank-round disappears.
-    pub(super) async fn store_unfinished_round(&mut self, stream: u32, round: u64) {
-        // A stream that failed meanwhile still gets the row: its ranks are counted, not forgotten.
-        let Some(spec) = self.streams.spec(stream).cloned() else {
-            return;
-        };
-        let phases = self.streams.phases(stream).unwrap_or(1);
-        let (mut coverage, first_dump) = self.route.recall(stream, round);
-        coverage.uncover_all(MissingReason::Late);
-        let announced = self.announced_below();
-        if let Role::Root(root) = &self.role {
-            root.count_absent(&mut coverage, announced);
-        }
-        let result = RoundResult {
-            stream: spec,
-            round,
-            phase: phases.saturating_sub(1),
-            coverage,
-            first_dump_unix_ns: first_dump,
-            payload: Vec::new(),
-            late: false,
-        };
-        if let Role::Root(root) = &mut self.role {
-            root.opts.sink.result(result).await;
-        }
+        P::on_timer(self, now).await;
     }
 }

@@ -281,25 +281,29 @@ struct Harness {
     task: tokio::task::JoinHandle<Result<(), NodeError>>,
 }
 
-fn start(role: RoleConfig, max_in_flight: u64) -> Harness {
+fn start<R: RoleConfig>(role: R, max_in_flight: u64) -> Harness {
     start_with(role, max_in_flight, DEFAULT_FILTER_CALL_TIMEOUT)
 }
 
-fn start_with(role: RoleConfig, max_in_flight: u64, call_timeout: Duration) -> Harness {
+fn start_with<R: RoleConfig>(role: R, max_in_flight: u64, call_timeout: Duration) -> Harness {
     start_full(role, max_in_flight, call_timeout, &[])
 }
 
-fn start_full(role: RoleConfig, max_in_flight: u64, call_timeout: Duration, inline: &[&str]) -> Harness {
+fn start_full<R: RoleConfig>(
+    role: R,
+    max_in_flight: u64,
+    call_timeout: Duration,
+    inline: &[&str],
+) -> Harness {
     let (up_tx, up) = mpsc::unbounded_channel();
     let config = NodeConfig {
         node_id: "n".into(),
         kind: NodeKind::Relay,
         filters: Arc::new(Filters),
         max_rounds_in_flight: max_in_flight,
-        role,
         status_interval: Duration::from_secs(3600),
     };
-    let (mut node, handles) = Node::new(config, TestUp(up_tx));
+    let (mut node, handles) = Node::new(config, role, TestUp(up_tx));
     node.set_filter_call_timeout(call_timeout);
     node.set_inline_filters(&inline.iter().map(|f| f.to_string()).collect::<Vec<_>>());
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -413,7 +417,7 @@ fn packet(stream: u32, round: u64, covered: u32, payload: u8) -> up_message::Msg
 
 #[tokio::test(start_paused = true)]
 async fn a_round_closes_when_every_child_delivered() {
-    let mut h = start(RoleConfig::Relay, 8);
+    let mut h = start(Relay, 8);
     let t0 = Instant::now();
     let _a = h.child("a", 1, 2).await;
     let _b = h.child("b", 2, 3).await;
@@ -431,7 +435,7 @@ async fn a_round_closes_when_every_child_delivered() {
 
 #[tokio::test(start_paused = true)]
 async fn a_round_missing_a_child_closes_at_its_time_out_with_the_child_counted_late() {
-    let mut h = start(RoleConfig::Relay, 8);
+    let mut h = start(Relay, 8);
     let _a = h.child("a", 1, 2).await;
     let _b = h.child("b", 2, 3).await;
     h.open(1).await;
@@ -458,7 +462,7 @@ async fn a_late_packet_a_relay_sends_up_keeps_none_of_the_buffer_it_was_read_int
     // A relay keeps what it sends up until the root has closed its round: a late child's payload, a slice of
     // the buffer its stream was read into, must go up (and be kept) in an allocation of its own, or 16 bytes
     // counted against the bound on kept bytes would keep 1 MiB allocated.
-    let mut h = start(RoleConfig::Relay, 8);
+    let mut h = start(Relay, 8);
     let _a = h.child("a", 1, 2).await;
     let _b = h.child("b", 2, 3).await;
     h.open(1).await;
@@ -482,7 +486,7 @@ async fn a_late_packet_a_relay_sends_up_keeps_none_of_the_buffer_it_was_read_int
 
 #[tokio::test(start_paused = true)]
 async fn a_child_whose_link_ended_closes_its_open_rounds_at_once_as_unreachable_then_lost_past_the_hold() {
-    let mut h = start(RoleConfig::Relay, 8);
+    let mut h = start(Relay, 8);
     let _a = h.child("a", 1, 2).await;
     let _b = h.child("b", 2, 3).await;
     h.open(1).await;
@@ -529,7 +533,7 @@ async fn a_child_whose_link_ended_closes_its_open_rounds_at_once_as_unreachable_
 
 #[tokio::test(start_paused = true)]
 async fn the_window_holds_producers_back_until_the_oldest_round_closes() {
-    let mut h = start(RoleConfig::Relay, 2);
+    let mut h = start(Relay, 2);
     let _a = h.child("a", 1, 1).await;
     let _b = h.child("b", 2, 1).await;
     h.open(1).await;
@@ -551,7 +555,7 @@ async fn the_window_holds_producers_back_until_the_oldest_round_closes() {
 
 #[tokio::test(start_paused = true)]
 async fn with_no_round_open_the_window_moves_to_a_waiting_child() {
-    let h = start(RoleConfig::Relay, 2);
+    let h = start(Relay, 2);
     let _a = h.child("a", 1, 1).await;
     h.open(1).await;
     let mut gate = h.window.clone();
@@ -573,7 +577,7 @@ fn credits(child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>) -> Ve
 
 #[tokio::test(start_paused = true)]
 async fn children_hear_the_window_as_credit_when_they_attach_and_as_it_moves() {
-    let h = start(RoleConfig::Relay, 16);
+    let h = start(Relay, 16);
     let mut a = h.child("a", 1, 1).await;
     h.open(1).await;
     tokio::task::yield_now().await;
@@ -593,7 +597,7 @@ async fn children_hear_the_window_as_credit_when_they_attach_and_as_it_moves() {
 
 #[tokio::test(start_paused = true)]
 async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
-    let mut h = start(RoleConfig::Relay, 64);
+    let mut h = start(Relay, 64);
     let mut a = h.child("a", 1, 1).await;
     h.open(1).await;
     let credit = |below| {
@@ -630,7 +634,7 @@ async fn a_node_caps_its_window_at_its_parents_credit_and_asks_for_more() {
 /// the root's credit a round or so at a time and never gets 16 rounds (a quarter of its own window) past what its
 /// children heard.
 async fn relay_under_a_small_credit() -> (Harness, mpsc::Receiver<Result<DownMessage, tonic::Status>>) {
-    let mut h = start(RoleConfig::Relay, 64);
+    let mut h = start(Relay, 64);
     let mut a = h.child("a", 1, 1).await;
     h.open(1).await;
     h.input(parent_credit(4)).await;
@@ -670,7 +674,7 @@ async fn children_hear_a_credit_capped_by_the_parent_as_it_moves_a_quarter_of_wh
 
 #[tokio::test(start_paused = true)]
 async fn a_child_waiting_at_a_round_the_window_covers_hears_the_credit() {
-    let mut h = start(RoleConfig::Relay, 16);
+    let mut h = start(Relay, 16);
     let mut a = h.child("a", 1, 1).await;
     let _b = h.child("b", 2, 1).await;
     h.open(1).await;
@@ -696,7 +700,7 @@ async fn a_child_waiting_at_a_round_the_window_covers_hears_the_credit() {
 
 #[tokio::test(start_paused = true)]
 async fn a_round_under_way_can_finish_whatever_the_credit() {
-    let h = start(RoleConfig::Relay, 64);
+    let h = start(Relay, 64);
     let _a = h.child("a", 1, 1).await;
     let _b = h.child("b", 2, 1).await;
     h.open(1).await;
@@ -714,8 +718,8 @@ async fn a_round_under_way_can_finish_whatever_the_credit() {
     assert!(!h.window.admits(11));
 }
 
-fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RoleConfig {
-    RoleConfig::Root(RootOptions {
+fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> RootOptions {
+    RootOptions {
         closed_below: Vec::new(),
         resume_ranks: 0,
         resume_wait: std::time::Duration::ZERO,
@@ -726,13 +730,13 @@ fn root(streams: Vec<StreamSpec>, drain_timeout: Duration, sink: &TestSink) -> R
         exit_on_fin: false,
         drain_timeout,
         sink: Box::new(sink.clone()),
-    })
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never_came_absent() {
     let sink = TestSink::default();
-    let role = RoleConfig::Root(RootOptions {
+    let role = RootOptions {
         closed_below: Vec::new(),
         resume_ranks: 0,
         resume_wait: std::time::Duration::ZERO,
@@ -743,7 +747,7 @@ async fn collection_starts_at_the_start_time_out_and_counts_the_ranks_that_never
         exit_on_fin: false,
         drain_timeout: Duration::from_secs(1),
         sink: Box::new(sink.clone()),
-    });
+    };
     let h = start(role, 8);
     let mut child = h.child("a", 1, 4).await;
     // 4 of the 8 expected ranks: no start yet.
@@ -791,14 +795,14 @@ async fn until_control(
     }
 }
 
-fn leaf() -> (RoleConfig, mpsc::Receiver<control::Action>) {
+fn leaf() -> (LeafOptions, mpsc::Receiver<control::Action>) {
     let (tx, rx) = mpsc::channel(16);
-    let role = RoleConfig::Leaf(LeafOptions {
+    let role = LeafOptions {
         control: tx,
         hold_dumps: 8,
         hold_bytes: usize::MAX,
         sampler: None,
-    });
+    };
     (role, rx)
 }
 
@@ -856,13 +860,13 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
 #[tokio::test(start_paused = true)]
 async fn a_leaf_past_its_bytes_in_open_rounds_refuses_a_dump_and_counts_it_dropped() {
     let (tx, _ranks_control) = mpsc::channel(16);
-    let role = RoleConfig::Leaf(LeafOptions {
+    let role = LeafOptions {
         control: tx,
         hold_dumps: 8,
         // Two one-byte dumps fit.
         hold_bytes: 2,
         sampler: None,
-    });
+    };
     let mut h = start(role, 64);
     h.attach_ranks(3).await;
     h.open(1).await;
@@ -912,12 +916,12 @@ async fn a_leaf_feeds_its_node_streams_its_sample_named_with_the_ranks_the_round
     use canopy_proto::filters::v1::{NodeSamples, RankRange};
     use prost::Message;
     let (tx, mut ranks_control) = mpsc::channel(16);
-    let role = RoleConfig::Leaf(LeafOptions {
+    let role = LeafOptions {
         control: tx,
         hold_dumps: 8,
         hold_bytes: usize::MAX,
         sampler: Some(Box::new(CountingSampler::default())),
-    });
+    };
     let mut h = start(role, 64);
     h.attach_ranks(3).await;
     h.open(1).await;
@@ -1184,7 +1188,7 @@ async fn next_told(child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_the_parent_replaces_or_no_longer_runs_ends_here_and_below() {
-    let mut h = start(RoleConfig::Relay, 64);
+    let mut h = start(Relay, 64);
     let mut a = h.child("a", 1, 1).await;
     // Stream 1 of a filter this node does not have: it fails here.
     let broken = StreamSpec {
@@ -1219,7 +1223,7 @@ async fn a_stream_the_parent_replaces_or_no_longer_runs_ends_here_and_below() {
 
 #[tokio::test(start_paused = true)]
 async fn the_nodes_below_a_lost_child_are_reported_lost_with_it() {
-    let mut h = start(RoleConfig::Relay, 64);
+    let mut h = start(Relay, 64);
     let _r = h.child("r", 1, 4).await;
     let agent = NodeEvent {
         node_id: "a".into(),
@@ -1249,7 +1253,7 @@ async fn the_nodes_below_a_lost_child_are_reported_lost_with_it() {
 /// A relay "r" with an agent "a" of 8 ranks below it; then, in the order asked, "a" attaches here directly and
 /// "r" is lost. Returns the coverage of the next round "a" delivers.
 async fn adopted(lost_first: bool) -> Coverage {
-    let mut h = start(RoleConfig::Relay, 64);
+    let mut h = start(Relay, 64);
     let _r = h.child("r", 1, 8).await;
     h.open(1).await;
     let below_r = NodeEvent {
@@ -1303,12 +1307,7 @@ async fn stream_error(h: &mut Harness, within: Duration) -> Option<canopy_proto:
 
 #[tokio::test(start_paused = true)]
 async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_stream_for_good() {
-    let mut h = start_full(
-        RoleConfig::Relay,
-        64,
-        DEFAULT_FILTER_CALL_TIMEOUT,
-        &["where", "panics", ""],
-    );
+    let mut h = start_full(Relay, 64, DEFAULT_FILTER_CALL_TIMEOUT, &["where", "panics", ""]);
     let _child = h.child("a", 1, 1).await;
     let open = |id: u32, filter: &str| {
         let mut spec = spec(id);
@@ -1363,7 +1362,7 @@ async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_strea
 /// Real time: the watchdog measures how long a thread has been in a call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter_past_the_bound() {
-    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let mut h = start_with(Relay, 64, Duration::from_millis(200));
     let _child = h.child("a", 1, 1).await;
     let open = |id: u32, filter: &str| {
         let mut spec = spec(id);
@@ -1436,7 +1435,7 @@ async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter
 /// Real time: the first phase's call runs on its stream's thread while the node's loop goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_want_is_not_lost() {
-    let mut h = start(RoleConfig::Relay, 4);
+    let mut h = start(Relay, 4);
     let _a = h.child("a", 1, 1).await;
     let mut spec = spec(1);
     spec.filter = "phased".into();
@@ -1480,7 +1479,7 @@ async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_wa
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
-    let mut h = start(RoleConfig::Relay, 4);
+    let mut h = start(Relay, 4);
     let _a = h.child("a", 1, 1).await;
     let mut spec = spec(1);
     spec.filter = "fails-late".into();
@@ -1517,7 +1516,7 @@ async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
 /// Real time: the watchdog measures how long a thread has been in a call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finishing() {
-    let mut h = start_with(RoleConfig::Relay, 64, Duration::from_millis(200));
+    let mut h = start_with(Relay, 64, Duration::from_millis(200));
     let _a = h.child("a", 1, 1).await;
     let mut spec = spec(1);
     spec.filter = "hangs".into();

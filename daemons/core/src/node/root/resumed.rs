@@ -5,13 +5,13 @@
 
 use tokio::time::Instant;
 
-use super::root::{AWAITED_SOURCE, Awaited};
-use super::*;
+use super::{AWAITED_SOURCE, Awaited, Root};
+use crate::node::*;
 
-impl<U: Up> Node<U> {
+impl<U: Up> Node<U, Root> {
     /// At the start of a continued run: the ranks its earlier root expected are awaited.
     pub(super) fn await_resumed_ranks(&mut self) {
-        let Role::Root(root) = &mut self.role else { return };
+        let root = &mut self.position;
         let ranks = root.opts.resume_ranks;
         if ranks == 0 {
             return;
@@ -35,10 +35,7 @@ impl<U: Up> Node<U> {
     /// Takes the ranks attached now (`expected`, the awaited ones included) off the awaited ones; returns the
     /// ranks attached, without the awaited.
     pub(super) async fn awaited_ranks_back(&mut self, expected: u32) -> u32 {
-        let Role::Root(root) = &mut self.role else {
-            return expected;
-        };
-        let Some(awaited) = &mut root.awaited else {
+        let Some(awaited) = &mut self.position.awaited else {
             return expected;
         };
         let attached = expected.saturating_sub(awaited.missing);
@@ -53,7 +50,7 @@ impl<U: Up> Node<U> {
             return attached;
         }
         tracing::info!(ranks = attached, "every rank the continued run expected is back");
-        root.awaited = None;
+        self.position.awaited = None;
         let closed = self.engine.withdraw_source(AWAITED_SOURCE);
         self.on_closed_all(closed).await;
         attached
@@ -62,8 +59,9 @@ impl<U: Up> Node<U> {
     /// The wait is over: the ranks still away count as lost in the rounds from now on (a child that brings them
     /// back later still takes them off).
     pub(super) async fn give_up_awaited_ranks(&mut self) {
-        let Role::Root(root) = &mut self.role else { return };
-        let Some(awaited) = &mut root.awaited else { return };
+        let Some(awaited) = &mut self.position.awaited else {
+            return;
+        };
         awaited.given_up = true;
         tracing::warn!(
             missing = awaited.missing,

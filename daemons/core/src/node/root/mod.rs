@@ -1,5 +1,7 @@
-//! The root's policy: stream ids, when collection starts, start and stop, the drain at shutdown, and whether the
-//! run finishes when the tree does.
+//! The root: its policy (stream ids, when collection starts, start and stop, the drain at shutdown, and whether the
+//! run finishes when the tree does), and the node's flows that only the root has: its commands and streams
+//! ([`streams`]), results and the run's end ([`position`]), and a continued run's wait for its ranks
+//! ([`resumed`]).
 
 use std::time::Duration;
 
@@ -8,6 +10,10 @@ use tokio::time::Instant;
 
 use super::input::Collection;
 use super::up::RootSink;
+
+mod position;
+mod resumed;
+mod streams;
 
 /// The root's options.
 pub struct RootOptions {
@@ -49,7 +55,9 @@ impl std::fmt::Debug for RootOptions {
     }
 }
 
-pub(crate) struct Root {
+/// The root's policy and what it alone keeps; the node's [`Position`](super::position::Position) at the top of
+/// the tree.
+pub struct Root {
     pub(crate) opts: RootOptions,
     /// Collection was started (or stopped) once: attaching ranks no longer start it.
     started: bool,
