@@ -13,6 +13,35 @@ use tokio::time::Instant;
 
 use crate::cpu::{self, Kind};
 
+/// Where `canopy up` and `canopy run` put a run: the same flag, default and checks for both.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct RunDir {
+    /// Directory for the run: its SQLite store, the daemons' logs and (canopy run) its report.
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "out",
+        value_name = "DIR",
+        default_value = "canopy-out"
+    )]
+    pub(crate) out: PathBuf,
+}
+
+impl RunDir {
+    /// Refuses a directory the run cannot use, and makes its `logs`; returns where the logs go.
+    pub(crate) fn prepare(&self) -> anyhow::Result<PathBuf> {
+        canopy_runtime::outdir::check_out_dir(&self.out).map_err(|e| anyhow::anyhow!("--output: {e}"))?;
+        let logs = self.out.join("logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+        Ok(logs)
+    }
+
+    /// Where the daemons' ready files go for this process's `command` (`up`, `run`).
+    pub(crate) fn ready_dir(&self, command: &str) -> PathBuf {
+        self.out.join(format!(".{command}-{}", std::process::id()))
+    }
+}
+
 pub(crate) struct Daemon {
     pub(crate) name: String,
     pub(crate) kind: Kind,

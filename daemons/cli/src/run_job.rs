@@ -13,21 +13,14 @@ use tokio::process::Command;
 
 use crate::cpu::Kind;
 use crate::daemons::{
-    Daemon, Launch, binaries_dir, check_filters, security_flags, signal, spawn, stop_all, wait_ready,
+    Daemon, Launch, RunDir, binaries_dir, check_filters, security_flags, signal, spawn, stop_all, wait_ready,
 };
 use crate::launcher::{Launcher, ranks_asked, warn_of_other_hosts, which};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Directory for the run's SQLite store, its report and the daemons' logs.
-    #[arg(
-        short = 'o',
-        long = "output",
-        visible_alias = "out",
-        value_name = "DIR",
-        default_value = "canopy-out"
-    )]
-    out: PathBuf,
+    #[command(flatten)]
+    dir: RunDir,
     /// Filters to run as streams over the program's ranks, comma-separated.
     #[arg(long, default_value = "stats,outliers", value_delimiter = ',')]
     filters: Vec<String>,
@@ -90,7 +83,7 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     warn_of_other_hosts(launcher, &args.command);
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
-    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--output: {e}"))?;
+    let logs = args.dir.prepare()?;
     let wrapper = match args.no_wrapper {
         true => None,
         false => wrapper(&args, &bin_dir, launcher)?,
@@ -99,8 +92,6 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         true => Some(omp_tool(&args, &bin_dir, launcher)?),
         false => None,
     };
-    let logs = args.out.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     // A socket path must be short (108 bytes): the run's own directory under the temporary one, made here and
     // now (one that is there already, another user's perhaps, is not taken), private to the user.
     let socket_dir = std::env::temp_dir().join(format!("canopy-run-{}", std::process::id()));
@@ -108,7 +99,7 @@ async fn run_job(mut args: RunArgs) -> anyhow::Result<ExitCode> {
         .mode(0o700)
         .create(&socket_dir)
         .with_context(|| format!("cannot create {}", socket_dir.display()))?;
-    let ready_dir = args.out.join(format!(".run-{}", std::process::id()));
+    let ready_dir = args.dir.ready_dir("run");
     let mut daemons: Vec<Daemon> = Vec::new();
     let result = match std::fs::create_dir_all(&ready_dir) {
         Ok(()) => {
@@ -375,7 +366,7 @@ async fn tree_and_program(
     let creds = match args.insecure {
         true => None,
         false => Some(
-            canopy_runtime::tls::write_credentials(&args.out.join("tls"), &[], 30, true)
+            canopy_runtime::tls::write_credentials(&args.dir.out.join("tls"), &[], 30, true)
                 .context("cannot make the run's certificates")?,
         ),
     };
@@ -390,7 +381,7 @@ async fn tree_and_program(
         "--resume",
         "false",
     ])
-    .args(["--out".to_string(), args.out.display().to_string()])
+    .args(["--out".to_string(), args.dir.out.display().to_string()])
     .args(["--streams", &args.filters.join(",")])
     .args(
         args.filter_params
@@ -559,7 +550,7 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
     let mut cmd = Command::new(&script);
     cmd.args(["--filters", &args.filters.join(",")])
         .args(["--timeout-ms", &args.timeout_ms.to_string()])
-        .args(["--out".to_string(), args.out.display().to_string()])
+        .args(["--out".to_string(), args.dir.out.display().to_string()])
         .args(["--bin".to_string(), bin_dir.display().to_string()])
         .args(["--srun-args", &srun_args.join(" ")]);
     // The wrapper for an MPI program; one that reports through the SDK itself needs none.
@@ -590,7 +581,7 @@ async fn delegate_to_canopy_run(args: &RunArgs, bin_dir: &Path, nodes: u32) -> a
         .with_context(|| format!("cannot start {}", script.display()))?;
     // canopy-run leaves the run's store in --out; the report goes beside it, as for a run here.
     if !args.no_report
-        && let Err(e) = crate::cmd::report::html_beside_store(&args.out)
+        && let Err(e) = crate::cmd::report::html_beside_store(&args.dir.out)
     {
         eprintln!("canopy run: no report: {e:#}");
     }

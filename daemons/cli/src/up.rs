@@ -11,7 +11,7 @@ use canopy_topology::{NodeName, Topology};
 
 use crate::cpu::{ByKind, Kind};
 use crate::daemons::{
-    Daemon, Launch, REAP_POLL, binaries_dir, check_filters, security_flags, signal, spawn, stop_all,
+    Daemon, Launch, REAP_POLL, RunDir, binaries_dir, check_filters, security_flags, signal, spawn, stop_all,
     wait_ready,
 };
 use tokio::time::Instant;
@@ -40,15 +40,8 @@ pub struct UpArgs {
     /// Number rounds by time window rather than by dump count (the front-end's `time_rounds`).
     #[arg(long)]
     time_rounds: bool,
-    /// Directory for the run's SQLite store and the daemons' logs.
-    #[arg(
-        short = 'o',
-        long = "output",
-        visible_alias = "out",
-        value_name = "DIR",
-        default_value = "canopy-out"
-    )]
-    out: PathBuf,
+    #[command(flatten)]
+    dir: RunDir,
     /// Filters to run as streams over the same ranks, comma-separated.
     #[arg(long, default_value = "stats", value_delimiter = ',')]
     filters: Vec<String>,
@@ -140,16 +133,14 @@ async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let bin_dir = binaries_dir()?;
     check_plants(&bin_dir, &args.plant)?;
     check_filters(&bin_dir, &args.filters, &args.filter_params)?;
-    canopy_runtime::outdir::check_out_dir(&args.out).map_err(|e| anyhow::anyhow!("--output: {e}"))?;
-    let logs = args.out.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let ready_dir = args.out.join(format!(".up-{}", std::process::id()));
+    let logs = args.dir.prepare()?;
+    let ready_dir = args.dir.ready_dir("up");
     std::fs::create_dir_all(&ready_dir)?;
     // A CA for this run alone: its key is never written, so no other certificate can join the tree.
     let creds = match args.insecure {
         true => None,
         false => Some(
-            canopy_runtime::tls::write_credentials(&args.out.join("tls"), &[], 30, true)
+            canopy_runtime::tls::write_credentials(&args.dir.out.join("tls"), &[], 30, true)
                 .context("cannot make the run's certificates")?,
         ),
     };
@@ -224,7 +215,7 @@ impl LocalTree<'_> {
             "--resume",
             "false",
         ])
-        .args(["--out".to_string(), args.out.display().to_string()])
+        .args(["--out".to_string(), args.dir.out.display().to_string()])
         .args(["--streams", &args.filters.join(",")])
         .args(["--time-rounds", if args.time_rounds { "true" } else { "false" }])
         .args(
@@ -489,7 +480,7 @@ impl LocalTree<'_> {
         }
         let rounds = summary.rounds / summary.streams.max(1);
         println!("  {}", by_kind.line(rounds));
-        let cpu_file = self.args.out.join("latest-cpu.json");
+        let cpu_file = self.args.dir.out.join("latest-cpu.json");
         let json = serde_json::json!({ "store": store, "rounds": rounds, "cpu": by_kind });
         std::fs::write(&cpu_file, format!("{json:#}\n"))
             .with_context(|| format!("cannot write {}", cpu_file.display()))?;
