@@ -125,25 +125,9 @@ impl<U: Up, P: Position> Node<U, P> {
                     }
                     Err(e) => return self.stream_error(stream, e.to_string()).await,
                 };
-                // A stream closed meanwhile still stores the rounds its close cut short.
-                let Some(spec) = self
-                    .streams
-                    .spec(stream)
-                    .or_else(|| self.streams.closing_spec(stream))
-                    .cloned()
-                else {
-                    return;
-                };
-                let result = RoundResult {
-                    stream: spec,
-                    round,
-                    phase,
-                    coverage: coverage.unwrap_or_default(),
-                    first_dump_unix_ns: first_dump,
-                    payload,
-                    late,
-                };
-                P::result(self, result).await;
+                let key = GroupKey { stream, round, phase };
+                self.finalized(key, coverage.unwrap_or_default(), first_dump, late, payload)
+                    .await;
             }
             (
                 Then::LateLeaf {
@@ -253,6 +237,36 @@ impl<U: Up, P: Position> Node<U, P> {
             self.route
                 .begin(stream, c.key.round, phases, spec.timeout_ms, Instant::now());
         }
+    }
+
+    /// A round's result, finalized by its stream's filter (at the root), goes to the position's results.
+    async fn finalized(
+        &mut self,
+        key: GroupKey,
+        coverage: Coverage,
+        first_dump: u64,
+        late: bool,
+        payload: Vec<u8>,
+    ) {
+        // A stream closed meanwhile still stores the rounds its close cut short.
+        let Some(spec) = self
+            .streams
+            .spec(key.stream)
+            .or_else(|| self.streams.closing_spec(key.stream))
+            .cloned()
+        else {
+            return;
+        };
+        let result = RoundResult {
+            stream: spec,
+            round: key.round,
+            phase: key.phase,
+            coverage,
+            first_dump_unix_ns: first_dump,
+            payload,
+            late,
+        };
+        P::result(self, result).await;
     }
 
     /// A closed group's filter answered: rejected inputs are counted, and what it emitted goes on.

@@ -2,6 +2,7 @@
 //! failure, with the copies of what it sent kept until the parent has them.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use canopy_proto::v1::tree_client::TreeClient;
@@ -168,7 +169,68 @@ impl ParentLink {
         pending: &mut Option<UpMessage>,
         sessions: &mut Sessions,
     ) -> Result<(), SessionEnd> {
-        let lost = |attached: bool, reason: String| SessionEnd::Lost { attached, reason };
+        let client = self.connect(parent).await?;
+        let Some(mut up) = self.attach(client, parent, pending, sessions).await? else {
+            return Ok(());
+        };
+        let (back_tx, mut back) = tokio::sync::oneshot::channel::<()>();
+        let watch = match (preferred, self.return_after) {
+            (Some(addr), Some(hold)) => Some(tokio::spawn(watch_preferred(
+                addr,
+                self.tls.is_some(),
+                hold,
+                back_tx,
+            ))),
+            _ => None,
+        };
+        let _watch = AbortOnDrop(watch);
+        loop {
+            if up.send_next(pending, sessions).await? {
+                continue;
+            }
+            tokio::select! {
+                out = self.outbound.recv() => match out {
+                    Some(msg) => {
+                        if up.superseded > 0 {
+                            up.superseded -= 1;
+                            if is_own_count(&msg, &up.own_id) {
+                                continue;
+                            }
+                        }
+                        if let Some(up_message::Msg::Envelope(e)) = &msg.msg {
+                            tracing::debug!(target: crate::LATENCY, node = %up.own_id, round = e.round,
+                                phase = e.phase, first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(),
+                                "packet out");
+                        }
+                        *pending = Some(msg)
+                    }
+                    None => {
+                        // The node ended. Ending the up stream lets the parent read everything sent before; it then
+                        // ends the down stream, and only then is it certain that nothing was cut off.
+                        if !up.close().await {
+                            tracing::warn!(parent = %parent, "parent did not end the stream after this node's last message");
+                        }
+                        return Ok(());
+                    }
+                },
+                Ok(()) = &mut back, if pending.is_none() => {
+                    // Between two messages: what was sent is read by this parent before the stream ends.
+                    tracing::info!(parent = %parent, preferred = %self.parents[0],
+                        "going back to the preferred parent, healthy again");
+                    up.close().await;
+                    return Err(SessionEnd::Return);
+                }
+                down = up.inbound.message() => {
+                    if let ControlFlow::Break(end) = self.on_down(parent, down, &up.own_id, sessions).await {
+                        return end;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A channel to `parent`, with the tree's TLS, keep-alive and flow-control settings.
+    async fn connect(&self, parent: &str) -> Result<TreeClient<tonic::transport::Channel>, SessionEnd> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", parent))
             .map_err(|e| SessionEnd::Refused(format!("bad parent address {}: {e}", parent)))?;
@@ -187,17 +249,28 @@ impl ParentLink {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|e| lost(false, error_chain(&e)))?;
-        let mut client = TreeClient::new(channel)
+            .map_err(|e| SessionEnd::lost(false, error_chain(&e)))?;
+        Ok(TreeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Opens the up stream with this node's Hello and waits for the parent's Welcome; the node hears it is
+    /// attached. `None`: the node ended meanwhile.
+    async fn attach(
+        &mut self,
+        mut client: TreeClient<tonic::transport::Channel>,
+        parent: &str,
+        pending: &mut Option<UpMessage>,
+        sessions: &mut Sessions,
+    ) -> Result<Option<UpStream>, SessionEnd> {
         // One slot: what the transport has not taken yet is lost if the stream breaks, so keep it small.
         let (tx, rx) = mpsc::channel::<UpMessage>(1);
         // The node queues an event about itself each time its count of ranks changes, after it updates the Hello:
         // those queued before the Hello is read are older than it. Sent after it, they would take the parent back
         // to older counts (ranks that attach one by one while the parent is away: 4, then 1, 2, 3, 4), which it
         // reads as ranks that left before their first dump.
-        let mut superseded = self.outbound.len();
+        let superseded = self.outbound.len();
         let hello = Hello {
             returning_from: sessions.last_parent.clone(),
             run_id: self.run.get(),
@@ -212,14 +285,14 @@ impl ParentLink {
                 msg: Some(up_message::Msg::Hello(hello)),
             })
             .await;
-        let response =
-            client
-                .attach(ReceiverStream::new(rx))
-                .await
-                .map_err(|s| match is_refusal(s.code()) {
-                    true => SessionEnd::Refused(s.message().to_string()),
-                    false => lost(false, format!("{}: {}", s.code(), s.message())),
-                })?;
+        let refused_or_lost = |s: tonic::Status, what: String| match is_refusal(s.code()) {
+            true => SessionEnd::Refused(s.message().to_string()),
+            false => SessionEnd::lost(false, what),
+        };
+        let response = client.attach(ReceiverStream::new(rx)).await.map_err(|s| {
+            let what = format!("{}: {}", s.code(), s.message());
+            refused_or_lost(s, what)
+        })?;
         let mut inbound = response.into_inner();
         match inbound.message().await {
             Ok(Some(DownMessage {
@@ -235,122 +308,115 @@ impl ParentLink {
                 tracing::info!(parent = %parent, parent_id = %w.parent_id, run = %w.run_id, "attached to parent");
                 sessions.last_parent = w.parent_id;
             }
-            Ok(_) => return Err(lost(false, "parent did not answer with a welcome".into())),
+            Ok(_) => return Err(SessionEnd::lost(false, "parent did not answer with a welcome")),
             Err(s) => {
-                return Err(match is_refusal(s.code()) {
-                    true => SessionEnd::Refused(s.message().to_string()),
-                    false => lost(false, s.message().to_string()),
-                });
+                let what = s.message().to_string();
+                return Err(refused_or_lost(s, what));
             }
         }
         sessions.current += 1;
-        if self
-            .inputs
-            .send(Input::Parent(ParentEvent::Attached))
-            .await
-            .is_err()
-        {
-            return Ok(());
+        let attached = self.inputs.send(Input::Parent(ParentEvent::Attached)).await;
+        Ok(attached.is_ok().then_some(UpStream {
+            tx,
+            inbound,
+            superseded,
+            own_id,
+        }))
+    }
+
+    /// A message from the parent: a request to send packets again is answered from what is kept; the rest goes to
+    /// the node. `Break` ends the session (with `Ok` when the node ended).
+    async fn on_down(
+        &mut self,
+        parent: &str,
+        down: Result<Option<DownMessage>, tonic::Status>,
+        own_id: &str,
+        sessions: &mut Sessions,
+    ) -> ControlFlow<Result<(), SessionEnd>> {
+        match down {
+            Ok(Some(DownMessage {
+                msg: Some(down_message::Msg::Resend(resend)),
+            })) => {
+                let again = sessions.kept.resend(sessions.current, &resend);
+                tracing::debug!(parent = %parent, session = sessions.current,
+                    again = ?again.iter().map(|e| (e.stream_id, e.round, e.phase)).collect::<Vec<_>>(),
+                    "packets sent again");
+                match resend.lost == own_id {
+                    true => tracing::info!(parent = %parent, packets = again.len(),
+                        "back with the same parent: sending again what it does not hold"),
+                    false => tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
+                        "adopted: sending again what the lost node had not passed on"),
+                }
+                sessions.again.extend(again.into_iter().map(|env| UpMessage {
+                    msg: Some(up_message::Msg::Envelope(env)),
+                }));
+            }
+            Ok(Some(DownMessage { msg: Some(msg) })) => {
+                if let down_message::Msg::Credit(c) = &msg
+                    && c.closed_below > 0
+                {
+                    sessions.kept.release(sessions.current, c.closed_below, c.taken);
+                }
+                let input = Input::Parent(ParentEvent::Message(msg));
+                if self.inputs.send(input).await.is_err() {
+                    return ControlFlow::Break(Ok(()));
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return ControlFlow::Break(Err(SessionEnd::lost(true, "parent closed the stream"))),
+            Err(s) => {
+                let reason = format!("{}: {}", s.code(), s.message());
+                return ControlFlow::Break(Err(SessionEnd::lost(true, reason)));
+            }
         }
-        let (back_tx, mut back) = tokio::sync::oneshot::channel::<()>();
-        let watch = match (preferred, self.return_after) {
-            (Some(addr), Some(hold)) => Some(tokio::spawn(watch_preferred(
-                addr,
-                self.tls.is_some(),
-                hold,
-                back_tx,
-            ))),
+        ControlFlow::Continue(())
+    }
+}
+
+/// An attached session's streams: up, with the node's messages; down, with the parent's.
+struct UpStream {
+    tx: mpsc::Sender<UpMessage>,
+    inbound: tonic::Streaming<DownMessage>,
+    /// Messages the node queued before the Hello was read: its own counts among them are older than the Hello.
+    superseded: usize,
+    own_id: String,
+}
+
+impl UpStream {
+    /// Sends what is pending, or else the next packet to send again; true while more are to be sent again.
+    async fn send_next(
+        &self,
+        pending: &mut Option<UpMessage>,
+        sessions: &mut Sessions,
+    ) -> Result<bool, SessionEnd> {
+        if pending.is_none() {
+            *pending = sessions.again.pop_front();
+        }
+        let Some(msg) = pending.take() else {
+            return Ok(false);
+        };
+        // A copy of every packet, kept until the root has closed its round: what the parent takes may die with it.
+        let copy = match &msg.msg {
+            Some(up_message::Msg::Envelope(env)) => Some(env.clone()),
             _ => None,
         };
-        let _watch = AbortOnDrop(watch);
-        loop {
-            if pending.is_none() {
-                *pending = sessions.again.pop_front();
-            }
-            if let Some(msg) = pending.take() {
-                // A copy of every packet, kept until the root has closed its round: what the parent takes may
-                // die with it.
-                let copy = match &msg.msg {
-                    Some(up_message::Msg::Envelope(env)) => Some(env.clone()),
-                    _ => None,
-                };
-                if let Err(e) = tx.send(msg).await {
-                    *pending = Some(e.0);
-                    return Err(lost(true, "parent stream closed".into()));
-                }
-                if let Some(env) = copy {
-                    sessions.kept.keep(sessions.current, env);
-                }
-                if !sessions.again.is_empty() {
-                    continue;
-                }
-            }
-            tokio::select! {
-                out = self.outbound.recv() => match out {
-                    Some(msg) => {
-                        if superseded > 0 {
-                            superseded -= 1;
-                            if is_own_count(&msg, &own_id) {
-                                continue;
-                            }
-                        }
-                        if let Some(up_message::Msg::Envelope(e)) = &msg.msg {
-                            tracing::debug!(target: crate::LATENCY, node = %self.hello.borrow().node_id, round = e.round,
-                                phase = e.phase, first_dump_ns = e.first_dump_unix_ns, at_ns = crate::node::unix_ns(),
-                                "packet out");
-                        }
-                        *pending = Some(msg)
-                    }
-                    None => {
-                        // The node ended. Ending the up stream lets the parent read everything sent before; it then
-                        // ends the down stream, and only then is it certain that nothing was cut off.
-                        drop(tx);
-                        let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
-                        if tokio::time::timeout(CLOSE_TIMEOUT, drained).await.is_err() {
-                            tracing::warn!(parent = %parent, "parent did not end the stream after this node's last message");
-                        }
-                        return Ok(());
-                    }
-                },
-                Ok(()) = &mut back, if pending.is_none() => {
-                    // Between two messages: what was sent is read by this parent before the stream ends.
-                    tracing::info!(parent = %parent, preferred = %self.parents[0],
-                        "going back to the preferred parent, healthy again");
-                    drop(tx);
-                    let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
-                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, drained).await;
-                    return Err(SessionEnd::Return);
-                }
-                down = inbound.message() => match down {
-                    Ok(Some(DownMessage { msg: Some(down_message::Msg::Resend(resend)) })) => {
-                        let again = sessions.kept.resend(sessions.current, &resend);
-                        tracing::debug!(parent = %parent, session = sessions.current,
-                            again = ?again.iter().map(|e| (e.stream_id, e.round, e.phase)).collect::<Vec<_>>(),
-                            "packets sent again");
-                        match resend.lost == own_id {
-                            true => tracing::info!(parent = %parent, packets = again.len(),
-                                "back with the same parent: sending again what it does not hold"),
-                            false => tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
-                                "adopted: sending again what the lost node had not passed on"),
-                        }
-                        sessions.again.extend(again.into_iter().map(|env| UpMessage {
-                            msg: Some(up_message::Msg::Envelope(env)),
-                        }));
-                    }
-                    Ok(Some(DownMessage { msg: Some(msg) })) => {
-                        if let down_message::Msg::Credit(c) = &msg && c.closed_below > 0 {
-                            sessions.kept.release(sessions.current, c.closed_below, c.taken);
-                        }
-                        if self.inputs.send(Input::Parent(ParentEvent::Message(msg))).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Err(lost(true, "parent closed the stream".into())),
-                    Err(s) => return Err(lost(true, format!("{}: {}", s.code(), s.message()))),
-                }
-            }
+        if let Err(e) = self.tx.send(msg).await {
+            *pending = Some(e.0);
+            return Err(SessionEnd::lost(true, "parent stream closed"));
         }
+        if let Some(env) = copy {
+            sessions.kept.keep(sessions.current, env);
+        }
+        Ok(!sessions.again.is_empty())
+    }
+
+    /// Ends the up stream and reads the down stream to its end, so the parent has read everything sent before;
+    /// false if it did not end in time.
+    async fn close(self) -> bool {
+        let UpStream { tx, mut inbound, .. } = self;
+        drop(tx);
+        let drained = async { while let Ok(Some(_)) = inbound.message().await {} };
+        tokio::time::timeout(CLOSE_TIMEOUT, drained).await.is_ok()
     }
 }
 
@@ -424,6 +490,15 @@ enum SessionEnd {
     },
     /// The session was ended to go back to the preferred parent, which answered for the hold-down time.
     Return,
+}
+
+impl SessionEnd {
+    fn lost(attached: bool, reason: impl Into<String>) -> Self {
+        SessionEnd::Lost {
+            attached,
+            reason: reason.into(),
+        }
+    }
 }
 
 pub use canopy_runtime::tls_hint::error_chain;
