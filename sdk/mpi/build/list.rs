@@ -385,113 +385,7 @@ pub(crate) fn parse_line(line: &str) -> Result<Function, String> {
     }
     f.note = note.to_string();
     for part in note.split(';') {
-        let words: Vec<&str> = part.split_whitespace().collect();
-        let effect = match words.as_slice() {
-            ["none"] => None,
-            ["init"] => {
-                f.special = Special::Init;
-                None
-            }
-            ["init_thread"] => {
-                f.special = Special::InitThread;
-                None
-            }
-            ["finalize"] => {
-                f.special = Special::Finalize;
-                None
-            }
-            ["send", dest, count, ty, comm] => Some(Effect::Send {
-                dest: dest.to_string(),
-                count: count.to_string(),
-                ty: ty.to_string(),
-                comm: comm.to_string(),
-            }),
-            ["recv", status] => Some(Effect::Recv {
-                status: status.to_string(),
-            }),
-            ["bytes", count, ty, rest @ ..] => Some(Effect::Bytes {
-                count: count.to_string(),
-                ty: ty.to_string(),
-                in_place: parse_in_place(rest)?,
-            }),
-            [kind @ ("sum" | "nsum"), counts, ty, comm, rest @ ..] => Some(Effect::Sum {
-                counts: counts.to_string(),
-                ty: ty.to_string(),
-                comm: comm.to_string(),
-                blocks: blocks(kind),
-                in_place: parse_in_place(rest)?,
-            }),
-            ["persist", dest, count, ty, comm, request] => Some(Effect::Persist {
-                dest: dest.to_string(),
-                count: count.to_string(),
-                ty: ty.to_string(),
-                comm: comm.to_string(),
-                request: request.to_string(),
-            }),
-            ["start", request] => Some(Effect::Start {
-                request: request.to_string(),
-            }),
-            ["startall", count, requests] => Some(Effect::StartAll {
-                count: count.to_string(),
-                requests: requests.to_string(),
-            }),
-            ["track", request] => Some(Effect::Track {
-                request: request.to_string(),
-                persistent: false,
-            }),
-            ["track", "persistent", request] => Some(Effect::Track {
-                request: request.to_string(),
-                persistent: true,
-            }),
-            ["done", request, status, flag @ ..] if flag.len() <= 1 => Some(Effect::Done(Done::One {
-                request: request.to_string(),
-                status: status.to_string(),
-                flag: flag.first().map(|f| f.to_string()),
-            })),
-            ["doneall", count, requests, statuses, flag @ ..] if flag.len() <= 1 => {
-                Some(Effect::Done(Done::All {
-                    count: count.to_string(),
-                    requests: requests.to_string(),
-                    statuses: statuses.to_string(),
-                    flag: flag.first().map(|f| f.to_string()),
-                }))
-            }
-            ["doneany", count, requests, index, status, flag @ ..] if flag.len() <= 1 => {
-                Some(Effect::Done(Done::Any {
-                    count: count.to_string(),
-                    requests: requests.to_string(),
-                    index: index.to_string(),
-                    status: status.to_string(),
-                    flag: flag.first().map(|f| f.to_string()),
-                }))
-            }
-            ["donesome", count, requests, outcount, indices, statuses] => Some(Effect::Done(Done::Some {
-                count: count.to_string(),
-                requests: requests.to_string(),
-                outcount: outcount.to_string(),
-                indices: indices.to_string(),
-                statuses: statuses.to_string(),
-            })),
-            ["atstart", request] => {
-                f.at_start = Some(request.to_string());
-                None
-            }
-            ["forget", request] => Some(Effect::Forget {
-                request: request.to_string(),
-            }),
-            [kind @ ("sumw" | "nsumw"), counts, types, comm, rest @ ..] => Some(Effect::SumW {
-                counts: counts.to_string(),
-                types: types.to_string(),
-                comm: comm.to_string(),
-                blocks: blocks(kind),
-                in_place: match rest {
-                    [] => None,
-                    ["inplace", buf, "skip"] => Some(buf.to_string()),
-                    _ => return Err(format!("sumw takes `inplace BUF skip` after it, not {rest:?}")),
-                },
-            }),
-            _ => return Err(format!("cannot read what the call moves: {part:?}")),
-        };
+        let effect = annotation(&mut f, part)?;
         f.effects.extend(effect);
     }
     // Every name an annotation uses is a parameter.
@@ -502,7 +396,129 @@ pub(crate) fn parse_line(line: &str) -> Result<Function, String> {
         }
     }
     for e in &f.effects {
-        let names: Vec<&str> = match e {
+        for n in e.names().into_iter().filter(|n| !is_literal(n)) {
+            f.param(n)?;
+        }
+    }
+    Ok(f)
+}
+
+/// One `;`-separated part of what a call moves: an effect, or a mark on the function itself (`init`, `atstart`).
+fn annotation(f: &mut Function, part: &str) -> Result<Option<Effect>, String> {
+    let words: Vec<&str> = part.split_whitespace().collect();
+    let effect = match words.as_slice() {
+        ["none"] => None,
+        ["init"] => {
+            f.special = Special::Init;
+            None
+        }
+        ["init_thread"] => {
+            f.special = Special::InitThread;
+            None
+        }
+        ["finalize"] => {
+            f.special = Special::Finalize;
+            None
+        }
+        ["send", dest, count, ty, comm] => Some(Effect::Send {
+            dest: dest.to_string(),
+            count: count.to_string(),
+            ty: ty.to_string(),
+            comm: comm.to_string(),
+        }),
+        ["recv", status] => Some(Effect::Recv {
+            status: status.to_string(),
+        }),
+        ["bytes", count, ty, rest @ ..] => Some(Effect::Bytes {
+            count: count.to_string(),
+            ty: ty.to_string(),
+            in_place: parse_in_place(rest)?,
+        }),
+        [kind @ ("sum" | "nsum"), counts, ty, comm, rest @ ..] => Some(Effect::Sum {
+            counts: counts.to_string(),
+            ty: ty.to_string(),
+            comm: comm.to_string(),
+            blocks: blocks(kind),
+            in_place: parse_in_place(rest)?,
+        }),
+        ["persist", dest, count, ty, comm, request] => Some(Effect::Persist {
+            dest: dest.to_string(),
+            count: count.to_string(),
+            ty: ty.to_string(),
+            comm: comm.to_string(),
+            request: request.to_string(),
+        }),
+        ["start", request] => Some(Effect::Start {
+            request: request.to_string(),
+        }),
+        ["startall", count, requests] => Some(Effect::StartAll {
+            count: count.to_string(),
+            requests: requests.to_string(),
+        }),
+        ["track", request] => Some(Effect::Track {
+            request: request.to_string(),
+            persistent: false,
+        }),
+        ["track", "persistent", request] => Some(Effect::Track {
+            request: request.to_string(),
+            persistent: true,
+        }),
+        ["done", request, status, flag @ ..] if flag.len() <= 1 => Some(Effect::Done(Done::One {
+            request: request.to_string(),
+            status: status.to_string(),
+            flag: flag.first().map(|f| f.to_string()),
+        })),
+        ["doneall", count, requests, statuses, flag @ ..] if flag.len() <= 1 => {
+            Some(Effect::Done(Done::All {
+                count: count.to_string(),
+                requests: requests.to_string(),
+                statuses: statuses.to_string(),
+                flag: flag.first().map(|f| f.to_string()),
+            }))
+        }
+        ["doneany", count, requests, index, status, flag @ ..] if flag.len() <= 1 => {
+            Some(Effect::Done(Done::Any {
+                count: count.to_string(),
+                requests: requests.to_string(),
+                index: index.to_string(),
+                status: status.to_string(),
+                flag: flag.first().map(|f| f.to_string()),
+            }))
+        }
+        ["donesome", count, requests, outcount, indices, statuses] => Some(Effect::Done(Done::Some {
+            count: count.to_string(),
+            requests: requests.to_string(),
+            outcount: outcount.to_string(),
+            indices: indices.to_string(),
+            statuses: statuses.to_string(),
+        })),
+        ["atstart", request] => {
+            f.at_start = Some(request.to_string());
+            None
+        }
+        ["forget", request] => Some(Effect::Forget {
+            request: request.to_string(),
+        }),
+        [kind @ ("sumw" | "nsumw"), counts, types, comm, rest @ ..] => Some(Effect::SumW {
+            counts: counts.to_string(),
+            types: types.to_string(),
+            comm: comm.to_string(),
+            blocks: blocks(kind),
+            in_place: match rest {
+                [] => None,
+                ["inplace", buf, "skip"] => Some(buf.to_string()),
+                _ => return Err(format!("sumw takes `inplace BUF skip` after it, not {rest:?}")),
+            },
+        }),
+        _ => return Err(format!("cannot read what the call moves: {part:?}")),
+    };
+    Ok(effect)
+}
+
+impl Effect {
+    /// The names this effect reads from the call's parameters (literals among them).
+    fn names(&self) -> Vec<&str> {
+        match self {
             Effect::Send {
                 dest,
                 count,
@@ -540,7 +556,7 @@ pub(crate) fn parse_line(line: &str) -> Result<Function, String> {
                 ..
             } => {
                 let mut v = vec![count.as_str(), ty.as_str()];
-                if let Effect::Sum { comm, .. } = e {
+                if let Effect::Sum { comm, .. } = self {
                     v.push(comm);
                 }
                 if let Some(ip) = in_place {
@@ -551,12 +567,8 @@ pub(crate) fn parse_line(line: &str) -> Result<Function, String> {
                 }
                 v
             }
-        };
-        for n in names.into_iter().filter(|n| !is_literal(n)) {
-            f.param(n)?;
         }
     }
-    Ok(f)
 }
 
 /// The blocks of a `sum`/`sumw` (one per peer) or an `nsum`/`nsumw` (one per out-neighbour).
