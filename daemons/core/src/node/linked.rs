@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::Node;
 use super::input::RootCommand;
-use super::position::{FailedAt, Position};
+use super::position::{FailedAt, Position, late_envelope};
 use super::up::{RoundResult, Up};
 use crate::engine::GroupKey;
 use crate::filter::Level;
@@ -135,16 +135,7 @@ impl Position for Linked {
         first_dump: u64,
         payload: Bytes,
     ) {
-        let env = Envelope {
-            stream_id: key.stream,
-            round: key.round,
-            phase: key.phase,
-            coverage: Some(coverage),
-            payload,
-            late: true,
-            first_dump_unix_ns: first_dump,
-        };
-        Self::send_up(node, env).await;
+        Self::send_up(node, late_envelope(key, coverage, first_dump, payload)).await;
     }
 
     /// Only the root finalizes: a result here is a fault of this node's, logged and dropped.

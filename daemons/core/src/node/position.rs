@@ -93,6 +93,19 @@ pub trait Position: Send + Sized + 'static {
     ) -> impl Future<Output = ()> + Send;
 }
 
+/// A late packet as it goes up: its coverage, and its payload if it still carries one.
+pub(super) fn late_envelope(key: GroupKey, coverage: Coverage, first_dump: u64, payload: Bytes) -> Envelope {
+    Envelope {
+        stream_id: key.stream,
+        round: key.round,
+        phase: key.phase,
+        coverage: Some(coverage),
+        payload,
+        late: true,
+        first_dump_unix_ns: first_dump,
+    }
+}
+
 /// Where a stream's filter failed, as the node that hears of it sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailedAt {

@@ -257,16 +257,11 @@ impl<U: Up, P: Position> Node<U, P> {
         else {
             return;
         };
-        let result = RoundResult {
-            stream: spec,
-            round: key.round,
-            phase: key.phase,
-            coverage,
-            first_dump_unix_ns: first_dump,
-            payload,
-            late,
-        };
-        P::result(self, result).await;
+        P::result(
+            self,
+            RoundResult::of(spec, key, coverage, first_dump, payload, late),
+        )
+        .await;
     }
 
     /// A closed group's filter answered: rejected inputs are counted, and what it emitted goes on.

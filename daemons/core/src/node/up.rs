@@ -20,6 +20,28 @@ pub struct RoundResult {
     pub late: bool,
 }
 
+impl RoundResult {
+    /// The result of the group `key` of `stream`.
+    pub(crate) fn of(
+        stream: StreamSpec,
+        key: crate::engine::GroupKey,
+        coverage: Coverage,
+        first_dump_unix_ns: u64,
+        payload: Vec<u8>,
+        late: bool,
+    ) -> Self {
+        Self {
+            stream,
+            round: key.round,
+            phase: key.phase,
+            coverage,
+            first_dump_unix_ns,
+            payload,
+            late,
+        }
+    }
+}
+
 pub use canopy_proto::StreamState;
 
 /// The way up: a parent link, or at the root the front-end's store, which hears every message the tree sends

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::Root;
 use crate::engine::GroupKey;
 use crate::filter::Level;
-use crate::node::position::{FailedAt, Position};
+use crate::node::position::{FailedAt, Position, late_envelope};
 use crate::node::streams::{Call, Then};
 use crate::node::*;
 
@@ -166,27 +166,10 @@ impl Position for Root {
             let Some(spec) = node.streams.live_spec(key.stream).cloned() else {
                 return;
             };
-            let result = RoundResult {
-                stream: spec,
-                round: key.round,
-                phase: key.phase,
-                coverage,
-                first_dump_unix_ns: first_dump,
-                payload: Vec::new(),
-                late: true,
-            };
+            let result = RoundResult::of(spec, key, coverage, first_dump, Vec::new(), true);
             return node.position.opts.sink.result(result).await;
         }
-        let env = Envelope {
-            stream_id: key.stream,
-            round: key.round,
-            phase: key.phase,
-            coverage: Some(coverage),
-            payload,
-            late: true,
-            first_dump_unix_ns: first_dump,
-        };
-        Self::send_up(node, env).await;
+        Self::send_up(node, late_envelope(key, coverage, first_dump, payload)).await;
     }
 
     /// To the sink, with the ranks never announced counted absent (a late result adds to a round counted
