@@ -199,8 +199,8 @@ impl Broker {
 
 fn start(program: &Path, dir: &Path, addr: &str) -> Proc {
     let url = format!("tcp://{addr}");
-    let mut cmd = std::process::Command::new(program);
-    cmd.args([
+    let mut launch = canopy_launch::Launch::new(program);
+    launch.args([
         "broker",
         "--listener-url",
         &url,
@@ -210,11 +210,11 @@ fn start(program: &Path, dir: &Path, addr: &str) -> Proc {
         "memory://tansu/",
     ]);
     // tansu reads a file:// registry's path relative to its working directory.
-    cmd.current_dir(dir);
+    launch.current_dir(dir);
     if dir.join("schemas").is_dir() {
-        cmd.args(["--schema-registry", "file://./schemas"]);
+        launch.args(["--schema-registry", "file://./schemas"]);
     }
-    Proc::spawn(dir, "tansu", cmd)
+    Proc::spawn(dir, "tansu", &launch)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -129,11 +129,12 @@ impl Lan {
 
     /// Starts `bin_dir()/name args...` on host `i`, its output into `dir/label.log`.
     pub fn start(&self, i: usize, dir: &Path, name: &str, label: &str, args: &[&str]) -> Proc {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.hosts[i]])
-            .arg(bin_dir().join(name))
-            .args(args);
-        Proc::spawn(dir, label, cmd)
+        let mut launch = canopy_launch::Launch::new("ip");
+        launch
+            .args(["netns", "exec", &self.hosts[i]])
+            .args([bin_dir().join(name).display().to_string()])
+            .args(args.iter().copied());
+        Proc::spawn(dir, label, &launch)
     }
 }
 

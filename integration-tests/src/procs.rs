@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use canopy_launch::{Launch, ReadyWait};
+
 use crate::*;
 
 /// A real daemon process; killed when dropped.
@@ -31,33 +33,35 @@ impl Proc {
 
     /// As `start`, with more environment variables.
     pub fn start_with_env(dir: &Path, name: &str, label: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut cmd = std::process::Command::new(bin_dir().join(name));
-        cmd.args(args)
+        let mut launch = Launch::new(bin_dir().join(name));
+        launch
+            .args(args.iter().copied())
             .args(security_args(name, args))
-            .env("CANOPY_TLS_DIR", &credentials().dir)
-            .envs(env.iter().copied());
-        Proc::spawn(dir, label, cmd)
+            .env("CANOPY_TLS_DIR", credentials().dir.display().to_string());
+        for (k, v) in env {
+            launch.env(*k, *v);
+        }
+        Proc::spawn(dir, label, &launch)
     }
 
     /// As `start`, with the process's limit on open descriptors (soft and hard) set to `fds`.
     pub fn start_with_fd_limit(dir: &Path, name: &str, label: &str, args: &[&str], fds: u32) -> Proc {
-        let mut cmd = std::process::Command::new("sh");
-        cmd.arg("-c")
-            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
-            .arg(bin_dir().join(name))
-            .args(args)
+        let mut launch = Launch::new("sh");
+        launch
+            .args(["-c".to_string(), format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
+            .args([bin_dir().join(name).display().to_string()])
+            .args(args.iter().copied())
             .args(security_args(name, args));
-        Proc::spawn(dir, label, cmd)
+        Proc::spawn(dir, label, &launch)
     }
 
-    /// Runs `cmd` with stdout and stderr into `dir/label.log`.
-    pub(crate) fn spawn(dir: &Path, label: &str, mut cmd: std::process::Command) -> Proc {
-        let log = dir.join(format!("{label}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = cmd
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone().expect("log file"))
-            .stderr(file)
+    /// Starts `launch` as `canopy up` starts a daemon, its output into `dir/label.log`.
+    pub(crate) fn spawn(dir: &Path, label: &str, launch: &Launch) -> Proc {
+        let log = canopy_launch::log_path(label, dir);
+        let file = canopy_launch::open_log(&log, false).expect("log file");
+        let child = launch
+            .command(&file)
+            .expect("log file")
             .spawn()
             .expect("daemon starts");
         Proc {
@@ -67,18 +71,9 @@ impl Proc {
         }
     }
 
-    /// CPU time the process has used so far (user and system), from /proc.
+    /// CPU time the process has used so far (user and system), from /proc; zero once it is gone.
     pub fn cpu_time(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th, in 1/100 s.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let ticks: u64 = after
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .filter_map(|f| f.parse::<u64>().ok())
-            .sum();
-        Duration::from_millis(ticks * 10)
+        canopy_launch::cpu::read(self.child.id()).map_or(Duration::ZERO, |r| r.cpu)
     }
 
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -121,25 +116,13 @@ impl Drop for Proc {
     reason = "a synchronous poll of another process; no runtime worker is blocked"
 )]
 pub fn wait_ready_file(path: &Path, proc_: &mut Proc) -> Ready {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let wait = ReadyWait::new(&proc_.name, path, &proc_.log);
     loop {
-        if let Some(ready) = Ready::read(path).unwrap_or_else(|e| panic!("{e}")) {
-            return ready;
+        match wait.look(proc_.child.try_wait().ok().flatten()) {
+            Ok(Some(ready)) => return ready,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("{e}\nthe whole log:\n{}", proc_.log_text()),
         }
-        if let Ok(Some(status)) = proc_.child.try_wait() {
-            panic!(
-                "{} exited with {status} before ready:\n{}",
-                proc_.name,
-                proc_.log_text()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} not ready in 20 s:\n{}",
-            proc_.name,
-            proc_.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -3,15 +3,18 @@
 //! its end; and the checks against the daemons' own binaries before any of them starts.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use canopy_launch::restart::{AfterExit, Supervision};
+use canopy_launch::{ReadyWait, cpu, log_path, open_log};
 use canopy_runtime::ready::Ready;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::cpu::{self, Kind};
+pub(crate) use canopy_launch::Launch;
+
+use crate::kinds::Kind;
 
 /// Where `canopy up` and `canopy run` put a run: the same flag, default and checks for both.
 #[derive(clap::Args, Debug, Clone)]
@@ -55,66 +58,6 @@ pub(crate) struct Daemon {
     supervision: Supervision,
 }
 
-/// How to start a daemon (again).
-#[derive(Debug, Clone)]
-pub(crate) struct Launch {
-    program: PathBuf,
-    args: Vec<String>,
-}
-
-impl Launch {
-    pub(crate) fn new(program: PathBuf) -> Self {
-        Self {
-            program,
-            args: Vec::new(),
-        }
-    }
-
-    pub(crate) fn args<I, S>(&mut self, args: I) -> &mut Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Replaces the value that follows `flag`.
-    pub(crate) fn set(&mut self, flag: &str, value: &str) {
-        if let Some(i) = self.args.iter().position(|a| a == flag)
-            && let Some(v) = self.args.get_mut(i + 1)
-        {
-            *v = value.to_string();
-        }
-    }
-}
-
-/// A relay or agent that dies is started again, as systemd's `Restart=on-failure` would: after 100 ms, doubling
-/// to 5 s while it keeps dying within 10 s of its start. One that exits cleanly, is refused by its parent (76) or
-/// has a bad configuration (64) is not.
-#[derive(Debug)]
-pub(crate) enum Supervision {
-    Running { since: Instant, backoff: Duration },
-    Restarting { at: Instant, backoff: Duration },
-    Done,
-}
-
-const RESTART_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-/// A daemon up this long before it died is restarted after the shortest back-off again.
-const STABLE_AFTER: Duration = Duration::from_secs(10);
-
-/// Whether a daemon that exited with `status` is started again.
-fn restarts_after(status: std::process::ExitStatus) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    if status.signal().is_some() {
-        return true;
-    }
-    let refused = i32::from(canopy_runtime::daemon::EXIT_REFUSED);
-    !matches!(status.code(), Some(0))
-        && status.code() != Some(canopy_runtime::config::EXIT_CONFIG)
-        && status.code() != Some(refused)
-}
-
 impl Daemon {
     /// Takes a CPU reading, and the exit status once the process has exited (after its last reading).
     pub(crate) fn reap(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
@@ -133,42 +76,30 @@ impl Daemon {
     /// when something happened.
     pub(crate) fn supervise(&mut self, logs: &Path) -> anyhow::Result<Option<String>> {
         let now = Instant::now();
-        match self.supervision {
-            Supervision::Running { since, backoff } => {
-                let Ok(Some(status)) = self.reap() else {
-                    return Ok(None);
-                };
-                if !restarts_after(status) {
-                    self.supervision = Supervision::Done;
-                    return Ok((!status.success())
-                        .then(|| format!("{} exited with {status}; see {}", self.name, self.log.display())));
-                }
-                let backoff = if now.duration_since(since) >= STABLE_AFTER {
-                    RESTART_BACKOFF.0
-                } else {
-                    (backoff * 2).clamp(RESTART_BACKOFF.0, RESTART_BACKOFF.1)
-                };
-                self.supervision = Supervision::Restarting {
-                    at: now + backoff,
-                    backoff,
-                };
-                Ok(Some(format!(
+        if self.supervision.is_running() {
+            let Ok(Some(status)) = self.reap() else {
+                return Ok(None);
+            };
+            return Ok(match self.supervision.exited(status, now.into_std()) {
+                AfterExit::Stays => (!status.success())
+                    .then(|| format!("{} exited with {status}; see {}", self.name, self.log.display())),
+                AfterExit::Restart(backoff) => Some(format!(
                     "{} exited with {status}; restarting it in {} ms (see {})",
                     self.name,
                     backoff.as_millis(),
                     self.log.display()
-                )))
-            }
-            Supervision::Restarting { at, backoff } if now >= at => {
-                let fresh = start(&self.name, &self.launch, logs, true)?;
-                self.cpu_before += self.cpu;
-                self.cpu = Duration::ZERO;
-                self.child = fresh;
-                self.supervision = Supervision::Running { since: now, backoff };
-                Ok(Some(format!("{} restarted", self.name)))
-            }
-            Supervision::Restarting { .. } | Supervision::Done => Ok(None),
+                )),
+            });
         }
+        if !self.supervision.due(now.into_std()) {
+            return Ok(None);
+        }
+        let fresh = start(&self.name, &self.launch, logs, true)?;
+        self.cpu_before += self.cpu;
+        self.cpu = Duration::ZERO;
+        self.child = fresh;
+        self.supervision.restarted(now.into_std());
+        Ok(Some(format!("{} restarted", self.name)))
     }
 
     /// CPU of every process this daemon ran as.
@@ -253,59 +184,24 @@ pub(crate) fn spawn(name: &str, kind: Kind, launch: Launch, logs: &Path) -> anyh
         log: log_path(name, logs),
         cpu: Duration::ZERO,
         cpu_before: Duration::ZERO,
-        supervision: Supervision::Running {
-            since: Instant::now(),
-            backoff: Duration::ZERO,
-        },
+        supervision: Supervision::started(Instant::now().into_std()),
     })
-}
-
-fn log_path(name: &str, logs: &Path) -> PathBuf {
-    logs.join(format!("{}.log", name.replace([':', '/'], "-")))
 }
 
 /// Starts a daemon's process, its output to its log (appended to when it is started again).
 fn start(name: &str, launch: &Launch, logs: &Path, again: bool) -> anyhow::Result<Child> {
     let log = log_path(name, logs);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(again)
-        .truncate(!again)
-        .open(&log)
-        .with_context(|| format!("cannot create {}", log.display()))?;
-    let mut cmd = Command::new(&launch.program);
-    cmd.args(&launch.args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .kill_on_drop(true);
-    // Keep the daemons out of the terminal's process group: Ctrl-C reaches `canopy up`, which drains them.
-    cmd.process_group(0);
+    let file = open_log(&log, again).with_context(|| format!("cannot create {}", log.display()))?;
+    let mut cmd = Command::from(launch.command(&file)?);
+    cmd.kill_on_drop(true);
     cmd.spawn().with_context(|| format!("cannot start {name}"))
 }
 
 pub(crate) async fn wait_ready(path: &Path, daemon: &mut Daemon) -> anyhow::Result<Ready> {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let wait = ReadyWait::new(&daemon.name, path, &daemon.log);
     loop {
-        if let Some(ready) = Ready::read(path)? {
+        if let Some(ready) = wait.look(daemon.child.try_wait()?)? {
             return Ok(ready);
-        }
-        if let Some(status) = daemon.child.try_wait()? {
-            let log = std::fs::read_to_string(&daemon.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            bail!(
-                "{} exited with {status} before it was ready:\n{}",
-                daemon.name,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} was not ready after 20 s; see {}",
-                daemon.name,
-                daemon.log.display()
-            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

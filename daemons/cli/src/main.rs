@@ -7,11 +7,11 @@
 mod certs;
 mod client;
 mod cmd;
-mod cpu;
 mod daemons;
 mod fit;
 mod generate;
 mod keys;
+mod kinds;
 mod launcher;
 mod render;
 mod run_job;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
-use crate::cpu::Kind;
 use crate::daemons::{
     Daemon, Launch, RunDir, binaries_dir, check_filters, security_flags, signal, spawn, stop_all, wait_ready,
 };
+use crate::kinds::Kind;
 use crate::launcher::{Launcher, ranks_asked, warn_of_other_hosts, which};
 
 #[derive(clap::Args, Debug, Clone)]

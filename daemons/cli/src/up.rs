@@ -9,11 +9,11 @@ use anyhow::{Context, bail};
 use canopy_store::{RoundCursor, StoreReader};
 use canopy_topology::{NodeName, Topology};
 
-use crate::cpu::{ByKind, Kind};
 use crate::daemons::{
     Daemon, Launch, REAP_POLL, RunDir, binaries_dir, check_filters, security_flags, signal, spawn, stop_all,
     wait_ready,
 };
+use crate::kinds::{ByKind, Kind};
 use tokio::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
