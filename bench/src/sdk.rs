@@ -37,6 +37,33 @@ pub(crate) fn sink(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The event interface's sets of modules, each timed per event.
+const MODULE_SETS: [&[&str]; 7] = [
+    &[],
+    &["null"],
+    &["profile"],
+    &["trace"],
+    &["utilization"],
+    &["profile", "utilization"],
+    &["profile", "trace", "null"],
+];
+
+/// The profile module's sets of per-event metrics, each timed per event.
+const COUNTER_SETS: [&[&str]; 5] = [
+    &[],
+    &["task-clock", "page-faults", "context-switches"],
+    &["task-clock", "page-faults", "context-switches", "depth"],
+    &["heap"],
+    &[
+        "task-clock",
+        "page-faults",
+        "context-switches",
+        "minor-faults",
+        "major-faults",
+        "cpu-migrations",
+    ],
+];
+
 pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("canopy-bench-sdk-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -46,7 +73,71 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     config.socket = socket.clone();
     canopy_sdk::init_with(config)?;
 
-    // Timer pairs, and the clock reads they cannot do without.
+    let timers = timer_pairs(pairs, repeats)?;
+    let marks = step_marks(pairs, repeats)?;
+    let dumped = dumps_of(events, dumps, gap_us, repeats)?;
+    let activity = canopy_sdk::activity("event")?;
+    let (per_set, clock_event_ns) = per_module_set(&activity, pairs, repeats)?;
+    let (per_counter_set, counter_allocs) = per_counter_set(&activity, pairs, repeats)?;
+    let unavailable = canopy_sdk::unavailable_counters();
+    let _ = canopy_sdk::finalize();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!(
+        "\n## sdk: timer pairs ({pairs} per repeat), dumps of {events} events ({dumps} per repeat, {gap_us} us apart), to a sink agent"
+    );
+    println!("\n| measurement | median | min | max | baseline (median) | median/baseline |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let (m, lo, hi) = stats(timers.pair_ns);
+    let (b, _, _) = stats(timers.clock_ns);
+    println!(
+        "| timer start+stop, ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
+        m / b
+    );
+    let (m, lo, hi) = stats(marks);
+    println!(
+        "| step_start+step_stop (a cross-application timer's two ends), ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
+        m / b
+    );
+    println!(
+        "| the same per step of 100 ms (the workflow scenario's rate), % | {:.5} | {:.5} | {:.5} | | |",
+        m / 1e6,
+        lo / 1e6,
+        hi / 1e6
+    );
+    let (m, lo, hi) = stats(dumped.dump_us);
+    let (b, _, _) = stats(dumped.copy_us);
+    println!(
+        "| dump of {events} events, us (per dump, median over the run) | {m:.2} | {lo:.2} | {hi:.2} | copy of {events}x64 bytes: {b:.3} | {:.1} |",
+        m / b
+    );
+    let (m, lo, hi) = stats(dumped.dump_p99);
+    println!("| dump of {events} events, p99 us | {m:.2} | {lo:.2} | {hi:.2} | | |");
+    let (m, lo, hi) = stats(timers.allocs);
+    println!(
+        "| heap allocations on the timing thread in {pairs} start+stop pairs | {m:.0} | {lo:.0} | {hi:.0} | | |"
+    );
+    print_sets(pairs, per_set, clock_event_ns, per_counter_set, counter_allocs);
+    if !unavailable.is_empty() {
+        println!("\ncounters unavailable: {unavailable:?}");
+    }
+    println!(
+        "\ndumps dropped (queue full): {}; SDK stats: {:?}",
+        dumped.dropped,
+        canopy_sdk::stats()
+    );
+    Ok(())
+}
+
+/// Per repeat: a timer pair's nanoseconds, two clock reads' (what a pair cannot do without), and the
+/// allocations of all the pairs.
+struct TimerPairs {
+    pair_ns: Vec<f64>,
+    clock_ns: Vec<f64>,
+    allocs: Vec<f64>,
+}
+
+fn timer_pairs(pairs: u64, repeats: usize) -> anyhow::Result<TimerPairs> {
     let t = canopy_sdk::timer("pair")?;
     t.start();
     t.stop();
@@ -82,8 +173,16 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         clock_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64);
     }
 
-    // Cross-application timers (seed 004's INIT_TIMER and TRACK_TIMER): a step's start and stop marks, 1000
-    // pairs between dumps (a dump carries at most 4096 marks), the dumps not timed.
+    Ok(TimerPairs {
+        pair_ns,
+        clock_ns,
+        allocs,
+    })
+}
+
+/// Cross-application timers (seed 004's INIT_TIMER and TRACK_TIMER): a step's start and stop marks, 1000 pairs
+/// between dumps (a dump carries at most 4096 marks), the dumps not timed. Nanoseconds a pair, per repeat.
+fn step_marks(pairs: u64, repeats: usize) -> anyhow::Result<Vec<f64>> {
     let mut mark_ns = Vec::new();
     for _ in 0..repeats {
         let (mut spent, mut done) = (std::time::Duration::ZERO, 0u64);
@@ -101,7 +200,19 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         mark_ns.push(spent.as_nanos() as f64 / pairs as f64);
     }
 
-    // Dumps of `events` timers, each run once per round, and the copy of as many values.
+    Ok(mark_ns)
+}
+
+/// Per repeat: a dump's median and p99 microseconds, and a copy of as many values'.
+struct Dumps {
+    dump_us: Vec<f64>,
+    dump_p99: Vec<f64>,
+    copy_us: Vec<f64>,
+    dropped: u64,
+}
+
+/// Dumps of `events` timers, each run once per round, and the copy of as many values.
+fn dumps_of(events: usize, dumps: usize, gap_us: u64, repeats: usize) -> anyhow::Result<Dumps> {
     let timers: Vec<_> = (0..events)
         .map(|i| canopy_sdk::timer(&format!("event {i:03}")))
         .collect::<Result<_, _>>()?;
@@ -137,18 +248,22 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         }
         copy_us.push(start.elapsed().as_nanos() as f64 / 1000.0 / dumps as f64);
     }
-    // The event interface: the cost of one event (half a begin+end pair) with each set of modules in force,
-    // against one clock read (what a timed event cannot do without).
-    let sets: [&[&str]; 7] = [
-        &[],
-        &["null"],
-        &["profile"],
-        &["trace"],
-        &["utilization"],
-        &["profile", "utilization"],
-        &["profile", "trace", "null"],
-    ];
-    let activity = canopy_sdk::activity("event")?;
+    Ok(Dumps {
+        dump_us,
+        dump_p99,
+        copy_us,
+        dropped,
+    })
+}
+
+/// The event interface: the cost of one event (half a begin+end pair) with each of [`MODULE_SETS`] in force,
+/// against one clock read (what a timed event cannot do without). Nanoseconds per set and repeat, and the clock's.
+fn per_module_set(
+    activity: &canopy_sdk::Activity,
+    pairs: u64,
+    repeats: usize,
+) -> anyhow::Result<(Vec<Vec<f64>>, Vec<f64>)> {
+    let sets = MODULE_SETS;
     let mut per_set: Vec<Vec<f64>> = vec![Vec::new(); sets.len()];
     let mut clock_event_ns = Vec::new();
     for _ in 0..repeats {
@@ -171,21 +286,17 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     }
     canopy_sdk::set_modules(&["profile"])?;
 
-    // Per-event metrics: the profile module's cost per event with each set of them, and the allocations.
-    let counter_sets: [&[&str]; 5] = [
-        &[],
-        &["task-clock", "page-faults", "context-switches"],
-        &["task-clock", "page-faults", "context-switches", "depth"],
-        &["heap"],
-        &[
-            "task-clock",
-            "page-faults",
-            "context-switches",
-            "minor-faults",
-            "major-faults",
-            "cpu-migrations",
-        ],
-    ];
+    Ok((per_set, clock_event_ns))
+}
+
+/// Per-event metrics: the profile module's cost per event with each of [`COUNTER_SETS`], and the allocations
+/// with three software counters.
+fn per_counter_set(
+    activity: &canopy_sdk::Activity,
+    pairs: u64,
+    repeats: usize,
+) -> anyhow::Result<(Vec<Vec<f64>>, Vec<f64>)> {
+    let counter_sets = COUNTER_SETS;
     let mut per_counter_set: Vec<Vec<f64>> = vec![Vec::new(); counter_sets.len()];
     let mut counter_allocs = Vec::new();
     for _ in 0..repeats {
@@ -209,44 +320,18 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
         }
     }
     canopy_sdk::set_counters(&[])?;
-    let unavailable = canopy_sdk::unavailable_counters();
-    let _ = canopy_sdk::finalize();
-    let _ = std::fs::remove_dir_all(&dir);
+    Ok((per_counter_set, counter_allocs))
+}
 
-    println!(
-        "\n## sdk: timer pairs ({pairs} per repeat), dumps of {events} events ({dumps} per repeat, {gap_us} us apart), to a sink agent"
-    );
-    println!("\n| measurement | median | min | max | baseline (median) | median/baseline |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let (m, lo, hi) = stats(pair_ns);
-    let (b, _, _) = stats(clock_ns);
-    println!(
-        "| timer start+stop, ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
-        m / b
-    );
-    let (m, lo, hi) = stats(mark_ns);
-    println!(
-        "| step_start+step_stop (a cross-application timer's two ends), ns | {m:.1} | {lo:.1} | {hi:.1} | two clock reads: {b:.1} | {:.2} |",
-        m / b
-    );
-    println!(
-        "| the same per step of 100 ms (the workflow scenario's rate), % | {:.5} | {:.5} | {:.5} | | |",
-        m / 1e6,
-        lo / 1e6,
-        hi / 1e6
-    );
-    let (m, lo, hi) = stats(dump_us);
-    let (b, _, _) = stats(copy_us);
-    println!(
-        "| dump of {events} events, us (per dump, median over the run) | {m:.2} | {lo:.2} | {hi:.2} | copy of {events}x64 bytes: {b:.3} | {:.1} |",
-        m / b
-    );
-    let (m, lo, hi) = stats(dump_p99);
-    println!("| dump of {events} events, p99 us | {m:.2} | {lo:.2} | {hi:.2} | | |");
-    let (m, lo, hi) = stats(allocs);
-    println!(
-        "| heap allocations on the timing thread in {pairs} start+stop pairs | {m:.0} | {lo:.0} | {hi:.0} | | |"
-    );
+/// The tables of the cost per event by modules and by per-event metrics.
+fn print_sets(
+    pairs: u64,
+    per_set: Vec<Vec<f64>>,
+    clock_event_ns: Vec<f64>,
+    per_counter_set: Vec<Vec<f64>>,
+    counter_allocs: Vec<f64>,
+) {
+    let (sets, counter_sets) = (MODULE_SETS, COUNTER_SETS);
     println!(
         "\n## sdk: cost per event (begin or end of an activity) by the modules in force, {pairs} pairs per repeat"
     );
@@ -285,12 +370,4 @@ pub fn run(events: usize, pairs: u64, dumps: usize, gap_us: u64, repeats: usize)
     println!(
         "| heap allocations in {pairs} pairs with 3 software counters | {m:.0} | {lo:.0} | {hi:.0} | | |"
     );
-    if !unavailable.is_empty() {
-        println!("\ncounters unavailable: {unavailable:?}");
-    }
-    println!(
-        "\ndumps dropped (queue full): {dropped}; SDK stats: {:?}",
-        canopy_sdk::stats()
-    );
-    Ok(())
 }
