@@ -172,7 +172,6 @@ fn timer_pairs(pairs: u64, repeats: usize) -> anyhow::Result<TimerPairs> {
         std::hint::black_box(sink);
         clock_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64);
     }
-
     Ok(TimerPairs {
         pair_ns,
         clock_ns,
@@ -199,7 +198,6 @@ fn step_marks(pairs: u64, repeats: usize) -> anyhow::Result<Vec<f64>> {
         }
         mark_ns.push(spent.as_nanos() as f64 / pairs as f64);
     }
-
     Ok(mark_ns)
 }
 
@@ -285,7 +283,6 @@ fn per_module_set(
         clock_event_ns.push(start.elapsed().as_nanos() as f64 / pairs as f64 / 2.0);
     }
     canopy_sdk::set_modules(&["profile"])?;
-
     Ok((per_set, clock_event_ns))
 }
 
