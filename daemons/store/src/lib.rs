@@ -19,6 +19,7 @@ mod schema;
 mod sql;
 mod stat_rows;
 mod store;
+mod table_row;
 mod tables;
 mod training;
 mod words;
@@ -38,6 +39,7 @@ pub use rows::{
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Collision, ENDED, LATEST, Payload, Rows, Store};
+pub use table_row::{Column, Kind, TableRow, Value};
 pub use tables::{is_tabulated, ranges_text};
 pub use training::{Candidate, DEFAULT_TRAINING_ROUNDS, Training, TrainingQuery, TrainingSpec};
 pub use words::{StreamState, Word, metric_unit};

@@ -7,7 +7,9 @@ use canopy_wire::options::metric;
 use canopy_wire::v1::{ProfileBatch, TraceKind};
 use rusqlite::{Connection, Transaction, params};
 
+use crate::rows::{CounterRow, EventMetricRow, SampleRow, TraceRow};
 use crate::sql::{id_bits, sat};
+use crate::table_row::TableRow;
 use crate::words::Word;
 
 /// The result type of a stream whose results are rank profiles (the passthrough filter's).
@@ -25,23 +27,11 @@ pub(crate) fn write(
     let round = sat(round);
     tx.prepare_cached("INSERT INTO profile_batches (stream_id, round, batch, late) VALUES (?1, ?2, ?3, ?4)")?
         .execute(params![stream_id, round, bytes, late])?;
-    let mut sample = tx.prepare_cached(
-        "INSERT INTO samples (stream_id, round, app, rank, event_id, calls, subrs, incl_us, excl_us,
-                              calls_total, subrs_total, incl_total_us, excl_total_us, dump_unix_ns, late)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?;
-    let mut counter = tx.prepare_cached(
-        "INSERT INTO counters (stream_id, round, app, rank, counter_id, value, total, dump_unix_ns, late)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    let mut event_metric = tx.prepare_cached(
-        "INSERT INTO event_metrics (stream_id, round, app, rank, event_id, metric, value, total, late)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    let mut trace = tx.prepare_cached(
-        "INSERT INTO trace (stream_id, round, app, rank, thread, unix_ns, kind, event_id, peer, bytes, late)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?;
+    // Each insert binds its row's values in the order of its row type's columns (crate::rows).
+    let mut sample = tx.prepare_cached(SampleRow::insert())?;
+    let mut counter = tx.prepare_cached(CounterRow::insert())?;
+    let mut event_metric = tx.prepare_cached(EventMetricRow::insert())?;
+    let mut trace = tx.prepare_cached(TraceRow::insert())?;
     for p in &batch.profiles {
         let dump = (p.dump_unix_ns > 0).then(|| sat(p.dump_unix_ns));
         for t in &p.trace {

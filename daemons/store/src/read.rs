@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use canopy_proto::filters::v1::{Metric, RankRange};
+use canopy_proto::filters::v1::RankRange;
 use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
@@ -15,6 +15,7 @@ use crate::profiles::{self, PROFILE_BATCH_TYPE};
 use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
 use crate::schema;
+use crate::table_row::{self, TableRow};
 
 mod filters;
 mod ranks;
@@ -22,12 +23,8 @@ mod select;
 
 pub use select::{Select, Table};
 
-/// The schema version that added `app` to `stats` and `stats_quantiles`: an older store reads `None` there.
-const STATS_APP_SINCE: u32 = 15;
 /// The schema version that added `kafka_rounds` and `kafka_topics`.
 pub(crate) const KAFKA_SINCE: u32 = 21;
-/// The schema version that added `app` to `histograms`.
-const HISTOGRAMS_APP_SINCE: u32 = 17;
 use crate::sql::{id_of, sat, unsigned};
 use crate::store::Collision;
 use crate::words::{StreamState, Word};
@@ -563,6 +560,22 @@ impl StoreReader {
         Ok(self.nodes()?.into_iter().find(|n| n.node_id == node_id))
     }
 
+    /// Rows of a table as its row type declares them (see [`table_row`](crate::table_row)), in its order: none
+    /// from a store older than the table, NULL for a column newer than the store.
+    fn table_rows<R: TableRow>(&self, select: Select) -> Result<Vec<R>, StoreError> {
+        if self.version < R::TABLE.since() {
+            return Ok(Vec::new());
+        }
+        let (clause, values) = select.clause(R::TABLE.has_late());
+        let sql = format!(
+            "SELECT {} FROM {}{clause} ORDER BY {}",
+            table_row::select_list(R::COLUMNS, self.version),
+            R::TABLE.name(),
+            R::ORDER
+        );
+        self.rows(&sql, &values, R::read)
+    }
+
     fn rows<T>(
         &self,
         sql: &str,
@@ -619,8 +632,4 @@ fn u64_at(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
 
 fn opt_u64(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
     Ok(r.get::<_, Option<i64>>(i)?.map(unsigned))
-}
-
-fn metric(r: &Row<'_>, i: usize) -> rusqlite::Result<Metric> {
-    Ok(Metric::from_word(&r.get::<_, String>(i)?).unwrap_or(Metric::Unspecified))
 }

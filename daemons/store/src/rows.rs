@@ -1,10 +1,11 @@
 //! The rows the [`StoreReader`](crate::StoreReader) returns: one type per table or query, with enums typed and
-//! counts unsigned.
+//! counts unsigned. A table's own row type is declared with [`table_row!`], its columns beside its fields.
 
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
 
 use crate::rounds::MissingCounts;
+use crate::table_row::table_row;
 use crate::words::StreamState;
 
 /// A stream as the store recorded it, with counts of what it stored.
@@ -170,329 +171,376 @@ pub struct RankTotal {
     pub excl_us: f64,
 }
 
-/// One row of `samples`: a rank's event in a passthrough round. Metrics the rank's options left out are `None`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SampleRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub app: String,
-    pub rank: u32,
-    pub event_id: u64,
-    pub calls: Option<u64>,
-    pub subrs: Option<u64>,
-    pub incl_us: Option<f64>,
-    pub excl_us: Option<f64>,
-    pub calls_total: Option<u64>,
-    pub subrs_total: Option<u64>,
-    pub incl_total_us: Option<f64>,
-    pub excl_total_us: Option<f64>,
-    pub dump_unix_ns: Option<u64>,
-    pub late: bool,
+table_row! {
+    /// One row of `samples`: a rank's event in a passthrough round. Metrics the rank's options left out are `None`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct SampleRow in Samples order "stream_id, round, app, rank, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub app: String = "app",
+        pub rank: u32 = "rank",
+        pub event_id: u64 = "event_id" as Event,
+        pub calls: Option<u64> = "calls",
+        pub subrs: Option<u64> = "subrs",
+        pub incl_us: Option<f64> = "incl_us",
+        pub excl_us: Option<f64> = "excl_us",
+        pub calls_total: Option<u64> = "calls_total",
+        pub subrs_total: Option<u64> = "subrs_total",
+        pub incl_total_us: Option<f64> = "incl_total_us",
+        pub excl_total_us: Option<f64> = "excl_total_us",
+        pub dump_unix_ns: Option<u64> = "dump_unix_ns",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `trace`: one event of a rank's trace, shipped with its profile of a passthrough round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TraceRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub app: String,
-    pub rank: u32,
-    pub thread: u32,
-    pub unix_ns: u64,
-    /// begin, end, send, idle_begin or idle_end.
-    pub kind: String,
-    /// The activity, for begin and end.
-    pub event_id: Option<u64>,
-    /// The destination rank and the bytes, for a send.
-    pub peer: Option<u32>,
-    pub bytes: Option<u64>,
-    pub late: bool,
+table_row! {
+    /// One row of `trace`: one event of a rank's trace, shipped with its profile of a passthrough round.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct TraceRow in Trace order "stream_id, round, app, rank, thread, unix_ns, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub app: String = "app",
+        pub rank: u32 = "rank",
+        pub thread: u32 = "thread",
+        pub unix_ns: u64 = "unix_ns",
+        /// begin, end, send, idle_begin or idle_end.
+        pub kind: String = "kind",
+        /// The activity, for begin and end.
+        pub event_id: Option<u64> = "event_id" as Event,
+        /// The destination rank and the bytes, for a send.
+        pub peer: Option<u32> = "peer",
+        pub bytes: Option<u64> = "bytes",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `utilization`: an activity's average share of one bin of a utilization round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UtilizationRow {
-    pub stream_id: u32,
-    pub round: u64,
-    /// The bin's index in the round's period.
-    pub bin: u32,
-    /// When the bin begins, in nanoseconds since the Unix epoch.
-    pub start_unix_ns: u64,
-    /// The activity's event id; 0 for "other", the activities below the threshold together.
-    pub activity_id: u64,
-    /// The average share of the bin, 0 to 250 (the whole bin).
-    pub share: u32,
-    /// The ranks the average is over: those whose profile covers the bin.
-    pub ranks: u32,
-    pub late: bool,
+table_row! {
+    /// One row of `utilization`: an activity's average share of one bin of a utilization round.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UtilizationRow in Utilization order "stream_id, round, bin, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        /// The bin's index in the round's period.
+        pub bin: u32 = "bin",
+        /// When the bin begins, in nanoseconds since the Unix epoch.
+        pub start_unix_ns: u64 = "start_unix_ns",
+        /// The activity's event id; 0 for "other", the activities below the threshold together.
+        pub activity_id: u64 = "activity_id" as Event,
+        /// The average share of the bin, 0 to 250 (the whole bin).
+        pub share: u32 = "share" { export: "share_of_250" },
+        /// The ranks the average is over: those whose profile covers the bin.
+        pub ranks: u32 = "ranks",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `outliers`: a rank among the top of its group (all ranks, or a functional class) in one round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutlierRow {
-    pub stream_id: u32,
-    pub round: u64,
-    /// 0 for all ranks; otherwise the functional class (classify's class id).
-    pub class_id: u64,
-    /// The rank's place in the group's top: 0 has the highest score.
-    pub position: u32,
-    pub app: String,
-    pub rank: u32,
-    /// The sum over the rank's events of its distance from the mean in standard deviations (weighted or not).
-    pub score: f64,
-    /// How many ranks the group scored.
-    pub group_ranks: u64,
-    pub late: bool,
+table_row! {
+    /// One row of `outliers`: a rank among the top of its group (all ranks, or a functional class) in one round.
+    /// Rows are read group by group in the result's order, each by place in the group's top.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct OutlierRow in Outliers order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        /// 0 for all ranks; otherwise the functional class (classify's class id).
+        pub class_id: u64 = "class_id" as Id,
+        /// The rank's place in the group's top: 0 has the highest score.
+        pub position: u32 = "position",
+        pub app: String = "app",
+        pub rank: u32 = "rank",
+        /// The sum over the rank's events of its distance from the mean in standard deviations (weighted or not).
+        pub score: f64 = "score" { export: "score_std_devs" },
+        /// How many ranks the group scored.
+        pub group_ranks: u64 = "group_ranks",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `outlier_events`: an event that weighs in a top rank's score.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutlierEventRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub class_id: u64,
-    /// The rank's place in the group's top (its `outliers` row).
-    pub position: u32,
-    /// The event's place among the rank's events: 0 weighs most.
-    pub event_position: u32,
-    pub event_id: u64,
-    pub metric: Metric,
-    pub value: f64,
-    pub mean: f64,
-    pub std: f64,
-    pub contribution: f64,
-    pub late: bool,
+table_row! {
+    /// One row of `outlier_events`: an event that weighs in a top rank's score.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct OutlierEventRow in OutlierEvents order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub class_id: u64 = "class_id" as Id,
+        /// The rank's place in the group's top (its `outliers` row).
+        pub position: u32 = "position",
+        /// The event's place among the rank's events: 0 weighs most.
+        pub event_position: u32 = "event_position",
+        pub event_id: u64 = "event_id" as Event,
+        pub metric: Metric = "metric",
+        pub value: f64 = "value",
+        pub mean: f64 = "mean",
+        pub std: f64 = "std",
+        pub contribution: f64 = "contribution" { export: "contribution_std_devs" },
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `node_samples`: a node's sample of one round of a node stream (the `nodes` filter). What its agent
-/// did not sample is `None`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeSampleRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub node_id: String,
-    pub hostname: String,
-    /// The ranks the node served in the round, as compact ranges (`app:0-7,9`).
-    pub ranks: String,
-    /// When the sample was read, and the interval it covers (ending then), in nanoseconds.
-    pub sample_unix_ns: Option<u64>,
-    pub interval_ns: Option<u64>,
-    pub cpus: Option<u32>,
-    /// Each CPU state's share (0 to 1) of all the node's CPU time over the interval.
-    pub cpu_user_share: Option<f64>,
-    pub cpu_nice_share: Option<f64>,
-    pub cpu_system_share: Option<f64>,
-    pub cpu_idle_share: Option<f64>,
-    pub cpu_iowait_share: Option<f64>,
-    pub cpu_irq_share: Option<f64>,
-    pub cpu_steal_share: Option<f64>,
-    pub mem_total_bytes: Option<u64>,
-    pub mem_available_bytes: Option<u64>,
-    pub mem_used_bytes: Option<u64>,
-    /// Page faults over the interval, all and major.
-    pub mem_page_faults: Option<u64>,
-    pub mem_major_faults: Option<u64>,
-    /// Bytes over the interval, every interface but loopback.
-    pub net_rx_bytes: Option<u64>,
-    pub net_tx_bytes: Option<u64>,
-    pub net_interfaces: Option<u32>,
-    /// Bytes over the interval, whole disks.
-    pub disk_read_bytes: Option<u64>,
-    pub disk_write_bytes: Option<u64>,
-    pub disks: Option<u32>,
-    pub load_1m: Option<f64>,
-    pub load_5m: Option<f64>,
-    pub load_15m: Option<f64>,
-    pub load_runnable: Option<u32>,
-    pub load_threads: Option<u32>,
-    pub late: bool,
+table_row! {
+    /// One row of `node_samples`: a node's sample of one round of a node stream (the `nodes` filter). What its
+    /// agent did not sample is `None`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct NodeSampleRow in NodeSamples order "stream_id, round, node_id, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub node_id: String = "node_id",
+        pub hostname: String = "hostname",
+        /// The ranks the node served in the round, as compact ranges (`app:0-7,9`).
+        pub ranks: String = "ranks",
+        /// When the sample was read, and the interval it covers (ending then), in nanoseconds.
+        pub sample_unix_ns: Option<u64> = "sample_unix_ns",
+        pub interval_ns: Option<u64> = "interval_ns",
+        pub cpus: Option<u32> = "cpus",
+        /// Each CPU state's share (0 to 1) of all the node's CPU time over the interval.
+        pub cpu_user_share: Option<f64> = "cpu_user_share",
+        pub cpu_nice_share: Option<f64> = "cpu_nice_share",
+        pub cpu_system_share: Option<f64> = "cpu_system_share",
+        pub cpu_idle_share: Option<f64> = "cpu_idle_share",
+        pub cpu_iowait_share: Option<f64> = "cpu_iowait_share",
+        pub cpu_irq_share: Option<f64> = "cpu_irq_share",
+        pub cpu_steal_share: Option<f64> = "cpu_steal_share",
+        pub mem_total_bytes: Option<u64> = "mem_total_bytes",
+        pub mem_available_bytes: Option<u64> = "mem_available_bytes",
+        pub mem_used_bytes: Option<u64> = "mem_used_bytes",
+        /// Page faults over the interval, all and major.
+        pub mem_page_faults: Option<u64> = "mem_page_faults",
+        pub mem_major_faults: Option<u64> = "mem_major_faults",
+        /// Bytes over the interval, every interface but loopback.
+        pub net_rx_bytes: Option<u64> = "net_rx_bytes",
+        pub net_tx_bytes: Option<u64> = "net_tx_bytes",
+        pub net_interfaces: Option<u32> = "net_interfaces",
+        /// Bytes over the interval, whole disks.
+        pub disk_read_bytes: Option<u64> = "disk_read_bytes",
+        pub disk_write_bytes: Option<u64> = "disk_write_bytes",
+        pub disks: Option<u32> = "disks",
+        pub load_1m: Option<f64> = "load_1m",
+        pub load_5m: Option<f64> = "load_5m",
+        pub load_15m: Option<f64> = "load_15m",
+        pub load_runnable: Option<u32> = "load_runnable",
+        pub load_threads: Option<u32> = "load_threads",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `node_ranks`: a range of the ranks a node served in a round of a node stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeRanksRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub node_id: String,
-    pub app: String,
-    pub first_rank: u32,
-    /// Inclusive.
-    pub last_rank: u32,
-    pub late: bool,
+table_row! {
+    /// One row of `node_ranks`: a range of the ranks a node served in a round of a node stream.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct NodeRanksRow in NodeRanks order "stream_id, round, node_id, app, first_rank" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub node_id: String = "node_id",
+        pub app: String = "app",
+        pub first_rank: u32 = "first_rank",
+        /// Inclusive.
+        pub last_rank: u32 = "last_rank",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `counters`: a rank's counter in a passthrough round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CounterRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub app: String,
-    pub rank: u32,
-    pub counter_id: u64,
-    pub value: Option<f64>,
-    pub total: Option<f64>,
-    pub dump_unix_ns: Option<u64>,
-    pub late: bool,
+table_row! {
+    /// One row of `counters`: a rank's counter in a passthrough round.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CounterRow in Counters order "stream_id, round, app, rank, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub app: String = "app",
+        pub rank: u32 = "rank",
+        pub counter_id: u64 = "counter_id" as Event,
+        pub value: Option<f64> = "value",
+        pub total: Option<f64> = "total",
+        pub dump_unix_ns: Option<u64> = "dump_unix_ns",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `event_metrics`: one per-event metric of one event of one rank's passthrough profile.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventMetricRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub app: String,
-    pub rank: u32,
-    pub event_id: u64,
-    /// A per-event metric (`Metric::PageFaultsExclusive`, `Metric::HeapAtEntry`, ...).
-    pub metric: Metric,
-    /// This round's value.
-    pub value: Option<f64>,
-    /// Since the rank started.
-    pub total: Option<f64>,
-    pub late: bool,
+table_row! {
+    /// One row of `event_metrics`: one per-event metric of one event of one rank's passthrough profile. Rows are
+    /// read by rank, then event by event, each event's metrics in the profile's order.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct EventMetricRow in EventMetrics order "stream_id, round, app, rank, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub app: String = "app",
+        pub rank: u32 = "rank",
+        pub event_id: u64 = "event_id" as Event,
+        /// A per-event metric (`Metric::PageFaultsExclusive`, `Metric::HeapAtEntry`, ...).
+        pub metric: Metric = "metric",
+        /// This round's value.
+        pub value: Option<f64> = "value",
+        /// Since the rank started.
+        pub total: Option<f64> = "total",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `results`: a filter's result as it encoded it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResultRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub phase: u32,
-    pub payload: Vec<u8>,
-    pub late: bool,
+table_row! {
+    /// One row of `results`: a filter's result as it encoded it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ResultRow in Results order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub phase: u32 = "phase",
+        pub payload: Vec<u8> = "payload",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `stats_quantiles`: a quantile of the `stats` row of the same key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuantileRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub class_id: Option<u64>,
-    /// The event's (or counter's) id.
-    pub id: u64,
-    pub metric: Metric,
-    /// In [0, 1].
-    pub q: f64,
-    pub value: Option<f64>,
-    pub late: bool,
-    /// The application of the `stats` row the quantile belongs to (see [`StatRow::app`]).
-    pub app: Option<String>,
+table_row! {
+    /// One row of `stats_quantiles`: a quantile of the `stats` row of the same key.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct QuantileRow in StatsQuantiles order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub class_id: Option<u64> = "class_id" as Id,
+        /// The application of the `stats` row the quantile belongs to (see [`StatRow::app`]).
+        pub app: Option<String> = "app" { since: 15 },
+        /// The event's (or counter's) id.
+        pub id: u64 = "id" as Event { export: "event_id" },
+        pub metric: Metric = "metric",
+        /// In [0, 1].
+        pub q: f64 = "q",
+        pub value: Option<f64> = "value",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `stats`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StatRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub class_id: Option<u64>,
-    /// The event's (or counter's) id.
-    pub id: u64,
-    pub metric: Metric,
-    /// Ranks.
-    pub count: u64,
-    pub mean: Option<f64>,
-    pub std: Option<f64>,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub min_app: Option<String>,
-    pub min_rank: Option<u32>,
-    pub max_app: Option<String>,
-    pub max_rank: Option<u32>,
-    pub late: bool,
-    /// The application the row stands for, when the stats filter breaks its rows down by application
-    /// (`by_app`); `None` for a row over every application (and every row of a store before version 15).
-    pub app: Option<String>,
+table_row! {
+    /// One row of `stats`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct StatRow in Stats order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub class_id: Option<u64> = "class_id" as Id,
+        /// The application the row stands for, when the stats filter breaks its rows down by application
+        /// (`by_app`); `None` for a row over every application (and every row of a store before version 15).
+        pub app: Option<String> = "app" { since: 15 },
+        /// The event's (or counter's) id.
+        pub id: u64 = "id" as Event { export: "event_id" },
+        pub metric: Metric = "metric",
+        /// Ranks.
+        pub count: u64 = "count" { export: "count_ranks" },
+        pub mean: Option<f64> = "mean",
+        pub std: Option<f64> = "std",
+        pub min: Option<f64> = "min",
+        pub max: Option<f64> = "max",
+        pub min_app: Option<String> = "min_app",
+        pub min_rank: Option<u32> = "min_rank",
+        pub max_app: Option<String> = "max_app",
+        pub max_rank: Option<u32> = "max_rank",
+        pub late: bool = "late",
+    }
 }
 
-/// One bin of `histograms`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistogramRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub class_id: Option<u64>,
-    pub id: u64,
-    pub metric: Metric,
-    pub bin: u32,
-    pub lo: Option<f64>,
-    pub hi: Option<f64>,
-    /// Ranks in the bin.
-    pub count: u64,
-    pub late: bool,
-    /// The application the histogram stands for; `None` for every application.
-    pub app: Option<String>,
+table_row! {
+    /// One bin of `histograms`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct HistogramRow in Histograms order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub class_id: Option<u64> = "class_id" as Id,
+        /// The application the histogram stands for; `None` for every application.
+        pub app: Option<String> = "app" { since: 17 },
+        pub id: u64 = "id" as Event { export: "event_id" },
+        pub metric: Metric = "metric",
+        pub bin: u32 = "bin",
+        pub lo: Option<f64> = "lo",
+        pub hi: Option<f64> = "hi",
+        /// Ranks in the bin.
+        pub count: u64 = "count" { export: "count_ranks" },
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `classes`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub class_id: u64,
-    pub size: u64,
-    /// Compact ranges, `app:0-7,9`.
-    pub ranks: String,
-    pub example_event: Option<String>,
-    pub late: bool,
+table_row! {
+    /// One row of `classes`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ClassRow in Classes order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub class_id: u64 = "class_id" as Id,
+        pub size: u64 = "size" { export: "size_ranks" },
+        /// Compact ranges, `app:0-7,9`.
+        pub ranks: String = "ranks",
+        pub example_event: Option<String> = "example_event",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `clusters` (the kmeans filter), with its ranks from `cluster_ranks` as compact ranges.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusterRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub cluster: u32,
-    pub size: u64,
-    /// Compact ranges, `app:0-7,9`.
-    pub ranks: String,
-    /// (app, rank); `None` for an empty cluster.
-    pub representative: Option<(String, u32)>,
-    pub rms: f64,
-    pub max_distance: f64,
-    pub sum_squares: f64,
-    pub late: bool,
+table_row! {
+    /// One row of `clusters` (the kmeans filter), with its ranks from `cluster_ranks` as compact ranges.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct ClusterRow in Clusters order "stream_id, round, cluster, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub cluster: u32 = "cluster",
+        pub size: u64 = "size" { export: "size_ranks" },
+        /// The representative rank; `None` for an empty cluster.
+        pub representative_app: Option<String> = "representative_app",
+        pub representative_rank: Option<u32> = "representative_rank",
+        pub rms: f64 = "rms",
+        pub max_distance: f64 = "max_distance",
+        pub sum_squares: f64 = "sum_squares",
+        pub late: bool = "late",
+    } and {
+        /// Compact ranges, `app:0-7,9`.
+        pub ranks: String,
+    }
 }
 
-/// One row of `latency` (the latency filter): a step completed in the round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LatencyRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub key_id: u64,
-    pub step: u64,
-    pub latency_ns: u64,
-    pub start_unix_ns: u64,
-    pub start_app: String,
-    pub start_rank: u32,
-    pub stop_unix_ns: u64,
-    pub stop_app: String,
-    pub stop_rank: u32,
-    pub late: bool,
+impl ClusterRow {
+    /// The representative rank (app, rank); `None` for an empty cluster.
+    pub fn representative(&self) -> Option<(&str, u32)> {
+        self.representative_app.as_deref().zip(self.representative_rank)
+    }
 }
 
-/// One row of `latency_apps`: an application's part in a step.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LatencyAppRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub key_id: u64,
-    pub step: u64,
-    pub app: String,
-    pub ranks: u32,
-    pub transfer_us: f64,
-    pub compute_us: f64,
-    pub late: bool,
+table_row! {
+    /// One row of `latency` (the latency filter): a step completed in the round.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct LatencyRow in Latency order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub key_id: u64 = "key_id" as Event,
+        pub step: u64 = "step",
+        pub latency_ns: u64 = "latency_ns",
+        pub start_unix_ns: u64 = "start_unix_ns",
+        pub start_app: String = "start_app",
+        pub start_rank: u32 = "start_rank",
+        pub stop_unix_ns: u64 = "stop_unix_ns",
+        pub stop_app: String = "stop_app",
+        pub stop_rank: u32 = "stop_rank",
+        pub late: bool = "late",
+    }
 }
 
-/// One row of `reductions`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReductionRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub raw_bytes: u64,
-    pub result_bytes: u64,
-    pub reduction_factor: Option<f64>,
-    pub classes: Option<u64>,
-    pub late: bool,
+table_row! {
+    /// One row of `latency_apps`: an application's part in a step.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct LatencyAppRow in LatencyApps order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub key_id: u64 = "key_id" as Event,
+        pub step: u64 = "step",
+        pub app: String = "app",
+        pub ranks: u32 = "ranks",
+        pub transfer_us: f64 = "transfer_us",
+        pub compute_us: f64 = "compute_us",
+        pub late: bool = "late",
+    }
+}
+
+table_row! {
+    /// One row of `reductions`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct ReductionRow in Reductions order "stream_id, round, rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub raw_bytes: u64 = "raw_bytes",
+        pub result_bytes: u64 = "result_bytes",
+        pub reduction_factor: Option<f64> = "reduction_factor",
+        pub classes: Option<u64> = "classes",
+        pub late: bool = "late",
+    }
 }
 
 /// One row of `late_arrivals`.

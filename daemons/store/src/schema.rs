@@ -103,6 +103,12 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), rusqlite_migration::E
     migrations().to_latest(conn)
 }
 
+/// Brings a new store to schema `version` exactly, as a store of that version was written.
+#[cfg(test)]
+pub(crate) fn migrate_to(conn: &mut Connection, version: u32) -> Result<(), rusqlite_migration::Error> {
+    migrations().to_version(conn, version as usize)
+}
+
 /// Stores written before the migrations kept their version only in `meta.schema_version`, with
 /// `user_version` still 0: take it over, so the migrations start from there instead of from an empty file.
 fn adopt_legacy(conn: &Connection) -> rusqlite::Result<()> {

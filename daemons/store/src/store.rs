@@ -13,8 +13,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, Transactio
 
 use crate::checkpoint::Checkpointer;
 use crate::rounds::{self, RoundRecord};
+use crate::rows::ResultRow;
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::sql::{id_bits, non_empty, now_unix_ns, sat};
+use crate::table_row::TableRow;
 use crate::words::{StreamState, Word, metric_unit};
 use crate::{StoreError, profiles, tables};
 
@@ -572,10 +574,13 @@ fn write_payload(
     match (payload, batch) {
         (Payload::Profiles(bytes), Some(batch)) => profiles::write(tx, stream_id, round, bytes, batch, late),
         (Payload::Blob { phase, payload }, _) => {
-            tx.prepare_cached(
-                "INSERT INTO results (stream_id, round, phase, payload, late) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![stream_id, sat(round), phase, payload, late])?;
+            tx.prepare_cached(ResultRow::insert())?.execute(params![
+                stream_id,
+                sat(round),
+                phase,
+                payload,
+                late
+            ])?;
             Ok(())
         }
         _ => Ok(()),

@@ -13,8 +13,13 @@ use canopy_proto::filters::v1::{
 use prost::Message;
 use rusqlite::{Transaction, params};
 
+use crate::rows::{
+    self, ClassRow, ClusterRow, HistogramRow, LatencyAppRow, LatencyRow, NodeSampleRow, OutlierEventRow,
+    OutlierRow, QuantileRow, ReductionRow, UtilizationRow,
+};
 use crate::sql::{id_bits, sat};
 use crate::stat_rows::{self, StatRow, StatsRows};
+use crate::table_row::TableRow;
 use crate::words::Word;
 
 /// Whether results of this type get tables: every standard result but profiles (which have theirs, `samples`).
@@ -85,11 +90,7 @@ pub(crate) fn write(
             let r: ClassResult = decode("ClassResult", payload)?;
             for c in &r.classes {
                 let class = Some(c.class_id as i64);
-                tx.prepare_cached(
-                    "INSERT INTO classes (stream_id, round, class_id, size, ranks, example_event, late)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?
-                .execute(params![
+                tx.prepare_cached(ClassRow::insert())?.execute(params![
                     at.stream_id,
                     at.round,
                     c.class_id as i64,
@@ -167,7 +168,6 @@ fn metric_word(m: i32) -> &'static str {
     Metric::try_from(m).unwrap_or(Metric::Unspecified).word()
 }
 
-/// The key every row of one result shares.
 /// The application a stats row stands for: NULL for a row over every application.
 fn app_of(s: &EventStats) -> Option<&str> {
     Some(s.app.as_str()).filter(|a| !a.is_empty())
@@ -175,29 +175,39 @@ fn app_of(s: &EventStats) -> Option<&str> {
 
 /// `stats` rows per insert statement.
 const STATS_PER_INSERT: usize = 16;
-/// The parameters of one `stats` row after the shared key (`?1` stream, `?2` round, `?3` class, `?4` late).
-const STATS_ROW_PARAMS: usize = 12;
+/// The columns of the key every `stats` row of one result shares, bound once as `?1` to `?4`.
+const STATS_KEY: [&str; 4] = ["stream_id", "round", "class_id", "late"];
+/// The parameters of one `stats` row after the shared key: its other columns.
+const STATS_ROW_PARAMS: usize = <rows::StatRow as TableRow>::COLUMNS.len() - STATS_KEY.len();
 
-/// The insert of `rows` `stats` rows (1 or [`STATS_PER_INSERT`]), row `k`'s own values numbered from
-/// `?(5 + 12 k)` in [`bind_stat_rows`]'s order.
+/// The insert of `rows` `stats` rows (1 or [`STATS_PER_INSERT`]) of [`rows::StatRow`]'s columns: the shared key
+/// as `?1` to `?4`, row `k`'s own values numbered from `?(5 + STATS_ROW_PARAMS k)` in the columns' order, which
+/// [`bind_stat_rows`] follows.
 fn stats_insert(rows: usize) -> &'static str {
     static ONE: OnceLock<String> = OnceLock::new();
     static MANY: OnceLock<String> = OnceLock::new();
     let make = || {
+        let columns = <rows::StatRow as TableRow>::COLUMNS;
         let values: Vec<String> = (0..rows)
             .map(|k| {
-                let p = |i: usize| format!("?{}", 5 + STATS_ROW_PARAMS * k + i);
-                format!(
-                    "(?1, ?2, ?3, {}, ?4, {})",
-                    (0..11).map(p).collect::<Vec<_>>().join(", "),
-                    p(11)
-                )
+                let mut own = 5 + STATS_ROW_PARAMS * k;
+                let params: Vec<String> = columns
+                    .iter()
+                    .map(|c| match STATS_KEY.iter().position(|key| *key == c.name) {
+                        Some(key) => format!("?{}", key + 1),
+                        None => {
+                            own += 1;
+                            format!("?{}", own - 1)
+                        }
+                    })
+                    .collect();
+                format!("({})", params.join(", "))
             })
             .collect();
+        let names: Vec<&str> = columns.iter().map(|c| c.name).collect();
         format!(
-            "INSERT INTO stats (stream_id, round, class_id, id, metric, count, mean, std, min, max,
-                                min_app, min_rank, max_app, max_rank, late, app)
-             VALUES {}",
+            "INSERT INTO stats ({}) VALUES {}",
+            names.join(", "),
             values.join(", ")
         )
     };
@@ -208,26 +218,28 @@ fn stats_insert(rows: usize) -> &'static str {
     }
 }
 
-/// Binds each row's own values to an insert from [`stats_insert`] of as many rows.
+/// Binds each row's own values to an insert from [`stats_insert`] of as many rows, in [`rows::StatRow`]'s
+/// order of columns after the key.
 fn bind_stat_rows(st: &mut rusqlite::Statement<'_>, rows: &[StatRow<'_>]) -> rusqlite::Result<()> {
     for (k, r) in rows.iter().enumerate() {
         let at = 5 + STATS_ROW_PARAMS * k;
-        st.raw_bind_parameter(at, id_bits(r.id))?;
-        st.raw_bind_parameter(at + 1, metric_word(r.metric))?;
-        st.raw_bind_parameter(at + 2, sat(r.count))?;
-        st.raw_bind_parameter(at + 3, r.mean)?;
-        st.raw_bind_parameter(at + 4, r.std)?;
-        st.raw_bind_parameter(at + 5, r.min)?;
-        st.raw_bind_parameter(at + 6, r.max)?;
-        st.raw_bind_parameter(at + 7, r.min_app)?;
-        st.raw_bind_parameter(at + 8, r.min_rank)?;
-        st.raw_bind_parameter(at + 9, r.max_app)?;
-        st.raw_bind_parameter(at + 10, r.max_rank)?;
-        st.raw_bind_parameter(at + 11, Some(r.app).filter(|a| !a.is_empty()))?;
+        st.raw_bind_parameter(at, Some(r.app).filter(|a| !a.is_empty()))?;
+        st.raw_bind_parameter(at + 1, id_bits(r.id))?;
+        st.raw_bind_parameter(at + 2, metric_word(r.metric))?;
+        st.raw_bind_parameter(at + 3, sat(r.count))?;
+        st.raw_bind_parameter(at + 4, r.mean)?;
+        st.raw_bind_parameter(at + 5, r.std)?;
+        st.raw_bind_parameter(at + 6, r.min)?;
+        st.raw_bind_parameter(at + 7, r.max)?;
+        st.raw_bind_parameter(at + 8, r.min_app)?;
+        st.raw_bind_parameter(at + 9, r.min_rank)?;
+        st.raw_bind_parameter(at + 10, r.max_app)?;
+        st.raw_bind_parameter(at + 11, r.max_rank)?;
     }
     Ok(())
 }
 
+/// The key every row of one result shares.
 struct At {
     stream_id: u32,
     round: i64,
@@ -295,22 +307,19 @@ impl At {
         if stats.iter().all(|s| s.quantiles.is_empty()) {
             return Ok(());
         }
-        let mut st = tx.prepare_cached(
-            "INSERT INTO stats_quantiles (stream_id, round, class_id, id, metric, q, value, late, app)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
+        let mut st = tx.prepare_cached(QuantileRow::insert())?;
         for s in stats {
             for q in &s.quantiles {
                 st.execute(params![
                     self.stream_id,
                     self.round,
                     class,
+                    app_of(s),
                     id_bits(s.id),
                     metric_word(s.metric),
                     q.q,
                     q.value,
                     self.late,
-                    app_of(s)
                 ])?;
             }
         }
@@ -323,15 +332,12 @@ impl At {
         class: Option<i64>,
         histograms: &[Histogram],
     ) -> rusqlite::Result<()> {
-        let mut st = tx.prepare_cached(
-            "INSERT INTO histograms (stream_id, round, class_id, id, metric, bin, lo, hi, count, late, app)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )?;
-        self.bind_key(&mut st, class, 10)?;
+        let mut st = tx.prepare_cached(HistogramRow::insert())?;
+        self.bind_key(&mut st, class, 11)?;
         for h in histograms {
-            st.raw_bind_parameter(4, id_bits(h.id))?;
-            st.raw_bind_parameter(5, metric_word(h.metric))?;
-            st.raw_bind_parameter(11, (!h.app.is_empty()).then_some(h.app.as_str()))?;
+            st.raw_bind_parameter(4, (!h.app.is_empty()).then_some(h.app.as_str()))?;
+            st.raw_bind_parameter(5, id_bits(h.id))?;
+            st.raw_bind_parameter(6, metric_word(h.metric))?;
             let bins = h.counts.len().max(1) as f64;
             let width = (h.hi - h.lo) / bins;
             for (b, count) in h.counts.iter().enumerate() {
@@ -341,10 +347,10 @@ impl At {
                 } else {
                     h.lo + width * (b + 1) as f64
                 };
-                st.raw_bind_parameter(6, b as i64)?;
-                st.raw_bind_parameter(7, lo)?;
-                st.raw_bind_parameter(8, hi)?;
-                st.raw_bind_parameter(9, sat(*count))?;
+                st.raw_bind_parameter(7, b as i64)?;
+                st.raw_bind_parameter(8, lo)?;
+                st.raw_bind_parameter(9, hi)?;
+                st.raw_bind_parameter(10, sat(*count))?;
                 st.raw_execute()?;
             }
         }
@@ -354,15 +360,8 @@ impl At {
     /// One row per record: (bin, activity, share), with the bin's start and the ranks it averages over.
     /// A row per kept rank, in its place in its group's top, and a row per event weighing in its score.
     fn outliers(&self, tx: &Transaction<'_>, r: &OutliersResult) -> rusqlite::Result<()> {
-        let mut rank_st = tx.prepare_cached(
-            "INSERT INTO outliers (stream_id, round, class_id, position, app, rank, score, group_ranks, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
-        let mut event_st = tx.prepare_cached(
-            "INSERT INTO outlier_events (stream_id, round, class_id, position, event_position, event_id, metric,
-                                         value, mean, std, contribution, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?;
+        let mut rank_st = tx.prepare_cached(OutlierRow::insert())?;
+        let mut event_st = tx.prepare_cached(OutlierEventRow::insert())?;
         // An event names its own metric when the stream scores several.
         let metric = |e: &OutlierEvent| metric_word(if e.metric != 0 { e.metric } else { r.metric });
         for g in &r.groups {
@@ -428,10 +427,7 @@ impl At {
                 r.ranks.len()
             )));
         }
-        let mut st = tx.prepare_cached(
-            "INSERT INTO utilization (stream_id, round, bin, start_unix_ns, activity_id, share, ranks, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
+        let mut st = tx.prepare_cached(UtilizationRow::insert())?;
         let bin_ns = u128::from(r.bin_us) * 1000;
         let mut at = 0;
         for (bin, (&count, &ranks)) in r.counts.iter().zip(&r.ranks).enumerate() {
@@ -470,16 +466,7 @@ impl At {
             n.load.as_ref(),
         );
         let time = |ns: u64| (ns != 0).then(|| sat(ns));
-        tx.prepare_cached(
-            "INSERT INTO node_samples (stream_id, round, node_id, hostname, ranks, sample_unix_ns, interval_ns,
-                 cpus, cpu_user_share, cpu_nice_share, cpu_system_share, cpu_idle_share, cpu_iowait_share,
-                 cpu_irq_share, cpu_steal_share, mem_total_bytes, mem_available_bytes, mem_used_bytes,
-                 mem_page_faults, mem_major_faults, net_rx_bytes, net_tx_bytes, net_interfaces, disk_read_bytes,
-                 disk_write_bytes, disks, load_1m, load_5m, load_15m, load_runnable, load_threads, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                     ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
-        )?
-        .execute(params![
+        tx.prepare_cached(NodeSampleRow::insert())?.execute(params![
             self.stream_id,
             self.round,
             n.node_id,
@@ -519,15 +506,8 @@ impl At {
 
     /// A latency result: each step completed in the round, and each application's part in it.
     fn latency(&self, tx: &Transaction<'_>, r: &LatencyResult) -> Result<(), TableError> {
-        let mut step = tx.prepare_cached(
-            "INSERT INTO latency (stream_id, round, key_id, step, latency_ns, start_unix_ns, start_app, start_rank,
-                 stop_unix_ns, stop_app, stop_rank, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?;
-        let mut app = tx.prepare_cached(
-            "INSERT INTO latency_apps (stream_id, round, key_id, step, app, ranks, transfer_us, compute_us, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
+        let mut step = tx.prepare_cached(LatencyRow::insert())?;
+        let mut app = tx.prepare_cached(LatencyAppRow::insert())?;
         for s in &r.steps {
             step.execute(params![
                 self.stream_id,
@@ -576,12 +556,7 @@ impl At {
                 });
             }
             let rep = c.representative.as_ref();
-            tx.prepare_cached(
-                "INSERT INTO clusters (stream_id, round, cluster, size, representative_app, representative_rank,
-                     rms, max_distance, sum_squares, late)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
+            tx.prepare_cached(ClusterRow::insert())?.execute(params![
                 self.stream_id,
                 self.round,
                 c.cluster,
@@ -670,11 +645,7 @@ impl At {
         } else {
             Some(raw_bytes as f64 / result_bytes as f64)
         };
-        tx.prepare_cached(
-            "INSERT INTO reductions (stream_id, round, raw_bytes, result_bytes, reduction_factor, classes, late)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
+        tx.prepare_cached(ReductionRow::insert())?.execute(params![
             self.stream_id,
             self.round,
             sat(raw_bytes),

@@ -149,3 +149,65 @@ pub fn default_dir(store: &Path, ext: &str) -> PathBuf {
         .map_or_else(|| "run".to_string(), |s| s.to_string_lossy().into_owned());
     real.with_file_name(format!("{stem}-{ext}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The columns docs/report.md lists for `table`, in order (`None` where it describes them in words).
+    fn documented(doc: &str, table: &str) -> Option<Vec<String>> {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{table}` | ")))
+            .unwrap_or_else(|| panic!("docs/report.md has no row for {table}"));
+        let columns = row.split(" | ").nth(1)?;
+        if !columns.starts_with('`') || columns.contains('<') {
+            return None;
+        }
+        // The backquoted names, leaving out what parentheses say of them (`ranks` (ranges, `app:0-7,9`)).
+        let mut bare = String::new();
+        let mut depth = 0;
+        for ch in columns.chars() {
+            match ch {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ if depth == 0 => bare.push(ch),
+                _ => {}
+            }
+        }
+        let names = bare.split('`').skip(1).step_by(2).map(str::to_string).collect();
+        Some(names)
+    }
+
+    #[test]
+    fn every_table_exports_the_columns_the_docs_list() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/report.md")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = canopy_store::Store::create(dir.path())
+            .unwrap()
+            .path()
+            .to_path_buf();
+        let reader = StoreReader::open(&path).unwrap();
+        let src = Source {
+            names: Names::new(Vec::new()),
+            streams: HashMap::new(),
+            reader: &reader,
+        };
+        let mut checked = 0;
+        for (name, _, build) in TABLES {
+            let table = build(&src).unwrap();
+            assert_eq!(table.name, *name);
+            let Some(want) = documented(&doc, name) else {
+                continue;
+            };
+            let got: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(got, want, "{name}: the export's columns against docs/report.md's");
+            checked += 1;
+        }
+        assert!(
+            checked >= 15,
+            "only {checked} tables' columns are listed in docs/report.md"
+        );
+    }
+}

@@ -63,6 +63,22 @@ impl Table {
         self
     }
 
+    /// A column of values already typed.
+    pub fn column(self, name: &str, nullable: bool, data: Data) -> Table {
+        self.push(name, nullable, data)
+    }
+
+    /// The table with `other`'s columns after its column `after` (at the end when it has none of that name).
+    pub fn insert_after(mut self, after: &str, other: Table) -> Table {
+        let at = self
+            .columns
+            .iter()
+            .position(|c| c.name == after)
+            .map_or(self.columns.len(), |i| i + 1);
+        self.columns.splice(at..at, other.columns);
+        self
+    }
+
     /// An integer column without nulls; unsigned values above 2^63 - 1 are stored as 2^63 - 1 (as the store).
     pub fn int<T: TryInto<i64>>(self, name: &str, values: impl Iterator<Item = T>) -> Table {
         let data = values.map(|v| Some(v.try_into().unwrap_or(i64::MAX))).collect();
@@ -75,25 +91,6 @@ impl Table {
             .map(|v| v.map(|v| v.try_into().unwrap_or(i64::MAX)))
             .collect();
         self.push(name, true, Data::Int(data))
-    }
-
-    /// A 64-bit id (event, counter, class): its bits as a signed integer, as the store holds it, so ids join
-    /// between the export and the store.
-    pub fn id(self, name: &str, values: impl Iterator<Item = u64>) -> Table {
-        let data = values.map(|v| Some(v as i64)).collect();
-        self.push(name, false, Data::Int(data))
-    }
-
-    /// A 64-bit id that may be null.
-    pub fn opt_id(self, name: &str, values: impl Iterator<Item = Option<u64>>) -> Table {
-        let data = values.map(|v| v.map(|v| v as i64)).collect();
-        self.push(name, true, Data::Int(data))
-    }
-
-    /// A 0 or 1 column (`late`).
-    pub fn flag(self, name: &str, values: impl Iterator<Item = bool>) -> Table {
-        let data = values.map(|v| Some(i64::from(v))).collect();
-        self.push(name, false, Data::Int(data))
     }
 
     /// A float column; not finite values are stored as such.
@@ -118,17 +115,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn columns_keep_types_nulls_and_id_bits() {
+    fn columns_keep_types_nulls_and_saturate() {
         let t = Table::new("t")
             .int("round", [1u64, u64::MAX].into_iter())
-            .id("event_id", [u64::MAX].into_iter().chain([7]))
+            .column("event_id", false, Data::Int(vec![Some(-1), Some(7)]))
             .opt_text("app", [None, Some("a".to_string())].into_iter())
-            .flag("late", [true, false].into_iter());
+            .int("late", [1, 0].into_iter());
         assert_eq!(t.rows(), 2);
         assert_eq!(t.columns[0].data, Data::Int(vec![Some(1), Some(i64::MAX)]));
         assert_eq!(t.columns[1].data, Data::Int(vec![Some(-1), Some(7)]));
         assert!(t.columns[2].nullable && !t.columns[0].nullable);
         assert_eq!(t.columns[3].data, Data::Int(vec![Some(1), Some(0)]));
         assert_eq!(Table::new("empty").rows(), 0);
+    }
+
+    #[test]
+    fn a_table_inserted_after_a_column_lands_after_it() {
+        let t = Table::new("t")
+            .int("a", [1].into_iter())
+            .int("c", [3].into_iter())
+            .insert_after("a", Table::new("x").int("b", [2].into_iter()));
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let t = t.insert_after("none", Table::new("x").int("d", [4].into_iter()));
+        assert_eq!(t.columns.last().unwrap().name, "d");
     }
 }

@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 
+use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
-use canopy_store::{Select, StoreReader, Table as StoreTable, Word};
+use canopy_store::{Kind, Select, StoreReader, Table as StoreTable, TableRow, Value, Word};
 
-use super::table::Table;
+use super::table::{Data, Table};
 use crate::report::data::{Names, metric_unit};
 
 /// What the builders read.
@@ -100,294 +101,172 @@ fn rounds(src: &Source<'_>) -> anyhow::Result<Table> {
 }
 
 fn stats(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.stats(Select::all())?;
-    Ok(Table::new("stats")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .opt_id("class_id", rows.iter().map(|r| r.class_id))
-        .opt_text("app", rows.iter().map(|r| r.app.clone()))
-        .id("event_id", rows.iter().map(|r| r.id))
-        .text("event", rows.iter().map(|r| src.names.of(r.id)))
-        .text("metric", rows.iter().map(|r| r.metric.word()))
-        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
-        .int("count_ranks", rows.iter().map(|r| r.count))
-        .float("mean", rows.iter().map(|r| r.mean))
-        .float("std", rows.iter().map(|r| r.std))
-        .float("min", rows.iter().map(|r| r.min))
-        .float("max", rows.iter().map(|r| r.max))
-        .opt_text("min_app", rows.iter().map(|r| r.min_app.clone()))
-        .opt_int("min_rank", rows.iter().map(|r| r.min_rank))
-        .opt_text("max_app", rows.iter().map(|r| r.max_app.clone()))
-        .opt_int("max_rank", rows.iter().map(|r| r.max_rank))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "stats", &src.reader.stats(Select::all())?))
 }
 
 fn stats_quantiles(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.stats_quantiles(Select::all())?;
-    Ok(Table::new("stats_quantiles")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .opt_id("class_id", rows.iter().map(|r| r.class_id))
-        .opt_text("app", rows.iter().map(|r| r.app.clone()))
-        .id("event_id", rows.iter().map(|r| r.id))
-        .text("event", rows.iter().map(|r| src.names.of(r.id)))
-        .text("metric", rows.iter().map(|r| r.metric.word()))
-        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
-        .float("q", rows.iter().map(|r| Some(r.q)))
-        .float("value", rows.iter().map(|r| r.value))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(
+        src,
+        "stats_quantiles",
+        &src.reader.stats_quantiles(Select::all())?,
+    ))
 }
 
 fn histograms(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.histograms(Select::all())?;
-    Ok(Table::new("histograms")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .opt_id("class_id", rows.iter().map(|r| r.class_id))
-        .opt_text("app", rows.iter().map(|r| r.app.clone()))
-        .id("event_id", rows.iter().map(|r| r.id))
-        .text("event", rows.iter().map(|r| src.names.of(r.id)))
-        .text("metric", rows.iter().map(|r| r.metric.word()))
-        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
-        .int("bin", rows.iter().map(|r| r.bin))
-        .float("lo", rows.iter().map(|r| r.lo))
-        .float("hi", rows.iter().map(|r| r.hi))
-        .int("count_ranks", rows.iter().map(|r| r.count))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "histograms", &src.reader.histograms(Select::all())?))
 }
 
 fn classes(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.classes(Select::all())?;
-    Ok(Table::new("classes")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .id("class_id", rows.iter().map(|r| r.class_id))
-        .int("size_ranks", rows.iter().map(|r| r.size))
-        .text("ranks", rows.iter().map(|r| r.ranks.clone()))
-        .opt_text("example_event", rows.iter().map(|r| r.example_event.clone()))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "classes", &src.reader.classes(Select::all())?))
 }
 
+/// `clusters` with each cluster's ranks (from `cluster_ranks`) beside its size.
 fn clusters(src: &Source<'_>) -> anyhow::Result<Table> {
     let rows = src.reader.clusters(Select::all())?;
-    Ok(Table::new("clusters")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .int("cluster", rows.iter().map(|r| r.cluster))
-        .int("size_ranks", rows.iter().map(|r| r.size))
-        .text("ranks", rows.iter().map(|r| r.ranks.clone()))
-        .opt_text(
-            "representative_app",
-            rows.iter()
-                .map(|r| r.representative.as_ref().map(|(app, _)| app.clone())),
-        )
-        .opt_int(
-            "representative_rank",
-            rows.iter()
-                .map(|r| r.representative.as_ref().map(|(_, rank)| *rank)),
-        )
-        .float("rms", rows.iter().map(|r| Some(r.rms)))
-        .float("max_distance", rows.iter().map(|r| Some(r.max_distance)))
-        .float("sum_squares", rows.iter().map(|r| Some(r.sum_squares)))
-        .flag("late", rows.iter().map(|r| r.late)))
+    let ranks = Table::new("ranks").text("ranks", rows.iter().map(|r| r.ranks.clone()));
+    Ok(stored(src, "clusters", &rows).insert_after("size_ranks", ranks))
 }
 
 fn latency(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.latency(Select::all())?;
-    Ok(Table::new("latency")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .id("key_id", rows.iter().map(|r| r.key_id))
-        .text("key", rows.iter().map(|r| src.names.of(r.key_id)))
-        .int("step", rows.iter().map(|r| r.step))
-        .int("latency_ns", rows.iter().map(|r| r.latency_ns))
-        .int("start_unix_ns", rows.iter().map(|r| r.start_unix_ns))
-        .text("start_app", rows.iter().map(|r| r.start_app.clone()))
-        .int("start_rank", rows.iter().map(|r| r.start_rank))
-        .int("stop_unix_ns", rows.iter().map(|r| r.stop_unix_ns))
-        .text("stop_app", rows.iter().map(|r| r.stop_app.clone()))
-        .int("stop_rank", rows.iter().map(|r| r.stop_rank))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "latency", &src.reader.latency(Select::all())?))
 }
 
 fn latency_apps(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.latency_apps(Select::all())?;
-    Ok(Table::new("latency_apps")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .id("key_id", rows.iter().map(|r| r.key_id))
-        .text("key", rows.iter().map(|r| src.names.of(r.key_id)))
-        .int("step", rows.iter().map(|r| r.step))
-        .text("app", rows.iter().map(|r| r.app.clone()))
-        .int("ranks", rows.iter().map(|r| r.ranks))
-        .float("transfer_us", rows.iter().map(|r| Some(r.transfer_us)))
-        .float("compute_us", rows.iter().map(|r| Some(r.compute_us)))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(
+        src,
+        "latency_apps",
+        &src.reader.latency_apps(Select::all())?,
+    ))
 }
 
 fn reductions(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.reductions(Select::all())?;
-    Ok(Table::new("reductions")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .int("raw_bytes", rows.iter().map(|r| r.raw_bytes))
-        .int("result_bytes", rows.iter().map(|r| r.result_bytes))
-        .float("reduction_factor", rows.iter().map(|r| r.reduction_factor))
-        .opt_int("classes", rows.iter().map(|r| r.classes))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "reductions", &src.reader.reductions(Select::all())?))
 }
 
 fn outliers(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.outliers(Select::all())?;
-    Ok(Table::new("outliers")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .id("class_id", rows.iter().map(|r| r.class_id))
-        .int("position", rows.iter().map(|r| r.position))
-        .text("app", rows.iter().map(|r| r.app.clone()))
-        .int("rank", rows.iter().map(|r| r.rank))
-        .float("score_std_devs", rows.iter().map(|r| Some(r.score)))
-        .int("group_ranks", rows.iter().map(|r| r.group_ranks))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "outliers", &src.reader.outliers(Select::all())?))
 }
 
 fn outlier_events(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.outlier_events(Select::all())?;
-    Ok(Table::new("outlier_events")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .id("class_id", rows.iter().map(|r| r.class_id))
-        .int("position", rows.iter().map(|r| r.position))
-        .int("event_position", rows.iter().map(|r| r.event_position))
-        .id("event_id", rows.iter().map(|r| r.event_id))
-        .text("event", rows.iter().map(|r| src.names.of(r.event_id)))
-        .text("metric", rows.iter().map(|r| r.metric.word()))
-        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
-        .float("value", rows.iter().map(|r| Some(r.value)))
-        .float("mean", rows.iter().map(|r| Some(r.mean)))
-        .float("std", rows.iter().map(|r| Some(r.std)))
-        .float("contribution_std_devs", rows.iter().map(|r| Some(r.contribution)))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(
+        src,
+        "outlier_events",
+        &src.reader.outlier_events(Select::all())?,
+    ))
 }
 
+/// `utilization` with each share also as a percentage of its bin.
 fn utilization(src: &Source<'_>) -> anyhow::Result<Table> {
     let rows = src.reader.utilization(Select::all())?;
-    Ok(Table::new("utilization")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .int("bin", rows.iter().map(|r| r.bin))
-        .int("start_unix_ns", rows.iter().map(|r| r.start_unix_ns))
-        .id("activity_id", rows.iter().map(|r| r.activity_id))
-        .text("activity", rows.iter().map(|r| src.names.of(r.activity_id)))
-        .int("share_of_250", rows.iter().map(|r| r.share))
-        .float("share_pct", rows.iter().map(|r| Some(f64::from(r.share) / 2.5)))
-        .int("ranks", rows.iter().map(|r| r.ranks))
-        .flag("late", rows.iter().map(|r| r.late)))
+    let pct = Table::new("pct").float("share_pct", rows.iter().map(|r| Some(f64::from(r.share) / 2.5)));
+    Ok(stored(src, "utilization", &rows).insert_after("share_of_250", pct))
 }
 
 fn node_samples(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.node_samples(Select::all())?;
-    let it = || rows.iter();
-    Ok(Table::new("node_samples")
-        .int("stream_id", it().map(|r| r.stream_id))
-        .text("stream", it().map(|r| src.stream(r.stream_id)))
-        .int("round", it().map(|r| r.round))
-        .text("node_id", it().map(|r| r.node_id.clone()))
-        .text("hostname", it().map(|r| r.hostname.clone()))
-        .text("ranks", it().map(|r| r.ranks.clone()))
-        .opt_int("sample_unix_ns", it().map(|r| r.sample_unix_ns))
-        .opt_int("interval_ns", it().map(|r| r.interval_ns))
-        .opt_int("cpus", it().map(|r| r.cpus))
-        .float("cpu_user_share", it().map(|r| r.cpu_user_share))
-        .float("cpu_nice_share", it().map(|r| r.cpu_nice_share))
-        .float("cpu_system_share", it().map(|r| r.cpu_system_share))
-        .float("cpu_idle_share", it().map(|r| r.cpu_idle_share))
-        .float("cpu_iowait_share", it().map(|r| r.cpu_iowait_share))
-        .float("cpu_irq_share", it().map(|r| r.cpu_irq_share))
-        .float("cpu_steal_share", it().map(|r| r.cpu_steal_share))
-        .opt_int("mem_total_bytes", it().map(|r| r.mem_total_bytes))
-        .opt_int("mem_available_bytes", it().map(|r| r.mem_available_bytes))
-        .opt_int("mem_used_bytes", it().map(|r| r.mem_used_bytes))
-        .opt_int("mem_page_faults", it().map(|r| r.mem_page_faults))
-        .opt_int("mem_major_faults", it().map(|r| r.mem_major_faults))
-        .opt_int("net_rx_bytes", it().map(|r| r.net_rx_bytes))
-        .opt_int("net_tx_bytes", it().map(|r| r.net_tx_bytes))
-        .opt_int("net_interfaces", it().map(|r| r.net_interfaces))
-        .opt_int("disk_read_bytes", it().map(|r| r.disk_read_bytes))
-        .opt_int("disk_write_bytes", it().map(|r| r.disk_write_bytes))
-        .opt_int("disks", it().map(|r| r.disks))
-        .float("load_1m", it().map(|r| r.load_1m))
-        .float("load_5m", it().map(|r| r.load_5m))
-        .float("load_15m", it().map(|r| r.load_15m))
-        .opt_int("load_runnable", it().map(|r| r.load_runnable))
-        .opt_int("load_threads", it().map(|r| r.load_threads))
-        .flag("late", it().map(|r| r.late)))
+    Ok(stored(
+        src,
+        "node_samples",
+        &src.reader.node_samples(Select::all())?,
+    ))
 }
 
 fn event_metrics(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.event_metrics(Select::all())?;
-    Ok(Table::new("event_metrics")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .text("app", rows.iter().map(|r| r.app.clone()))
-        .int("rank", rows.iter().map(|r| r.rank))
-        .id("event_id", rows.iter().map(|r| r.event_id))
-        .text("event", rows.iter().map(|r| src.names.of(r.event_id)))
-        .text("metric", rows.iter().map(|r| r.metric.word()))
-        .text("unit", rows.iter().map(|r| metric_unit(r.metric)))
-        .float("value", rows.iter().map(|r| r.value))
-        .float("total", rows.iter().map(|r| r.total))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(
+        src,
+        "event_metrics",
+        &src.reader.event_metrics(Select::all())?,
+    ))
 }
 
 fn samples(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.samples(Select::all())?;
-    Ok(Table::new("samples")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .text("app", rows.iter().map(|r| r.app.clone()))
-        .int("rank", rows.iter().map(|r| r.rank))
-        .id("event_id", rows.iter().map(|r| r.event_id))
-        .text("event", rows.iter().map(|r| src.names.of(r.event_id)))
-        .opt_int("calls", rows.iter().map(|r| r.calls))
-        .opt_int("subrs", rows.iter().map(|r| r.subrs))
-        .float("incl_us", rows.iter().map(|r| r.incl_us))
-        .float("excl_us", rows.iter().map(|r| r.excl_us))
-        .opt_int("calls_total", rows.iter().map(|r| r.calls_total))
-        .opt_int("subrs_total", rows.iter().map(|r| r.subrs_total))
-        .float("incl_total_us", rows.iter().map(|r| r.incl_total_us))
-        .float("excl_total_us", rows.iter().map(|r| r.excl_total_us))
-        .opt_int("dump_unix_ns", rows.iter().map(|r| r.dump_unix_ns))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "samples", &src.reader.samples(Select::all())?))
 }
 
 fn counters(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.counters(Select::all())?;
-    Ok(Table::new("counters")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| src.stream(r.stream_id)))
-        .int("round", rows.iter().map(|r| r.round))
-        .text("app", rows.iter().map(|r| r.app.clone()))
-        .int("rank", rows.iter().map(|r| r.rank))
-        .id("counter_id", rows.iter().map(|r| r.counter_id))
-        .text("counter", rows.iter().map(|r| src.names.of(r.counter_id)))
-        .float("value", rows.iter().map(|r| r.value))
-        .float("total", rows.iter().map(|r| r.total))
-        .opt_int("dump_unix_ns", rows.iter().map(|r| r.dump_unix_ns))
-        .flag("late", rows.iter().map(|r| r.late)))
+    Ok(stored(src, "counters", &src.reader.counters(Select::all())?))
+}
+
+/// A table of the store's rows as its row type declares its columns, each under its export name, with the
+/// stream's name beside a stream id, a name beside the id of an event (counter, activity, key: `event` beside
+/// `event_id`), a metric's unit beside it; bytes are left out.
+fn stored<R: TableRow>(src: &Source<'_>, name: &'static str, rows: &[R]) -> Table {
+    let columns = R::COLUMNS;
+    let mut data: Vec<Data> = columns
+        .iter()
+        .map(|c| match c.kind {
+            Kind::Float => Data::Float(Vec::with_capacity(rows.len())),
+            Kind::Text | Kind::Metric => Data::Text(Vec::with_capacity(rows.len())),
+            _ => Data::Int(Vec::with_capacity(rows.len())),
+        })
+        .collect();
+    let mut cells = Vec::with_capacity(columns.len());
+    for row in rows {
+        cells.clear();
+        row.cells(&mut cells);
+        for (cell, column) in cells.iter().zip(&mut data) {
+            match (cell, column) {
+                (Value::Int(v), Data::Int(out)) => out.push(*v),
+                (Value::Float(v), Data::Float(out)) => out.push(*v),
+                (Value::Text(v), Data::Text(out)) => out.push(v.map(str::to_string)),
+                (Value::Metric(m), Data::Text(out)) => out.push(Some(m.word().to_string())),
+                (Value::Blob, Data::Int(out)) => out.push(None),
+                (cell, _) => unreachable!("{name}: a {cell:?} in a column of another kind"),
+            }
+        }
+    }
+    let mut table = Table::new(name);
+    for (c, values) in columns.iter().zip(data) {
+        let nullable = c.nullable || c.kind == Kind::Float;
+        match c.kind {
+            Kind::Blob => continue,
+            Kind::Stream => {
+                let names = ints(&values)
+                    .map(|id| Some(src.stream(id.unwrap_or(0) as u32)))
+                    .collect();
+                table = table
+                    .column(c.export, false, values)
+                    .column("stream", false, Data::Text(names));
+            }
+            Kind::Event => {
+                let names = ints(&values)
+                    .map(|id| id.map(|id| src.names.of(id as u64)))
+                    .collect();
+                let named = c.export.strip_suffix("_id").unwrap_or(c.export);
+                table = table
+                    .column(c.export, nullable, values)
+                    .column(named, nullable, Data::Text(names));
+            }
+            Kind::Metric => {
+                let units = match &values {
+                    Data::Text(words) => words
+                        .iter()
+                        .map(|w| {
+                            let metric = w
+                                .as_deref()
+                                .and_then(Metric::from_word)
+                                .unwrap_or(Metric::Unspecified);
+                            Some(metric_unit(metric).to_string())
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                table = table
+                    .column(c.export, false, values)
+                    .column("unit", false, Data::Text(units));
+            }
+            _ => table = table.column(c.export, nullable, values),
+        }
+    }
+    table
+}
+
+/// An integer column's values (none for another kind).
+fn ints(data: &Data) -> impl Iterator<Item = Option<i64>> + '_ {
+    let values: &[Option<i64>] = match data {
+        Data::Int(v) => v,
+        _ => &[],
+    };
+    values.iter().copied()
 }
 
 fn nodes(src: &Source<'_>) -> anyhow::Result<Table> {

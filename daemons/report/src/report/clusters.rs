@@ -26,8 +26,7 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
     )];
     for r in rows.iter().filter(|r| Some(r.round) == last) {
         let rep = r
-            .representative
-            .as_ref()
+            .representative()
             .map_or("none".to_string(), |(app, rank)| format!("{app}:{rank}"));
         facts.push((
             format!("round {} cluster {}", r.round, r.cluster),

@@ -103,7 +103,8 @@ pub enum Table {
 }
 
 impl Table {
-    pub(super) fn name(self) -> &'static str {
+    /// Its name in SQL.
+    pub fn name(self) -> &'static str {
         match self {
             Table::Rounds => "rounds",
             Table::RoundApps => "round_apps",
@@ -134,7 +135,7 @@ impl Table {
         }
     }
 
-    pub(super) fn has_late(self) -> bool {
+    pub(crate) fn has_late(self) -> bool {
         matches!(
             self,
             Table::Samples
@@ -161,8 +162,13 @@ impl Table {
 
     /// The schema version that added the table: an older store has no rows of it (see also
     /// [`STATS_APP_SINCE`] for a column added later).
-    pub(super) fn since(self) -> u32 {
+    pub(crate) fn since(self) -> u32 {
         match self {
+            Table::ProfileBatches => 3,
+            Table::Trace => 6,
+            Table::Utilization => 7,
+            Table::NodeSamples | Table::NodeRanks => 8,
+            Table::EventMetrics => 9,
             Table::StatsQuantiles => 13,
             Table::Outliers | Table::OutlierEvents => 12,
             Table::Clusters => 14,

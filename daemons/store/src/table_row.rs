@@ -1,0 +1,330 @@
+//! A table's row, defined once: [`table_row!`] declares a row type with each field's column, and from that one
+//! list come the writer's insert ([`TableRow::insert`]), the reader's select and its typed read
+//! ([`StoreReader::table_rows`](crate::StoreReader)), and the export's columns ([`TableRow::cells`]). A column's
+//! `since` is the schema version that added it: an older store reads it as NULL. The migrations stay frozen SQL
+//! (`schema/`); a test checks every definition here against the tables they build.
+
+use canopy_proto::filters::v1::Metric;
+use rusqlite::Row;
+
+use crate::read::Table;
+use crate::sql::{id_of, unsigned};
+use crate::words::Word;
+
+/// What a column holds, as the export and the reader see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An unsigned count or time, a rank, a place.
+    Int,
+    /// A 64-bit id (a class), its bits as a signed integer.
+    Id,
+    /// The id of a name in `names` (an event, a counter, an activity, a latency key): exported with the name
+    /// beside it.
+    Event,
+    /// The stream's id: exported with the stream's name beside it.
+    Stream,
+    Float,
+    Text,
+    /// 0 or 1 (`late`).
+    Flag,
+    /// A metric, stored as its word: exported with its unit beside it.
+    Metric,
+    /// Bytes (an encoded result): not exported.
+    Blob,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    /// Its name in the table.
+    pub name: &'static str,
+    /// Its name in an export, with its unit where it has one (`count_ranks` for `count`).
+    pub export: &'static str,
+    pub kind: Kind,
+    /// Whether it may hold NULL.
+    pub nullable: bool,
+    /// The schema version that added it to its table (1 when it came with the table's first version).
+    pub since: u32,
+}
+
+impl Column {
+    /// A column read and written through codec `C` as a field of type `T`.
+    pub const fn of<C: Codec<T>, T>(name: &'static str) -> Column {
+        Column {
+            name,
+            export: name,
+            kind: C::KIND,
+            nullable: C::NULLABLE,
+            since: 1,
+        }
+    }
+}
+
+/// One value of a row, for an export.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    /// An integer, an id's bits or a flag.
+    Int(Option<i64>),
+    Float(Option<f64>),
+    Text(Option<&'a str>),
+    Metric(Metric),
+    Blob,
+}
+
+/// How a field of type `T` is read from its column and shown to an export.
+pub trait Codec<T> {
+    const KIND: Kind;
+    const NULLABLE: bool;
+    fn read(r: &Row<'_>, i: usize) -> rusqlite::Result<T>;
+    fn value(v: &T) -> Value<'_>;
+}
+
+/// A field whose type says how it is stored: numbers, text, flags, metrics.
+pub struct Plain;
+/// A 64-bit id stored as its bits.
+pub struct Id;
+/// A name's id (see [`Kind::Event`]).
+pub struct Event;
+/// The stream's id (see [`Kind::Stream`]).
+pub struct Stream;
+
+/// Saturates, as the writer does ([`crate::sql::sat`]).
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+macro_rules! plain {
+    ($t:ty, $kind:ident, $null:literal, |$r:ident, $i:ident| $read:expr, |$v:ident| $value:expr) => {
+        impl Codec<$t> for Plain {
+            const KIND: Kind = Kind::$kind;
+            const NULLABLE: bool = $null;
+            fn read($r: &Row<'_>, $i: usize) -> rusqlite::Result<$t> {
+                $read
+            }
+            fn value($v: &$t) -> Value<'_> {
+                $value
+            }
+        }
+    };
+}
+
+plain!(u32, Int, false, |r, i| r.get(i), |v| Value::Int(Some(i64::from(
+    *v
+))));
+plain!(u64, Int, false, |r, i| r.get::<_, i64>(i).map(unsigned), |v| {
+    Value::Int(Some(int(*v)))
+});
+plain!(Option<u32>, Int, true, |r, i| r.get(i), |v| Value::Int(
+    v.map(i64::from)
+));
+plain!(
+    Option<u64>,
+    Int,
+    true,
+    |r, i| Ok(r.get::<_, Option<i64>>(i)?.map(unsigned)),
+    |v| Value::Int(v.map(int))
+);
+plain!(f64, Float, false, |r, i| r.get(i), |v| Value::Float(Some(*v)));
+plain!(Option<f64>, Float, true, |r, i| r.get(i), |v| Value::Float(*v));
+plain!(bool, Flag, false, |r, i| r.get(i), |v| Value::Int(Some(
+    i64::from(*v)
+)));
+// A text column that is NULL reads as empty, as `COALESCE(column, '')` would.
+plain!(
+    String,
+    Text,
+    false,
+    |r, i| Ok(r.get::<_, Option<String>>(i)?.unwrap_or_default()),
+    |v| Value::Text(Some(v.as_str()))
+);
+plain!(Option<String>, Text, true, |r, i| r.get(i), |v| Value::Text(
+    v.as_deref()
+));
+plain!(
+    Metric,
+    Metric,
+    false,
+    |r, i| Ok(r
+        .get::<_, Option<String>>(i)?
+        .and_then(|w| Metric::from_word(&w))
+        .unwrap_or(Metric::Unspecified)),
+    |v| Value::Metric(*v)
+);
+plain!(
+    Vec<u8>,
+    Blob,
+    false,
+    |r, i| Ok(r.get::<_, Option<Vec<u8>>>(i)?.unwrap_or_default()),
+    |_v| Value::Blob
+);
+
+macro_rules! ids {
+    ($codec:ident, $kind:ident) => {
+        impl Codec<u64> for $codec {
+            const KIND: Kind = Kind::$kind;
+            const NULLABLE: bool = false;
+            fn read(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
+                r.get(i).map(id_of)
+            }
+            fn value(v: &u64) -> Value<'_> {
+                Value::Int(Some(*v as i64))
+            }
+        }
+
+        impl Codec<Option<u64>> for $codec {
+            const KIND: Kind = Kind::$kind;
+            const NULLABLE: bool = true;
+            fn read(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
+                Ok(r.get::<_, Option<i64>>(i)?.map(id_of))
+            }
+            fn value(v: &Option<u64>) -> Value<'_> {
+                Value::Int(v.map(|v| v as i64))
+            }
+        }
+    };
+}
+
+ids!(Id, Id);
+ids!(Event, Event);
+
+impl Codec<u32> for Stream {
+    const KIND: Kind = Kind::Stream;
+    const NULLABLE: bool = false;
+    fn read(r: &Row<'_>, i: usize) -> rusqlite::Result<u32> {
+        r.get(i)
+    }
+    fn value(v: &u32) -> Value<'_> {
+        Value::Int(Some(i64::from(*v)))
+    }
+}
+
+/// A row type of one table, declared with [`table_row!`].
+pub trait TableRow: Sized {
+    /// Its table.
+    const TABLE: Table;
+    /// Its columns, in the order of the row's fields (and of an export's columns).
+    const COLUMNS: &'static [Column];
+    /// The order of a read's rows (`ORDER BY`).
+    const ORDER: &'static str;
+    /// A row from a select of [`TableRow::COLUMNS`] in their order.
+    fn read(r: &Row<'_>) -> rusqlite::Result<Self>;
+    /// Appends the row's values, one per column in [`TableRow::COLUMNS`]' order.
+    fn cells<'a>(&'a self, out: &mut Vec<Value<'a>>);
+    /// `INSERT INTO table (every column) VALUES (?1, ...)`: a writer binds the values in the columns' order.
+    fn insert() -> &'static str;
+}
+
+/// The insert of every column, numbered in their order.
+pub(crate) fn insert_sql(table: &str, columns: &[Column]) -> String {
+    let names: Vec<&str> = columns.iter().map(|c| c.name).collect();
+    let params: Vec<String> = (1..=columns.len()).map(|i| format!("?{i}")).collect();
+    format!(
+        "INSERT INTO {table} ({}) VALUES ({})",
+        names.join(", "),
+        params.join(", ")
+    )
+}
+
+/// The select list of `columns` in a store of schema `version`: NULL for a column added after it.
+pub(crate) fn select_list(columns: &[Column], version: u32) -> String {
+    columns
+        .iter()
+        .map(|c| if c.since <= version { c.name } else { "NULL" })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The next column's index in a row being read.
+pub(crate) fn next(at: &mut usize) -> usize {
+    *at += 1;
+    *at - 1
+}
+
+macro_rules! codec {
+    () => {
+        $crate::table_row::Plain
+    };
+    ($codec:ident) => {
+        $crate::table_row::$codec
+    };
+}
+
+/// Declares a row type of a table: each field with its column (`= "name"`), its codec when the field's type
+/// does not say it (`as Id`, `as Event`, `as Stream`), and what differs from the defaults
+/// (`{ export: "count_ranks", since: 15 }`). Fields after `and` are the reader's own, filled from other tables.
+macro_rules! table_row {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident in $table:ident order $order:literal {
+            $(
+                $(#[$fmeta:meta])*
+                pub $field:ident : $fty:ty = $col:literal $(as $codec:ident)? $({ $($key:ident : $val:expr),* $(,)? })?
+            ),* $(,)?
+        }
+        $(and {
+            $(
+                $(#[$xmeta:meta])*
+                pub $xfield:ident : $xty:ty
+            ),* $(,)?
+        })?
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                pub $field: $fty,
+            )*
+            $($(
+                $(#[$xmeta])*
+                pub $xfield: $xty,
+            )*)?
+        }
+
+        impl $crate::table_row::TableRow for $name {
+            const TABLE: $crate::Table = $crate::Table::$table;
+            const COLUMNS: &'static [$crate::table_row::Column] = &[
+                $(
+                    $crate::table_row::Column {
+                        $($($key: $val,)*)?
+                        ..$crate::table_row::Column::of::<$crate::table_row::codec!($($codec)?), $fty>($col)
+                    },
+                )*
+            ];
+            const ORDER: &'static str = $order;
+
+            fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+                let mut at = 0;
+                Ok($name {
+                    $(
+                        $field: <$crate::table_row::codec!($($codec)?) as $crate::table_row::Codec<$fty>>::read(
+                            r,
+                            $crate::table_row::next(&mut at),
+                        )?,
+                    )*
+                    $($($xfield: Default::default(),)*)?
+                })
+            }
+
+            fn cells<'a>(&'a self, out: &mut Vec<$crate::table_row::Value<'a>>) {
+                $(
+                    out.push(<$crate::table_row::codec!($($codec)?) as $crate::table_row::Codec<$fty>>::value(&self.$field));
+                )*
+            }
+
+            fn insert() -> &'static str {
+                static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                SQL.get_or_init(|| {
+                    $crate::table_row::insert_sql(
+                        <Self as $crate::table_row::TableRow>::TABLE.name(),
+                        <Self as $crate::table_row::TableRow>::COLUMNS,
+                    )
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use {codec, table_row};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,131 @@
+use rusqlite::Connection;
+
+use super::*;
+use crate::rows::*;
+use crate::schema::{self, SCHEMA_VERSION};
+
+/// The columns of `table` in a new store migrated to `version`.
+fn columns_at(version: u32, table: &str) -> Vec<String> {
+    let mut conn = Connection::open_in_memory().unwrap();
+    schema::migrate_to(&mut conn, version).unwrap();
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info(?1)").unwrap();
+    st.query_map([table], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A row type's columns against the frozen migrations: each is in its table from its `since` on and not
+/// before, and the table itself from the version the reader expects it.
+fn matches_the_schema<R: TableRow>() {
+    let table = R::TABLE.name();
+    assert!(
+        !R::COLUMNS.is_empty() && columns_at(R::TABLE.since() - 1, table).is_empty(),
+        "{table} exists before version {}",
+        R::TABLE.since()
+    );
+    let latest = columns_at(SCHEMA_VERSION, table);
+    for c in R::COLUMNS {
+        assert!(
+            latest.iter().any(|n| n == c.name),
+            "{table}.{} is not in the schema",
+            c.name
+        );
+        let since = c.since.max(R::TABLE.since());
+        assert!(
+            columns_at(since, table).iter().any(|n| n == c.name),
+            "{table}.{} is not there at version {since}",
+            c.name
+        );
+        if c.since > R::TABLE.since() {
+            assert!(
+                !columns_at(c.since - 1, table).iter().any(|n| n == c.name),
+                "{table}.{} is already there at version {}: its since is wrong",
+                c.name,
+                c.since - 1
+            );
+        }
+    }
+    let mut exports: Vec<&str> = R::COLUMNS.iter().map(|c| c.export).collect();
+    exports.sort_unstable();
+    exports.dedup();
+    assert_eq!(
+        exports.len(),
+        R::COLUMNS.len(),
+        "{table}: two columns export under one name"
+    );
+    // The insert binds one parameter per column and prepares against the table.
+    let mut conn = Connection::open_in_memory().unwrap();
+    schema::migrate(&mut conn).unwrap();
+    let st = conn.prepare(R::insert()).unwrap();
+    assert_eq!(st.parameter_count(), R::COLUMNS.len(), "{table}");
+}
+
+#[test]
+fn every_row_type_matches_the_tables_the_migrations_build() {
+    matches_the_schema::<SampleRow>();
+    matches_the_schema::<TraceRow>();
+    matches_the_schema::<UtilizationRow>();
+    matches_the_schema::<OutlierRow>();
+    matches_the_schema::<OutlierEventRow>();
+    matches_the_schema::<NodeSampleRow>();
+    matches_the_schema::<NodeRanksRow>();
+    matches_the_schema::<CounterRow>();
+    matches_the_schema::<EventMetricRow>();
+    matches_the_schema::<ResultRow>();
+    matches_the_schema::<QuantileRow>();
+    matches_the_schema::<StatRow>();
+    matches_the_schema::<HistogramRow>();
+    matches_the_schema::<ClassRow>();
+    matches_the_schema::<ClusterRow>();
+    matches_the_schema::<LatencyRow>();
+    matches_the_schema::<LatencyAppRow>();
+    matches_the_schema::<ReductionRow>();
+}
+
+#[test]
+fn a_column_reads_back_as_its_field_and_shows_its_value() {
+    let mut conn = Connection::open_in_memory().unwrap();
+    schema::migrate(&mut conn).unwrap();
+    conn.execute(
+        StatRow::insert(),
+        rusqlite::params![
+            3,
+            7,
+            None::<i64>,
+            "lulesh",
+            -1i64,
+            "exclusive",
+            16,
+            1.5,
+            None::<f64>,
+            0.5,
+            2.5,
+            "lulesh",
+            0,
+            None::<String>,
+            15,
+            1
+        ],
+    )
+    .unwrap();
+    let sql = format!(
+        "SELECT {} FROM stats",
+        select_list(StatRow::COLUMNS, SCHEMA_VERSION)
+    );
+    let row = conn.query_row(&sql, [], StatRow::read).unwrap();
+    assert_eq!((row.stream_id, row.round, row.class_id), (3, 7, None));
+    assert_eq!((row.id, row.metric, row.count), (u64::MAX, Metric::Exclusive, 16));
+    assert_eq!(
+        (row.app.as_deref(), row.max_app.as_deref(), row.late),
+        (Some("lulesh"), None, true)
+    );
+    let mut cells = Vec::new();
+    row.cells(&mut cells);
+    assert_eq!(cells.len(), StatRow::COLUMNS.len());
+    assert_eq!(cells[4], Value::Int(Some(-1)), "an id's bits, as stored");
+    assert_eq!(cells[5], Value::Metric(Metric::Exclusive));
+    assert_eq!(cells[8], Value::Float(None));
+    // A store from before `stats.app` reads it as NULL.
+    assert!(select_list(StatRow::COLUMNS, 14).starts_with("stream_id, round, class_id, NULL, id"));
+}
