@@ -669,7 +669,7 @@ fn a_run_without_rounds_reports_an_empty_page_and_names_no_figures() {
     let rounds = SerializedFileReader::new(File::open(out.join("rounds.parquet")).unwrap()).unwrap();
     assert_eq!(rounds.metadata().file_metadata().num_rows(), 0);
     let columns = rounds.metadata().file_metadata().schema_descr().num_columns();
-    assert_eq!(columns, 5 + 11 + 6, "round columns");
+    assert_eq!(columns, 5 + 11 + 7, "round columns");
     assert!(out.join("streams.parquet").is_file());
 }
 

@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use canopy_proto::filters::v1::RankRange;
-use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
+use canopy_proto::v1::NodeState;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params_from_iter};
 
 use crate::StoreError;
 use crate::profiles::{self, PROFILE_BATCH_TYPE};
-use crate::rounds::{MissingCounts, missing_columns_at};
 use crate::rows::*;
 use crate::schema;
 use crate::table_row::{self, TableRow};
@@ -27,7 +26,7 @@ pub use select::{Select, Table};
 pub(crate) const KAFKA_SINCE: u32 = 21;
 use crate::sql::{id_of, sat, unsigned};
 use crate::store::Collision;
-use crate::words::{StreamState, Word};
+use crate::words::Word;
 
 /// The oldest schema the reader understands (version 2 added `rounds.missing_dropped`).
 const OLDEST_READABLE: u32 = 2;
@@ -133,38 +132,28 @@ impl StoreReader {
 
     /// Every stream, by id, with its counts.
     pub fn streams(&self) -> Result<Vec<StreamRow>, StoreError> {
-        let mut streams = self.rows(
-            "SELECT s.stream_id, COALESCE(s.name, ''), COALESCE(s.filter, ''), COALESCE(s.params, ''),
-                    COALESCE(s.sync_mode, ''), COALESCE(s.timeout_ms, 0), COALESCE(s.state, ''), s.failure,
-                    s.result_type, COALESCE(s.ranks, ''), s.opened_unix_ns, s.closed_unix_ns,
-                    (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id),
-                    (SELECT COUNT(*) FROM rounds r WHERE r.stream_id = s.stream_id AND r.covered = r.expected),
-                    (SELECT COUNT(*) FROM late_arrivals l WHERE l.stream_id = s.stream_id),
-                    (SELECT MAX(round) FROM rounds r WHERE r.stream_id = s.stream_id)
-             FROM streams s ORDER BY s.stream_id",
+        let mut streams: Vec<StreamRow> = self.table_rows(Select::all())?;
+        let rounds: Vec<(u32, u64, u64, Option<u64>)> = self.rows(
+            "SELECT stream_id, COUNT(*), COALESCE(SUM(covered = expected), 0), MAX(round) FROM rounds
+             GROUP BY stream_id",
             &[],
-            |r| {
-                Ok(StreamRow {
-                    stream_id: r.get(0)?,
-                    name: r.get(1)?,
-                    filter: r.get(2)?,
-                    params: r.get(3)?,
-                    sync_mode: SyncMode::from_word(&r.get::<_, String>(4)?).unwrap_or(SyncMode::WaitForAll),
-                    timeout_ms: r.get(5)?,
-                    state: StreamState::from_word(&r.get::<_, String>(6)?),
-                    failure: r.get(7)?,
-                    result_type: r.get(8)?,
-                    ranks: r.get(9)?,
-                    stages: Vec::new(),
-                    opened_unix_ns: opt_u64(r, 10)?,
-                    closed_unix_ns: opt_u64(r, 11)?,
-                    rounds: u64_at(r, 12)?,
-                    full_rounds: u64_at(r, 13)?,
-                    late_packets: u64_at(r, 14)?,
-                    last_round: opt_u64(r, 15)?,
-                })
-            },
+            |r| Ok((r.get(0)?, u64_at(r, 1)?, u64_at(r, 2)?, opt_u64(r, 3)?)),
         )?;
+        for (id, count, full, last) in rounds {
+            if let Some(s) = streams.iter_mut().find(|s| s.stream_id == id) {
+                (s.rounds, s.full_rounds, s.last_round) = (count, full, last);
+            }
+        }
+        let late: Vec<(u32, u64)> = self.rows(
+            "SELECT stream_id, COUNT(*) FROM late_arrivals GROUP BY stream_id",
+            &[],
+            |r| Ok((r.get(0)?, u64_at(r, 1)?)),
+        )?;
+        for (id, count) in late {
+            if let Some(s) = streams.iter_mut().find(|s| s.stream_id == id) {
+                s.late_packets = count;
+            }
+        }
         if self.version >= 11 {
             let stages: Vec<(u32, u64, String)> = self.rows(
                 "SELECT stream_id, from_round, ranks FROM stream_ranks ORDER BY stream_id, from_round",
@@ -191,44 +180,13 @@ impl StoreReader {
 
     /// Rounds, by stream then round.
     pub fn rounds(&self, select: Select) -> Result<Vec<RoundRow>, StoreError> {
-        let (clause, values) = select.clause(false);
-        let sql = format!(
-            "SELECT {ROUND_COLUMNS}, {} FROM rounds{clause} ORDER BY stream_id, round",
-            missing_columns_at(self.version)
-        );
-        self.rows(&sql, &values, round_row)
+        self.table_rows(select)
     }
 
     /// Each round's coverage per application (`round_apps`), by stream, round and application; none in a store
     /// older than version 17.
     pub fn round_apps(&self, select: Select) -> Result<Vec<RoundAppRow>, StoreError> {
-        if self.version < Table::RoundApps.since() {
-            return Ok(Vec::new());
-        }
-        let (clause, values) = select.clause(false);
-        let sql = format!(
-            "SELECT stream_id, round, app, covered, expected, missing_reason, {} FROM round_apps{clause}
-             ORDER BY stream_id, round, app",
-            missing_columns_at(self.version)
-        );
-        self.rows(&sql, &values, |r| {
-            let mut missing = MissingCounts::default();
-            for (i, (reason, _)) in <canopy_proto::v1::MissingReason as Word>::WORDS
-                .iter()
-                .enumerate()
-            {
-                missing.set(*reason, r.get(6 + i)?);
-            }
-            Ok(RoundAppRow {
-                stream_id: r.get(0)?,
-                round: u64_at(r, 1)?,
-                app: r.get(2)?,
-                covered: r.get(3)?,
-                expected: r.get(4)?,
-                missing_reason: r.get(5)?,
-                missing,
-            })
-        })
+        self.table_rows(select)
     }
 
     /// Each application's rank-rounds covered, expected and missing per reason over the rounds `select` picks,
@@ -239,12 +197,11 @@ impl StoreReader {
         }
         let (clause, values) = select.clause(false);
         let reasons = <canopy_proto::v1::MissingReason as Word>::WORDS;
-        let sums: Vec<String> = missing_columns_at(self.version)
-            .split(", ")
-            .map(|c| match c.starts_with("0 AS ") {
+        let sums: Vec<String> = crate::rows::missing_columns()
+            .map(|c| match c.since <= self.version {
+                true => format!("sum({})", c.name),
                 // A column the store's version lacks.
-                true => "0".to_string(),
-                false => format!("sum({c})"),
+                false => "0".to_string(),
             })
             .collect();
         let sql = format!(
@@ -271,13 +228,14 @@ impl StoreReader {
     /// The rounds stored since `cursor` (in the order they were first stored), moving it past them. A round
     /// stored in pieces is returned once, with what its first piece brought.
     pub fn new_rounds(&self, cursor: &mut RoundCursor) -> Result<Vec<RoundRow>, StoreError> {
+        let columns = RoundRow::columns();
         let sql = format!(
-            "SELECT {ROUND_COLUMNS}, {}, rowid FROM rounds WHERE rowid > ?1 ORDER BY rowid",
-            missing_columns_at(self.version)
+            "SELECT {}, rowid FROM rounds WHERE rowid > ?1 ORDER BY rowid",
+            table_row::select_list(columns, self.version)
         );
         let rows = self.rows(&sql, &[cursor.0], |r| {
-            let rowid: i64 = r.get(ROUND_FIELDS + REASON_COUNT)?;
-            Ok((rowid, round_row(r)?))
+            let rowid: i64 = r.get(columns.len())?;
+            Ok((rowid, RoundRow::read(r)?))
         })?;
         if let Some((rowid, _)) = rows.last() {
             cursor.0 = *rowid;
@@ -474,19 +432,7 @@ impl StoreReader {
 
     /// Rows of `late_arrivals`, in the order they arrived.
     pub fn late_arrivals(&self, select: Select) -> Result<Vec<LateArrival>, StoreError> {
-        let (clause, values) = select.clause(false);
-        let sql = format!(
-            "SELECT stream_id, round, ranks, bytes, arrived_unix_ns FROM late_arrivals{clause} ORDER BY rowid"
-        );
-        self.rows(&sql, &values, |r| {
-            Ok(LateArrival {
-                stream_id: r.get(0)?,
-                round: u64_at(r, 1)?,
-                ranks: r.get(2)?,
-                bytes: u64_at(r, 3)?,
-                arrived_unix_ns: opt_u64(r, 4)?,
-            })
-        })
+        self.table_rows(select)
     }
 
     /// Event and counter names (id, name), by name.
@@ -513,25 +459,7 @@ impl StoreReader {
 
     /// The tree's nodes, by id.
     pub fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
-        self.rows(
-            "SELECT node_id, COALESCE(kind, ''), parent, COALESCE(state, ''), COALESCE(ranks_below, 0), address,
-                    detail, first_seen_unix_ns, updated_unix_ns
-             FROM nodes ORDER BY node_id",
-            &[],
-            |r| {
-                Ok(NodeRow {
-                    node_id: r.get(0)?,
-                    kind: NodeKind::from_word(&r.get::<_, String>(1)?).unwrap_or(NodeKind::Unspecified),
-                    parent: r.get(2)?,
-                    state: NodeState::from_word(&r.get::<_, String>(3)?).unwrap_or(NodeState::Unspecified),
-                    ranks_below: r.get(4)?,
-                    address: r.get(5)?,
-                    detail: r.get(6)?,
-                    first_seen_unix_ns: opt_u64(r, 7)?,
-                    updated_unix_ns: opt_u64(r, 8)?,
-                })
-            },
-        )
+        self.table_rows(Select::all())
     }
 
     /// A node's history, oldest first: its parent and state each time either changed (an adoption, a loss, a
@@ -569,7 +497,7 @@ impl StoreReader {
         let (clause, values) = select.clause(R::TABLE.has_late());
         let sql = format!(
             "SELECT {} FROM {}{clause} ORDER BY {}",
-            table_row::select_list(R::COLUMNS, self.version),
+            table_row::select_list(R::columns(), self.version),
             R::TABLE.name(),
             R::ORDER
         );
@@ -594,36 +522,6 @@ impl StoreReader {
             source,
         }
     }
-}
-
-/// The columns of a round before its missing counts.
-const ROUND_COLUMNS: &str = "stream_id, COALESCE(stream_name, ''), round, covered, expected, missing_reason, \
-                             late_ranks, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns";
-const ROUND_FIELDS: usize = 11;
-const REASON_COUNT: usize = crate::words::REASONS;
-
-fn round_row(r: &Row<'_>) -> rusqlite::Result<RoundRow> {
-    let mut missing = MissingCounts::default();
-    for (i, (reason, _)) in <canopy_proto::v1::MissingReason as Word>::WORDS
-        .iter()
-        .enumerate()
-    {
-        missing.set(*reason, r.get(ROUND_FIELDS + i)?);
-    }
-    Ok(RoundRow {
-        stream_id: r.get(0)?,
-        stream: r.get(1)?,
-        round: u64_at(r, 2)?,
-        covered: r.get(3)?,
-        expected: r.get(4)?,
-        missing_reason: r.get(5)?,
-        late_ranks: r.get(6)?,
-        result_bytes: u64_at(r, 7)?,
-        pieces: r.get(8)?,
-        first_dump_unix_ns: opt_u64(r, 9)?,
-        closed_unix_ns: opt_u64(r, 10)?,
-        missing,
-    })
 }
 
 fn u64_at(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {

@@ -4,11 +4,13 @@
 use std::sync::OnceLock;
 
 use canopy_proto::v1::MissingReason;
-use rusqlite::types::ToSql;
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use crate::rows::{LateArrival, RoundAppRow, RoundRow};
+use crate::schema::SCHEMA_VERSION;
 use crate::sql::sat;
-use crate::words::{REASONS, Word, missing_column, reason_index};
+use crate::table_row::{TableRow, select_list};
+use crate::words::{REASONS, Word, reason_index};
 
 /// What the root knows about one closed round (or one piece of a don't-wait round).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -105,43 +107,16 @@ impl MissingCounts {
     }
 }
 
-/// The missing columns in the proto's order, as SQL: `missing_unspecified, missing_late, ...`.
-/// The missing counts as a reader of a store at `version` selects them: a reason whose column came later reads as
-/// 0 there.
-pub(crate) fn missing_columns_at(version: u32) -> String {
-    if version >= crate::schema::SCHEMA_VERSION {
-        return missing_columns().to_string();
-    }
-    MissingReason::WORDS
-        .iter()
-        .map(|(r, _)| match version < column_since(*r) {
-            true => format!("0 AS {}", missing_column(*r)),
-            false => missing_column(*r),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The schema version that added `reason`'s column to `rounds` (and to `round_apps`, where it came later than
 /// the table itself).
-fn column_since(reason: MissingReason) -> u32 {
+pub(crate) fn column_since(reason: MissingReason) -> u32 {
     match reason {
+        MissingReason::Dropped => 2,
         MissingReason::Absent => 4,
         MissingReason::StoreFailed => 19,
         MissingReason::Unreachable => 20,
         _ => 1,
     }
-}
-
-pub(crate) fn missing_columns() -> &'static str {
-    static COLUMNS: OnceLock<String> = OnceLock::new();
-    COLUMNS.get_or_init(|| {
-        MissingReason::WORDS
-            .iter()
-            .map(|(r, _)| missing_column(*r))
-            .collect::<Vec<_>>()
-            .join(", ")
-    })
 }
 
 /// The most nodes a round's row names unreachable (as many as one coverage names).
@@ -155,8 +130,8 @@ struct Tally {
     missing: [u64; REASONS],
     result_bytes: u64,
     pieces: u64,
-    first_dump_unix_ns: Option<i64>,
-    closed_unix_ns: Option<i64>,
+    first_dump_unix_ns: Option<u64>,
+    closed_unix_ns: Option<u64>,
     /// The unreachable nodes and their ranks, sorted by node.
     unreachable: Vec<(String, u64)>,
 }
@@ -175,14 +150,55 @@ impl Tally {
         t
     }
 
+    /// A stored round's row, to add a later piece to.
+    fn of_row(row: &RoundRow) -> Tally {
+        let mut t = Tally {
+            covered: row.covered.into(),
+            expected: row.expected.into(),
+            result_bytes: row.result_bytes,
+            pieces: row.pieces.into(),
+            first_dump_unix_ns: row.first_dump_unix_ns,
+            closed_unix_ns: row.closed_unix_ns,
+            ..Tally::default()
+        };
+        t.read_nodes(row.unreachable_nodes.as_deref());
+        t.read_missing(&row.missing);
+        t
+    }
+
+    /// A stored application's row, to add a later piece to.
+    fn of_app_row(row: &RoundAppRow) -> Tally {
+        let mut t = Tally {
+            covered: row.covered.into(),
+            expected: row.expected.into(),
+            ..Tally::default()
+        };
+        t.read_missing(&row.missing);
+        t
+    }
+
+    fn read_missing(&mut self, missing: &MissingCounts) {
+        for (reason, _) in MissingReason::WORDS {
+            self.missing[reason_index(*reason)] = missing.get(*reason).into();
+        }
+    }
+
+    fn missing_counts(&self) -> MissingCounts {
+        let mut counts = MissingCounts::default();
+        for (reason, _) in MissingReason::WORDS {
+            counts.set(*reason, count32(self.missing[reason_index(*reason)]));
+        }
+        counts
+    }
+
     fn of(rec: &RoundRecord, result_bytes: usize) -> Tally {
         let mut t = Tally {
             covered: rec.covered.into(),
             expected: rec.expected.into(),
             result_bytes: result_bytes as u64,
             pieces: 1,
-            first_dump_unix_ns: (rec.first_dump_unix_ns > 0).then(|| sat(rec.first_dump_unix_ns)),
-            closed_unix_ns: (rec.closed_unix_ns > 0).then(|| sat(rec.closed_unix_ns)),
+            first_dump_unix_ns: (rec.first_dump_unix_ns > 0).then_some(rec.first_dump_unix_ns),
+            closed_unix_ns: (rec.closed_unix_ns > 0).then_some(rec.closed_unix_ns),
             ..Tally::default()
         };
         for (node, ranks) in &rec.unreachable {
@@ -257,7 +273,7 @@ impl Tally {
     }
 
     /// Reads the `unreachable_nodes` column back.
-    fn read_nodes(&mut self, text: Option<String>) {
+    fn read_nodes(&mut self, text: Option<&str>) {
         for part in text.iter().flat_map(|t| t.split(", ")) {
             if let Some((node, ranks)) = part.rsplit_once('=')
                 && let Ok(ranks) = ranks.parse()
@@ -291,145 +307,92 @@ impl Tally {
     }
 }
 
-/// `INSERT INTO table (columns) VALUES (?1, ...) ON CONFLICT (key) DO UPDATE SET` every column not in `key`:
-/// the statement that writes a row of `columns` (`a, b, c`) over the one of the same key.
-fn upsert_sql(table: &str, columns: &str, key: &[&str]) -> String {
-    let names: Vec<&str> = columns.split(", ").collect();
-    let values: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
-    let updates: Vec<String> = names
-        .iter()
-        .filter(|c| !key.contains(c))
-        .map(|c| format!("{c} = excluded.{c}"))
-        .collect();
-    format!(
-        "INSERT INTO {table} ({columns}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}",
-        values.join(", "),
-        key.join(", "),
-        updates.join(", ")
-    )
-}
-
 /// Upserts the row of `rec` (a later piece adds to it). Returns how many ranks the merged pieces account for
 /// beyond `expected` (0 when consistent).
 pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usize) -> rusqlite::Result<u64> {
     static SELECT: OnceLock<String> = OnceLock::new();
-    static UPSERT: OnceLock<String> = OnceLock::new();
     let select = SELECT.get_or_init(|| {
         format!(
-            "SELECT covered, expected, result_bytes, pieces, first_dump_unix_ns, closed_unix_ns, unreachable_nodes, {}
-             FROM rounds WHERE stream_id = ?1 AND round = ?2",
-            missing_columns()
+            "SELECT {} FROM rounds WHERE stream_id = ?1 AND round = ?2",
+            select_list(RoundRow::columns(), SCHEMA_VERSION)
         )
     });
-    let upsert = UPSERT.get_or_init(|| {
-        let columns = format!(
-            "stream_id, stream_name, round, covered, expected, missing_reason, result_bytes, pieces, \
-             first_dump_unix_ns, closed_unix_ns, unreachable_nodes, {}",
-            missing_columns()
-        );
-        upsert_sql("rounds", &columns, &["stream_id", "round"])
-    });
-    let round = sat(rec.round);
     let mut tally = Tally::of(rec, result_bytes);
     let mut excess = 0;
     let existing = tx
         .prepare_cached(select)?
-        .query_row(params![rec.stream_id, round], |row| {
-            let mut t = Tally {
-                covered: row.get(0)?,
-                expected: row.get(1)?,
-                result_bytes: row.get(2)?,
-                pieces: row.get(3)?,
-                first_dump_unix_ns: row.get(4)?,
-                closed_unix_ns: row.get(5)?,
-                ..Tally::default()
-            };
-            t.read_nodes(row.get(6)?);
-            for (i, slot) in t.missing.iter_mut().enumerate() {
-                *slot = row.get(7 + i)?;
-            }
-            Ok(t)
-        })
+        .query_row(params![rec.stream_id, sat(rec.round)], RoundRow::read)
         .optional()?;
-    if let Some(mut old) = existing {
+    if let Some(old) = existing {
+        let mut old = Tally::of_row(&old);
         excess = old.merge(tally);
         tally = old;
     }
-    let missing: Vec<i64> = tally.missing.iter().map(|n| sat(*n)).collect();
-    let (covered, expected, bytes, pieces) = (
-        sat(tally.covered),
-        sat(tally.expected),
-        sat(tally.result_bytes),
-        sat(tally.pieces),
-    );
-    let reason = tally.reason_text();
-    let nodes = tally.nodes_text();
-    let mut values: Vec<&dyn ToSql> = vec![
-        &rec.stream_id,
-        &rec.stream_name,
-        &round,
-        &covered,
-        &expected,
-        &reason,
-        &bytes,
-        &pieces,
-        &tally.first_dump_unix_ns,
-        &tally.closed_unix_ns,
-        &nodes,
-    ];
-    values.extend(missing.iter().map(|n| n as &dyn ToSql));
-    tx.prepare_cached(upsert)?
-        .execute(rusqlite::params_from_iter(values))?;
+    let row = RoundRow {
+        stream_id: rec.stream_id,
+        stream: rec.stream_name.clone(),
+        round: rec.round,
+        covered: count32(tally.covered),
+        expected: count32(tally.expected),
+        missing: tally.missing_counts(),
+        missing_reason: tally.reason_text(),
+        unreachable_nodes: tally.nodes_text(),
+        late_ranks: 0,
+        result_bytes: tally.result_bytes,
+        pieces: count32(tally.pieces),
+        first_dump_unix_ns: tally.first_dump_unix_ns,
+        closed_unix_ns: tally.closed_unix_ns,
+    };
+    write(tx, &row)?;
     for app in &rec.apps {
-        upsert_app(tx, rec.stream_id, round, app)?;
+        upsert_app(tx, rec.stream_id, rec.round, app)?;
     }
     Ok(excess)
 }
 
 /// Upserts the `round_apps` row of one application of a round, as [`upsert`] does the round's.
-fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: i64, rec: &AppRecord) -> rusqlite::Result<()> {
+fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: u64, rec: &AppRecord) -> rusqlite::Result<()> {
     static SELECT: OnceLock<String> = OnceLock::new();
-    static UPSERT: OnceLock<String> = OnceLock::new();
     let select = SELECT.get_or_init(|| {
         format!(
-            "SELECT covered, expected, {} FROM round_apps WHERE stream_id = ?1 AND round = ?2 AND app = ?3",
-            missing_columns()
+            "SELECT {} FROM round_apps WHERE stream_id = ?1 AND round = ?2 AND app = ?3",
+            select_list(RoundAppRow::columns(), SCHEMA_VERSION)
         )
-    });
-    let upsert = UPSERT.get_or_init(|| {
-        let columns = format!(
-            "stream_id, round, app, covered, expected, missing_reason, {}",
-            missing_columns()
-        );
-        upsert_sql("round_apps", &columns, &["stream_id", "round", "app"])
     });
     let mut tally = Tally::of_app(rec);
     let existing = tx
         .prepare_cached(select)?
-        .query_row(params![stream_id, round, rec.app], |row| {
-            let mut t = Tally {
-                covered: row.get(0)?,
-                expected: row.get(1)?,
-                ..Tally::default()
-            };
-            for (i, slot) in t.missing.iter_mut().enumerate() {
-                *slot = row.get(2 + i)?;
-            }
-            Ok(t)
-        })
+        .query_row(params![stream_id, sat(round), rec.app], RoundAppRow::read)
         .optional()?;
-    if let Some(mut old) = existing {
+    if let Some(old) = existing {
+        let mut old = Tally::of_app_row(&old);
         old.add(&tally);
         tally = old;
     }
-    let missing: Vec<i64> = tally.missing.iter().map(|n| sat(*n)).collect();
-    let (covered, expected) = (sat(tally.covered), sat(tally.expected));
-    let reason = tally.reason_text();
-    let mut values: Vec<&dyn ToSql> = vec![&stream_id, &round, &rec.app, &covered, &expected, &reason];
-    values.extend(missing.iter().map(|n| n as &dyn ToSql));
-    tx.prepare_cached(upsert)?
-        .execute(rusqlite::params_from_iter(values))?;
-    Ok(())
+    let row = RoundAppRow {
+        stream_id,
+        round,
+        app: rec.app.clone(),
+        covered: count32(tally.covered),
+        expected: count32(tally.expected),
+        missing: tally.missing_counts(),
+        missing_reason: tally.reason_text(),
+    };
+    write(tx, &row)
+}
+
+/// Writes a row over the one of the same key.
+fn write<R: TableRow>(tx: &Transaction<'_>, row: &R) -> rusqlite::Result<()> {
+    let mut cells = Vec::with_capacity(R::columns().len());
+    row.cells(&mut cells);
+    tx.prepare_cached(R::upsert())?
+        .execute(rusqlite::params_from_iter(cells))
+        .map(drop)
+}
+
+/// A count as a row holds it: past `u32`, its largest.
+fn count32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The round's row counts every late packet stored for it so far (some came before the row was written).
@@ -453,10 +416,13 @@ pub(crate) fn add_late(
     bytes: u64,
     now: i64,
 ) -> rusqlite::Result<bool> {
-    tx.prepare_cached(
-        "INSERT INTO late_arrivals (stream_id, round, ranks, bytes, arrived_unix_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![stream_id, sat(round), ranks, sat(bytes), now])?;
+    tx.prepare_cached(LateArrival::insert())?.execute(params![
+        stream_id,
+        sat(round),
+        ranks,
+        sat(bytes),
+        now
+    ])?;
     let updated = tx
         .prepare_cached("UPDATE rounds SET late_ranks = late_ranks + ?3 WHERE stream_id = ?1 AND round = ?2")?
         .execute(params![stream_id, sat(round), ranks])?;

@@ -5,76 +5,52 @@ use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
 
 use crate::rounds::MissingCounts;
-use crate::table_row::table_row;
+use crate::table_row::{Update, table_row};
+
+mod rounds;
+
 use crate::words::StreamState;
+pub(crate) use rounds::missing_columns;
+pub use rounds::{RoundAppRow, RoundRow};
 
-/// A stream as the store recorded it, with counts of what it stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamRow {
-    pub stream_id: u32,
-    pub name: String,
-    pub filter: String,
-    /// The filter's parameters, as JSON text.
-    pub params: String,
-    pub sync_mode: SyncMode,
-    pub timeout_ms: u32,
-    /// `None` for a state this version does not know.
-    pub state: Option<StreamState>,
-    pub failure: Option<String>,
-    /// The protobuf type of its results, once known.
-    pub result_type: Option<String>,
-    /// The ranks that feed it (empty: all).
-    pub ranks: String,
-    /// Later rank sets, (from round, ranks; empty: none), by round: a detail stream moved to other ranks.
-    pub stages: Vec<(u64, String)>,
-    pub opened_unix_ns: Option<u64>,
-    pub closed_unix_ns: Option<u64>,
-    /// Rounds stored.
-    pub rounds: u64,
-    /// Rounds stored at full coverage.
-    pub full_rounds: u64,
-    /// Packets that arrived after their round was stored.
-    pub late_packets: u64,
-    /// The highest round stored, if any.
-    pub last_round: Option<u64>,
-}
-
-/// One row of `rounds`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundRow {
-    pub stream_id: u32,
-    pub stream: String,
-    pub round: u64,
-    pub covered: u32,
-    pub expected: u32,
-    pub missing: MissingCounts,
-    /// A summary of the non-zero reasons, largest first (`lost: 16, late: 2`).
-    pub missing_reason: Option<String>,
-    pub late_ranks: u32,
-    pub result_bytes: u64,
-    pub pieces: u32,
-    pub first_dump_unix_ns: Option<u64>,
-    pub closed_unix_ns: Option<u64>,
-}
-
-impl RoundRow {
-    /// Every expected rank is covered.
-    pub fn is_full(&self) -> bool {
-        self.covered == self.expected
+table_row! {
+    /// A stream as the store recorded it, with counts of what it stored.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct StreamRow in Streams order "stream_id" key ["stream_id"] {
+        pub stream_id: u32 = "stream_id",
+        pub name: String = "name" { export: "stream" },
+        pub filter: String = "filter",
+        /// The filter's parameters, as JSON text.
+        pub params: String = "params",
+        pub sync_mode: SyncMode = "sync_mode",
+        pub timeout_ms: u32 = "timeout_ms",
+        /// `None` for a state this version does not know.
+        pub state: Option<StreamState> = "state",
+        pub failure: Option<String> = "failure",
+        /// The protobuf type of its results, once known (and kept once known).
+        pub result_type: Option<String> = "result_type" { update: Update::Fill },
+        /// The ranks that feed it (empty: all).
+        pub ranks: String = "ranks",
+        pub opened_unix_ns: Option<u64> = "opened_unix_ns" { update: Update::Keep },
+        /// When it ended: the first time it was stored ended, cleared if it is opened again.
+        pub closed_unix_ns: Option<u64> = "closed_unix_ns" {
+            update: Update::Sql(
+                "CASE WHEN excluded.closed_unix_ns IS NULL THEN NULL
+                 ELSE coalesce(streams.closed_unix_ns, excluded.closed_unix_ns) END"
+            ),
+        },
+    } and {
+        /// Later rank sets, (from round, ranks; empty: none), by round: a detail stream moved to other ranks.
+        pub stages: Vec<(u64, String)>,
+        /// Rounds stored.
+        pub rounds: u64,
+        /// Rounds stored at full coverage.
+        pub full_rounds: u64,
+        /// Packets that arrived after their round was stored.
+        pub late_packets: u64,
+        /// The highest round stored, if any.
+        pub last_round: Option<u64>,
     }
-}
-
-/// One application's part of a round's coverage (`round_apps`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RoundAppRow {
-    pub stream_id: u32,
-    pub round: u64,
-    pub app: String,
-    pub covered: u32,
-    pub expected: u32,
-    pub missing: MissingCounts,
-    /// A summary of the non-zero reasons, largest first (`sampled_out: 3`).
-    pub missing_reason: Option<String>,
 }
 
 /// One application's rank-rounds over the rounds a query picks (`round_apps` summed).
@@ -543,14 +519,16 @@ table_row! {
     }
 }
 
-/// One row of `late_arrivals`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LateArrival {
-    pub stream_id: u32,
-    pub round: u64,
-    pub ranks: u32,
-    pub bytes: u64,
-    pub arrived_unix_ns: Option<u64>,
+table_row! {
+    /// One row of `late_arrivals`: a packet that reached the root after its round was stored.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct LateArrival in LateArrivals order "rowid" {
+        pub stream_id: u32 = "stream_id" as Stream,
+        pub round: u64 = "round",
+        pub ranks: u32 = "ranks",
+        pub bytes: u64 = "bytes",
+        pub arrived_unix_ns: Option<u64> = "arrived_unix_ns",
+    }
 }
 
 /// One row of `node_history`: a node's parent and state from a moment on.
@@ -563,18 +541,24 @@ pub struct NodeChange {
     pub at_unix_ns: Option<u64>,
 }
 
-/// One row of `nodes`: a node of the tree and its last known state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeRow {
-    pub node_id: String,
-    pub kind: NodeKind,
-    pub parent: Option<String>,
-    pub state: NodeState,
-    pub ranks_below: u32,
-    pub address: Option<String>,
-    pub detail: Option<String>,
-    pub first_seen_unix_ns: Option<u64>,
-    pub updated_unix_ns: Option<u64>,
+table_row! {
+    /// One row of `nodes`: a node of the tree and its last known state. An event that leaves kind, parent or
+    /// address unset (a parent reporting a lost child knows little more than its id) keeps what an earlier event
+    /// said.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct NodeRow in Nodes order "node_id" key ["node_id"] {
+        pub node_id: String = "node_id",
+        pub kind: NodeKind = "kind" {
+            update: Update::Sql("CASE WHEN excluded.kind = 'unspecified' THEN nodes.kind ELSE excluded.kind END"),
+        },
+        pub parent: Option<String> = "parent" { update: Update::Fill },
+        pub state: NodeState = "state",
+        pub ranks_below: u32 = "ranks_below",
+        pub address: Option<String> = "address" { update: Update::Fill },
+        pub detail: Option<String> = "detail",
+        pub first_seen_unix_ns: Option<u64> = "first_seen_unix_ns" { update: Update::Keep },
+        pub updated_unix_ns: Option<u64> = "updated_unix_ns",
+    }
 }
 
 /// The run at a glance, as `canopy up` prints it when the run ends.

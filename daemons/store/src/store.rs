@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, Transactio
 
 use crate::checkpoint::Checkpointer;
 use crate::rounds::{self, RoundRecord};
-use crate::rows::ResultRow;
+use crate::rows::{NodeRow, ResultRow, StreamRow};
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::sql::{id_bits, non_empty, now_unix_ns, sat};
 use crate::table_row::TableRow;
@@ -188,19 +188,7 @@ impl Store {
         let now = now_unix_ns();
         let closed = state.is_ended().then_some(now);
         self.conn
-            .prepare_cached(
-                "INSERT INTO streams (stream_id, name, filter, params, sync_mode, timeout_ms, state, failure,
-                                      opened_unix_ns, closed_unix_ns, ranks, result_type)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-                 ON CONFLICT (stream_id) DO UPDATE SET
-                     name = excluded.name, filter = excluded.filter, params = excluded.params,
-                     ranks = excluded.ranks,
-                     sync_mode = excluded.sync_mode, timeout_ms = excluded.timeout_ms, state = excluded.state,
-                     failure = excluded.failure,
-                     closed_unix_ns = CASE WHEN excluded.closed_unix_ns IS NULL THEN NULL
-                                      ELSE coalesce(streams.closed_unix_ns, excluded.closed_unix_ns) END,
-                     result_type = coalesce(excluded.result_type, streams.result_type)",
-            )
+            .prepare_cached(StreamRow::upsert())
             .and_then(|mut st| {
                 st.execute(params![
                     spec.stream_id,
@@ -211,10 +199,10 @@ impl Store {
                     spec.timeout_ms,
                     state.word(),
                     failure,
+                    result_type,
+                    spec.ranks,
                     now,
                     closed,
-                    spec.ranks,
-                    result_type,
                 ])
             })
             .map_err(self.sqlite())?;
@@ -390,19 +378,7 @@ impl Store {
     pub fn put_node(&mut self, ev: &NodeEvent) -> Result<(), StoreError> {
         let now = now_unix_ns();
         self.conn
-            .prepare_cached(
-                "INSERT INTO nodes (node_id, kind, parent, state, ranks_below, address, detail,
-                                    first_seen_unix_ns, updated_unix_ns)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
-                 ON CONFLICT (node_id) DO UPDATE SET
-                     kind = CASE WHEN excluded.kind = ?9 THEN nodes.kind ELSE excluded.kind END,
-                     parent = coalesce(excluded.parent, nodes.parent),
-                     state = excluded.state,
-                     ranks_below = excluded.ranks_below,
-                     address = coalesce(excluded.address, nodes.address),
-                     detail = excluded.detail,
-                     updated_unix_ns = excluded.updated_unix_ns",
-            )
+            .prepare_cached(NodeRow::upsert())
             .and_then(|mut st| {
                 st.execute(params![
                     ev.node_id,
@@ -413,7 +389,7 @@ impl Store {
                     non_empty(&ev.address),
                     non_empty(&ev.detail),
                     now,
-                    canopy_proto::v1::NodeKind::Unspecified.word(),
+                    now,
                 ])
             })
             .map(drop)

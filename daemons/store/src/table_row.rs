@@ -1,15 +1,17 @@
 //! A table's row, defined once: [`table_row!`] declares a row type with each field's column, and from that one
-//! list come the writer's insert ([`TableRow::insert`]), the reader's select and its typed read
-//! ([`StoreReader::table_rows`](crate::StoreReader)), and the export's columns ([`TableRow::cells`]). A column's
-//! `since` is the schema version that added it: an older store reads it as NULL. The migrations stay frozen SQL
-//! (`schema/`); a test checks every definition here against the tables they build.
+//! list come the writer's insert or upsert ([`TableRow::insert`], [`TableRow::upsert`]), the reader's select and
+//! its typed read ([`StoreReader::table_rows`](crate::StoreReader)), and the export's columns
+//! ([`TableRow::cells`]). A column's `since` is the schema version that added it: an older store reads it as NULL.
+//! The migrations stay frozen SQL (`schema/`); a test checks every definition here against the tables they build.
 
 use canopy_proto::filters::v1::Metric;
+use canopy_proto::v1::{NodeKind, NodeState, SyncMode};
 use rusqlite::Row;
+use rusqlite::types::{ToSqlOutput, ValueRef};
 
 use crate::read::Table;
 use crate::sql::{id_of, unsigned};
-use crate::words::Word;
+use crate::words::{StreamState, Word};
 
 /// What a column holds, as the export and the reader see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,21 @@ pub struct Column {
     pub nullable: bool,
     /// The schema version that added it to its table (1 when it came with the table's first version).
     pub since: u32,
+    /// What an upsert does to it when its row's key is already stored.
+    pub update: Update,
+}
+
+/// What an upsert ([`TableRow::upsert`]) does to a column of a row already stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Takes the new value.
+    Set,
+    /// Keeps the stored value (a time first seen, a count another statement keeps).
+    Keep,
+    /// Takes the new value unless it is NULL (what a later event does not know, an earlier one said).
+    Fill,
+    /// This SQL expression over `excluded.column` and `table.column`.
+    Sql(&'static str),
 }
 
 impl Column {
@@ -56,6 +73,7 @@ impl Column {
             kind: C::KIND,
             nullable: C::NULLABLE,
             since: 1,
+            update: Update::Set,
         }
     }
 }
@@ -68,7 +86,21 @@ pub enum Value<'a> {
     Float(Option<f64>),
     Text(Option<&'a str>),
     Metric(Metric),
-    Blob,
+    Blob(&'a [u8]),
+}
+
+/// A value binds as the column's stored form: a metric as its word.
+impl rusqlite::ToSql for Value<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Value::Int(Some(v)) => ValueRef::Integer(v),
+            Value::Float(Some(v)) => ValueRef::Real(v),
+            Value::Text(Some(v)) => ValueRef::Text(v.as_bytes()),
+            Value::Metric(m) => ValueRef::Text(m.word().as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+            Value::Int(None) | Value::Float(None) | Value::Text(None) => ValueRef::Null,
+        }))
+    }
 }
 
 /// How a field of type `T` is read from its column and shown to an export.
@@ -93,6 +125,11 @@ fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// A count read back: NULL as 0 (as `COALESCE(column, 0)`), a value past `u32` as its largest.
+fn count32(v: Option<i64>) -> u32 {
+    u32::try_from(v.unwrap_or(0).max(0)).unwrap_or(u32::MAX)
+}
+
 macro_rules! plain {
     ($t:ty, $kind:ident, $null:literal, |$r:ident, $i:ident| $read:expr, |$v:ident| $value:expr) => {
         impl Codec<$t> for Plain {
@@ -108,12 +145,16 @@ macro_rules! plain {
     };
 }
 
-plain!(u32, Int, false, |r, i| r.get(i), |v| Value::Int(Some(i64::from(
-    *v
-))));
-plain!(u64, Int, false, |r, i| r.get::<_, i64>(i).map(unsigned), |v| {
-    Value::Int(Some(int(*v)))
-});
+plain!(u32, Int, false, |r, i| r.get(i).map(count32), |v| Value::Int(
+    Some(i64::from(*v))
+));
+plain!(
+    u64,
+    Int,
+    false,
+    |r, i| Ok(unsigned(r.get::<_, Option<i64>>(i)?.unwrap_or(0))),
+    |v| Value::Int(Some(int(*v)))
+);
 plain!(Option<u32>, Int, true, |r, i| r.get(i), |v| Value::Int(
     v.map(i64::from)
 ));
@@ -155,7 +196,36 @@ plain!(
     Blob,
     false,
     |r, i| Ok(r.get::<_, Option<Vec<u8>>>(i)?.unwrap_or_default()),
-    |_v| Value::Blob
+    |v| Value::Blob(v)
+);
+
+/// An enumeration stored as its word; a word this version does not know (or NULL) reads as `$unknown`.
+macro_rules! word {
+    ($t:ty, $unknown:expr) => {
+        plain!(
+            $t,
+            Text,
+            false,
+            |r, i| Ok(r
+                .get::<_, Option<String>>(i)?
+                .and_then(|w| <$t>::from_word(&w))
+                .unwrap_or($unknown)),
+            |v| Value::Text(Some(v.word()))
+        );
+    };
+}
+
+word!(NodeKind, NodeKind::Unspecified);
+word!(NodeState, NodeState::Unspecified);
+word!(SyncMode, SyncMode::WaitForAll);
+plain!(
+    Option<StreamState>,
+    Text,
+    true,
+    |r, i| Ok(r
+        .get::<_, Option<String>>(i)?
+        .and_then(|w| StreamState::from_word(&w))),
+    |v| Value::Text(v.map(|s| s.word()))
 );
 
 macro_rules! ids {
@@ -198,20 +268,44 @@ impl Codec<u32> for Stream {
     }
 }
 
-/// A row type of one table, declared with [`table_row!`].
+/// A row type of one table, declared with [`table_row!`] (or by hand where a field spans several columns).
 pub trait TableRow: Sized {
     /// Its table.
     const TABLE: Table;
-    /// Its columns, in the order of the row's fields (and of an export's columns).
-    const COLUMNS: &'static [Column];
     /// The order of a read's rows (`ORDER BY`).
     const ORDER: &'static str;
-    /// A row from a select of [`TableRow::COLUMNS`] in their order.
+    /// The columns that name a row, for an upsert (none: rows are only inserted).
+    const KEY: &'static [&'static str] = &[];
+    /// Its columns, in the order of the row's fields (and of an export's columns).
+    fn columns() -> &'static [Column];
+    /// A row from a select of [`TableRow::columns`] in their order.
     fn read(r: &Row<'_>) -> rusqlite::Result<Self>;
-    /// Appends the row's values, one per column in [`TableRow::COLUMNS`]' order.
+    /// Appends the row's values, one per column in [`TableRow::columns`]' order.
     fn cells<'a>(&'a self, out: &mut Vec<Value<'a>>);
     /// `INSERT INTO table (every column) VALUES (?1, ...)`: a writer binds the values in the columns' order.
     fn insert() -> &'static str;
+    /// The insert as an upsert on [`TableRow::KEY`], each column updated as its [`Update`] says.
+    fn upsert() -> &'static str;
+}
+
+/// The upsert of every column on `key`, numbered in their order.
+pub(crate) fn upsert_sql(table: &str, columns: &[Column], key: &[&str]) -> String {
+    let updates: Vec<String> = columns
+        .iter()
+        .filter(|c| !key.contains(&c.name))
+        .filter_map(|c| match c.update {
+            Update::Set => Some(format!("{0} = excluded.{0}", c.name)),
+            Update::Keep => None,
+            Update::Fill => Some(format!("{0} = coalesce(excluded.{0}, {table}.{0})", c.name)),
+            Update::Sql(expr) => Some(format!("{} = {expr}", c.name)),
+        })
+        .collect();
+    format!(
+        "{} ON CONFLICT ({}) DO UPDATE SET {}",
+        insert_sql(table, columns),
+        key.join(", "),
+        updates.join(", ")
+    )
 }
 
 /// The insert of every column, numbered in their order.
@@ -249,13 +343,14 @@ macro_rules! codec {
     };
 }
 
-/// Declares a row type of a table: each field with its column (`= "name"`), its codec when the field's type
-/// does not say it (`as Id`, `as Event`, `as Stream`), and what differs from the defaults
-/// (`{ export: "count_ranks", since: 15 }`). Fields after `and` are the reader's own, filled from other tables.
+/// Declares a row type of a table: the columns that name a row when it is upserted (`key ["node_id"]`), each
+/// field with its column (`= "name"`), its codec when the field's type does not say it (`as Id`, `as Event`,
+/// `as Stream`), and what differs from the defaults (`{ export: "count_ranks", since: 15, update: Update::Keep }`).
+/// Fields after `and` are the reader's own, filled from other tables.
 macro_rules! table_row {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident in $table:ident order $order:literal {
+        pub struct $name:ident in $table:ident order $order:literal $(key [$($key_column:literal),+])? {
             $(
                 $(#[$fmeta:meta])*
                 pub $field:ident : $fty:ty = $col:literal $(as $codec:ident)? $({ $($key:ident : $val:expr),* $(,)? })?
@@ -282,15 +377,20 @@ macro_rules! table_row {
 
         impl $crate::table_row::TableRow for $name {
             const TABLE: $crate::Table = $crate::Table::$table;
-            const COLUMNS: &'static [$crate::table_row::Column] = &[
-                $(
-                    $crate::table_row::Column {
-                        $($($key: $val,)*)?
-                        ..$crate::table_row::Column::of::<$crate::table_row::codec!($($codec)?), $fty>($col)
-                    },
-                )*
-            ];
             const ORDER: &'static str = $order;
+            const KEY: &'static [&'static str] = &[$($($key_column),+)?];
+
+            fn columns() -> &'static [$crate::table_row::Column] {
+                const COLUMNS: &[$crate::table_row::Column] = &[
+                    $(
+                        $crate::table_row::Column {
+                            $($($key: $val,)*)?
+                            ..$crate::table_row::Column::of::<$crate::table_row::codec!($($codec)?), $fty>($col)
+                        },
+                    )*
+                ];
+                COLUMNS
+            }
 
             fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
                 let mut at = 0;
@@ -316,7 +416,18 @@ macro_rules! table_row {
                 SQL.get_or_init(|| {
                     $crate::table_row::insert_sql(
                         <Self as $crate::table_row::TableRow>::TABLE.name(),
-                        <Self as $crate::table_row::TableRow>::COLUMNS,
+                        <Self as $crate::table_row::TableRow>::columns(),
+                    )
+                })
+            }
+
+            fn upsert() -> &'static str {
+                static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                SQL.get_or_init(|| {
+                    $crate::table_row::upsert_sql(
+                        <Self as $crate::table_row::TableRow>::TABLE.name(),
+                        <Self as $crate::table_row::TableRow>::columns(),
+                        <Self as $crate::table_row::TableRow>::KEY,
                     )
                 })
             }

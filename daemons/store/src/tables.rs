@@ -178,19 +178,21 @@ const STATS_PER_INSERT: usize = 16;
 /// The columns of the key every `stats` row of one result shares, bound once as `?1` to `?4`.
 const STATS_KEY: [&str; 4] = ["stream_id", "round", "class_id", "late"];
 /// The parameters of one `stats` row after the shared key: its other columns.
-const STATS_ROW_PARAMS: usize = <rows::StatRow as TableRow>::COLUMNS.len() - STATS_KEY.len();
+fn stats_row_params() -> usize {
+    <rows::StatRow as TableRow>::columns().len() - STATS_KEY.len()
+}
 
 /// The insert of `rows` `stats` rows (1 or [`STATS_PER_INSERT`]) of [`rows::StatRow`]'s columns: the shared key
-/// as `?1` to `?4`, row `k`'s own values numbered from `?(5 + STATS_ROW_PARAMS k)` in the columns' order, which
+/// as `?1` to `?4`, row `k`'s own values numbered from `?(5 + stats_row_params() k)` in the columns' order, which
 /// [`bind_stat_rows`] follows.
 fn stats_insert(rows: usize) -> &'static str {
     static ONE: OnceLock<String> = OnceLock::new();
     static MANY: OnceLock<String> = OnceLock::new();
     let make = || {
-        let columns = <rows::StatRow as TableRow>::COLUMNS;
+        let columns = <rows::StatRow as TableRow>::columns();
         let values: Vec<String> = (0..rows)
             .map(|k| {
-                let mut own = 5 + STATS_ROW_PARAMS * k;
+                let mut own = 5 + stats_row_params() * k;
                 let params: Vec<String> = columns
                     .iter()
                     .map(|c| match STATS_KEY.iter().position(|key| *key == c.name) {
@@ -221,8 +223,9 @@ fn stats_insert(rows: usize) -> &'static str {
 /// Binds each row's own values to an insert from [`stats_insert`] of as many rows, in [`rows::StatRow`]'s
 /// order of columns after the key.
 fn bind_stat_rows(st: &mut rusqlite::Statement<'_>, rows: &[StatRow<'_>]) -> rusqlite::Result<()> {
+    let params = stats_row_params();
     for (k, r) in rows.iter().enumerate() {
-        let at = 5 + STATS_ROW_PARAMS * k;
+        let at = 5 + params * k;
         st.raw_bind_parameter(at, Some(r.app).filter(|a| !a.is_empty()))?;
         st.raw_bind_parameter(at + 1, id_bits(r.id))?;
         st.raw_bind_parameter(at + 2, metric_word(r.metric))?;

@@ -33,7 +33,7 @@ mod tests {
         let t = Table::new("t")
             .int("round", [1u32, 2].into_iter())
             .float("mean_us", [Some(0.1), None].into_iter())
-            .opt_text("event", [Some("a,\"b\"".to_string()), None].into_iter());
+            .column("event", true, Data::Text(vec![Some("a,\"b\"".to_string()), None]));
         let mut out = Vec::new();
         write(&t, &mut out).unwrap();
         assert_eq!(

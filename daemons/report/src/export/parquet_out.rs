@@ -113,9 +113,10 @@ mod tests {
         let t = Table::new("t")
             .int("round", [0u64, 1, 2].into_iter())
             .float("mean_us", [Some(1.5), None, Some(-0.25)].into_iter())
-            .opt_text(
+            .column(
                 "event",
-                [Some("MPI_Send".to_string()), None, Some("é".to_string())].into_iter(),
+                true,
+                Data::Text(vec![Some("MPI_Send".to_string()), None, Some("é".to_string())]),
             );
         let path = std::env::temp_dir().join(format!("canopy-export-{}.parquet", std::process::id()));
         write(&t, File::create(&path).unwrap()).unwrap();

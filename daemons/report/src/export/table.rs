@@ -85,14 +85,6 @@ impl Table {
         self.push(name, false, Data::Int(data))
     }
 
-    /// An integer column that may hold nulls.
-    pub fn opt_int<T: TryInto<i64>>(self, name: &str, values: impl Iterator<Item = Option<T>>) -> Table {
-        let data = values
-            .map(|v| v.map(|v| v.try_into().unwrap_or(i64::MAX)))
-            .collect();
-        self.push(name, true, Data::Int(data))
-    }
-
     /// A float column; not finite values are stored as such.
     pub fn float(self, name: &str, values: impl Iterator<Item = Option<f64>>) -> Table {
         self.push(name, true, Data::Float(values.collect()))
@@ -102,11 +94,6 @@ impl Table {
     pub fn text<S: Into<String>>(self, name: &str, values: impl Iterator<Item = S>) -> Table {
         let data = values.map(|v| Some(v.into())).collect();
         self.push(name, false, Data::Text(data))
-    }
-
-    /// A text column that may hold nulls.
-    pub fn opt_text(self, name: &str, values: impl Iterator<Item = Option<String>>) -> Table {
-        self.push(name, true, Data::Text(values.collect()))
     }
 }
 
@@ -119,7 +106,7 @@ mod tests {
         let t = Table::new("t")
             .int("round", [1u64, u64::MAX].into_iter())
             .column("event_id", false, Data::Int(vec![Some(-1), Some(7)]))
-            .opt_text("app", [None, Some("a".to_string())].into_iter())
+            .column("app", true, Data::Text(vec![None, Some("a".to_string())]))
             .int("late", [1, 0].into_iter());
         assert_eq!(t.rows(), 2);
         assert_eq!(t.columns[0].data, Data::Int(vec![Some(1), Some(i64::MAX)]));

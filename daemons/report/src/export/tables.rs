@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use canopy_proto::filters::v1::Metric;
-use canopy_proto::v1::MissingReason;
 use canopy_store::{Kind, Select, StoreReader, Table as StoreTable, TableRow, Value, Word};
 
 use super::table::{Data, Table};
@@ -53,51 +52,18 @@ pub fn table_names() -> String {
     TABLES.iter().map(|(n, ..)| *n).collect::<Vec<_>>().join(", ")
 }
 
+/// `streams` with what each stored: its rounds, those at full coverage, its late packets.
 fn streams(src: &Source<'_>) -> anyhow::Result<Table> {
     let rows = src.reader.streams()?;
-    Ok(Table::new("streams")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| r.name.clone()))
-        .text("filter", rows.iter().map(|r| r.filter.clone()))
-        .text("params", rows.iter().map(|r| r.params.clone()))
-        .text("sync_mode", rows.iter().map(|r| r.sync_mode.word()))
-        .int("timeout_ms", rows.iter().map(|r| r.timeout_ms))
-        .opt_text(
-            "state",
-            rows.iter().map(|r| r.state.map(|s| s.word().to_string())),
-        )
-        .opt_text("failure", rows.iter().map(|r| r.failure.clone()))
-        .opt_text("result_type", rows.iter().map(|r| r.result_type.clone()))
-        .text("ranks", rows.iter().map(|r| r.ranks.clone()))
-        .opt_int("opened_unix_ns", rows.iter().map(|r| r.opened_unix_ns))
-        .opt_int("closed_unix_ns", rows.iter().map(|r| r.closed_unix_ns))
+    let counts = Table::new("counts")
         .int("rounds", rows.iter().map(|r| r.rounds))
         .int("full_rounds", rows.iter().map(|r| r.full_rounds))
-        .int("late_packets", rows.iter().map(|r| r.late_packets)))
+        .int("late_packets", rows.iter().map(|r| r.late_packets));
+    Ok(stored(src, "streams", &rows).insert_after("closed_unix_ns", counts))
 }
 
 fn rounds(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.rounds(Select::all())?;
-    let mut t = Table::new("rounds")
-        .int("stream_id", rows.iter().map(|r| r.stream_id))
-        .text("stream", rows.iter().map(|r| r.stream.clone()))
-        .int("round", rows.iter().map(|r| r.round))
-        .int("covered_ranks", rows.iter().map(|r| r.covered))
-        .int("expected_ranks", rows.iter().map(|r| r.expected));
-    for (reason, word) in MissingReason::WORDS {
-        t = t.int(
-            &format!("missing_{word}_ranks"),
-            rows.iter().map(|r| r.missing.get(*reason)),
-        );
-    }
-    Ok(
-        t.opt_text("missing_reason", rows.iter().map(|r| r.missing_reason.clone()))
-            .int("late_ranks", rows.iter().map(|r| r.late_ranks))
-            .int("result_bytes", rows.iter().map(|r| r.result_bytes))
-            .int("pieces", rows.iter().map(|r| r.pieces))
-            .opt_int("first_dump_unix_ns", rows.iter().map(|r| r.first_dump_unix_ns))
-            .opt_int("closed_unix_ns", rows.iter().map(|r| r.closed_unix_ns)),
-    )
+    Ok(stored(src, "rounds", &src.reader.rounds(Select::all())?))
 }
 
 fn stats(src: &Source<'_>) -> anyhow::Result<Table> {
@@ -190,7 +156,7 @@ fn counters(src: &Source<'_>) -> anyhow::Result<Table> {
 /// stream's name beside a stream id, a name beside the id of an event (counter, activity, key: `event` beside
 /// `event_id`), a metric's unit beside it; bytes are left out.
 fn stored<R: TableRow>(src: &Source<'_>, name: &'static str, rows: &[R]) -> Table {
-    let columns = R::COLUMNS;
+    let columns = R::columns();
     let mut data: Vec<Data> = columns
         .iter()
         .map(|c| match c.kind {
@@ -209,7 +175,7 @@ fn stored<R: TableRow>(src: &Source<'_>, name: &'static str, rows: &[R]) -> Tabl
                 (Value::Float(v), Data::Float(out)) => out.push(*v),
                 (Value::Text(v), Data::Text(out)) => out.push(v.map(str::to_string)),
                 (Value::Metric(m), Data::Text(out)) => out.push(Some(m.word().to_string())),
-                (Value::Blob, Data::Int(out)) => out.push(None),
+                (Value::Blob(_), Data::Int(out)) => out.push(None),
                 (cell, _) => unreachable!("{name}: a {cell:?} in a column of another kind"),
             }
         }
@@ -270,15 +236,5 @@ fn ints(data: &Data) -> impl Iterator<Item = Option<i64>> + '_ {
 }
 
 fn nodes(src: &Source<'_>) -> anyhow::Result<Table> {
-    let rows = src.reader.nodes()?;
-    Ok(Table::new("nodes")
-        .text("node_id", rows.iter().map(|r| r.node_id.clone()))
-        .text("kind", rows.iter().map(|r| r.kind.word()))
-        .opt_text("parent", rows.iter().map(|r| r.parent.clone()))
-        .text("state", rows.iter().map(|r| r.state.word()))
-        .int("ranks_below", rows.iter().map(|r| r.ranks_below))
-        .opt_text("address", rows.iter().map(|r| r.address.clone()))
-        .opt_text("detail", rows.iter().map(|r| r.detail.clone()))
-        .opt_int("first_seen_unix_ns", rows.iter().map(|r| r.first_seen_unix_ns))
-        .opt_int("updated_unix_ns", rows.iter().map(|r| r.updated_unix_ns)))
+    Ok(stored(src, "nodes", &src.reader.nodes()?))
 }

@@ -447,6 +447,7 @@ mod tests {
             expected: 1,
             missing: Default::default(),
             missing_reason: None,
+            unreachable_nodes: None,
             late_ranks: 0,
             result_bytes: 0,
             pieces: 1,

@@ -88,7 +88,7 @@ impl StoreReader {
                  WHERE nr.stream_id = ?1 AND nr.round = ?2 AND nr.app = ?3
                    AND ?4 BETWEEN nr.first_rank AND nr.last_rank AND nr.late = 0
                  ORDER BY ns.rowid LIMIT 1)",
-            select_list(NodeSampleRow::COLUMNS, self.version)
+            select_list(NodeSampleRow::columns(), self.version)
         );
         self.conn
             .prepare_cached(&sql)

@@ -3,6 +3,7 @@ use rusqlite::Connection;
 use super::*;
 use crate::rows::*;
 use crate::schema::{self, SCHEMA_VERSION};
+use crate::words::Word;
 
 /// The columns of `table` in a new store migrated to `version`.
 fn columns_at(version: u32, table: &str) -> Vec<String> {
@@ -20,12 +21,12 @@ fn columns_at(version: u32, table: &str) -> Vec<String> {
 fn matches_the_schema<R: TableRow>() {
     let table = R::TABLE.name();
     assert!(
-        !R::COLUMNS.is_empty() && columns_at(R::TABLE.since() - 1, table).is_empty(),
+        !R::columns().is_empty() && columns_at(R::TABLE.since() - 1, table).is_empty(),
         "{table} exists before version {}",
         R::TABLE.since()
     );
     let latest = columns_at(SCHEMA_VERSION, table);
-    for c in R::COLUMNS {
+    for c in R::columns() {
         assert!(
             latest.iter().any(|n| n == c.name),
             "{table}.{} is not in the schema",
@@ -46,19 +47,19 @@ fn matches_the_schema<R: TableRow>() {
             );
         }
     }
-    let mut exports: Vec<&str> = R::COLUMNS.iter().map(|c| c.export).collect();
+    let mut exports: Vec<&str> = R::columns().iter().map(|c| c.export).collect();
     exports.sort_unstable();
     exports.dedup();
     assert_eq!(
         exports.len(),
-        R::COLUMNS.len(),
+        R::columns().len(),
         "{table}: two columns export under one name"
     );
     // The insert binds one parameter per column and prepares against the table.
     let mut conn = Connection::open_in_memory().unwrap();
     schema::migrate(&mut conn).unwrap();
     let st = conn.prepare(R::insert()).unwrap();
-    assert_eq!(st.parameter_count(), R::COLUMNS.len(), "{table}");
+    assert_eq!(st.parameter_count(), R::columns().len(), "{table}");
 }
 
 #[test]
@@ -81,6 +82,33 @@ fn every_row_type_matches_the_tables_the_migrations_build() {
     matches_the_schema::<LatencyRow>();
     matches_the_schema::<LatencyAppRow>();
     matches_the_schema::<ReductionRow>();
+    matches_the_schema::<RoundRow>();
+    matches_the_schema::<RoundAppRow>();
+    matches_the_schema::<StreamRow>();
+    matches_the_schema::<NodeRow>();
+    matches_the_schema::<LateArrival>();
+}
+
+/// An upsert names each column once and prepares against its table; the words its SQL spells are the words a
+/// writer binds.
+#[test]
+fn upserts_prepare_and_spell_the_stored_words() {
+    let mut conn = Connection::open_in_memory().unwrap();
+    schema::migrate(&mut conn).unwrap();
+    for sql in [
+        RoundRow::upsert(),
+        RoundAppRow::upsert(),
+        StreamRow::upsert(),
+        NodeRow::upsert(),
+    ] {
+        conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    assert!(NodeRow::upsert().contains(&format!("'{}'", canopy_proto::v1::NodeKind::Unspecified.word())));
+    assert!(
+        !RoundRow::upsert().contains("late_ranks = "),
+        "late_ranks is add_late's to keep"
+    );
+    assert!(!StreamRow::upsert().contains("opened_unix_ns = "));
 }
 
 #[test]
@@ -111,7 +139,7 @@ fn a_column_reads_back_as_its_field_and_shows_its_value() {
     .unwrap();
     let sql = format!(
         "SELECT {} FROM stats",
-        select_list(StatRow::COLUMNS, SCHEMA_VERSION)
+        select_list(StatRow::columns(), SCHEMA_VERSION)
     );
     let row = conn.query_row(&sql, [], StatRow::read).unwrap();
     assert_eq!((row.stream_id, row.round, row.class_id), (3, 7, None));
@@ -122,10 +150,10 @@ fn a_column_reads_back_as_its_field_and_shows_its_value() {
     );
     let mut cells = Vec::new();
     row.cells(&mut cells);
-    assert_eq!(cells.len(), StatRow::COLUMNS.len());
+    assert_eq!(cells.len(), StatRow::columns().len());
     assert_eq!(cells[4], Value::Int(Some(-1)), "an id's bits, as stored");
     assert_eq!(cells[5], Value::Metric(Metric::Exclusive));
     assert_eq!(cells[8], Value::Float(None));
     // A store from before `stats.app` reads it as NULL.
-    assert!(select_list(StatRow::COLUMNS, 14).starts_with("stream_id, round, class_id, NULL, id"));
+    assert!(select_list(StatRow::columns(), 14).starts_with("stream_id, round, class_id, NULL, id"));
 }
