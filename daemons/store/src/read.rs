@@ -197,9 +197,10 @@ impl StoreReader {
         }
         let (clause, values) = select.clause(false);
         let reasons = <canopy_proto::v1::MissingReason as Word>::WORDS;
-        let sums: Vec<String> = crate::rows::missing_columns()
-            .map(|c| match c.since <= self.version {
-                true => format!("sum({})", c.name),
+        let sums: Vec<String> = reasons
+            .iter()
+            .map(|(r, _)| match crate::rounds::column_since(*r) <= self.version {
+                true => format!("sum({})", crate::words::missing_column(*r)),
                 // A column the store's version lacks.
                 false => "0".to_string(),
             })

@@ -10,7 +10,6 @@ use crate::table_row::{Update, table_row};
 mod rounds;
 
 use crate::words::StreamState;
-pub(crate) use rounds::missing_columns;
 pub use rounds::{RoundAppRow, RoundRow};
 
 table_row! {
@@ -27,10 +26,6 @@ table_row! {
         /// `None` for a state this version does not know.
         pub state: Option<StreamState> = "state",
         pub failure: Option<String> = "failure",
-        /// The protobuf type of its results, once known (and kept once known).
-        pub result_type: Option<String> = "result_type" { update: Update::Fill },
-        /// The ranks that feed it (empty: all).
-        pub ranks: String = "ranks",
         pub opened_unix_ns: Option<u64> = "opened_unix_ns" { update: Update::Keep },
         /// When it ended: the first time it was stored ended, cleared if it is opened again.
         pub closed_unix_ns: Option<u64> = "closed_unix_ns" {
@@ -39,6 +34,10 @@ table_row! {
                  ELSE coalesce(streams.closed_unix_ns, excluded.closed_unix_ns) END"
             ),
         },
+        /// The protobuf type of its results, once known (and kept once known).
+        pub result_type: Option<String> = "result_type" { update: Update::Fill },
+        /// The ranks that feed it (empty: all).
+        pub ranks: String = "ranks",
     } and {
         /// Later rank sets, (from round, ranks; empty: none), by round: a detail stream moved to other ranks.
         pub stages: Vec<(u64, String)>,

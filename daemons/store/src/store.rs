@@ -199,10 +199,10 @@ impl Store {
                     spec.timeout_ms,
                     state.word(),
                     failure,
-                    result_type,
-                    spec.ranks,
                     now,
                     closed,
+                    result_type,
+                    spec.ranks,
                 ])
             })
             .map_err(self.sqlite())?;

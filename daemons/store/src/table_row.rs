@@ -289,14 +289,18 @@ pub trait TableRow: Sized {
 }
 
 /// The upsert of every column on `key`, numbered in their order.
-pub(crate) fn upsert_sql(table: &str, columns: &[Column], key: &[&str]) -> String {
+pub(crate) fn upsert_sql(table: Table, columns: &[Column], key: &[&str]) -> String {
     let updates: Vec<String> = columns
         .iter()
         .filter(|c| !key.contains(&c.name))
         .filter_map(|c| match c.update {
             Update::Set => Some(format!("{0} = excluded.{0}", c.name)),
             Update::Keep => None,
-            Update::Fill => Some(format!("{0} = coalesce(excluded.{0}, {table}.{0})", c.name)),
+            Update::Fill => Some(format!(
+                "{0} = coalesce(excluded.{0}, {1}.{0})",
+                c.name,
+                table.name()
+            )),
             Update::Sql(expr) => Some(format!("{} = {expr}", c.name)),
         })
         .collect();
@@ -308,15 +312,27 @@ pub(crate) fn upsert_sql(table: &str, columns: &[Column], key: &[&str]) -> Strin
     )
 }
 
-/// The insert of every column, numbered in their order.
-pub(crate) fn insert_sql(table: &str, columns: &[Column]) -> String {
-    let names: Vec<&str> = columns.iter().map(|c| c.name).collect();
-    let params: Vec<String> = (1..=columns.len()).map(|i| format!("?{i}")).collect();
+/// The insert of every column, its values numbered in the columns' order. The columns are listed in the table's
+/// own order (those a later version added after the others, as `ALTER TABLE` put them), so SQLite lays each
+/// value into the record where it goes without moving it.
+pub(crate) fn insert_sql(table: Table, columns: &[Column]) -> String {
+    let order = stored_order(table, columns);
+    let names: Vec<&str> = order.iter().map(|&i| columns[i].name).collect();
+    let params: Vec<String> = order.iter().map(|&i| format!("?{}", i + 1)).collect();
     format!(
-        "INSERT INTO {table} ({}) VALUES ({})",
+        "INSERT INTO {} ({}) VALUES ({})",
+        table.name(),
         names.join(", "),
         params.join(", ")
     )
+}
+
+/// The columns' indexes in the table's own order: by the version that added each to the table (the table's own
+/// for those it was made with), in their order within one.
+pub(crate) fn stored_order(table: Table, columns: &[Column]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..columns.len()).collect();
+    order.sort_by_key(|&i| columns[i].since.max(table.since()));
+    order
 }
 
 /// The select list of `columns` in a store of schema `version`: NULL for a column added after it.
@@ -415,7 +431,7 @@ macro_rules! table_row {
                 static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
                 SQL.get_or_init(|| {
                     $crate::table_row::insert_sql(
-                        <Self as $crate::table_row::TableRow>::TABLE.name(),
+                        <Self as $crate::table_row::TableRow>::TABLE,
                         <Self as $crate::table_row::TableRow>::columns(),
                     )
                 })
@@ -425,7 +441,7 @@ macro_rules! table_row {
                 static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
                 SQL.get_or_init(|| {
                     $crate::table_row::upsert_sql(
-                        <Self as $crate::table_row::TableRow>::TABLE.name(),
+                        <Self as $crate::table_row::TableRow>::TABLE,
                         <Self as $crate::table_row::TableRow>::columns(),
                         <Self as $crate::table_row::TableRow>::KEY,
                     )

@@ -19,7 +19,7 @@ use crate::rows::{
 };
 use crate::sql::{id_bits, sat};
 use crate::stat_rows::{self, StatRow, StatsRows};
-use crate::table_row::TableRow;
+use crate::table_row::{TableRow, stored_order};
 use crate::words::Word;
 
 /// Whether results of this type get tables: every standard result but profiles (which have theirs, `samples`).
@@ -190,8 +190,10 @@ fn stats_insert(rows: usize) -> &'static str {
     static MANY: OnceLock<String> = OnceLock::new();
     let make = || {
         let columns = <rows::StatRow as TableRow>::columns();
+        let order = stored_order(crate::Table::Stats, columns);
         let values: Vec<String> = (0..rows)
             .map(|k| {
+                // Each column's parameter, in the columns' order; listed in the table's own order.
                 let mut own = 5 + stats_row_params() * k;
                 let params: Vec<String> = columns
                     .iter()
@@ -203,10 +205,11 @@ fn stats_insert(rows: usize) -> &'static str {
                         }
                     })
                     .collect();
+                let params: Vec<&str> = order.iter().map(|&i| params[i].as_str()).collect();
                 format!("({})", params.join(", "))
             })
             .collect();
-        let names: Vec<&str> = columns.iter().map(|c| c.name).collect();
+        let names: Vec<&str> = order.iter().map(|&i| columns[i].name).collect();
         format!(
             "INSERT INTO stats ({}) VALUES {}",
             names.join(", "),

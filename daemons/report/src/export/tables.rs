@@ -59,7 +59,7 @@ fn streams(src: &Source<'_>) -> anyhow::Result<Table> {
         .int("rounds", rows.iter().map(|r| r.rounds))
         .int("full_rounds", rows.iter().map(|r| r.full_rounds))
         .int("late_packets", rows.iter().map(|r| r.late_packets));
-    Ok(stored(src, "streams", &rows).insert_after("closed_unix_ns", counts))
+    Ok(stored(src, "streams", &rows).insert_after("ranks", counts))
 }
 
 fn rounds(src: &Source<'_>) -> anyhow::Result<Table> {

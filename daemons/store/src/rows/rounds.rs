@@ -64,34 +64,47 @@ where
     }
 }
 
-/// The missing counts' columns, a reason each in the proto's order.
-pub(crate) fn missing_columns() -> impl Iterator<Item = Column> {
-    static NAMES: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        MissingReason::WORDS
+/// Each reason with its column and that column's name in an export, in the order the tables hold them: the
+/// first version put `missing_unspecified` after `missing_not_waited`; the others are in the proto's order, as
+/// the versions added them.
+fn reasons() -> &'static [(MissingReason, String, String)] {
+    static REASONS: OnceLock<Vec<(MissingReason, String, String)>> = OnceLock::new();
+    REASONS.get_or_init(|| {
+        let mut reasons: Vec<MissingReason> = MissingReason::WORDS
             .iter()
-            .map(|(r, w)| (missing_column(*r), format!("missing_{w}_ranks")))
+            .map(|(r, _)| *r)
+            .filter(|r| *r != MissingReason::Unspecified)
+            .collect();
+        let at = reasons
+            .iter()
+            .position(|r| *r == MissingReason::NotWaited)
+            .map_or(reasons.len(), |i| i + 1);
+        reasons.insert(at, MissingReason::Unspecified);
+        reasons
+            .into_iter()
+            .map(|r| (r, missing_column(r), format!("missing_{}_ranks", r.word())))
             .collect()
-    });
-    MissingReason::WORDS
-        .iter()
-        .zip(names)
-        .map(|((reason, _), (name, export))| Column {
-            since: column_since(*reason),
-            ..column::<u32>(name, export)
-        })
+    })
+}
+
+/// The missing counts' columns, a reason each.
+fn missing_columns() -> impl Iterator<Item = Column> {
+    reasons().iter().map(|(reason, name, export)| Column {
+        since: column_since(*reason),
+        ..column::<u32>(name, export)
+    })
 }
 
 fn read_missing(r: &Row<'_>, at: &mut usize) -> rusqlite::Result<MissingCounts> {
     let mut missing = MissingCounts::default();
-    for (reason, _) in MissingReason::WORDS {
+    for (reason, ..) in reasons() {
         missing.set(*reason, <Plain as Codec<u32>>::read(r, next(at))?);
     }
     Ok(missing)
 }
 
 fn missing_cells(missing: &MissingCounts, out: &mut Vec<Value<'_>>) {
-    for (reason, _) in MissingReason::WORDS {
+    for (reason, ..) in reasons() {
         out.push(Value::Int(Some(i64::from(missing.get(*reason)))));
     }
 }
@@ -187,12 +200,12 @@ impl TableRow for RoundRow {
 
     fn insert() -> &'static str {
         static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE.name(), Self::columns()))
+        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE, Self::columns()))
     }
 
     fn upsert() -> &'static str {
         static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE.name(), Self::columns(), Self::KEY))
+        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE, Self::columns(), Self::KEY))
     }
 }
 
@@ -244,11 +257,11 @@ impl TableRow for RoundAppRow {
 
     fn insert() -> &'static str {
         static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE.name(), Self::columns()))
+        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE, Self::columns()))
     }
 
     fn upsert() -> &'static str {
         static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE.name(), Self::columns(), Self::KEY))
+        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE, Self::columns(), Self::KEY))
     }
 }

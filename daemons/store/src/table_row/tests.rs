@@ -55,6 +55,19 @@ fn matches_the_schema<R: TableRow>() {
         R::columns().len(),
         "{table}: two columns export under one name"
     );
+    // The insert lists the columns in the table's own order.
+    let stored: Vec<&String> = latest
+        .iter()
+        .filter(|n| R::columns().iter().any(|c| c.name == n.as_str()))
+        .collect();
+    let listed: Vec<&str> = stored_order(R::TABLE, R::columns())
+        .into_iter()
+        .map(|i| R::columns()[i].name)
+        .collect();
+    assert_eq!(
+        stored, listed,
+        "{table}: the insert's columns against the table's order"
+    );
     // The insert binds one parameter per column and prepares against the table.
     let mut conn = Connection::open_in_memory().unwrap();
     schema::migrate(&mut conn).unwrap();
