@@ -45,155 +45,176 @@ fn signed(v: u64) -> i64 {
 impl Collector for NodeCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
         let s = self.snapshot.borrow().clone();
-        let st = &s.status;
-        counter(
-            &mut enc,
-            "rounds_closed",
-            "Rounds this node closed and sent on (a round counts once, whatever its streams and phases)",
-            None,
-            st.rounds_closed,
-        )?;
-        counter(
-            &mut enc,
-            "rounds_partial",
-            "Streams' rounds closed without every source below (late, lost, stopped...), each once whatever its phases",
-            None,
-            st.rounds_partial,
-        )?;
-        counter(
-            &mut enc,
-            "late_arrivals",
-            "Packets that arrived after their round had closed here",
-            None,
-            st.late_arrivals,
-        )?;
-        counter(
-            &mut enc,
-            "malformed",
-            "Messages refused as malformed (from children or ranks)",
-            None,
-            st.malformed,
-        )?;
-        counter(
-            &mut enc,
-            "received",
-            "Bytes received from children or ranks",
-            Some(&Unit::Bytes),
-            st.bytes_in,
-        )?;
-        counter(
-            &mut enc,
-            "sent",
-            "Bytes sent up to the parent (or, at the front-end, to the store and subscribers)",
-            Some(&Unit::Bytes),
-            st.bytes_out,
-        )?;
-        counter(
-            &mut enc,
-            "streams_failed",
-            "Streams this node failed (a filter error, a stuck call)",
-            None,
-            st.streams_failed,
-        )?;
-        counter(
-            &mut enc,
-            "rank_dumps_dropped",
-            "Rank dumps that never reached a round: dropped in the ranks, or beyond the agent's buffer",
-            None,
-            st.rank_dumps_dropped,
-        )?;
-        counter(
-            &mut enc,
-            "status_ticks",
-            "Status ticks of the node's task (stops rising when the task stops turning)",
-            None,
-            s.ticks,
-        )?;
-        gauge(
-            &mut enc,
-            "lag_rounds",
-            "Rounds from the lowest still open here to the highest seen",
-            signed(st.lag_rounds),
-        )?;
-        gauge(&mut enc, "children", "Children connected", signed(s.children))?;
-        gauge(
-            &mut enc,
-            "ranks_below",
-            "Ranks served below this node, live or not",
-            signed(s.ranks_below),
-        )?;
-        gauge(
-            &mut enc,
-            "live_sources",
-            "Sources (children, or a leaf's ranks) still delivering rounds",
-            signed(s.live_sources),
-        )?;
-        gauge(
-            &mut enc,
-            "input_queue",
-            "Inputs queued for the node's task",
-            signed(s.input_queue),
-        )?;
-        gauge(
-            &mut enc,
-            "finished",
-            "1 once the node has finished",
-            i64::from(s.finished),
-        )?;
-        let calls = ConstCounter::new(0u64);
-        counter(
-            &mut enc,
-            "rank_rounds_covered",
-            "Rank-rounds in the rounds closed here (a stream's round counts its ranks once, whatever its phases)",
-            None,
-            s.engine.covered_ranks,
-        )?;
-        let mut family = enc.encode_descriptor(
-            "rank_rounds_missing",
-            "Rank-rounds missing from the rounds closed here, by reason (late, lost, stopped, dropped...)",
-            None,
-            calls.metric_type(),
-        )?;
-        for (reason, n) in s.engine.missing_ranks.iter().enumerate() {
-            let Some(word) = i32::try_from(reason)
-                .ok()
-                .and_then(|r| MissingReason::try_from(r).ok())
-                .filter(|r| *r != MissingReason::Unspecified)
-                .map(reason_word)
-            else {
-                continue;
-            };
-            ConstCounter::new(*n).encode(family.encode_family(&[("reason", word)])?)?;
-        }
-        // Each stream's series carry its id and its name.
-        let stream = |id: u32| {
-            let name = s
-                .stream_names
-                .iter()
-                .find(|(i, _)| *i == id)
-                .map_or_else(String::new, |(_, n)| n.clone());
-            [("stream", id.to_string()), ("stream_name", name)]
-        };
-        let mut family = enc.encode_descriptor(
-            "filter_calls",
-            "Calls into each stream's filter",
-            None,
-            calls.metric_type(),
-        )?;
-        for t in &st.filter_time {
-            ConstCounter::new(t.calls).encode(family.encode_family(&stream(t.stream_id))?)?;
-        }
-        let mut family = enc.encode_descriptor(
-            "filter",
-            "Time in each stream's filter",
-            Some(&Unit::Seconds),
-            calls.metric_type(),
-        )?;
-        for t in &st.filter_time {
-            ConstCounter::new(t.micros as f64 / 1e6).encode(family.encode_family(&stream(t.stream_id))?)?;
-        }
-        Ok(())
+        node_counters(&s, &mut enc)?;
+        node_gauges(&s, &mut enc)?;
+        coverage(&s, &mut enc)?;
+        filters(&s, &mut enc)
     }
+}
+
+/// The node's own counts: rounds, late and malformed inputs, bytes, failed streams, dropped dumps, ticks.
+fn node_counters(s: &NodeSnapshot, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    counter(
+        enc,
+        "rounds_closed",
+        "Rounds this node closed and sent on (a round counts once, whatever its streams and phases)",
+        None,
+        s.status.rounds_closed,
+    )?;
+    counter(
+        enc,
+        "rounds_partial",
+        "Streams' rounds closed without every source below (late, lost, stopped...), each once whatever its phases",
+        None,
+        s.status.rounds_partial,
+    )?;
+    counter(
+        enc,
+        "late_arrivals",
+        "Packets that arrived after their round had closed here",
+        None,
+        s.status.late_arrivals,
+    )?;
+    counter(
+        enc,
+        "malformed",
+        "Messages refused as malformed (from children or ranks)",
+        None,
+        s.status.malformed,
+    )?;
+    counter(
+        enc,
+        "received",
+        "Bytes received from children or ranks",
+        Some(&Unit::Bytes),
+        s.status.bytes_in,
+    )?;
+    counter(
+        enc,
+        "sent",
+        "Bytes sent up to the parent (or, at the front-end, to the store and subscribers)",
+        Some(&Unit::Bytes),
+        s.status.bytes_out,
+    )?;
+    counter(
+        enc,
+        "streams_failed",
+        "Streams this node failed (a filter error, a stuck call)",
+        None,
+        s.status.streams_failed,
+    )?;
+    counter(
+        enc,
+        "rank_dumps_dropped",
+        "Rank dumps that never reached a round: dropped in the ranks, or beyond the agent's buffer",
+        None,
+        s.status.rank_dumps_dropped,
+    )?;
+    counter(
+        enc,
+        "status_ticks",
+        "Status ticks of the node's task (stops rising when the task stops turning)",
+        None,
+        s.ticks,
+    )?;
+    Ok(())
+}
+
+/// How the node stands: its lag, its children, its ranks and sources, its queue, whether it finished.
+fn node_gauges(s: &NodeSnapshot, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    gauge(
+        enc,
+        "lag_rounds",
+        "Rounds from the lowest still open here to the highest seen",
+        signed(s.status.lag_rounds),
+    )?;
+    gauge(enc, "children", "Children connected", signed(s.children))?;
+    gauge(
+        enc,
+        "ranks_below",
+        "Ranks served below this node, live or not",
+        signed(s.ranks_below),
+    )?;
+    gauge(
+        enc,
+        "live_sources",
+        "Sources (children, or a leaf's ranks) still delivering rounds",
+        signed(s.live_sources),
+    )?;
+    gauge(
+        enc,
+        "input_queue",
+        "Inputs queued for the node's task",
+        signed(s.input_queue),
+    )?;
+    gauge(
+        enc,
+        "finished",
+        "1 once the node has finished",
+        i64::from(s.finished),
+    )?;
+    Ok(())
+}
+
+/// The rank-rounds of the rounds closed here: covered, and missing by reason.
+fn coverage(s: &NodeSnapshot, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    counter(
+        enc,
+        "rank_rounds_covered",
+        "Rank-rounds in the rounds closed here (a stream's round counts its ranks once, whatever its phases)",
+        None,
+        s.engine.covered_ranks,
+    )?;
+    let mut family = enc.encode_descriptor(
+        "rank_rounds_missing",
+        "Rank-rounds missing from the rounds closed here, by reason (late, lost, stopped, dropped...)",
+        None,
+        ConstCounter::new(0u64).metric_type(),
+    )?;
+    for (reason, n) in s.engine.missing_ranks.iter().enumerate() {
+        let Some(word) = i32::try_from(reason)
+            .ok()
+            .and_then(|r| MissingReason::try_from(r).ok())
+            .filter(|r| *r != MissingReason::Unspecified)
+            .map(reason_word)
+        else {
+            continue;
+        };
+        ConstCounter::new(*n).encode(family.encode_family(&[("reason", word)])?)?;
+    }
+    Ok(())
+}
+
+/// Each stream's filter: its calls and the time in them, labelled with the stream's id and name.
+fn filters(s: &NodeSnapshot, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    // Each stream's series carry its id and its name.
+    let stream = |id: u32| {
+        let name = s
+            .stream_names
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or_else(String::new, |(_, n)| n.clone());
+        [("stream", id.to_string()), ("stream_name", name)]
+    };
+    let mut family = enc.encode_descriptor(
+        "filter_calls",
+        "Calls into each stream's filter",
+        None,
+        ConstCounter::new(0u64).metric_type(),
+    )?;
+    for t in &s.status.filter_time {
+        ConstCounter::new(t.calls).encode(family.encode_family(&stream(t.stream_id))?)?;
+    }
+    let mut family = enc.encode_descriptor(
+        "filter",
+        "Time in each stream's filter",
+        Some(&Unit::Seconds),
+        ConstCounter::new(0u64).metric_type(),
+    )?;
+    for t in &s.status.filter_time {
+        ConstCounter::new(t.micros as f64 / 1e6).encode(family.encode_family(&stream(t.stream_id))?)?;
+    }
+    Ok(())
 }
 
 /// A missing reason's word in the `reason` label: `late`, `lost`, `sampled_out`...

@@ -37,6 +37,61 @@ pub struct Tenancy {
     pub max_app_ranks: u32,
 }
 
+impl Tenancy {
+    /// Why a hello's own claims are refused by this agent's configuration: another protocol, no application or
+    /// too long a name, the simulated ranks' application, or a size or rank out of bounds.
+    fn refusal(&self, h: &RankHello) -> Option<String> {
+        if h.protocol_version != RANK_PROTOCOL_VERSION {
+            let reason = format!(
+                "rank {} of {} (pid {}) speaks rank protocol {}, this agent {RANK_PROTOCOL_VERSION}",
+                h.rank, h.app, h.pid, h.protocol_version
+            );
+            return Some(reason);
+        }
+        if h.app.is_empty() {
+            return Some(format!("rank {} (pid {}) names no application", h.rank, h.pid));
+        }
+        if h.app.len() > canopy_proto::MAX_APP_NAME {
+            return Some(format!(
+                "rank {} (pid {}) names an application of {} bytes, longer than the {} allowed",
+                h.rank,
+                h.pid,
+                h.app.len(),
+                canopy_proto::MAX_APP_NAME
+            ));
+        }
+        if self.simulated_app.as_deref() == Some(h.app.as_str()) {
+            let reason = format!(
+                "rank {} of {} (pid {}) names the application of this agent's simulated ranks",
+                h.rank, h.app, h.pid
+            );
+            return Some(reason);
+        }
+        if h.nranks > self.max_app_ranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) announces {} ranks, more than this agent's max_app_ranks ({})",
+                h.rank, h.app, h.pid, h.nranks, self.max_app_ranks
+            );
+            return Some(reason);
+        }
+        if h.nranks == 0 && h.rank >= self.max_app_ranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) is not below this agent's max_app_ranks ({})",
+                h.rank, h.app, h.pid, self.max_app_ranks
+            );
+            return Some(reason);
+        }
+        if h.nranks > 0 && h.rank >= h.nranks {
+            let reason = format!(
+                "rank {} of {} (pid {}) is not below the application's announced size {}",
+                h.rank, h.app, h.pid, h.nranks
+            );
+            return Some(reason);
+        }
+        None
+    }
+}
+
 struct Attached {
     app: String,
     rank: u32,
@@ -274,106 +329,10 @@ impl Ranks {
         };
         // The pid is the kernel's where it is known: a hello cannot name another process.
         h.pid = peer.pid.unwrap_or(h.pid);
-        if h.protocol_version != RANK_PROTOCOL_VERSION {
-            let reason = format!(
-                "rank {} of {} (pid {}) speaks rank protocol {}, this agent {RANK_PROTOCOL_VERSION}",
-                h.rank, h.app, h.pid, h.protocol_version
-            );
-            return self.refuse(conn, reason);
-        }
-        if h.app.is_empty() {
-            return self.refuse(
-                conn,
-                format!("rank {} (pid {}) names no application", h.rank, h.pid),
-            );
-        }
-        if h.app.len() > canopy_proto::MAX_APP_NAME {
-            return self.refuse(
-                conn,
-                format!(
-                    "rank {} (pid {}) names an application of {} bytes, longer than the {} allowed",
-                    h.rank,
-                    h.pid,
-                    h.app.len(),
-                    canopy_proto::MAX_APP_NAME
-                ),
-            );
-        }
-        if self.tenancy.simulated_app.as_deref() == Some(h.app.as_str()) {
-            let reason = format!(
-                "rank {} of {} (pid {}) names the application of this agent's simulated ranks",
-                h.rank, h.app, h.pid
-            );
-            return self.refuse(conn, reason);
-        }
-        if h.nranks > self.tenancy.max_app_ranks {
-            let reason = format!(
-                "rank {} of {} (pid {}) announces {} ranks, more than this agent's max_app_ranks ({})",
-                h.rank, h.app, h.pid, h.nranks, self.tenancy.max_app_ranks
-            );
-            return self.refuse(conn, reason);
-        }
-        if h.nranks == 0 && h.rank >= self.tenancy.max_app_ranks {
-            let reason = format!(
-                "rank {} of {} (pid {}) is not below this agent's max_app_ranks ({})",
-                h.rank, h.app, h.pid, self.tenancy.max_app_ranks
-            );
-            return self.refuse(conn, reason);
-        }
-        if h.nranks > 0 && h.rank >= h.nranks {
-            let reason = format!(
-                "rank {} of {} (pid {}) is not below the application's announced size {}",
-                h.rank, h.app, h.pid, h.nranks
-            );
-            return self.refuse(conn, reason);
-        }
-        if let Some(size) = self.apps.get(&h.app)
-            && size.uid != peer.uid
-        {
-            let reason = format!(
-                "rank {} of {} (pid {}, uid {}) may not join {}: on this agent it belongs to uid {} (its rank {}, \
-                 pid {})",
-                h.rank, h.app, h.pid, peer.uid, h.app, size.uid, size.by.0, size.by.1
-            );
-            return self.refuse(conn, reason);
-        }
-        if let Some(size) = self.apps.get(&h.app)
-            && size.nranks != h.nranks
-        {
-            let reason = format!(
-                "rank {} of {} (pid {}) announces {} ranks, but {} has {} (announced first by rank {}, pid {})",
-                h.rank, h.app, h.pid, h.nranks, h.app, size.nranks, size.by.0, size.by.1
-            );
+        if let Some(reason) = self.tenancy.refusal(&h).or_else(|| self.conflict(&h, peer.uid)) {
             return self.refuse(conn, reason);
         }
         let source = rank_source(&h.app, h.rank);
-        // The same rank while its first connection is open (finished or not): one connection per rank.
-        let twin = self
-            .attached
-            .get(&source)
-            .and_then(|c| self.conns.get(c))
-            .and_then(|c| c.rank.as_ref());
-        if let Some(twin) = twin {
-            let reason = format!(
-                "rank {} of {} (pid {}) is already attached (pid {})",
-                h.rank, h.app, h.pid, twin.pid
-            );
-            return self.refuse(conn, reason);
-        }
-        // A first round far past the leaf's rounds would count the rank as missing in every round until then. The
-        // leaf takes rounds below its window's limit now (before collection starts, from round 0).
-        let here = match self.window.limit() {
-            u64::MAX => 0,
-            limit => limit,
-        };
-        if h.next_round > here.saturating_add(FIRST_ROUND_REACH) {
-            let reason = format!(
-                "rank {} of {} (pid {}) starts at round {}, more than {FIRST_ROUND_REACH} rounds past this \
-                 agent's rounds (below {here})",
-                h.rank, h.app, h.pid, h.next_round
-            );
-            return self.refuse(conn, reason);
-        }
         // In time rounds a rank dumps first the round of the window under way: it is expected from there, and the
         // rounds before count it as not attached yet (neither lost nor late).
         let from = self
@@ -420,6 +379,58 @@ impl Ranks {
             announced: h.nranks,
         })
         .await;
+    }
+
+    /// Why a hello cannot attach beside the ranks already here: its application is another user's, or has another
+    /// size; the rank is attached already; or its first round is out of the agent's reach.
+    fn conflict(&self, h: &RankHello, uid: u32) -> Option<String> {
+        if let Some(size) = self.apps.get(&h.app)
+            && size.uid != uid
+        {
+            let reason = format!(
+                "rank {} of {} (pid {}, uid {}) may not join {}: on this agent it belongs to uid {} (its rank {}, \
+                 pid {})",
+                h.rank, h.app, h.pid, uid, h.app, size.uid, size.by.0, size.by.1
+            );
+            return Some(reason);
+        }
+        if let Some(size) = self.apps.get(&h.app)
+            && size.nranks != h.nranks
+        {
+            let reason = format!(
+                "rank {} of {} (pid {}) announces {} ranks, but {} has {} (announced first by rank {}, pid {})",
+                h.rank, h.app, h.pid, h.nranks, h.app, size.nranks, size.by.0, size.by.1
+            );
+            return Some(reason);
+        }
+        // The same rank while its first connection is open (finished or not): one connection per rank.
+        let twin = self
+            .attached
+            .get(&rank_source(&h.app, h.rank))
+            .and_then(|c| self.conns.get(c))
+            .and_then(|c| c.rank.as_ref());
+        if let Some(twin) = twin {
+            let reason = format!(
+                "rank {} of {} (pid {}) is already attached (pid {})",
+                h.rank, h.app, h.pid, twin.pid
+            );
+            return Some(reason);
+        }
+        // A first round far past the leaf's rounds would count the rank as missing in every round until then. The
+        // leaf takes rounds below its window's limit now (before collection starts, from round 0).
+        let here = match self.window.limit() {
+            u64::MAX => 0,
+            limit => limit,
+        };
+        if h.next_round > here.saturating_add(FIRST_ROUND_REACH) {
+            let reason = format!(
+                "rank {} of {} (pid {}) starts at round {}, more than {FIRST_ROUND_REACH} rounds past this \
+                 agent's rounds (below {here})",
+                h.rank, h.app, h.pid, h.next_round
+            );
+            return Some(reason);
+        }
+        None
     }
 
     async fn on_dump(&mut self, conn: u64, d: canopy_wire::v1::RankDump) {
