@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use canopy_core::filter::{FilterFactory, Level};
-use canopy_core::node::{Collection, RootHandle, RoundResult};
+use canopy_core::node::{Collection, RootHandle};
 use canopy_core::plugin::PluginFilters;
 use canopy_proto::v1::frontend_server::Frontend;
 use canopy_proto::v1::{
@@ -17,12 +17,12 @@ use canopy_proto::v1::{
     subscribe_request,
 };
 use canopy_store::{StoreError, StoreReader, StreamRow, StreamState, Word};
-use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::error::{ApiError, MAX_TIMEOUT_MS};
 use crate::state::State;
+use crate::subscription::{SentNames, Subscription, Wanted, stored_updates};
 
 pub struct FrontendApi {
     pub root: RootHandle,
@@ -86,60 +86,6 @@ fn stream_info(s: StreamRow) -> StreamInfo {
         ranks: s.ranks,
         next_round: s.last_round.map_or(0, |r| r + 1),
     }
-}
-
-/// The names one subscription has been sent, and how far it has read the root's.
-struct SentNames {
-    sent: HashSet<u64>,
-    /// The store's names, sent with the first update.
-    stored: Vec<(u64, String)>,
-    next: usize,
-}
-
-impl SentNames {
-    fn new(stored: Vec<(u64, String)>) -> Self {
-        SentNames {
-            sent: HashSet::new(),
-            stored,
-            next: 0,
-        }
-    }
-
-    /// The names not sent yet.
-    fn new_ones(&mut self, shared: &State) -> Vec<EventName> {
-        let stored = std::mem::take(&mut self.stored)
-            .into_iter()
-            .map(|(id, name)| EventName { id, name });
-        stored
-            .chain(shared.names_since(&mut self.next))
-            .filter(|n| self.sent.insert(n.id))
-            .collect()
-    }
-}
-
-/// What the store holds of the streams a subscriber wants, from `from_round` on, as updates in round order (a
-/// round's streams by id, as the tree stored them), so a subscriber drawing round by round sees every stream from
-/// the first; and the don't-wait streams among them, whose rounds come in pieces.
-fn stored_updates(
-    reader: &StoreReader,
-    wanted: &dyn Fn(u32, &str) -> bool,
-    from_round: u64,
-) -> Result<(Vec<RoundUpdate>, HashSet<u32>), StoreError> {
-    let mut out = Vec::new();
-    let mut dont_wait = HashSet::new();
-    for s in reader.streams()?.into_iter() {
-        if s.sync_mode == SyncMode::DontWait {
-            dont_wait.insert(s.stream_id);
-        }
-        if !wanted(s.stream_id, &s.name) {
-            continue;
-        }
-        for r in reader.stored_rounds(&s, from_round)? {
-            out.push(r.update(&s, true));
-        }
-    }
-    out.sort_by_key(|u| (u.round, u.stream_id));
-    Ok((out, dont_wait))
 }
 
 impl FrontendApi {
@@ -230,19 +176,18 @@ impl FrontendApi {
     }
 
     async fn subscribe_updates(&self, req: SubscribeRequest) -> Result<UpdateStream, ApiError> {
-        let ids: HashSet<u32> = req.stream_ids.iter().copied().collect();
-        let names: HashSet<String> = req.stream_names.iter().cloned().collect();
-        let wanted = move |id: u32, name: &str| {
-            (ids.is_empty() || ids.contains(&id)) && (names.is_empty() || names.contains(name))
+        let wanted = Wanted {
+            ids: req.stream_ids.iter().copied().collect(),
+            names: req.stream_names.iter().cloned().collect(),
+            from: match req.start {
+                Some(subscribe_request::Start::FromRound(r)) => Some(r),
+                Some(subscribe_request::Start::Replay(true)) => Some(0),
+                _ => None,
+            },
         };
         // Subscribe before reading the store, so nothing stored in between is missed; duplicates are skipped.
-        let mut live = self.shared.live.subscribe();
-        let from = match req.start {
-            Some(subscribe_request::Start::FromRound(r)) => Some(r),
-            Some(subscribe_request::Start::Replay(true)) => Some(0),
-            _ => None,
-        };
-        let (stored, dont_wait) = match from {
+        let live = self.shared.live.subscribe();
+        let (stored, dont_wait) = match wanted.from {
             Some(from) => {
                 let w = wanted.clone();
                 read(self.store.clone(), move |r| stored_updates(r, &w, from)).await?
@@ -251,97 +196,24 @@ impl FrontendApi {
         };
         // A round stored whole (wait-for-all) and also arriving live is sent once; don't-wait pieces are each
         // their own update.
-        let seen: HashSet<(u32, u64)> = stored
+        let seen = stored
             .iter()
             .filter(|u| !dont_wait.contains(&u.stream_id))
             .map(|u| (u.stream_id, u.round))
             .collect();
-        let shared = self.shared.clone();
-        let mut ended = self.shared.ended();
         // With names: those the store holds (an earlier front-end of a continued run heard some), then the root's.
-        let mut names = match req.with_names {
+        let names = match req.with_names {
             true => Some(SentNames::new(read(self.store.clone(), |r| r.names()).await?)),
             false => None,
         };
+        let subscription = Subscription {
+            wanted,
+            seen,
+            names,
+            shared: self.shared.clone(),
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RoundUpdate, Status>>(16);
-        tokio::spawn(async move {
-            for mut u in stored {
-                if let Some(n) = &mut names {
-                    u.names = n.new_ones(&shared);
-                }
-                if tx.send(Ok(u)).await.is_err() {
-                    return;
-                }
-            }
-            let mut missed = 0u64;
-            let update = |r: &RoundResult, missed: u64| {
-                // `fromRound` holds for live rounds too: one in the future waits for its round.
-                let wanted = wanted(r.stream.stream_id, &r.stream.name)
-                    && from.is_none_or(|from| r.round >= from)
-                    && (r.late || !seen.contains(&(r.stream.stream_id, r.round)));
-                wanted.then(|| RoundUpdate {
-                    missed,
-                    ..RoundUpdate::of(
-                        canopy_proto::StreamOf {
-                            id: r.stream.stream_id,
-                            name: &r.stream.name,
-                            filter: &r.stream.filter,
-                            result_type: &shared.result_type(r.stream.stream_id),
-                        },
-                        canopy_proto::RoundOf {
-                            round: r.round,
-                            phase: r.phase,
-                            coverage: r.coverage.clone(),
-                            payload: r.payload.clone(),
-                            late: r.late,
-                        },
-                        false,
-                    )
-                })
-            };
-            let mut named = |mut u: RoundUpdate| {
-                if let Some(n) = &mut names {
-                    u.names = n.new_ones(&shared);
-                }
-                u
-            };
-            loop {
-                // The client hanging up ends the task even while its streams are quiet.
-                let received = tokio::select! {
-                    _ = tx.closed() => return,
-                    r = live.recv() => r,
-                    _ = async { drop(ended.wait_for(|ended| *ended).await) } => {
-                        // The run is over: what is queued still goes out, then the stream ends with OK.
-                        loop {
-                            match live.try_recv() {
-                                Ok(r) => {
-                                    if let Some(u) = update(&r, missed) {
-                                        missed = 0;
-                                        if tx.send(Ok(named(u))).await.is_err() {
-                                            return;
-                                        }
-                                    }
-                                }
-                                Err(broadcast::error::TryRecvError::Lagged(n)) => missed += n,
-                                Err(_) => return,
-                            }
-                        }
-                    }
-                };
-                match received {
-                    Ok(r) => {
-                        let Some(u) = update(&r, missed) else { continue };
-                        missed = 0;
-                        if tx.send(Ok(named(u))).await.is_err() {
-                            return;
-                        }
-                    }
-                    // This subscriber fell behind: the tree did not wait; the next update says how much it missed.
-                    Err(broadcast::error::RecvError::Lagged(n)) => missed += n,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
+        tokio::spawn(subscription.run(stored, live, self.shared.ended(), tx));
         // Counted while the server holds the stream: at the end of the run the front-end waits for it.
         let open = self.shared.open_subscription();
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);

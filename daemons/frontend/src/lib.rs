@@ -14,6 +14,7 @@ pub mod resume;
 pub mod selection;
 mod sink;
 pub mod state;
+mod subscription;
 
 use std::future::Future;
 use std::net::SocketAddr;
