@@ -15,6 +15,7 @@ pub mod view;
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -82,7 +83,6 @@ async fn latest_start(
 /// Every stream's results, live: a full-screen view on a terminal, text otherwise, or JSON.
 pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
     let mut api = connect(&target).await?;
-    let mut names: HashMap<u64, String> = HashMap::new();
     let terminal = !args.plain && !target.json && std::io::stdout().is_terminal();
     // On a terminal, the sparklines' span of rounds; otherwise the latest round.
     let history = if terminal { spark::SPAN as u64 } else { 1 };
@@ -91,140 +91,209 @@ pub async fn watch(target: Target, args: WatchArgs) -> anyhow::Result<()> {
         start: latest_start(&mut api, &args.streams, history).await?,
         ..Default::default()
     };
-    let mut updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
+    let updates = api.subscribe(req).await.map_err(status_error)?.into_inner();
     // Said when the run ends, after the front-end is gone.
     let store = api
         .topology(TopologyRequest {})
         .await
         .map(|t| t.into_inner().store_path)
         .unwrap_or_default();
-    let mut screens = Screens::new(&target.frontend, args.top);
-    let (events_tx, mut events) = tokio::sync::mpsc::channel::<Event>(64);
+    let screens = Screens::new(&target.frontend, args.top);
+    let (events_tx, events) = tokio::sync::mpsc::channel::<Event>(64);
     // The terminal is taken once the front-end has answered, so that failing to reach it is one plain line.
-    let mut tui = if terminal {
+    let tui = if terminal {
         Some(Tui::start(events_tx)?)
     } else {
         None
     };
-    if let Some(t) = tui.as_mut() {
-        t.terminal.draw(|f| screens.draw(f, &names))?;
+    let mut view = Watch {
+        target: &target,
+        args: &args,
+        api,
+        updates,
+        names: HashMap::new(),
+        screens,
+        tui,
+        events,
+        seen: 0,
+        next_round: 0,
+    };
+    view.draw()?;
+    let ended = view.run().await?;
+    drop(view.tui.take());
+    if ended && !target.json {
+        println!("{}", view.screens.summary(&store));
     }
-    // The view redraws on every update, key and resize; the tick keeps the header's clock and the tree's
-    // troubles fresh.
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut seen = 0u64;
-    // The round after the newest seen: where a subscription made again after a lost front-end starts.
-    let mut next_round = 0u64;
-    let mut ended = false;
-    loop {
-        tokio::select! {
-            u = updates.message() => {
-                let u = match u {
-                    Ok(Some(u)) => u,
-                    // The run ended: the front-end closed the subscription. A full-screen watch keeps its
-                    // streams' last screens until `q` leaves.
+    Ok(())
+}
+
+/// A watch under way: the front-end's client and subscription, the events' names, the screens and the terminal
+/// they are drawn on, and how far the updates have come.
+struct Watch<'a> {
+    target: &'a Target,
+    args: &'a WatchArgs,
+    api: FrontendClient<Channel>,
+    updates: tonic::Streaming<RoundUpdate>,
+    names: HashMap<u64, String>,
+    screens: Screens,
+    tui: Option<Tui>,
+    events: tokio::sync::mpsc::Receiver<Event>,
+    /// The updates seen so far.
+    seen: u64,
+    /// The round after the newest seen: where a subscription made again after a lost front-end starts.
+    next_round: u64,
+}
+
+impl Watch<'_> {
+    /// Handles updates, keys and ticks until the run ends (true), a key quits or the updates asked for have
+    /// come (false).
+    async fn run(&mut self) -> anyhow::Result<bool> {
+        // The view redraws on every update, key and resize; the tick keeps the header's clock and the tree's
+        // troubles fresh.
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let flow = tokio::select! {
+                u = self.updates.message() => match u {
+                    Ok(Some(u)) => self.on_update(u).await?,
+                    // The run ended: the front-end closed the subscription.
                     Ok(None) => {
-                        ended = true;
-                        if let Some(t) = tui.as_mut() {
-                            screens.header.notice = Some("the run ended: q leaves".into());
-                            t.terminal.draw(|f| screens.draw(f, &names))?;
-                            // The keys still move between the streams' last screens.
-                            while let Some(ev) = events.recv().await {
-                                match action_of(&ev) {
-                                    Action::Quit => break,
-                                    Action::Nothing => continue,
-                                    Action::Redraw => t.terminal.autoresize()?,
-                                    other => screens.act(other),
-                                }
-                                t.terminal.draw(|f| screens.draw(f, &names))?;
-                            }
-                        }
-                        break;
+                        self.keep_last_screens().await?;
+                        return Ok(true);
                     }
-                    Err(status) if lost_front_end(&status) => {
-                        let said = status_error(status);
-                        let notice = format!("front-end lost ({said}); reconnecting");
-                        if tui.is_none() {
-                            eprintln!("canopy watch: {notice}");
-                        }
-                        screens.header.notice = Some("front-end lost: reconnecting".into());
-                        if let Some(t) = tui.as_mut() {
-                            t.terminal.draw(|f| screens.draw(f, &names))?;
-                        }
-                        let streams = args.streams.clone();
-                        let again = tokio::select! {
-                            r = reconnect(&target, &streams, next_round) => Some(r),
-                            Some(ev) = quit_key(&mut events) => { let _ = ev; None }
-                        };
-                        let Some((a, u)) = again else { break };
-                        (api, updates) = (a, u);
-                        screens.header.notice = None;
-                        if tui.is_none() {
-                            eprintln!("canopy watch: reconnected to {}, from round {next_round}", target.frontend);
-                        }
-                        continue;
-                    }
+                    Err(status) if lost_front_end(&status) => self.resubscribe(status).await?,
                     Err(status) => return Err(status_error(status)),
-                };
-                next_round = next_round.max(u.round + 1);
-                seen += 1;
-                if names.len() < 8 || u.missed > 0 || seen.is_multiple_of(50) {
-                    let list = api
-                        .event_names(EventNamesRequest {})
-                        .await
-                        .map_err(status_error)?
-                        .into_inner();
-                    names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
+                },
+                Some(ev) = self.events.recv() => self.on_key(&ev)?,
+                _ = tick.tick(), if self.tui.is_some() => {
+                    self.refresh_header().await;
+                    self.draw()?;
+                    ControlFlow::Continue(())
                 }
-                if target.json {
-                    println!("{}", json::with_names(&json_of("canopy.v1.RoundUpdate", &u), &names));
-                } else if let Some(t) = tui.as_mut() {
-                    screens.update(&u, &names);
-                    t.terminal.draw(|f| screens.draw(f, &names))?;
-                } else {
-                    screens.update(&u, &names);
-                    print_plain(&u, &names, args.top);
-                }
-                if args.updates > 0 && seen >= args.updates {
-                    break;
-                }
-            }
-            Some(ev) = events.recv() => {
-                let a = action_of(&ev);
-                match a {
-                    Action::Quit => break,
-                    Action::Nothing => continue,
-                    Action::Redraw => {
-                        if let Some(t) = tui.as_mut() {
-                            t.terminal.autoresize()?;
-                        }
-                    }
-                    other => screens.act(other),
-                }
-                if let Some(t) = tui.as_mut() {
-                    t.terminal.draw(|f| screens.draw(f, &names))?;
-                }
-            }
-            _ = tick.tick(), if tui.is_some() => {
-                if let Ok(topo) = api.topology(TopologyRequest {}).await {
-                    let topo = topo.into_inner();
-                    screens.header.troubles = Troubles::of(&topo.nodes);
-                    if topo.run_started_unix_ns > 0 {
-                        let age = unix_now_ns().saturating_sub(topo.run_started_unix_ns);
-                        screens.header.run_age = Some((Duration::from_nanos(age), Instant::now()));
-                    }
-                }
-                if let Some(t) = tui.as_mut() {
-                    t.terminal.draw(|f| screens.draw(f, &names))?;
-                }
+            };
+            if flow.is_break() {
+                return Ok(false);
             }
         }
     }
-    drop(tui);
-    if ended && !target.json {
-        println!("{}", screens.summary(&store));
+
+    /// Draws the screens on the terminal, if the watch has one.
+    fn draw(&mut self) -> anyhow::Result<()> {
+        if let Some(t) = self.tui.as_mut() {
+            let (screens, names) = (&self.screens, &self.names);
+            t.terminal.draw(|f| screens.draw(f, names))?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Shows an update: as JSON, on the screens, or as plain text. Breaks once the updates asked for have come.
+    async fn on_update(&mut self, u: RoundUpdate) -> anyhow::Result<ControlFlow<()>> {
+        self.next_round = self.next_round.max(u.round + 1);
+        self.seen += 1;
+        if wants_names(self.names.len(), u.missed, self.seen) {
+            let list = self
+                .api
+                .event_names(EventNamesRequest {})
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            self.names.extend(list.names.into_iter().map(|n| (n.id, n.name)));
+        }
+        if self.target.json {
+            println!(
+                "{}",
+                json::with_names(&json_of("canopy.v1.RoundUpdate", &u), &self.names)
+            );
+        } else if self.tui.is_some() {
+            self.screens.update(&u, &self.names);
+            self.draw()?;
+        } else {
+            self.screens.update(&u, &self.names);
+            print_plain(&u, &self.names, self.args.top);
+        }
+        if self.args.updates > 0 && self.seen >= self.args.updates {
+            return Ok(ControlFlow::Break(()));
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// After the run ended, a full-screen watch keeps its streams' last screens until `q` leaves: the keys
+    /// still move between them.
+    async fn keep_last_screens(&mut self) -> anyhow::Result<()> {
+        if self.tui.is_none() {
+            return Ok(());
+        }
+        self.screens.header.notice = Some("the run ended: q leaves".into());
+        self.draw()?;
+        while let Some(ev) = self.events.recv().await {
+            if self.on_key(&ev)?.is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Acts on a key or a resize and redraws; breaks on the key that quits.
+    fn on_key(&mut self, ev: &Event) -> anyhow::Result<ControlFlow<()>> {
+        match action_of(ev) {
+            Action::Quit => return Ok(ControlFlow::Break(())),
+            Action::Nothing => return Ok(ControlFlow::Continue(())),
+            Action::Redraw => {
+                if let Some(t) = self.tui.as_mut() {
+                    t.terminal.autoresize()?;
+                }
+            }
+            other => self.screens.act(other),
+        }
+        self.draw()?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// After the front-end was lost, subscribes again from the round after the newest seen, saying so; breaks
+    /// if a key quits first.
+    async fn resubscribe(&mut self, status: tonic::Status) -> anyhow::Result<ControlFlow<()>> {
+        let said = status_error(status);
+        let notice = format!("front-end lost ({said}); reconnecting");
+        if self.tui.is_none() {
+            eprintln!("canopy watch: {notice}");
+        }
+        self.screens.header.notice = Some("front-end lost: reconnecting".into());
+        self.draw()?;
+        let again = tokio::select! {
+            r = reconnect(self.target, &self.args.streams, self.next_round) => Some(r),
+            Some(ev) = quit_key(&mut self.events) => { let _ = ev; None }
+        };
+        let Some((api, updates)) = again else {
+            return Ok(ControlFlow::Break(()));
+        };
+        (self.api, self.updates) = (api, updates);
+        self.screens.header.notice = None;
+        if self.tui.is_none() {
+            eprintln!(
+                "canopy watch: reconnected to {}, from round {}",
+                self.target.frontend, self.next_round
+            );
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Asks the front-end for the tree's troubles and the run's age, for the header; keeps the last ones if it
+    /// does not answer.
+    async fn refresh_header(&mut self) {
+        if let Ok(topo) = self.api.topology(TopologyRequest {}).await {
+            let topo = topo.into_inner();
+            self.screens.header.troubles = Troubles::of(&topo.nodes);
+            if topo.run_started_unix_ns > 0 {
+                let age = unix_now_ns().saturating_sub(topo.run_started_unix_ns);
+                self.screens.header.run_age = Some((Duration::from_nanos(age), Instant::now()));
+            }
+        }
+    }
+}
+
+/// Whether to ask the front-end for the events' names again: while few are known, after missed rounds, and every
+/// 50th update.
+fn wants_names(known: usize, missed: u64, seen: u64) -> bool {
+    known < 8 || missed > 0 || seen.is_multiple_of(50)
 }
 
 /// Whether a subscription's error means the front-end went away (it died, restarted or the link broke), so a
