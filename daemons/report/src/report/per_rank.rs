@@ -2,9 +2,9 @@
 //! events over the whole run (the `samples` table, summed per rank in SQL), as a table of ranks by events, a
 //! figure stacking the events rank by rank, and the ranks holding the extremes of the heaviest event.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use canopy_store::StreamRow;
+use canopy_store::{RankTotal, StreamRow};
 
 use super::data::{Stack, top_ids};
 use super::plot::{Chart, Figure};
@@ -39,121 +39,173 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         totals.iter().map(|t| (t.event_id, t.excl_us)),
         ctx.top.min(EVENTS),
     );
-    // Per rank (application, rank): each event's exclusive µs and calls, and the rank's time in every event.
-    let mut ranks: BTreeMap<(String, u32), RankEvents> = BTreeMap::new();
-    for t in &totals {
-        let (events, all) = ranks.entry((t.app.clone(), t.rank)).or_default();
-        events.insert(t.event_id, (t.excl_us, t.calls));
-        *all += t.excl_us;
-    }
-    let several_apps = ranks
-        .keys()
-        .map(|(app, _)| app)
-        .collect::<std::collections::HashSet<_>>()
-        .len()
-        > 1;
-    let who = |(app, rank): &(String, u32)| match several_apps {
-        true => format!("{app} rank {rank}"),
-        false => format!("rank {rank}"),
-    };
-    section.facts.push(("ranks".into(), ranks.len().to_string()));
+    let ranks = Ranks::of(&totals);
+    section
+        .facts
+        .push(("ranks".into(), ranks.by_rank.len().to_string()));
     if let Some(&heaviest) = top.first() {
-        let of = |k: &(String, u32)| ranks[k].0.get(&heaviest).map_or(0.0, |(us, _)| *us);
-        let mean = ranks.keys().map(of).sum::<f64>() / ranks.len() as f64;
-        let name = ctx.names.of(heaviest);
-        let most = ranks.keys().max_by(|a, b| of(a).total_cmp(&of(b)).then(b.cmp(a)));
-        let least = ranks.keys().min_by(|a, b| of(a).total_cmp(&of(b)).then(a.cmp(b)));
-        if let (Some(most), Some(least)) = (most, least)
-            && mean > 0.0
-        {
-            section.facts.push((
-                format!("most in {name}"),
-                format!(
-                    "{}: {}, {:.2}× the mean",
-                    who(most),
-                    seconds(of(most)),
-                    of(most) / mean
-                ),
-            ));
-            section.facts.push((
-                format!("least in {name}"),
-                format!(
-                    "{}: {}, {:.2}× the mean",
-                    who(least),
-                    seconds(of(least)),
-                    of(least) / mean
-                ),
-            ));
+        section
+            .facts
+            .extend(ranks.extremes(heaviest, &ctx.names.of(heaviest)));
+    }
+    let (order, sampled) = ranks.table_order();
+    section.facts.extend(sampled);
+    section.tables.push(ranks.table(ctx, &order, &top));
+    section.figures.push(ranks.figure(ctx, &stream.name, &top));
+    Ok(section)
+}
+
+/// A rank: its application and its rank in it.
+type RankKey = (String, u32);
+
+/// Every rank's events over the run.
+struct Ranks {
+    /// Per rank (application, rank): each event's exclusive µs and calls, and the rank's time in every event.
+    by_rank: BTreeMap<RankKey, RankEvents>,
+    /// Whether the ranks belong to more than one application, each then named with its application.
+    several_apps: bool,
+}
+
+impl Ranks {
+    /// The ranks of a stream's per-rank totals, each with its events and its time in all of them.
+    fn of(totals: &[RankTotal]) -> Ranks {
+        let mut by_rank: BTreeMap<RankKey, RankEvents> = BTreeMap::new();
+        for t in totals {
+            let (events, all) = by_rank.entry((t.app.clone(), t.rank)).or_default();
+            events.insert(t.event_id, (t.excl_us, t.calls));
+            *all += t.excl_us;
+        }
+        let several_apps = by_rank.keys().map(|(app, _)| app).collect::<HashSet<_>>().len() > 1;
+        Ranks {
+            by_rank,
+            several_apps,
         }
     }
-    // The table: every rank up to TABLE_RANKS; past it the half with the most time and the half with the least.
-    let mut order: Vec<&(String, u32)> = ranks.keys().collect();
-    if order.len() > TABLE_RANKS {
-        order.sort_by(|a, b| ranks[*b].1.total_cmp(&ranks[*a].1).then(a.cmp(b)));
-        let mut kept: Vec<&(String, u32)> = order[..TABLE_RANKS / 2].to_vec();
+
+    /// A rank as the report names it: `rank 3`, or `app rank 3` when there are several applications.
+    fn who(&self, (app, rank): &RankKey) -> String {
+        match self.several_apps {
+            true => format!("{app} rank {rank}"),
+            false => format!("rank {rank}"),
+        }
+    }
+
+    /// The facts naming the ranks with the most and the least time in `event` (called `name`), each with its
+    /// time and its ratio to the mean; none when no rank spent time in it.
+    fn extremes(&self, event: u64, name: &str) -> Vec<(String, String)> {
+        let of = |k: &RankKey| self.by_rank[k].0.get(&event).map_or(0.0, |(us, _)| *us);
+        let mean = self.by_rank.keys().map(of).sum::<f64>() / self.by_rank.len() as f64;
+        let most = self
+            .by_rank
+            .keys()
+            .max_by(|a, b| of(a).total_cmp(&of(b)).then(b.cmp(a)));
+        let least = self
+            .by_rank
+            .keys()
+            .min_by(|a, b| of(a).total_cmp(&of(b)).then(a.cmp(b)));
+        let fact = |which: &str, k: &RankKey| {
+            (
+                format!("{which} in {name}"),
+                format!(
+                    "{}: {}, {:.2}× the mean",
+                    self.who(k),
+                    seconds(of(k)),
+                    of(k) / mean
+                ),
+            )
+        };
+        match (most, least) {
+            (Some(most), Some(least)) if mean > 0.0 => vec![fact("most", most), fact("least", least)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The ranks the table lists, in rank order: every rank up to TABLE_RANKS; past it the half with the most
+    /// time and the half with the least, with the fact that says so.
+    fn table_order(&self) -> (Vec<&RankKey>, Option<(String, String)>) {
+        let mut order: Vec<&RankKey> = self.by_rank.keys().collect();
+        if order.len() <= TABLE_RANKS {
+            return (order, None);
+        }
+        order.sort_by(|a, b| self.by_rank[*b].1.total_cmp(&self.by_rank[*a].1).then(a.cmp(b)));
+        let mut kept: Vec<&RankKey> = order[..TABLE_RANKS / 2].to_vec();
         kept.extend_from_slice(&order[order.len() - TABLE_RANKS / 2..]);
         kept.sort();
-        section.facts.push((
+        let fact = (
             "table".into(),
             format!(
                 "the {} ranks with the most time and the {} with the least, of {}",
                 TABLE_RANKS / 2,
                 TABLE_RANKS / 2,
-                ranks.len()
+                self.by_rank.len()
             ),
-        ));
-        order = kept;
+        );
+        (kept, Some(fact))
     }
-    let mut head = vec!["rank".to_string(), "all events".to_string()];
-    head.extend(top.iter().map(|id| ctx.names.of(*id)));
-    let rows = order
-        .iter()
-        .map(|key| {
-            let (events, all) = &ranks[*key];
-            let mut row = vec![who(key), seconds(*all)];
-            row.extend(top.iter().map(|id| match events.get(id) {
-                Some((us, calls)) => format!("{} ({calls} calls)", seconds(*us)),
-                None => "-".to_string(),
-            }));
-            row
-        })
-        .collect();
-    section.tables.push(TextTable {
-        caption: "Exclusive time per rank over the run, in the events with the most".into(),
-        head,
-        rows,
-    });
-    // The figure: the events stacked rank by rank, in rank order (application, then rank).
-    // One application: x is the rank. Several: their ranks side by side, in order.
-    let positions: HashMap<&(String, u32), u64> = ranks
-        .keys()
-        .enumerate()
-        .map(|(i, k)| (k, if several_apps { i as u64 } else { u64::from(k.1) }))
-        .collect();
-    let points = ranks.iter().flat_map(|(key, (events, _))| {
-        let x = positions[key];
-        top.iter().map(move |id| {
-            let secs = events.get(id).map_or(0.0, |(us, _)| us / 1e6);
-            (x, ctx.names.of(*id), secs)
-        })
-    });
-    section.figures.push(Figure {
-        id: format!("ranks:{}", stream.name),
-        title: format!(
-            "{}: exclusive time per rank in the top events, over the run",
-            stream.name
-        ),
-        x_label: match several_apps {
-            true => "rank (by application, then rank)".into(),
-            false => "rank".into(),
-        },
-        y_label: "seconds".into(),
-        chart: Chart::Stacked {
-            stack: Stack::from_points(points),
-            outline: None,
-        },
-    });
-    Ok(section)
+
+    /// The table of the ranks in `order` by the `top` events: each rank's time in every event, then its time
+    /// and calls in each of them.
+    fn table(&self, ctx: &Context<'_>, order: &[&RankKey], top: &[u64]) -> TextTable {
+        let mut head = vec!["rank".to_string(), "all events".to_string()];
+        head.extend(top.iter().map(|id| ctx.names.of(*id)));
+        let rows = order
+            .iter()
+            .map(|key| {
+                let (events, all) = &self.by_rank[*key];
+                let mut row = vec![self.who(key), seconds(*all)];
+                row.extend(top.iter().map(|id| match events.get(id) {
+                    Some((us, calls)) => format!("{} ({calls} calls)", seconds(*us)),
+                    None => "-".to_string(),
+                }));
+                row
+            })
+            .collect();
+        TextTable {
+            caption: "Exclusive time per rank over the run, in the events with the most".into(),
+            head,
+            rows,
+        }
+    }
+
+    /// The figure of stream `stream`: the `top` events stacked rank by rank, in rank order (application, then
+    /// rank). One application: x is the rank. Several: their ranks side by side, in order.
+    fn figure(&self, ctx: &Context<'_>, stream: &str, top: &[u64]) -> Figure {
+        let positions: HashMap<&RankKey, u64> = self
+            .by_rank
+            .keys()
+            .enumerate()
+            .map(|(i, k)| {
+                (
+                    k,
+                    if self.several_apps {
+                        i as u64
+                    } else {
+                        u64::from(k.1)
+                    },
+                )
+            })
+            .collect();
+        let points = self.by_rank.iter().flat_map(|(key, (events, _))| {
+            let x = positions[key];
+            top.iter().map(move |id| {
+                let secs = events.get(id).map_or(0.0, |(us, _)| us / 1e6);
+                (x, ctx.names.of(*id), secs)
+            })
+        });
+        Figure {
+            id: format!("ranks:{stream}"),
+            title: format!("{stream}: exclusive time per rank in the top events, over the run"),
+            x_label: match self.several_apps {
+                true => "rank (by application, then rank)".into(),
+                false => "rank".into(),
+            },
+            y_label: "seconds".into(),
+            chart: Chart::Stacked {
+                stack: Stack::from_points(points),
+                outline: None,
+            },
+        }
+    }
 }
 
 /// Microseconds as seconds with three decimals: `1.234 s`.
