@@ -9,6 +9,7 @@ use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use canopy_runtime::tls::Credentials;
 use tokio::process::Command;
 
 use crate::daemons::{
@@ -372,6 +373,43 @@ async fn tree_and_program(
     };
     let security = security_flags(creds.as_ref());
     let fe_ready = ready_dir.join("frontend");
+    let fe = frontend_launch(args, bin_dir, &fe_ready, &security, creds.as_ref());
+    daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
+    let ready = tokio::select! {
+        ready = wait_ready(&fe_ready, &mut daemons[0]) => ready?,
+        why = signals.next() => bail!("{why} before the tree was up"),
+    };
+    let fe_addr = ready.addr.to_string();
+    let store = ready.store.context("the front-end's ready file names no store")?;
+
+    let socket = socket_dir.join("agent.sock");
+    let agent = agent_launch(bin_dir, &security, &fe_addr, &socket);
+    daemons.push(spawn("agent", Kind::Agent, agent, logs)?);
+    tokio::select! {
+        up = wait_socket(&socket, &mut daemons[1]) => up?,
+        why = signals.next() => bail!("{why} before the tree was up"),
+    }
+
+    println!("canopy run: front-end {fe_addr}, store {}", store.display());
+    println!("  watch it: {}", watch_command(&fe_addr, creds.as_ref()));
+    println!("  logs      {}", logs.display());
+
+    let env = rank_env(args, launcher, wrapper, omp_tool, &socket)?;
+    let (line, own_env) = launcher.command_line(&args.command, &env);
+    let status = run_program(&line, own_env, signals).await?;
+    finish_tree(&mut daemons[0]).await;
+    Ok((status, store))
+}
+
+/// How the run's front-end is started: on a free loopback port, ending the run on the ranks' FINs, with the
+/// run's streams, and writing its ready file at `ready_file`.
+fn frontend_launch(
+    args: &RunArgs,
+    bin_dir: &Path,
+    ready_file: &Path,
+    security: &[String],
+    creds: Option<&Credentials>,
+) -> Launch {
     let mut fe = Launch::new(bin_dir.join("canopy-frontend"));
     fe.args([
         "--listen",
@@ -389,49 +427,45 @@ async fn tree_and_program(
             .flat_map(|p| ["--stream-params", p.as_str()]),
     )
     .args(["--stream-timeout-ms", &args.timeout_ms.to_string()])
-    .args(["--ready-file".to_string(), fe_ready.display().to_string()])
+    .args(["--ready-file".to_string(), ready_file.display().to_string()])
     .args(security.iter().cloned());
-    if let Some(c) = &creds {
+    if let Some(c) = creds {
         fe.args(["--token-file".to_string(), c.tokens().display().to_string()]);
     }
-    daemons.push(spawn("frontend", Kind::FrontEnd, fe, logs)?);
-    let ready = tokio::select! {
-        ready = wait_ready(&fe_ready, &mut daemons[0]) => ready?,
-        why = signals.next() => bail!("{why} before the tree was up"),
-    };
-    let fe_addr = ready.addr.to_string();
-    let store = ready.store.context("the front-end's ready file names no store")?;
+    fe
+}
 
-    let socket = socket_dir.join("agent.sock");
+/// How the run's agent is started: a child of the front-end at `fe_addr`, serving the ranks on `socket`.
+fn agent_launch(bin_dir: &Path, security: &[String], fe_addr: &str, socket: &Path) -> Launch {
     let mut agent = Launch::new(bin_dir.join("canopy-agent"));
     agent
         .args(security.iter().cloned())
-        .args(["--node-id", "agent", "--parent", &fe_addr])
+        .args(["--node-id", "agent", "--parent", fe_addr])
         .args(["--socket".to_string(), socket.display().to_string()]);
-    daemons.push(spawn("agent", Kind::Agent, agent, logs)?);
-    tokio::select! {
-        up = wait_socket(&socket, &mut daemons[1]) => up?,
-        why = signals.next() => bail!("{why} before the tree was up"),
-    }
+    agent
+}
 
-    let watch = match &creds {
+/// The `canopy watch` command that watches the run's front-end at `fe_addr`, with the run's credentials or
+/// without.
+fn watch_command(fe_addr: &str, creds: Option<&Credentials>) -> String {
+    match creds {
         Some(c) => format!("canopy watch --frontend {fe_addr} --tls-dir {}", c.dir.display()),
         None => format!("canopy watch --frontend {fe_addr} --insecure"),
-    };
-    println!("canopy run: front-end {fe_addr}, store {}", store.display());
-    println!("  watch it: {watch}");
-    println!("  logs      {}", logs.display());
+    }
+}
 
+/// The environment Canopy sets for every rank: the agent's socket, the MPI wrapper preloaded, the OMPT tool,
+/// the application's name and the user's own CANOPY_ settings. Refused under srun when a value holds a comma.
+fn rank_env(
+    args: &RunArgs,
+    launcher: Launcher,
+    wrapper: Option<&Path>,
+    omp_tool: Option<&Path>,
+    socket: &Path,
+) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = vec![("CANOPY_AGENT_SOCKET".to_string(), socket.display().to_string())];
     if let Some(lib) = wrapper {
-        // Canopy first: a tool loaded before it that calls PMPI_X itself (Darshan's MPI_Init) would hide the
-        // calls from it; after it, every tool sees every call. One already preloaded is left as it is.
-        let preload = match std::env::var("LD_PRELOAD") {
-            Ok(before) if before.contains("libcanopy_mpi") => before,
-            Ok(before) if !before.is_empty() => format!("{}:{before}", lib.display()),
-            _ => lib.display().to_string(),
-        };
-        env.push(("LD_PRELOAD".to_string(), preload));
+        env.push(("LD_PRELOAD".to_string(), ld_preload(lib)));
     }
     if let Some(tool) = omp_tool {
         env.push(("OMP_TOOL_LIBRARIES".to_string(), omp_tool_libraries(tool)));
@@ -450,17 +484,36 @@ async fn tree_and_program(
     } else if let Some((name, _)) = env.iter().find(|(_, v)| v.contains(',')) {
         bail!("{name} holds a comma, which srun's --export cannot pass");
     }
-    let (line, own_env) = launcher.command_line(&args.command, &env);
+    Ok(env)
+}
+
+/// LD_PRELOAD for the ranks with the MPI wrapper `lib`. Canopy first: a tool loaded before it that calls PMPI_X
+/// itself (Darshan's MPI_Init) would hide the calls from it; after it, every tool sees every call. One already
+/// preloaded is left as it is.
+fn ld_preload(lib: &Path) -> String {
+    match std::env::var("LD_PRELOAD") {
+        Ok(before) if before.contains("libcanopy_mpi") => before,
+        Ok(before) if !before.is_empty() => format!("{}:{before}", lib.display()),
+        _ => lib.display().to_string(),
+    }
+}
+
+/// Starts the program (the launcher's command `line`, with the environment `own_env` it does not pass itself)
+/// and waits for its end: its status. Ctrl-C reaches the program, in the terminal's process group, and ends
+/// it; a termination or a hang-up is passed on to it. The tree (in groups of its own) is finished afterwards.
+async fn run_program(
+    line: &[String],
+    own_env: Vec<(String, String)>,
+    signals: &mut Signals,
+) -> anyhow::Result<ExitStatus> {
     let mut program = Command::new(&line[0]);
     program.args(&line[1..]).envs(own_env).kill_on_drop(true);
     let mut child = program
         .spawn()
         .with_context(|| format!("cannot start {}", line[0]))?;
-    // Ctrl-C reaches the program, in the terminal's process group, and ends it; a termination or a hang-up is
-    // passed on to it. The tree (in groups of its own) is finished here afterwards.
-    let status = loop {
+    loop {
         tokio::select! {
-            status = child.wait() => break status?,
+            status = child.wait() => return Ok(status?),
             why = signals.next() => {
                 eprintln!("canopy run: {why}; waiting for the program to end");
                 if why != "interrupted" {
@@ -468,15 +521,18 @@ async fn tree_and_program(
                 }
             }
         }
-    };
-    // Every rank said FIN: the front-end ends the run on its own. Ranks that died without one (or a program that
-    // never reported) are waited for a few seconds, then the front-end drains the tree: what the agent holds
-    // is stored, and its rounds close with the ranks counted.
-    if daemons[0].wait_reaped(FIN_WAIT).await.is_none() {
-        signal(&daemons[0].child, nix::sys::signal::Signal::SIGTERM);
-        daemons[0].wait_reaped(Duration::from_secs(30)).await;
     }
-    Ok((status, store))
+}
+
+/// Lets the front-end end the run once the program has ended. Every rank said FIN: the front-end ends the run
+/// on its own. Ranks that died without one (or a program that never reported) are waited for a few seconds,
+/// then the front-end drains the tree: what the agent holds is stored, and its rounds close with the ranks
+/// counted.
+async fn finish_tree(frontend: &mut Daemon) {
+    if frontend.wait_reaped(FIN_WAIT).await.is_none() {
+        signal(&frontend.child, nix::sys::signal::Signal::SIGTERM);
+        frontend.wait_reaped(Duration::from_secs(30)).await;
+    }
 }
 
 /// Sends `sig` to the program's process.
