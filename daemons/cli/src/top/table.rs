@@ -120,68 +120,44 @@ pub fn lines(
     width: u16,
     shift: usize,
 ) -> Lines {
-    let mut head: Vec<String> = [
-        "node",
-        "state",
-        "kind",
-        "ranks",
-        "rounds/s",
-        "lag",
-        "in/s",
-        "out/s",
-        "late",
-        "malformed",
-        "dropped",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut cols = vec![
-        Column {
-            width: 0,
-            priority: 0,
-        },
-        Column {
-            width: 8,
-            priority: 1,
-        },
-        Column {
-            width: 9,
-            priority: 5,
-        },
-        Column {
-            width: 6,
-            priority: 3,
-        },
-        Column {
-            width: 8,
-            priority: 0,
-        },
-        Column {
-            width: 5,
-            priority: 2,
-        },
-        Column {
-            width: 11,
-            priority: 1,
-        },
-        Column {
-            width: 11,
-            priority: 2,
-        },
-        Column {
-            width: 6,
-            priority: 3,
-        },
-        Column {
-            width: 9,
-            priority: 4,
-        },
-        Column {
-            width: 7,
-            priority: 4,
-        },
-    ];
+    let (mut head, mut cols) = columns(streams);
+    let mut body: Vec<Vec<String>> = rows
+        .iter()
+        .zip(ranks_shown(rows))
+        .map(|(&(depth, n), ranks)| cells(depth, n, ranks, rates.get(&n.node_id), streams))
+        .collect();
+    let shifted = 1..1 + shift.min(max_shift(streams));
+    head.drain(shifted.clone());
+    cols.drain(shifted.clone());
+    for row in &mut body {
+        row.drain(shifted.clone());
+    }
+    lay_out(&head, &body, &cols, width, 14)
+}
+
+/// The fixed columns: heading, natural width and priority (0 is kept first).
+const FIXED: [(&str, u16, u8); FIXED_COLUMNS] = [
+    ("node", 0, 0),
+    ("state", 8, 1),
+    ("kind", 9, 5),
+    ("ranks", 6, 3),
+    ("rounds/s", 8, 0),
+    ("lag", 5, 2),
+    ("in/s", 11, 1),
+    ("out/s", 11, 2),
+    ("late", 6, 3),
+    ("malformed", 9, 4),
+    ("dropped", 7, 4),
+];
+
+/// The table's headings and columns: the fixed ones, then each stream's filter time, the first left out of a
+/// narrow view.
+fn columns(streams: &[(u32, String)]) -> (Vec<String>, Vec<Column>) {
+    let mut head: Vec<String> = FIXED.iter().map(|(name, _, _)| name.to_string()).collect();
+    let mut cols: Vec<Column> = FIXED
+        .iter()
+        .map(|&(_, width, priority)| Column { width, priority })
+        .collect();
     for (_, name) in streams {
         let label = format!("{name} ms/s");
         cols.push(Column {
@@ -190,54 +166,58 @@ pub fn lines(
         });
         head.push(label);
     }
-    let dash = || "-".to_string();
-    // A node that reports no ranks of its own (the front-end) shows the ranks its children serve.
+    (head, cols)
+}
+
+/// The ranks each row shows: its node's ranks below; for a node that reports no ranks of its own (the
+/// front-end), the ranks its children serve.
+fn ranks_shown(rows: &[(usize, &TopologyNode)]) -> Vec<u32> {
     let ranks_of: HashMap<&str, u32> = rows
         .iter()
         .map(|(_, n)| (n.node_id.as_str(), n.ranks_below))
         .collect();
-    let ranks = |n: &TopologyNode| {
-        if n.ranks_below > 0 {
-            n.ranks_below
-        } else {
-            n.children.iter().filter_map(|c| ranks_of.get(c.as_str())).sum()
-        }
-    };
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|(depth, n)| {
-            let r = rates.get(&n.node_id);
-            let mut cells = vec![
-                format!("{:indent$}{}", "", n.node_id, indent = depth * 2),
-                state_word(n.state).to_string(),
-                kind_word(n.kind).to_string(),
-                ranks(n).to_string(),
-                r.map_or_else(dash, |r| format!("{:.1}", r.rounds)),
-                n.lag_rounds.to_string(),
-                r.map_or_else(dash, |r| bytes_per_second(r.bytes_in)),
-                r.map_or_else(dash, |r| bytes_per_second(r.bytes_out)),
-                n.late_arrivals.to_string(),
-                n.malformed.to_string(),
-                n.rank_dumps_dropped.to_string(),
-            ];
-            for (id, _) in streams {
-                cells.push(r.map_or_else(dash, |r| {
-                    r.filter_ms
-                        .get(id)
-                        .map_or_else(|| "0.0".to_string(), |ms| format!("{ms:.1}"))
-                }));
+    rows.iter()
+        .map(|(_, n)| {
+            if n.ranks_below > 0 {
+                n.ranks_below
+            } else {
+                n.children.iter().filter_map(|c| ranks_of.get(c.as_str())).sum()
             }
-            cells
         })
-        .collect();
-    let shifted = 1..1 + shift.min(max_shift(streams));
-    head.drain(shifted.clone());
-    cols.drain(shifted.clone());
-    let mut body = body;
-    for row in &mut body {
-        row.drain(shifted.clone());
+        .collect()
+}
+
+/// A node's row: its id indented by `depth`, state, kind, `ranks`, its rates `r` (`-` until it has been seen
+/// twice), lag, troubles, and the milliseconds a second in each stream's filter.
+fn cells(
+    depth: usize,
+    n: &TopologyNode,
+    ranks: u32,
+    r: Option<&Rates>,
+    streams: &[(u32, String)],
+) -> Vec<String> {
+    let dash = || "-".to_string();
+    let mut cells = vec![
+        format!("{:indent$}{}", "", n.node_id, indent = depth * 2),
+        state_word(n.state).to_string(),
+        kind_word(n.kind).to_string(),
+        ranks.to_string(),
+        r.map_or_else(dash, |r| format!("{:.1}", r.rounds)),
+        n.lag_rounds.to_string(),
+        r.map_or_else(dash, |r| bytes_per_second(r.bytes_in)),
+        r.map_or_else(dash, |r| bytes_per_second(r.bytes_out)),
+        n.late_arrivals.to_string(),
+        n.malformed.to_string(),
+        n.rank_dumps_dropped.to_string(),
+    ];
+    for (id, _) in streams {
+        cells.push(r.map_or_else(dash, |r| {
+            r.filter_ms
+                .get(id)
+                .map_or_else(|| "0.0".to_string(), |ms| format!("{ms:.1}"))
+        }));
     }
-    lay_out(&head, &body, &cols, width, 14)
+    cells
 }
 
 /// The most columns [`lines`] shifts out: all but the node's and the last.
