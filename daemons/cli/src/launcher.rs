@@ -88,109 +88,21 @@ impl Launcher {
         if self != Launcher::Srun && HOST_OPTIONS.contains(&opt) {
             return 1;
         }
-        let (one, two): (&[&str], &[&str]) = match self {
-            Launcher::OpenMpi => (
-                &[
-                    "-np",
-                    "-n",
-                    "-c",
-                    "--np",
-                    "--n",
-                    "-x",
-                    "--map-by",
-                    "--rank-by",
-                    "--bind-to",
-                    "--wdir",
-                    "-wdir",
-                    "--prefix",
-                    "--output-filename",
-                    "-N",
-                    "--npernode",
-                    "--app",
-                    "--preload-files",
-                    "--personality",
-                ],
-                &["--mca", "-mca", "--gmca", "-gmca", "--prtemca"],
-            ),
-            Launcher::Hydra => (
-                &[
-                    "-n",
-                    "-np",
-                    "-ppn",
-                    "-genvlist",
-                    "-envlist",
-                    "-wdir",
-                    "-bind-to",
-                    "-map-by",
-                    "-launcher",
-                    "-iface",
-                    "-configfile",
-                ],
-                &["-genv", "-env"],
-            ),
-            Launcher::Srun => (
-                &[
-                    "-n",
-                    "-N",
-                    "-c",
-                    "-p",
-                    "-t",
-                    "-J",
-                    "-o",
-                    "-e",
-                    "-i",
-                    "-w",
-                    "-x",
-                    "-A",
-                    "-q",
-                    "-m",
-                    "-B",
-                    "-D",
-                    "-d",
-                    "-G",
-                    "-L",
-                    "-M",
-                    "-S",
-                    "-W",
-                    "-T",
-                    "--ntasks",
-                    "--nodes",
-                    "--cpus-per-task",
-                    "--partition",
-                    "--time",
-                    "--job-name",
-                    "--output",
-                    "--error",
-                    "--input",
-                    "--nodelist",
-                    "--exclude",
-                    "--account",
-                    "--qos",
-                    "--mpi",
-                    "--ntasks-per-node",
-                    "--chdir",
-                    "--export",
-                    "--gres",
-                    "--mem",
-                    "--mem-per-cpu",
-                    "--distribution",
-                    "--nodefile",
-                    "--constraint",
-                    "--reservation",
-                    "--cpu-bind",
-                    "--het-group",
-                    "--gpus",
-                    "--time-min",
-                    "--signal",
-                ],
-                &[],
-            ),
-            Launcher::Plain => (&[], &[]),
-        };
+        let (one, two) = self.valued_options();
         if two.contains(&opt) {
             2
         } else {
             usize::from(one.contains(&opt))
+        }
+    }
+
+    /// The launcher's own options that take one value and those that take two, host options aside.
+    fn valued_options(self) -> (&'static [&'static str], &'static [&'static str]) {
+        match self {
+            Launcher::OpenMpi => (OPEN_MPI_ONE_VALUE, OPEN_MPI_TWO_VALUES),
+            Launcher::Hydra => (HYDRA_ONE_VALUE, HYDRA_TWO_VALUES),
+            Launcher::Srun => (SRUN_ONE_VALUE, &[]),
+            Launcher::Plain => (&[], &[]),
         }
     }
 
@@ -269,6 +181,105 @@ const HOST_OPTIONS: &[&str] = &[
     "--rankfile",
     "-f",
     "-hosts",
+];
+
+/// Open MPI's options that take one value (`-np 8`, `--map-by core`).
+const OPEN_MPI_ONE_VALUE: &[&str] = &[
+    "-np",
+    "-n",
+    "-c",
+    "--np",
+    "--n",
+    "-x",
+    "--map-by",
+    "--rank-by",
+    "--bind-to",
+    "--wdir",
+    "-wdir",
+    "--prefix",
+    "--output-filename",
+    "-N",
+    "--npernode",
+    "--app",
+    "--preload-files",
+    "--personality",
+];
+
+/// Open MPI's options that take two values (`--mca NAME VALUE`).
+const OPEN_MPI_TWO_VALUES: &[&str] = &["--mca", "-mca", "--gmca", "-gmca", "--prtemca"];
+
+/// Hydra's options that take one value (`-n 8`, `-ppn 2`).
+const HYDRA_ONE_VALUE: &[&str] = &[
+    "-n",
+    "-np",
+    "-ppn",
+    "-genvlist",
+    "-envlist",
+    "-wdir",
+    "-bind-to",
+    "-map-by",
+    "-launcher",
+    "-iface",
+    "-configfile",
+];
+
+/// Hydra's options that take two values (`-genv NAME VALUE`).
+const HYDRA_TWO_VALUES: &[&str] = &["-genv", "-env"];
+
+/// srun's options that take one value (`-n 8`, `--partition debug`); none takes two.
+const SRUN_ONE_VALUE: &[&str] = &[
+    "-n",
+    "-N",
+    "-c",
+    "-p",
+    "-t",
+    "-J",
+    "-o",
+    "-e",
+    "-i",
+    "-w",
+    "-x",
+    "-A",
+    "-q",
+    "-m",
+    "-B",
+    "-D",
+    "-d",
+    "-G",
+    "-L",
+    "-M",
+    "-S",
+    "-W",
+    "-T",
+    "--ntasks",
+    "--nodes",
+    "--cpus-per-task",
+    "--partition",
+    "--time",
+    "--job-name",
+    "--output",
+    "--error",
+    "--input",
+    "--nodelist",
+    "--exclude",
+    "--account",
+    "--qos",
+    "--mpi",
+    "--ntasks-per-node",
+    "--chdir",
+    "--export",
+    "--gres",
+    "--mem",
+    "--mem-per-cpu",
+    "--distribution",
+    "--nodefile",
+    "--constraint",
+    "--reservation",
+    "--cpu-bind",
+    "--het-group",
+    "--gpus",
+    "--time-min",
+    "--signal",
 ];
 
 /// Ranks on other hosts than this one cannot reach this host's agent: said once when the launcher is given
