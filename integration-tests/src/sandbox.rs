@@ -72,7 +72,7 @@ impl Default for TreeBuilder {
             expect_ranks: 0,
             max_rounds_in_flight: 64,
             sync_mode: "wait_for_all".into(),
-            drain_timeout_ms: 3000,
+            drain_timeout_ms: FrontendConfig::default().drain_timeout_ms,
             streams: vec!["passthrough".into()],
             stream_params: Vec::new(),
             extra_filter_dirs: Vec::new(),

@@ -182,6 +182,55 @@ async fn a_drain_stores_every_round_already_dumped() {
     );
 }
 
+/// A shutdown waits out a filter call that is slow but within its time-out: the relays' call for round 5 takes 4.5
+/// s more, past the 3 s the drain once waited (it then closed round 5 and those after it with every rank `late`).
+/// With the front-end's default drain every round the ranks dumped arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_out_a_slow_filter_call_within_its_time_out() {
+    let builder = TreeBuilder {
+        agents: 4,
+        fanout: 2,
+        ranks: 16,
+        rounds: 0,
+        period_ms: 50,
+        // The rounds wait for the slow relays (a stream's own time-out is the stream's to choose).
+        timeout_ms: 20_000,
+        streams: vec!["faulty".into()],
+        stream_params: vec![(
+            "faulty".into(),
+            r#"{"fault": "slow_relay", "round": 5, "delay_ms": 4500}"#.into(),
+        )],
+        ..TreeBuilder::default()
+    };
+    assert!(
+        builder.drain_timeout_ms > 4500 && builder.drain_timeout_ms < builder.filter_call_timeout_ms + 5000
+    );
+    let mut tree = builder.start().await;
+    let store = tree.store.clone();
+    // Round 4 stored, and a few more dumped since: round 5 is in the relays' slow call, the rest wait behind it.
+    assert_eventually!(rounds_stored(&store) >= 5, Duration::from_secs(20), "no rounds");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    tree.shutdown("frontend:0");
+    tree.wait_frontend(Duration::from_secs(20))
+        .await
+        .expect("the drain ends");
+    let rounds = tree.rounds();
+    assert!(rounds.len() >= 6, "{rounds:?}");
+    for r in &rounds {
+        assert_eq!(
+            r.missing.get(MissingReason::Late),
+            0,
+            "the drain cut a round short: {r:?}"
+        );
+    }
+    assert_eq!(
+        (rounds[5].covered, rounds[5].expected),
+        (16, 16),
+        "{:?}",
+        rounds[5]
+    );
+}
+
 /// Attaches by hand, as a misbehaving child would; returns the first answer or the error.
 async fn raw_attach(
     addr: &str,

@@ -9,8 +9,9 @@ use crate::config::{ConfigError, EXIT_CONFIG, LogFormat};
 /// The exit code for a node its parent refused (protocol mismatch, duplicate id): EX_PROTOCOL.
 pub const EXIT_REFUSED: u8 = 76;
 
-/// How long a clean shutdown may take after the first signal before the process exits without it.
-pub const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a clean shutdown may take after the first signal before the process exits without it: room for the
+/// front-end's drain (`drain_timeout_ms`, 12 s) and then its subscribers and its store's last writes.
+pub const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A daemon's worker threads unless its configuration says otherwise. A node's work is a chain of small tasks
 /// (a link's stream, the HTTP/2 connection, the node, the store writer's queue): on one thread each hands the

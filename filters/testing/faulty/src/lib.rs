@@ -1,6 +1,7 @@
 //! A deliberately broken filter for the host's tests: it fails in the way its `fault` parameter says
-//! (`panic_create`, `panic_upstream`, `panic_finalize`, `error_upstream`, `garbage`), and otherwise passes
-//! profiles through. Built with the workspace, never installed.
+//! (`panic_create`, `panic_upstream`, `panic_finalize`, `error_upstream`, `garbage`), or is slow where it says
+//! (`slow_relay`: a relay's call for round `round` takes `delay_ms` more), and otherwise passes profiles through.
+//! Built with the workspace, never installed.
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,9 @@ use prost::Message;
 pub struct Faulty {
     fault: String,
     level: Level,
+    /// `slow_relay`: the round whose relay call is slow, and by how much.
+    slow_round: u64,
+    delay: std::time::Duration,
 }
 
 impl Filter for Faulty {
@@ -27,12 +31,18 @@ impl Filter for Faulty {
         if fault == "panic_create" {
             panic!("faulty: told to panic in create");
         }
-        Ok(Faulty { fault, level })
+        let number = |key: &str| v.get(key).and_then(|n| n.as_u64()).unwrap_or(0);
+        Ok(Faulty {
+            fault,
+            level,
+            slow_round: number("round"),
+            delay: std::time::Duration::from_millis(number("delay_ms")),
+        })
     }
 
     fn upstream(
         &mut self,
-        _round: u64,
+        round: u64,
         phase: u32,
         inputs: &[&[u8]],
         out: &mut dyn Emit,
@@ -44,6 +54,10 @@ impl Filter for Faulty {
             "garbage" if self.level == Level::Leaf => {
                 out.up(phase, &[0xff, 0xff, 0xff, 0x01]);
                 return Ok(());
+            }
+            // Slow, not stuck: within the node's filter-call time-out, the call then goes on as usual.
+            "slow_relay" if self.level == Level::Relay && round == self.slow_round => {
+                std::thread::sleep(self.delay);
             }
             _ => {}
         }
