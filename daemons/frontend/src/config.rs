@@ -252,13 +252,7 @@ impl canopy_runtime::daemon::DaemonConfig for FrontendConfig {
 impl CheckConfig for FrontendConfig {
     fn check(&self) -> Result<(), ConfigIssue> {
         self.common.check()?;
-        let modules = canopy_proto::v1::Options {
-            modules: self.modules.clone(),
-            ..Default::default()
-        };
-        if let Err(e) = canopy_core::options::Measure::from_options(&modules) {
-            return Err(ConfigIssue::new("modules", e.to_string()));
-        }
+        self.check_modules()?;
         check_addr("listen", &self.listen)?;
         canopy_runtime::outdir::check_out_dir(&self.out).map_err(|e| ConfigIssue::new("out", e))?;
         if self.common.insecure && self.token_file.is_some() {
@@ -276,6 +270,39 @@ impl CheckConfig for FrontendConfig {
         if self.max_connections == 0 {
             return Err(ConfigIssue::new("max_connections", "must be at least 1"));
         }
+        self.check_streams()?;
+        self.check_selection()?;
+        self.check_rounds()?;
+        if self.out.as_os_str().is_empty() {
+            return Err(ConfigIssue::new("out", "must name a directory"));
+        }
+        kafka::check(self)?;
+        // Last: a wrong value elsewhere is the more useful message.
+        self.common.tls().check(&[("listen", &self.listen)])?;
+        Ok(())
+    }
+
+    fn common_mut(&mut self) -> Option<&mut CommonConfig> {
+        Some(&mut self.common)
+    }
+}
+
+impl FrontendConfig {
+    /// Checks that `modules` names measurement modules every rank can run.
+    fn check_modules(&self) -> Result<(), ConfigIssue> {
+        let modules = canopy_proto::v1::Options {
+            modules: self.modules.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = canopy_core::options::Measure::from_options(&modules) {
+            return Err(ConfigIssue::new("modules", e.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Checks that every stream's filter loads, runs in the sync mode and takes its parameters, and that every
+    /// filter given parameters runs as a stream.
+    fn check_streams(&self) -> Result<(), ConfigIssue> {
         // Every stream's filter must load here, as it will on every node: a typo fails now, not mid-run.
         let filters = canopy_core::plugin::filters_from(&self.common.filter_path);
         let dont_wait = parse_sync_mode(&self.sync_mode) == Ok(SyncMode::DontWait);
@@ -311,6 +338,11 @@ impl CheckConfig for FrontendConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Checks that the metric selection's change threshold and rounds are in their ranges.
+    fn check_selection(&self) -> Result<(), ConfigIssue> {
         if !(0.0..=100.0).contains(&self.select_on_change) {
             return Err(ConfigIssue::new(
                 "select_on_change",
@@ -327,6 +359,12 @@ impl CheckConfig for FrontendConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Checks that the streams' round timeout and sync mode, the rounds in flight, the subscribers' buffers and
+    /// the metrics' events per stream have allowed values.
+    fn check_rounds(&self) -> Result<(), ConfigIssue> {
         if self.stream_timeout_ms == 0 {
             return Err(ConfigIssue::new("stream_timeout_ms", "must be at least 1"));
         }
@@ -343,17 +381,7 @@ impl CheckConfig for FrontendConfig {
                 format!("must be at most {MAX_METRICS_TOP_EVENTS} (series per stream and application)"),
             ));
         }
-        if self.out.as_os_str().is_empty() {
-            return Err(ConfigIssue::new("out", "must name a directory"));
-        }
-        kafka::check(self)?;
-        // Last: a wrong value elsewhere is the more useful message.
-        self.common.tls().check(&[("listen", &self.listen)])?;
         Ok(())
-    }
-
-    fn common_mut(&mut self) -> Option<&mut CommonConfig> {
-        Some(&mut self.common)
     }
 }
 
