@@ -316,35 +316,80 @@ pub async fn streams(target: Target, cmd: StreamsCmd) -> anyhow::Result<()> {
 
 pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
     let mut api = connect(&target).await?;
-    let action = match cmd {
-        CtlCmd::Select {
-            latency_stream,
-            stats_stream,
-            key,
-            rounds,
-            apply,
-            top,
-        } => {
-            let r = api
-                .select_metrics(canopy_proto::v1::SelectMetricsRequest {
-                    latency_stream,
-                    stats_stream,
-                    key,
-                    rounds,
-                    apply,
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner();
-            if target.json {
-                println!("{}", json_of("canopy.v1.SelectMetricsResponse", &r));
-            } else {
-                print!("{}", selection_text(&r, top));
-            }
-            return Ok(());
+    if let CtlCmd::Select {
+        latency_stream,
+        stats_stream,
+        key,
+        rounds,
+        apply,
+        top,
+    } = cmd
+    {
+        let r = api
+            .select_metrics(canopy_proto::v1::SelectMetricsRequest {
+                latency_stream,
+                stats_stream,
+                key,
+                rounds,
+                apply,
+            })
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        if target.json {
+            println!("{}", json_of("canopy.v1.SelectMetricsResponse", &r));
+        } else {
+            print!("{}", selection_text(&r, top));
         }
-        CtlCmd::Start => control_request::Action::Start(true),
-        CtlCmd::Stop => control_request::Action::Stop(true),
+        return Ok(());
+    }
+    let r = api
+        .control(ControlRequest {
+            action: control_action(cmd),
+        })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if target.json {
+        println!("{}", json_of("canopy.v1.ControlResponse", &r));
+    } else {
+        println!("{}", applied_text(&r));
+    }
+    Ok(())
+}
+
+/// The control action a command asks of every rank; none for `select`, which asks for a metric selection
+/// instead.
+fn control_action(cmd: CtlCmd) -> Option<control_request::Action> {
+    match cmd {
+        CtlCmd::Select { .. } => None,
+        CtlCmd::Start => Some(control_request::Action::Start(true)),
+        CtlCmd::Stop => Some(control_request::Action::Stop(true)),
+        CtlCmd::Set { .. } => set_action(cmd),
+        CtlCmd::Detail {
+            ranks,
+            name,
+            auto,
+            outliers,
+            clusters,
+        } => Some(control_request::Action::Detail(canopy_proto::v1::DetailRequest {
+            ranks: ranks.unwrap_or_default(),
+            name,
+            auto,
+            outliers,
+            clusters,
+        })),
+        CtlCmd::Window { from, to } => Some(control_request::Action::Window(canopy_proto::v1::Window {
+            from_round: from,
+            to_round: to,
+        })),
+    }
+}
+
+/// The options a `set` command gives: one application's with --app, else every rank's; none for another
+/// command.
+fn set_action(cmd: CtlCmd) -> Option<control_request::Action> {
+    match cmd {
         CtlCmd::Set {
             app: Some(app),
             include,
@@ -352,13 +397,15 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             metrics,
             sample_below,
             ..
-        } => control_request::Action::AppOptions(canopy_proto::v1::AppOptions {
-            app,
-            include,
-            exclude,
-            metrics,
-            sample_below,
-        }),
+        } => Some(control_request::Action::AppOptions(
+            canopy_proto::v1::AppOptions {
+                app,
+                include,
+                exclude,
+                metrics,
+                sample_below,
+            },
+        )),
         CtlCmd::Set {
             app: None,
             include,
@@ -370,7 +417,7 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             trace_ranks,
             counters,
             time_rounds,
-        } => control_request::Action::Options(canopy_proto::v1::Options {
+        } => Some(control_request::Action::Options(canopy_proto::v1::Options {
             include,
             exclude,
             metrics,
@@ -381,38 +428,18 @@ pub async fn ctl(target: Target, cmd: CtlCmd) -> anyhow::Result<()> {
             counters,
             apps: Vec::new(),
             time_rounds,
-        }),
-        CtlCmd::Detail {
-            ranks,
-            name,
-            auto,
-            outliers,
-            clusters,
-        } => control_request::Action::Detail(canopy_proto::v1::DetailRequest {
-            ranks: ranks.unwrap_or_default(),
-            name,
-            auto,
-            outliers,
-            clusters,
-        }),
-        CtlCmd::Window { from, to } => control_request::Action::Window(canopy_proto::v1::Window {
-            from_round: from,
-            to_round: to,
-        }),
-    };
-    let r = api
-        .control(ControlRequest { action: Some(action) })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if target.json {
-        println!("{}", json_of("canopy.v1.ControlResponse", &r));
-    } else if r.stream_id > 0 {
-        println!("{}: applied (stream {})", r.applied, r.stream_id);
-    } else {
-        println!("{}: applied", r.applied);
+        })),
+        _ => None,
     }
-    Ok(())
+}
+
+/// A control response as people read it: what was applied, and the stream that carries a detail.
+fn applied_text(r: &canopy_proto::v1::ControlResponse) -> String {
+    if r.stream_id > 0 {
+        format!("{}: applied (stream {})", r.applied, r.stream_id)
+    } else {
+        format!("{}: applied", r.applied)
+    }
 }
 
 /// A selection as people read it: what it learned from, the ranking with the chosen metrics marked, the
