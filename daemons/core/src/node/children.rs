@@ -50,6 +50,11 @@ impl ChildTable {
         );
     }
 
+    /// Whether no child has ever attached (a lost one stays here).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
     /// Whether `conn` is the child's current connection.
     pub(crate) fn is_current(&self, id: &str, conn: u64) -> bool {
         self.children.get(id).is_some_and(|c| c.conn == conn)

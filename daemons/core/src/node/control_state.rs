@@ -39,6 +39,11 @@ impl ControlState {
         }
     }
 
+    /// Whether a drain is under way.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining
+    }
+
     /// Whether the last start or stop was a start.
     pub(crate) fn collecting(&self) -> bool {
         matches!(

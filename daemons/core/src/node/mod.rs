@@ -316,12 +316,17 @@ impl<U: Up, P: Position> Node<U, P> {
     /// Sends Fin up (or, at the root, Fin-Ack down) once nothing below is live and no round is open.
     async fn check_fin(&mut self) {
         // Every source must be finished or lost, at least one finished: when all are lost the ranks below did not
-        // finish, and a Fin would report them as stopped.
+        // finish, and a Fin would report them as stopped. A drain also finishes a node with nothing below at all
+        // (an agent no rank has attached to, a relay no child has): there is nothing to wait for.
         let holding = self.leaf.as_ref().is_some_and(Leaf::holds);
-        let done = self.engine.has_sources()
+        let nothing_below = !self.engine.has_sources() && self.children.is_empty();
+        let finished_below = match nothing_below {
+            false => self.engine.any_finished(),
+            true => self.control.draining(),
+        };
+        let done = finished_below
             && self.engine.live_sources() == 0
             && self.engine.stopped_sources() == 0
-            && self.engine.any_finished()
             && !self.engine.has_open_groups()
             && !self.route.is_awaiting()
             && !self.streams.busy()

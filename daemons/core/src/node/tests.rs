@@ -1059,8 +1059,10 @@ async fn a_drain_that_times_out_closes_what_is_open_and_finishes() {
     let sink = TestSink::default();
     let role = root(vec![spec(1)], Duration::from_secs(5), &sink);
     let mut h = start(role, 8);
-    let _a = h.child("a", 1, 1).await;
-    let _b = h.child("b", 2, 1).await;
+    let mut a = h.child("a", 1, 1).await;
+    let mut b = h.child("b", 2, 1).await;
+    // Both attached before the stop: a root with nothing below would finish on the drain at once.
+    assert!(a.recv().await.is_some() && b.recv().await.is_some());
     h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
     let t0 = Instant::now();
     h.stop.take().unwrap().send(()).unwrap();
@@ -1154,6 +1156,25 @@ async fn a_leaf_drained_before_the_start_drops_its_held_dumps_counted_and_finish
             assert_eq!(st.rank_dumps_dropped, 3);
             break;
         }
+    }
+}
+
+/// A drain finishes a node with nothing below at once: an agent no rank attached to, a relay no child attached
+/// to. (They used to wait for a Fin from below that could not come, and the root's drain ran to its time-out.)
+#[tokio::test(start_paused = true)]
+async fn a_drain_finishes_a_node_with_nothing_below_at_once() {
+    let (role, _ranks_control) = leaf();
+    let mut leaf = start(role, 64);
+    leaf.open(1).await;
+    let mut relay = start(Relay, 8);
+    relay.open(1).await;
+    for h in [&mut leaf, &mut relay] {
+        let fin = tokio::time::timeout(Duration::from_millis(100), h.fin()).await;
+        assert!(fin.is_err(), "a Fin before the drain: {fin:?}");
+        h.input(control(control::Action::Drain(canopy_proto::v1::Drain {})))
+            .await;
+        let fin = tokio::time::timeout(Duration::from_millis(100), h.fin()).await;
+        assert_eq!(fin.expect("no Fin on the drain").rounds_end, 0);
     }
 }
 
