@@ -427,31 +427,38 @@ macro_rules! table_row {
                 )*
             }
 
-            fn insert() -> &'static str {
-                static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-                SQL.get_or_init(|| {
-                    $crate::table_row::insert_sql(
-                        <Self as $crate::table_row::TableRow>::TABLE,
-                        <Self as $crate::table_row::TableRow>::columns(),
-                    )
-                })
-            }
-
-            fn upsert() -> &'static str {
-                static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-                SQL.get_or_init(|| {
-                    $crate::table_row::upsert_sql(
-                        <Self as $crate::table_row::TableRow>::TABLE,
-                        <Self as $crate::table_row::TableRow>::columns(),
-                        <Self as $crate::table_row::TableRow>::KEY,
-                    )
-                })
-            }
+            $crate::table_row::statements!();
         }
     };
 }
 
-pub(crate) use {codec, table_row};
+/// A row type's [`TableRow::insert`] and [`TableRow::upsert`], each built once from its columns.
+macro_rules! statements {
+    () => {
+        fn insert() -> &'static str {
+            static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            SQL.get_or_init(|| {
+                $crate::table_row::insert_sql(
+                    <Self as $crate::table_row::TableRow>::TABLE,
+                    <Self as $crate::table_row::TableRow>::columns(),
+                )
+            })
+        }
+
+        fn upsert() -> &'static str {
+            static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            SQL.get_or_init(|| {
+                $crate::table_row::upsert_sql(
+                    <Self as $crate::table_row::TableRow>::TABLE,
+                    <Self as $crate::table_row::TableRow>::columns(),
+                    <Self as $crate::table_row::TableRow>::KEY,
+                )
+            })
+        }
+    };
+}
+
+pub(crate) use {codec, statements, table_row};
 
 #[cfg(test)]
 mod tests;

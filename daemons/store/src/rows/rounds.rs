@@ -9,7 +9,7 @@ use rusqlite::Row;
 
 use crate::Table;
 use crate::rounds::{MissingCounts, column_since};
-use crate::table_row::{self, Codec, Column, Plain, TableRow, Update, Value, next};
+use crate::table_row::{Codec, Column, Plain, TableRow, Update, Value, next, statements};
 use crate::words::{Word, missing_column};
 
 /// One row of `rounds`: a round's coverage, the pieces of a don't-wait round added up in it.
@@ -198,15 +198,7 @@ impl TableRow for RoundRow {
         ]);
     }
 
-    fn insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE, Self::columns()))
-    }
-
-    fn upsert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE, Self::columns(), Self::KEY))
-    }
+    statements!();
 }
 
 impl TableRow for RoundAppRow {
@@ -255,13 +247,5 @@ impl TableRow for RoundAppRow {
         out.push(cell(&self.missing_reason));
     }
 
-    fn insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::insert_sql(Self::TABLE, Self::columns()))
-    }
-
-    fn upsert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| table_row::upsert_sql(Self::TABLE, Self::columns(), Self::KEY))
-    }
+    statements!();
 }
