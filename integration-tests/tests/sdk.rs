@@ -155,6 +155,10 @@ fn run_example(exe: &Path, timers: &[(&str, i64)], ranks: u32, iterations: i64) 
     assert_eq!(bytes, ranks as usize, "every rank's bytes_exchanged total");
 }
 
+/// The drain of a tree whose ranks the test killed (not finished): nothing can deliver their rounds, so the
+/// front-end waits out the drain's time-out; these tests keep it short.
+const KILLED_RANKS_DRAIN_MS: &str = "2000";
+
 #[test]
 fn the_c_example_on_8_processes_reports_every_timer_with_exact_call_counts() {
     let dir = tempfile::tempdir().unwrap();
@@ -327,7 +331,15 @@ fn max_round(store: &Path) -> i64 {
 fn control_changes_the_next_dumps_of_real_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough,stats"]);
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--streams",
+            "passthrough,stats",
+            "--drain-timeout-ms",
+            KILLED_RANKS_DRAIN_MS,
+        ],
+    );
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
     wait_socket(&socket, &mut agent);
@@ -1091,7 +1103,14 @@ fn a_detail_request_makes_its_ranks_ship_their_trace_and_modules_switch_from_the
     // The front-end's configuration puts the trace module in force on every rank from the start.
     let (mut fe, addr, store) = start_frontend(
         dir.path(),
-        &["--streams", "passthrough", "--modules", "profile,trace"],
+        &[
+            "--streams",
+            "passthrough",
+            "--modules",
+            "profile,trace",
+            "--drain-timeout-ms",
+            KILLED_RANKS_DRAIN_MS,
+        ],
     );
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
@@ -1454,7 +1473,15 @@ fn in_force(store: &Path, want: &Reported) {
 fn each_application_in_one_tree_runs_its_own_options() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(dir.path(), &["--streams", "passthrough,stats"]);
+    let (mut fe, addr, store) = start_frontend(
+        dir.path(),
+        &[
+            "--streams",
+            "passthrough,stats",
+            "--drain-timeout-ms",
+            KILLED_RANKS_DRAIN_MS,
+        ],
+    );
     let socket = dir.path().join("agent.sock");
     let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
     wait_socket(&socket, &mut agent);
