@@ -52,7 +52,9 @@ fn open_tempdir() -> tempfile::TempDir {
 #[test]
 fn two_users_on_one_socket_neither_join_nor_take_each_others_applications() {
     let dir = open_tempdir();
-    let (mut fe, fe_addr, store) = start_frontend(dir.path(), &["--streams", "stats"]);
+    // Its ranks are dropped, not finished, before the tree stops: the drain waits out its time-out, kept short.
+    let (mut fe, fe_addr, store) =
+        start_frontend(dir.path(), &["--streams", "stats", "--drain-timeout-ms", "2000"]);
     let socket = dir.path().join("run").join("agent.sock");
     let agent = shared_agent(dir.path(), &fe_addr, &socket, &[]);
 
