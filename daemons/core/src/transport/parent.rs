@@ -285,10 +285,8 @@ impl ParentLink {
                 msg: Some(up_message::Msg::Hello(hello)),
             })
             .await;
-        let refused_or_lost = |s: tonic::Status, what: String| match is_refusal(s.code()) {
-            true => SessionEnd::Refused(s.message().to_string()),
-            false => SessionEnd::lost(false, what),
-        };
+        let returning = !sessions.last_parent.is_empty();
+        let refused_or_lost = |s: tonic::Status, what: String| SessionEnd::of_error(&s, what, returning);
         let response = client.attach(ReceiverStream::new(rx)).await.map_err(|s| {
             let what = format!("{}: {}", s.code(), s.message());
             refused_or_lost(s, what)
@@ -499,6 +497,44 @@ impl SessionEnd {
             reason: reason.into(),
         }
     }
+
+    /// How an attach the parent answered with an error ends. A refusal ends the link (another protocol, another
+    /// run, a duplicate id), but a node `returning` to the tree whose id the parent still holds is not a duplicate:
+    /// its old connection has not been given up there yet (a parent that was stopped, or slow to read, sees the
+    /// new attach before the old stream's end), so it tries again, as after any lost attempt.
+    fn of_error(s: &tonic::Status, what: String, returning: bool) -> Self {
+        match (is_refusal(s.code()), s.code()) {
+            (true, tonic::Code::AlreadyExists) if returning => SessionEnd::lost(false, what),
+            (true, _) => SessionEnd::Refused(s.message().to_string()),
+            (false, _) => SessionEnd::lost(false, what),
+        }
+    }
 }
 
 pub use canopy_runtime::tls_hint::error_chain;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A duplicate id ends a first attach, but a returning node tries again: its parent still holds the old
+    /// connection it has not seen end. Other refusals end the link either way.
+    #[test]
+    fn a_returning_node_whose_id_is_still_held_tries_again() {
+        let held = tonic::Status::already_exists("node id relay-0 is already attached to frontend");
+        let first = SessionEnd::of_error(&held, "held".into(), false);
+        assert!(matches!(first, SessionEnd::Refused(ref m) if m.contains("already attached")));
+        let back = SessionEnd::of_error(&held, "held".into(), true);
+        assert!(matches!(back, SessionEnd::Lost { attached: false, .. }));
+        let version = tonic::Status::failed_precondition("protocol version mismatch");
+        assert!(matches!(
+            SessionEnd::of_error(&version, String::new(), true),
+            SessionEnd::Refused(_)
+        ));
+        let down = tonic::Status::unavailable("connection refused");
+        assert!(matches!(
+            SessionEnd::of_error(&down, "down".into(), false),
+            SessionEnd::Lost { .. }
+        ));
+    }
+}
