@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use canopy_proto::filters::v1::Metric;
 use canopy_store::{Kind, Select, StoreReader, Table as StoreTable, TableRow, Value, Word};
 
 use super::table::{Data, Table};
@@ -165,23 +164,28 @@ fn stored<R: TableRow>(src: &Source<'_>, name: &'static str, rows: &[R]) -> Tabl
             _ => Data::Int(Vec::with_capacity(rows.len())),
         })
         .collect();
+    // A metric column's units, beside its words.
+    let mut units: Vec<Vec<Option<String>>> = columns.iter().map(|_| Vec::new()).collect();
     let mut cells = Vec::with_capacity(columns.len());
     for row in rows {
         cells.clear();
         row.cells(&mut cells);
-        for (cell, column) in cells.iter().zip(&mut data) {
+        for ((cell, column), unit) in cells.iter().zip(&mut data).zip(&mut units) {
             match (cell, column) {
                 (Value::Int(v), Data::Int(out)) => out.push(*v),
                 (Value::Float(v), Data::Float(out)) => out.push(*v),
                 (Value::Text(v), Data::Text(out)) => out.push(v.map(str::to_string)),
-                (Value::Metric(m), Data::Text(out)) => out.push(Some(m.word().to_string())),
+                (Value::Metric(m), Data::Text(out)) => {
+                    out.push(Some(m.word().to_string()));
+                    unit.push(Some(metric_unit(*m).to_string()));
+                }
                 (Value::Blob(_), Data::Int(out)) => out.push(None),
                 (cell, _) => unreachable!("{name}: a {cell:?} in a column of another kind"),
             }
         }
     }
     let mut table = Table::new(name);
-    for (c, values) in columns.iter().zip(data) {
+    for ((c, values), units) in columns.iter().zip(data).zip(units) {
         let nullable = c.nullable || c.kind == Kind::Float;
         match c.kind {
             Kind::Blob => continue,
@@ -203,19 +207,6 @@ fn stored<R: TableRow>(src: &Source<'_>, name: &'static str, rows: &[R]) -> Tabl
                     .column(named, nullable, Data::Text(names));
             }
             Kind::Metric => {
-                let units = match &values {
-                    Data::Text(words) => words
-                        .iter()
-                        .map(|w| {
-                            let metric = w
-                                .as_deref()
-                                .and_then(Metric::from_word)
-                                .unwrap_or(Metric::Unspecified);
-                            Some(metric_unit(metric).to_string())
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
                 table = table
                     .column(c.export, false, values)
                     .column("unit", false, Data::Text(units));
