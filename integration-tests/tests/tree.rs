@@ -1029,7 +1029,14 @@ async fn control_from_the_root_stops_and_starts_collection_and_closes_a_stream()
     let one = reader(&store).rounds(Select::all().stream(1)).unwrap();
     let (first, last) = (one.first().unwrap().round, one.last().unwrap().round);
     assert_eq!(last - first + 1, one.len() as u64, "stream 1's rounds have a gap");
-    assert_eq!(one.iter().filter(|r| r.covered != 8).count(), 0);
+    // Every round whole; on the drain one agent may dump a last round after the other stopped, whose 4 ranks then
+    // count as stopped, nothing else.
+    let (last, rest) = one.split_last().unwrap();
+    assert_eq!(rest.iter().filter(|r| r.covered != 8).count(), 0, "{rest:?}");
+    assert!(
+        last.covered == 8 || (last.covered == 4 && last.missing.get(MissingReason::Stopped) == 4),
+        "{last:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
