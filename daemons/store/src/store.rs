@@ -30,6 +30,10 @@ pub const ENDED: &str = "ended_unix_ns";
 /// did not start; SQLite's default of 1000 would stall a round every few seconds at 64 ranks.
 const WRITER_AUTOCHECKPOINT_PAGES: u32 = 16_384;
 
+/// What a commit adds to the WAL besides a round's payload and rows: the pages of its `rounds` row and indexes,
+/// as the background checkpoints count it.
+const COMMIT_BYTES: u64 = 4096;
+
 /// The payload of a round, as the stream's filter left it.
 #[derive(Debug, Clone, Copy)]
 pub enum Payload<'a> {
@@ -238,6 +242,7 @@ impl Store {
         rows: Option<Rows<'_>>,
     ) -> Result<(), StoreError> {
         let batch = decode(rec.stream_id, rec.round, payload)?;
+        let rows_given = rows.is_some();
         let late_first = self.late_before_row.remove(&(rec.stream_id, rec.round));
         let (excess, rows) = self.in_transaction(|tx| {
             let ranks_over = rounds::upsert(tx, rec, payload.len())?;
@@ -247,6 +252,8 @@ impl Store {
             write_payload(tx, rec.stream_id, rec.round, payload, batch.as_ref(), false)?;
             Ok((ranks_over, write_rows(tx, rec.stream_id, rec.round, rows, false)?))
         })?;
+        // The payload is stored, and again as the rows of a tabulated result.
+        self.wrote(payload.len() as u64 * (1 + u64::from(rows_given)));
         if excess > 0 {
             tracing::warn!(
                 stream_id = rec.stream_id,
@@ -282,12 +289,14 @@ impl Store {
         rows: Option<Rows<'_>>,
     ) -> Result<(), StoreError> {
         let batch = decode(stream_id, round, payload)?;
+        let rows_given = rows.is_some();
         let now = now_unix_ns();
         let (has_row, rows) = self.in_transaction(|tx| {
             let has_row = rounds::add_late(tx, stream_id, round, ranks, bytes, now)?;
             write_payload(tx, stream_id, round, payload, batch.as_ref(), true)?;
             Ok((has_row, write_rows(tx, stream_id, round, rows, true)?))
         })?;
+        self.wrote(payload.len() as u64 * (1 + u64::from(rows_given)));
         if !has_row {
             // The round's result is still being finalized (its row comes next), or an earlier run of this root
             // closed it: late_arrivals has the packet, and a row written later counts it.
@@ -470,7 +479,16 @@ impl Store {
             tx.commit()?;
             Ok(value)
         };
-        run(&mut self.conn).map_err(self.sqlite())
+        let value = run(&mut self.conn).map_err(self.sqlite())?;
+        self.wrote(COMMIT_BYTES);
+        Ok(value)
+    }
+
+    /// Counts what a commit added to the WAL, for the background checkpoints.
+    fn wrote(&self, bytes: u64) {
+        if let Some(c) = &self.checkpointer {
+            c.wrote(bytes);
+        }
     }
 
     fn sqlite(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
