@@ -1,7 +1,8 @@
 //! `canopy-bench latency`: where a round's latency goes, hop by hop. A tree runs as separate processes
 //! (`canopy up`) at a light rate with the latency account on (`CANOPY_LOG=canopy::latency=debug`); every node
 //! logs, in microseconds since the round's first dump, when a child's packet was read off its stream and
-//! handled, when the round closed and was filtered, and when its packet was handed to the parent's stream.
+//! handled, when the round closed and was filtered, and when its packet was handed to the parent's stream; the
+//! root, when it handed the finalized round to the store's writer; the store, when the writer took it up.
 //! Each step is taken at the last node of its level to reach it (the one the level above waits for), and the
 //! table gives its median over the rounds.
 
@@ -43,14 +44,32 @@ pub fn run(shape: &Shape, topology: Option<&Path>, repeats: usize) -> anyhow::Re
         cmd.env("CANOPY_LOG", format!("{}=debug,info", canopy_core::LATENCY));
         processes::finish(&mut cmd)?;
         let events = read_logs(&dir.path().join("logs"))?;
+        let stored = stored_latency(&dir.path().join("latest.sqlite"))?;
         // Every step is logged by every node: one missing from all the logs means the lines changed.
-        for what in ["packet read", "packet in", "closed", "filtered", "packet out"] {
+        for what in [
+            "packet read",
+            "packet in",
+            "closed",
+            "filtered",
+            "packet out",
+            "finalized",
+        ] {
             anyhow::ensure!(
                 events.iter().any(|e| e.what == what),
                 "no `{what}` step in the nodes' latency account: the log lines and this reader disagree"
             );
         }
-        for (key, (label, median)) in account(&events) {
+        let mut account = account(&events);
+        let top = account.keys().map(|&(level, _)| level).max().unwrap_or(0);
+        account.insert(
+            (top, 6),
+            (
+                "front-end: taken by the store writer (the round's `closed_unix_ns`, where the peer kit's latency ends)"
+                    .to_string(),
+                stored,
+            ),
+        );
+        for (key, (label, median)) in account {
             steps
                 .entry(key)
                 .or_insert_with(|| (label, Vec::new()))
@@ -69,6 +88,24 @@ pub fn run(shape: &Shape, topology: Option<&Path>, repeats: usize) -> anyhow::Re
         before = m;
     }
     Ok(())
+}
+
+/// The median over a run's rounds of the time from the round's first dump to the store writer taking it up (the
+/// `rounds` table's `closed_unix_ns`), in microseconds.
+fn stored_latency(store: &Path) -> anyhow::Result<f64> {
+    let conn = rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("cannot open the run's store {}", store.display()))?;
+    let mut st = conn.prepare(
+        "SELECT (closed_unix_ns - first_dump_unix_ns) / 1000.0 FROM rounds
+         WHERE first_dump_unix_ns > 0 AND closed_unix_ns >= first_dump_unix_ns",
+    )?;
+    let us: Vec<f64> = st.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    anyhow::ensure!(
+        !us.is_empty(),
+        "no round with its first dump and its closing in {}",
+        store.display()
+    );
+    Ok(stats(us).0)
 }
 
 /// The latency events in every log of a run's directory.
@@ -94,6 +131,7 @@ fn parse_line(line: &str) -> Vec<Event> {
         "round closed",
         "round filtered",
         "packet out",
+        "round finalized",
     ]
     .into_iter()
     .find_map(|w| rest.strip_prefix(w).map(|f| (w, f))) else {
@@ -104,7 +142,8 @@ fn parse_line(line: &str) -> Vec<Event> {
         .filter_map(|kv| kv.split_once('='))
         .collect();
     let num = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok());
-    if num("phase") != Some(0) {
+    // A round is finalized at the root from its last phase; every other step is taken in its first.
+    if num("phase") != Some(0) && what != "round finalized" {
         return Vec::new();
     }
     let Some(round) = num("round") else {
@@ -139,6 +178,9 @@ fn parse_line(line: &str) -> Vec<Event> {
         "round filtered" => num("filtered_ns")
             .map(|f| vec![event("filtered", f)])
             .unwrap_or_default(),
+        "round finalized" => num("at_ns")
+            .map(|at| vec![event("finalized", at)])
+            .unwrap_or_default(),
         _ => num("at_ns").map(|at| vec![event(what, at)]).unwrap_or_default(),
     }
 }
@@ -172,6 +214,7 @@ fn account(events: &[Event]) -> BTreeMap<(usize, usize), (String, f64)> {
             "packet in" => 1,
             "closed" => 2,
             "filtered" => 3,
+            "finalized" => 5,
             _ => 4,
         };
         let at_us = e.at_ns.saturating_sub(origin[&e.round]) / 1000;
@@ -197,6 +240,7 @@ fn account(events: &[Event]) -> BTreeMap<(usize, usize), (String, f64)> {
                 (_, 1) => "last child's packet handled by the node",
                 (_, 2) => "round closed",
                 (_, 3) => "filtered",
+                (_, 5) => "finalized, handed to the store writer",
                 _ => "packet handed to the parent's stream",
             };
             let (m, _, _) = stats(values);
@@ -256,6 +300,9 @@ mod tests {
         assert!(parse_line(&read.replace("phase=0", "phase=2")).is_empty());
         assert!(parse_line(&read.replace(" first_dump_ns=7", "")).is_empty());
         assert!(parse_line("… INFO canopy_core: attached to parent").is_empty());
+        // The root finalizes a round from its last phase: that step is read whatever the phase.
+        let finalized = "… DEBUG canopy::latency: round finalized node=localhost:0 round=5 phase=2 first_dump_ns=7 at_ns=900";
+        assert_eq!(parse_line(finalized)[0].what, "finalized");
     }
 
     /// Two leaves under a relay under the front-end: each step is the later of the level's nodes, a packet

@@ -179,6 +179,8 @@ impl Position for Root {
             let announced = node.announced_below();
             node.position.count_absent(&mut result.coverage, announced);
         }
+        tracing::debug!(target: crate::LATENCY, node = %node.id, round = result.round, phase = result.phase,
+            first_dump_ns = result.first_dump_unix_ns, at_ns = crate::node::unix_ns(), "round finalized");
         node.position.opts.sink.result(result).await;
     }
 
