@@ -10,13 +10,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use canopy_integration_tests::{
-    Select, bin_dir, build_c_example, ids_named, read_rounds, reader, start_frontend, start_socket_agent,
-    wait_for, wait_socket,
+    Proc, Select, bin_dir, build_c_example, ids_named, read_rounds, reader, start_frontend,
+    start_socket_agent, wait_for, wait_socket,
 };
 use canopy_proto::filters::v1::Metric;
 use canopy_proto::v1::MissingReason;
@@ -158,6 +158,22 @@ fn run_example(exe: &Path, timers: &[(&str, i64)], ranks: u32, iterations: i64) 
 /// The drain of a tree whose ranks the test killed (not finished): nothing can deliver their rounds, so the
 /// front-end waits out the drain's time-out; these tests keep it short.
 const KILLED_RANKS_DRAIN_MS: &str = "2000";
+
+/// A front-end (with `extra` and the short drain of [`KILLED_RANKS_DRAIN_MS`]) and one socket agent under it,
+/// its socket up: the tree of the tests whose ranks are killed. Returns the front-end, its address, the agent,
+/// the store and the agent's socket.
+fn killed_ranks_tree(dir: &Path, extra: &[&str]) -> (Proc, String, Proc, PathBuf, PathBuf) {
+    let args: Vec<&str> = extra
+        .iter()
+        .copied()
+        .chain(["--drain-timeout-ms", KILLED_RANKS_DRAIN_MS])
+        .collect();
+    let (fe, addr, store) = start_frontend(dir, &args);
+    let socket = dir.join("agent.sock");
+    let mut agent = start_socket_agent(dir, "agent-0", &addr, &socket);
+    wait_socket(&socket, &mut agent);
+    (fe, addr, agent, store, socket)
+}
 
 #[test]
 fn the_c_example_on_8_processes_reports_every_timer_with_exact_call_counts() {
@@ -331,18 +347,8 @@ fn max_round(store: &Path) -> i64 {
 fn control_changes_the_next_dumps_of_real_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(
-        dir.path(),
-        &[
-            "--streams",
-            "passthrough,stats",
-            "--drain-timeout-ms",
-            KILLED_RANKS_DRAIN_MS,
-        ],
-    );
-    let socket = dir.path().join("agent.sock");
-    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
-    wait_socket(&socket, &mut agent);
+    let (mut fe, addr, _agent, store, socket) =
+        killed_ranks_tree(dir.path(), &["--streams", "passthrough,stats"]);
     let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &[]);
     wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
     // Each change reaches a rank at its next dump, which may be up to a window of rounds ahead of the last stored
@@ -1101,20 +1107,10 @@ fn a_detail_request_makes_its_ranks_ship_their_trace_and_modules_switch_from_the
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
     // The front-end's configuration puts the trace module in force on every rank from the start.
-    let (mut fe, addr, store) = start_frontend(
+    let (mut fe, addr, _agent, store, socket) = killed_ranks_tree(
         dir.path(),
-        &[
-            "--streams",
-            "passthrough",
-            "--modules",
-            "profile,trace",
-            "--drain-timeout-ms",
-            KILLED_RANKS_DRAIN_MS,
-        ],
+        &["--streams", "passthrough", "--modules", "profile,trace"],
     );
-    let socket = dir.path().join("agent.sock");
-    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
-    wait_socket(&socket, &mut agent);
     let mut ranks = start_ranks(dir.path(), &exe, &socket, 4, &["100000", "16", "5000"], &[]);
     wait_for("10 rounds", Duration::from_secs(20), || max_round(&store) >= 10);
     // A change reaches every rank within a few rounds (5 ms each); the checks look at rounds well after it.
@@ -1473,18 +1469,8 @@ fn in_force(store: &Path, want: &Reported) {
 fn each_application_in_one_tree_runs_its_own_options() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_c_example(dir.path(), false);
-    let (mut fe, addr, store) = start_frontend(
-        dir.path(),
-        &[
-            "--streams",
-            "passthrough,stats",
-            "--drain-timeout-ms",
-            KILLED_RANKS_DRAIN_MS,
-        ],
-    );
-    let socket = dir.path().join("agent.sock");
-    let mut agent = start_socket_agent(dir.path(), "agent-0", &addr, &socket);
-    wait_socket(&socket, &mut agent);
+    let (mut fe, addr, _agent, store, socket) =
+        killed_ranks_tree(dir.path(), &["--streams", "passthrough,stats"]);
     // A simulation and an in-situ analysis, three ranks each, against one agent.
     let mut ranks = Vec::new();
     for app in ["sim", "analysis"] {
