@@ -237,7 +237,7 @@ impl Row {
 
     /// `merge(&Row::single(v, at), before)` bit for bit, with the constants of a single value folded in:
     /// the leaf's one operation per value.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add_one(
         &mut self,
         v: f64,
@@ -250,7 +250,9 @@ impl Row {
         }
         // merge_moments with nb = 1 and m2b = 0: `delta * 1.0` and `m2 + 0.0` change no bit (m2 is never
         // -0.0: it starts at +0.0 and grows by squares).
-        let na = self.count as f64;
+        // Through i64, one instruction rather than the several of an unsigned conversion, and the same value:
+        // a leaf's count, one per value, is far below 2^63.
+        let na = self.count as i64 as f64;
         let n = na + 1.0;
         let delta = v - self.mean;
         self.count = self.count.saturating_add(1);

@@ -21,6 +21,20 @@ use crate::sketch::{Sketch, Spec};
 use crate::sketch_columns;
 use crate::summary::BuildKeyHasher;
 
+/// One rank's values going into a fold, as [`crate::metrics::extract_view`] hands them over: [`Fold::feed`].
+pub struct Feed<'f> {
+    fold: &'f mut Fold,
+    at: RankAt,
+}
+
+impl crate::metrics::Sink for Feed<'_> {
+    /// Inlined at each of the reader's calls (a closure is not): it runs for every value of every rank.
+    #[inline(always)]
+    fn value(&mut self, key: Key, v: f64) {
+        self.fold.add(&mut self.at, key, v);
+    }
+}
+
 /// Where a rank's values go: its application's index and its number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RankAt {
@@ -44,12 +58,13 @@ pub struct Fold {
     slots: Vec<u32>,
     rows: Vec<Row>,
     apps: Vec<String>,
-    /// The row the value at each position went to, for the last rank of slot `active` that reached that
-    /// position: the positions of the slot in use, at hand for every value.
-    by_position: Vec<u32>,
+    /// The key and row of the value at each position, for the last rank of slot `active` that reached that
+    /// position: the positions of the slot in use, at hand for every value (the key beside the row, so a
+    /// value's test reads one entry).
+    by_position: Vec<(Key, u32)>,
     active: u32,
     /// The other slots' positions, kept while another is active (the active slot's entry is empty).
-    parked: Vec<Vec<u32>>,
+    parked: Vec<Vec<(Key, u32)>>,
     /// With quantiles: the spec, and one sketch per row. Sketches outlive rounds (only the first
     /// `rows.len()` are in use) so their bins are reused.
     sketch: Option<Spec>,
@@ -125,10 +140,16 @@ impl Fold {
         }
     }
 
+    /// Starts a rank's values, to be fed as [`crate::metrics::extract_view`] reads them.
+    pub fn feed(&mut self, app: &str, rank: u32) -> Feed<'_> {
+        let at = self.rank(app, rank);
+        Feed { fold: self, at }
+    }
+
     /// Adds one value of the rank `at` to its key's row, as [`crate::summary::add_value`] does, and returns the
     /// row: rows are numbered from 0 in the order keys (per application, when broken down) first appear in the
     /// round.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, at: &mut RankAt, key: Key, v: f64) -> u32 {
         let pos = at.next;
         at.next += 1;
@@ -138,13 +159,13 @@ impl Fold {
             self.activate(at.slot);
         }
         let row = match self.by_position.get(pos) {
-            Some(&row) if self.keys[row as usize] == key => row,
+            Some(&(k, row)) if k == key => row,
             _ => {
                 let row = self.row_of(at.slot as usize, key);
                 if pos < self.by_position.len() {
-                    self.by_position[pos] = row;
+                    self.by_position[pos] = (key, row);
                 } else {
-                    self.by_position.push(row);
+                    self.by_position.push((key, row));
                 }
                 row
             }
@@ -440,7 +461,8 @@ mod tests {
             }
         }
         assert_eq!(fold.index[0].len(), 4);
-        assert_eq!(fold.by_position, vec![0, 1, 2, 3]);
+        let rows: Vec<u32> = fold.by_position.iter().map(|&(_, row)| row).collect();
+        assert_eq!(rows, vec![0, 1, 2, 3]);
         let mut out = StatsColumns::default();
         fold.to_columns(0, &mut out);
         assert_eq!(out.count, vec![3; 4]);

@@ -150,18 +150,30 @@ pub fn each_value(profile: &RankProfile, values: Values, metric: Metric, mut f: 
     }
 }
 
+/// Where [`extract_view`] sends each value.
+pub trait Sink {
+    fn value(&mut self, key: Key, v: f64);
+}
+
+impl<F: FnMut(Key, f64)> Sink for F {
+    #[inline]
+    fn value(&mut self, key: Key, v: f64) {
+        self(key, v)
+    }
+}
+
 /// As `extract`, for a profile read by `stream`: calls `f` with each sample, in the same order.
 pub fn extract_view(
     p: &crate::stream::ProfileView<'_>,
     buffers: &crate::stream::Buffers,
     values: Values,
-    mut f: impl FnMut(Key, f64),
+    f: &mut impl Sink,
 ) {
     let reports = |bit: u32| p.metrics == 0 || p.metrics & (1 << bit) != 0;
     let (calls_on, incl_on, excl_on, counters_on) = (reports(0), reports(1), reports(2), reports(3));
     let mut emit = |key: Key, v: f64| {
         if v.is_finite() {
-            f(key, v)
+            f.value(key, v)
         }
     };
     for e in &buffers.events[p.events.clone()] {

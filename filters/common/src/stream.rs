@@ -191,41 +191,42 @@ fn skip(buf: &mut &[u8], wt: WireType, tag: u32) -> Result<(), String> {
     skip_field(wt, tag, buf, DecodeContext::default()).map_err(err)
 }
 
-/// A fixed64 field with one-byte key `key` at the front of `buf`, read and passed; `None` (nothing read) if
-/// the front is anything else.
+/// A fixed64 field with one-byte key `key` at `buf[*at]`, read and passed; `None` (nothing read) if what is
+/// there is anything else. The position is a local index, not the slice itself, so the reader keeps it in a
+/// register.
 #[inline(always)]
-fn fixed_with_key(buf: &mut &[u8], key: u8) -> Option<u64> {
-    match buf {
-        [k, b0, b1, b2, b3, b4, b5, b6, b7, rest @ ..] if *k == key => {
-            let v = u64::from_le_bytes([*b0, *b1, *b2, *b3, *b4, *b5, *b6, *b7]);
-            *buf = rest;
-            Some(v)
-        }
-        _ => None,
+fn fixed_at(buf: &[u8], at: &mut usize, key: u8) -> Option<u64> {
+    let i = *at;
+    if i + 9 <= buf.len() && buf[i] == key {
+        let v = u64::from_le_bytes(buf[i + 1..i + 9].try_into().expect("8 bytes"));
+        *at = i + 9;
+        Some(v)
+    } else {
+        None
     }
 }
 
-/// A varint field with one-byte key `key` at the front of `buf`, read and passed (values of one or two bytes
-/// without a call); `Ok(None)` (nothing read) if the front is anything else.
+/// A varint field with one-byte key `key` at `buf[*at]`, read and passed (values of one or two bytes without a
+/// call); `Ok(None)` (nothing read) if what is there is anything else.
 #[inline(always)]
-fn varint_with_key(buf: &mut &[u8], key: u8) -> Result<Option<u64>, String> {
-    match buf {
-        [k, b, rest @ ..] if *k == key && *b < 0x80 => {
-            let v = u64::from(*b);
-            *buf = rest;
-            Ok(Some(v))
-        }
-        [k, b0, b1, rest @ ..] if *k == key && *b1 < 0x80 => {
-            let v = u64::from(*b0 & 0x7f) | (u64::from(*b1) << 7);
-            *buf = rest;
-            Ok(Some(v))
-        }
-        [k, ..] if *k == key => {
-            *buf = &buf[1..];
-            decode_varint(buf).map(Some).map_err(err)
-        }
-        _ => Ok(None),
+fn varint_at(buf: &[u8], at: &mut usize, key: u8) -> Result<Option<u64>, String> {
+    let i = *at;
+    if i + 2 > buf.len() || buf[i] != key {
+        return Ok(None);
     }
+    let b0 = buf[i + 1];
+    if b0 < 0x80 {
+        *at = i + 2;
+        return Ok(Some(u64::from(b0)));
+    }
+    if i + 3 <= buf.len() && buf[i + 2] < 0x80 {
+        *at = i + 3;
+        return Ok(Some(u64::from(b0 & 0x7f) | (u64::from(buf[i + 2]) << 7)));
+    }
+    let mut rest = &buf[i + 1..];
+    let v = decode_varint(&mut rest).map_err(err)?;
+    *at = buf.len() - rest.len();
+    Ok(Some(v))
 }
 
 /// Reads one `EventSample` and appends it to `into`'s events. It is filled where it lies in the vector: a view
@@ -252,33 +253,35 @@ fn read_event_into(
     // Writers put the fields in tag order with one-byte keys, leaving out the zeros: read them in that order,
     // each behind a test that predicts well, and leave whatever follows (another order, other fields or wire
     // types, longer keys) to the general loop, where a field seen again overrides, as protobuf says.
-    if let Some(v) = fixed_with_key(&mut buf, 0x09) {
+    let mut pos = 0;
+    if let Some(v) = fixed_at(buf, &mut pos, 0x09) {
         e.id = v;
     }
-    if let Some(v) = varint_with_key(&mut buf, 0x10)? {
+    if let Some(v) = varint_at(buf, &mut pos, 0x10)? {
         e.calls = v;
     }
-    if let Some(v) = varint_with_key(&mut buf, 0x18)? {
+    if let Some(v) = varint_at(buf, &mut pos, 0x18)? {
         e.subrs = v;
     }
-    if let Some(v) = fixed_with_key(&mut buf, 0x21) {
+    if let Some(v) = fixed_at(buf, &mut pos, 0x21) {
         e.incl_us = f64::from_bits(v);
     }
-    if let Some(v) = fixed_with_key(&mut buf, 0x29) {
+    if let Some(v) = fixed_at(buf, &mut pos, 0x29) {
         e.excl_us = f64::from_bits(v);
     }
-    if let Some(v) = varint_with_key(&mut buf, 0x30)? {
+    if let Some(v) = varint_at(buf, &mut pos, 0x30)? {
         e.calls_total = v;
     }
-    if let Some(v) = varint_with_key(&mut buf, 0x38)? {
+    if let Some(v) = varint_at(buf, &mut pos, 0x38)? {
         e.subrs_total = v;
     }
-    if let Some(v) = fixed_with_key(&mut buf, 0x41) {
+    if let Some(v) = fixed_at(buf, &mut pos, 0x41) {
         e.incl_total_us = f64::from_bits(v);
     }
-    if let Some(v) = fixed_with_key(&mut buf, 0x49) {
+    if let Some(v) = fixed_at(buf, &mut pos, 0x49) {
         e.excl_total_us = f64::from_bits(v);
     }
+    buf = &buf[pos..];
     while !buf.is_empty() {
         let (tag, wt) = decode_key(&mut buf).map_err(err)?;
         match tag {

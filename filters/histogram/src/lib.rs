@@ -15,8 +15,9 @@
 #![forbid(unsafe_code)]
 
 use canopy_filter_common::decode::Step;
-use canopy_filter_common::fold::Fold;
+use canopy_filter_common::fold::{Fold, RankAt};
 use canopy_filter_common::histogram::{self, HistMap, Samples};
+use canopy_filter_common::metrics::Key;
 use canopy_filter_common::rounds::Rounds;
 use canopy_filter_common::stream::Buffers;
 use canopy_filter_common::three_phase::{self, ThreePhase};
@@ -89,6 +90,23 @@ fn encode_packet(p: &HistogramPacket) -> Vec<u8> {
     out
 }
 
+/// A rank's values folded into the round's summaries and kept for binning.
+struct Keep<'a> {
+    fold: &'a mut Fold,
+    at: RankAt,
+    samples: &'a mut Samples,
+    app: &'a str,
+}
+
+impl metrics::Sink for Keep<'_> {
+    /// Inlined at each of the reader's calls: it runs for every value of every rank.
+    #[inline(always)]
+    fn value(&mut self, key: Key, v: f64) {
+        let row = self.fold.add(&mut self.at, key, v);
+        self.samples.add(row, self.app, key, v);
+    }
+}
+
 impl ThreePhase for HistogramFilter {
     const PACKET: &'static str = PACKET;
     type Packet = HistogramPacket;
@@ -123,12 +141,15 @@ impl ThreePhase for HistogramFilter {
                 samples.clear();
             }
             Step::Profile(p, views) => {
-                let mut at = fold.rank(p.app, p.rank);
+                let at = fold.rank(p.app, p.rank);
                 let app = if by_app { p.app } else { "" };
-                metrics::extract_view(p, views, values, |key, v| {
-                    let row = fold.add(&mut at, key, v);
-                    samples.add(row, app, key, v);
-                });
+                let mut keep = Keep {
+                    fold: &mut *fold,
+                    at,
+                    samples: &mut samples,
+                    app,
+                };
+                metrics::extract_view(p, views, values, &mut keep);
             }
         });
         let mut summaries = StatsColumns::default();

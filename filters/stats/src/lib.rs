@@ -59,10 +59,7 @@ impl OnePhase for StatsFilter {
         let raw_bytes = decode::each_profile(inputs, &mut self.buffers, out, |step| match step {
             Step::Start => fold.clear(),
             Step::Profile(p, buffers) => {
-                let mut at = fold.rank(p.app, p.rank);
-                metrics::extract_view(p, buffers, values, |key, v| {
-                    fold.add(&mut at, key, v);
-                });
+                metrics::extract_view(p, buffers, values, &mut fold.feed(p.app, p.rank));
             }
         });
         self.fold.to_columns(raw_bytes, &mut self.merged);
