@@ -21,14 +21,14 @@ use crate::sketch::{Sketch, Spec};
 use crate::sketch_columns;
 use crate::summary::BuildKeyHasher;
 
-/// One rank's values going into a fold, as [`crate::metrics::extract_view`] hands them over: [`Fold::feed`].
+/// One rank's values going into a fold as [`crate::metrics::extract_view`] reads them; made by [`Fold::feed`].
 pub struct Feed<'f> {
     fold: &'f mut Fold,
     at: RankAt,
 }
 
 impl crate::metrics::Sink for Feed<'_> {
-    /// Inlined at each of the reader's calls (a closure is not): it runs for every value of every rank.
+    /// Inlined wherever the reader hands over a value: it runs for every value of every rank.
     #[inline(always)]
     fn value(&mut self, key: Key, v: f64) {
         self.fold.add(&mut self.at, key, v);

@@ -150,19 +150,15 @@ pub fn each_value(profile: &RankProfile, values: Values, metric: Metric, mut f: 
     }
 }
 
-/// Where [`extract_view`] sends each value.
+/// Where [`extract_view`] sends each value. A type of its own rather than a closure, so that its `value` can be
+/// marked `#[inline(always)]`: the fold behind it runs for every value of every rank, and a closure called from
+/// the reader's several places was kept out of line.
 pub trait Sink {
+    /// Takes one sample: its key and its value, which is finite.
     fn value(&mut self, key: Key, v: f64);
 }
 
-impl<F: FnMut(Key, f64)> Sink for F {
-    #[inline]
-    fn value(&mut self, key: Key, v: f64) {
-        self(key, v)
-    }
-}
-
-/// As `extract`, for a profile read by `stream`: calls `f` with each sample, in the same order.
+/// As `extract`, for a profile read by `stream`: hands each sample to `f`, in the same order.
 pub fn extract_view(
     p: &crate::stream::ProfileView<'_>,
     buffers: &crate::stream::Buffers,

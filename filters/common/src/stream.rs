@@ -207,7 +207,8 @@ fn fixed_at(buf: &[u8], at: &mut usize, key: u8) -> Option<u64> {
 }
 
 /// A varint field with one-byte key `key` at `buf[*at]`, read and passed (values of one or two bytes without a
-/// call); `Ok(None)` (nothing read) if what is there is anything else.
+/// call); `Ok(None)` (nothing read) if what is there is anything else, or the key with nothing after it (the
+/// general loop then reports the truncated field).
 #[inline(always)]
 fn varint_at(buf: &[u8], at: &mut usize, key: u8) -> Result<Option<u64>, String> {
     let i = *at;

@@ -91,15 +91,15 @@ fn encode_packet(p: &HistogramPacket) -> Vec<u8> {
 }
 
 /// A rank's values folded into the round's summaries and kept for binning.
-struct Keep<'a> {
+struct FoldAndKeep<'a> {
     fold: &'a mut Fold,
     at: RankAt,
     samples: &'a mut Samples,
     app: &'a str,
 }
 
-impl metrics::Sink for Keep<'_> {
-    /// Inlined at each of the reader's calls: it runs for every value of every rank.
+impl metrics::Sink for FoldAndKeep<'_> {
+    /// Inlined wherever the reader hands over a value: it runs for every value of every rank.
     #[inline(always)]
     fn value(&mut self, key: Key, v: f64) {
         let row = self.fold.add(&mut self.at, key, v);
@@ -143,7 +143,7 @@ impl ThreePhase for HistogramFilter {
             Step::Profile(p, views) => {
                 let at = fold.rank(p.app, p.rank);
                 let app = if by_app { p.app } else { "" };
-                let mut keep = Keep {
+                let mut keep = FoldAndKeep {
                     fold: &mut *fold,
                     at,
                     samples: &mut samples,
