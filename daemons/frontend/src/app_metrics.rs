@@ -262,6 +262,23 @@ mod tests {
         }
     }
 
+    /// A registry serving `m`'s series, its events named by `names`.
+    fn registry_of(
+        m: &Arc<AppMetrics>,
+        names: impl Fn() -> HashMap<u64, String> + Send + Sync + 'static,
+    ) -> prometheus_client::registry::Registry {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
+        registry.register_collector(m.collector(names));
+        registry
+    }
+
+    /// What a scrape of `registry` reads.
+    fn scrape(registry: &prometheus_client::registry::Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
     fn result(round: u64, stats: Vec<EventStats>, late: bool) -> RoundResult {
         RoundResult {
             stream: StreamSpec {
@@ -305,10 +322,8 @@ mod tests {
             "canopy.filters.v1.StatsResult",
         );
         let names = || HashMap::from([(1, "MPI_Allreduce".to_string()), (2, "MPI_Wait".to_string())]);
-        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
-        registry.register_collector(m.collector(names));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let registry = registry_of(&m, names);
+        let text = scrape(&registry);
         assert!(text.contains("canopy_app_round{stream=\"stats\"} 4"), "{text}");
         assert!(
             text.contains("canopy_app_coverage_ranks{stream=\"stats\",ranks=\"covered\"} 7"),
@@ -341,17 +356,14 @@ mod tests {
             "canopy.filters.v1.StatsResult",
         );
         let names = || HashMap::from([(1, "MPI_\"odd\"".to_string())]);
-        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
-        registry.register_collector(m.collector(names));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let registry = registry_of(&m, names);
+        let text = scrape(&registry);
         assert!(
             text.contains("app=\"x\\\"y\",event=\"MPI_\\\"odd\\\"\""),
             "{text}"
         );
         m.forget(0);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = scrape(&registry);
         assert!(!text.contains("canopy_app_round{"), "{text}");
     }
 
@@ -380,10 +392,8 @@ mod tests {
         let mut r = result(6, Vec::new(), false);
         r.payload = vec![0xff, 0xff, 0xff];
         m.note(&r, "canopy.filters.v1.StatsResult");
-        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
-        registry.register_collector(m.collector(HashMap::new));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let registry = registry_of(&m, HashMap::new);
+        let text = scrape(&registry);
         assert!(text.contains("canopy_app_round{stream=\"stats\"} 6"), "{text}");
         assert!(!text.contains("canopy_app_event"), "{text}");
     }
@@ -395,10 +405,8 @@ mod tests {
             &result(1, vec![event("a", 1, 1.0)], false),
             "canopy.filters.v1.StatsResult",
         );
-        let mut registry = prometheus_client::registry::Registry::with_prefix("canopy");
-        registry.register_collector(m.collector(HashMap::new));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let registry = registry_of(&m, HashMap::new);
+        let text = scrape(&registry);
         assert!(text.contains("canopy_app_round"), "{text}");
         assert!(!text.contains("canopy_app_event"), "{text}");
     }
