@@ -60,6 +60,8 @@ pub(crate) struct Leaf {
     pub(crate) highest_dumped: Option<u64>,
     /// Streams opened while the ranks dumped, waiting for their first round, and their dumps kept meanwhile.
     pub(crate) waiting: super::first_round::Waiting,
+    /// When the leaf's Fin may go once its ranks have finished.
+    pub(crate) fin_pace: super::fin_pace::FinPace,
 }
 
 /// What the leaf makes of a rank's event.
@@ -98,6 +100,7 @@ impl Leaf {
             window: None,
             highest_dumped: None,
             waiting: Default::default(),
+            fin_pace: Default::default(),
         }
     }
 

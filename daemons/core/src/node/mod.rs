@@ -12,6 +12,7 @@ mod children;
 mod control_state;
 mod credit;
 mod feed;
+mod fin_pace;
 mod first_round;
 mod from_children;
 mod from_parent;
@@ -269,6 +270,7 @@ impl<U: Up, P: Position> Node<U, P> {
             self.route.next_deadline(),
             self.streams.next_deadline(),
             self.position.deadline(),
+            self.leaf.as_ref().and_then(|leaf| leaf.fin_pace.deadline()),
         ]
         .into_iter()
         .flatten()
@@ -332,6 +334,15 @@ impl<U: Up, P: Position> Node<U, P> {
             && !self.streams.busy()
             && !holding;
         if self.fin_sent || !done {
+            if let Some(leaf) = &mut self.leaf {
+                leaf.fin_pace.release();
+            }
+            return;
+        }
+        // A leaf's Fin goes at the pace of its rounds, not during its last one (fin_pace.rs).
+        if let Some(leaf) = &mut self.leaf
+            && leaf.fin_pace.hold(Instant::now())
+        {
             return;
         }
         P::below_finished(self).await;

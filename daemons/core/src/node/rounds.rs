@@ -189,6 +189,9 @@ impl<U: Up, P: Position> Node<U, P> {
 
     pub(super) async fn on_closed(&mut self, c: Closed) {
         self.leaf_rounds_closed();
+        if let Some(leaf) = &mut self.leaf {
+            leaf.fin_pace.closed(c.key.round, Instant::now());
+        }
         let closed_ns = super::unix_ns();
         self.highest_closed = Some(self.highest_closed.map_or(c.key.round, |h| h.max(c.key.round)));
         // Arrivals that cover nothing and carry nothing (sampled-out ranks) count in coverage, not as inputs. The

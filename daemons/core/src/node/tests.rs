@@ -857,6 +857,48 @@ async fn a_leaf_holds_its_ranks_dumps_until_the_start_then_sends_them_round_by_r
     assert_eq!(h.fin().await.rounds_end, 2);
 }
 
+/// A leaf that ran rounds 0 to 2 at `gap` apart; its one rank dumps its last round and finishes `then` later.
+/// Returns how long after round 2 closed the leaf said Fin, and the rounds it said it closed.
+async fn fin_after_last_round(gap: Duration, then: Duration) -> (Duration, u64) {
+    let (role, _ranks_control) = leaf();
+    let mut h = start(role, 64);
+    h.attach_ranks(1).await;
+    h.open(1).await;
+    h.start_collection().await;
+    let mut last_closed = Instant::now();
+    for round in 0..3 {
+        if round > 0 {
+            tokio::time::sleep(gap).await;
+        }
+        h.input(rank_round(0, round)).await;
+        assert_eq!(h.envelope().await.round, round);
+        last_closed = Instant::now();
+    }
+    tokio::time::sleep(then).await;
+    let done = RankEvent::Detached {
+        source: rank_source("app", 0),
+        finished_end: Some(3),
+    };
+    h.input(Input::Ranks(vec![done])).await;
+    let fin = h.fin().await;
+    (last_closed.elapsed(), fin.rounds_end)
+}
+
+/// Ranks finish together right after their last dump: the leaf's Fin waits until its next round would have
+/// closed, so the Fins and what they set off at every level do not share the cores with the last round on its way
+/// up (fin_pace.rs). Ranks that finish later finish the leaf at once; the wait is bounded.
+#[tokio::test(start_paused = true)]
+async fn a_leaf_says_fin_when_its_next_round_would_have_closed() {
+    let ms = Duration::from_millis;
+    assert_eq!(fin_after_last_round(ms(40), ms(0)).await, (ms(40), 3));
+    assert_eq!(fin_after_last_round(ms(40), ms(15)).await, (ms(40), 3));
+    assert_eq!(fin_after_last_round(ms(40), ms(100)).await, (ms(100), 3));
+    assert_eq!(
+        fin_after_last_round(ms(5_000), ms(0)).await,
+        (fin_pace::MAX_HOLD, 3)
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_leaf_past_its_bytes_in_open_rounds_refuses_a_dump_and_counts_it_dropped() {
     let (tx, _ranks_control) = mpsc::channel(16);
