@@ -3,20 +3,12 @@
 
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 
+mod common;
+
 use std::hint::black_box;
 
 use canopy_agent::heap;
-
-/// Minor page faults of the calling thread so far (/proc/thread-self/stat, field 10).
-fn minor_faults() -> u64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
-    let after = &stat[stat.rfind(')').expect("stat has the command in parentheses") + 2..];
-    after
-        .split_whitespace()
-        .nth(7)
-        .and_then(|f| f.parse().ok())
-        .expect("minflt in stat")
-}
+use common::minor_faults;
 
 /// The faults taken to write a round's dumps (128 of 8 KiB, kept until the caller drops them).
 fn a_rounds_dumps() -> (Vec<Vec<u8>>, u64) {
