@@ -7,8 +7,11 @@
 //! charged to the memory cgroup again. On the 4 x 16 tree saturated, an agent took 1,000 to 2,200 such faults a
 //! second; with this heap, none to 60, and the agents' CPU per round fell by 5 to 10% (docs/benchmarks.md).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// Freed memory above this stays with the process (glibc's default is 128 KiB, raised as large blocks come and
-/// go); it is the most each of malloc's heaps (one per thread that allocates at once) keeps beyond what it uses.
+/// go); it is the most each of malloc's heaps (one per thread that allocates at once, up to eight a core) keeps
+/// beyond what it uses.
 pub const KEEP_FREED: usize = 32 << 20;
 /// Blocks up to this size come from the heap, and are reused, rather than from a mapping of their own that
 /// is faulted in afresh each time (glibc's default is 128 KiB).
@@ -21,15 +24,24 @@ pub const WARM: usize = 2 << 20;
 /// it. Process-wide: called once, by the agent's `main`. Returns whether the allocator took the settings (only
 /// glibc's has them; elsewhere the allocator's own policy stays).
 pub fn keep_freed_memory() -> bool {
-    set(KEEP_FREED, MAP_ABOVE)
+    let kept = set(KEEP_FREED, MAP_ABOVE);
+    KEEPING.store(kept, Ordering::Relaxed);
+    kept
 }
 
+/// [`keep_freed_memory`]'s settings are in force: what [`warm`] frees stays in the heap.
+static KEEPING: AtomicBool = AtomicBool::new(false);
+
 /// Faults `bytes` of the calling thread's heap in now, before the first round needs them, and leaves them free
-/// for it (with [`keep_freed_memory`] in force the heap keeps them). Otherwise the first round takes them one
-/// page fault at a time: on the peer kit's tree of 16 agents of 4 ranks on two cores, about 330 us of kernel time at each
-/// agent, most of what made the first round twice as slow as the next. Call it on the thread that handles the
-/// rounds (glibc gives each thread that allocates a heap of its own).
+/// for it; only once [`keep_freed_memory`] is in force, without which the heap would give them back at once.
+/// Otherwise the first round takes its memory one page fault at a time: on the peer kit's tree of 16 agents of 4
+/// ranks on two cores, about 330 us of kernel time at each agent, most of what made the first round twice as slow
+/// as the next. Call it on the thread that handles the rounds: malloc gives the threads that allocate at once
+/// heaps of their own (up to eight a core), and only the calling thread's is warmed.
 pub fn warm(bytes: usize) {
+    if !KEEPING.load(Ordering::Relaxed) {
+        return;
+    }
     let mut block: Vec<u8> = Vec::with_capacity(bytes);
     // Written, not zeroed: a zeroed block may come as fresh pages that are never touched.
     block.resize(bytes, 1);

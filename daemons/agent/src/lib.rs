@@ -412,7 +412,8 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()> + Send)
         config.socket, config.parent
     ));
     drop(handles);
-    // This thread handles the rounds: its heap is faulted in now rather than during the first one.
+    // With one worker thread (the default) this thread handles the rounds, the simulated ranks' and the inline
+    // filters' alike: its heap is faulted in now rather than during the first one.
     heap::warm(heap::WARM);
     let result = node.run(shutdown).await;
     for task in sim.iter().chain(serve.iter()) {

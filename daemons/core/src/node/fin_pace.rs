@@ -1,12 +1,14 @@
 //! When a leaf whose ranks have finished says Fin: at the pace of its rounds.
 //!
-//! A parallel program's ranks finish together, right after their last dump, so every leaf of the tree would say
-//! Fin while that last round is still on its way up. The Fins, the node events they raise at every level and the
-//! front-end's store writes for them would then share the nodes' cores with the last round: on the peer kit's
-//! tree of 16 agents of 4 ranks under 4 relays, on two cores, they added about 2 ms of CPU to it, and its latency grew by a third. A leaf
-//! therefore holds its Fin until its next round would have closed (its last round's close plus the gap between
-//! its last two rounds, at most [`MAX_HOLD`]): the tree is between rounds then, as it is at every round's end.
-//! The run ends that much later; no round waits for it.
+//! A parallel program's ranks finish together, right after their last dump, so every leaf of the tree would say Fin
+//! while that last round is still on its way up. The Fins, the node events they raise at every level and the
+//! front-end's store writes for them would then share the nodes' cores with the last round: on the peer kit's tree of
+//! 16 agents of 4 ranks under 4 relays, on two cores, they added about 2 ms of CPU to it, and its latency grew by a
+//! third. A leaf therefore holds its Fin until its next round would have closed (its last round's close plus the gap
+//! between its last two rounds, at most [`MAX_HOLD`]): the tree is between rounds then, as it is at every round's
+//! end. The run ends that much later. Until the Fin arrives the parent counts the leaf's ranks as live: when other
+//! leaves have already delivered a later round (an application that runs ahead of another, in rounds that are not
+//! time rounds), that round waits at the parent for the Fin, for the hold at most.
 
 use std::time::Duration;
 
