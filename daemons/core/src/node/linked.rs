@@ -124,6 +124,13 @@ impl Position for Linked {
     }
 
     async fn send_up<U: Up>(node: &mut Node<U, Self>, env: Envelope) {
+        if env.phase == 0 && env.round < node.credit.closed_below() {
+            // The root closed this round's first phase without it: it is late there, and only the nodes that
+            // were in the round hear its later phases. Awaited until the route gave it up, it would hold the
+            // window, so a subtree that fell behind (a relay back after a partition) would catch up one window
+            // per route time-out and never reach the others.
+            node.route.end(env.stream_id, env.round);
+        }
         node.counters.bytes_out += env.payload.len() as u64;
         node.up.send(up_message::Msg::Envelope(env)).await;
     }

@@ -1422,6 +1422,42 @@ async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_strea
     );
 }
 
+/// A relay back after its parent lost it, the root having closed every round below 10 without it: the first
+/// phases it sends up for those rounds are late there, and no later phase will come down for them, so they do not
+/// hold the window (held until the route gave them up, a subtree that fell behind would catch up one window per
+/// route time-out). A round the root has not closed waits for its last phase as before.
+#[tokio::test(start_paused = true)]
+async fn a_multi_phase_round_the_root_closed_without_this_node_does_not_hold_its_window() {
+    let mut h = start(Relay, 4);
+    let _a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "fails-late".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    let credit = down_message::Msg::Credit(Credit {
+        below: 100,
+        closed_below: 10,
+        taken: 0,
+    });
+    h.input(Input::Parent(ParentEvent::Message(credit))).await;
+    for round in 0..10 {
+        h.child_sends("a", 1, packet(1, round, 1, 1)).await;
+        let env = h.envelope().await;
+        assert_eq!((env.round, env.phase), (round, 0));
+    }
+    let mut gate = h.window.clone();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_millis(100), gate.admit(13)).await,
+        Ok(true),
+        "rounds the root closed without this node hold the window"
+    );
+    h.child_sends("a", 1, packet(1, 10, 1, 1)).await;
+    assert_eq!(h.envelope().await.round, 10);
+    tokio::task::yield_now().await;
+    assert!(h.window.admits(13));
+    assert!(!h.window.admits(14), "round 10 waits for its last phase");
+}
+
 /// Real time: the watchdog measures how long a thread has been in a call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter_past_the_bound() {
