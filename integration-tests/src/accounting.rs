@@ -38,3 +38,33 @@ pub fn assert_accounted(rounds: &[RoundRow], expected: u32, reasons: &[MissingRe
     }
     late
 }
+
+/// The rows [`assert_accounted`] would refuse, as runs of consecutive rounds with the same counts: what a failing
+/// fault test prints, so a rare failure says at once whether one round or every round after a moment lacks its
+/// ranks, and for which reason.
+pub fn unaccounted(rounds: &[RoundRow], expected: u32, reasons: &[MissingReason]) -> Vec<String> {
+    let mut runs: Vec<(u32, u64, u64, String)> = Vec::new();
+    for r in rounds {
+        let counted: u32 = reasons.iter().map(|reason| r.missing.get(*reason)).sum();
+        if r.covered + r.late_ranks + counted >= expected {
+            continue;
+        }
+        let what = format!(
+            "covered {}, late with data {}, missing {:?}",
+            r.covered,
+            r.late_ranks,
+            r.missing_reason.as_deref().unwrap_or("")
+        );
+        match runs.last_mut() {
+            Some((stream, _, end, last))
+                if *stream == r.stream_id && *end + 1 == r.round && *last == what =>
+            {
+                *end = r.round
+            }
+            _ => runs.push((r.stream_id, r.round, r.round, what)),
+        }
+    }
+    runs.into_iter()
+        .map(|(stream, from, to, what)| format!("stream {stream} rounds {from}-{to}: {what}"))
+        .collect()
+}

@@ -339,11 +339,18 @@ impl ParentLink {
                 tracing::debug!(parent = %parent, session = sessions.current,
                     again = ?again.iter().map(|e| (e.stream_id, e.round, e.phase)).collect::<Vec<_>>(),
                     "packets sent again");
+                // The span of rounds sent again, for the operator reading how a link came back.
+                let lowest = again.iter().map(|e| e.round).min();
+                let rounds =
+                    lowest.map(|low| format!("{low}-{}", again.iter().map(|e| e.round).max().unwrap_or(low)));
+                let rounds = rounds.unwrap_or_default();
                 match resend.lost == own_id {
-                    true => tracing::info!(parent = %parent, packets = again.len(),
+                    true => tracing::info!(parent = %parent, packets = again.len(), rounds = %rounds,
                         "back with the same parent: sending again what it does not hold"),
-                    false => tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(),
-                        "adopted: sending again what the lost node had not passed on"),
+                    false => {
+                        tracing::info!(parent = %parent, lost = %resend.lost, packets = again.len(), rounds = %rounds,
+                        "adopted: sending again what the lost node had not passed on")
+                    }
                 }
                 sessions.again.extend(again.into_iter().map(|env| UpMessage {
                     msg: Some(up_message::Msg::Envelope(env)),
