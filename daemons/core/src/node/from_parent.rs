@@ -60,6 +60,7 @@ impl<U: Up, P: Position> Node<U, P> {
             // The link answers an adopter's request itself, from what it kept.
             down_message::Msg::Resend(_) => {}
             down_message::Msg::Adopted(a) => self.on_adopted_away(a.nodes).await,
+            down_message::Msg::RoundsEnded(ended) => self.on_rounds_ended(ended).await,
             down_message::Msg::LiveStreams(table) => {
                 // What the parent no longer runs ends here and below.
                 for id in self.streams.ids() {

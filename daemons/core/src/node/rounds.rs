@@ -161,7 +161,12 @@ impl<U: Up, P: Position> Node<U, P> {
         match self.engine.accept(key, arrival, Instant::now()) {
             Ok(Accepted::Pending) => {}
             Ok(Accepted::Closed(c)) => self.on_closed(c).await,
-            Ok(Accepted::Late(a)) => self.on_late(key, a).await,
+            Ok(Accepted::Late(a)) => {
+                if key.phase == 0 && self.streams.phases(key.stream).is_some_and(|p| p > 1) {
+                    self.round_ended_for(&a.source, key.stream, key.round).await;
+                }
+                self.on_late(key, a).await
+            }
             Ok(Accepted::Again) => {
                 tracing::debug!(node = %self.id, stream = key.stream, round = key.round,
                     "a late packet sent again: its data counts once");
@@ -169,6 +174,44 @@ impl<U: Up, P: Position> Node<U, P> {
             Err(e) => {
                 tracing::warn!(node = %self.id, "dropped a packet: {e}");
                 self.counters.malformed += 1;
+            }
+        }
+    }
+
+    /// A child's first phase of a multi-phase round came after the round closed here: the round's later phases go
+    /// only to the sources that were in it, so the child hears that it ended without it and stops waiting for them.
+    /// (A rank at a leaf waits for nothing.)
+    async fn round_ended_for(&mut self, child: &str, stream: u32, round: u64) {
+        let Some(tx) = self.children.sender(child) else {
+            return;
+        };
+        let ended = canopy_proto::v1::RoundsEnded {
+            stream_id: stream,
+            rounds: vec![round],
+        };
+        let msg = down_message::Msg::RoundsEnded(ended);
+        let _ = tx.send(Ok(DownMessage { msg: Some(msg) })).await;
+    }
+
+    /// Rounds of a multi-phase stream the parent closed without this node: no later phase will come down for
+    /// them. They stop holding the window here, and the children that were in them hear the same.
+    pub(super) async fn on_rounds_ended(&mut self, ended: canopy_proto::v1::RoundsEnded) {
+        let stream = ended.stream_id;
+        for round in ended.rounds {
+            self.route.end(stream, round);
+            let to = self
+                .children
+                .among(self.engine.participants(stream, round).as_deref());
+            let msg = down_message::Msg::RoundsEnded(canopy_proto::v1::RoundsEnded {
+                stream_id: stream,
+                rounds: vec![round],
+            });
+            for tx in to {
+                let _ = tx
+                    .send(Ok(DownMessage {
+                        msg: Some(msg.clone()),
+                    }))
+                    .await;
             }
         }
     }

@@ -1458,6 +1458,67 @@ async fn a_multi_phase_round_the_root_closed_without_this_node_does_not_hold_its
     assert!(!h.window.admits(14), "round 10 waits for its last phase");
 }
 
+/// The rounds-ended notices a child has heard so far, as (stream, round).
+fn rounds_ended(child: &mut mpsc::Receiver<Result<DownMessage, tonic::Status>>) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    while let Ok(Ok(DownMessage { msg: Some(msg) })) = child.try_recv() {
+        if let down_message::Msg::RoundsEnded(e) = msg {
+            out.extend(e.rounds.iter().map(|r| (e.stream_id, *r)));
+        }
+    }
+    out
+}
+
+/// A child whose first phase of a multi-phase round comes after the round closed here hears that the round ended
+/// without it: its later phases go only to the sources that were in it. A child that was in it hears nothing.
+#[tokio::test(start_paused = true)]
+async fn a_child_late_with_a_first_phase_hears_that_its_round_ended_without_it() {
+    let mut h = start(Relay, 8);
+    let mut a = h.child("a", 1, 1).await;
+    let mut b = h.child("b", 2, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "fails-late".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    // Round 0 closes at its time-out without b.
+    assert_eq!(h.envelope().await.round, 0);
+    h.child_sends("b", 2, packet(1, 0, 1, 2)).await;
+    assert!(h.envelope().await.late);
+    assert_eq!(rounds_ended(&mut b), vec![(1, 0)]);
+    assert_eq!(rounds_ended(&mut a), vec![]);
+}
+
+/// The parent says round 0 ended without this node: it stops holding the window at once (not after twice the
+/// time-out and a second), and the children that were in it hear the same, so nothing below waits either.
+#[tokio::test(start_paused = true)]
+async fn a_round_the_parent_ended_without_this_node_frees_its_window_here_and_below() {
+    let mut h = start(Relay, 4);
+    let mut a = h.child("a", 1, 1).await;
+    let mut spec = spec(1);
+    spec.filter = "fails-late".into();
+    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
+    assert_eq!(h.envelope().await.round, 0);
+    tokio::task::yield_now().await;
+    assert!(!h.window.admits(4), "round 0 waits for its last phase");
+    let ended = down_message::Msg::RoundsEnded(canopy_proto::v1::RoundsEnded {
+        stream_id: 1,
+        rounds: vec![0],
+    });
+    let t0 = Instant::now();
+    h.input(Input::Parent(ParentEvent::Message(ended))).await;
+    let mut gate = h.window.clone();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_millis(100), gate.admit(4)).await,
+        Ok(true),
+        "a round that ended without this node holds its window"
+    );
+    assert!(t0.elapsed() < Duration::from_millis(u64::from(TIMEOUT_MS)));
+    assert_eq!(rounds_ended(&mut a), vec![(1, 0)]);
+}
+
 /// Real time: the watchdog measures how long a thread has been in a call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter_past_the_bound() {
