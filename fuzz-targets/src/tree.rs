@@ -279,6 +279,11 @@ impl RootSink for Discard {
         Box::pin(async {})
     }
 
+    fn recount(&mut self, recount: canopy_core::node::Recount) -> BoxFuture<'_, ()> {
+        drop(recount);
+        Box::pin(async {})
+    }
+
     fn flush(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }

@@ -156,6 +156,36 @@ fn a_link_that_stalls_for_3_s_leaves_its_relay_behind_for_no_longer() {
     eprintln!("{} rounds, {late} rank-rounds late with their data", rounds.len());
 }
 
+/// The link stalls as the run ends: the front-end drains while relay-0's packets wait in the stalled link, and
+/// closes those rounds without it. Relay-0 and its agents hear the drain once the link moves again and finish at
+/// the round they had reached (their window was full): the rounds after it never had their ranks, which count as
+/// stopped there rather than late for ever.
+#[test]
+fn a_link_that_stalls_as_the_run_ends_counts_the_rounds_its_ranks_never_reached_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = tree(dir.path());
+    t.proxy.stall();
+    std::thread::sleep(Duration::from_secs(3));
+    t.fe.signal(Signal::SIGTERM);
+    std::thread::sleep(Duration::from_secs(1));
+    t.proxy.resume();
+    assert!(t.fe.wait_timeout(Duration::from_secs(60)).is_some());
+    let rounds: Vec<RoundRow> = read_rounds(&t.store)
+        .into_iter()
+        .filter(|r| r.stream_id == 1)
+        .collect();
+    let late = assert_nothing_lost(&rounds);
+    let stopped: u32 = rounds.iter().map(|r| r.missing.get(MissingReason::Stopped)).sum();
+    assert!(
+        stopped >= 2 * RANKS_PER_AGENT,
+        "the rounds relay-0's ranks never reached count them stopped: {stopped}"
+    );
+    eprintln!(
+        "{} rounds, {late} rank-rounds late with their data, {stopped} stopped",
+        rounds.len()
+    );
+}
+
 #[test]
 fn a_link_that_resets_loses_no_rank_round() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use canopy_core::node::{RootSink, RoundResult, Up};
+use canopy_core::node::{Recount, RootSink, RoundResult, Up};
 use canopy_proto::v1::up_message;
 use canopy_store::{RoundRecord, Writer};
 use futures::future::BoxFuture;
@@ -108,6 +108,14 @@ impl RootSink for StoreUp {
             let failure = failure.map(str::to_string);
             self.writer
                 .stream(spec.clone(), state, failure, result_type)
+                .await;
+        })
+    }
+
+    fn recount(&mut self, r: Recount) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.writer
+                .recount_stopped(r.stream, r.round, r.counted, r.ranks, r.source)
                 .await;
         })
     }

@@ -350,6 +350,57 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
     Ok(excess)
 }
 
+/// The round's row counted `ranks` of `source` as `counted` (late, or unreachable) though the source finished
+/// before the round: they move to `stopped`, and the row's reason and unreachable nodes say so. (The round's
+/// per-application rows keep their counts: the source's share of each application is not known here.) Returns
+/// whether the round has a row.
+pub(crate) fn recount_stopped(
+    tx: &Transaction<'_>,
+    stream_id: u32,
+    round: u64,
+    counted: MissingReason,
+    ranks: u32,
+    source: &str,
+) -> rusqlite::Result<bool> {
+    static SELECT: OnceLock<String> = OnceLock::new();
+    let select = SELECT.get_or_init(|| {
+        format!(
+            "SELECT {} FROM rounds WHERE stream_id = ?1 AND round = ?2",
+            select_list(RoundRow::columns(), SCHEMA_VERSION)
+        )
+    });
+    let Some(old) = tx
+        .prepare_cached(select)?
+        .query_row(params![stream_id, sat(round)], RoundRow::read)
+        .optional()?
+    else {
+        return Ok(false);
+    };
+    let mut tally = Tally::of_row(&old);
+    let from = reason_index(counted);
+    let moved = u64::from(ranks).min(tally.missing[from]);
+    tally.missing[from] -= moved;
+    tally.missing[reason_index(MissingReason::Stopped)] += moved;
+    if counted == MissingReason::Unreachable
+        && let Ok(i) = tally
+            .unreachable
+            .binary_search_by(|(n, _)| n.as_str().cmp(source))
+    {
+        tally.unreachable[i].1 = tally.unreachable[i].1.saturating_sub(moved);
+        if tally.unreachable[i].1 == 0 {
+            tally.unreachable.remove(i);
+        }
+    }
+    let row = RoundRow {
+        missing: tally.missing_counts(),
+        missing_reason: tally.reason_text(),
+        unreachable_nodes: tally.nodes_text(),
+        ..old
+    };
+    write(tx, &row)?;
+    Ok(true)
+}
+
 /// Upserts the `round_apps` row of one application of a round, as [`upsert`] does the round's.
 fn upsert_app(tx: &Transaction<'_>, stream_id: u32, round: u64, rec: &AppRecord) -> rusqlite::Result<()> {
     static SELECT: OnceLock<String> = OnceLock::new();

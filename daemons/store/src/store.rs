@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canopy_proto::filters::v1::Metric;
-use canopy_proto::v1::{NodeEvent, StreamSpec};
+use canopy_proto::v1::{MissingReason, NodeEvent, StreamSpec};
 use canopy_wire::v1::ProfileBatch;
 use prost::Message;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -307,6 +307,30 @@ impl Store {
             }
         }
         rows.map_err(|e| self.table_error(stream_id, round, e))
+    }
+
+    /// A round counted a source's ranks late or unreachable though the source finished before it: they count as
+    /// stopped ([`rounds::recount_stopped`]). A round without a row yet (a multi-phase round still finishing) is
+    /// left as it is, and said.
+    pub fn recount_stopped(
+        &mut self,
+        stream_id: u32,
+        round: u64,
+        counted: MissingReason,
+        ranks: u32,
+        source: &str,
+    ) -> Result<(), StoreError> {
+        let has_row =
+            self.in_transaction(|tx| rounds::recount_stopped(tx, stream_id, round, counted, ranks, source))?;
+        if !has_row {
+            tracing::debug!(
+                stream_id,
+                round,
+                source,
+                "no row yet to recount a finished source's ranks in"
+            );
+        }
+        Ok(())
     }
 
     /// Writes a standard filter's result into its tables (`stats`, `histograms`, `classes`, `utilization`,

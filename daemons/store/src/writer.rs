@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use canopy_proto::v1::{NodeEvent, StreamSpec};
+use canopy_proto::v1::{MissingReason, NodeEvent, StreamSpec};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::gap::GapRun;
@@ -59,6 +59,14 @@ enum Op<P> {
         result_type: Option<String>,
     },
     Meta(String, String),
+    /// A round counted a source's ranks late or unreachable though it finished before the round.
+    Recount {
+        stream_id: u32,
+        round: u64,
+        counted: MissingReason,
+        ranks: u32,
+        source: String,
+    },
     /// Rounds whose results were let go: their rows only.
     Gap(GapRun),
     Flush(oneshot::Sender<RunSummary>),
@@ -161,6 +169,26 @@ impl<P: AsRef<[u8]> + Send + 'static> Writer<P> {
     /// Queues a node's change of state.
     pub async fn node(&self, event: NodeEvent) {
         self.send(Op::Node(event)).await;
+    }
+
+    /// Queues the recount of a round that counted a source's ranks `counted` (late or unreachable) though the
+    /// source finished before the round: they count as stopped there.
+    pub async fn recount_stopped(
+        &self,
+        stream_id: u32,
+        round: u64,
+        counted: MissingReason,
+        ranks: u32,
+        source: String,
+    ) {
+        self.send(Op::Recount {
+            stream_id,
+            round,
+            counted,
+            ranks,
+            source,
+        })
+        .await;
     }
 
     /// Queues a stream's change of state, with its result type once known.
@@ -335,6 +363,13 @@ impl<P: AsRef<[u8]>, C: FnMut(P)> WriterLoop<P, C> {
                 result_type,
             } => store.put_stream(spec, *state, failure.as_deref(), result_type.as_deref()),
             Op::Meta(k, v) => store.set_meta(k, v),
+            Op::Recount {
+                stream_id,
+                round,
+                counted,
+                ranks,
+                source,
+            } => store.recount_stopped(*stream_id, *round, *counted, *ranks, source),
             Op::Gap(run) => store.write_gap(run),
             Op::Flush(_) => Ok(()),
         }
@@ -423,6 +458,7 @@ fn weight<P: AsRef<[u8]>>(op: &Op<P>) -> usize {
             Op::Round(r) => r.payload.as_ref().len() + r.result_type.len(),
             Op::Names(names) => names.iter().map(|(_, n)| n.len() + 8).sum(),
             Op::Meta(k, v) => k.len() + v.len(),
+            Op::Recount { source, .. } => source.len(),
             _ => 0,
         }
 }
@@ -475,6 +511,7 @@ impl<P: AsRef<[u8]>> Backlog<P> {
                 Op::Names(_) => "a batch of event names",
                 Op::Node(_) => "a node's change of state",
                 Op::Stream { .. } => "a stream's change of state",
+                Op::Recount { .. } => "the recount of a finished source's ranks",
                 _ => "a meta fact",
             });
         }

@@ -697,6 +697,48 @@ fn a_late_packet_stored_before_its_rounds_row_is_counted_when_the_row_comes() {
     );
 }
 
+/// Rounds that counted a source's ranks late or unreachable, the source having finished before them: its ranks
+/// move to stopped, the reason says so, and an unreachable node it was no longer is named. The rest of the row
+/// (covered, late arrivals, another unreachable node) stays; a round without a row is left alone.
+#[test]
+fn a_finished_sources_ranks_recounted_stopped_leave_the_rest_of_the_row() {
+    let dir = tempdir("recount");
+    let mut store = Store::create(dir.path()).unwrap();
+    store.put_stream(&spec(1), StreamState::Open, None, None).unwrap();
+    store
+        .write_round(&record(1, 3, 8, 32, &[(MissingReason::Late, 24)]), Payload::None)
+        .unwrap();
+    store.write_late(1, 3, 8, 0, Payload::None, None).unwrap();
+    let mut unreachable = record(1, 4, 8, 32, &[(MissingReason::Unreachable, 24)]);
+    unreachable.unreachable = vec![("relay-1".into(), 16), ("relay-2".into(), 8)];
+    store.write_round(&unreachable, Payload::None).unwrap();
+    store
+        .recount_stopped(1, 3, MissingReason::Late, 16, "agent-2")
+        .unwrap();
+    store
+        .recount_stopped(1, 4, MissingReason::Unreachable, 16, "relay-1")
+        .unwrap();
+    store
+        .recount_stopped(1, 9, MissingReason::Late, 16, "agent-2")
+        .unwrap();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let open = Connection::open(&path).unwrap();
+    assert_eq!(
+        table(
+            &open,
+            "SELECT round || ' ' || covered || ' ' || missing_late || ' ' || missing_unreachable || ' ' ||
+                    missing_stopped || ' ' || late_ranks || ' ' || missing_reason || ' ' ||
+                    coalesce(unreachable_nodes, '-')
+             FROM rounds ORDER BY round"
+        ),
+        [
+            "3 8 8 0 16 8 stopped: 16, late: 8 -",
+            "4 8 0 8 16 0 stopped: 16, unreachable: 8 (relay-2=8) relay-2=8"
+        ]
+    );
+}
+
 #[test]
 fn a_nodes_history_keeps_each_change_of_parent_or_state() {
     let dir = tempdir("history");

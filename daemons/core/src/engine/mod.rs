@@ -65,6 +65,22 @@ struct OpenGroup {
     deadline: Instant,
 }
 
+/// A closed round that counted a source's ranks late or unreachable, though the source finished before it (its
+/// rounds ended earlier): none of its ranks was in the round, so they count as stopped there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recount {
+    pub stream: u32,
+    pub round: u64,
+    /// How the round counted the source's ranks: `Late` or `Unreachable`.
+    pub counted: MissingReason,
+    pub ranks: u32,
+    pub source: String,
+}
+
+/// A source a closed round counted without its data: its number, the reason its ranks were counted under
+/// (`Late` or `Unreachable`), and how many.
+type Absent = (Number, MissingReason, u32);
+
 /// A group that closed: its inputs, in arrival order, and the merged coverage.
 #[derive(Debug)]
 pub struct Closed {
@@ -190,6 +206,9 @@ pub struct RoundEngine {
     /// The sources whose late phase-0 packet reached each of the rounds in `participants`: a second copy counts
     /// no more.
     late_from: HashMap<(u32, u64), Members>,
+    /// The sources each of the rounds in `participants` counted late or unreachable, with their ranks: one that
+    /// finishes before such a round was never in it ([`RoundEngine::finished_before`]).
+    absent: HashMap<(u32, u64), Vec<Absent>>,
     /// When the earliest unreachable source is due to count as lost.
     give_up_at: Option<Instant>,
     /// Some source has dropped rounds (rare): only then do the waited-for counts look at them.
@@ -483,6 +502,40 @@ impl RoundEngine {
         self.numbers.name(n).and_then(|id| self.sources.get(id))
     }
 
+    /// `source` finished with its rounds ending at `end`: the closed rounds from `end` on that counted its ranks
+    /// late or unreachable (as far as this node remembers), and that it sent nothing late to, had none of its
+    /// ranks in them. Each is returned once, to be recounted as stopped.
+    pub fn finished_before(&mut self, source: &str, end: u64) -> Vec<Recount> {
+        let Some(number) = self.sources.get(source).map(|s| s.number) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (&(stream, round), absent) in self.absent.iter_mut().filter(|((_, round), _)| *round >= end) {
+            if self
+                .late_from
+                .get(&(stream, round))
+                .is_some_and(|l| l.contains(number))
+            {
+                continue;
+            }
+            absent.retain(|&(n, counted, ranks)| {
+                if n != number {
+                    return true;
+                }
+                out.push(Recount {
+                    stream,
+                    round,
+                    counted,
+                    ranks,
+                    source: source.to_string(),
+                });
+                false
+            });
+        }
+        out.sort_by_key(|r| (r.stream, r.round));
+        out
+    }
+
     /// The rounds of `stream` whose phase 0 `source` delivered here, as far as this node remembers (the open
     /// rounds, and the last closed ones), and every round an earlier run of this root stored (a restart on its
     /// store): spans `[from, end)`, ascending. Rounds of a stream that does not wait are never grouped, so none
@@ -589,6 +642,7 @@ impl RoundEngine {
             coverage.add_missing(MissingReason::Lost, lost);
         }
         let mut partial = false;
+        let mut absent = Vec::new();
         for (id, s) in &self.sources {
             if group.from.contains(s.number) {
                 continue;
@@ -607,17 +661,24 @@ impl RoundEngine {
                 _ => MissingReason::Stopped,
             };
             coverage.add_missing_of(reason, s.ranks_below, &s.apps);
+            if matches!(reason, MissingReason::Late | MissingReason::Unreachable) && s.ranks_below > 0 {
+                absent.push((s.number, reason, s.ranks_below));
+            }
             if reason == MissingReason::Unreachable {
                 coverage.name_unreachable(id, s.ranks_below);
             }
         }
         if key.phase == 0 {
             self.participants.insert((key.stream, key.round), group.from);
+            if !absent.is_empty() {
+                self.absent.insert((key.stream, key.round), absent);
+            }
             self.participants_order.push_back((key.stream, key.round));
             while self.participants_order.len() > CLOSED_MEMORY {
                 if let Some(k) = self.participants_order.pop_front() {
                     self.participants.remove(&k);
                     self.late_from.remove(&k);
+                    self.absent.remove(&k);
                 }
             }
         }

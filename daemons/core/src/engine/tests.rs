@@ -355,6 +355,44 @@ fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
     assert_eq!(e.stats().late_ranks, 16);
 }
 
+/// b is silent while a delivers rounds 0 to 3, which close at their time-out with b's ranks late; b sends round 1
+/// late, then finishes with its rounds ending at 1. Rounds 2 and 3 never had b's ranks: they are recounted as
+/// stopped, once; round 0 (b's rounds include it) and round 1 (b's data came late) are left as they are.
+#[test]
+fn a_source_that_finishes_before_rounds_that_counted_it_late_is_recounted_stopped_there() {
+    let mut e = engine(&[("a", 4), ("b", 16)], SyncMode::WaitForAll);
+    let t0 = Instant::now();
+    let at = |round| GroupKey { round, ..K };
+    for round in 0..4 {
+        e.accept(at(round), arrival("a", 4), t0).unwrap();
+    }
+    let closed = e.expire(t0 + Duration::from_millis(100));
+    assert_eq!(closed.len(), 4);
+    assert!(
+        closed
+            .iter()
+            .all(|c| c.coverage.missing_for(MissingReason::Late) == 16)
+    );
+    assert!(matches!(
+        e.accept(at(1), arrival("b", 16), t0).unwrap(),
+        Accepted::Late(_)
+    ));
+    e.set_source_state("b", SourceState::Finished { end: 1 });
+    let recounts = e.finished_before("b", 1);
+    let rounds: Vec<(u64, MissingReason, u32)> =
+        recounts.iter().map(|r| (r.round, r.counted, r.ranks)).collect();
+    assert_eq!(
+        rounds,
+        [(2, MissingReason::Late, 16), (3, MissingReason::Late, 16)]
+    );
+    assert!(recounts.iter().all(|r| r.stream == 1 && r.source == "b"));
+    assert!(
+        e.finished_before("b", 1).is_empty(),
+        "each round is recounted once"
+    );
+    assert!(e.finished_before("a", 0).is_empty(), "a was in every round");
+}
+
 #[test]
 fn a_source_behind_but_delivering_is_waited_for_past_the_time_out() {
     let mut e = engine(&[("a", 1), ("b", 1)], SyncMode::WaitForAll);

@@ -153,6 +153,8 @@ impl<U: Up, P: Position> Node<U, P> {
                     .engine
                     .set_source_state(&id, SourceState::Finished { end: fin.rounds_end });
                 self.on_closed_all(closed).await;
+                let recounts = self.engine.finished_before(&id, fin.rounds_end);
+                P::recount(self, recounts).await;
                 self.node_event(ev).await;
             }
             up_message::Msg::StreamError(e) => P::stream_failed(self, e, FailedAt::Below).await,

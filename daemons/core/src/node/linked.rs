@@ -12,7 +12,7 @@ use super::Node;
 use super::input::RootCommand;
 use super::position::{FailedAt, Position, late_envelope};
 use super::up::{RoundResult, Up};
-use crate::engine::GroupKey;
+use crate::engine::{GroupKey, Recount};
 use crate::filter::Level;
 
 /// What a node with a parent keeps of its own: the Hello its link sends, kept current.
@@ -153,4 +153,8 @@ impl Position for Linked {
 
     /// The root stores the round's row; its parent's route has it too.
     async fn unfinished<U: Up>(_: &mut Node<U, Self>, _: u32, _: u64) {}
+
+    /// This node's rounds went up with the child's ranks counted as they were: only the root's own count of
+    /// them, as it stores them, changes.
+    async fn recount<U: Up>(_: &mut Node<U, Self>, _: Vec<Recount>) {}
 }

@@ -62,7 +62,7 @@ pub use root::{Root, RootOptions};
 pub use samples::{NODES_FILTER, NodeSampler};
 pub use status::{NodeCounters, NodeSnapshot};
 pub use streams::{DEFAULT_FILTER_CALL_TIMEOUT, FILTER_QUEUE, MAX_STUCK_PER_FILTER};
-pub use up::{ParentUp, RootSink, RoundResult, StreamState, Up};
+pub use up::{ParentUp, Recount, RootSink, RoundResult, StreamState, Up};
 
 use children::{ChildTable, Gone};
 use control_state::ControlState;

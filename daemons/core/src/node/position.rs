@@ -17,7 +17,7 @@ use super::leaf::LeafOptions;
 use super::linked::Linked;
 use super::root::{Root, RootOptions};
 use super::up::{RoundResult, Up};
-use crate::engine::GroupKey;
+use crate::engine::{GroupKey, Recount};
 use crate::filter::Level;
 
 /// What a node does where its position decides. Each hook is given the whole node, whose `position` field is the
@@ -91,6 +91,10 @@ pub trait Position: Send + Sized + 'static {
         stream: u32,
         round: u64,
     ) -> impl Future<Output = ()> + Send;
+
+    /// Closed rounds that counted a child's ranks late or unreachable, though it finished before them: the root
+    /// recounts them as stopped where it stores them; another node sent those rounds up long ago.
+    fn recount<U: Up>(node: &mut Node<U, Self>, recounts: Vec<Recount>) -> impl Future<Output = ()> + Send;
 }
 
 /// A late packet as it goes up: its coverage, and its payload if it still carries one.

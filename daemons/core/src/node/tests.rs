@@ -233,9 +233,13 @@ impl Up for TestUp {
     }
 }
 
-/// The root's store: results and stream states.
+/// The root's store: results, stream states and recounts.
 #[derive(Clone, Default)]
-struct TestSink(Arc<Mutex<Vec<RoundResult>>>, Arc<Mutex<Vec<(u32, StreamState)>>>);
+struct TestSink(
+    Arc<Mutex<Vec<RoundResult>>>,
+    Arc<Mutex<Vec<(u32, StreamState)>>>,
+    Arc<Mutex<Vec<Recount>>>,
+);
 
 impl RootSink for TestSink {
     fn result(&mut self, result: RoundResult) -> BoxFuture<'_, ()> {
@@ -250,6 +254,11 @@ impl RootSink for TestSink {
         _: Option<&'a str>,
     ) -> BoxFuture<'a, ()> {
         self.1.lock().unwrap().push((spec.stream_id, state));
+        Box::pin(async {})
+    }
+
+    fn recount(&mut self, recount: Recount) -> BoxFuture<'_, ()> {
+        self.2.lock().unwrap().push(recount);
         Box::pin(async {})
     }
 
@@ -1094,6 +1103,50 @@ async fn the_root_drains_on_shutdown_and_finishes_when_its_children_do() {
         .collect();
     assert_eq!(rounds, vec![(0, vec![3], 4), (1, vec![4], 4)]);
     assert!(results.iter().all(|r| !r.late));
+}
+
+/// A child behind the other (its rounds closed without it, its ranks late) finishes before catching up, as a
+/// drain ends a subtree that lags: the rounds it never reached are recounted as stopped in the root's store.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_finishes_behind_the_rounds_that_counted_it_late_is_recounted_stopped() {
+    let sink = TestSink::default();
+    let role = root(vec![spec(0)], Duration::from_secs(30), &sink);
+    let h = start(role, 8);
+    let _a = h.child("a", 1, 4).await;
+    let _b = h.child("b", 2, 4).await;
+    tokio::task::yield_now().await;
+    for round in 0..4 {
+        h.child_sends("a", 1, packet(1, round, 4, 1)).await;
+    }
+    h.child_sends("b", 2, packet(1, 0, 4, 2)).await;
+    tokio::time::sleep(Duration::from_millis(u64::from(TIMEOUT_MS) * 2)).await;
+    let late: Vec<u32> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| !r.late)
+        .map(|r| r.coverage.missing_for(MissingReason::Late))
+        .collect();
+    assert_eq!(late, [0, 4, 4, 4], "rounds 1 to 3 closed without b");
+    let fin = up_message::Msg::Fin(Fin {
+        node_id: "b".into(),
+        rounds_end: 1,
+    });
+    h.child_sends("b", 2, fin).await;
+    tokio::task::yield_now().await;
+    let recounts: Vec<(u64, MissingReason, u32)> = sink
+        .2
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| (r.round, r.counted, r.ranks))
+        .collect();
+    assert_eq!(
+        recounts,
+        [1, 2, 3].map(|round| (round, MissingReason::Late, 4)),
+        "b's rounds ended at 1"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,6 +6,8 @@ use std::future::Future;
 use futures::future::BoxFuture;
 
 use canopy_proto::v1::{Coverage, StreamSpec, UpMessage, up_message};
+
+pub use crate::engine::Recount;
 use tokio::sync::mpsc;
 
 /// One result at the root.
@@ -63,6 +65,9 @@ pub trait RootSink: Send + Sync + 'static {
         state: StreamState,
         failure: Option<&'a str>,
     ) -> BoxFuture<'a, ()>;
+    /// A closed round counted a source's ranks late or unreachable, though the source finished before the round:
+    /// they count as stopped there.
+    fn recount(&mut self, recount: Recount) -> BoxFuture<'_, ()>;
     /// Waits until everything given so far is stored (before the node exits).
     fn flush(&mut self) -> BoxFuture<'_, ()>;
 }

@@ -7,7 +7,7 @@ use canopy_proto::v1::{Control, Coverage, Envelope, Fin, MissingReason, StreamEr
 use tokio::time::Instant;
 
 use super::Root;
-use crate::engine::GroupKey;
+use crate::engine::{GroupKey, Recount};
 use crate::filter::Level;
 use crate::node::position::{FailedAt, Position, late_envelope};
 use crate::node::streams::{Call, Then};
@@ -186,6 +186,16 @@ impl Position for Root {
 
     async fn unfinished<U: Up>(node: &mut Node<U, Self>, stream: u32, round: u64) {
         node.store_unfinished_round(stream, round).await;
+    }
+
+    async fn recount<U: Up>(node: &mut Node<U, Self>, recounts: Vec<Recount>) {
+        if let Some(first) = recounts.first() {
+            tracing::info!(node = %node.id, child = %first.source, rounds = recounts.len(), from = first.round,
+                "rounds closed without a child that finished before them: its ranks count as stopped there");
+        }
+        for r in recounts {
+            node.position.opts.sink.recount(r).await;
+        }
     }
 }
 
