@@ -115,7 +115,7 @@ impl RootSink for StoreUp {
     fn recount(&mut self, r: Recount) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.writer
-                .recount_stopped(r.stream, r.round, r.counted, r.ranks, r.source)
+                .recount_stopped(r.stream, r.round, r.counted, r.ranks, r.source, r.apps)
                 .await;
         })
     }

@@ -351,9 +351,9 @@ pub(crate) fn upsert(tx: &Transaction<'_>, rec: &RoundRecord, result_bytes: usiz
 }
 
 /// The round's row counted `ranks` of `source` as `counted` (late, or unreachable) though the source finished
-/// before the round: they move to `stopped`, and the row's reason and unreachable nodes say so. (The round's
-/// per-application rows keep their counts: the source's share of each application is not known here.) Returns
-/// whether the round has a row.
+/// before the round: they move to `stopped`, and the row's reason and unreachable nodes say so; so do the
+/// applications' rows, by `apps` (the source's ranks by application, as the round split them; empty: not split).
+/// Returns whether the round has a row.
 pub(crate) fn recount_stopped(
     tx: &Transaction<'_>,
     stream_id: u32,
@@ -361,6 +361,7 @@ pub(crate) fn recount_stopped(
     counted: MissingReason,
     ranks: u32,
     source: &str,
+    apps: &[(String, u32)],
 ) -> rusqlite::Result<bool> {
     static SELECT: OnceLock<String> = OnceLock::new();
     let select = SELECT.get_or_init(|| {
@@ -398,6 +399,32 @@ pub(crate) fn recount_stopped(
         ..old
     };
     write(tx, &row)?;
+    static SELECT_APP: OnceLock<String> = OnceLock::new();
+    let select_app = SELECT_APP.get_or_init(|| {
+        format!(
+            "SELECT {} FROM round_apps WHERE stream_id = ?1 AND round = ?2 AND app = ?3",
+            select_list(RoundAppRow::columns(), SCHEMA_VERSION)
+        )
+    });
+    for (app, ranks) in apps {
+        let Some(old) = tx
+            .prepare_cached(select_app)?
+            .query_row(params![stream_id, sat(round), app], RoundAppRow::read)
+            .optional()?
+        else {
+            continue;
+        };
+        let mut tally = Tally::of_app_row(&old);
+        let moved = u64::from(*ranks).min(tally.missing[from]);
+        tally.missing[from] -= moved;
+        tally.missing[reason_index(MissingReason::Stopped)] += moved;
+        let row = RoundAppRow {
+            missing: tally.missing_counts(),
+            missing_reason: tally.reason_text(),
+            ..old
+        };
+        write(tx, &row)?;
+    }
     Ok(true)
 }
 

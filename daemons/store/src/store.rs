@@ -310,8 +310,9 @@ impl Store {
     }
 
     /// A round counted a source's ranks late or unreachable though the source finished before it: they count as
-    /// stopped ([`rounds::recount_stopped`]). A round without a row yet (a multi-phase round still finishing) is
-    /// left as it is, and said.
+    /// stopped ([`rounds::recount_stopped`]), in the round's row and its applications' (`apps`: the source's ranks
+    /// by application; empty, not split). A round without a row yet (a multi-phase round still finishing) is left
+    /// as it is, and said.
     pub fn recount_stopped(
         &mut self,
         stream_id: u32,
@@ -319,9 +320,11 @@ impl Store {
         counted: MissingReason,
         ranks: u32,
         source: &str,
+        apps: &[(String, u32)],
     ) -> Result<(), StoreError> {
-        let has_row =
-            self.in_transaction(|tx| rounds::recount_stopped(tx, stream_id, round, counted, ranks, source))?;
+        let has_row = self.in_transaction(|tx| {
+            rounds::recount_stopped(tx, stream_id, round, counted, ranks, source, apps)
+        })?;
         if !has_row {
             tracing::debug!(
                 stream_id,

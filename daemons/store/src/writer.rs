@@ -66,6 +66,7 @@ enum Op<P> {
         counted: MissingReason,
         ranks: u32,
         source: String,
+        apps: Vec<(String, u32)>,
     },
     /// Rounds whose results were let go: their rows only.
     Gap(GapRun),
@@ -172,7 +173,7 @@ impl<P: AsRef<[u8]> + Send + 'static> Writer<P> {
     }
 
     /// Queues the recount of a round that counted a source's ranks `counted` (late or unreachable) though the
-    /// source finished before the round: they count as stopped there.
+    /// source finished before the round: they count as stopped there, and in its applications' rows by `apps`.
     pub async fn recount_stopped(
         &self,
         stream_id: u32,
@@ -180,6 +181,7 @@ impl<P: AsRef<[u8]> + Send + 'static> Writer<P> {
         counted: MissingReason,
         ranks: u32,
         source: String,
+        apps: Vec<(String, u32)>,
     ) {
         self.send(Op::Recount {
             stream_id,
@@ -187,6 +189,7 @@ impl<P: AsRef<[u8]> + Send + 'static> Writer<P> {
             counted,
             ranks,
             source,
+            apps,
         })
         .await;
     }
@@ -369,7 +372,8 @@ impl<P: AsRef<[u8]>, C: FnMut(P)> WriterLoop<P, C> {
                 counted,
                 ranks,
                 source,
-            } => store.recount_stopped(*stream_id, *round, *counted, *ranks, source),
+                apps,
+            } => store.recount_stopped(*stream_id, *round, *counted, *ranks, source, apps),
             Op::Gap(run) => store.write_gap(run),
             Op::Flush(_) => Ok(()),
         }
@@ -458,7 +462,9 @@ fn weight<P: AsRef<[u8]>>(op: &Op<P>) -> usize {
             Op::Round(r) => r.payload.as_ref().len() + r.result_type.len(),
             Op::Names(names) => names.iter().map(|(_, n)| n.len() + 8).sum(),
             Op::Meta(k, v) => k.len() + v.len(),
-            Op::Recount { source, .. } => source.len(),
+            Op::Recount { source, apps, .. } => {
+                source.len() + apps.iter().map(|(a, _)| a.len() + 4).sum::<usize>()
+            }
             _ => 0,
         }
 }

@@ -705,21 +705,29 @@ fn a_finished_sources_ranks_recounted_stopped_leave_the_rest_of_the_row() {
     let dir = tempdir("recount");
     let mut store = Store::create(dir.path()).unwrap();
     store.put_stream(&spec(1), StreamState::Open, None, None).unwrap();
-    store
-        .write_round(&record(1, 3, 8, 32, &[(MissingReason::Late, 24)]), Payload::None)
-        .unwrap();
+    // Round 3: 8 covered, 24 late, of two applications; agent-2's 16 late ranks are 12 of lulesh and 4 of amg.
+    let mut split = record(1, 3, 8, 32, &[(MissingReason::Late, 24)]);
+    let app = |app: &str, covered, expected, late| AppRecord {
+        app: app.into(),
+        covered,
+        expected,
+        missing: vec![(MissingReason::Late, late)],
+    };
+    split.apps = vec![app("amg", 0, 8, 8), app("lulesh", 8, 24, 16)];
+    store.write_round(&split, Payload::None).unwrap();
     store.write_late(1, 3, 8, 0, Payload::None, None).unwrap();
+    let apps = [("lulesh".to_string(), 12), ("amg".to_string(), 4)];
     let mut unreachable = record(1, 4, 8, 32, &[(MissingReason::Unreachable, 24)]);
     unreachable.unreachable = vec![("relay-1".into(), 16), ("relay-2".into(), 8)];
     store.write_round(&unreachable, Payload::None).unwrap();
     store
-        .recount_stopped(1, 3, MissingReason::Late, 16, "agent-2")
+        .recount_stopped(1, 3, MissingReason::Late, 16, "agent-2", &apps)
         .unwrap();
     store
-        .recount_stopped(1, 4, MissingReason::Unreachable, 16, "relay-1")
+        .recount_stopped(1, 4, MissingReason::Unreachable, 16, "relay-1", &[])
         .unwrap();
     store
-        .recount_stopped(1, 9, MissingReason::Late, 16, "agent-2")
+        .recount_stopped(1, 9, MissingReason::Late, 16, "agent-2", &apps)
         .unwrap();
     let path = store.path().to_path_buf();
     drop(store);
@@ -736,6 +744,14 @@ fn a_finished_sources_ranks_recounted_stopped_leave_the_rest_of_the_row() {
             "3 8 8 0 16 8 stopped: 16, late: 8 -",
             "4 8 0 8 16 0 stopped: 16, unreachable: 8 (relay-2=8) relay-2=8"
         ]
+    );
+    assert_eq!(
+        table(
+            &open,
+            "SELECT app || ' ' || covered || ' ' || missing_late || ' ' || missing_stopped || ' ' || missing_reason
+             FROM round_apps WHERE round = 3 ORDER BY app"
+        ),
+        ["amg 0 4 4 late: 4, stopped: 4", "lulesh 8 4 12 stopped: 12, late: 4"]
     );
 }
 

@@ -75,11 +75,13 @@ pub struct Recount {
     pub counted: MissingReason,
     pub ranks: u32,
     pub source: String,
+    /// The ranks by application, when the round's coverage split them so (else empty).
+    pub apps: Composition,
 }
 
 /// A source a closed round counted without its data: its number, the reason its ranks were counted under
-/// (`Late` or `Unreachable`), and how many.
-type Absent = (Number, MissingReason, u32);
+/// (`Late` or `Unreachable`), how many, and their applications (as the round's coverage split them).
+type Absent = (Number, MissingReason, u32, Composition);
 
 /// A group that closed: its inputs, in arrival order, and the merged coverage.
 #[derive(Debug)]
@@ -518,16 +520,17 @@ impl RoundEngine {
             {
                 continue;
             }
-            absent.retain(|&(n, counted, ranks)| {
-                if n != number {
+            absent.retain_mut(|(n, counted, ranks, apps)| {
+                if *n != number {
                     return true;
                 }
                 out.push(Recount {
                     stream,
                     round,
-                    counted,
-                    ranks,
+                    counted: *counted,
+                    ranks: *ranks,
                     source: source.to_string(),
+                    apps: std::mem::take(apps),
                 });
                 false
             });
@@ -662,7 +665,11 @@ impl RoundEngine {
             };
             coverage.add_missing_of(reason, s.ranks_below, &s.apps);
             if matches!(reason, MissingReason::Late | MissingReason::Unreachable) && s.ranks_below > 0 {
-                absent.push((s.number, reason, s.ranks_below));
+                // As `add_missing_of` split them: by application only when the applications account for them all.
+                let split =
+                    s.apps.iter().map(|(_, n)| u64::from(*n)).sum::<u64>() == u64::from(s.ranks_below);
+                let apps = if split { s.apps.clone() } else { Composition::new() };
+                absent.push((s.number, reason, s.ranks_below, apps));
             }
             if reason == MissingReason::Unreachable {
                 coverage.name_unreachable(id, s.ranks_below);

@@ -361,6 +361,8 @@ fn time_out_closes_partial_with_late_ranks_and_a_late_packet_is_returned() {
 #[test]
 fn a_source_that_finishes_before_rounds_that_counted_it_late_is_recounted_stopped_there() {
     let mut e = engine(&[("a", 4), ("b", 16)], SyncMode::WaitForAll);
+    let b_apps = vec![("lulesh".to_string(), 12), ("amg".to_string(), 4)];
+    e.set_composition("b", b_apps.clone());
     let t0 = Instant::now();
     let at = |round| GroupKey { round, ..K };
     for round in 0..4 {
@@ -385,7 +387,12 @@ fn a_source_that_finishes_before_rounds_that_counted_it_late_is_recounted_stoppe
         rounds,
         [(2, MissingReason::Late, 16), (3, MissingReason::Late, 16)]
     );
-    assert!(recounts.iter().all(|r| r.stream == 1 && r.source == "b"));
+    assert!(
+        recounts
+            .iter()
+            .all(|r| r.stream == 1 && r.source == "b" && r.apps == b_apps),
+        "{recounts:?}"
+    );
     assert!(
         e.finished_before("b", 1).is_empty(),
         "each round is recounted once"
