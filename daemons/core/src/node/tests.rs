@@ -388,6 +388,16 @@ impl Harness {
         self.input(Input::Parent(ParentEvent::Message(open))).await;
     }
 
+    /// The parent opens stream `id` with `filter` (one of the test filters above).
+    async fn open_with(&self, id: u32, filter: &str) {
+        let spec = StreamSpec {
+            filter: filter.into(),
+            ..spec(id)
+        };
+        let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
+        self.input(Input::Parent(ParentEvent::Message(open))).await;
+    }
+
     /// The next envelope sent up (other messages are skipped).
     async fn envelope(&mut self) -> Envelope {
         loop {
@@ -1483,10 +1493,7 @@ async fn inline_filters_run_on_the_nodes_task_and_a_panic_fails_only_their_strea
 async fn a_multi_phase_round_the_root_closed_without_this_node_does_not_hold_its_window() {
     let mut h = start(Relay, 4);
     let _a = h.child("a", 1, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "fails-late".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "fails-late").await;
     let credit = down_message::Msg::Credit(Credit {
         below: 100,
         closed_below: 10,
@@ -1529,10 +1536,7 @@ async fn a_child_late_with_a_first_phase_hears_that_its_round_ended_without_it()
     let mut h = start(Relay, 8);
     let mut a = h.child("a", 1, 1).await;
     let mut b = h.child("b", 2, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "fails-late".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "fails-late").await;
     h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
     // Round 0 closes at its time-out without b.
     assert_eq!(h.envelope().await.round, 0);
@@ -1548,10 +1552,7 @@ async fn a_child_late_with_a_first_phase_hears_that_its_round_ended_without_it()
 async fn a_round_the_parent_ended_without_this_node_frees_its_window_here_and_below() {
     let mut h = start(Relay, 4);
     let mut a = h.child("a", 1, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "fails-late".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "fails-late").await;
     h.child_sends("a", 1, packet(1, 0, 1, 1)).await;
     assert_eq!(h.envelope().await.round, 0);
     tokio::task::yield_now().await;
@@ -1650,10 +1651,7 @@ async fn a_stuck_filter_call_fails_only_its_stream_and_a_node_refuses_its_filter
 async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_want_is_not_lost() {
     let mut h = start(Relay, 4);
     let _a = h.child("a", 1, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "phased".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "phased").await;
     // Round 0's first phase closes; its call waits. The child waits far ahead, at round 100.
     h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
     h.child_sends("a", 1, up_message::Msg::Want(Want { round: 100 }))
@@ -1694,10 +1692,7 @@ async fn a_multi_phase_round_holds_the_window_while_its_filter_computes_and_a_wa
 async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
     let mut h = start(Relay, 4);
     let _a = h.child("a", 1, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "fails-late".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "fails-late").await;
     h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
     assert_eq!(h.envelope().await.phase, 0);
     assert!(!h.window.admits(4), "round 0 waits for its last phase");
@@ -1731,10 +1726,7 @@ async fn a_failed_multi_phase_stream_stops_holding_the_window_at_once() {
 async fn a_stream_closed_while_its_call_hangs_does_not_keep_the_node_from_finishing() {
     let mut h = start_with(Relay, 64, Duration::from_millis(200));
     let _a = h.child("a", 1, 1).await;
-    let mut spec = spec(1);
-    spec.filter = "hangs".into();
-    let open = down_message::Msg::OpenStream(OpenStream { spec: Some(spec) });
-    h.input(Input::Parent(ParentEvent::Message(open))).await;
+    h.open_with(1, "hangs").await;
     h.child_sends("a", 1, packet(1, 0, 1, 7)).await;
     // Closed while its call hangs: the close keeps the call to answer its last round.
     let close = down_message::Msg::CloseStream(canopy_proto::v1::CloseStream { stream_id: 1 });
