@@ -191,9 +191,11 @@ fn outliers_table(r: &OutliersResult, names: &HashMap<u64, String>, top: usize) 
             .collect::<Vec<_>>()
             .join("+"),
     };
-    let metrics = match r.window {
-        0 | 1 => metrics,
-        n => format!("{metrics} of {n} rounds"),
+    // A window's statistic is the median unless it says "sum" (results without one summed).
+    let metrics = match (r.window, r.window_stat.as_str()) {
+        (0 | 1, _) => metrics,
+        (n, "median") => format!("{metrics}, median of {n} rounds"),
+        (n, _) => format!("{metrics} summed over {n} rounds"),
     };
     let mut out = format!(
         "  scored over {} ({} events), within {}\n",
@@ -485,11 +487,18 @@ mod tests {
             Metric::Counter as i32,
         ];
         all.window = 3;
+        all.window_stat = "median".to_string();
         all.groups[0].top[0].events[0].metric = Metric::Calls as i32;
         all.groups[0].top[0].events[1].metric = Metric::Exclusive as i32;
         let text = outliers_table(&all, &names, 8);
         assert!(
-            text.starts_with("  scored over calls+excl+counter of 3 rounds (all events)"),
+            text.starts_with("  scored over calls+excl+counter, median of 3 rounds (all events)"),
+            "{text}"
+        );
+        all.window_stat = "sum".to_string();
+        assert!(
+            outliers_table(&all, &names, 8)
+                .starts_with("  scored over calls+excl+counter summed over 3 rounds (all events)"),
             "{text}"
         );
         assert!(

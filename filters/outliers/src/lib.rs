@@ -150,7 +150,7 @@ impl ThreePhase for OutliersFilter {
             }
             values.retain(|((id, _), _)| self.selection.selects(*id));
             values.sort_by_key(|(key, _)| *key);
-            let values = self.window.sum(&p.app, p.rank, round, values);
+            let values = self.window.over(&p.app, p.rank, round, values);
             let (ex, ranks, stats) = groups
                 .entry(class)
                 .or_insert_with(|| (example.clone(), Vec::new(), StatsMap::new()));
@@ -313,6 +313,10 @@ impl ThreePhase for OutliersFilter {
             events: self.selection.scheme().describe(),
             raw_bytes: packet.raw_bytes,
             window: self.settings.window,
+            window_stat: match self.settings.window {
+                0 | 1 => String::new(),
+                _ => self.settings.window_stat.word().to_string(),
+            },
         }
         .encode_to_vec()
     }
@@ -329,7 +333,7 @@ impl Filter for OutliersFilter {
         Ok(OutliersFilter {
             level,
             selection: Selection::new(settings.events.clone()).by_app(settings.by_app),
-            window: Window::new(settings.window),
+            window: Window::new(settings.window, settings.window_stat),
             settings,
             buffers: Rounds::new(),
             phase0: Rounds::new(),

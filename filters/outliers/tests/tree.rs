@@ -105,6 +105,8 @@ struct Setup {
     fraction: Option<f64>,
     top_events: u32,
     window: u32,
+    /// The window's statistic: "median" or "sum".
+    window_stat: &'static str,
 }
 
 impl Setup {
@@ -125,12 +127,13 @@ impl Setup {
             Some(p) => format!(r#", "events": "pattern", "pattern": "{p}""#),
         };
         format!(
-            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}, "window": {}{events}}}"#,
+            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}, "window": {}, "window_stat": "{}"{events}}}"#,
             if self.by_class { "class" } else { "all" },
             self.weighted,
             self.top_events,
             self.by_app,
-            self.window
+            self.window,
+            self.window_stat
         )
     }
 
@@ -171,11 +174,11 @@ fn values_of(p: &RankProfile, metric: Metric) -> Vec<((u64, i32), f64)> {
     }
 }
 
-/// A rank's values in the stream's metrics, summed over the rounds of the window ending at round `r` that it
-/// reported, oldest first (`rounds[k]` is round k's profiles).
+/// A rank's values in the stream's metrics over the rounds of the window ending at round `r` that it reported
+/// (`rounds[k]` is round k's profiles): per key, the median (an absent key counting 0 in a round) or the sum.
 fn windowed(rounds: &[Vec<RankProfile>], r: usize, p: &RankProfile, setup: &Setup) -> Vec<((u64, i32), f64)> {
     let first = (r + 1).saturating_sub(setup.window as usize);
-    let mut sums: BTreeMap<(u64, i32), f64> = BTreeMap::new();
+    let mut per_round: Vec<BTreeMap<(u64, i32), f64>> = Vec::new();
     for round in &rounds[first..=r] {
         let Some(q) = round
             .iter()
@@ -191,16 +194,36 @@ fn windowed(rounds: &[Vec<RankProfile>], r: usize, p: &RankProfile, setup: &Setu
                 .collect(),
             m => values_of(q, m),
         };
-        let mut values: Vec<_> = values
-            .into_iter()
-            .filter(|((id, _), _)| setup.selected(*id))
-            .collect();
-        values.sort_by_key(|v| v.0);
-        for (key, v) in values {
-            *sums.entry(key).or_insert(0.0) += v;
-        }
+        per_round.push(
+            values
+                .into_iter()
+                .filter(|((id, _), _)| setup.selected(*id))
+                .collect(),
+        );
     }
-    sums.into_iter().collect()
+    let keys: BTreeSet<(u64, i32)> = per_round.iter().flat_map(|m| m.keys().copied()).collect();
+    keys.into_iter()
+        .map(|key| {
+            let mut vs: Vec<f64> = per_round
+                .iter()
+                .map(|m| m.get(&key).copied().unwrap_or(0.0))
+                .collect();
+            let v = if setup.window <= 1 {
+                vs[0]
+            } else if setup.window_stat == "sum" {
+                per_round.iter().filter_map(|m| m.get(&key)).sum()
+            } else {
+                vs.sort_by(f64::total_cmp);
+                let n = vs.len();
+                if n % 2 == 1 {
+                    vs[n / 2]
+                } else {
+                    vs[n / 2 - 1] / 2.0 + vs[n / 2] / 2.0
+                }
+            };
+            (key, v)
+        })
+        .collect()
 }
 
 impl Setup {
@@ -479,6 +502,7 @@ proptest! {
         fraction in 0usize..FRACTIONS.len(),
         top_events in 0u32..5,
         window in 1u32..4,
+        sum in any::<bool>(),
     ) {
         let c = case(seed, ranks, rounds);
         let setup = Setup {
@@ -491,6 +515,7 @@ proptest! {
             fraction: FRACTIONS[fraction],
             top_events,
             window,
+            window_stat: if sum { "sum" } else { "median" },
         };
         check(&c, &setup, seed ^ 0x0a7)?;
     }
