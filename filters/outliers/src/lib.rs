@@ -241,6 +241,7 @@ impl ThreePhase for OutliersFilter {
             let moments = Moments::of(
                 g.summaries.as_ref().unwrap_or(&StatsColumns::default()),
                 self.settings.weighted,
+                self.settings.margin,
             );
             let keep = self.settings.keep.of(g.ranks);
             packet.groups.push(OutlierGroup {
@@ -313,6 +314,7 @@ impl ThreePhase for OutliersFilter {
             events: self.selection.scheme().describe(),
             raw_bytes: packet.raw_bytes,
             window: self.settings.window,
+            margin: self.settings.margin,
             window_stat: match self.settings.window {
                 0 | 1 => String::new(),
                 _ => self.settings.window_stat.word().to_string(),

@@ -18,10 +18,18 @@ pub const MAX_TOP_EVENTS: u32 = 64;
 /// The default window of rounds a rank is scored over (with values per round): a rank the machine slowed in one
 /// or two rounds of five (another job's burst, a preemption) keeps its median, while a rank slow in every round
 /// stays out of it. On a node whose two cores also run bursts of other work, the planted slow ranks of the loaded
-/// node's test are the top two in 28 to 36 rounds of 40 scored round by round, in 38 to 40 over windows of five.
+/// node's test are the top two in 25 to 36 rounds of 40 scored round by round, in 38 to 40 over windows of five.
 pub const DEFAULT_WINDOW: u32 = 5;
+/// The default margin: a value within one standard deviation of its event's mean adds nothing to its rank's
+/// score, and one beyond adds only the excess. Every rank of a loaded machine, or of an application whose ranks
+/// differ by their place in it (Uintah's boundary ranks send more bytes), strays by about one deviation here
+/// and there; summed over events and metrics, such ordinary spread outranked ranks planted slow (0: seed 002's
+/// score, every distance counted whole).
+pub const DEFAULT_MARGIN: f64 = 1.0;
+/// The largest margin a stream may ask.
+pub const MAX_MARGIN: f64 = 100.0;
 
-const KNOWN: [&str; 12] = [
+const KNOWN: [&str; 13] = [
     "k",
     "fraction",
     "top_events",
@@ -34,6 +42,7 @@ const KNOWN: [&str; 12] = [
     "by_app",
     "window",
     "window_stat",
+    "margin",
 ];
 
 /// The metrics a rank's score sums over.
@@ -125,6 +134,8 @@ pub struct Settings {
     pub window: u32,
     /// What a rank's values over its window become: their median (the default) or their sum.
     pub window_stat: Statistic,
+    /// The standard deviations within which a value adds nothing to its rank's score.
+    pub margin: f64,
 }
 
 impl Settings {
@@ -132,7 +143,7 @@ impl Settings {
     /// "within": "all" | "class", "metric": "all" | "exclusive" | "inclusive" | "calls" | "counter" | a per-event
     /// metric,
     /// "events": "all" | "pattern", "pattern": "<regex>" (with events pattern only), "values": "round" |
-    /// "cumulative", "by_app": true | false, "window": 1..=64 (5; 1 with cumulative values), "window_stat": "median" | "sum"}`.
+    /// "cumulative", "by_app": true | false, "window": 1..=64 (5; 1 with cumulative values), "window_stat": "median" | "sum", "margin": 0..=100 (1)}`.
     pub fn parse(text: &str) -> Result<Settings, String> {
         let params = Params::parse(text, &KNOWN)?;
         let keep = match (params.has("k"), params.number("fraction")?) {
@@ -163,6 +174,7 @@ impl Settings {
         Ok(Settings {
             window,
             window_stat,
+            margin: params.f64_between("margin", DEFAULT_MARGIN, 0.0, MAX_MARGIN)?,
             keep,
             top_events: params.u32_between("top_events", DEFAULT_TOP_EVENTS, 0, MAX_TOP_EVENTS)?,
             weighted: params.bool("weighted", true)?,
@@ -204,6 +216,8 @@ mod tests {
         );
         assert_eq!(s.events.describe(), "all");
         assert_eq!((s.window, s.window_stat), (DEFAULT_WINDOW, Statistic::Median));
+        assert_eq!(s.margin, 1.0);
+        assert_eq!(Settings::parse(r#"{"margin": 0}"#).unwrap().margin, 0.0);
         let cumulative = Settings::parse(r#"{"values": "cumulative"}"#).unwrap();
         assert_eq!(cumulative.window, 1);
     }
@@ -250,7 +264,7 @@ mod tests {
         assert_eq!(
             err(r#"{"kk": 1}"#),
             "unknown parameter \"kk\" (known: k, fraction, top_events, weighted, within, metric, events, \
-             pattern, values, by_app, window, window_stat)"
+             pattern, values, by_app, window, window_stat, margin)"
         );
         assert!(err("[").starts_with("parameters are not valid JSON"));
         assert_eq!(
@@ -260,6 +274,10 @@ mod tests {
         assert_eq!(
             err(r#"{"window": 4, "values": "cumulative"}"#),
             "a window of rounds takes each round's values: it needs values \"round\", not \"cumulative\""
+        );
+        assert_eq!(
+            err(r#"{"margin": -1}"#),
+            "margin must be between 0 and 100, got -1"
         );
         assert_eq!(
             err(r#"{"window": 4, "window_stat": "mean"}"#),

@@ -107,6 +107,8 @@ struct Setup {
     window: u32,
     /// The window's statistic: "median" or "sum".
     window_stat: &'static str,
+    /// The deviations within which a value adds nothing.
+    margin: f64,
 }
 
 impl Setup {
@@ -127,13 +129,14 @@ impl Setup {
             Some(p) => format!(r#", "events": "pattern", "pattern": "{p}""#),
         };
         format!(
-            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}, "window": {}, "window_stat": "{}"{events}}}"#,
+            r#"{{{keep}, "metric": "{metric}", "within": "{}", "weighted": {}, "top_events": {}, "by_app": {}, "window": {}, "window_stat": "{}", "margin": {}{events}}}"#,
             if self.by_class { "class" } else { "all" },
             self.weighted,
             self.top_events,
             self.by_app,
             self.window,
-            self.window_stat
+            self.window_stat,
+            self.margin
         )
     }
 
@@ -294,10 +297,11 @@ fn reference(rounds: &[Vec<RankProfile>], r: usize, setup: &Setup) -> BTreeMap<u
                     (*id, (mean, var.sqrt()))
                 })
                 .collect();
-            // Each metric weighs its events within itself.
+            // Each metric weighs its events within itself, over the events two ranks or more report.
             let total = |metric: i32| -> f64 {
                 moments
                     .iter()
+                    .filter(|(key, _)| by_event[key].len() >= 2)
                     .filter(|((_, m), _)| *m == metric)
                     .map(|(_, (mean, _))| mean.abs())
                     .sum()
@@ -322,7 +326,8 @@ fn reference(rounds: &[Vec<RankProfile>], r: usize, setup: &Setup) -> BTreeMap<u
                             // Within rounding of the mean is no deviation, as the filter counts it.
                             let deviation = (v - mean).abs();
                             let c = if std > 0.0 && deviation > ROUNDING * v.abs().max(mean.abs()) {
-                                deviation / std * weight(mean, key.1)
+                                canopy_filter_outliers::score::beyond(deviation / std, setup.margin)
+                                    * weight(mean, key.1)
                             } else {
                                 0.0
                             };
@@ -484,6 +489,8 @@ const METRICS: [Metric; 5] = [
     Metric::Counter,
 ];
 const FRACTIONS: [Option<f64>; 4] = [None, Some(0.1), Some(0.25), Some(1.0)];
+/// Margins drawn: the paper's whole distances, the default, and a fraction.
+const MARGINS: [f64; 3] = [0.0, 1.0, 0.5];
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
@@ -503,6 +510,7 @@ proptest! {
         top_events in 0u32..5,
         window in 1u32..4,
         sum in any::<bool>(),
+        margin in 0usize..MARGINS.len(),
     ) {
         let c = case(seed, ranks, rounds);
         let setup = Setup {
@@ -516,6 +524,7 @@ proptest! {
             top_events,
             window,
             window_stat: if sum { "sum" } else { "median" },
+            margin: MARGINS[margin],
         };
         check(&c, &setup, seed ^ 0x0a7)?;
     }
