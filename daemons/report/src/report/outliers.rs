@@ -45,8 +45,9 @@ pub fn section(ctx: &Context<'_>, stream: &StreamRow) -> anyhow::Result<Section>
         title: format!("Outliers: {}", stream.name),
         intro: format!(
             "The ranks farthest from the others (outliers table, stream {}): a rank's score is the sum over its \
-             events of its distance from the event's mean in standard deviations; a line per rank with the largest \
-             summed score, drawn at the rounds it was among the top.",
+             events of its distance from the event's mean in standard deviations beyond the stream's margin (one \
+             by default), each weighted by the event's share; a line per rank with the largest summed score, drawn \
+             at the rounds it was among the top.",
             stream.stream_id
         ),
         ..Section::default()
