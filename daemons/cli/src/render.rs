@@ -197,20 +197,29 @@ fn outliers_table(r: &OutliersResult, names: &HashMap<u64, String>, top: usize) 
         (n, "median") => format!("{metrics}, median of {n} rounds"),
         (n, _) => format!("{metrics} summed over {n} rounds"),
     };
-    let mut out = format!(
-        "  scored over {} ({} events), within {}\n",
-        metrics,
-        if r.events.is_empty() {
-            "all"
-        } else {
-            r.events.as_str()
-        },
-        if r.within.is_empty() {
-            "all"
-        } else {
-            r.within.as_str()
-        }
-    );
+    // Distances count beyond the margin (results without one counted them whole).
+    let metrics = match r.margin {
+        m if m > 0.0 => format!("{metrics}, beyond {m}σ"),
+        _ => metrics,
+    };
+    let events = if r.events.is_empty() {
+        "all"
+    } else {
+        r.events.as_str()
+    };
+    let within = if r.within.is_empty() {
+        "all"
+    } else {
+        r.within.as_str()
+    };
+    let how = format!("  scored over {metrics}");
+    let whom = format!("({events} events), within {within}");
+    // One line where it fits in 80 columns, else two.
+    let mut out = if how.chars().count() + 1 + whom.chars().count() < 80 {
+        format!("{how} {whom}\n")
+    } else {
+        format!("{how}\n    {whom}\n")
+    };
     for g in &r.groups {
         let who = match (g.app.as_str(), g.example_event.as_str()) {
             ("", "") => "all ranks".to_string(),
@@ -501,6 +510,15 @@ mod tests {
                 .starts_with("  scored over calls+excl+counter summed over 3 rounds (all events)"),
             "{text}"
         );
+        all.margin = 1.0;
+        let text = outliers_table(&all, &names, 8);
+        assert!(
+            text.starts_with(
+                "  scored over calls+excl+counter summed over 3 rounds, beyond 1σ\n    (all events), within all\n"
+            ),
+            "{text}"
+        );
+        assert!(text.lines().all(|l| l.chars().count() < 80), "{text}");
         assert!(
             text.contains("17    5.50  MPI_Wait +4.5σ, MPI_Allreduce calls +1.0σ"),
             "{text}"
