@@ -183,6 +183,37 @@ impl Coverage {
         self.uncover_input(reason, &whole);
     }
 
+    /// Moves `ranks` counted missing under `from` to `to` (a source's ranks counted late in a round it had
+    /// finished before), per application as `apps` divides them, and takes `node`'s name off the unreachable ones
+    /// when they leave [`MissingReason::Unreachable`]. Never moves more than `from` holds, in all or per
+    /// application.
+    pub fn recount(
+        &mut self,
+        from: MissingReason,
+        to: MissingReason,
+        ranks: u32,
+        apps: &[(String, u32)],
+        node: &str,
+    ) {
+        let moved = take_reason(&mut self.missing, from, ranks);
+        add_reason(&mut self.missing, to, moved);
+        for (app, n) in apps {
+            if let Ok(i) = self.apps.binary_search_by(|a| a.app.as_str().cmp(app)) {
+                let a = &mut self.apps[i];
+                let moved = take_reason(&mut a.missing, from, *n);
+                add_reason(&mut a.missing, to, moved);
+            }
+        }
+        if from == MissingReason::Unreachable
+            && let Ok(i) = self.unreachable.binary_search_by(|u| u.node.as_str().cmp(node))
+        {
+            self.unreachable[i].ranks = self.unreachable[i].ranks.saturating_sub(moved);
+            if self.unreachable[i].ranks == 0 {
+                self.unreachable.remove(i);
+            }
+        }
+    }
+
     /// How the ranks a coverage expects divide among applications, as far as it tells.
     pub fn composition(&self) -> Composition {
         self.apps.iter().map(|a| (a.app.clone(), a.expected)).collect()
@@ -276,6 +307,19 @@ fn add_reasons(into: &mut Vec<Missing>, other: &[Missing]) {
     }
 }
 
+/// Takes up to `ranks` off `reason`'s entry, dropping it when emptied; how many were taken.
+fn take_reason(missing: &mut Vec<Missing>, reason: MissingReason, ranks: u32) -> u32 {
+    let Some(i) = missing.iter().position(|m| m.reason() == reason) else {
+        return 0;
+    };
+    let taken = ranks.min(missing[i].ranks);
+    missing[i].ranks -= taken;
+    if missing[i].ranks == 0 {
+        missing.remove(i);
+    }
+    taken
+}
+
 fn add_reason(missing: &mut Vec<Missing>, reason: MissingReason, ranks: u32) {
     if ranks == 0 {
         return;
@@ -366,6 +410,38 @@ mod tests {
         );
         assert!(c.is_exact());
         assert_eq!(c.check_child(3), Ok(()));
+    }
+
+    #[test]
+    fn a_recount_moves_ranks_between_reasons_in_all_per_application_and_by_name() {
+        let mut c = Coverage::full("a");
+        let apps = vec![("a".to_string(), 2), ("b".to_string(), 2)];
+        c.add_missing_of(MissingReason::Unreachable, 4, &apps);
+        c.name_unreachable("relay-1", 4);
+        c.add_missing_of(MissingReason::Late, 1, &[("a".to_string(), 1)]);
+        c.recount(
+            MissingReason::Unreachable,
+            MissingReason::Stopped,
+            4,
+            &apps,
+            "relay-1",
+        );
+        assert_eq!(c.missing_for(MissingReason::Unreachable), 0);
+        assert_eq!(c.missing_for(MissingReason::Stopped), 4);
+        assert_eq!(
+            c.missing_for(MissingReason::Late),
+            1,
+            "another source's late rank stays"
+        );
+        assert_eq!(reason_of(&app_of(&c, "b").missing, MissingReason::Stopped), 2);
+        assert_eq!(reason_of(&app_of(&c, "a").missing, MissingReason::Late), 1);
+        assert!(c.unreachable.is_empty());
+        assert!(c.is_exact());
+        // Never more than the reason holds.
+        c.recount(MissingReason::Late, MissingReason::Stopped, 9, &[], "x");
+        assert_eq!(c.missing_for(MissingReason::Stopped), 5);
+        assert_eq!(c.missing_for(MissingReason::Late), 0);
+        assert!(c.is_exact() && c.missing.iter().all(|m| m.ranks > 0));
     }
 
     #[test]

@@ -77,6 +77,15 @@ impl Router {
         self.awaiting.entry((stream, round)).or_insert(deadline);
     }
 
+    /// The coverage remembered for a multi-phase round still under way here, to change before the round ends; none
+    /// for a round that ended or was never under way.
+    pub(crate) fn under_way_mut(&mut self, stream: u32, round: u64) -> Option<&mut Coverage> {
+        if !self.awaiting.contains_key(&(stream, round)) {
+            return None;
+        }
+        self.memory.get_mut(&(stream, round)).map(|(cov, _)| cov)
+    }
+
     /// A round that ends here before its last phase (its first phase emitted nothing).
     pub(crate) fn end(&mut self, stream: u32, round: u64) {
         self.awaiting.remove(&(stream, round));

@@ -175,6 +175,46 @@ impl FilterInstance for FailsLate {
     }
 }
 
+/// A two-phase filter as the standard ones are: the root answers the first phase with a packet down, and the
+/// nodes below send the second phase up, which the root finalizes.
+struct TwoWay {
+    level: Level,
+}
+
+impl FilterInstance for TwoWay {
+    fn upstream(&mut self, _round: u64, phase: u32, inputs: &[&[u8]]) -> Result<Output, FilterError> {
+        let payload: Vec<u8> = inputs.iter().flat_map(|i| i.iter().copied()).collect();
+        Ok(match (self.level, phase) {
+            (Level::Root, 0) => Output {
+                down: vec![Packet { phase: 1, payload }],
+                ..Default::default()
+            },
+            _ => Output {
+                up: vec![Packet { phase, payload }],
+                ..Default::default()
+            },
+        })
+    }
+
+    fn downstream(&mut self, _round: u64, phase: u32, packet: &[u8]) -> Result<Output, FilterError> {
+        Ok(Output {
+            up: vec![Packet {
+                phase,
+                payload: packet.to_vec(),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn finalize(&mut self, _round: u64, _phase: u32, payload: &[u8]) -> Result<Vec<u8>, FilterError> {
+        Ok(payload.to_vec())
+    }
+
+    fn phases(&self) -> u32 {
+        2
+    }
+}
+
 /// Never released: the call of a stream closed while it hangs.
 static NEVER: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
 
@@ -200,7 +240,7 @@ impl FilterFactory for Filters {
         &self,
         name: &str,
         _params: &str,
-        _level: Level,
+        level: Level,
     ) -> Result<Box<dyn FilterInstance>, FilterError> {
         match name {
             "concat" => Ok(Box::new(Concat)),
@@ -209,6 +249,7 @@ impl FilterFactory for Filters {
             "phased" => Ok(Box::new(Phased)),
             "hangs" => Ok(Box::new(Hangs)),
             "fails-late" => Ok(Box::new(FailsLate)),
+            "two-way" => Ok(Box::new(TwoWay { level })),
             "where" | "where-contained" => Ok(Box::new(Where)),
             "panics" => Ok(Box::new(Panics)),
             _ => Err(FilterError::Unknown {
@@ -1156,6 +1197,113 @@ async fn a_child_that_finishes_behind_the_rounds_that_counted_it_late_is_recount
         recounts,
         [1, 2, 3].map(|round| (round, MissingReason::Late, 4)),
         "b's rounds ended at 1"
+    );
+}
+
+/// The same with a two-phase stream whose last phase never comes back: the rounds are stored unfinished, from the
+/// coverage the root remembered of their first phase, and the ranks of the child that finished before them count
+/// stopped there, not late.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_finishes_behind_multi_phase_rounds_stored_unfinished_counts_stopped_there() {
+    let sink = TestSink::default();
+    let two_way = StreamSpec {
+        filter: "two-way".into(),
+        ..spec(0)
+    };
+    let role = root(vec![two_way], Duration::from_secs(30), &sink);
+    let h = start(role, 8);
+    let _a = h.child("a", 1, 4).await;
+    let _b = h.child("b", 2, 4).await;
+    tokio::task::yield_now().await;
+    for round in 0..4 {
+        h.child_sends("a", 1, packet(1, round, 4, 1)).await;
+    }
+    h.child_sends("b", 2, packet(1, 0, 4, 2)).await;
+    // Rounds 1 to 3 close without b; no second phase comes back for any round.
+    tokio::time::sleep(Duration::from_millis(u64::from(TIMEOUT_MS) * 2)).await;
+    let fin = up_message::Msg::Fin(Fin {
+        node_id: "b".into(),
+        rounds_end: 1,
+    });
+    h.child_sends("b", 2, fin).await;
+    tokio::time::sleep(Duration::from_millis(u64::from(TIMEOUT_MS) * 4 + 2000)).await;
+    let mut stored: Vec<(u64, u32, u32)> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let c = &r.coverage;
+            (
+                r.round,
+                c.missing_for(MissingReason::Late),
+                c.missing_for(MissingReason::Stopped),
+            )
+        })
+        .collect();
+    stored.sort();
+    assert_eq!(
+        stored,
+        [(0, 8, 0), (1, 4, 4), (2, 4, 4), (3, 4, 4)],
+        "a's ranks late in every round; b's late in round 0, which it reached, and stopped after"
+    );
+    assert!(
+        sink.2.lock().unwrap().is_empty(),
+        "no row to recount in the store"
+    );
+}
+
+/// Rounds 1 to 3 closed without b, whose second phase a sends back after b finished before them: their last
+/// phase's close counts b's ranks stopped, as b's state then says, with nothing to recount.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_finishes_behind_multi_phase_rounds_under_way_counts_stopped_when_they_end() {
+    let sink = TestSink::default();
+    let two_way = StreamSpec {
+        filter: "two-way".into(),
+        ..spec(0)
+    };
+    let role = root(vec![two_way], Duration::from_secs(30), &sink);
+    let h = start(role, 8);
+    let _a = h.child("a", 1, 4).await;
+    let _b = h.child("b", 2, 4).await;
+    tokio::task::yield_now().await;
+    for round in 1..4 {
+        h.child_sends("a", 1, packet(1, round, 4, 1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(u64::from(TIMEOUT_MS) * 2)).await;
+    let fin = up_message::Msg::Fin(Fin {
+        node_id: "b".into(),
+        rounds_end: 1,
+    });
+    h.child_sends("b", 2, fin).await;
+    for round in 1..4 {
+        let up_message::Msg::Envelope(mut env) = packet(1, round, 4, 1) else {
+            unreachable!()
+        };
+        env.phase = 1;
+        h.child_sends("a", 1, up_message::Msg::Envelope(env)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(u64::from(TIMEOUT_MS))).await;
+    let mut stored: Vec<(u64, u32, u32, u32)> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let c = &r.coverage;
+            (
+                r.round,
+                c.covered,
+                c.missing_for(MissingReason::Late),
+                c.missing_for(MissingReason::Stopped),
+            )
+        })
+        .collect();
+    stored.sort();
+    assert_eq!(stored, [(1, 4, 0, 4), (2, 4, 0, 4), (3, 4, 0, 4)]);
+    assert!(
+        sink.2.lock().unwrap().is_empty(),
+        "no row to recount in the store"
     );
 }
 

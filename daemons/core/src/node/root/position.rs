@@ -194,6 +194,12 @@ impl Position for Root {
                 "rounds closed without a child that finished before them: its ranks count as stopped there");
         }
         for r in recounts {
+            // A multi-phase round still under way has no row yet. Its last phase's close counts a finished
+            // source stopped itself; a round that ends unfinished is stored from the coverage remembered here.
+            if let Some(cov) = node.route.under_way_mut(r.stream, r.round) {
+                cov.recount(r.counted, MissingReason::Stopped, r.ranks, &r.apps, &r.source);
+                continue;
+            }
             node.position.opts.sink.recount(r).await;
         }
     }
